@@ -1,0 +1,657 @@
+package sim
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/checkpoint/barrier"
+)
+
+type sim struct {
+	cfg  Config
+	rng  *rand.Rand
+	res  Result
+	step int
+	now  time.Time
+
+	records, keys, faultsLeft int
+	ckCfg                     checkpoint.Config
+	pPersistFail, pDecline    float64
+	pTaskCrash, pProcCrash    float64
+
+	coord    Coordinator
+	coordBox []msg
+	epoch    int // deployment number; messages carry it
+	boxEpoch []int
+	tasks    []*task
+	byID     map[checkpoint.TaskID]*task
+
+	st           store
+	ext          external
+	persistQ     []*checkpoint.Metadata
+	maxTriggered checkpoint.ID
+	failover     bool
+	violation    *Violation
+}
+
+var errInjected = errors.New("injected failure")
+
+func newSim(cfg Config) *sim {
+	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x9e3779b97f4a7c15))
+	s := &sim{cfg: cfg, rng: rng, now: epoch}
+	s.records = cfg.RecordsPerSource
+	if s.records == 0 {
+		s.records = 10 + rng.IntN(50)
+	}
+	s.keys = cfg.Keys
+	if s.keys == 0 {
+		s.keys = 1 + rng.IntN(6)
+	}
+	s.faultsLeft = cfg.MaxFaults
+	if s.faultsLeft == 0 {
+		s.faultsLeft = rng.IntN(7)
+	}
+	s.ckCfg = checkpoint.Config{
+		Interval:          time.Duration(2+rng.IntN(30)) * time.Millisecond,
+		Timeout:           time.Duration(40+rng.IntN(400)) * time.Millisecond,
+		MaxConcurrent:     1 + rng.IntN(3),
+		TolerableFailures: rng.IntN(3),
+		Retained:          1 + rng.IntN(3),
+	}
+	if rng.IntN(4) == 0 {
+		s.ckCfg.MaxConcurrent = 1
+		s.ckCfg.MinPause = time.Duration(rng.IntN(20)) * time.Millisecond
+	}
+	s.pPersistFail = 0.15 * rng.Float64()
+	s.pDecline = 0.1 * rng.Float64()
+	s.pTaskCrash = 0.004 * rng.Float64()
+	s.pProcCrash = 0.002 * rng.Float64()
+	s.st = store{metadata: map[checkpoint.ID][]byte{}}
+	s.ext = external{prepared: map[checkpoint.ID][]record{}, committed: map[checkpoint.ID]bool{}}
+	return s
+}
+
+func (s *sim) trace(format string, args ...any) {
+	if s.cfg.Trace != nil {
+		s.cfg.Trace(fmt.Sprintf("%5d %4dms ", s.step, s.now.Sub(epoch).Milliseconds()) + fmt.Sprintf(format, args...))
+	}
+}
+
+func (s *sim) fail(format string, args ...any) {
+	if s.violation == nil {
+		s.violation = &Violation{Seed: s.cfg.Seed, Step: s.step, What: fmt.Sprintf(format, args...)}
+	}
+}
+
+func (s *sim) fault(p float64) bool {
+	if s.faultsLeft > 0 && s.rng.Float64() < p {
+		s.faultsLeft--
+		return true
+	}
+	return false
+}
+
+var taskIDs = []checkpoint.TaskID{
+	{Vertex: "src", Subtask: 0}, {Vertex: "src", Subtask: 1},
+	{Vertex: "cnt", Subtask: 0}, {Vertex: "cnt", Subtask: 1},
+	{Vertex: "union", Subtask: 0}, {Vertex: "sink", Subtask: 0},
+}
+
+func (s *sim) newCoordinator() {
+	restored := checkpoint.Restored{MaxID: s.st.maxReserved}
+	for id := range s.st.metadata {
+		restored.Completed = append(restored.Completed, checkpoint.Completed{ID: id})
+	}
+	c, err := checkpoint.New("sim", s.ckCfg, checkpoint.Tasks{All: taskIDs, Sources: taskIDs[:2]}, restored)
+	if err != nil {
+		panic(err)
+	}
+	s.coord = c
+	if s.cfg.WrapCoordinator != nil {
+		s.coord = s.cfg.WrapCoordinator(c)
+	}
+	s.coordBox, s.boxEpoch = nil, nil
+}
+
+func (s *sim) newAligner(channels int) Aligner {
+	if s.cfg.NewAligner != nil {
+		return s.cfg.NewAligner(s.cfg.Mode, channels)
+	}
+	return barrier.New(s.cfg.Mode, channels)
+}
+
+// deploy builds every task afresh from the latest durable checkpoint.
+func (s *sim) deploy() {
+	s.epoch++
+	meta, err := s.st.latest()
+	if err != nil {
+		s.fail("latest checkpoint unreadable: %v", err)
+		return
+	}
+	if l, ok := s.coord.Latest(); ok != (meta != nil) || (meta != nil && l.ID != meta.ID) {
+		s.fail("coordinator's latest checkpoint %v (%v) differs from storage's %v", l.ID, ok, meta)
+	}
+	s.tasks = make([]*task, len(taskIDs))
+	s.byID = map[checkpoint.TaskID]*task{}
+	for i, id := range taskIDs {
+		t := &task{id: id, cuts: map[checkpoint.ID][]int{}}
+		switch id.Vertex {
+		case "src":
+			t.kind = kSource
+		case "cnt":
+			t.kind = kCounter
+		case "union":
+			t.kind = kUnion
+		case "sink":
+			t.kind = kSink
+		}
+		t.state.Counts = map[int]int{}
+		if meta != nil {
+			for _, ts := range meta.Tasks {
+				if ts.Task == id && len(ts.Handles) == 1 {
+					if err := json.Unmarshal(ts.Handles[0].Inline, &t.state); err != nil {
+						s.fail("restore %s: %v", id, err)
+					}
+				}
+			}
+		}
+		s.tasks[i] = t
+		s.byID[id] = t
+	}
+	src, cnt, union, sink := s.tasks[0:2], s.tasks[2:4], s.tasks[4], s.tasks[5]
+	for _, sr := range src {
+		for _, c := range cnt {
+			ch := newChannel()
+			sr.outputs = append(sr.outputs, ch)
+			c.inputs = append(c.inputs, ch)
+		}
+	}
+	for _, c := range cnt {
+		ch := newChannel()
+		c.outputs = []*channel{ch}
+		union.inputs = append(union.inputs, ch)
+	}
+	ch := newChannel()
+	union.outputs = []*channel{ch}
+	sink.inputs = []*channel{ch}
+	for _, t := range s.tasks {
+		if t.kind != kSource {
+			t.aligner = s.newAligner(len(t.inputs))
+			t.consumed = make([]int, len(t.inputs))
+		}
+	}
+	// The sink commits the transactions its snapshot recorded (commit is
+	// idempotent) and aborts every other one it had prepared.
+	for _, txn := range sink.state.Pending {
+		s.ext.commit(txn)
+	}
+	sink.state.Pending = nil
+	for txn := range s.ext.prepared {
+		delete(s.ext.prepared, txn)
+	}
+	s.coord.Start(s.now)
+	for _, sr := range src {
+		s.maybeExhausted(sr)
+	}
+	s.drainCoord()
+}
+
+func (s *sim) toCoord(m msg) {
+	s.coordBox = append(s.coordBox, m)
+	s.boxEpoch = append(s.boxEpoch, s.epoch)
+}
+
+func (s *sim) maybeExhausted(t *task) {
+	if t.state.Offset == s.records && !t.exhaustedSent {
+		t.exhaustedSent = true
+		s.toCoord(msg{kind: mExhausted, task: t.id})
+	}
+}
+
+func (s *sim) run() error {
+	s.newCoordinator()
+	s.deploy()
+	for ; s.violation == nil; s.step++ {
+		if s.step > maxSteps {
+			s.fail("no end after %d steps (livelock?)", maxSteps)
+			break
+		}
+		if s.allFinished() {
+			break
+		}
+		switch {
+		case s.fault(s.pProcCrash):
+			s.processCrash()
+			continue
+		case s.fault(s.pTaskCrash):
+			s.taskCrash(s.tasks[s.rng.IntN(len(s.tasks))])
+			continue
+		}
+		s.schedule()
+		if s.failover {
+			s.failover = false
+			s.restart()
+		}
+	}
+	if s.violation == nil {
+		s.checkOutput()
+	}
+	s.res.Steps = s.step
+	if s.violation != nil {
+		return s.violation
+	}
+	return nil
+}
+
+func (s *sim) allFinished() bool {
+	for _, t := range s.tasks {
+		if !t.finished {
+			return false
+		}
+	}
+	return true
+}
+
+type choice struct {
+	weight int
+	do     func()
+}
+
+func (s *sim) schedule() {
+	var cs []choice
+	for _, t := range s.tasks {
+		if t.finished {
+			continue
+		}
+		if t.kind == kSource && t.state.Offset < s.records {
+			cs = append(cs, choice{4, func() { s.emit(t) }})
+		}
+		for c, in := range t.inputs {
+			if len(in.q) > 0 && !t.aligner.Blocked(c) {
+				cs = append(cs, choice{4, func() { s.process(t, c) }})
+			}
+		}
+		if len(t.mailbox) > 0 {
+			cs = append(cs, choice{2, func() { s.deliverTask(t) }})
+		}
+	}
+	if len(s.coordBox) > 0 {
+		cs = append(cs, choice{3, s.deliverCoord})
+	}
+	if len(s.persistQ) > 0 {
+		cs = append(cs, choice{2, s.persist})
+	}
+	cs = append(cs, choice{1, s.tick})
+	total := 0
+	for _, c := range cs {
+		total += c.weight
+	}
+	n := s.rng.IntN(total)
+	for _, c := range cs {
+		if n < c.weight {
+			c.do()
+			return
+		}
+		n -= c.weight
+	}
+}
+
+func (s *sim) tick() {
+	s.now = s.now.Add(time.Duration(1+s.rng.IntN(5)) * time.Millisecond)
+	s.coord.Tick(s.now)
+	s.drainCoord()
+}
+
+func keyOf(src, seq, keys int) int { return (src*7919 + seq*31) % keys }
+
+func (s *sim) emit(t *task) {
+	r := record{Src: t.id.Subtask, Seq: t.state.Offset}
+	r.Key = keyOf(r.Src, r.Seq, s.keys)
+	t.outputs[r.Key%2].push(event{kind: evRecord, rec: r})
+	t.state.Offset++
+	s.maybeExhausted(t)
+}
+
+func (s *sim) process(t *task, c int) {
+	in := t.inputs[c]
+	e := in.q[0]
+	in.q = in.q[1:]
+	switch e.kind {
+	case evRecord:
+		t.consumed[c]++
+		r := e.rec
+		switch t.kind {
+		case kCounter:
+			t.state.Counts[r.Key]++
+			r.Count = t.state.Counts[r.Key]
+			t.outputs[0].push(event{kind: evRecord, rec: r})
+		case kUnion:
+			t.state.Passed[c]++
+			t.outputs[0].push(event{kind: evRecord, rec: r})
+		case kSink:
+			t.buffer = append(t.buffer, r)
+		}
+	case evBarrier:
+		s.aligned(t, t.aligner.OnBarrier(c, e.id))
+	case evCancel:
+		s.aligned(t, t.aligner.OnCancel(c, e.id))
+	case evEnd:
+		s.aligned(t, t.aligner.OnEndOfInput(c))
+	}
+}
+
+// aligned carries out an aligner's actions for task t.
+func (s *sim) aligned(t *task, acts []barrier.Action) {
+	for _, a := range slices.Clone(acts) {
+		switch a := a.(type) {
+		case barrier.Block, barrier.UnblockAll:
+			// The scheduler asks the aligner which channels it may read.
+		case barrier.Snapshot:
+			s.snapshot(t, a.ID)
+		case barrier.Forward:
+			s.broadcast(t, event{kind: evBarrier, id: a.ID})
+		case barrier.Decline:
+			s.toCoord(msg{kind: mDecline, task: t.id, id: a.ID, err: a.Cause})
+		case barrier.ForwardCancel:
+			s.broadcast(t, event{kind: evCancel, id: a.ID})
+		case barrier.EndOfInput:
+			s.finish(t)
+		}
+	}
+}
+
+func (s *sim) broadcast(t *task, e event) {
+	for _, o := range t.outputs {
+		o.push(e)
+	}
+}
+
+// snapshot takes task t's snapshot for checkpoint id and acknowledges it,
+// or declines it when a failure is injected.
+func (s *sim) snapshot(t *task, id checkpoint.ID) {
+	if s.fault(s.pDecline) {
+		s.trace("%s declines %d (injected)", t.id, id)
+		s.toCoord(msg{kind: mDecline, task: t.id, id: id, err: errInjected})
+		return
+	}
+	t.cuts[id] = slices.Clone(t.consumed)
+	if t.kind == kSink {
+		s.ext.prepared[id] = t.buffer
+		t.buffer = nil
+		t.state.Pending = append(t.state.Pending, id)
+	}
+	data, err := json.Marshal(&t.state)
+	if err != nil {
+		panic(err)
+	}
+	h := checkpoint.Handle{Operator: t.id.Vertex, Subtask: t.id.Subtask, Parallelism: 2, Kind: "state", Inline: data, SizeBytes: int64(len(data))}
+	if t.id.Vertex == "union" || t.id.Vertex == "sink" {
+		h.Parallelism = 1
+	}
+	s.toCoord(msg{kind: mAck, task: t.id, id: id, handles: []checkpoint.Handle{h}})
+}
+
+func (s *sim) finish(t *task) {
+	if t.kind == kSink {
+		// Every checkpoint a source emitted barriers for after its input
+		// ended is complete before end-of-input flows, so committing now
+		// cannot expose records a restore would replay.
+		for _, txn := range t.state.Pending {
+			s.ext.commit(txn)
+		}
+		t.state.Pending = nil
+		s.ext.output = append(s.ext.output, t.buffer...)
+		t.buffer = nil
+	}
+	s.broadcast(t, event{kind: evEnd})
+	t.finished = true
+	s.toCoord(msg{kind: mFinished, task: t.id})
+}
+
+func (s *sim) deliverTask(t *task) {
+	m := t.mailbox[0]
+	t.mailbox = t.mailbox[1:]
+	switch m.kind {
+	case mTrigger:
+		if t.finished {
+			return
+		}
+		s.snapshot(t, m.id)
+		s.broadcast(t, event{kind: evBarrier, id: m.id})
+	case mNotify:
+		switch {
+		case t.kind == kSink:
+			keep := t.state.Pending[:0]
+			for _, txn := range t.state.Pending {
+				if txn <= m.id {
+					s.ext.commit(txn)
+				} else {
+					keep = append(keep, txn)
+				}
+			}
+			t.state.Pending = keep
+		case t.kind == kSource && m.end && !t.finished:
+			if t.state.Offset != s.records {
+				s.fail("source %s told to end its output at checkpoint %d with records left", t.id, m.id)
+			}
+			s.finish(t)
+		}
+	case mAbort:
+		if t.aligner != nil && !t.finished {
+			s.aligned(t, t.aligner.Abort(m.id))
+		}
+	}
+}
+
+func (s *sim) deliverCoord() {
+	m, ep := s.coordBox[0], s.boxEpoch[0]
+	s.coordBox, s.boxEpoch = s.coordBox[1:], s.boxEpoch[1:]
+	switch m.kind {
+	case mAck:
+		s.coord.Acknowledge(m.task, m.id, m.handles)
+	case mDecline:
+		s.coord.Decline(m.task, m.id, m.err)
+	case mExhausted:
+		if ep == s.epoch { // the driver drops life-cycle events of an old deployment
+			s.coord.InputExhausted(s.now, m.task)
+		}
+	case mFinished:
+		if ep == s.epoch {
+			s.coord.TaskFinished(m.task)
+		}
+	case mPersisted:
+		s.coord.Persisted(s.now, m.id, m.err)
+	}
+	s.drainCoord()
+}
+
+// persist carries out the oldest Persist: the metadata write, which may fail.
+func (s *sim) persist() {
+	m := s.persistQ[0]
+	s.persistQ = s.persistQ[1:]
+	var err error
+	if s.fault(s.pPersistFail) {
+		err = errInjected
+	} else {
+		s.st.metadata[m.ID] = checkpoint.Encode(m)
+	}
+	s.toCoord(msg{kind: mPersisted, id: m.ID, err: err})
+}
+
+// drainCoord carries out the coordinator's decisions.
+func (s *sim) drainCoord() {
+	for _, a := range s.coord.Ready() {
+		s.trace("coordinator: %v", a)
+		switch a := a.(type) {
+		case checkpoint.Trigger:
+			if a.ID <= s.maxTriggered {
+				s.fail("checkpoint id %d triggered after id %d: ids must only grow", a.ID, s.maxTriggered)
+			}
+			s.maxTriggered = a.ID
+			s.st.maxReserved = max(s.st.maxReserved, a.ID)
+			for _, t := range s.tasks[:2] {
+				t.mailbox = append(t.mailbox, msg{kind: mTrigger, id: a.ID})
+			}
+		case checkpoint.Persist:
+			s.checkCut(a.Metadata)
+			s.persistQ = append(s.persistQ, a.Metadata)
+		case checkpoint.NotifyComplete:
+			if _, ok := s.st.metadata[a.ID]; !ok {
+				s.fail("checkpoint %d announced complete before its metadata was durable", a.ID)
+			}
+			s.res.Completed++
+			for _, t := range s.tasks {
+				t.mailbox = append(t.mailbox, msg{kind: mNotify, id: a.ID, end: a.EndOfInput})
+			}
+		case checkpoint.Abort:
+			s.res.Aborted++
+			for _, t := range s.tasks {
+				t.mailbox = append(t.mailbox, msg{kind: mAbort, id: a.ID})
+			}
+		case checkpoint.Discard:
+			if latest, _ := s.st.latest(); latest != nil && latest.ID == a.ID {
+				s.fail("discard of checkpoint %d, the latest completed", a.ID)
+			}
+			delete(s.st.metadata, a.ID)
+		case checkpoint.DiscardState:
+		case checkpoint.FailJob:
+			s.trace("job fails over: %v", a.Cause)
+			s.failover = true
+		}
+	}
+}
+
+// checkCut checks, in exactly-once mode, that each task's snapshot for the
+// checkpoint reflects exactly the records that preceded the barrier on each
+// of its inputs.
+func (s *sim) checkCut(m *checkpoint.Metadata) {
+	if s.cfg.Mode != barrier.ExactlyOnce {
+		return
+	}
+	for _, t := range s.tasks {
+		if t.kind == kSource {
+			continue
+		}
+		cut, ok := t.cuts[m.ID]
+		if !ok {
+			s.fail("checkpoint %d persisted without a snapshot of %s in this deployment", m.ID, t.id)
+			return
+		}
+		for c, in := range t.inputs {
+			want, ok := in.before[m.ID]
+			if !ok {
+				if !in.ended {
+					s.fail("%s snapshotted checkpoint %d before barrier %d was sent on input %d", t.id, m.ID, m.ID, c)
+					return
+				}
+				want = in.endedAfter
+			}
+			if cut[c] != want {
+				s.fail("inconsistent cut: %s's snapshot for checkpoint %d holds %d records of input %d, but %d preceded barrier %d",
+					t.id, m.ID, cut[c], c, want, m.ID)
+				return
+			}
+		}
+	}
+}
+
+// taskCrash fails task t: the job restarts from the latest completed
+// checkpoint while the coordinator lives on.
+func (s *sim) taskCrash(t *task) {
+	s.res.TaskCrashes++
+	s.trace("task %s crashes", t.id)
+	s.coord.TaskFailed(t.id, errInjected)
+	s.drainCoord()
+	s.restart()
+}
+
+// restart redeploys the job. Before it picks the checkpoint to restore, the
+// driver reports the outcome of every metadata write in flight.
+func (s *sim) restart() {
+	keep, keepEp := s.coordBox[:0], s.boxEpoch[:0]
+	var persisted []msg
+	for i, m := range s.coordBox {
+		if m.kind == mPersisted {
+			persisted = append(persisted, m)
+		} else {
+			keep, keepEp = append(keep, m), append(keepEp, s.boxEpoch[i])
+		}
+	}
+	s.coordBox, s.boxEpoch = keep, keepEp
+	for _, m := range persisted {
+		s.coord.Persisted(s.now, m.id, m.err)
+		s.drainCoord()
+	}
+	for len(s.persistQ) > 0 {
+		s.persist()
+		n := len(s.coordBox) - 1
+		m := s.coordBox[n]
+		s.coordBox, s.boxEpoch = s.coordBox[:n], s.boxEpoch[:n]
+		s.coord.Persisted(s.now, m.id, m.err)
+		s.drainCoord()
+	}
+	s.deploy()
+}
+
+// processCrash kills the whole process: the coordinator and every message in
+// flight are lost; a metadata write in flight may or may not have landed.
+func (s *sim) processCrash() {
+	s.res.ProcessCrashes++
+	s.trace("process crashes")
+	for _, m := range s.persistQ {
+		if s.rng.IntN(2) == 0 {
+			s.st.metadata[m.ID] = checkpoint.Encode(m)
+		}
+	}
+	s.persistQ = nil
+	s.newCoordinator()
+	s.deploy()
+}
+
+// checkOutput compares the committed output with what a failure-free run
+// produces: every record once (exactly-once) or at least once
+// (at-least-once), and per key the counts 1..n.
+func (s *sim) checkOutput() {
+	seen := map[[2]int]int{}
+	counts := map[int][]int{}
+	for _, r := range s.ext.output {
+		seen[[2]int{r.Src, r.Seq}]++
+		counts[r.Key] = append(counts[r.Key], r.Count)
+	}
+	perKey := map[int]int{}
+	for src := range 2 {
+		for seq := range s.records {
+			perKey[keyOf(src, seq, s.keys)]++
+			n := seen[[2]int{src, seq}]
+			switch {
+			case n == 0:
+				s.fail("record %d of source %d lost", seq, src)
+				return
+			case n > 1 && s.cfg.Mode == barrier.ExactlyOnce:
+				s.fail("record %d of source %d written %d times", seq, src, n)
+				return
+			}
+		}
+	}
+	if len(seen) != 2*s.records {
+		s.fail("output holds %d distinct records, the input %d", len(seen), 2*s.records)
+		return
+	}
+	if s.cfg.Mode != barrier.ExactlyOnce {
+		return
+	}
+	for k, n := range perKey {
+		got := slices.Sorted(slices.Values(counts[k]))
+		for i, c := range got {
+			if c != i+1 {
+				s.fail("key %d: counts %v, want 1..%d", k, got, n)
+				return
+			}
+		}
+	}
+}

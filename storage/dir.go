@@ -1,0 +1,277 @@
+package storage
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/weirstream/weir/checkpoint"
+)
+
+// MetadataFile is the name of a checkpoint's metadata file.
+const MetadataFile = "_metadata"
+
+// DefaultInlineBytes is the size up to which Dir keeps state inside the
+// metadata instead of a file of its own (Flink's default threshold too).
+const DefaultInlineBytes = 20 << 10
+
+// Dir keeps checkpoints in a directory; see the package doc for the layout.
+type Dir struct {
+	fs          vfs.FS
+	jobDir      string
+	inlineBytes int
+}
+
+// NewDir builds directory storage for job under root on fs (vfs.Default for
+// the real file system). State of at most inlineBytes goes into the metadata
+// (negative: never inline; 0: DefaultInlineBytes).
+func NewDir(fs vfs.FS, root, job string, inlineBytes int) (*Dir, error) {
+	if root == "" {
+		return nil, errors.New("checkpoint directory: empty path")
+	}
+	if job == "" || strings.ContainsAny(job, `/\`) || job == "." || job == ".." {
+		return nil, fmt.Errorf("checkpoint directory: job name %q cannot be a directory name", job)
+	}
+	if inlineBytes == 0 {
+		inlineBytes = DefaultInlineBytes
+	}
+	d := &Dir{fs: fs, jobDir: fs.PathJoin(root, job), inlineBytes: inlineBytes}
+	if err := fs.MkdirAll(d.jobDir, 0o755); err != nil {
+		return nil, fmt.Errorf("checkpoint directory %s: %w", d.jobDir, err)
+	}
+	return d, nil
+}
+
+// JobDir is the directory holding this job's checkpoints.
+func (d *Dir) JobDir() string { return d.jobDir }
+
+func (d *Dir) Describe() string { return d.jobDir }
+
+// CheckpointDir is the directory of checkpoint id.
+func (d *Dir) CheckpointDir(id checkpoint.ID) string {
+	return d.fs.PathJoin(d.jobDir, chkName(id))
+}
+
+func chkName(id checkpoint.ID) string { return fmt.Sprintf("chk-%d", id) }
+
+func (d *Dir) Reserve(id checkpoint.ID) error {
+	dir := d.CheckpointDir(id)
+	if err := d.fs.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("checkpoint %d: reserve %s: %w", id, dir, err)
+	}
+	if err := d.syncDir(d.jobDir); err != nil {
+		return fmt.Errorf("checkpoint %d: reserve: %w", id, err)
+	}
+	return nil
+}
+
+func (d *Dir) WriteState(id checkpoint.ID, h checkpoint.Handle, data []byte) (checkpoint.Handle, error) {
+	h.SizeBytes = int64(len(data))
+	if len(data) <= d.inlineBytes {
+		h.Path = ""
+		h.Inline = slices.Clone(data)
+		if h.Inline == nil {
+			h.Inline = []byte{}
+		}
+		return h, nil
+	}
+	name := fmt.Sprintf("%s.%d.%s", url.PathEscape(h.Operator), h.Subtask, url.PathEscape(h.Kind))
+	if h.Kind == "keyed" {
+		name += fmt.Sprintf(".kg%d-%d", h.KeyGroups.First, h.KeyGroups.Last)
+	}
+	rel := chkName(id) + "/" + name
+	if err := d.writeFile(d.fs.PathJoin(d.jobDir, rel), data); err != nil {
+		return h, fmt.Errorf("checkpoint %d: write %s: %w", id, handleName(h), err)
+	}
+	h.Inline = nil
+	h.Path = rel
+	return h, nil
+}
+
+func (d *Dir) ReadState(h checkpoint.Handle) ([]byte, error) {
+	if h.Path == "" {
+		return h.Inline, nil
+	}
+	if err := checkpoint.ValidatePath(h.Path); err != nil {
+		return nil, err
+	}
+	p := d.fs.PathJoin(d.jobDir, h.Path)
+	data, err := readFile(d.fs, p, maxStateFileBytes)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", handleName(h), err)
+	}
+	if int64(len(data)) != h.SizeBytes {
+		return nil, fmt.Errorf("read %s: %s is %d bytes, the metadata says %d", handleName(h), p, len(data), h.SizeBytes)
+	}
+	return data, nil
+}
+
+// maxStateFileBytes bounds one state file read back.
+const maxStateFileBytes = 1 << 40
+
+// Commit writes the metadata to a temporary file, syncs it, renames it into
+// place and syncs the directory. State files were synced when written; the
+// directory sync before the rename makes their entries durable first.
+func (d *Dir) Commit(m *checkpoint.Metadata) error {
+	dir := d.CheckpointDir(m.ID)
+	if err := d.fs.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("checkpoint %d: %w", m.ID, err)
+	}
+	if err := d.syncDir(dir); err != nil {
+		return fmt.Errorf("checkpoint %d: %w", m.ID, err)
+	}
+	tmp := d.fs.PathJoin(dir, MetadataFile+".tmp")
+	final := d.fs.PathJoin(dir, MetadataFile)
+	if err := d.writeFile(tmp, checkpoint.Encode(m)); err != nil {
+		return fmt.Errorf("checkpoint %d: write metadata: %w", m.ID, err)
+	}
+	if err := d.fs.Rename(tmp, final); err != nil {
+		return fmt.Errorf("checkpoint %d: rename %s to %s: %w", m.ID, tmp, final, err)
+	}
+	if err := d.syncDir(dir); err != nil {
+		return fmt.Errorf("checkpoint %d: %w", m.ID, err)
+	}
+	return nil
+}
+
+// Scan lists chk-<id> directories. Metadata that cannot be read is reported
+// in Damaged by path and otherwise ignored, so Latest falls back to the
+// previous checkpoint.
+func (d *Dir) Scan() (Scan, error) {
+	var s Scan
+	names, err := d.fs.List(d.jobDir)
+	if err != nil {
+		return s, fmt.Errorf("list checkpoint directory %s: %w", d.jobDir, err)
+	}
+	for _, name := range names {
+		id, ok := parseChk(name)
+		if !ok {
+			continue
+		}
+		s.MaxID = max(s.MaxID, id)
+		path := d.fs.PathJoin(d.CheckpointDir(id), MetadataFile)
+		if _, err := d.fs.Stat(path); errors.Is(err, os.ErrNotExist) {
+			s.Incomplete = append(s.Incomplete, id)
+			continue
+		}
+		m, err := ReadMetadata(d.fs, path)
+		if err == nil && (m.ID != id || m.Job != d.fs.PathBase(d.jobDir)) {
+			err = fmt.Errorf("%s: %w: it describes checkpoint %d of job %q", path, checkpoint.ErrCorrupt, m.ID, m.Job)
+		}
+		if err != nil {
+			s.Damaged = append(s.Damaged, Damaged{ID: id, Path: path, Err: err})
+			continue
+		}
+		s.Completed = append(s.Completed, m)
+	}
+	slices.SortFunc(s.Completed, byID)
+	slices.Sort(s.Incomplete)
+	slices.SortFunc(s.Damaged, func(a, b Damaged) int { return cmp.Compare(a.ID, b.ID) })
+	return s, nil
+}
+
+func byID(a, b *checkpoint.Metadata) int { return cmp.Compare(a.ID, b.ID) }
+
+func parseChk(name string) (checkpoint.ID, bool) {
+	rest, ok := strings.CutPrefix(name, "chk-")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(rest, 10, 64)
+	if err != nil || n == 0 || strconv.FormatUint(n, 10) != rest {
+		return 0, false
+	}
+	return checkpoint.ID(n), true
+}
+
+// ReadMetadata reads and decodes a metadata file; every error names it.
+func ReadMetadata(fs vfs.FS, path string) (*checkpoint.Metadata, error) {
+	data, err := readFile(fs, path, checkpoint.MaxMetadataBytes+64)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint metadata %s: %w", path, err)
+	}
+	m, err := checkpoint.Decode(data)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint metadata %s: %w", path, err)
+	}
+	return m, nil
+}
+
+func (d *Dir) Discard(id checkpoint.ID) error {
+	if err := d.fs.RemoveAll(d.CheckpointDir(id)); err != nil {
+		return fmt.Errorf("discard checkpoint %d: %w", id, err)
+	}
+	return nil
+}
+
+func (d *Dir) DiscardState(hs []checkpoint.Handle) error {
+	var errs []error
+	for _, h := range hs {
+		if h.Path == "" {
+			continue
+		}
+		if err := checkpoint.ValidatePath(h.Path); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := d.fs.Remove(d.fs.PathJoin(d.jobDir, h.Path)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (d *Dir) writeFile(path string, data []byte) (err error) {
+	f, err := d.fs.Create(path, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			_ = d.fs.Remove(path) // best effort: leave no partial file behind
+		}
+	}()
+	if _, err = f.Write(data); err != nil {
+		return err
+	}
+	return f.Sync()
+}
+
+func (d *Dir) syncDir(dir string) error {
+	f, err := d.fs.OpenDir(dir)
+	if err != nil {
+		return fmt.Errorf("open directory %s: %w", dir, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	return f.Close()
+}
+
+func readFile(fs vfs.FS, path string, maxBytes int64) ([]byte, error) {
+	f, err := fs.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > maxBytes {
+		return nil, fmt.Errorf("larger than the %d-byte limit", maxBytes)
+	}
+	return data, nil
+}

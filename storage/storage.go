@@ -1,0 +1,89 @@
+// Package storage holds checkpoint storage: where tasks write their state
+// for a checkpoint and where the coordinator commits its metadata.
+//
+// Two kinds exist: Memory (everything in the process's heap; for tests and
+// tiny jobs) and Dir (a directory on a vfs.FS, local or shared). Layout of a
+// Dir:
+//
+//	<root>/<job>/chk-<id>/_metadata   written last, atomically; its presence = completed
+//	<root>/<job>/chk-<id>/<state>     state files of that checkpoint
+//
+// Every file access goes through vfs.FS so tests can run on an in-memory
+// file system, simulate a crash between any two writes and inject I/O errors.
+package storage
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/weirstream/weir/checkpoint"
+)
+
+// Storage is checkpoint storage. Implementations are safe for concurrent use:
+// tasks write state from a pool while the coordinator commits.
+type Storage interface {
+	// Reserve records durably that checkpoint id was triggered, so that ids
+	// are never reused after a restart.
+	Reserve(id checkpoint.ID) error
+	// WriteState writes one piece of state of checkpoint id. h describes it
+	// (operator, subtask, kind, key groups); the returned copy also says
+	// where it went (Path or Inline) and its size.
+	WriteState(id checkpoint.ID, h checkpoint.Handle, data []byte) (checkpoint.Handle, error)
+	// ReadState reads the state a handle points at.
+	ReadState(h checkpoint.Handle) ([]byte, error)
+	// Commit writes m durably and atomically: the checkpoint's commit point.
+	Commit(m *checkpoint.Metadata) error
+	// Scan reports what storage holds.
+	Scan() (Scan, error)
+	// Discard deletes checkpoint id and exactly its files.
+	Discard(id checkpoint.ID) error
+	// DiscardState deletes state written for a checkpoint that was not
+	// completed.
+	DiscardState(hs []checkpoint.Handle) error
+	// Describe names the storage for people: a directory or "memory".
+	Describe() string
+}
+
+// Scan is what storage holds for a job.
+type Scan struct {
+	// MaxID is the highest id reserved, completed or not.
+	MaxID checkpoint.ID
+	// Completed lists the checkpoints with valid metadata, ascending.
+	Completed []*checkpoint.Metadata
+	// Damaged lists checkpoints whose metadata exists but cannot be read.
+	Damaged []Damaged
+	// Incomplete lists checkpoints reserved but never committed (a crash or
+	// an abort left them), ascending.
+	Incomplete []checkpoint.ID
+}
+
+// Damaged is a checkpoint whose metadata cannot be used.
+type Damaged struct {
+	ID   checkpoint.ID
+	Path string
+	Err  error
+}
+
+// Latest is the newest completed checkpoint, or nil.
+func (s Scan) Latest() *checkpoint.Metadata {
+	if n := len(s.Completed); n > 0 {
+		return s.Completed[n-1]
+	}
+	return nil
+}
+
+// Restored is the facts a coordinator is built from.
+func (s Scan) Restored() checkpoint.Restored {
+	r := checkpoint.Restored{MaxID: s.MaxID}
+	for _, m := range s.Completed {
+		r.Completed = append(r.Completed, checkpoint.Completed{ID: m.ID, Savepoint: m.Savepoint})
+	}
+	return r
+}
+
+// ErrStateTooLarge is returned by Memory.WriteState for state above its bound.
+var ErrStateTooLarge = errors.New("state too large for memory checkpoint storage")
+
+func handleName(h checkpoint.Handle) string {
+	return fmt.Sprintf("%s subtask %d (%s state)", h.Operator, h.Subtask, h.Kind)
+}
