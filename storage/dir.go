@@ -47,6 +47,13 @@ func NewDir(fs vfs.FS, root, job string, inlineBytes int) (*Dir, error) {
 	if err := fs.MkdirAll(d.jobDir, 0o755); err != nil {
 		return nil, fmt.Errorf("checkpoint directory %s: %w", d.jobDir, err)
 	}
+	// NB: MkdirAll may have created root and the job directory; their
+	// entries are durable only once their parents are synced.
+	for _, dir := range []string{fs.PathDir(root), root, d.jobDir} {
+		if err := d.syncDir(dir); err != nil {
+			return nil, fmt.Errorf("checkpoint directory %s: %w", d.jobDir, err)
+		}
+	}
 	return d, nil
 }
 

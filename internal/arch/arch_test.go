@@ -1,0 +1,140 @@
+package arch
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/weirstream/weir"
+
+// layers maps each package (relative to the module) to its layer; a package
+// imports only from layers below its own, or from its own layer's parent
+// package. A new package must be added here.
+var layers = map[string]int{
+	"internal/keygroup":  0,
+	"internal/arch":      0,
+	"checkpoint":         1,
+	"checkpoint/barrier": 1,
+	"storage":            2,
+	"internal/sim":       3,
+}
+
+// pure packages: deterministic state machines.
+var pure = []string{"checkpoint", "checkpoint/barrier"}
+
+var forbiddenInPure = map[string]string{
+	"os": "I/O", "net": "I/O", "net/http": "I/O", "io/fs": "I/O", "syscall": "I/O",
+	"math/rand": "global randomness", "math/rand/v2": "global randomness", "crypto/rand": "randomness",
+	"sync": "concurrency", "sync/atomic": "concurrency", "log": "logging", "log/slog": "logging",
+}
+
+var clockFuncs = map[string]bool{"Now": true, "Since": true, "Until": true, "Sleep": true, "After": true, "AfterFunc": true, "Tick": true, "NewTimer": true, "NewTicker": true}
+
+func root(t *testing.T) string {
+	dir, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// packages parses every non-test Go file of the module, by package.
+func packages(t *testing.T) map[string][]*ast.File {
+	t.Helper()
+	fset := token.NewFileSet()
+	pkgs := map[string][]*ast.File{}
+	base := root(t)
+	err := filepath.WalkDir(base, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") && path != base {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(base, filepath.Dir(path))
+		rel = filepath.ToSlash(rel)
+		pkgs[rel] = append(pkgs[rel], f)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pkgs
+}
+
+func imports(f *ast.File) []string {
+	var out []string
+	for _, s := range f.Imports {
+		p, _ := strconv.Unquote(s.Path.Value)
+		out = append(out, p)
+	}
+	return out
+}
+
+func TestLayering(t *testing.T) {
+	for pkg, files := range packages(t) {
+		layer, ok := layers[pkg]
+		if !ok {
+			t.Errorf("package %s has no layer: add it to the layers map (and DESIGN.md's package map)", pkg)
+			continue
+		}
+		for _, f := range files {
+			for _, imp := range imports(f) {
+				dep, ok := strings.CutPrefix(imp, module+"/")
+				if !ok {
+					if imp == module {
+						dep = "."
+					} else {
+						continue
+					}
+				}
+				dl, known := layers[dep]
+				sameLayerParent := dl == layer && strings.HasPrefix(pkg, dep+"/")
+				if !known || (dl >= layer && !sameLayerParent) {
+					t.Errorf("%s (layer %d) imports %s (layer %d): import only downwards", pkg, layer, dep, dl)
+				}
+			}
+		}
+	}
+}
+
+func TestProtocolCoreIsPure(t *testing.T) {
+	pkgs := packages(t)
+	for _, pkg := range pure {
+		files := pkgs[pkg]
+		if len(files) == 0 {
+			t.Fatalf("pure package %s not found", pkg)
+		}
+		for _, f := range files {
+			for _, imp := range imports(f) {
+				if why, bad := forbiddenInPure[imp]; bad {
+					t.Errorf("%s imports %s (%s): the protocol core must stay pure", pkg, imp, why)
+				}
+			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				switch n := n.(type) {
+				case *ast.GoStmt:
+					t.Errorf("%s starts a goroutine: the protocol core must stay pure", pkg)
+				case *ast.SelectorExpr:
+					if id, ok := n.X.(*ast.Ident); ok && id.Name == "time" && clockFuncs[n.Sel.Name] {
+						t.Errorf("%s calls time.%s: time must be handed in", pkg, n.Sel.Name)
+					}
+				}
+				return true
+			})
+		}
+	}
+}
