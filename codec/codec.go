@@ -1,0 +1,212 @@
+// Package codec serialises records and state values.
+//
+// A Codec appends a value's encoding to a buffer and decodes one from the
+// front of a buffer. For returns a fast built-in codec for basic types
+// (strings, integers, floats, bools, byte slices) and, for any other type,
+// JSON: it serves exported fields of structs, and a user with other needs
+// supplies a Codec of their own.
+package codec
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"reflect"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// Codec encodes and decodes values of type T. Implementations must be safe
+// for concurrent use and deterministic: equal values encode equally (keys
+// are hashed from their encoding).
+type Codec[T any] interface {
+	// Append appends v's encoding to dst.
+	Append(dst []byte, v T) []byte
+	// Decode decodes a value from the front of src and says how many bytes
+	// it used.
+	Decode(src []byte) (v T, n int, err error)
+}
+
+// ErrShort means the input ended inside a value.
+var ErrShort = errors.New("codec: input ends inside a value")
+
+// For returns the codec Weir uses for T when the user gives none.
+func For[T any]() Codec[T] {
+	var zero T
+	var c any
+	switch any(zero).(type) {
+	case string:
+		c = stringCodec{}
+	case []byte:
+		c = bytesCodec{}
+	case int:
+		c = intCodec[int]{}
+	case int64:
+		c = intCodec[int64]{}
+	case int32:
+		c = intCodec[int32]{}
+	case uint64:
+		c = uintCodec[uint64]{}
+	case uint32:
+		c = uintCodec[uint32]{}
+	case float64:
+		c = float64Codec{}
+	case bool:
+		c = boolCodec{}
+	default:
+		return JSON[T]{}
+	}
+	return c.(Codec[T])
+}
+
+// AppendLen appends n as a uvarint.
+func AppendLen(dst []byte, n int) []byte { return binary.AppendUvarint(dst, uint64(n)) }
+
+// ReadLen reads a uvarint length from src, bounded by what src holds.
+func ReadLen(src []byte) (n, used int, err error) {
+	v, k := binary.Uvarint(src)
+	if k <= 0 {
+		return 0, 0, ErrShort
+	}
+	if v > uint64(len(src)-k) {
+		return 0, 0, fmt.Errorf("codec: length %d exceeds the %d bytes left", v, len(src)-k)
+	}
+	return int(v), k, nil
+}
+
+// AppendBytes appends b with a length prefix; ReadBytes reads it back.
+func AppendBytes(dst, b []byte) []byte { return append(AppendLen(dst, len(b)), b...) }
+
+// ReadBytes reads a length-prefixed byte string; the result aliases src.
+func ReadBytes(src []byte) ([]byte, int, error) {
+	n, k, err := ReadLen(src)
+	if err != nil {
+		return nil, 0, err
+	}
+	return src[k : k+n], k + n, nil
+}
+
+type stringCodec struct{}
+
+func (stringCodec) Append(dst []byte, v string) []byte {
+	return append(AppendLen(dst, len(v)), v...)
+}
+func (stringCodec) Decode(src []byte) (string, int, error) {
+	b, n, err := ReadBytes(src)
+	return string(b), n, err
+}
+
+type bytesCodec struct{}
+
+func (bytesCodec) Append(dst []byte, v []byte) []byte { return AppendBytes(dst, v) }
+func (bytesCodec) Decode(src []byte) ([]byte, int, error) {
+	b, n, err := ReadBytes(src)
+	return append([]byte{}, b...), n, err
+}
+
+type intCodec[T int | int64 | int32] struct{}
+
+func (intCodec[T]) Append(dst []byte, v T) []byte { return binary.AppendVarint(dst, int64(v)) }
+func (intCodec[T]) Decode(src []byte) (T, int, error) {
+	v, n := binary.Varint(src)
+	if n <= 0 {
+		return 0, 0, ErrShort
+	}
+	return T(v), n, nil
+}
+
+type uintCodec[T uint64 | uint32] struct{}
+
+func (uintCodec[T]) Append(dst []byte, v T) []byte { return binary.AppendUvarint(dst, uint64(v)) }
+func (uintCodec[T]) Decode(src []byte) (T, int, error) {
+	v, n := binary.Uvarint(src)
+	if n <= 0 {
+		return 0, 0, ErrShort
+	}
+	return T(v), n, nil
+}
+
+type float64Codec struct{}
+
+func (float64Codec) Append(dst []byte, v float64) []byte {
+	return binary.BigEndian.AppendUint64(dst, math.Float64bits(v))
+}
+func (float64Codec) Decode(src []byte) (float64, int, error) {
+	if len(src) < 8 {
+		return 0, 0, ErrShort
+	}
+	return math.Float64frombits(binary.BigEndian.Uint64(src)), 8, nil
+}
+
+type boolCodec struct{}
+
+func (boolCodec) Append(dst []byte, v bool) []byte {
+	if v {
+		return append(dst, 1)
+	}
+	return append(dst, 0)
+}
+func (boolCodec) Decode(src []byte) (bool, int, error) {
+	if len(src) < 1 {
+		return false, 0, ErrShort
+	}
+	if src[0] > 1 {
+		return false, 0, fmt.Errorf("codec: bool byte %d", src[0])
+	}
+	return src[0] == 1, 1, nil
+}
+
+// JSON is the default codec for types without a built-in one: a
+// length-prefixed JSON document. It serves exported struct fields.
+type JSON[T any] struct{}
+
+func (JSON[T]) Append(dst []byte, v T) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// A value that cannot be encoded is a programming error in the
+		// job (a channel or func field): say which type.
+		panic(fmt.Sprintf("codec: JSON cannot encode %s: %v; give the stream or state a codec of its own", reflect.TypeFor[T](), err))
+	}
+	return AppendBytes(dst, b)
+}
+
+func (JSON[T]) Decode(src []byte) (T, int, error) {
+	var v T
+	b, n, err := ReadBytes(src)
+	if err != nil {
+		return v, 0, err
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return v, 0, fmt.Errorf("codec: decode %s: %w", reflect.TypeFor[T](), err)
+	}
+	return v, n, nil
+}
+
+// Hasher hashes keys deterministically: the same key hashes the same in every
+// process and every run, which key groups rely on.
+type Hasher[K any] struct {
+	codec Codec[K]
+	buf   []byte
+}
+
+// NewHasher hashes K's with c's encoding (strings and integers directly).
+// A Hasher is not safe for concurrent use; each task has its own.
+func NewHasher[K any](c Codec[K]) *Hasher[K] { return &Hasher[K]{codec: c} }
+
+// Hash returns k's 64-bit hash.
+func (h *Hasher[K]) Hash(k K) uint64 {
+	switch v := any(k).(type) {
+	case string:
+		return xxhash.Sum64String(v)
+	case int:
+		return uint64(v)
+	case int64:
+		return uint64(v)
+	case uint64:
+		return v
+	}
+	h.buf = h.codec.Append(h.buf[:0], k)
+	return xxhash.Sum64(h.buf)
+}

@@ -1,0 +1,172 @@
+// Package graph turns a job graph (operators and the edges between them)
+// into an execution plan: vertices (chains of operators run by one task per
+// subtask) and the edges between vertices. It is pure: no I/O, no goroutines.
+package graph
+
+import (
+	"fmt"
+
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/keygroup"
+)
+
+// Partition says how records of an edge are spread over downstream subtasks.
+type Partition int
+
+const (
+	// Forward sends subtask i's records to subtask i; both sides need the
+	// same parallelism.
+	Forward Partition = iota + 1
+	// Hash sends each record to the subtask owning its key's key group.
+	Hash
+	// Rebalance spreads records round-robin.
+	Rebalance
+	// Broadcast sends every record to every subtask.
+	Broadcast
+)
+
+func (p Partition) String() string {
+	switch p {
+	case Forward:
+		return "forward"
+	case Hash:
+		return "hash"
+	case Rebalance:
+		return "rebalance"
+	case Broadcast:
+		return "broadcast"
+	}
+	return fmt.Sprintf("partition(%d)", int(p))
+}
+
+// Node is one operator of a job graph.
+type Node struct {
+	UID            string
+	Name           string
+	Parallelism    int
+	MaxParallelism int // 0: keygroup.DefaultMaxParallelism
+	// Inputs are the edges into the node, in input order; a source has none.
+	Inputs []Input
+	// NoChain keeps the node out of its predecessor's chain.
+	NoChain bool
+}
+
+// Input is one edge into a node.
+type Input struct {
+	From      int // index of the upstream node; always below the node's own
+	Partition Partition
+}
+
+// Graph is a job graph; nodes appear after their inputs.
+type Graph struct{ Nodes []Node }
+
+// Vertex is a chain of nodes run by one task per subtask.
+type Vertex struct {
+	ID             string // the head node's UID
+	Nodes          []int  // head first
+	Parallelism    int
+	MaxParallelism int
+	Inputs         []int // edges into the head, in input order
+	Outputs        []int // edges out of the tail
+}
+
+// Edge joins the tail of one vertex to the head of another.
+type Edge struct {
+	From, To  int // vertex indexes
+	Input     int // index among To's inputs
+	Partition Partition
+	FromNode  int // the tail node that feeds it
+}
+
+// Plan is the execution plan of a graph.
+type Plan struct {
+	Graph    Graph
+	Vertices []Vertex
+	Edges    []Edge
+	// VertexOf maps a node to its vertex.
+	VertexOf []int
+}
+
+// NewPlan validates g and chains its nodes. Errors name the operator at
+// fault and say how to fix it.
+func NewPlan(g Graph) (*Plan, error) {
+	if len(g.Nodes) == 0 {
+		return nil, fmt.Errorf("the job has no operators")
+	}
+	uids := map[string]int{}
+	consumers := make([]int, len(g.Nodes))
+	for i := range g.Nodes {
+		n := &g.Nodes[i]
+		if n.UID == "" {
+			return nil, fmt.Errorf("operator %d (%s) has no UID", i, n.Name)
+		}
+		if j, dup := uids[n.UID]; dup {
+			return nil, fmt.Errorf("operators %d and %d share the UID %q; UIDs match state to operators across restarts and must be unique", j, i, n.UID)
+		}
+		uids[n.UID] = i
+		if n.MaxParallelism == 0 {
+			n.MaxParallelism = keygroup.DefaultMaxParallelism
+		}
+		if n.MaxParallelism < 1 || n.MaxParallelism > keygroup.MaxMaxParallelism {
+			return nil, fmt.Errorf("operator %q: max parallelism %d is outside 1..%d", n.UID, n.MaxParallelism, keygroup.MaxMaxParallelism)
+		}
+		if n.Parallelism < 1 || n.Parallelism > n.MaxParallelism {
+			return nil, fmt.Errorf("operator %q: parallelism %d is outside 1..%d (its max parallelism)", n.UID, n.Parallelism, n.MaxParallelism)
+		}
+		for _, in := range n.Inputs {
+			if in.From < 0 || in.From >= i {
+				return nil, fmt.Errorf("operator %q: input from operator %d, which does not come before it", n.UID, in.From)
+			}
+			up := g.Nodes[in.From]
+			if in.Partition == Forward && up.Parallelism != n.Parallelism {
+				return nil, fmt.Errorf("operator %q (parallelism %d) is connected forward to %q (parallelism %d); forward needs equal parallelism: set the same parallelism or rebalance",
+					n.UID, n.Parallelism, up.UID, up.Parallelism)
+			}
+			consumers[in.From]++
+		}
+	}
+	p := &Plan{Graph: g, VertexOf: make([]int, len(g.Nodes))}
+	for i, n := range g.Nodes {
+		chained := len(n.Inputs) == 1 && !n.NoChain && n.Inputs[0].Partition == Forward &&
+			consumers[n.Inputs[0].From] == 1
+		if chained {
+			v := p.VertexOf[n.Inputs[0].From]
+			p.Vertices[v].Nodes = append(p.Vertices[v].Nodes, i)
+			p.VertexOf[i] = v
+			continue
+		}
+		p.VertexOf[i] = len(p.Vertices)
+		p.Vertices = append(p.Vertices, Vertex{ID: n.UID, Nodes: []int{i}, Parallelism: n.Parallelism, MaxParallelism: n.MaxParallelism})
+		for k, in := range n.Inputs {
+			e := Edge{From: p.VertexOf[in.From], To: p.VertexOf[i], Input: k, Partition: in.Partition, FromNode: in.From}
+			p.Vertices[e.To].Inputs = append(p.Vertices[e.To].Inputs, len(p.Edges))
+			p.Vertices[e.From].Outputs = append(p.Vertices[e.From].Outputs, len(p.Edges))
+			p.Edges = append(p.Edges, e)
+		}
+	}
+	return p, nil
+}
+
+// Tasks lists every task of the plan and the source tasks among them.
+func (p *Plan) Tasks() checkpoint.Tasks {
+	var t checkpoint.Tasks
+	for _, v := range p.Vertices {
+		for s := range v.Parallelism {
+			id := checkpoint.TaskID{Vertex: v.ID, Subtask: s}
+			t.All = append(t.All, id)
+			if len(v.Inputs) == 0 {
+				t.Sources = append(t.Sources, id)
+			}
+		}
+	}
+	return t
+}
+
+// Connects reports whether edge e carries records from upstream subtask i to
+// downstream subtask j.
+func (p *Plan) Connects(e Edge, i, j int) bool {
+	if e.Partition == Forward {
+		return i == j
+	}
+	return true
+}

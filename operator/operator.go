@@ -1,0 +1,90 @@
+// Package operator holds the contracts between the runtime and the operators
+// it runs: life cycle, snapshots, notifications and restore.
+//
+// One instance of an operator serves one subtask; the task goroutine calls
+// every method, so an operator needs no locks for its own state. The
+// asynchronous part of a snapshot (Async) runs on another goroutine and must
+// touch only what Snapshot froze for it.
+package operator
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/keygroup"
+)
+
+// Context is what an operator instance gets at Open.
+type Context struct {
+	Job            string
+	UID            string
+	Subtask        int
+	Parallelism    int
+	MaxParallelism int
+	KeyGroups      keygroup.Range // the key groups this subtask owns
+	// Restore is the state to start from; nil on a fresh start.
+	Restore *Restore
+	// CheckpointingEnabled is false in mode none: sinks then commit at the
+	// end of input only.
+	CheckpointingEnabled bool
+	Logger               *slog.Logger
+	// Now is the processing-time clock.
+	Now func() time.Time
+}
+
+// Restore is the state an operator restarts from.
+type Restore struct {
+	Checkpoint checkpoint.ID
+	// Handles are every handle this operator's UID wrote, from every
+	// subtask of the run that took the checkpoint (its parallelism may
+	// differ from the current one).
+	Handles []checkpoint.Handle
+	Read    func(checkpoint.Handle) ([]byte, error)
+}
+
+// Operator is one subtask's instance of an operator.
+type Operator interface {
+	// Open prepares the instance, restoring its state if ctx.Restore is set.
+	Open(ctx *Context) error
+	// Snapshot is the synchronous part of checkpoint id, run between two
+	// records: freeze the state, pre-commit transactions. It returns the
+	// asynchronous part, or nil when there is nothing to write.
+	Snapshot(id checkpoint.ID) (Async, error)
+	// NotifyComplete: checkpoint id is durable; commit what it covers.
+	NotifyComplete(id checkpoint.ID) error
+	// NotifyAborted: checkpoint id will not complete.
+	NotifyAborted(id checkpoint.ID)
+	// Finish: every input has ended; flush and, for sinks, commit. Finish
+	// runs only once the records are covered by a completed checkpoint (or
+	// checkpointing is off).
+	Finish() error
+	// Close releases resources, after Finish or on failure.
+	Close() error
+}
+
+// Async writes the state a Snapshot froze and returns its handles.
+type Async func(w Writer) ([]checkpoint.Handle, error)
+
+// Writer writes one piece of state of the checkpoint being taken.
+type Writer interface {
+	Write(h checkpoint.Handle, data []byte) (checkpoint.Handle, error)
+}
+
+// Timed is implemented by operators with processing-time timers.
+type Timed interface {
+	// NextTimer is the earliest registered timer.
+	NextTimer() (time.Time, bool)
+	// FireTimers fires every timer at or before now.
+	FireTimers(now time.Time) error
+}
+
+// Base implements Operator with no state and no effects; embed it.
+type Base struct{}
+
+func (Base) Open(*Context) error                   { return nil }
+func (Base) Snapshot(checkpoint.ID) (Async, error) { return nil, nil }
+func (Base) NotifyComplete(checkpoint.ID) error    { return nil }
+func (Base) NotifyAborted(checkpoint.ID)           {}
+func (Base) Finish() error                         { return nil }
+func (Base) Close() error                          { return nil }

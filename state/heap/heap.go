@@ -1,0 +1,527 @@
+// Package heap is the heap state backend: keyed state in Go maps, one map
+// per key group, with copy-on-write snapshots.
+//
+// A snapshot's synchronous part only marks every key group's map as shared
+// (O(key groups)); the asynchronous part encodes the frozen maps while the
+// task goes on. The first write to a shared key group clones that group's
+// map, so the task pays for copying only the groups it changes while a
+// snapshot is being written. Map and list values are cloned per key on their
+// first change after a freeze.
+//
+// NB: values are copied by assignment. A value holding references (pointers,
+// slices, maps) must not be mutated after it was stored; store a new value.
+//
+// A Backend and its tables belong to one task goroutine; only the function
+// returned by Snapshot may run elsewhere.
+package heap
+
+import (
+	"container/heap"
+	"encoding/binary"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/codec"
+	"github.com/weirstream/weir/internal/keygroup"
+	"github.com/weirstream/weir/state"
+)
+
+// Backend holds one subtask's keyed state.
+type Backend struct {
+	groups  keygroup.Range
+	maxPar  int
+	current int    // index of the current key's group within groups
+	epoch   uint64 // incremented by every freeze
+	tables  []table
+	byName  map[string]table
+	pending map[string]map[int][]byte // restored entries of tables not yet registered
+}
+
+type table interface {
+	freeze() func(dst []byte, group int) []byte
+	restore(group int, entries []byte) error
+}
+
+// New returns an empty backend for key groups r of maxParallelism.
+func New(r keygroup.Range, maxParallelism int) *Backend {
+	return &Backend{groups: r, maxPar: maxParallelism, byName: map[string]table{}, pending: map[string]map[int][]byte{}}
+}
+
+// KeyGroups is the range this backend owns.
+func (b *Backend) KeyGroups() keygroup.Range { return b.groups }
+
+// MaxParallelism is the number of key groups of the job.
+func (b *Backend) MaxParallelism() int { return b.maxPar }
+
+// SetGroup makes key group g (absolute) current; every table access that
+// follows is in it. A key group outside the backend's range is a routing
+// bug and panics.
+func (b *Backend) SetGroup(g int) {
+	if !b.groups.Contains(g) {
+		panic(fmt.Sprintf("heap: key group %d outside this subtask's range %v", g, b.groups))
+	}
+	b.current = g - b.groups.First
+}
+
+// Restore loads the keyed state of this backend's key groups from handles
+// written by any parallelism. Tables registered later pick up their part.
+func (b *Backend) Restore(hs []checkpoint.Handle, read func(checkpoint.Handle) ([]byte, error)) error {
+	return state.RestoreKeyed(hs, read, b.groups, func(name string, g int, entries []byte) error {
+		if t, ok := b.byName[name]; ok {
+			return t.restore(g-b.groups.First, entries)
+		}
+		if b.pending[name] == nil {
+			b.pending[name] = map[int][]byte{}
+		}
+		b.pending[name][g-b.groups.First] = entries
+		return nil
+	})
+}
+
+// Snapshot freezes every table and returns the encoder of the frozen state;
+// the encoder may run on another goroutine while the tables change.
+func (b *Backend) Snapshot() func() []byte {
+	b.epoch++
+	sections := make([]state.KeyedSection, 0, len(b.tables))
+	names := slices.Sorted(maps.Keys(b.byName))
+	for _, n := range names {
+		sections = append(sections, state.KeyedSection{Name: n, Append: b.byName[n].freeze()})
+	}
+	// Restored state of tables this run never registered is carried on, so
+	// a job that stops using a state for a while does not lose it.
+	for name, groups := range b.pending {
+		frozen := maps.Clone(groups)
+		sections = append(sections, state.KeyedSection{Name: name, Append: func(dst []byte, g int) []byte {
+			if e, ok := frozen[g-b.groups.First]; ok {
+				return append(dst, e...)
+			}
+			return codec.AppendLen(dst, 0)
+		}})
+	}
+	r := b.groups
+	return func() []byte { return state.EncodeKeyed(r, sections) }
+}
+
+func (b *Backend) register(name string, t table) error {
+	if _, dup := b.byName[name]; dup {
+		return fmt.Errorf("state %q is declared twice", name)
+	}
+	b.byName[name] = t
+	b.tables = append(b.tables, t)
+	for g, entries := range b.pending[name] {
+		if err := t.restore(g, entries); err != nil {
+			return fmt.Errorf("restore state %q, key group %d: %w", name, b.groups.First+g, err)
+		}
+	}
+	delete(b.pending, name)
+	return nil
+}
+
+// cow is the copy-on-write bookkeeping of one table: a map per key group and
+// whether a snapshot still reads it.
+type cow[K comparable, E any] struct {
+	b      *Backend
+	groups []map[K]E
+	shared []bool
+}
+
+func newCow[K comparable, E any](b *Backend) cow[K, E] {
+	n := b.groups.Len()
+	c := cow[K, E]{b: b, groups: make([]map[K]E, n), shared: make([]bool, n)}
+	for i := range c.groups {
+		c.groups[i] = map[K]E{}
+	}
+	return c
+}
+
+// read is the current group's map, for reading only.
+func (c *cow[K, E]) read() map[K]E { return c.groups[c.b.current] }
+
+// write is the current group's map, cloned first if a snapshot reads it.
+func (c *cow[K, E]) write() map[K]E {
+	g := c.b.current
+	if c.shared[g] {
+		c.groups[g] = maps.Clone(c.groups[g])
+		c.shared[g] = false
+	}
+	return c.groups[g]
+}
+
+func (c *cow[K, E]) freezeWith(appendEntry func(dst []byte, k K, e E) []byte) func([]byte, int) []byte {
+	frozen := slices.Clone(c.groups)
+	for i := range c.shared {
+		c.shared[i] = true
+	}
+	first := c.b.groups.First
+	return func(dst []byte, g int) []byte {
+		m := frozen[g-first]
+		dst = codec.AppendLen(dst, len(m))
+		for k, e := range m {
+			dst = appendEntry(dst, k, e)
+		}
+		return dst
+	}
+}
+
+func restoreEntries(entries []byte, decode func([]byte) (int, error)) error {
+	n, k, err := codec.ReadLen(entries)
+	if err != nil {
+		return err
+	}
+	entries = entries[k:]
+	for range n {
+		used, err := decode(entries)
+		if err != nil {
+			return err
+		}
+		entries = entries[used:]
+	}
+	if len(entries) != 0 {
+		return fmt.Errorf("%d bytes after the last entry", len(entries))
+	}
+	return nil
+}
+
+// Value is keyed state holding one value per key.
+type Value[K comparable, V any] struct {
+	cow[K, V]
+	kc codec.Codec[K]
+	vc codec.Codec[V]
+}
+
+// NewValue registers value state name.
+func NewValue[K comparable, V any](b *Backend, name string, kc codec.Codec[K], vc codec.Codec[V]) (*Value[K, V], error) {
+	t := &Value[K, V]{cow: newCow[K, V](b), kc: kc, vc: vc}
+	return t, b.register(name, t)
+}
+
+func (t *Value[K, V]) Get(k K) (V, bool) { v, ok := t.read()[k]; return v, ok }
+func (t *Value[K, V]) Put(k K, v V)      { t.write()[k] = v }
+func (t *Value[K, V]) Delete(k K) {
+	if _, ok := t.read()[k]; ok {
+		delete(t.write(), k)
+	}
+}
+
+func (t *Value[K, V]) freeze() func([]byte, int) []byte {
+	return t.freezeWith(func(dst []byte, k K, v V) []byte { return t.vc.Append(t.kc.Append(dst, k), v) })
+}
+
+func (t *Value[K, V]) restore(g int, entries []byte) error {
+	m := t.groups[g]
+	return restoreEntries(entries, func(src []byte) (int, error) {
+		k, n1, err := t.kc.Decode(src)
+		if err != nil {
+			return 0, err
+		}
+		v, n2, err := t.vc.Decode(src[n1:])
+		if err != nil {
+			return 0, err
+		}
+		m[k] = v
+		return n1 + n2, nil
+	})
+}
+
+// List is keyed state holding a list per key.
+type List[K comparable, V any] struct {
+	cow[K, []V]
+	kc codec.Codec[K]
+	vc codec.Codec[V]
+}
+
+// NewList registers list state name.
+func NewList[K comparable, V any](b *Backend, name string, kc codec.Codec[K], vc codec.Codec[V]) (*List[K, V], error) {
+	t := &List[K, V]{cow: newCow[K, []V](b), kc: kc, vc: vc}
+	return t, b.register(name, t)
+}
+
+// Get returns k's list; the caller must not modify it.
+func (t *List[K, V]) Get(k K) []V { return t.read()[k] }
+
+// Add appends v to k's list. NB: append may write into spare capacity of an
+// array a frozen snapshot shares, but only beyond the frozen length, which
+// the snapshot never reads.
+func (t *List[K, V]) Add(k K, v V) {
+	m := t.write()
+	m[k] = append(m[k], v)
+}
+
+// Update replaces k's list.
+func (t *List[K, V]) Update(k K, vs []V) {
+	if len(vs) == 0 {
+		t.Delete(k)
+		return
+	}
+	t.write()[k] = slices.Clip(slices.Clone(vs))
+}
+
+func (t *List[K, V]) Delete(k K) {
+	if _, ok := t.read()[k]; ok {
+		delete(t.write(), k)
+	}
+}
+
+func (t *List[K, V]) freeze() func([]byte, int) []byte {
+	return t.freezeWith(func(dst []byte, k K, vs []V) []byte {
+		dst = codec.AppendLen(t.kc.Append(dst, k), len(vs))
+		for _, v := range vs {
+			dst = t.vc.Append(dst, v)
+		}
+		return dst
+	})
+}
+
+func (t *List[K, V]) restore(g int, entries []byte) error {
+	m := t.groups[g]
+	return restoreEntries(entries, func(src []byte) (int, error) {
+		k, used, err := t.kc.Decode(src)
+		if err != nil {
+			return 0, err
+		}
+		n, k2, err := codec.ReadLen(src[used:])
+		if err != nil {
+			return 0, err
+		}
+		used += k2
+		vs := make([]V, 0, n)
+		for range n {
+			v, k3, err := t.vc.Decode(src[used:])
+			if err != nil {
+				return 0, err
+			}
+			vs = append(vs, v)
+			used += k3
+		}
+		m[k] = vs
+		return used, nil
+	})
+}
+
+// Map is keyed state holding a map per key.
+type Map[K, UK comparable, V any] struct {
+	cow[K, *inner[UK, V]]
+	kc  codec.Codec[K]
+	ukc codec.Codec[UK]
+	vc  codec.Codec[V]
+}
+
+type inner[UK comparable, V any] struct {
+	m     map[UK]V
+	epoch uint64 // the backend epoch it was created in; older ones are shared
+}
+
+// NewMap registers map state name.
+func NewMap[K, UK comparable, V any](b *Backend, name string, kc codec.Codec[K], ukc codec.Codec[UK], vc codec.Codec[V]) (*Map[K, UK, V], error) {
+	t := &Map[K, UK, V]{cow: newCow[K, *inner[UK, V]](b), kc: kc, ukc: ukc, vc: vc}
+	return t, b.register(name, t)
+}
+
+func (t *Map[K, UK, V]) Get(k K, uk UK) (V, bool) {
+	var v V
+	in := t.read()[k]
+	if in == nil {
+		return v, false
+	}
+	v, ok := in.m[uk]
+	return v, ok
+}
+
+// All returns k's map; the caller must not modify it.
+func (t *Map[K, UK, V]) All(k K) map[UK]V {
+	if in := t.read()[k]; in != nil {
+		return in.m
+	}
+	return nil
+}
+
+func (t *Map[K, UK, V]) Put(k K, uk UK, v V) { t.writable(k).m[uk] = v }
+
+func (t *Map[K, UK, V]) Remove(k K, uk UK) {
+	in := t.read()[k]
+	if in == nil {
+		return
+	}
+	if _, ok := in.m[uk]; !ok {
+		return
+	}
+	w := t.writable(k)
+	delete(w.m, uk)
+	if len(w.m) == 0 {
+		delete(t.write(), k)
+	}
+}
+
+func (t *Map[K, UK, V]) Delete(k K) {
+	if _, ok := t.read()[k]; ok {
+		delete(t.write(), k)
+	}
+}
+
+// writable returns k's inner map, cloned if a snapshot may read it.
+func (t *Map[K, UK, V]) writable(k K) *inner[UK, V] {
+	m := t.write()
+	in := m[k]
+	switch {
+	case in == nil:
+		in = &inner[UK, V]{m: map[UK]V{}, epoch: t.b.epoch}
+		m[k] = in
+	case in.epoch != t.b.epoch:
+		in = &inner[UK, V]{m: maps.Clone(in.m), epoch: t.b.epoch}
+		m[k] = in
+	}
+	return in
+}
+
+func (t *Map[K, UK, V]) freeze() func([]byte, int) []byte {
+	return t.freezeWith(func(dst []byte, k K, in *inner[UK, V]) []byte {
+		dst = codec.AppendLen(t.kc.Append(dst, k), len(in.m))
+		for uk, v := range in.m {
+			dst = t.vc.Append(t.ukc.Append(dst, uk), v)
+		}
+		return dst
+	})
+}
+
+func (t *Map[K, UK, V]) restore(g int, entries []byte) error {
+	m := t.groups[g]
+	return restoreEntries(entries, func(src []byte) (int, error) {
+		k, used, err := t.kc.Decode(src)
+		if err != nil {
+			return 0, err
+		}
+		n, k2, err := codec.ReadLen(src[used:])
+		if err != nil {
+			return 0, err
+		}
+		used += k2
+		in := &inner[UK, V]{m: make(map[UK]V, n)}
+		for range n {
+			uk, a, err := t.ukc.Decode(src[used:])
+			if err != nil {
+				return 0, err
+			}
+			v, b, err := t.vc.Decode(src[used+a:])
+			if err != nil {
+				return 0, err
+			}
+			in.m[uk] = v
+			used += a + b
+		}
+		m[k] = in
+		return used, nil
+	})
+}
+
+// Timers are processing-time timers per key; they are keyed state too and
+// are checkpointed with it.
+type Timers[K comparable] struct {
+	cow[timer[K], struct{}]
+	kc    codec.Codec[K]
+	queue timerQueue[K]
+}
+
+type timer[K comparable] struct {
+	atMillis int64
+	key      K
+}
+
+type queued[K comparable] struct {
+	timer[K]
+	group int // index within the backend's range
+}
+
+type timerQueue[K comparable] []queued[K]
+
+func (q timerQueue[K]) Len() int           { return len(q) }
+func (q timerQueue[K]) Less(i, j int) bool { return q[i].atMillis < q[j].atMillis }
+func (q timerQueue[K]) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
+func (q *timerQueue[K]) Push(x any)        { *q = append(*q, x.(queued[K])) }
+func (q *timerQueue[K]) Pop() any {
+	old := *q
+	x := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return x
+}
+
+// NewTimers registers the timer table.
+func NewTimers[K comparable](b *Backend, kc codec.Codec[K]) (*Timers[K], error) {
+	t := &Timers[K]{cow: newCow[timer[K], struct{}](b), kc: kc}
+	return t, b.register("_timers", t)
+}
+
+// Register sets a timer for key k at time at (millisecond precision); a
+// second timer for the same key and time is one timer.
+func (t *Timers[K]) Register(k K, at time.Time) {
+	tm := timer[K]{atMillis: at.UnixMilli(), key: k}
+	if _, ok := t.read()[tm]; ok {
+		return
+	}
+	t.write()[tm] = struct{}{}
+	heap.Push(&t.queue, queued[K]{timer: tm, group: t.b.current})
+}
+
+// Delete removes key k's timer at time at, if any.
+func (t *Timers[K]) Delete(k K, at time.Time) {
+	tm := timer[K]{atMillis: at.UnixMilli(), key: k}
+	if _, ok := t.read()[tm]; ok {
+		delete(t.write(), tm) // the queue entry is dropped when it surfaces
+	}
+}
+
+// Next is the earliest timer.
+func (t *Timers[K]) Next() (time.Time, bool) {
+	for len(t.queue) > 0 {
+		q := t.queue[0]
+		if _, live := t.groups[q.group][q.timer]; live {
+			return time.UnixMilli(q.atMillis), true
+		}
+		heap.Pop(&t.queue)
+	}
+	return time.Time{}, false
+}
+
+// Fire removes every timer at or before now, earliest first, and calls fire
+// for each with its key's group current.
+func (t *Timers[K]) Fire(now time.Time, fire func(k K, at time.Time) error) error {
+	limit := now.UnixMilli()
+	for len(t.queue) > 0 && t.queue[0].atMillis <= limit {
+		q := heap.Pop(&t.queue).(queued[K])
+		if _, live := t.groups[q.group][q.timer]; !live {
+			continue
+		}
+		t.b.current = q.group
+		delete(t.write(), q.timer)
+		if err := fire(q.key, time.UnixMilli(q.atMillis)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *Timers[K]) freeze() func([]byte, int) []byte {
+	return t.freezeWith(func(dst []byte, tm timer[K], _ struct{}) []byte {
+		return t.kc.Append(binary.AppendVarint(dst, tm.atMillis), tm.key)
+	})
+}
+
+func (t *Timers[K]) restore(g int, entries []byte) error {
+	m := t.groups[g]
+	return restoreEntries(entries, func(src []byte) (int, error) {
+		at, n1 := binary.Varint(src)
+		if n1 <= 0 {
+			return 0, codec.ErrShort
+		}
+		k, n2, err := t.kc.Decode(src[n1:])
+		if err != nil {
+			return 0, err
+		}
+		tm := timer[K]{atMillis: at, key: k}
+		m[tm] = struct{}{}
+		heap.Push(&t.queue, queued[K]{timer: tm, group: g})
+		return n1 + n2, nil
+	})
+}
