@@ -88,3 +88,25 @@ func (Base) NotifyComplete(checkpoint.ID) error    { return nil }
 func (Base) NotifyAborted(checkpoint.ID)           {}
 func (Base) Finish() error                         { return nil }
 func (Base) Close() error                          { return nil }
+
+// Input is implemented by the head operator of a task that has inputs: it
+// takes a batch ([]T of the input's record type) from input number input.
+type Input interface {
+	ProcessBatch(input int, batch any) error
+}
+
+// Source is implemented by the head operator of a source task.
+type Source interface {
+	// Poll emits up to one batch of records downstream and says whether
+	// the source has more. The task calls it between control messages, so
+	// a snapshot always falls between two Polls.
+	Poll() (PollResult, error)
+}
+
+// PollResult says what a source will do next.
+type PollResult struct {
+	// Exhausted: the source has emitted its last record.
+	Exhausted bool
+	// IdleUntil: nothing to emit before this time (a rate limit).
+	IdleUntil time.Time
+}

@@ -282,3 +282,34 @@ func readFile(fs vfs.FS, path string, maxBytes int64) ([]byte, error) {
 	}
 	return data, nil
 }
+
+// OpenCheckpoint opens the completed checkpoint at path: a chk-<id>
+// directory or its _metadata file, anywhere. It returns the metadata and
+// storage to read its state (rooted at the checkpoint's job directory).
+// Every error names the path and says what is wrong.
+func OpenCheckpoint(fs vfs.FS, path string) (*checkpoint.Metadata, Storage, error) {
+	st, err := fs.Stat(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("restore from %s: %w", path, err)
+	}
+	chkDir, meta := path, fs.PathJoin(path, MetadataFile)
+	if !st.IsDir() {
+		chkDir, meta = fs.PathDir(path), path
+	}
+	id, ok := parseChk(fs.PathBase(chkDir))
+	if !ok {
+		return nil, nil, fmt.Errorf("restore from %s: not a checkpoint: expected a chk-<id> directory or its %s file", path, MetadataFile)
+	}
+	if _, err := fs.Stat(meta); err != nil {
+		return nil, nil, fmt.Errorf("restore from %s: no %s: the checkpoint never completed (%w)", path, MetadataFile, err)
+	}
+	m, err := ReadMetadata(fs, meta)
+	if err != nil {
+		return nil, nil, fmt.Errorf("restore from %s: %w", path, err)
+	}
+	if m.ID != id {
+		return nil, nil, fmt.Errorf("restore from %s: %w: the metadata describes checkpoint %d", path, checkpoint.ErrCorrupt, m.ID)
+	}
+	jobDir := fs.PathDir(chkDir)
+	return m, &Dir{fs: fs, jobDir: jobDir, inlineBytes: DefaultInlineBytes}, nil
+}

@@ -1,0 +1,305 @@
+// Package file reads and writes files: a line source with its offsets in
+// checkpointed state, and an exactly-once sink that commits files by rename
+// when a checkpoint completes. Every file access goes through vfs.FS.
+package file
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/weirstream/weir"
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/codec"
+	"github.com/weirstream/weir/operator"
+	"github.com/weirstream/weir/state"
+)
+
+// DefaultSplitBytes is the size of the byte ranges large files are read in.
+const DefaultSplitBytes = 64 << 20
+
+// MaxLineBytes bounds one line.
+const MaxLineBytes = 16 << 20
+
+// LinesConfig configures Lines.
+type LinesConfig struct {
+	FS vfs.FS // default the real file system
+	// Pattern is a file path or a glob in its last element ("logs/*.txt").
+	Pattern string
+	// SplitBytes is the largest byte range one split reads; 0 means
+	// DefaultSplitBytes.
+	SplitBytes int64
+	// BatchLines is how many lines one Read emits at most; default 1024.
+	BatchLines int
+}
+
+// split is a byte range of a file; Next is where the next line starts.
+type split struct {
+	Path            string
+	Start, End, Pos int64
+	started         bool // Pos is at a line start (the first partial line was skipped)
+}
+
+func (s split) encode() []byte {
+	b := codec.AppendBytes(nil, []byte(s.Path))
+	b = binary.AppendVarint(b, s.Start)
+	b = binary.AppendVarint(b, s.End)
+	b = binary.AppendVarint(b, s.Pos)
+	if s.started {
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
+	}
+	return b
+}
+
+func decodeSplit(b []byte) (split, error) {
+	var s split
+	p, n, err := codec.ReadBytes(b)
+	if err != nil {
+		return s, err
+	}
+	s.Path = string(p)
+	b = b[n:]
+	for _, dst := range []*int64{&s.Start, &s.End, &s.Pos} {
+		v, k := binary.Varint(b)
+		if k <= 0 {
+			return s, codec.ErrShort
+		}
+		*dst, b = v, b[k:]
+	}
+	if len(b) != 1 {
+		return s, codec.ErrShort
+	}
+	s.started = b[0] == 1
+	return s, nil
+}
+
+// Lines returns a source of the lines of the files matching cfg.Pattern,
+// read in byte-range splits dealt round-robin to the subtasks. Positions are
+// checkpointed, so a restore resumes at the line after the last one a
+// completed checkpoint covers. It fails now if the pattern matches no
+// readable file.
+func Lines(cfg LinesConfig) (func() weir.SourceReader[string], error) {
+	if cfg.FS == nil {
+		cfg.FS = vfs.Default
+	}
+	if cfg.SplitBytes <= 0 {
+		cfg.SplitBytes = DefaultSplitBytes
+	}
+	if cfg.BatchLines <= 0 {
+		cfg.BatchLines = 1024
+	}
+	files, err := glob(cfg.FS, cfg.Pattern)
+	if err != nil {
+		return nil, err
+	}
+	var splits []split
+	for _, f := range files {
+		st, err := cfg.FS.Stat(f)
+		if err != nil {
+			return nil, fmt.Errorf("input %s: %w", f, err)
+		}
+		for start := int64(0); start < st.Size(); start += cfg.SplitBytes {
+			splits = append(splits, split{Path: f, Start: start, End: min(start+cfg.SplitBytes, st.Size()), Pos: start})
+		}
+	}
+	return func() weir.SourceReader[string] { return &lineReader{cfg: cfg, all: splits} }, nil
+}
+
+func glob(fs vfs.FS, pattern string) ([]string, error) {
+	if pattern == "" {
+		return nil, errors.New("input: no file given")
+	}
+	dir, base := fs.PathDir(pattern), fs.PathBase(pattern)
+	if _, err := path.Match(base, ""); err != nil {
+		return nil, fmt.Errorf("input %s: bad pattern: %w", pattern, err)
+	}
+	if !strings.ContainsAny(base, "*?[") {
+		st, err := fs.Stat(pattern)
+		if err != nil {
+			return nil, fmt.Errorf("input %s: %w", pattern, err)
+		}
+		if st.IsDir() {
+			return nil, fmt.Errorf("input %s is a directory; give a file or a glob such as %s", pattern, fs.PathJoin(pattern, "*"))
+		}
+		return []string{pattern}, nil
+	}
+	names, err := fs.List(dir)
+	if err != nil {
+		return nil, fmt.Errorf("input %s: %w", pattern, err)
+	}
+	var out []string
+	for _, n := range names {
+		if ok, _ := path.Match(base, n); ok {
+			p := fs.PathJoin(dir, n)
+			if st, err := fs.Stat(p); err == nil && !st.IsDir() {
+				out = append(out, p)
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("input %s matches no file", pattern)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+type lineReader struct {
+	operator.Base
+	cfg    LinesConfig
+	all    []split // every split of the job, for a fresh start
+	mine   []split // this subtask's, in order; mine[0] is being read
+	ctx    *operator.Context
+	f      vfs.File
+	r      *bufio.Reader
+	reader *split // the split r reads
+}
+
+func (l *lineReader) Open(ctx *operator.Context) error {
+	l.ctx = ctx
+	if ctx.Restore != nil {
+		items, err := state.RestoreList(ctx.Restore.Handles, ctx.Restore.Read, state.Split, "splits", ctx.Subtask, ctx.Parallelism)
+		if err != nil {
+			return err
+		}
+		for _, it := range items {
+			s, err := decodeSplit(it)
+			if err != nil {
+				return fmt.Errorf("restore file source position: %w", err)
+			}
+			l.mine = append(l.mine, s)
+		}
+		return nil
+	}
+	for i, s := range l.all {
+		if i%ctx.Parallelism == ctx.Subtask {
+			l.mine = append(l.mine, s)
+		}
+	}
+	return nil
+}
+
+func (l *lineReader) Read(out weir.Collector[string]) (operator.PollResult, error) {
+	for n := 0; n < l.cfg.BatchLines; {
+		if len(l.mine) == 0 {
+			return operator.PollResult{Exhausted: true}, l.closeFile()
+		}
+		s := &l.mine[0]
+		if s.Pos >= s.End && s.started {
+			l.mine = l.mine[1:]
+			if err := l.closeFile(); err != nil {
+				return operator.PollResult{}, err
+			}
+			continue
+		}
+		if err := l.openSplit(s); err != nil {
+			return operator.PollResult{}, err
+		}
+		if !s.started {
+			// A split after the first of a file starts at the line that
+			// begins after its first byte: the previous split reads the
+			// line that crosses the boundary.
+			if s.Start > 0 {
+				skipped, err := l.readLine(s)
+				if err != nil && !errors.Is(err, io.EOF) {
+					return operator.PollResult{}, err
+				}
+				s.Pos += int64(len(skipped))
+			}
+			s.started = true
+			continue
+		}
+		line, err := l.readLine(s)
+		if len(line) > 0 {
+			s.Pos += int64(len(line))
+			text := strings.TrimSuffix(strings.TrimSuffix(string(line), "\n"), "\r")
+			out.Collect(text)
+			n++
+		}
+		if errors.Is(err, io.EOF) {
+			s.Pos = max(s.Pos, s.End)
+			continue
+		}
+		if err != nil {
+			return operator.PollResult{}, err
+		}
+	}
+	return operator.PollResult{}, nil
+}
+
+// readLine reads through the next newline; for a split that does not start
+// the file, the first call is made one byte before Start.
+func (l *lineReader) readLine(s *split) ([]byte, error) {
+	var line []byte
+	for {
+		frag, err := l.r.ReadSlice('\n')
+		line = append(line, frag...)
+		if len(line) > MaxLineBytes {
+			return nil, fmt.Errorf("input %s: line at byte %d is longer than %d bytes", s.Path, s.Pos, MaxLineBytes)
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			if err != nil && !errors.Is(err, io.EOF) {
+				err = fmt.Errorf("input %s at byte %d: %w", s.Path, s.Pos, err)
+			}
+			return line, err
+		}
+	}
+}
+
+func (l *lineReader) openSplit(s *split) error {
+	if l.reader == s && l.r != nil {
+		return nil
+	}
+	if err := l.closeFile(); err != nil {
+		return err
+	}
+	f, err := l.cfg.FS.Open(s.Path)
+	if err != nil {
+		return fmt.Errorf("input %s: %w", s.Path, err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("input %s: %w", s.Path, err)
+	}
+	pos := s.Pos
+	if !s.started && s.Start > 0 {
+		pos = s.Start - 1 // the skip reads through the newline at or after Start-1
+		s.Pos = pos
+	}
+	l.f, l.reader = f, s
+	l.r = bufio.NewReaderSize(io.NewSectionReader(f, pos, st.Size()-pos), 64<<10)
+	return nil
+}
+
+func (l *lineReader) closeFile() error {
+	if l.f == nil {
+		return nil
+	}
+	err := l.f.Close()
+	l.f, l.r, l.reader = nil, nil, nil
+	return err
+}
+
+func (l *lineReader) Snapshot(checkpoint.ID) (operator.Async, error) {
+	items := make([][]byte, len(l.mine))
+	for i, s := range l.mine {
+		items[i] = s.encode()
+	}
+	kind, blob := state.EncodeList(state.Split, "splits", items)
+	c := l.ctx
+	return func(w operator.Writer) ([]checkpoint.Handle, error) {
+		h, err := w.Write(checkpoint.Handle{Operator: c.UID, Subtask: c.Subtask, Parallelism: c.Parallelism, Kind: kind}, blob)
+		return []checkpoint.Handle{h}, err
+	}, nil
+}
+
+func (l *lineReader) Close() error { return l.closeFile() }

@@ -1,0 +1,118 @@
+// Package wordcount is Weir's word count: read lines, lower-case and split
+// them into words, keep a count per word in keyed state, and write each
+// updated count as "word<TAB>count" with an exactly-once file sink.
+package wordcount
+
+import (
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/weirstream/weir"
+	"github.com/weirstream/weir/connector/file"
+	"github.com/weirstream/weir/runtime"
+)
+
+// Options configure the job.
+type Options struct {
+	Input, Output string
+	Checkpoint    weir.CheckpointConfig
+	Parallelism   int
+	Restore       string
+	Restart       runtime.RestartStrategy
+	FS            vfs.FS
+	Logger        *slog.Logger
+	OnEvent       func(runtime.JobEvent)
+	// BeforeCount, if set, is called with every word before it is counted,
+	// in the counting task; tests use it to fail the operator on purpose.
+	BeforeCount func(word string)
+}
+
+// Count is one output record: a word's count after one more occurrence.
+type Count struct {
+	Word  string
+	Count int64
+}
+
+// Format appends "word<TAB>count\n".
+func Format(dst []byte, c Count) []byte {
+	dst = append(dst, c.Word...)
+	dst = append(dst, '\t')
+	dst = strconv.AppendInt(dst, c.Count, 10)
+	return append(dst, '\n')
+}
+
+// Build builds the job; it fails at once on unreadable input or output.
+func Build(o Options) (*weir.Environment, error) {
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	cc := o.Checkpoint
+	cc.FS = o.FS
+	env := weir.New(weir.Config{
+		Job: "wordcount", Parallelism: o.Parallelism, Checkpoint: cc, Restore: o.Restore,
+		Restart: o.Restart, Logger: o.Logger, OnEvent: o.OnEvent,
+	})
+	lines, err := file.Lines(file.LinesConfig{FS: o.FS, Pattern: o.Input})
+	if err != nil {
+		return nil, err
+	}
+	sink, err := file.Sink(file.SinkConfig[Count]{FS: o.FS, Dir: o.Output, Format: Format})
+	if err != nil {
+		return nil, err
+	}
+	words := weir.FlatMap(weir.Source(env, "lines", lines), "split", Split)
+	counts := weir.Process(weir.KeyBy(words, func(w string) string { return w }), "count",
+		func() weir.KeyedProcessFunction[string, string, Count] { return &counter{before: o.BeforeCount} })
+	weir.Sink(counts, "output", sink)
+	return env, nil
+}
+
+// Split lower-cases line and emits its words: runs of letters and digits.
+// Words share the lower-cased line's memory.
+func Split(line string, out weir.Collector[string]) {
+	line = strings.ToLower(line)
+	start := -1
+	for i, r := range line {
+		word := unicode.IsLetter(r) || unicode.IsDigit(r)
+		switch {
+		case word && start < 0:
+			start = i
+		case !word && start >= 0:
+			out.Collect(line[start:i])
+			start = -1
+		}
+	}
+	if start >= 0 {
+		out.Collect(line[start:])
+	}
+}
+
+
+type counter struct {
+	before func(string)
+	count  *weir.ValueState[string, int64]
+}
+
+func (c *counter) Open(ctx *weir.KeyedContext[string]) (err error) {
+	c.count, err = weir.NewValueState[string, int64](ctx, "count")
+	return err
+}
+
+func (c *counter) Process(_ *weir.KeyedContext[string], w string, out weir.Collector[Count]) error {
+	if c.before != nil {
+		c.before(w)
+	}
+	n, _ := c.count.Value()
+	n++
+	c.count.Update(n)
+	out.Collect(Count{Word: w, Count: n})
+	return nil
+}
+
+// DefaultInterval is the checkpoint interval of the CLI's word count.
+const DefaultInterval = time.Second

@@ -1,0 +1,320 @@
+package weir
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/codec"
+	"github.com/weirstream/weir/graph"
+	"github.com/weirstream/weir/internal/keygroup"
+	"github.com/weirstream/weir/operator"
+	"github.com/weirstream/weir/runtime"
+	"github.com/weirstream/weir/state"
+	"github.com/weirstream/weir/state/heap"
+)
+
+// KeyedStream is a stream partitioned by a key: every record of one key
+// goes to the same subtask, whose keyed state is scoped to that key.
+type KeyedStream[K comparable, T any] struct {
+	s     *Stream[T]
+	key   func(T) K
+	codec codec.Codec[K]
+}
+
+// KeyBy partitions s by key, which must be deterministic: the same record
+// always has the same key, in every process. keyCodec, if given, encodes
+// keys (for hashing and state); by default codec.For[K].
+func KeyBy[T any, K comparable](s *Stream[T], key func(T) K, keyCodec ...codec.Codec[K]) KeyedStream[K, T] {
+	c := codec.For[K]()
+	if len(keyCodec) > 0 {
+		c = keyCodec[0]
+	}
+	return KeyedStream[K, T]{s: s, key: key, codec: c}
+}
+
+// input is the hash edge into a consumer.
+func (ks KeyedStream[K, T]) input(int) (graph.Input, inputSpec) {
+	route := func(p, maxP int) runtime.Route[T] {
+		h := codec.NewHasher(ks.codec)
+		return func(v T) int { return keygroup.Subtask(maxP, p, keygroup.Of(h.Hash(ks.key(v)), maxP)) }
+	}
+	return graph.Input{From: ks.s.node, Partition: graph.Hash}, inputSpec{partition: graph.Hash, hashRoute: route}
+}
+
+// KeyedContext gives a keyed function its current key, state and timers.
+// It belongs to one subtask; functions must not keep it past their call
+// except to declare state in Open.
+type KeyedContext[K comparable] struct {
+	key     K
+	backend *heap.Backend
+	timers  *heap.Timers[K]
+	kc      codec.Codec[K]
+	op      *operator.Context
+}
+
+// Key is the key of the record or timer being handled.
+func (c *KeyedContext[K]) Key() K { return c.key }
+
+// Now is the processing time.
+func (c *KeyedContext[K]) Now() time.Time { return c.op.Now() }
+
+// Subtask and Parallelism say which instance this is.
+func (c *KeyedContext[K]) Subtask() int     { return c.op.Subtask }
+func (c *KeyedContext[K]) Parallelism() int { return c.op.Parallelism }
+
+// RegisterTimer asks for OnTimer at processing time at (millisecond
+// precision) for the current key. Timers are checkpointed.
+func (c *KeyedContext[K]) RegisterTimer(at time.Time) { c.timers.Register(c.key, at) }
+
+// DeleteTimer cancels the current key's timer at time at.
+func (c *KeyedContext[K]) DeleteTimer(at time.Time) { c.timers.Delete(c.key, at) }
+
+func stateCodec[V any](cs []codec.Codec[V]) codec.Codec[V] {
+	if len(cs) > 0 {
+		return cs[0]
+	}
+	return codec.For[V]()
+}
+
+// ValueState holds one value per key.
+type ValueState[K comparable, V any] struct {
+	t *heap.Value[K, V]
+	c *KeyedContext[K]
+}
+
+// NewValueState declares value state name; call it from Open.
+func NewValueState[K comparable, V any](c *KeyedContext[K], name string, vc ...codec.Codec[V]) (*ValueState[K, V], error) {
+	t, err := heap.NewValue(c.backend, name, c.kc, stateCodec(vc))
+	return &ValueState[K, V]{t: t, c: c}, err
+}
+
+func (s *ValueState[K, V]) Value() (V, bool) { return s.t.Get(s.c.key) }
+func (s *ValueState[K, V]) Update(v V)       { s.t.Put(s.c.key, v) }
+func (s *ValueState[K, V]) Clear()           { s.t.Delete(s.c.key) }
+
+// ListState holds a list per key.
+type ListState[K comparable, V any] struct {
+	t *heap.List[K, V]
+	c *KeyedContext[K]
+}
+
+// NewListState declares list state name; call it from Open.
+func NewListState[K comparable, V any](c *KeyedContext[K], name string, vc ...codec.Codec[V]) (*ListState[K, V], error) {
+	t, err := heap.NewList(c.backend, name, c.kc, stateCodec(vc))
+	return &ListState[K, V]{t: t, c: c}, err
+}
+
+// Get returns the list; do not modify it.
+func (s *ListState[K, V]) Get() []V      { return s.t.Get(s.c.key) }
+func (s *ListState[K, V]) Add(v V)       { s.t.Add(s.c.key, v) }
+func (s *ListState[K, V]) Update(vs []V) { s.t.Update(s.c.key, vs) }
+func (s *ListState[K, V]) Clear()        { s.t.Delete(s.c.key) }
+
+// MapState holds a map per key.
+type MapState[K, UK comparable, V any] struct {
+	t *heap.Map[K, UK, V]
+	c *KeyedContext[K]
+}
+
+// NewMapState declares map state name; call it from Open.
+func NewMapState[K, UK comparable, V any](c *KeyedContext[K], name string) (*MapState[K, UK, V], error) {
+	t, err := heap.NewMap(c.backend, name, c.kc, codec.For[UK](), codec.For[V]())
+	return &MapState[K, UK, V]{t: t, c: c}, err
+}
+
+func (s *MapState[K, UK, V]) Get(uk UK) (V, bool) { return s.t.Get(s.c.key, uk) }
+func (s *MapState[K, UK, V]) Put(uk UK, v V)      { s.t.Put(s.c.key, uk, v) }
+func (s *MapState[K, UK, V]) Remove(uk UK)        { s.t.Remove(s.c.key, uk) }
+
+// All returns the current key's map; do not modify it.
+func (s *MapState[K, UK, V]) All() map[UK]V { return s.t.All(s.c.key) }
+func (s *MapState[K, UK, V]) Clear()        { s.t.Delete(s.c.key) }
+
+// KeyedProcessFunction handles the records of a keyed stream. It may also
+// implement KeyedOpener (to declare state) and KeyedTimerFunction.
+type KeyedProcessFunction[K comparable, In, Out any] interface {
+	Process(c *KeyedContext[K], in In, out Collector[Out]) error
+}
+
+// KeyedOpener is called once per subtask before any record.
+type KeyedOpener[K comparable] interface {
+	Open(c *KeyedContext[K]) error
+}
+
+// KeyedTimerFunction is called when a timer fires, with its key current.
+type KeyedTimerFunction[K comparable, Out any] interface {
+	OnTimer(c *KeyedContext[K], at time.Time, out Collector[Out]) error
+}
+
+// keyed is the machinery every keyed operator shares: state backend,
+// timers, snapshot and restore.
+type keyed[K comparable, Out any] struct {
+	kctx   KeyedContext[K]
+	hasher *codec.Hasher[K]
+	onTime KeyedTimerFunction[K, Out]
+	out    Collector[Out]
+	c      *chain
+}
+
+func (k *keyed[K, Out]) open(oc *operator.Context, kc codec.Codec[K], fn any) error {
+	b := heap.New(oc.KeyGroups, oc.MaxParallelism)
+	if oc.Restore != nil {
+		if err := b.Restore(oc.Restore.Handles, oc.Restore.Read); err != nil {
+			return fmt.Errorf("restore keyed state from checkpoint %d: %w", oc.Restore.Checkpoint, err)
+		}
+	}
+	timers, err := heap.NewTimers(b, kc)
+	if err != nil {
+		return err
+	}
+	k.kctx = KeyedContext[K]{backend: b, timers: timers, kc: kc, op: oc}
+	k.hasher = codec.NewHasher(kc)
+	k.onTime, _ = fn.(KeyedTimerFunction[K, Out])
+	if o, ok := fn.(KeyedOpener[K]); ok {
+		return o.Open(&k.kctx)
+	}
+	return nil
+}
+
+// setKey makes key current; false (with the chain failed) if this subtask
+// does not own its key group, which means a non-deterministic key selector.
+func (k *keyed[K, Out]) setKey(key K) bool {
+	oc := k.kctx.op
+	g := keygroup.Of(k.hasher.Hash(key), oc.MaxParallelism)
+	if !oc.KeyGroups.Contains(g) {
+		k.c.fail(fmt.Errorf("%s: key %v belongs to key group %d, which subtask %d (key groups %v) does not own: the key selector must return the same key for a record every time it is called",
+			oc.UID, key, g, oc.Subtask, oc.KeyGroups))
+		return false
+	}
+	k.kctx.backend.SetGroup(g)
+	k.kctx.key = key
+	return true
+}
+
+func (k *keyed[K, Out]) Snapshot(checkpoint.ID) (operator.Async, error) {
+	encode := k.kctx.backend.Snapshot()
+	oc := k.kctx.op
+	return func(w operator.Writer) ([]checkpoint.Handle, error) {
+		h, err := w.Write(checkpoint.Handle{Operator: oc.UID, Subtask: oc.Subtask, Parallelism: oc.Parallelism, Kind: state.KindKeyed, KeyGroups: oc.KeyGroups}, encode())
+		return []checkpoint.Handle{h}, err
+	}, nil
+}
+
+func (k *keyed[K, Out]) NextTimer() (time.Time, bool) { return k.kctx.timers.Next() }
+
+func (k *keyed[K, Out]) FireTimers(now time.Time) error {
+	if k.onTime == nil {
+		return nil
+	}
+	return k.kctx.timers.Fire(now, func(key K, at time.Time) error {
+		k.kctx.key = key
+		return k.onTime.OnTimer(&k.kctx, at, k.out)
+	})
+}
+
+func (k *keyed[K, Out]) NotifyComplete(checkpoint.ID) error { return nil }
+func (k *keyed[K, Out]) NotifyAborted(checkpoint.ID)        {}
+func (k *keyed[K, Out]) Finish() error                      { return nil }
+func (k *keyed[K, Out]) Close() error                       { return nil }
+
+// Process applies a keyed process function; newFn builds each subtask's.
+func Process[K comparable, In, Out any](ks KeyedStream[K, In], name string, newFn func() KeyedProcessFunction[K, In, Out], opts ...Option) *Stream[Out] {
+	n := &node{}
+	n.instance = func(c *chain, next any) (operator.Operator, any) {
+		op := &processOp[K, In, Out]{fn: newFn(), key: ks.key, kc: ks.codec}
+		op.out, op.c = next.(Collector[Out]), c
+		return op, Collector[In](op)
+	}
+	n.head = headOf[In](n)
+	return addOp[Out](ks.s.env, name, opts, n, ks.input)
+}
+
+type processOp[K comparable, In, Out any] struct {
+	keyed[K, Out]
+	fn  KeyedProcessFunction[K, In, Out]
+	key func(In) K
+	kc  codec.Codec[K]
+}
+
+func (p *processOp[K, In, Out]) Open(oc *operator.Context) error { return p.open(oc, p.kc, p.fn) }
+
+func (p *processOp[K, In, Out]) Collect(v In) {
+	if !p.setKey(p.key(v)) {
+		return
+	}
+	if err := p.fn.Process(&p.kctx, v, p.out); err != nil {
+		p.c.fail(fmt.Errorf("%s: %w", p.kctx.op.UID, err))
+	}
+}
+
+// Reduce combines the records of each key with f and emits the running
+// result after every record.
+func Reduce[K comparable, T any](ks KeyedStream[K, T], name string, f func(acc, v T) T, opts ...Option) *Stream[T] {
+	return Process(ks, name, func() KeyedProcessFunction[K, T, T] { return &reducer[K, T]{f: f} }, opts...)
+}
+
+type reducer[K comparable, T any] struct {
+	f   func(acc, v T) T
+	acc *ValueState[K, T]
+}
+
+func (r *reducer[K, T]) Open(c *KeyedContext[K]) (err error) {
+	r.acc, err = NewValueState[K, T](c, "reduce")
+	return err
+}
+
+func (r *reducer[K, T]) Process(_ *KeyedContext[K], v T, out Collector[T]) error {
+	if acc, ok := r.acc.Value(); ok {
+		v = r.f(acc, v)
+	}
+	r.acc.Update(v)
+	out.Collect(v)
+	return nil
+}
+
+// KeyedCoProcessFunction handles two keyed inputs with one key space: a
+// join. It may implement KeyedOpener and KeyedTimerFunction.
+type KeyedCoProcessFunction[K comparable, A, B, Out any] interface {
+	Process1(c *KeyedContext[K], a A, out Collector[Out]) error
+	Process2(c *KeyedContext[K], b B, out Collector[Out]) error
+}
+
+// KeyedCoProcess applies a function over two streams keyed alike.
+func KeyedCoProcess[K comparable, A, B, Out any](a KeyedStream[K, A], b KeyedStream[K, B], name string, newFn func() KeyedCoProcessFunction[K, A, B, Out], opts ...Option) *Stream[Out] {
+	n := &node{}
+	n.instance = func(c *chain, next any) (operator.Operator, any) {
+		op := &keyedCoOp[K, A, B, Out]{fn: newFn(), keyA: a.key, keyB: b.key, kc: a.codec, n: n}
+		op.out, op.c = next.(Collector[Out]), c
+		return op, nil
+	}
+	n.head = func(op operator.Operator, _ any, _ *chain) any { return op }
+	return addOp[Out](a.s.env, name, opts, n, a.input, b.input)
+}
+
+type keyedCoOp[K comparable, A, B, Out any] struct {
+	keyed[K, Out]
+	fn   KeyedCoProcessFunction[K, A, B, Out]
+	keyA func(A) K
+	keyB func(B) K
+	kc   codec.Codec[K]
+	n    *node
+}
+
+func (o *keyedCoOp[K, A, B, Out]) Open(oc *operator.Context) error { return o.open(oc, o.kc, o.fn) }
+
+func (o *keyedCoOp[K, A, B, Out]) ProcessBatch(input int, batch any) error {
+	return processTwo(o.n, o.c, input, batch,
+		func(a A) error {
+			if !o.setKey(o.keyA(a)) {
+				return o.c.err
+			}
+			return o.fn.Process1(&o.kctx, a, o.out)
+		},
+		func(b B) error {
+			if !o.setKey(o.keyB(b)) {
+				return o.c.err
+			}
+			return o.fn.Process2(&o.kctx, b, o.out)
+		})
+}

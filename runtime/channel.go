@@ -1,0 +1,156 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/weirstream/weir/checkpoint"
+)
+
+// Kind is the kind of an event on a channel.
+type Kind uint8
+
+const (
+	// KindBatch carries a batch of records ([]T).
+	KindBatch Kind = iota + 1
+	// KindBarrier carries checkpoint barrier ID.
+	KindBarrier
+	// KindCancel carries a cancel marker for ID: the upstream declined it.
+	KindCancel
+	// KindEnd: the upstream subtask has emitted its last event.
+	KindEnd
+)
+
+// Event is what travels in a channel. A batch is immutable once pushed: the
+// receiver may hold it.
+type Event struct {
+	Kind  Kind
+	Batch any
+	ID    checkpoint.ID
+}
+
+func (e Event) String() string {
+	switch e.Kind {
+	case KindBatch:
+		return "batch"
+	case KindBarrier:
+		return fmt.Sprintf("barrier %d", e.ID)
+	case KindCancel:
+		return fmt.Sprintf("cancel %d", e.ID)
+	case KindEnd:
+		return "end"
+	}
+	return "?"
+}
+
+// OutputChannel is the sending side of a channel; one upstream subtask owns
+// it. A network channel implements it too.
+type OutputChannel interface {
+	// Push appends e, waiting while the channel is full (back-pressure),
+	// until ctx ends.
+	Push(ctx context.Context, e Event) error
+}
+
+// InputChannel is the receiving side; one downstream task owns it.
+type InputChannel interface {
+	// TryPop takes the oldest event, if any, without waiting.
+	TryPop() (Event, bool)
+}
+
+// LocalChannel is a bounded FIFO between two tasks of one process.
+type LocalChannel struct {
+	mu    sync.Mutex
+	buf   []Event // ring
+	head  int
+	n     int
+	space chan struct{} // signalled when an event is taken
+	ready chan<- struct{}
+}
+
+// NewLocalChannel returns a channel holding at most capacity events (each a
+// batch or a control event) that signals ready whenever it receives one.
+func NewLocalChannel(capacity int, ready chan<- struct{}) *LocalChannel {
+	return &LocalChannel{buf: make([]Event, capacity), space: make(chan struct{}, 1), ready: ready}
+}
+
+func (c *LocalChannel) Push(ctx context.Context, e Event) error {
+	for {
+		c.mu.Lock()
+		if c.n < len(c.buf) {
+			c.buf[(c.head+c.n)%len(c.buf)] = e
+			c.n++
+			c.mu.Unlock()
+			signal(c.ready)
+			return nil
+		}
+		c.mu.Unlock()
+		select {
+		case <-c.space:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+}
+
+func (c *LocalChannel) TryPop() (Event, bool) {
+	c.mu.Lock()
+	if c.n == 0 {
+		c.mu.Unlock()
+		return Event{}, false
+	}
+	e := c.buf[c.head]
+	c.buf[c.head] = Event{}
+	c.head = (c.head + 1) % len(c.buf)
+	c.n--
+	c.mu.Unlock()
+	signal(c.space)
+	return e, true
+}
+
+func signal(c chan<- struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// Gate is a task's input gate: its input channels, read round-robin, any of
+// which may be blocked by barrier alignment.
+type Gate struct {
+	chans []InputChannel
+	ready chan struct{}
+	next  int
+}
+
+// NewGate returns a gate; every channel it reads must signal Ready() when
+// it receives an event.
+func NewGate() *Gate { return &Gate{ready: make(chan struct{}, 1)} }
+
+// Ready is signalled when a channel of the gate receives an event.
+func (g *Gate) Ready() chan struct{} { return g.ready }
+
+// Add appends a channel; its index is its position.
+func (g *Gate) Add(c InputChannel) int {
+	g.chans = append(g.chans, c)
+	return len(g.chans) - 1
+}
+
+// Len is the number of channels.
+func (g *Gate) Len() int { return len(g.chans) }
+
+// Poll takes the next event from a channel that is not blocked, if any.
+func (g *Gate) Poll(blocked func(int) bool) (int, Event, bool) {
+	n := len(g.chans)
+	for k := range n {
+		i := (g.next + k) % n
+		if blocked(i) {
+			continue
+		}
+		if e, ok := g.chans[i].TryPop(); ok {
+			g.next = (i + 1) % n
+			return i, e, true
+		}
+	}
+	return 0, Event{}, false
+}

@@ -1,0 +1,106 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+)
+
+// Output is one outgoing edge of a task, as the task loop sees it.
+type Output interface {
+	// Flush pushes every buffered batch.
+	Flush() error
+	// Broadcast flushes, then pushes a control event on every channel.
+	Broadcast(e Event) error
+	// Err is the first failure to push.
+	Err() error
+}
+
+// Route picks the channel a record goes to; Broadcast sends it to all.
+type Route[T any] func(T) int
+
+// BroadcastRoute marks an edge whose records go to every channel.
+const BroadcastRoute = -1
+
+// Emitter batches the records of one edge per channel and pushes a batch
+// when it is full, when the task idles, or before a control event. It is
+// owned by the task goroutine.
+type Emitter[T any] struct {
+	ctx   context.Context
+	outs  []OutputChannel
+	bufs  [][]T
+	route Route[T]
+	size  int
+	err   error
+	// Records counts records emitted (for metrics; read by the owner).
+	Records int64
+}
+
+// NewEmitter builds an emitter over outs. route nil sends every record to
+// outs[0]; a route returning BroadcastRoute sends it to all.
+func NewEmitter[T any](ctx context.Context, outs []OutputChannel, route Route[T], batchSize int) *Emitter[T] {
+	e := &Emitter[T]{ctx: ctx, outs: outs, bufs: make([][]T, len(outs)), route: route, size: batchSize}
+	for i := range e.bufs {
+		e.bufs[i] = make([]T, 0, batchSize)
+	}
+	return e
+}
+
+// Collect adds v to its channel's batch. A failed push is remembered and
+// returned by the next Flush or Err.
+func (e *Emitter[T]) Collect(v T) {
+	e.Records++
+	i := 0
+	if e.route != nil {
+		i = e.route(v)
+	}
+	if i == BroadcastRoute {
+		for j := range e.bufs {
+			e.add(j, v)
+		}
+		return
+	}
+	e.add(i, v)
+}
+
+func (e *Emitter[T]) add(i int, v T) {
+	e.bufs[i] = append(e.bufs[i], v)
+	if len(e.bufs[i]) >= e.size {
+		e.push(i)
+	}
+}
+
+func (e *Emitter[T]) push(i int) {
+	if len(e.bufs[i]) == 0 || e.err != nil {
+		return
+	}
+	batch := e.bufs[i]
+	e.bufs[i] = make([]T, 0, e.size)
+	if err := e.outs[i].Push(e.ctx, Event{Kind: KindBatch, Batch: batch}); err != nil {
+		e.err = err
+	}
+}
+
+// Err is the first push failure.
+func (e *Emitter[T]) Err() error { return e.err }
+
+func (e *Emitter[T]) Flush() error {
+	for i := range e.bufs {
+		e.push(i)
+	}
+	return e.err
+}
+
+func (e *Emitter[T]) Broadcast(ev Event) error {
+	if err := e.Flush(); err != nil {
+		return err
+	}
+	for _, o := range e.outs {
+		if err := o.Push(e.ctx, ev); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ErrStopped is the cause of a task context ended because the job stops.
+var ErrStopped = errors.New("job attempt stopped")

@@ -1,0 +1,397 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	rt "runtime"
+	"slices"
+	"time"
+
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/checkpoint/barrier"
+	"github.com/weirstream/weir/operator"
+	"github.com/weirstream/weir/storage"
+)
+
+type ctrlKind int
+
+const (
+	ctrlTrigger ctrlKind = iota + 1
+	ctrlComplete
+	ctrlAbort
+)
+
+// ctrl is a control message from the driver to a task.
+type ctrl struct {
+	kind       ctrlKind
+	id         checkpoint.ID
+	endOfInput bool
+}
+
+type reportKind int
+
+const (
+	repAck reportKind = iota + 1
+	repDecline
+	repExhausted
+	repFinished
+	repFailed
+)
+
+// report is a message from a task (or its snapshot writer) to the driver.
+type report struct {
+	kind    reportKind
+	attempt int
+	task    checkpoint.TaskID
+	id      checkpoint.ID
+	handles []checkpoint.Handle
+	err     error
+}
+
+// task runs one subtask of a vertex: a chain of operators, its input gate
+// and its outputs, in one goroutine that owns all their state.
+type task struct {
+	id       checkpoint.TaskID
+	attempt  int
+	ops      []operator.Operator
+	contexts []*operator.Context
+	source   operator.Source
+	input    operator.Input
+	inputOf  []int // gate channel → head input
+	gate     *Gate
+	aligner  *barrier.Aligner
+	outputs  []Output
+	timed    []operator.Timed
+	mailbox  chan ctrl
+	reports  chan<- report
+	pool     *pool
+	store    storage.Storage
+	// checkpointing is false in mode none: sources end their output as
+	// soon as their input is exhausted.
+	checkpointing bool
+	now           func() time.Time
+	metrics       *TaskMetrics
+
+	exhausted bool
+	finished  bool
+}
+
+func (t *task) send(ctx context.Context, r report) {
+	r.attempt, r.task = t.attempt, t.id
+	select {
+	case t.reports <- r:
+	case <-ctx.Done():
+	}
+}
+
+// run opens the operators and runs the task until its input ends, it fails
+// or ctx ends. A panic in an operator is a task failure.
+func (t *task) run(ctx context.Context) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			buf := make([]byte, 8<<10)
+			buf = buf[:rt.Stack(buf, false)]
+			err = fmt.Errorf("task %s panicked: %v\n%s", t.id, p, buf)
+		}
+		for _, op := range t.ops {
+			if cerr := op.Close(); cerr != nil && err == nil {
+				err = fmt.Errorf("task %s: close: %w", t.id, cerr)
+			}
+		}
+	}()
+	for i, op := range t.ops {
+		if err := op.Open(t.contexts[i]); err != nil {
+			return fmt.Errorf("task %s: open %s: %w", t.id, t.contexts[i].UID, err)
+		}
+		if tm, ok := op.(operator.Timed); ok {
+			t.timed = append(t.timed, tm)
+		}
+	}
+	if t.source != nil {
+		return t.runSource(ctx)
+	}
+	return t.runInputs(ctx)
+}
+
+func (t *task) runSource(ctx context.Context) error {
+	for {
+		if err := t.drainMailbox(ctx); err != nil || t.finished {
+			return err
+		}
+		var wakeAt time.Time
+		if !t.exhausted {
+			res, err := t.source.Poll()
+			if err != nil {
+				return fmt.Errorf("task %s: %w", t.id, err)
+			}
+			if err := t.outputErr(); err != nil {
+				return err
+			}
+			switch {
+			case res.Exhausted:
+				t.exhausted = true
+				if err := t.flush(); err != nil {
+					return err
+				}
+				if !t.checkpointing {
+					return t.finish(ctx)
+				}
+				t.send(ctx, report{kind: repExhausted})
+				continue
+			case res.IdleUntil.IsZero():
+				continue
+			}
+			wakeAt = res.IdleUntil
+		}
+		if err := t.flush(); err != nil {
+			return err
+		}
+		if err := t.wait(ctx, nil, wakeAt); err != nil {
+			return err
+		}
+	}
+}
+
+func (t *task) runInputs(ctx context.Context) error {
+	for {
+		if err := t.drainMailbox(ctx); err != nil || t.finished {
+			return err
+		}
+		if err := t.fireTimers(); err != nil {
+			return err
+		}
+		ch, ev, ok := t.gate.Poll(t.aligner.Blocked)
+		if ok {
+			if err := t.handle(ctx, ch, ev); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := t.flush(); err != nil {
+			return err
+		}
+		var wakeAt time.Time
+		for _, tm := range t.timed {
+			if at, ok := tm.NextTimer(); ok && (wakeAt.IsZero() || at.Before(wakeAt)) {
+				wakeAt = at
+			}
+		}
+		if err := t.wait(ctx, t.gate.Ready(), wakeAt); err != nil {
+			return err
+		}
+	}
+}
+
+// wait blocks until input may be ready, a control message comes, wakeAt
+// passes or ctx ends. A control message is handled here.
+func (t *task) wait(ctx context.Context, ready <-chan struct{}, wakeAt time.Time) error {
+	var timeout <-chan time.Time
+	if !wakeAt.IsZero() {
+		d := wakeAt.Sub(t.now())
+		if d <= 0 {
+			return nil
+		}
+		tm := time.NewTimer(d)
+		defer tm.Stop()
+		timeout = tm.C
+	}
+	select {
+	case <-ready:
+	case <-timeout:
+	case m := <-t.mailbox:
+		return t.control(ctx, m)
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+	return nil
+}
+
+func (t *task) drainMailbox(ctx context.Context) error {
+	for {
+		select {
+		case m := <-t.mailbox:
+			if err := t.control(ctx, m); err != nil || t.finished {
+				return err
+			}
+		default:
+			return nil
+		}
+	}
+}
+
+func (t *task) fireTimers() error {
+	if len(t.timed) == 0 {
+		return nil
+	}
+	now := t.now()
+	for _, tm := range t.timed {
+		if at, ok := tm.NextTimer(); ok && !at.After(now) {
+			if err := tm.FireTimers(now); err != nil {
+				return fmt.Errorf("task %s: timer: %w", t.id, err)
+			}
+		}
+	}
+	return t.outputErr()
+}
+
+func (t *task) handle(ctx context.Context, ch int, ev Event) error {
+	switch ev.Kind {
+	case KindBatch:
+		if err := t.input.ProcessBatch(t.inputOf[ch], ev.Batch); err != nil {
+			return fmt.Errorf("task %s: %w", t.id, err)
+		}
+		return t.outputErr()
+	case KindBarrier:
+		return t.aligned(ctx, t.aligner.OnBarrier(ch, ev.ID))
+	case KindCancel:
+		return t.aligned(ctx, t.aligner.OnCancel(ch, ev.ID))
+	case KindEnd:
+		return t.aligned(ctx, t.aligner.OnEndOfInput(ch))
+	}
+	panic(fmt.Sprintf("runtime: event kind %d", ev.Kind))
+}
+
+// aligned carries out the aligner's decisions.
+func (t *task) aligned(ctx context.Context, acts []barrier.Action) error {
+	for _, a := range slices.Clone(acts) {
+		var err error
+		switch a := a.(type) {
+		case barrier.Block, barrier.UnblockAll:
+			// The gate asks the aligner which channels it may read.
+		case barrier.Snapshot:
+			t.snapshot(ctx, a.ID)
+		case barrier.Forward:
+			err = t.broadcast(Event{Kind: KindBarrier, ID: a.ID})
+		case barrier.Decline:
+			t.send(ctx, report{kind: repDecline, id: a.ID, err: a.Cause})
+		case barrier.ForwardCancel:
+			err = t.broadcast(Event{Kind: KindCancel, ID: a.ID})
+		case barrier.EndOfInput:
+			err = t.finish(ctx)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *task) control(ctx context.Context, m ctrl) error {
+	switch m.kind {
+	case ctrlTrigger:
+		if t.source == nil || t.finished {
+			return nil
+		}
+		if t.snapshot(ctx, m.id) {
+			return t.broadcast(Event{Kind: KindBarrier, ID: m.id})
+		}
+		return t.broadcast(Event{Kind: KindCancel, ID: m.id})
+	case ctrlComplete:
+		for i, op := range t.ops {
+			if err := op.NotifyComplete(m.id); err != nil {
+				return fmt.Errorf("task %s: %s: checkpoint %d complete: %w", t.id, t.contexts[i].UID, m.id, err)
+			}
+		}
+		if err := t.outputErr(); err != nil {
+			return err
+		}
+		if t.source != nil && m.endOfInput && t.exhausted && !t.finished {
+			return t.finish(ctx)
+		}
+	case ctrlAbort:
+		if t.aligner != nil {
+			if err := t.aligned(ctx, t.aligner.Abort(m.id)); err != nil {
+				return err
+			}
+		}
+		for _, op := range t.ops {
+			op.NotifyAborted(m.id)
+		}
+	}
+	return nil
+}
+
+// snapshot takes the synchronous part of checkpoint id in every operator of
+// the chain and hands the asynchronous part to the pool, which acknowledges
+// or declines. It reports whether the synchronous part succeeded.
+func (t *task) snapshot(ctx context.Context, id checkpoint.ID) bool {
+	start := t.now()
+	asyncs := make([]operator.Async, 0, len(t.ops))
+	for i, op := range t.ops {
+		a, err := op.Snapshot(id)
+		if err != nil {
+			t.send(ctx, report{kind: repDecline, id: id, err: fmt.Errorf("%s: snapshot: %w", t.contexts[i].UID, err)})
+			return false
+		}
+		if a != nil {
+			asyncs = append(asyncs, a)
+		}
+	}
+	t.metrics.observeSync(t.now().Sub(start))
+	w := storageWriter{store: t.store, id: id}
+	t.pool.submit(ctx, func() {
+		var handles []checkpoint.Handle
+		for _, a := range asyncs {
+			hs, err := a(w)
+			if err != nil {
+				t.send(ctx, report{kind: repDecline, id: id, err: err})
+				return
+			}
+			handles = append(handles, hs...)
+		}
+		t.send(ctx, report{kind: repAck, id: id, handles: handles})
+	})
+	return true
+}
+
+type storageWriter struct {
+	store storage.Storage
+	id    checkpoint.ID
+}
+
+func (w storageWriter) Write(h checkpoint.Handle, data []byte) (checkpoint.Handle, error) {
+	return w.store.WriteState(w.id, h, data)
+}
+
+// finish ends the task: every operator finishes (sinks commit), outputs are
+// flushed and end.
+func (t *task) finish(ctx context.Context) error {
+	for i, op := range t.ops {
+		if err := op.Finish(); err != nil {
+			return fmt.Errorf("task %s: %s: finish: %w", t.id, t.contexts[i].UID, err)
+		}
+	}
+	if err := t.broadcast(Event{Kind: KindEnd}); err != nil {
+		return err
+	}
+	t.finished = true
+	t.send(ctx, report{kind: repFinished})
+	return nil
+}
+
+func (t *task) flush() error {
+	for _, o := range t.outputs {
+		if err := o.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *task) outputErr() error {
+	for _, o := range t.outputs {
+		if err := o.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *task) broadcast(e Event) error {
+	for _, o := range t.outputs {
+		if err := o.Broadcast(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,381 @@
+package weir
+
+import (
+	"fmt"
+
+	"github.com/weirstream/weir/graph"
+	"github.com/weirstream/weir/operator"
+	"github.com/weirstream/weir/runtime"
+)
+
+// Collector receives the records an operator emits. Records are immutable
+// once collected: a downstream operator may hold them.
+type Collector[T any] interface{ Collect(T) }
+
+// Stream is a stream of records of type T.
+type Stream[T any] struct {
+	env  *Environment
+	node int
+	// part is the partitioning towards the next operator; 0 picks forward
+	// when the parallelism matches and rebalance otherwise.
+	part graph.Partition
+}
+
+// Env is the environment the stream belongs to.
+func (s *Stream[T]) Env() *Environment { return s.env }
+
+func newStream[T any](env *Environment, n int) *Stream[T] { return &Stream[T]{env: env, node: n} }
+
+// input is the graph input of a consumer of s with parallelism p.
+func (s *Stream[T]) input(p int) (graph.Input, inputSpec) {
+	part := s.part
+	if part == 0 {
+		part = graph.Rebalance
+		if s.env.nodes[s.node].Parallelism == p {
+			part = graph.Forward
+		}
+	}
+	return graph.Input{From: s.node, Partition: part}, inputSpec{partition: part}
+}
+
+// Rebalance spreads s's records round-robin over the next operator.
+func Rebalance[T any](s *Stream[T]) *Stream[T] {
+	return &Stream[T]{env: s.env, node: s.node, part: graph.Rebalance}
+}
+
+// Broadcast sends every record of s to every subtask of the next operator.
+func Broadcast[T any](s *Stream[T]) *Stream[T] {
+	return &Stream[T]{env: s.env, node: s.node, part: graph.Broadcast}
+}
+
+// Forward keeps s's records in their subtask (equal parallelism needed).
+func Forward[T any](s *Stream[T]) *Stream[T] {
+	return &Stream[T]{env: s.env, node: s.node, part: graph.Forward}
+}
+
+// addOp adds an operator of Out records with inputs from the given streams.
+func addOp[Out any](env *Environment, name string, opts []Option, n *node, inputs ...func(p int) (graph.Input, inputSpec)) *Stream[Out] {
+	id := env.add(name, opts, n)
+	for _, in := range inputs {
+		gi, spec := in(n.Parallelism)
+		n.Node.Inputs = append(n.Node.Inputs, gi)
+		n.inputs = append(n.inputs, spec)
+	}
+	n.emitter = emitterOf[Out]
+	return newStream[Out](env, id)
+}
+
+// emitterOf builds the collector over a node's outgoing edges: one emitter
+// per edge, each batching per downstream channel.
+func emitterOf[T any](e *Environment, b *runtime.TaskBuild, plan *graph.Plan) (any, []runtime.Output) {
+	var colls fanout[T]
+	var outs []runtime.Output
+	for k, ei := range b.Vertex.Outputs {
+		edge := plan.Edges[ei]
+		consumer := e.nodes[plan.Vertices[edge.To].Nodes[0]]
+		chans := b.Outputs[k]
+		var route runtime.Route[T]
+		switch edge.Partition {
+		case graph.Hash:
+			route = consumer.inputs[edge.Input].hashRoute.(func(int, int) runtime.Route[T])(len(chans), consumer.MaxParallelism)
+		case graph.Rebalance:
+			i, n := b.Subtask%len(chans), len(chans)
+			route = func(T) int {
+				i++
+				if i == n {
+					i = 0
+				}
+				return i
+			}
+		case graph.Broadcast:
+			route = func(T) int { return runtime.BroadcastRoute }
+		}
+		em := runtime.NewEmitter(b.Ctx, chans, route, b.BatchSize)
+		colls = append(colls, em)
+		outs = append(outs, em)
+	}
+	if len(colls) == 1 {
+		return Collector[T](colls[0]), outs
+	}
+	return Collector[T](colls), outs
+}
+
+type fanout[T any] []Collector[T]
+
+func (f fanout[T]) Collect(v T) {
+	for _, c := range f {
+		c.Collect(v)
+	}
+}
+
+// headOf adapts a single-input operator for the head of a task: it takes
+// batches of In and counts them.
+func headOf[In any](n *node) func(operator.Operator, any, *chain) any {
+	return func(_ operator.Operator, in any, c *chain) any {
+		return &head[In]{in: in.(Collector[In]), c: c, n: n}
+	}
+}
+
+type head[In any] struct {
+	in Collector[In]
+	c  *chain
+	n  *node
+}
+
+func (h *head[In]) ProcessBatch(_ int, batch any) error {
+	b := batch.([]In)
+	h.n.records.Add(int64(len(b)))
+	for _, v := range b {
+		h.in.Collect(v)
+		if h.c.err != nil {
+			return h.c.err
+		}
+	}
+	return nil
+}
+
+// Map applies f to every record.
+func Map[In, Out any](s *Stream[In], name string, f func(In) Out, opts ...Option) *Stream[Out] {
+	n := &node{}
+	n.instance = func(c *chain, next any) (operator.Operator, any) {
+		op := &mapOp[In, Out]{f: f, out: next.(Collector[Out])}
+		return op, Collector[In](op)
+	}
+	n.head = headOf[In](n)
+	return addOp[Out](s.env, name, opts, n, s.input)
+}
+
+type mapOp[In, Out any] struct {
+	operator.Base
+	f   func(In) Out
+	out Collector[Out]
+}
+
+func (m *mapOp[In, Out]) Collect(v In) { m.out.Collect(m.f(v)) }
+
+// Filter keeps the records for which keep is true.
+func Filter[T any](s *Stream[T], name string, keep func(T) bool, opts ...Option) *Stream[T] {
+	n := &node{}
+	n.instance = func(c *chain, next any) (operator.Operator, any) {
+		op := &filterOp[T]{keep: keep, out: next.(Collector[T])}
+		return op, Collector[T](op)
+	}
+	n.head = headOf[T](n)
+	return addOp[T](s.env, name, opts, n, s.input)
+}
+
+type filterOp[T any] struct {
+	operator.Base
+	keep func(T) bool
+	out  Collector[T]
+}
+
+func (f *filterOp[T]) Collect(v T) {
+	if f.keep(v) {
+		f.out.Collect(v)
+	}
+}
+
+// FlatMap calls f for every record; f emits any number of records.
+func FlatMap[In, Out any](s *Stream[In], name string, f func(In, Collector[Out]), opts ...Option) *Stream[Out] {
+	n := &node{}
+	n.instance = func(c *chain, next any) (operator.Operator, any) {
+		op := &flatMapOp[In, Out]{f: f, out: next.(Collector[Out])}
+		return op, Collector[In](op)
+	}
+	n.head = headOf[In](n)
+	return addOp[Out](s.env, name, opts, n, s.input)
+}
+
+type flatMapOp[In, Out any] struct {
+	operator.Base
+	f   func(In, Collector[Out])
+	out Collector[Out]
+}
+
+func (m *flatMapOp[In, Out]) Collect(v In) { m.f(v, m.out) }
+
+// Union merges streams of one type.
+func Union[T any](name string, streams []*Stream[T], opts ...Option) *Stream[T] {
+	if len(streams) == 0 {
+		panic("weir: Union of no streams")
+	}
+	env := streams[0].env
+	n := &node{}
+	n.instance = func(c *chain, next any) (operator.Operator, any) {
+		return &unionOp[T]{out: next.(Collector[T]), n: n, c: c}, nil
+	}
+	n.head = func(op operator.Operator, _ any, _ *chain) any { return op }
+	ins := make([]func(int) (graph.Input, inputSpec), len(streams))
+	for i, s := range streams {
+		ins[i] = s.input
+	}
+	return addOp[T](env, name, opts, n, ins...)
+}
+
+type unionOp[T any] struct {
+	operator.Base
+	out Collector[T]
+	n   *node
+	c   *chain
+}
+
+func (u *unionOp[T]) ProcessBatch(_ int, batch any) error {
+	b := batch.([]T)
+	u.n.records.Add(int64(len(b)))
+	for _, v := range b {
+		u.out.Collect(v)
+		if u.c.err != nil {
+			return u.c.err
+		}
+	}
+	return nil
+}
+
+// SourceReader reads a source's records for one subtask. Its operator
+// methods snapshot and restore its position.
+type SourceReader[T any] interface {
+	operator.Operator
+	// Read emits up to about one batch of records to out.
+	Read(out Collector[T]) (operator.PollResult, error)
+}
+
+// Source adds a source; newReader builds each subtask's reader.
+func Source[T any](env *Environment, name string, newReader func() SourceReader[T], opts ...Option) *Stream[T] {
+	n := &node{}
+	n.instance = func(c *chain, next any) (operator.Operator, any) {
+		r := newReader()
+		return &sourceOp[T]{SourceReader: r, out: countingCollector[T]{next: next.(Collector[T])}, c: c, n: n}, nil
+	}
+	n.head = func(op operator.Operator, _ any, _ *chain) any { return op }
+	return addOp[T](env, name, opts, n)
+}
+
+type sourceOp[T any] struct {
+	SourceReader[T]
+	out countingCollector[T]
+	c   *chain
+	n   *node
+}
+
+type countingCollector[T any] struct {
+	next  Collector[T]
+	count *int64
+}
+
+func (cc countingCollector[T]) Collect(v T) {
+	*cc.count++
+	cc.next.Collect(v)
+}
+
+func (s *sourceOp[T]) Poll() (operator.PollResult, error) {
+	var count int64
+	s.out.count = &count
+	res, err := s.Read(s.out)
+	s.n.records.Add(count)
+	if err != nil {
+		return res, err
+	}
+	return res, s.c.err
+}
+
+// SinkWriter writes records to an external system for one subtask; its
+// operator methods take part in checkpoints (for example two-phase commit).
+type SinkWriter[T any] interface {
+	operator.Operator
+	Write(v T) error
+}
+
+// Sink adds a sink; newWriter builds each subtask's writer.
+func Sink[T any](s *Stream[T], name string, newWriter func() SinkWriter[T], opts ...Option) {
+	n := &node{}
+	n.instance = func(c *chain, _ any) (operator.Operator, any) {
+		op := &sinkOp[T]{SinkWriter: newWriter(), c: c}
+		return op, Collector[T](op)
+	}
+	n.head = headOf[T](n)
+	addOp[T](s.env, name, opts, n, s.input)
+	n.emitter = nil
+}
+
+type sinkOp[T any] struct {
+	SinkWriter[T]
+	c *chain
+}
+
+func (s *sinkOp[T]) Collect(v T) {
+	if err := s.Write(v); err != nil {
+		s.c.fail(err)
+	}
+}
+
+// CoProcessFunction handles the records of two inputs.
+type CoProcessFunction[A, B, Out any] interface {
+	Process1(a A, out Collector[Out]) error
+	Process2(b B, out Collector[Out]) error
+}
+
+// ConnectedStreams are two streams that one two-input operator reads.
+type ConnectedStreams[A, B any] struct {
+	a *Stream[A]
+	b *Stream[B]
+}
+
+// Connect pairs two streams for CoProcess.
+func Connect[A, B any](a *Stream[A], b *Stream[B]) ConnectedStreams[A, B] {
+	return ConnectedStreams[A, B]{a: a, b: b}
+}
+
+// CoProcess applies a two-input function; newFn builds each subtask's.
+func CoProcess[A, B, Out any](cs ConnectedStreams[A, B], name string, newFn func() CoProcessFunction[A, B, Out], opts ...Option) *Stream[Out] {
+	n := &node{}
+	n.instance = func(c *chain, next any) (operator.Operator, any) {
+		return &coOp[A, B, Out]{fn: newFn(), out: next.(Collector[Out]), n: n, c: c}, nil
+	}
+	n.head = func(op operator.Operator, _ any, _ *chain) any { return op }
+	return addOp[Out](cs.a.env, name, opts, n, cs.a.input, cs.b.input)
+}
+
+type coOp[A, B, Out any] struct {
+	operator.Base
+	fn  CoProcessFunction[A, B, Out]
+	out Collector[Out]
+	n   *node
+	c   *chain
+}
+
+func (o *coOp[A, B, Out]) ProcessBatch(input int, batch any) error {
+	return processTwo(o.n, o.c, input, batch, func(a A) error { return o.fn.Process1(a, o.out) }, func(b B) error { return o.fn.Process2(b, o.out) })
+}
+
+// processTwo feeds a batch of a two-input operator to f1 or f2, stopping at
+// the first error of the function or of the chain after it.
+func processTwo[A, B any](n *node, c *chain, input int, batch any, f1 func(A) error, f2 func(B) error) error {
+	switch input {
+	case 0:
+		b := batch.([]A)
+		n.records.Add(int64(len(b)))
+		for _, v := range b {
+			if err := f1(v); err != nil {
+				return err
+			}
+			if c.err != nil {
+				return c.err
+			}
+		}
+	case 1:
+		b := batch.([]B)
+		n.records.Add(int64(len(b)))
+		for _, v := range b {
+			if err := f2(v); err != nil {
+				return err
+			}
+			if c.err != nil {
+				return c.err
+			}
+		}
+	default:
+		panic(fmt.Sprintf("weir: two-input operator got input %d", input))
+	}
+	return nil
+}
