@@ -283,4 +283,3 @@ func syncDir(fs vfs.FS, dir string) error {
 	}
 	return d.Close()
 }
-

@@ -92,7 +92,6 @@ func Split(line string, out weir.Collector[string]) {
 	}
 }
 
-
 type counter struct {
 	before func(string)
 	count  *weir.ValueState[string, int64]

@@ -1,0 +1,55 @@
+// Command weir runs Weir jobs: the built-in word count, and a demo that
+// shows exactly-once recovery from a crash.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := newRoot().ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "weir:", err)
+		var ec exitCode
+		if errors.As(err, &ec) {
+			os.Exit(int(ec))
+		}
+		os.Exit(1)
+	}
+}
+
+// exitCode is an error that asks for a particular exit status.
+type exitCode int
+
+func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "weir",
+		Short:         "Weir is a stateful stream processor with exactly-once checkpoints",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	var level string
+	root.PersistentFlags().StringVar(&level, "log-level", "warn", "log level: debug, info, warn or error")
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		var l slog.Level
+		if err := l.UnmarshalText([]byte(level)); err != nil {
+			return fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+		}
+		slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})))
+		return nil
+	}
+	root.AddCommand(newRun(), newDemo())
+	return root
+}
