@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -59,7 +61,52 @@ type fileSink[T any] struct {
 	name    string // of the in-progress file
 	seq     int
 	buf     []byte
-	pending []checkpoint.ID // pre-committed, not yet committed
+	pending []checkpoint.ID // pre-committed (or being so), not yet committed
+	// detached are files taken out of writing at a snapshot whose
+	// pre-commit (sync, rename to pending) may not have run yet.
+	detached []*detachedFile
+}
+
+// detachedFile is an in-progress file handed to the asynchronous part of a
+// snapshot. NB: when another operator's asynchronous part fails first, this
+// one never runs; the next snapshot's then pre-commits the file, so a
+// checkpoint completes only once every file its state lists is pending.
+type detachedFile struct {
+	mu       sync.Mutex
+	f        vfs.File
+	from, to string
+	id       checkpoint.ID
+	done     bool
+	closed   bool // the sink closed it unsynced; it must not become pending
+}
+
+// preCommit syncs, closes and renames the file to its pending name, once.
+func (d *detachedFile) preCommit(fs vfs.FS, dir string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.done {
+		return nil
+	}
+	if d.closed {
+		return fmt.Errorf("file sink: %s was closed before its pre-commit", d.from)
+	}
+	if d.f != nil {
+		if err := d.f.Sync(); err != nil {
+			return fmt.Errorf("file sink: sync %s: %w", d.from, err)
+		}
+		if err := d.f.Close(); err != nil {
+			return fmt.Errorf("file sink: close %s: %w", d.from, err)
+		}
+		d.f = nil
+	}
+	if err := fs.Rename(d.from, d.to); err != nil {
+		return fmt.Errorf("file sink: pre-commit %s: %w", d.to, err)
+	}
+	if err := syncDir(fs, dir); err != nil {
+		return err
+	}
+	d.done = true
+	return nil
 }
 
 func (s *fileSink[T]) path(name string) string { return s.cfg.FS.PathJoin(s.cfg.Dir, name) }
@@ -169,17 +216,15 @@ func (s *fileSink[T]) Write(v T) error {
 	return nil
 }
 
-// Snapshot pre-commits: the in-progress file is flushed here and synced and
-// renamed to its pending name in the asynchronous part, before the task
+// Snapshot pre-commits: the in-progress file is flushed here, and synced
+// and renamed to its pending name in the asynchronous part, before the task
 // acknowledges the checkpoint.
 func (s *fileSink[T]) Snapshot(id checkpoint.ID) (operator.Async, error) {
-	var f vfs.File
-	var from string
 	if s.w != nil {
 		if err := s.w.Flush(); err != nil {
 			return nil, fmt.Errorf("file sink: flush %s: %w", s.path(s.name), err)
 		}
-		f, from = s.f, s.path(s.name)
+		s.detached = append(s.detached, &detachedFile{f: s.f, from: s.path(s.name), to: s.path(pendingName(s.ctx.Subtask, id)), id: id})
 		s.f, s.w = nil, nil
 		s.pending = append(s.pending, id)
 	}
@@ -189,20 +234,10 @@ func (s *fileSink[T]) Snapshot(id checkpoint.ID) (operator.Async, error) {
 	}
 	kind, blob := state.EncodeList(state.Union, "pending", items)
 	c := s.ctx
-	to := s.path(pendingName(c.Subtask, id))
+	todo := slices.Clone(s.detached)
 	return func(w operator.Writer) ([]checkpoint.Handle, error) {
-		if f != nil {
-			if err := f.Sync(); err != nil {
-				f.Close()
-				return nil, fmt.Errorf("file sink: sync %s: %w", from, err)
-			}
-			if err := f.Close(); err != nil {
-				return nil, fmt.Errorf("file sink: close %s: %w", from, err)
-			}
-			if err := s.cfg.FS.Rename(from, to); err != nil {
-				return nil, fmt.Errorf("file sink: pre-commit %s: %w", to, err)
-			}
-			if err := syncDir(s.cfg.FS, s.cfg.Dir); err != nil {
+		for _, d := range todo {
+			if err := d.preCommit(s.cfg.FS, s.cfg.Dir); err != nil {
 				return nil, err
 			}
 		}
@@ -227,6 +262,8 @@ func (s *fileSink[T]) NotifyComplete(id checkpoint.ID) error {
 		committed = true
 	}
 	s.pending = keep
+	// A completed checkpoint ran the pre-commit of every file up to it.
+	s.detached = slices.DeleteFunc(s.detached, func(d *detachedFile) bool { return d.id <= id })
 	if committed {
 		return s.syncDir()
 	}
@@ -236,6 +273,11 @@ func (s *fileSink[T]) NotifyComplete(id checkpoint.ID) error {
 // Finish commits everything: the input has ended and, with checkpoints,
 // the final checkpoint has completed.
 func (s *fileSink[T]) Finish() error {
+	for _, d := range s.detached {
+		if err := d.preCommit(s.cfg.FS, s.cfg.Dir); err != nil {
+			return err
+		}
+	}
 	if err := s.NotifyComplete(^checkpoint.ID(0)); err != nil {
 		return err
 	}
@@ -262,6 +304,14 @@ func (s *fileSink[T]) Finish() error {
 func (s *fileSink[T]) NotifyAborted(checkpoint.ID) {}
 
 func (s *fileSink[T]) Close() error {
+	for _, d := range s.detached {
+		d.mu.Lock()
+		if d.f != nil {
+			d.f.Close()
+			d.f, d.closed = nil, true
+		}
+		d.mu.Unlock()
+	}
 	if s.f != nil {
 		err := s.f.Close()
 		s.f, s.w = nil, nil

@@ -52,7 +52,9 @@ func Build(o Options) (*weir.Environment, error) {
 		o.FS = vfs.Default
 	}
 	cc := o.Checkpoint
-	cc.FS = o.FS
+	if cc.FS == nil {
+		cc.FS = o.FS
+	}
 	env := weir.New(weir.Config{
 		Job: "wordcount", Parallelism: o.Parallelism, Checkpoint: cc, Restore: o.Restore,
 		Restart: o.Restart, Logger: o.Logger, OnEvent: o.OnEvent,
