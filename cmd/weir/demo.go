@@ -62,9 +62,9 @@ func demo(ctx context.Context, w io.Writer, files, lines int, keep bool) error {
 	}
 	fmt.Fprintf(w, "1. generated %d files, %d lines, %d words (%d distinct)\n", files, files*lines, total, len(want))
 
-	// The crash is armed once three checkpoints have completed, so the
+	// The crash is armed once two checkpoints have completed, so the
 	// recovery restores real state and rewinds the sources mid-file.
-	const crashAfterCheckpoints = 3
+	const crashAfterCheckpoints = 2
 	var armed atomic.Bool
 	var counted, crashed atomic.Int64
 	var checkpoints, restarts atomic.Int64

@@ -1,0 +1,261 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/weirstream/weir/examples/wordcount"
+)
+
+var weirBin string
+
+// TestMain builds the weir binary once: these tests run it as a user does,
+// and kill it.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "weir-bin-")
+	if err != nil {
+		panic(err)
+	}
+	weirBin = filepath.Join(dir, "weir")
+	if out, err := exec.Command("go", "build", "-o", weirBin, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build weir: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type job struct {
+	dir, input, output, ckpt string
+	want                     map[string]int64
+}
+
+func newJob(t *testing.T, files, lines int) *job {
+	t.Helper()
+	dir := t.TempDir()
+	paths, err := writeCorpus(dir, files, lines)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := wordcount.Expected(vfs.Default, paths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &job{dir: dir, input: filepath.Join(dir, "input", "*.txt"), output: filepath.Join(dir, "output"), ckpt: filepath.Join(dir, "ckpt"), want: want}
+}
+
+func (j *job) command(extra ...string) (*exec.Cmd, *bytes.Buffer) {
+	args := append([]string{"run", "wordcount", "--input", j.input, "--output", j.output, "--checkpoint-dir", j.ckpt,
+		"--parallelism", "2", "--log-level", "info"}, extra...)
+	cmd := exec.Command(weirBin, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	return cmd, &stderr
+}
+
+// TestKill9AndRestoreLatest kills the word count with SIGKILL at random
+// moments, restarts it with --restore latest each time until it finishes,
+// and checks the committed output by counting: no count lost, none twice.
+func TestKill9AndRestoreLatest(t *testing.T) {
+	j := newJob(t, 4, 250_000)
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 9))
+	kills, runs := 0, 0
+	for {
+		var extra []string
+		if runs > 0 {
+			extra = []string{"--restore", "latest"}
+		}
+		cmd, stderr := j.command(append(extra, "--checkpoint-interval", "50ms")...)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		runs++
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		var kill <-chan time.Time
+		if kills < 4 {
+			// The moment of the kill is the fault being injected, not a
+			// wait for a condition.
+			kill = time.After(time.Duration(80+rng.IntN(400)) * time.Millisecond)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("run %d failed: %v\n%s", runs, err, stderr)
+			}
+			if kills < 3 {
+				t.Fatalf("the job finished after only %d kills; the test needs a larger input", kills)
+			}
+			rep, err := wordcount.Verify(vfs.Default, j.output, j.want, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !rep.OK() {
+				t.Fatalf("after %d kills: %v\nlast run's log:\n%s", kills, rep, stderr)
+			}
+			t.Logf("%d runs, %d kill -9s: %v", runs, kills, rep)
+			return
+		case <-kill:
+			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			<-done
+			kills++
+		}
+	}
+}
+
+// completed lists the ids of checkpoints with metadata, ascending.
+func completed(t *testing.T, jobDir string) []string {
+	names, _ := os.ReadDir(jobDir)
+	var out []string
+	for _, n := range names {
+		if _, err := os.Stat(filepath.Join(jobDir, n.Name(), "_metadata")); err == nil {
+			out = append(out, n.Name())
+		}
+	}
+	id := func(name string) int { n, _ := strconv.Atoi(strings.TrimPrefix(name, "chk-")); return n }
+	slices.SortFunc(out, func(a, b string) int { return id(a) - id(b) })
+	return out
+}
+
+// TestDamagedLatestMetadataFallsBack: with the latest checkpoint's metadata
+// damaged, --restore latest names the damaged file and restores the
+// previous checkpoint; nothing is lost.
+func TestDamagedLatestMetadataFallsBack(t *testing.T) {
+	j := newJob(t, 4, 150_000)
+	cmd, stderr := j.command("--checkpoint-interval", "30ms", "--checkpoints-retained", "3")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	jobDir := filepath.Join(j.ckpt, "wordcount")
+	deadline := time.Now().Add(time.Minute)
+	for len(completed(t, jobDir)) < 2 {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("no two checkpoints within a minute:\n%s", stderr)
+		}
+		time.Sleep(5 * time.Millisecond) // polling a condition
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	chks := completed(t, jobDir)
+	latest, previous := chks[len(chks)-1], chks[len(chks)-2]
+	meta := filepath.Join(jobDir, latest, "_metadata")
+	data, err := os.ReadFile(meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)/2] ^= 0x40
+	if err := os.WriteFile(meta, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	cmd, stderr = j.command("--restore", "latest")
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("restore after damage: %v\n%s", err, stderr)
+	}
+	log := stderr.String()
+	if !strings.Contains(log, meta) || !strings.Contains(log, "checksum mismatch") {
+		t.Fatalf("the log does not name the damaged file %s:\n%s", meta, log)
+	}
+	if want := "restored from checkpoint " + strings.TrimPrefix(previous, "chk-"); !strings.Contains(log, want) {
+		t.Fatalf("want %q in the log:\n%s", want, log)
+	}
+	// Restoring an older checkpoint replays what the damaged one had
+	// committed: duplicates are expected, loss is not.
+	rep, err := wordcount.Verify(vfs.Default, j.output, j.want, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Lost != 0 || rep.Unexpected != 0 {
+		t.Fatalf("lost output after falling back: %v", rep)
+	}
+	t.Logf("damaged %s, restored %s: %v", latest, previous, rep)
+}
+
+func TestBadInvocationsFailClearly(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.txt")
+	os.WriteFile(in, []byte("a b\n"), 0o644)
+	notChk := filepath.Join(dir, "elsewhere")
+	os.Mkdir(notChk, 0o755)
+	base := []string{"run", "wordcount", "--input", in, "--output", filepath.Join(dir, "out")}
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "wordcount", "--output", dir}, "--input and --output are required"},
+		{append(base, "--mode", "twice"), `checkpoint mode "twice"`},
+		{append(base, "--mode", "exactly-once"), "--checkpoint-dir is required"},
+		{[]string{"run", "wordcount", "--input", filepath.Join(dir, "missing.txt"), "--output", dir, "--mode", "none"}, "missing.txt"},
+		{[]string{"run", "wordcount", "--input", filepath.Join(dir, "*.csv"), "--output", dir, "--mode", "none"}, "matches no file"},
+		{append(base, "--checkpoint-dir", dir, "--restore", notChk), "not a checkpoint"},
+		{append(base, "--checkpoint-dir", dir, "--checkpoint-interval", "0s"), "checkpoint interval is 0s"},
+		{append(base, "--checkpoint-dir", dir, "--checkpoint-min-pause", "1s", "--checkpoint-max-concurrent", "2"), "needs max concurrent checkpoints 1"},
+		{append(base, "--parallelism", "0", "--mode", "none"), "--parallelism 0"},
+	}
+	for _, c := range cases {
+		out, err := exec.Command(weirBin, c.args...).CombinedOutput()
+		if err == nil {
+			t.Errorf("weir %v succeeded; want an error", c.args)
+			continue
+		}
+		if !strings.Contains(string(out), c.want) {
+			t.Errorf("weir %v said %q; want it to mention %q", c.args, out, c.want)
+		}
+	}
+}
+
+func TestRestoreLatestWithNothingToRestore(t *testing.T) {
+	j := newJob(t, 1, 200)
+	// A killed run's leftovers: an incomplete checkpoint and a stray
+	// in-progress output file.
+	os.MkdirAll(filepath.Join(j.ckpt, "wordcount", "chk-3"), 0o755)
+	os.MkdirAll(j.output, 0o755)
+	os.WriteFile(filepath.Join(j.output, ".part-0-1-1.inprogress"), []byte("stray\t1\n"), 0o644)
+	cmd, stderr := j.command("--restore", "latest")
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	if !strings.Contains(stderr.String(), "no completed checkpoint") || !strings.Contains(stderr.String(), "starting from the beginning") {
+		t.Fatalf("it did not say it starts from the beginning:\n%s", stderr)
+	}
+	if _, err := os.Stat(filepath.Join(j.ckpt, "wordcount", "chk-3")); !os.IsNotExist(err) {
+		t.Fatalf("the incomplete checkpoint was left behind: %v", err)
+	}
+	rep, err := wordcount.Verify(vfs.Default, j.output, j.want, false)
+	if err != nil || !rep.OK() {
+		t.Fatalf("%v %v", rep, err)
+	}
+	if _, err := os.Stat(filepath.Join(j.output, ".part-0-1-1.inprogress")); !os.IsNotExist(err) {
+		t.Fatal("the stray in-progress file was left behind")
+	}
+}
+
+func TestDemo(t *testing.T) {
+	var out bytes.Buffer
+	cmd := exec.Command(weirBin, "demo")
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("demo failed: %v\n%s", err, &out)
+	}
+	for _, want := range []string{"FAILURE: task count#", "recovering in", "VERDICT: exactly-once holds"} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("demo output lacks %q:\n%s", want, &out)
+		}
+	}
+}
