@@ -206,6 +206,9 @@ func (t *task) wait(ctx context.Context, ready <-chan struct{}, wakeAt time.Time
 	return nil
 }
 
+// drainMailbox handles every waiting control message. It also notices the
+// end of ctx: a task that never waits (its input always ready, its output
+// never full) would not see it otherwise.
 func (t *task) drainMailbox(ctx context.Context) error {
 	for {
 		select {
@@ -213,6 +216,8 @@ func (t *task) drainMailbox(ctx context.Context) error {
 			if err := t.control(ctx, m); err != nil || t.finished {
 				return err
 			}
+		case <-ctx.Done():
+			return context.Cause(ctx)
 		default:
 			return nil
 		}
