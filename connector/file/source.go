@@ -236,9 +236,18 @@ func (l *lineReader) Read(out weir.Collector[string]) (operator.PollResult, erro
 }
 
 // readLine reads through the next newline; for a split that does not start
-// the file, the first call is made one byte before Start.
+// the file, the first call is made one byte before Start. The line aliases
+// the reader's buffer unless it is longer than the buffer: it is valid until
+// the next read.
 func (l *lineReader) readLine(s *split) ([]byte, error) {
-	var line []byte
+	frag, err := l.r.ReadSlice('\n')
+	if !errors.Is(err, bufio.ErrBufferFull) {
+		if err != nil && !errors.Is(err, io.EOF) {
+			err = fmt.Errorf("input %s at byte %d: %w", s.Path, s.Pos, err)
+		}
+		return frag, err
+	}
+	line := append([]byte(nil), frag...)
 	for {
 		frag, err := l.r.ReadSlice('\n')
 		line = append(line, frag...)

@@ -1,0 +1,118 @@
+package wordcount
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/weirstream/weir"
+	"github.com/weirstream/weir/runtime"
+)
+
+var (
+	benchOnce  sync.Once
+	benchDir   string
+	benchWords int64
+)
+
+// benchCorpus writes, once per process, 8 files of 250,000 lines (about 16
+// million words over a 2,000-word vocabulary).
+func benchCorpus(b *testing.B) string {
+	benchOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "weir-bench-")
+		if err != nil {
+			b.Fatal(err)
+		}
+		benchDir = dir
+		for f := range 8 {
+			var sb strings.Builder
+			for i := range 250_000 {
+				for w := range 8 {
+					if w > 0 {
+						sb.WriteByte(' ')
+					}
+					fmt.Fprintf(&sb, "Word%d", (i*7+w*131+f)%2000)
+				}
+				sb.WriteByte('\n')
+				benchWords += 8
+			}
+			if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("in-%d.txt", f)), []byte(sb.String()), 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	return benchDir
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkWordCount reports words per second of wall time, words per
+// second of CPU time (per core actually used), allocations per word, and
+// the p50 and p99 checkpoint duration.
+//
+//	go test ./examples/wordcount -run '^$' -bench WordCount -benchtime 3x
+func BenchmarkWordCount(b *testing.B) {
+	for _, c := range []struct {
+		name     string
+		mode     runtime.Mode
+		interval time.Duration
+	}{
+		{"checkpoints=off", runtime.None, 0},
+		{"checkpoints=1s", runtime.ExactlyOnce, time.Second},
+		{"checkpoints=100ms", runtime.ExactlyOnce, 100 * time.Millisecond},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			in := benchCorpus(b)
+			var durations []time.Duration
+			var mallocs uint64
+			var cpu time.Duration
+			var ms goruntime.MemStats
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				b.StopTimer()
+				out := filepath.Join(b.TempDir(), fmt.Sprint("out", i))
+				env, err := Build(Options{Input: filepath.Join(in, "in-*.txt"), Output: out, Parallelism: 2,
+					Checkpoint: weir.CheckpointConfig{Mode: c.mode, Interval: c.interval, Dir: filepath.Join(b.TempDir(), "ckpt")}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				goruntime.ReadMemStats(&ms)
+				m0, c0 := ms.Mallocs, cpuTime()
+				b.StartTimer()
+				res, err := env.Execute(context.Background())
+				b.StopTimer()
+				goruntime.ReadMemStats(&ms)
+				mallocs += ms.Mallocs - m0
+				cpu += cpuTime() - c0
+				if err != nil {
+					b.Fatal(err)
+				}
+				durations = append(durations, res.Durations...)
+				os.RemoveAll(out)
+				b.StartTimer()
+			}
+			words := float64(benchWords) * float64(b.N)
+			b.ReportMetric(words/b.Elapsed().Seconds(), "words/s")
+			b.ReportMetric(words/cpu.Seconds(), "words/cpu-s")
+			b.ReportMetric(float64(mallocs)/words, "allocs/word")
+			if len(durations) > 0 {
+				slices.Sort(durations)
+				b.ReportMetric(float64(durations[len(durations)/2].Microseconds())/1000, "ckpt-p50-ms")
+				b.ReportMetric(float64(durations[len(durations)*99/100].Microseconds())/1000, "ckpt-p99-ms")
+				b.ReportMetric(float64(len(durations))/float64(b.N), "ckpts/run")
+			}
+		})
+	}
+}
