@@ -193,12 +193,8 @@ func (k *keyed[K, Out]) setKey(key K) bool {
 }
 
 func (k *keyed[K, Out]) Snapshot(checkpoint.ID) (operator.Async, error) {
-	encode := k.kctx.backend.Snapshot()
 	oc := k.kctx.op
-	return func(w operator.Writer) ([]checkpoint.Handle, error) {
-		h, err := w.Write(checkpoint.Handle{Operator: oc.UID, Subtask: oc.Subtask, Parallelism: oc.Parallelism, Kind: state.KindKeyed, KeyGroups: oc.KeyGroups}, encode())
-		return []checkpoint.Handle{h}, err
-	}, nil
+	return oc.WriteState(state.KindKeyed, oc.KeyGroups, k.kctx.backend.Snapshot()), nil
 }
 
 func (k *keyed[K, Out]) NextTimer() (time.Time, bool) { return k.kctx.timers.Next() }

@@ -203,33 +203,16 @@ func Union[T any](name string, streams []*Stream[T], opts ...Option) *Stream[T] 
 	env := streams[0].env
 	n := &node{}
 	n.instance = func(c *chain, next any) (operator.Operator, any) {
-		return &unionOp[T]{out: next.(Collector[T]), n: n, c: c}, nil
+		op := &mapOp[T, T]{f: func(v T) T { return v }, out: next.(Collector[T])}
+		return op, Collector[T](op)
 	}
-	n.head = func(op operator.Operator, _ any, _ *chain) any { return op }
+	// Every input carries []T: the single-input head serves.
+	n.head = headOf[T](n)
 	ins := make([]func(int) (graph.Input, inputSpec), len(streams))
 	for i, s := range streams {
 		ins[i] = s.input
 	}
 	return addOp[T](env, name, opts, n, ins...)
-}
-
-type unionOp[T any] struct {
-	operator.Base
-	out Collector[T]
-	n   *node
-	c   *chain
-}
-
-func (u *unionOp[T]) ProcessBatch(_ int, batch any) error {
-	b := batch.([]T)
-	u.n.records.Add(int64(len(b)))
-	for _, v := range b {
-		u.out.Collect(v)
-		if u.c.err != nil {
-			return u.c.err
-		}
-	}
-	return nil
 }
 
 // SourceReader reads a source's records for one subtask. Its operator

@@ -13,6 +13,7 @@ import (
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/internal/keygroup"
+	"github.com/weirstream/weir/state"
 )
 
 // Context is what an operator instance gets at Open.
@@ -77,6 +78,22 @@ type Timed interface {
 	NextTimer() (time.Time, bool)
 	// FireTimers fires every timer at or before now.
 	FireTimers(now time.Time) error
+}
+
+// WriteState returns the asynchronous part of a snapshot that writes one
+// piece of this subtask's state: encode runs on the writer's goroutine.
+func (c *Context) WriteState(kind string, groups keygroup.Range, encode func() []byte) Async {
+	return func(w Writer) ([]checkpoint.Handle, error) {
+		h, err := w.Write(checkpoint.Handle{Operator: c.UID, Subtask: c.Subtask, Parallelism: c.Parallelism, Kind: kind, KeyGroups: groups}, encode())
+		return []checkpoint.Handle{h}, err
+	}
+}
+
+// SnapshotList returns the asynchronous part that writes operator list
+// state name; restore it with state.RestoreList.
+func (c *Context) SnapshotList(d state.Distribution, name string, items [][]byte) Async {
+	kind, blob := state.EncodeList(d, name, items)
+	return c.WriteState(kind, keygroup.Empty, func() []byte { return blob })
 }
 
 // Base implements Operator with no state and no effects; embed it.

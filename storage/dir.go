@@ -255,8 +255,11 @@ func (d *Dir) writeFile(path string, data []byte) (err error) {
 	return f.Sync()
 }
 
-func (d *Dir) syncDir(dir string) error {
-	f, err := d.fs.OpenDir(dir)
+func (d *Dir) syncDir(dir string) error { return SyncDir(d.fs, dir) }
+
+// SyncDir makes the entries of directory dir durable (fsync).
+func SyncDir(fs vfs.FS, dir string) error {
+	f, err := fs.OpenDir(dir)
 	if err != nil {
 		return fmt.Errorf("open directory %s: %w", dir, err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/operator"
 	"github.com/weirstream/weir/state"
+	"github.com/weirstream/weir/storage"
 )
 
 // SinkConfig configures Sink.
@@ -102,8 +103,8 @@ func (d *detachedFile) preCommit(fs vfs.FS, dir string) error {
 	if err := fs.Rename(d.from, d.to); err != nil {
 		return fmt.Errorf("file sink: pre-commit %s: %w", d.to, err)
 	}
-	if err := syncDir(fs, dir); err != nil {
-		return err
+	if err := storage.SyncDir(fs, dir); err != nil {
+		return fmt.Errorf("file sink: %w", err)
 	}
 	d.done = true
 	return nil
@@ -232,8 +233,7 @@ func (s *fileSink[T]) Snapshot(id checkpoint.ID) (operator.Async, error) {
 	for i, p := range s.pending {
 		items[i] = encodePending(s.ctx.Subtask, p)
 	}
-	kind, blob := state.EncodeList(state.Union, "pending", items)
-	c := s.ctx
+	write := s.ctx.SnapshotList(state.Union, "pending", items)
 	todo := slices.Clone(s.detached)
 	return func(w operator.Writer) ([]checkpoint.Handle, error) {
 		for _, d := range todo {
@@ -241,8 +241,7 @@ func (s *fileSink[T]) Snapshot(id checkpoint.ID) (operator.Async, error) {
 				return nil, err
 			}
 		}
-		h, err := w.Write(checkpoint.Handle{Operator: c.UID, Subtask: c.Subtask, Parallelism: c.Parallelism, Kind: kind}, blob)
-		return []checkpoint.Handle{h}, err
+		return write(w)
 	}, nil
 }
 
@@ -320,16 +319,9 @@ func (s *fileSink[T]) Close() error {
 	return nil
 }
 
-func (s *fileSink[T]) syncDir() error { return syncDir(s.cfg.FS, s.cfg.Dir) }
-
-func syncDir(fs vfs.FS, dir string) error {
-	d, err := fs.OpenDir(dir)
-	if err != nil {
-		return fmt.Errorf("file sink: open %s: %w", dir, err)
+func (s *fileSink[T]) syncDir() error {
+	if err := storage.SyncDir(s.cfg.FS, s.cfg.Dir); err != nil {
+		return fmt.Errorf("file sink: %w", err)
 	}
-	if err := d.Sync(); err != nil {
-		d.Close()
-		return fmt.Errorf("file sink: sync %s: %w", dir, err)
-	}
-	return d.Close()
+	return nil
 }

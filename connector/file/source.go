@@ -303,12 +303,7 @@ func (l *lineReader) Snapshot(checkpoint.ID) (operator.Async, error) {
 	for i, s := range l.mine {
 		items[i] = s.encode()
 	}
-	kind, blob := state.EncodeList(state.Split, "splits", items)
-	c := l.ctx
-	return func(w operator.Writer) ([]checkpoint.Handle, error) {
-		h, err := w.Write(checkpoint.Handle{Operator: c.UID, Subtask: c.Subtask, Parallelism: c.Parallelism, Kind: kind}, blob)
-		return []checkpoint.Handle{h}, err
-	}, nil
+	return l.ctx.SnapshotList(state.Split, "splits", items), nil
 }
 
 func (l *lineReader) Close() error { return l.closeFile() }

@@ -109,10 +109,5 @@ func (r *reader[T]) Snapshot(checkpoint.ID) (operator.Async, error) {
 	for i, s := range r.strides {
 		items[i] = binary.AppendVarint(binary.AppendVarint(nil, s.Next), s.Step)
 	}
-	kind, blob := state.EncodeList(state.Split, "strides", items)
-	c := r.ctx
-	return func(w operator.Writer) ([]checkpoint.Handle, error) {
-		h, err := w.Write(checkpoint.Handle{Operator: c.UID, Subtask: c.Subtask, Parallelism: c.Parallelism, Kind: kind}, blob)
-		return []checkpoint.Handle{h}, err
-	}, nil
+	return r.ctx.SnapshotList(state.Split, "strides", items), nil
 }

@@ -56,14 +56,15 @@ type panicAt struct {
 func (p *panicAt) before(string) {
 	p.mu.Lock()
 	p.n++
-	hit := p.at[p.n]
+	n := p.n
+	hit := p.at[n]
 	if hit {
-		delete(p.at, p.n)
+		delete(p.at, n)
 		p.fired++
 	}
 	p.mu.Unlock()
 	if hit {
-		panic(fmt.Sprintf("injected failure at word %d", p.n))
+		panic(fmt.Sprintf("injected failure at word %d", n))
 	}
 }
 

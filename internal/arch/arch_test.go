@@ -25,7 +25,7 @@ var layers = map[string]int{
 	"graph":               11,
 	"codec":               20,
 	"storage":             21,
-	"operator":            21,
+	"operator":            22,
 	"state":               21,
 	"state/heap":          22,
 	"runtime":             30,

@@ -150,6 +150,14 @@ func (c *cow[K, E]) write() map[K]E {
 	return c.groups[g]
 }
 
+// delete removes k from the current group, copying the group first only if
+// k is there.
+func (c *cow[K, E]) delete(k K) {
+	if _, ok := c.read()[k]; ok {
+		delete(c.write(), k)
+	}
+}
+
 func (c *cow[K, E]) freezeWith(appendEntry func(dst []byte, k K, e E) []byte) func([]byte, int) []byte {
 	frozen := slices.Clone(c.groups)
 	for i := range c.shared {
@@ -200,11 +208,7 @@ func NewValue[K comparable, V any](b *Backend, name string, kc codec.Codec[K], v
 
 func (t *Value[K, V]) Get(k K) (V, bool) { v, ok := t.read()[k]; return v, ok }
 func (t *Value[K, V]) Put(k K, v V)      { t.write()[k] = v }
-func (t *Value[K, V]) Delete(k K) {
-	if _, ok := t.read()[k]; ok {
-		delete(t.write(), k)
-	}
-}
+func (t *Value[K, V]) Delete(k K)        { t.delete(k) }
 
 func (t *Value[K, V]) freeze() func([]byte, int) []byte {
 	return t.freezeWith(func(dst []byte, k K, v V) []byte { return t.vc.Append(t.kc.Append(dst, k), v) })
@@ -259,11 +263,7 @@ func (t *List[K, V]) Update(k K, vs []V) {
 	t.write()[k] = slices.Clip(slices.Clone(vs))
 }
 
-func (t *List[K, V]) Delete(k K) {
-	if _, ok := t.read()[k]; ok {
-		delete(t.write(), k)
-	}
-}
+func (t *List[K, V]) Delete(k K) { t.delete(k) }
 
 func (t *List[K, V]) freeze() func([]byte, int) []byte {
 	return t.freezeWith(func(dst []byte, k K, vs []V) []byte {
@@ -351,15 +351,11 @@ func (t *Map[K, UK, V]) Remove(k K, uk UK) {
 	w := t.writable(k)
 	delete(w.m, uk)
 	if len(w.m) == 0 {
-		delete(t.write(), k)
+		t.delete(k)
 	}
 }
 
-func (t *Map[K, UK, V]) Delete(k K) {
-	if _, ok := t.read()[k]; ok {
-		delete(t.write(), k)
-	}
-}
+func (t *Map[K, UK, V]) Delete(k K) { t.delete(k) }
 
 // writable returns k's inner map, cloned if a snapshot may read it.
 func (t *Map[K, UK, V]) writable(k K) *inner[UK, V] {
@@ -466,10 +462,7 @@ func (t *Timers[K]) Register(k K, at time.Time) {
 
 // Delete removes key k's timer at time at, if any.
 func (t *Timers[K]) Delete(k K, at time.Time) {
-	tm := timer[K]{atMillis: at.UnixMilli(), key: k}
-	if _, ok := t.read()[tm]; ok {
-		delete(t.write(), tm) // the queue entry is dropped when it surfaces
-	}
+	t.delete(timer[K]{atMillis: at.UnixMilli(), key: k}) // its queue entry is dropped when it surfaces
 }
 
 // Next is the earliest timer.
