@@ -136,44 +136,16 @@ func (h *head[In]) ProcessBatch(_ int, batch any) error {
 
 // Map applies f to every record.
 func Map[In, Out any](s *Stream[In], name string, f func(In) Out, opts ...Option) *Stream[Out] {
-	n := &node{}
-	n.instance = func(c *chain, next any) (operator.Operator, any) {
-		op := &mapOp[In, Out]{f: f, out: next.(Collector[Out])}
-		return op, Collector[In](op)
-	}
-	n.head = headOf[In](n)
-	return addOp[Out](s.env, name, opts, n, s.input)
+	return FlatMap(s, name, func(v In, out Collector[Out]) { out.Collect(f(v)) }, opts...)
 }
-
-type mapOp[In, Out any] struct {
-	operator.Base
-	f   func(In) Out
-	out Collector[Out]
-}
-
-func (m *mapOp[In, Out]) Collect(v In) { m.out.Collect(m.f(v)) }
 
 // Filter keeps the records for which keep is true.
 func Filter[T any](s *Stream[T], name string, keep func(T) bool, opts ...Option) *Stream[T] {
-	n := &node{}
-	n.instance = func(c *chain, next any) (operator.Operator, any) {
-		op := &filterOp[T]{keep: keep, out: next.(Collector[T])}
-		return op, Collector[T](op)
-	}
-	n.head = headOf[T](n)
-	return addOp[T](s.env, name, opts, n, s.input)
-}
-
-type filterOp[T any] struct {
-	operator.Base
-	keep func(T) bool
-	out  Collector[T]
-}
-
-func (f *filterOp[T]) Collect(v T) {
-	if f.keep(v) {
-		f.out.Collect(v)
-	}
+	return FlatMap(s, name, func(v T, out Collector[T]) {
+		if keep(v) {
+			out.Collect(v)
+		}
+	}, opts...)
 }
 
 // FlatMap calls f for every record; f emits any number of records.
@@ -203,7 +175,7 @@ func Union[T any](name string, streams []*Stream[T], opts ...Option) *Stream[T] 
 	env := streams[0].env
 	n := &node{}
 	n.instance = func(c *chain, next any) (operator.Operator, any) {
-		op := &mapOp[T, T]{f: func(v T) T { return v }, out: next.(Collector[T])}
+		op := &flatMapOp[T, T]{f: func(v T, out Collector[T]) { out.Collect(v) }, out: next.(Collector[T])}
 		return op, Collector[T](op)
 	}
 	// Every input carries []T: the single-input head serves.
