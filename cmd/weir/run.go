@@ -27,8 +27,10 @@ type checkpointFlags struct {
 	retained          int
 	retainOnCancel    bool
 	restore           string
+	restartStrategy   string
 	restartAttempts   int
 	restartDelay      time.Duration
+	restartMaxDelay   time.Duration
 }
 
 func (f *checkpointFlags) add(cmd *cobra.Command) {
@@ -43,8 +45,10 @@ func (f *checkpointFlags) add(cmd *cobra.Command) {
 	fl.IntVar(&f.retained, "checkpoints-retained", 1, "completed checkpoints kept")
 	fl.BoolVar(&f.retainOnCancel, "retain-on-cancel", true, "keep checkpoints when the job is cancelled (Ctrl-C), to resume with --restore latest")
 	fl.StringVar(&f.restore, "restore", "", `start from a checkpoint: "latest" (in --checkpoint-dir) or the path of a chk-<id> directory`)
-	fl.IntVar(&f.restartAttempts, "restart-attempts", 10, "restarts after a failure inside the process before giving up")
-	fl.DurationVar(&f.restartDelay, "restart-delay", time.Second, "delay before a restart")
+	fl.StringVar(&f.restartStrategy, "restart-strategy", "fixed-delay", "after a failure inside the process: fixed-delay, exponential-backoff or none")
+	fl.IntVar(&f.restartAttempts, "restart-attempts", 10, "consecutive restarts before giving up (a completed checkpoint resets the count)")
+	fl.DurationVar(&f.restartDelay, "restart-delay", time.Second, "delay before a restart (the first one, with exponential-backoff)")
+	fl.DurationVar(&f.restartMaxDelay, "restart-max-delay", time.Minute, "longest delay of exponential-backoff")
 }
 
 func (f *checkpointFlags) config() (weir.CheckpointConfig, runtime.RestartStrategy, error) {
@@ -61,10 +65,24 @@ func (f *checkpointFlags) config() (weir.CheckpointConfig, runtime.RestartStrate
 	if f.restartAttempts < 0 || f.restartDelay < 0 {
 		return weir.CheckpointConfig{}, nil, fmt.Errorf("--restart-attempts and --restart-delay must not be negative")
 	}
+	var restart runtime.RestartStrategy
+	switch f.restartStrategy {
+	case "fixed-delay":
+		restart = runtime.FixedDelay{Delay: f.restartDelay, MaxAttempts: f.restartAttempts}
+	case "exponential-backoff":
+		if f.restartDelay <= 0 || f.restartMaxDelay < f.restartDelay {
+			return weir.CheckpointConfig{}, nil, fmt.Errorf("--restart-strategy exponential-backoff needs 0 < --restart-delay (%v) ≤ --restart-max-delay (%v)", f.restartDelay, f.restartMaxDelay)
+		}
+		restart = runtime.ExponentialBackoff{Initial: f.restartDelay, Max: f.restartMaxDelay, MaxAttempts: f.restartAttempts}
+	case "none":
+		restart = runtime.NoRestart{}
+	default:
+		return weir.CheckpointConfig{}, nil, fmt.Errorf("--restart-strategy %q: want fixed-delay, exponential-backoff or none", f.restartStrategy)
+	}
 	return weir.CheckpointConfig{
 		Mode: mode, Interval: f.interval, MinPause: f.minPause, Timeout: f.timeout, MaxConcurrent: f.maxConcurrent,
 		TolerableFailures: f.tolerable, Retained: f.retained, RetainOnCancel: f.retainOnCancel, Dir: f.dir,
-	}, runtime.FixedDelay{Delay: f.restartDelay, MaxAttempts: f.restartAttempts}, nil
+	}, restart, nil
 }
 
 func newRun() *cobra.Command {
