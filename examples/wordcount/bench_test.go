@@ -59,8 +59,9 @@ func cpuTime() time.Duration {
 }
 
 // BenchmarkWordCount reports words per second of wall time, words per
-// second of CPU time (per core actually used), allocations per word, and
-// the p50 and p99 checkpoint duration.
+// second of CPU time (per core actually used), allocations per word, the
+// p50 and p99 checkpoint duration (trigger to completion) and the longest
+// synchronous snapshot part of any task.
 //
 //	go test ./examples/wordcount -run '^$' -bench WordCount -benchtime 3x
 func BenchmarkWordCount(b *testing.B) {
@@ -76,6 +77,7 @@ func BenchmarkWordCount(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			in := benchCorpus(b)
 			var durations []time.Duration
+			var syncMax time.Duration
 			var mallocs uint64
 			var cpu time.Duration
 			var ms goruntime.MemStats
@@ -100,6 +102,7 @@ func BenchmarkWordCount(b *testing.B) {
 					b.Fatal(err)
 				}
 				durations = append(durations, res.Durations...)
+				syncMax = max(syncMax, res.MaxSyncSnapshot)
 				os.RemoveAll(out)
 				b.StartTimer()
 			}
@@ -112,6 +115,7 @@ func BenchmarkWordCount(b *testing.B) {
 				b.ReportMetric(float64(durations[len(durations)/2].Microseconds())/1000, "ckpt-p50-ms")
 				b.ReportMetric(float64(durations[len(durations)*99/100].Microseconds())/1000, "ckpt-p99-ms")
 				b.ReportMetric(float64(len(durations))/float64(b.N), "ckpts/run")
+				b.ReportMetric(float64(syncMax.Microseconds())/1000, "sync-max-ms")
 			}
 		})
 	}
