@@ -3,8 +3,8 @@ package state
 import (
 	"encoding/binary"
 	"errors"
-	"hash/crc32"
 	"fmt"
+	"hash/crc32"
 	"slices"
 	"testing"
 
