@@ -343,3 +343,8 @@ func TestRestoreAtAnotherParallelism(t *testing.T) {
 		t.Fatalf("after rescaling 2 → 3: %v %v", rep, err)
 	}
 }
+
+// newRateLimited is a generator of count records at rate per second.
+func newRateLimited(rate float64, count int64) (func() weir.SourceReader[int64], error) {
+	return generator.New(generator.Config[int64]{Count: count, RatePerSecond: rate, Make: func(i int64) int64 { return i }, BatchSize: 64})
+}
