@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -89,6 +90,7 @@ func newRun() *cobra.Command {
 	run := &cobra.Command{Use: "run", Short: "Run a built-in job"}
 	var input, output string
 	var parallelism int
+	var progressEvery time.Duration
 	var cf checkpointFlags
 	wc := &cobra.Command{
 		Use:   "wordcount",
@@ -106,11 +108,14 @@ func newRun() *cobra.Command {
 				return err
 			}
 			log := slog.Default()
+			var lastCheckpoint atomic.Uint64
 			env, err := wordcount.Build(wordcount.Options{
 				Input: input, Output: output, Checkpoint: cc, Parallelism: parallelism,
 				Restore: cf.restore, Restart: restart, Logger: log,
 				OnEvent: func(e runtime.JobEvent) {
 					switch e.Kind {
+					case runtime.EventCheckpointCompleted:
+						lastCheckpoint.Store(uint64(e.ID))
 					case runtime.EventRunning:
 						if e.RestoredFrom != 0 {
 							fmt.Fprintf(os.Stderr, "weir: restored from checkpoint %d\n", e.RestoredFrom)
@@ -133,6 +138,10 @@ func newRun() *cobra.Command {
 					fmt.Fprintf(os.Stderr, "weir: no completed checkpoint in %s; starting from the beginning\n", store.JobDir())
 				}
 			}
+			if progressEvery > 0 {
+				stop := reportProgress(env, progressEvery, &lastCheckpoint)
+				defer stop()
+			}
 			res, err := env.Execute(cmd.Context())
 			if err != nil {
 				return err
@@ -145,7 +154,41 @@ func newRun() *cobra.Command {
 	fl.StringVar(&input, "input", "", "input file or glob (for example 'books/*.txt')")
 	fl.StringVar(&output, "output", "", "output directory; committed files are those not beginning with '.'")
 	fl.IntVar(&parallelism, "parallelism", 1, "subtasks per operator")
+	fl.DurationVar(&progressEvery, "progress", 5*time.Second, "print progress this often (0: never)")
 	cf.add(wc)
 	run.AddCommand(wc)
 	return run
+}
+
+// reportProgress prints the records each operator has taken in and the
+// latest completed checkpoint, every period, until stop is called.
+func reportProgress(env *weir.Environment, period time.Duration, lastCheckpoint *atomic.Uint64) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				line := fmt.Sprintf("weir: %5.0fs", time.Since(start).Seconds())
+				// Records are counted where they enter a task (or leave a
+				// source); operators chained behind others have no count.
+				for _, m := range env.Metrics() {
+					if m.Records > 0 {
+						line += fmt.Sprintf("  %s %d", m.UID, m.Records)
+					}
+				}
+				fmt.Fprintf(os.Stderr, "%s records; latest checkpoint %d\n", line, lastCheckpoint.Load())
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+	}
 }
