@@ -15,22 +15,12 @@ import (
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/operator"
+	"github.com/weirstream/weir/operator/operatortest"
 )
 
 type lines []string
 
 func (l *lines) Collect(s string) { *l = append(*l, s) }
-
-// memWriter keeps state written by a snapshot, for a restore.
-type memWriter struct{ blobs map[string][]byte }
-
-func (m *memWriter) Write(h checkpoint.Handle, data []byte) (checkpoint.Handle, error) {
-	h.Path = fmt.Sprintf("s%d", len(m.blobs))
-	m.blobs[h.Path] = data
-	return h, nil
-}
-
-func (m *memWriter) read(h checkpoint.Handle) ([]byte, error) { return m.blobs[h.Path], nil }
 
 func writeFile(t *testing.T, fs vfs.FS, path, content string) {
 	t.Helper()
@@ -107,7 +97,7 @@ func TestLinesResumeFromSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &memWriter{blobs: map[string][]byte{}}
+	w := &operatortest.MemWriter{}
 	var got lines
 	var handles []checkpoint.Handle
 	for sub := range 2 {
@@ -129,7 +119,7 @@ func TestLinesResumeFromSnapshot(t *testing.T) {
 	}
 	for sub := range 3 {
 		r := newReader()
-		if err := r.Open(opCtx(sub, 3, &operator.Restore{Checkpoint: 1, Handles: handles, Read: w.read})); err != nil {
+		if err := r.Open(opCtx(sub, 3, &operator.Restore{Checkpoint: 1, Handles: handles, Read: w.Read})); err != nil {
 			t.Fatal(err)
 		}
 		for {
@@ -183,7 +173,7 @@ func committed(t *testing.T, fs vfs.FS) (names []string, lines []string) {
 	return names, lines
 }
 
-func snapshot(t *testing.T, s *fileSink[string], id checkpoint.ID, w *memWriter) []checkpoint.Handle {
+func snapshot(t *testing.T, s *fileSink[string], id checkpoint.ID, w *operatortest.MemWriter) []checkpoint.Handle {
 	t.Helper()
 	async, err := s.Snapshot(id)
 	if err != nil {
@@ -201,7 +191,7 @@ func snapshot(t *testing.T, s *fileSink[string], id checkpoint.ID, w *memWriter)
 // everything else the failed attempt left.
 func TestSinkTwoPhaseCommit(t *testing.T) {
 	fs := vfs.NewMem()
-	w := &memWriter{blobs: map[string][]byte{}}
+	w := &operatortest.MemWriter{}
 	s := sinkFor(t, fs, 0, 1, nil)
 	s.Write("a")
 	s.Write("b")
@@ -219,7 +209,7 @@ func TestSinkTwoPhaseCommit(t *testing.T) {
 	snapshot(t, s, 3, w)       // checkpoint 3 never completes
 	s.Close()
 
-	r := sinkFor(t, fs, 0, 1, &operator.Restore{Checkpoint: 2, Handles: hs, Read: w.read})
+	r := sinkFor(t, fs, 0, 1, &operator.Restore{Checkpoint: 2, Handles: hs, Read: w.Read})
 	_, got := committed(t, fs)
 	if !slices.Equal(got, []string{"a", "b", "c"}) {
 		t.Fatalf("after restore from 2: %v", got)
@@ -233,7 +223,7 @@ func TestSinkTwoPhaseCommit(t *testing.T) {
 	// Restoring again (a crash during the restore) is harmless: commit is
 	// idempotent.
 	r.Close()
-	sinkFor(t, fs, 0, 1, &operator.Restore{Checkpoint: 2, Handles: hs, Read: w.read}).Close()
+	sinkFor(t, fs, 0, 1, &operator.Restore{Checkpoint: 2, Handles: hs, Read: w.Read}).Close()
 	if _, again := committed(t, fs); !slices.Equal(again, got) {
 		t.Fatalf("second restore changed the output: %v", again)
 	}
@@ -241,14 +231,14 @@ func TestSinkTwoPhaseCommit(t *testing.T) {
 
 func TestSinkReportsLostPendingFile(t *testing.T) {
 	fs := vfs.NewMem()
-	w := &memWriter{blobs: map[string][]byte{}}
+	w := &operatortest.MemWriter{}
 	s := sinkFor(t, fs, 0, 1, nil)
 	s.Write("a")
 	hs := snapshot(t, s, 1, w)
 	s.Close()
 	fs.Remove("/out/" + pendingName(0, 1))
 	newSink, _ := Sink(SinkConfig[string]{FS: fs, Dir: "/out", Format: func(dst []byte, s string) []byte { return append(dst, s...) }})
-	err := newSink().Open(&operator.Context{UID: "sink", Parallelism: 1, Restore: &operator.Restore{Handles: hs, Read: w.read}, Now: time.Now})
+	err := newSink().Open(&operator.Context{UID: "sink", Parallelism: 1, Restore: &operator.Restore{Handles: hs, Read: w.Read}, Now: time.Now})
 	if err == nil || !strings.Contains(err.Error(), "records are lost") {
 		t.Fatalf("restore with a missing pending file: %v", err)
 	}
@@ -261,7 +251,7 @@ func TestSinkFullDisk(t *testing.T) {
 		}
 		return nil
 	}))
-	w := &memWriter{blobs: map[string][]byte{}}
+	w := &operatortest.MemWriter{}
 	s := sinkFor(t, fs, 0, 1, nil)
 	s.Write("a")
 	async, err := s.Snapshot(1)

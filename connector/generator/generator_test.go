@@ -1,26 +1,18 @@
 package generator
 
 import (
-	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/operator"
+	"github.com/weirstream/weir/operator/operatortest"
 )
 
 type ints []int64
 
 func (s *ints) Collect(v int64) { *s = append(*s, v) }
-
-type memWriter map[string][]byte
-
-func (m memWriter) Write(h checkpoint.Handle, data []byte) (checkpoint.Handle, error) {
-	h.Path = fmt.Sprint(len(m))
-	m[h.Path] = data
-	return h, nil
-}
 
 func ctx(sub, p int, r *operator.Restore, now func() time.Time) *operator.Context {
 	return &operator.Context{UID: "gen", Subtask: sub, Parallelism: p, Restore: r, Now: now}
@@ -34,7 +26,7 @@ func TestReplayAfterRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got ints
-	mem := memWriter{}
+	mem := &operatortest.MemWriter{}
 	var hs []checkpoint.Handle
 	for sub := range 2 {
 		r := newReader()
@@ -50,7 +42,7 @@ func TestReplayAfterRestore(t *testing.T) {
 	}
 	for sub := range 3 {
 		r := newReader()
-		if err := r.Open(ctx(sub, 3, &operator.Restore{Handles: hs, Read: func(h checkpoint.Handle) ([]byte, error) { return mem[h.Path], nil }}, time.Now)); err != nil {
+		if err := r.Open(ctx(sub, 3, &operator.Restore{Handles: hs, Read: mem.Read}, time.Now)); err != nil {
 			t.Fatal(err)
 		}
 		for {

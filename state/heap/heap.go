@@ -193,6 +193,17 @@ func restoreEntries(entries []byte, decode func([]byte) (int, error)) error {
 	return nil
 }
 
+// keyAndLen decodes an entry's key and the count of elements that follow it
+// (a list's values, a map's entries).
+func keyAndLen[K any](kc codec.Codec[K], src []byte) (k K, n, used int, err error) {
+	k, used, err = kc.Decode(src)
+	if err != nil {
+		return k, 0, 0, err
+	}
+	n, k2, err := codec.ReadLen(src[used:])
+	return k, n, used + k2, err
+}
+
 // Value is keyed state holding one value per key.
 type Value[K comparable, V any] struct {
 	cow[K, V]
@@ -278,15 +289,10 @@ func (t *List[K, V]) freeze() func([]byte, int) []byte {
 func (t *List[K, V]) restore(g int, entries []byte) error {
 	m := t.groups[g]
 	return restoreEntries(entries, func(src []byte) (int, error) {
-		k, used, err := t.kc.Decode(src)
+		k, n, used, err := keyAndLen(t.kc, src)
 		if err != nil {
 			return 0, err
 		}
-		n, k2, err := codec.ReadLen(src[used:])
-		if err != nil {
-			return 0, err
-		}
-		used += k2
 		vs := make([]V, 0, n)
 		for range n {
 			v, k3, err := t.vc.Decode(src[used:])
@@ -385,15 +391,10 @@ func (t *Map[K, UK, V]) freeze() func([]byte, int) []byte {
 func (t *Map[K, UK, V]) restore(g int, entries []byte) error {
 	m := t.groups[g]
 	return restoreEntries(entries, func(src []byte) (int, error) {
-		k, used, err := t.kc.Decode(src)
+		k, n, used, err := keyAndLen(t.kc, src)
 		if err != nil {
 			return 0, err
 		}
-		n, k2, err := codec.ReadLen(src[used:])
-		if err != nil {
-			return 0, err
-		}
-		used += k2
 		in := &inner[UK, V]{m: make(map[UK]V, n)}
 		for range n {
 			uk, a, err := t.ukc.Decode(src[used:])
