@@ -158,7 +158,7 @@ type keyed[K comparable, Out any] struct {
 }
 
 func (k *keyed[K, Out]) open(oc *operator.Context, kc codec.Codec[K], fn any) error {
-	b := heap.New(oc.KeyGroups, oc.MaxParallelism)
+	b := heap.New(oc.KeyGroups)
 	if oc.Restore != nil {
 		if err := b.Restore(oc.Restore.Handles, oc.Restore.Read); err != nil {
 			return fmt.Errorf("restore keyed state from checkpoint %d: %w", oc.Restore.Checkpoint, err)

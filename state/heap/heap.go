@@ -32,7 +32,6 @@ import (
 // Backend holds one subtask's keyed state.
 type Backend struct {
 	groups  keygroup.Range
-	maxPar  int
 	current int    // index of the current key's group within groups
 	epoch   uint64 // incremented by every freeze
 	tables  []table
@@ -45,16 +44,10 @@ type table interface {
 	restore(group int, entries []byte) error
 }
 
-// New returns an empty backend for key groups r of maxParallelism.
-func New(r keygroup.Range, maxParallelism int) *Backend {
-	return &Backend{groups: r, maxPar: maxParallelism, byName: map[string]table{}, pending: map[string]map[int][]byte{}}
+// New returns an empty backend for key groups r.
+func New(r keygroup.Range) *Backend {
+	return &Backend{groups: r, byName: map[string]table{}, pending: map[string]map[int][]byte{}}
 }
-
-// KeyGroups is the range this backend owns.
-func (b *Backend) KeyGroups() keygroup.Range { return b.groups }
-
-// MaxParallelism is the number of key groups of the job.
-func (b *Backend) MaxParallelism() int { return b.maxPar }
 
 // SetGroup makes key group g (absolute) current; every table access that
 // follows is in it. A key group outside the backend's range is a routing

@@ -32,7 +32,7 @@ type tables struct {
 
 func open(t *testing.T, r keygroup.Range, restore []checkpoint.Handle, blobs map[string][]byte) *tables {
 	t.Helper()
-	b := New(r, maxP)
+	b := New(r)
 	if restore != nil {
 		if err := b.Restore(restore, func(h checkpoint.Handle) ([]byte, error) { return blobs[h.Path], nil }); err != nil {
 			t.Fatal(err)
@@ -177,7 +177,7 @@ func TestCorruptStateIsAnError(t *testing.T) {
 	fill(ts, 10, 1)
 	blob := ts.b.Snapshot()()
 	blob[len(blob)/2] ^= 0xff
-	b := New(all, maxP)
+	b := New(all)
 	err := b.Restore([]checkpoint.Handle{{Kind: state.KindKeyed, KeyGroups: all}}, func(checkpoint.Handle) ([]byte, error) { return blob, nil })
 	if !errors.Is(err, state.ErrCorrupt) {
 		t.Fatalf("restore of a damaged blob: %v", err)
@@ -185,7 +185,7 @@ func TestCorruptStateIsAnError(t *testing.T) {
 }
 
 func TestDeclaringStateTwiceIsAnError(t *testing.T) {
-	b := New(keygroup.Range{First: 0, Last: 1}, 2)
+	b := New(keygroup.Range{First: 0, Last: 1})
 	if _, err := NewValue(b, "x", codec.For[string](), codec.For[int]()); err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +195,7 @@ func TestDeclaringStateTwiceIsAnError(t *testing.T) {
 }
 
 func BenchmarkValueUpdate(b *testing.B) {
-	be := New(keygroup.Range{First: 0, Last: maxP - 1}, maxP)
+	be := New(keygroup.Range{First: 0, Last: maxP - 1})
 	v, _ := NewValue(be, "c", codec.For[string](), codec.For[int]())
 	keys := make([]string, 1000)
 	groups := make([]int, len(keys))
