@@ -313,7 +313,8 @@ func LatestRestorePoint(s storage.Storage) (*RestorePoint, error) {
 	return &RestorePoint{Metadata: m, Read: s.ReadState, Describe: s.Describe()}, nil
 }
 
-// attempt is one deployment of every task.
+// attempt is one deployment of every task. Its reports channel is its own,
+// so nothing an earlier attempt sends reaches a later one.
 type attempt struct {
 	tasks   []*task
 	byID    map[checkpoint.TaskID]*task
@@ -363,15 +364,11 @@ func (d *driver) runAttempt(parent context.Context) error {
 			case repDecline:
 				d.coord.Decline(r.task, r.id, r.err)
 			case repExhausted:
-				if r.attempt == d.attempt {
-					d.coord.InputExhausted(d.spec.Now(), r.task)
-				}
+				d.coord.InputExhausted(d.spec.Now(), r.task)
 			case repFinished:
-				if r.attempt == d.attempt {
-					finished++
-					if d.coord != nil {
-						d.coord.TaskFinished(r.task)
-					}
+				finished++
+				if d.coord != nil {
+					d.coord.TaskFinished(r.task)
 				}
 			case repFailed:
 				failure = r.err
@@ -550,7 +547,7 @@ func (d *driver) deploy(ctx context.Context) (*attempt, error) {
 				return nil, fmt.Errorf("build %s subtask %d: %w", vx.ID, s, err)
 			}
 			t := &task{
-				id: checkpoint.TaskID{Vertex: vx.ID, Subtask: s}, attempt: d.attempt,
+				id:  checkpoint.TaskID{Vertex: vx.ID, Subtask: s},
 				ops: parts.Ops, outputs: parts.Outputs, mailbox: make(chan ctrl, 1024),
 				reports: a.reports, pool: a.pool, store: d.spec.Storage,
 				checkpointing: d.spec.Mode != None, now: d.spec.Now, metrics: &TaskMetrics{},

@@ -41,7 +41,6 @@ const (
 // report is a message from a task (or its snapshot writer) to the driver.
 type report struct {
 	kind    reportKind
-	attempt int
 	task    checkpoint.TaskID
 	id      checkpoint.ID
 	handles []checkpoint.Handle
@@ -52,7 +51,6 @@ type report struct {
 // and its outputs, in one goroutine that owns all their state.
 type task struct {
 	id       checkpoint.TaskID
-	attempt  int
 	ops      []operator.Operator
 	contexts []*operator.Context
 	source   operator.Source
@@ -77,7 +75,7 @@ type task struct {
 }
 
 func (t *task) send(ctx context.Context, r report) {
-	r.attempt, r.task = t.attempt, t.id
+	r.task = t.id
 	select {
 	case t.reports <- r:
 	case <-ctx.Done():
