@@ -281,7 +281,7 @@ func (e *Environment) spec(plan *graph.Plan) (runtime.Spec, error) {
 		if err != nil {
 			return spec, err
 		}
-		spec.Restore = &runtime.RestorePoint{Metadata: m, Read: reader.ReadState, Describe: r}
+		spec.Restore = &runtime.RestorePoint{Metadata: m, Read: reader.ReadState}
 	}
 	return spec, nil
 }

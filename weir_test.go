@@ -53,9 +53,9 @@ func (w *collectWriter[T]) Write(v T) error {
 	return nil
 }
 
-func gen[T any](t *testing.T, count int64, make func(int64) T) func() weir.SourceReader[T] {
+func gen[T any](t *testing.T, count int64, mk func(int64) T) func() weir.SourceReader[T] {
 	t.Helper()
-	g, err := generator.New(generator.Config[T]{Count: count, Make: make, BatchSize: 64})
+	g, err := generator.New(generator.Config[T]{Count: count, Make: mk, BatchSize: 64})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -75,7 +75,6 @@ type Edge struct {
 	From, To  int // vertex indexes
 	Input     int // index among To's inputs
 	Partition Partition
-	FromNode  int // the tail node that feeds it
 }
 
 // Plan is the execution plan of a graph.
@@ -138,7 +137,7 @@ func NewPlan(g Graph) (*Plan, error) {
 		p.VertexOf[i] = len(p.Vertices)
 		p.Vertices = append(p.Vertices, Vertex{ID: n.UID, Nodes: []int{i}, Parallelism: n.Parallelism, MaxParallelism: n.MaxParallelism})
 		for k, in := range n.Inputs {
-			e := Edge{From: p.VertexOf[in.From], To: p.VertexOf[i], Input: k, Partition: in.Partition, FromNode: in.From}
+			e := Edge{From: p.VertexOf[in.From], To: p.VertexOf[i], Input: k, Partition: in.Partition}
 			p.Vertices[e.To].Inputs = append(p.Vertices[e.To].Inputs, len(p.Edges))
 			p.Vertices[e.From].Outputs = append(p.Vertices[e.From].Outputs, len(p.Edges))
 			p.Edges = append(p.Edges, e)

@@ -56,8 +56,6 @@ type RestorePoint struct {
 	Metadata *checkpoint.Metadata
 	// Read reads the state the metadata's handles point at.
 	Read func(checkpoint.Handle) ([]byte, error)
-	// Describe names it for people (its directory).
-	Describe string
 }
 
 // TaskBuild is what Spec.Build gets to build one subtask.
@@ -310,7 +308,7 @@ func LatestRestorePoint(s storage.Storage) (*RestorePoint, error) {
 	if m == nil {
 		return nil, ErrNoCheckpoint
 	}
-	return &RestorePoint{Metadata: m, Read: s.ReadState, Describe: s.Describe()}, nil
+	return &RestorePoint{Metadata: m, Read: s.ReadState}, nil
 }
 
 // attempt is one deployment of every task. Its reports channel is its own,

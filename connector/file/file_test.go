@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
+	"github.com/weirstream/weir"
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/operator"
 	"github.com/weirstream/weir/operator/operatortest"
@@ -21,6 +22,20 @@ import (
 type lines []string
 
 func (l *lines) Collect(s string) { *l = append(*l, s) }
+
+// drain reads r until it is exhausted.
+func drain(t *testing.T, r weir.SourceReader[string], out *lines) {
+	t.Helper()
+	for {
+		res, err := r.Read(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Exhausted {
+			return
+		}
+	}
+}
 
 func writeFile(t *testing.T, fs vfs.FS, path, content string) {
 	t.Helper()
@@ -64,17 +79,9 @@ func TestLinesReadEveryLineOnce(t *testing.T) {
 			}
 			var got lines
 			for sub := range p {
-				r := newReader().(*lineReader)
+				r := newReader()
 				r.Open(opCtx(sub, p, nil))
-				for {
-					res, err := r.Read(&got)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if res.Exhausted {
-						break
-					}
-				}
+				drain(t, r, &got)
 			}
 			slices.Sort(got)
 			if !slices.Equal(got, want) {
@@ -122,15 +129,7 @@ func TestLinesResumeFromSnapshot(t *testing.T) {
 		if err := r.Open(opCtx(sub, 3, &operator.Restore{Checkpoint: 1, Handles: handles, Read: w.Read})); err != nil {
 			t.Fatal(err)
 		}
-		for {
-			res, err := r.Read(&got)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if res.Exhausted {
-				break
-			}
-		}
+		drain(t, r, &got)
 	}
 	if len(got) != 1000 {
 		t.Fatalf("read %d lines, want 1000", len(got))

@@ -13,7 +13,6 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/weirstream/weir"
-	"github.com/weirstream/weir/runtime"
 )
 
 // corpus writes files of random lines over a small vocabulary.
@@ -71,5 +70,4 @@ func TestWordCountStraightThrough(t *testing.T) {
 		t.Fatalf("output not exactly-once: %v", rep)
 	}
 	t.Logf("%v; %d checkpoints", rep, res.Checkpoints)
-	_ = runtime.ExactlyOnce
 }
