@@ -8,8 +8,8 @@ import (
 	"github.com/weirstream/weir/codec"
 	"github.com/weirstream/weir/graph"
 	"github.com/weirstream/weir/internal/keygroup"
+	"github.com/weirstream/weir/internal/runtime"
 	"github.com/weirstream/weir/operator"
-	"github.com/weirstream/weir/runtime"
 	"github.com/weirstream/weir/state"
 	"github.com/weirstream/weir/state/heap"
 )
@@ -26,12 +26,17 @@ type KeyedStream[K comparable, T any] struct {
 // always has the same key, in every process. keyCodec, if given, encodes
 // keys (for hashing and state); by default codec.For[K].
 func KeyBy[T any, K comparable](s *Stream[T], key func(T) K, keyCodec ...codec.Codec[K]) KeyedStream[K, T] {
+	if key == nil {
+		s.env.fail(fmt.Errorf("KeyBy after operator %q: the key function is nil", s.env.nodes[s.node].UID))
+	}
 	c := codec.For[K]()
 	if len(keyCodec) > 0 {
 		c = keyCodec[0]
 	}
 	return KeyedStream[K, T]{s: s, key: key, codec: c}
 }
+
+func (ks KeyedStream[K, T]) environment() *Environment { return ks.s.env }
 
 // input is the hash edge into a consumer.
 func (ks KeyedStream[K, T]) input(int) (graph.Input, inputSpec) {
@@ -51,6 +56,10 @@ type KeyedContext[K comparable] struct {
 	timers  *heap.Timers[K]
 	kc      codec.Codec[K]
 	op      *operator.Context
+	// onTimer is false when the function has no OnTimer: registering a
+	// timer is then a mistake.
+	onTimer bool
+	fail    func(error)
 }
 
 // Key is the key of the record or timer being handled.
@@ -64,8 +73,17 @@ func (c *KeyedContext[K]) Subtask() int     { return c.op.Subtask }
 func (c *KeyedContext[K]) Parallelism() int { return c.op.Parallelism }
 
 // RegisterTimer asks for OnTimer at processing time at (millisecond
-// precision) for the current key. Timers are checkpointed.
-func (c *KeyedContext[K]) RegisterTimer(at time.Time) { c.timers.Register(c.key, at) }
+// precision) for the current key. Timers are checkpointed. At the end of
+// the input, timers that are not due yet do not fire (as in Flink). A
+// function without OnTimer (KeyedTimerFunction) must not register timers:
+// the job fails, saying so.
+func (c *KeyedContext[K]) RegisterTimer(at time.Time) {
+	if !c.onTimer {
+		c.fail(operator.Permanent(fmt.Errorf("%s registered a timer, but its function has no OnTimer method to call when it fires: implement weir.KeyedTimerFunction, or do not register timers", c.op.UID)))
+		return
+	}
+	c.timers.Register(c.key, at)
+}
 
 // DeleteTimer cancels the current key's timer at time at.
 func (c *KeyedContext[K]) DeleteTimer(at time.Time) { c.timers.Delete(c.key, at) }
@@ -168,9 +186,9 @@ func (k *keyed[K, Out]) open(oc *operator.Context, kc codec.Codec[K], fn any) er
 	if err != nil {
 		return err
 	}
-	k.kctx = KeyedContext[K]{backend: b, timers: timers, kc: kc, op: oc}
-	k.hasher = codec.NewHasher(kc)
 	k.onTime, _ = fn.(KeyedTimerFunction[K, Out])
+	k.kctx = KeyedContext[K]{backend: b, timers: timers, kc: kc, op: oc, onTimer: k.onTime != nil, fail: k.c.fail}
+	k.hasher = codec.NewHasher(kc)
 	if o, ok := fn.(KeyedOpener[K]); ok {
 		return o.Open(&k.kctx)
 	}
@@ -183,8 +201,8 @@ func (k *keyed[K, Out]) setKey(key K) bool {
 	oc := k.kctx.op
 	g := keygroup.Of(k.hasher.Hash(key), oc.MaxParallelism)
 	if !oc.KeyGroups.Contains(g) {
-		k.c.fail(fmt.Errorf("%s: key %v belongs to key group %d, which subtask %d (key groups %v) does not own: the key selector must return the same key for a record every time it is called",
-			oc.UID, key, g, oc.Subtask, oc.KeyGroups))
+		k.c.fail(operator.Permanent(fmt.Errorf("%s: key %v belongs to key group %d, which subtask %d (key groups %v) does not own: the key selector must return the same key for a record every time it is called",
+			oc.UID, key, g, oc.Subtask, oc.KeyGroups)))
 		return false
 	}
 	k.kctx.backend.SetGroup(g)
@@ -200,18 +218,25 @@ func (k *keyed[K, Out]) Snapshot(checkpoint.ID) (operator.Async, error) {
 func (k *keyed[K, Out]) NextTimer() (time.Time, bool) { return k.kctx.timers.Next() }
 
 func (k *keyed[K, Out]) FireTimers(now time.Time) error {
-	if k.onTime == nil {
-		return nil
-	}
 	return k.kctx.timers.Fire(now, func(key K, at time.Time) error {
+		if k.onTime == nil {
+			return nil // restored from a version of the function that had OnTimer
+		}
 		k.kctx.key = key
 		return k.onTime.OnTimer(&k.kctx, at, k.out)
 	})
 }
 
+// Finish: the input ended. Processing-time timers not due yet will never
+// fire (as in Flink); they are dropped, so the final checkpoint holds none
+// and a restore of it fires none either.
+func (k *keyed[K, Out]) Finish() error {
+	k.kctx.timers.Clear()
+	return nil
+}
+
 func (k *keyed[K, Out]) NotifyComplete(checkpoint.ID) error { return nil }
 func (k *keyed[K, Out]) NotifyAborted(checkpoint.ID)        {}
-func (k *keyed[K, Out]) Finish() error                      { return nil }
 func (k *keyed[K, Out]) Close() error                       { return nil }
 
 // Process applies a keyed process function; newFn builds each subtask's.
@@ -223,7 +248,7 @@ func Process[K comparable, In, Out any](ks KeyedStream[K, In], name string, newF
 		return op, Collector[In](op)
 	}
 	n.head = headOf[In](n)
-	return addOp[Out](ks.s.env, name, opts, n, ks.input)
+	return addOp[Out](ks.s.env, name, kindKeyedProcess, newFn, opts, n, ks)
 }
 
 type processOp[K comparable, In, Out any] struct {
@@ -247,6 +272,9 @@ func (p *processOp[K, In, Out]) Collect(v In) {
 // Reduce combines the records of each key with f and emits the running
 // result after every record.
 func Reduce[K comparable, T any](ks KeyedStream[K, T], name string, f func(acc, v T) T, opts ...Option) *Stream[T] {
+	if f == nil {
+		ks.s.env.fail(fmt.Errorf("operator %q: its function is nil", name))
+	}
 	return Process(ks, name, func() KeyedProcessFunction[K, T, T] { return &reducer[K, T]{f: f} }, opts...)
 }
 
@@ -285,7 +313,7 @@ func KeyedCoProcess[K comparable, A, B, Out any](a KeyedStream[K, A], b KeyedStr
 		return op, nil
 	}
 	n.head = func(op operator.Operator, _ any, _ *chain) any { return op }
-	return addOp[Out](a.s.env, name, opts, n, a.input, b.input)
+	return addOp[Out](a.s.env, name, kindKeyedCoProcess, newFn, opts, n, a, b)
 }
 
 type keyedCoOp[K comparable, A, B, Out any] struct {

@@ -2,10 +2,11 @@ package weir
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"github.com/weirstream/weir/graph"
+	"github.com/weirstream/weir/internal/runtime"
 	"github.com/weirstream/weir/operator"
-	"github.com/weirstream/weir/runtime"
 )
 
 // Collector receives the records an operator emits. Records are immutable
@@ -23,6 +24,8 @@ type Stream[T any] struct {
 
 // Env is the environment the stream belongs to.
 func (s *Stream[T]) Env() *Environment { return s.env }
+
+func (s *Stream[T]) environment() *Environment { return s.env }
 
 func newStream[T any](env *Environment, n int) *Stream[T] { return &Stream[T]{env: env, node: n} }
 
@@ -53,14 +56,9 @@ func Forward[T any](s *Stream[T]) *Stream[T] {
 	return &Stream[T]{env: s.env, node: s.node, part: graph.Forward}
 }
 
-// addOp adds an operator of Out records with inputs from the given streams.
-func addOp[Out any](env *Environment, name string, opts []Option, n *node, inputs ...func(p int) (graph.Input, inputSpec)) *Stream[Out] {
-	id := env.add(name, opts, n)
-	for _, in := range inputs {
-		gi, spec := in(n.Parallelism)
-		n.Node.Inputs = append(n.Node.Inputs, gi)
-		n.inputs = append(n.inputs, spec)
-	}
+// addOp adds an operator of Out records, reading ups; see Environment.add.
+func addOp[Out any](env *Environment, name, kind string, fn any, opts []Option, n *node, ups ...upstream) *Stream[Out] {
+	id := env.add(name, kind, fn, opts, n, ups...)
 	n.emitter = emitterOf[Out]
 	return newStream[Out](env, id)
 }
@@ -136,27 +134,33 @@ func (h *head[In]) ProcessBatch(_ int, batch any) error {
 
 // Map applies f to every record.
 func Map[In, Out any](s *Stream[In], name string, f func(In) Out, opts ...Option) *Stream[Out] {
-	return FlatMap(s, name, func(v In, out Collector[Out]) { out.Collect(f(v)) }, opts...)
+	return flatMap(s, name, f, func(v In, out Collector[Out]) { out.Collect(f(v)) }, opts)
 }
 
 // Filter keeps the records for which keep is true.
 func Filter[T any](s *Stream[T], name string, keep func(T) bool, opts ...Option) *Stream[T] {
-	return FlatMap(s, name, func(v T, out Collector[T]) {
+	return flatMap(s, name, keep, func(v T, out Collector[T]) {
 		if keep(v) {
 			out.Collect(v)
 		}
-	}, opts...)
+	}, opts)
 }
 
 // FlatMap calls f for every record; f emits any number of records.
 func FlatMap[In, Out any](s *Stream[In], name string, f func(In, Collector[Out]), opts ...Option) *Stream[Out] {
+	return flatMap(s, name, f, f, opts)
+}
+
+// flatMap adds a FlatMap running f; user is the user's function, checked
+// for nil.
+func flatMap[In, Out any](s *Stream[In], name string, user any, f func(In, Collector[Out]), opts []Option) *Stream[Out] {
 	n := &node{}
 	n.instance = func(c *chain, next any) (operator.Operator, any) {
 		op := &flatMapOp[In, Out]{f: f, out: next.(Collector[Out])}
 		return op, Collector[In](op)
 	}
 	n.head = headOf[In](n)
-	return addOp[Out](s.env, name, opts, n, s.input)
+	return addOp[Out](s.env, name, kindFlatMap, user, opts, n, s)
 }
 
 type flatMapOp[In, Out any] struct {
@@ -167,12 +171,8 @@ type flatMapOp[In, Out any] struct {
 
 func (m *flatMapOp[In, Out]) Collect(v In) { m.f(v, m.out) }
 
-// Union merges streams of one type.
-func Union[T any](name string, streams []*Stream[T], opts ...Option) *Stream[T] {
-	if len(streams) == 0 {
-		panic("weir: Union of no streams")
-	}
-	env := streams[0].env
+// Union merges s and others, streams of one type and one Environment.
+func Union[T any](s *Stream[T], name string, others []*Stream[T], opts ...Option) *Stream[T] {
 	n := &node{}
 	n.instance = func(c *chain, next any) (operator.Operator, any) {
 		op := &flatMapOp[T, T]{f: func(v T, out Collector[T]) { out.Collect(v) }, out: next.(Collector[T])}
@@ -180,11 +180,11 @@ func Union[T any](name string, streams []*Stream[T], opts ...Option) *Stream[T] 
 	}
 	// Every input carries []T: the single-input head serves.
 	n.head = headOf[T](n)
-	ins := make([]func(int) (graph.Input, inputSpec), len(streams))
-	for i, s := range streams {
-		ins[i] = s.input
+	ups := []upstream{s}
+	for _, o := range others {
+		ups = append(ups, o)
 	}
-	return addOp[T](env, name, opts, n, ins...)
+	return addOp[T](s.env, name, kindUnion, n.instance, opts, n, ups...)
 }
 
 // SourceReader reads a source's records for one subtask. Its operator
@@ -195,22 +195,41 @@ type SourceReader[T any] interface {
 	Read(out Collector[T]) (operator.PollResult, error)
 }
 
+// ProgressReporter may be implemented by a bounded SourceReader: Remaining
+// is what its subtask has left to read, Total the input of the whole
+// source, in one unit (bytes for files). Progress is called after each Read.
+type ProgressReporter interface {
+	Progress() (remaining, total int64)
+}
+
 // Source adds a source; newReader builds each subtask's reader.
 func Source[T any](env *Environment, name string, newReader func() SourceReader[T], opts ...Option) *Stream[T] {
 	n := &node{}
 	n.instance = func(c *chain, next any) (operator.Operator, any) {
 		r := newReader()
-		return &sourceOp[T]{SourceReader: r, out: countingCollector[T]{next: next.(Collector[T])}, c: c, n: n}, nil
+		p, _ := r.(ProgressReporter)
+		return &sourceOp[T]{SourceReader: r, progress: p, out: countingCollector[T]{next: next.(Collector[T])}, c: c, n: n}, nil
 	}
 	n.head = func(op operator.Operator, _ any, _ *chain) any { return op }
-	return addOp[T](env, name, opts, n)
+	s := addOp[T](env, name, kindSource, newReader, opts, n)
+	n.remaining = make([]atomic.Int64, max(n.Parallelism, 0))
+	for i := range n.remaining {
+		n.remaining[i].Store(-1)
+	}
+	return s
 }
 
 type sourceOp[T any] struct {
 	SourceReader[T]
-	out countingCollector[T]
-	c   *chain
-	n   *node
+	progress ProgressReporter
+	out      countingCollector[T]
+	c        *chain
+	n        *node
+}
+
+func (s *sourceOp[T]) Open(ctx *operator.Context) error {
+	s.n.remaining[ctx.Subtask].Store(-1)
+	return s.SourceReader.Open(ctx)
 }
 
 type countingCollector[T any] struct {
@@ -228,6 +247,11 @@ func (s *sourceOp[T]) Poll() (operator.PollResult, error) {
 	s.out.count = &count
 	res, err := s.Read(s.out)
 	s.n.records.Add(count)
+	if s.progress != nil {
+		left, total := s.progress.Progress()
+		s.n.remaining[s.c.subtask].Store(left)
+		s.n.total.Store(total)
+	}
 	if err != nil {
 		return res, err
 	}
@@ -249,7 +273,7 @@ func Sink[T any](s *Stream[T], name string, newWriter func() SinkWriter[T], opts
 		return op, Collector[T](op)
 	}
 	n.head = headOf[T](n)
-	addOp[T](s.env, name, opts, n, s.input)
+	addOp[T](s.env, name, kindSink, newWriter, opts, n, s)
 	n.emitter = nil
 }
 
@@ -288,7 +312,7 @@ func CoProcess[A, B, Out any](cs ConnectedStreams[A, B], name string, newFn func
 		return &coOp[A, B, Out]{fn: newFn(), out: next.(Collector[Out]), n: n, c: c}, nil
 	}
 	n.head = func(op operator.Operator, _ any, _ *chain) any { return op }
-	return addOp[Out](cs.a.env, name, opts, n, cs.a.input, cs.b.input)
+	return addOp[Out](cs.a.env, name, kindCoProcess, newFn, opts, n, cs.a, cs.b)
 }
 
 type coOp[A, B, Out any] struct {

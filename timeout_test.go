@@ -9,7 +9,6 @@ import (
 
 	"github.com/weirstream/weir"
 	"github.com/weirstream/weir/checkpoint"
-	"github.com/weirstream/weir/runtime"
 )
 
 type stall struct{ stalled bool }
@@ -34,11 +33,11 @@ func (s *stall) Process(_ *weir.KeyedContext[int64], v int64, out weir.Collector
 // inject its barrier — the cost of aligned checkpoints under back-pressure.
 func TestCheckpointTimeoutInFakeTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var events []runtime.JobEvent
+		var events []weir.JobEvent
 		e := weir.New(weir.Config{
 			Checkpoint: weir.CheckpointConfig{Interval: 100 * time.Millisecond, Timeout: time.Second, TolerableFailures: 1},
-			Restart:    runtime.NoRestart{},
-			OnEvent:    func(ev runtime.JobEvent) { events = append(events, ev) },
+			Restart:    weir.NoRestart{},
+			OnEvent:    func(ev weir.JobEvent) { events = append(events, ev) },
 		})
 		g, err := newRateLimited(1000, 2000)
 		if err != nil {
@@ -52,13 +51,13 @@ func TestCheckpointTimeoutInFakeTime(t *testing.T) {
 		if _, err := e.Execute(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		expired := slices.IndexFunc(events, func(ev runtime.JobEvent) bool {
-			return ev.Kind == runtime.EventCheckpointAborted && ev.Reason == checkpoint.ReasonExpired
+		expired := slices.IndexFunc(events, func(ev weir.JobEvent) bool {
+			return ev.Kind == weir.EventCheckpointAborted && ev.Reason == checkpoint.ReasonExpired
 		})
 		if expired < 0 {
 			t.Fatalf("no checkpoint expired: %v", events)
 		}
-		if !slices.ContainsFunc(events[expired:], func(ev runtime.JobEvent) bool { return ev.Kind == runtime.EventCheckpointCompleted }) {
+		if !slices.ContainsFunc(events[expired:], func(ev weir.JobEvent) bool { return ev.Kind == weir.EventCheckpointCompleted }) {
 			t.Fatal("no checkpoint completed after the expiry")
 		}
 		if got := c.values(); len(got) != 2000 {

@@ -10,9 +10,12 @@
 //	_, err := env.Execute(ctx)
 //
 // Functions that build the graph record the first mistake and Execute
-// returns it, so a job reads top to bottom without error checks. Every
-// operator has a stable UID (by default its name): state is matched to
-// operators by UID across restarts.
+// returns it, so a job reads top to bottom without error checks.
+//
+// Every operator has a UID, by default its name: a restore matches state to
+// operators by UID. Renaming an operator therefore changes its identity,
+// and a restore refuses state that no operator claims; pin the old identity
+// with UID when renaming.
 package weir
 
 import (
@@ -20,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"sync/atomic"
 	"time"
 
@@ -28,10 +32,68 @@ import (
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/graph"
 	"github.com/weirstream/weir/internal/keygroup"
+	"github.com/weirstream/weir/internal/runtime"
 	"github.com/weirstream/weir/operator"
-	"github.com/weirstream/weir/runtime"
 	"github.com/weirstream/weir/storage"
 )
+
+// Mode is a job's checkpointing mode.
+type Mode = runtime.Mode
+
+const (
+	// ExactlyOnce aligns barriers: after a restore, state reflects every
+	// record exactly once. The default.
+	ExactlyOnce = runtime.ExactlyOnce
+	// AtLeastOnce does not align: after a restore, records may count twice,
+	// never zero times.
+	AtLeastOnce = runtime.AtLeastOnce
+	// NoCheckpoints takes no checkpoints: a failure restarts the job from
+	// the beginning.
+	NoCheckpoints = runtime.None
+)
+
+// ParseMode parses "exactly-once", "at-least-once" or "none".
+func ParseMode(s string) (Mode, error) { return runtime.ParseMode(s) }
+
+// Restart strategies decide whether and when a job that failed restarts
+// from its latest checkpoint.
+type (
+	RestartStrategy    = runtime.RestartStrategy
+	NoRestart          = runtime.NoRestart
+	FixedDelay         = runtime.FixedDelay
+	ExponentialBackoff = runtime.ExponentialBackoff
+	FailureRate        = runtime.FailureRate
+)
+
+// Events tell of a running job's progress (Config.OnEvent).
+type (
+	JobEvent  = runtime.JobEvent
+	EventKind = runtime.EventKind
+)
+
+const (
+	EventRunning             = runtime.EventRunning
+	EventCheckpointCompleted = runtime.EventCheckpointCompleted
+	EventCheckpointAborted   = runtime.EventCheckpointAborted
+	EventRestarting          = runtime.EventRestarting
+	EventFinished            = runtime.EventFinished
+)
+
+// Result summarises a finished job.
+type Result = runtime.Result
+
+// Permanent marks an error a restart cannot fix, such as a record that can
+// never be processed: returned from a function, it fails the job at once
+// instead of restarting it. Other errors are retried.
+func Permanent(err error) error { return operator.Permanent(err) }
+
+// DefaultCheckpointInterval is the time between checkpoints when
+// CheckpointConfig.Interval is zero, in the API and the CLI alike.
+const DefaultCheckpointInterval = time.Second
+
+// DefaultRestart is the restart strategy when Config.Restart is nil, in the
+// API and the CLI alike.
+var DefaultRestart RestartStrategy = FixedDelay{Delay: time.Second, MaxAttempts: 10}
 
 // Config configures a job. The zero value of a field means its default.
 type Config struct {
@@ -45,35 +107,54 @@ type Config struct {
 	// Default 128.
 	MaxParallelism int
 	Checkpoint     CheckpointConfig
-	// Restore: "" starts afresh; "latest" restores the latest completed
-	// checkpoint in Checkpoint.Dir (or starts afresh, saying so, when there
-	// is none); anything else is the path of a checkpoint directory
-	// (chk-<id>) or its _metadata file.
+	// Restore: "" starts from the beginning, and refuses to when
+	// Checkpoint.Dir holds checkpoints of an earlier run (see Fresh);
+	// "latest" restores the latest completed checkpoint in Checkpoint.Dir
+	// (or starts from the beginning when there is none); anything else is
+	// the path of a checkpoint directory (chk-<id>) or its _metadata file.
+	// A restore is checked against the job first: see the README's
+	// "Restoring safely".
 	Restore string
+	// Fresh starts over: the job's checkpoints in Checkpoint.Dir are
+	// deleted, and so is what its sinks committed in earlier runs.
+	Fresh bool
+	// AllowNonRestoredState lets a restore drop the state of operators the
+	// job no longer has (matched by UID) instead of refusing.
+	AllowNonRestoredState bool
 	// Restart is the restart strategy after a failure inside the process.
-	// Default: fixed delay of 1s, at most 10 consecutive attempts.
-	Restart runtime.RestartStrategy
+	// Default DefaultRestart.
+	Restart RestartStrategy
 	// BatchSize is the number of records per batch. Default 512.
 	BatchSize int
-	Logger    *slog.Logger
+	// Logger logs the job's life: restores, failures, checkpoints (at
+	// info). Default slog.Default().
+	Logger *slog.Logger
 	// OnEvent hears of checkpoints and restarts; it must not block.
-	OnEvent func(runtime.JobEvent)
+	OnEvent func(JobEvent)
 }
 
 // CheckpointConfig holds the checkpoint settings.
 type CheckpointConfig struct {
-	// Mode: exactly-once (default), at-least-once or none.
-	Mode runtime.Mode
-	// Interval between periodic checkpoints; required unless Mode is none.
+	// Mode: ExactlyOnce (default), AtLeastOnce or NoCheckpoints.
+	Mode Mode
+	// Interval between periodic checkpoints. Default
+	// DefaultCheckpointInterval.
 	Interval time.Duration
-	// MinPause, Timeout, MaxConcurrent, TolerableFailures, Retained and
-	// RetainOnCancel are as in checkpoint.Config.
-	MinPause          time.Duration
-	Timeout           time.Duration
-	MaxConcurrent     int
+	// MinPause is the least time from one checkpoint's completion to the
+	// next trigger (it needs MaxConcurrent 1). Default 0.
+	MinPause time.Duration
+	// Timeout aborts a checkpoint not complete by then. Default 10 minutes.
+	Timeout time.Duration
+	// MaxConcurrent is how many checkpoints may be in flight. Default 1.
+	MaxConcurrent int
+	// TolerableFailures is how many checkpoint failures in a row the job
+	// survives; one more fails it over. Default 0.
 	TolerableFailures int
-	Retained          int
-	RetainOnCancel    bool
+	// Retained is how many completed checkpoints are kept. Default 1.
+	Retained int
+	// DiscardOnCancel deletes the checkpoints when the job is cancelled;
+	// by default they are kept, to resume with Restore "latest".
+	DiscardOnCancel bool
 	// Dir is the checkpoint directory; empty keeps checkpoints in memory,
 	// which survive failures inside the process but not the process.
 	Dir string
@@ -100,16 +181,19 @@ func New(cfg Config) *Environment {
 		cfg.MaxParallelism = keygroup.DefaultMaxParallelism
 	}
 	if cfg.Checkpoint.Mode == 0 {
-		cfg.Checkpoint.Mode = runtime.ExactlyOnce
+		cfg.Checkpoint.Mode = ExactlyOnce
+	}
+	if cfg.Checkpoint.Interval == 0 {
+		cfg.Checkpoint.Interval = DefaultCheckpointInterval
 	}
 	if cfg.Checkpoint.FS == nil {
 		cfg.Checkpoint.FS = vfs.Default
 	}
 	if cfg.Restart == nil {
-		cfg.Restart = runtime.FixedDelay{Delay: time.Second, MaxAttempts: 10}
+		cfg.Restart = DefaultRestart
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+		cfg.Logger = slog.Default()
 	}
 	return &Environment{cfg: cfg}
 }
@@ -139,6 +223,10 @@ type node struct {
 	// records counts records entering the node as a task head, or leaving
 	// it as a source.
 	records atomic.Int64
+	// A source whose reader reports progress stores, per subtask, what it
+	// has left to read (-1: not known yet), and the total.
+	remaining []atomic.Int64
+	total     atomic.Int64
 }
 
 type inputSpec struct {
@@ -165,7 +253,9 @@ func (c *chain) fail(err error) {
 // Option sets a property of an operator.
 type Option func(*graph.Node)
 
-// UID sets the operator's stable id (default: its name).
+// UID sets the operator's stable identity (default: its name). State is
+// matched to operators by UID when a job restores a checkpoint, so a
+// renamed operator keeps its state only if UID pins its old identity.
 func UID(uid string) Option { return func(n *graph.Node) { n.UID = uid } }
 
 // Parallelism sets the operator's parallelism.
@@ -174,13 +264,63 @@ func Parallelism(p int) Option { return func(n *graph.Node) { n.Parallelism = p 
 // NoChain keeps the operator out of its predecessor's task.
 func NoChain() Option { return func(n *graph.Node) { n.NoChain = true } }
 
-func (e *Environment) add(name string, opts []Option, n *node) int {
-	n.Name, n.UID, n.Parallelism, n.MaxParallelism = name, name, e.cfg.Parallelism, e.cfg.MaxParallelism
+// Operator kinds, recorded with UIDs in checkpoints: state of one kind
+// cannot be restored into an operator of another.
+const (
+	kindSource         = "source"
+	kindFlatMap        = "flatmap"
+	kindUnion          = "union"
+	kindCoProcess      = "coprocess"
+	kindKeyedProcess   = "keyed-process"
+	kindKeyedCoProcess = "keyed-coprocess"
+	kindSink           = graph.KindSink
+)
+
+// upstream is a stream an operator reads: a Stream or a KeyedStream.
+type upstream interface {
+	environment() *Environment
+	// input is the edge into a consumer of parallelism p.
+	input(p int) (graph.Input, inputSpec)
+}
+
+// add adds node n, of the given kind, reading ups, to the graph. A nil
+// function (fn) or an input from another Environment is recorded as the
+// environment's error.
+func (e *Environment) add(name, kind string, fn any, opts []Option, n *node, ups ...upstream) int {
+	n.Name, n.UID, n.Kind, n.Parallelism, n.MaxParallelism = name, name, kind, e.cfg.Parallelism, e.cfg.MaxParallelism
 	for _, o := range opts {
 		o(&n.Node)
 	}
+	if isNil(fn) {
+		e.fail(fmt.Errorf("operator %q: its function is nil", name))
+	}
+	for _, up := range ups {
+		if isNil(up) {
+			e.fail(fmt.Errorf("operator %q reads a nil stream", name))
+			continue
+		}
+		if up.environment() != e {
+			e.fail(fmt.Errorf("operator %q reads a stream of another Environment: every stream of a job must come from the Environment it runs in", name))
+			continue
+		}
+		gi, spec := up.input(n.Parallelism)
+		n.Node.Inputs = append(n.Node.Inputs, gi)
+		n.inputs = append(n.inputs, spec)
+	}
 	e.nodes = append(e.nodes, n)
 	return len(e.nodes) - 1
+}
+
+// isNil reports whether v is nil, or a nil func or pointer in an interface.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Func, reflect.Pointer:
+		return rv.IsNil()
+	}
+	return false
 }
 
 // Metrics are live counts of one operator.
@@ -189,6 +329,10 @@ type Metrics struct {
 	// Records entering the operator when it heads a task, or leaving it
 	// when it is a source.
 	Records int64
+	// Remaining and Total measure a bounded source's input (in its unit:
+	// bytes for files) when its reader reports progress (ProgressReporter);
+	// Total is 0 when that is not known.
+	Remaining, Total int64
 }
 
 // Metrics reads every operator's counters; safe while the job runs.
@@ -196,6 +340,18 @@ func (e *Environment) Metrics() []Metrics {
 	out := make([]Metrics, len(e.nodes))
 	for i, n := range e.nodes {
 		out[i] = Metrics{UID: n.UID, Records: n.records.Load()}
+		if len(n.remaining) == 0 {
+			continue
+		}
+		out[i].Total = n.total.Load()
+		for j := range n.remaining {
+			r := n.remaining[j].Load()
+			if r < 0 {
+				out[i].Remaining, out[i].Total = 0, 0
+				break
+			}
+			out[i].Remaining += r
+		}
 	}
 	return out
 }
@@ -217,16 +373,18 @@ func (e *Environment) Plan() (*graph.Plan, error) {
 	return graph.NewPlan(g)
 }
 
-// Execute validates the configuration and the graph, then runs the job
-// until its input ends, it fails beyond its restart strategy, or ctx ends.
-func (e *Environment) Execute(ctx context.Context) (runtime.Result, error) {
+// Execute validates the configuration and the graph, checks where the job
+// starts (see Config.Restore), then runs the job until its input ends, it
+// fails beyond its restart strategy, or ctx ends. An error that ends it
+// after ctx ended wraps both ctx's cause and the last failure.
+func (e *Environment) Execute(ctx context.Context) (Result, error) {
 	plan, err := e.Plan()
 	if err != nil {
-		return runtime.Result{}, fmt.Errorf("job %s: %w", e.cfg.Job, err)
+		return Result{}, fmt.Errorf("job %s: %w", e.cfg.Job, err)
 	}
 	spec, err := e.spec(plan)
 	if err != nil {
-		return runtime.Result{}, fmt.Errorf("job %s: %w", e.cfg.Job, err)
+		return Result{}, fmt.Errorf("job %s: %w", e.cfg.Job, err)
 	}
 	return runtime.Run(ctx, spec)
 }
@@ -238,22 +396,31 @@ func (e *Environment) spec(plan *graph.Plan) (runtime.Spec, error) {
 		BatchSize: e.cfg.BatchSize, Logger: e.cfg.Logger, OnEvent: e.cfg.OnEvent,
 		Checkpoint: checkpoint.Config{
 			Interval: cc.Interval, MinPause: cc.MinPause, Timeout: cc.Timeout, MaxConcurrent: cc.MaxConcurrent,
-			TolerableFailures: cc.TolerableFailures, Retained: cc.Retained, RetainOnCancel: cc.RetainOnCancel,
+			TolerableFailures: cc.TolerableFailures, Retained: cc.Retained, RetainOnCancel: !cc.DiscardOnCancel,
 		},
+		Start: runtime.Start{Fresh: e.cfg.Fresh, Latest: e.cfg.Restore == "latest", AllowNonRestoredState: e.cfg.AllowNonRestoredState},
 	}
 	if e.cfg.BatchSize < 0 {
 		return spec, fmt.Errorf("batch size %d is negative", e.cfg.BatchSize)
 	}
-	if cc.Mode != runtime.None {
-		if cc.Interval <= 0 {
+	if cc.Mode != NoCheckpoints {
+		if cc.Interval < 0 {
 			return spec, fmt.Errorf("checkpoint interval is %v in mode %v: set an interval (for example 10s) or use mode none", cc.Interval, cc.Mode)
 		}
 		if _, err := spec.Checkpoint.Normalize(); err != nil {
 			return spec, err
 		}
 	}
+	if e.cfg.Fresh && e.cfg.Restore != "" {
+		return spec, fmt.Errorf("restore %q and fresh exclude each other: restore a checkpoint, or start over", e.cfg.Restore)
+	}
 	if cc.Dir == "" {
-		spec.Storage = storage.NewMemory(0)
+		if e.cfg.Restore == "latest" {
+			return spec, errors.New("restore latest needs a checkpoint directory: memory checkpoints do not outlive the process")
+		}
+		if cc.Mode != NoCheckpoints {
+			spec.Storage = storage.NewMemory(0)
+		}
 	} else {
 		d, err := storage.NewDir(cc.FS, cc.Dir, e.cfg.Job, 0)
 		if err != nil {
@@ -261,27 +428,12 @@ func (e *Environment) spec(plan *graph.Plan) (runtime.Spec, error) {
 		}
 		spec.Storage = d
 	}
-	switch r := e.cfg.Restore; r {
-	case "":
-	case "latest":
-		if cc.Dir == "" {
-			return spec, errors.New("restore latest needs a checkpoint directory: memory checkpoints do not outlive the process")
-		}
-		p, err := runtime.LatestRestorePoint(spec.Storage)
-		switch {
-		case errors.Is(err, runtime.ErrNoCheckpoint):
-			e.cfg.Logger.Info("no completed checkpoint to restore; starting from the beginning", "dir", spec.Storage.Describe())
-		case err != nil:
-			return spec, err
-		default:
-			spec.Restore = p
-		}
-	default:
+	if r := e.cfg.Restore; r != "" && r != "latest" {
 		m, reader, err := storage.OpenCheckpoint(cc.FS, r)
 		if err != nil {
 			return spec, err
 		}
-		spec.Restore = &runtime.RestorePoint{Metadata: m, Read: reader.ReadState}
+		spec.Start.Point = &runtime.RestorePoint{Metadata: m, Read: reader.ReadState, Where: r}
 	}
 	return spec, nil
 }

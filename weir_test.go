@@ -20,7 +20,6 @@ import (
 	"github.com/weirstream/weir/connector/generator"
 	"github.com/weirstream/weir/examples/wordcount"
 	"github.com/weirstream/weir/operator"
-	"github.com/weirstream/weir/runtime"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -69,7 +68,7 @@ func env(cfg weir.Config) *weir.Environment {
 	return weir.New(cfg)
 }
 
-func execute(t *testing.T, e *weir.Environment) runtime.Result {
+func execute(t *testing.T, e *weir.Environment) weir.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -198,7 +197,7 @@ func TestPartitioningUnionAndReduce(t *testing.T) {
 	e := env(weir.Config{Parallelism: 1})
 	a := weir.Source(e, "a", gen(t, 100, func(i int64) int64 { return i }))
 	b := weir.Source(e, "b", gen(t, 100, func(i int64) int64 { return 1000 + i }))
-	both := weir.Union("union", []*weir.Stream[int64]{a, b})
+	both := weir.Union(a, "union", []*weir.Stream[int64]{b})
 	spread := weir.Map(weir.Rebalance(both), "spread", func(v int64) int64 { return v }, weir.Parallelism(3))
 	type sum struct{ Parity, Total int64 }
 	copies := weir.Map(weir.Broadcast(spread), "copies", func(v int64) sum { return sum{v % 2, v} }, weir.Parallelism(2))
@@ -226,8 +225,8 @@ func TestPartitioningUnionAndReduce(t *testing.T) {
 
 func TestCancelStopsEverything(t *testing.T) {
 	checkpointed := make(chan struct{}, 1)
-	e2 := weir.New(weir.Config{Parallelism: 2, Checkpoint: weir.CheckpointConfig{Interval: 5 * time.Millisecond}, OnEvent: func(ev runtime.JobEvent) {
-		if ev.Kind == runtime.EventCheckpointCompleted {
+	e2 := weir.New(weir.Config{Parallelism: 2, Checkpoint: weir.CheckpointConfig{Interval: 5 * time.Millisecond}, OnEvent: func(ev weir.JobEvent) {
+		if ev.Kind == weir.EventCheckpointCompleted {
 			select {
 			case checkpointed <- struct{}{}:
 			default:
@@ -257,7 +256,7 @@ func (failing) Process(*weir.KeyedContext[int64], int64, weir.Collector[int64]) 
 }
 
 func TestFailureBeyondRestartAttempts(t *testing.T) {
-	e := env(weir.Config{Restart: runtime.FixedDelay{Delay: time.Millisecond, MaxAttempts: 2}})
+	e := env(weir.Config{Restart: weir.FixedDelay{Delay: time.Millisecond, MaxAttempts: 2}})
 	nums := weir.Source(e, "nums", gen(t, 10, func(i int64) int64 { return i }))
 	out := weir.Process(weir.KeyBy(nums, func(v int64) int64 { return v }), "picky",
 		func() weir.KeyedProcessFunction[int64, int64, int64] { return failing{} })
@@ -269,7 +268,7 @@ func TestFailureBeyondRestartAttempts(t *testing.T) {
 }
 
 func TestNonDeterministicKeySelectorIsCaught(t *testing.T) {
-	e := env(weir.Config{Parallelism: 2, Restart: runtime.NoRestart{}})
+	e := env(weir.Config{Parallelism: 2, Restart: weir.NoRestart{}})
 	nums := weir.Source(e, "nums", gen(t, 1000, func(i int64) int64 { return i }))
 	keyed := weir.KeyBy(nums, func(int64) int64 { return rand.Int64() })
 	out := weir.Reduce(keyed, "sum", func(a, b int64) int64 { return a + b })
@@ -315,11 +314,11 @@ func TestRestoreAtAnotherParallelism(t *testing.T) {
 		files = append(files, p)
 	}
 	opts := wordcount.Options{Input: filepath.Join(dir, "in-*.txt"), Output: filepath.Join(dir, "out"), Parallelism: 2,
-		Checkpoint: weir.CheckpointConfig{Interval: 5 * time.Millisecond, Dir: filepath.Join(dir, "ckpt"), RetainOnCancel: true}}
+		Checkpoint: weir.CheckpointConfig{Interval: 5 * time.Millisecond, Dir: filepath.Join(dir, "ckpt")}}
 	ctx, cancel := context.WithCancel(context.Background())
 	completed := 0
-	opts.OnEvent = func(ev runtime.JobEvent) {
-		if ev.Kind == runtime.EventCheckpointCompleted {
+	opts.OnEvent = func(ev weir.JobEvent) {
+		if ev.Kind == weir.EventCheckpointCompleted {
 			if completed++; completed == 2 {
 				cancel()
 			}

@@ -8,6 +8,14 @@ import (
 	"time"
 )
 
+// Job is what the Coordinator knows of the job it serves.
+type Job struct {
+	Name  string
+	Tasks Tasks
+	// Operators fingerprint the job in every checkpoint's metadata.
+	Operators []Operator
+}
+
 // Tasks is the set of tasks a job runs.
 type Tasks struct {
 	// All is every task that acknowledges checkpoints.
@@ -24,6 +32,9 @@ type Restored struct {
 	MaxID ID
 	// Completed lists the completed checkpoints found, in any order.
 	Completed []Completed
+	// Damaged lists checkpoints whose metadata cannot be read. Retention
+	// discards them once a newer checkpoint completes.
+	Damaged []ID
 }
 
 // Completed names one completed checkpoint.
@@ -61,6 +72,7 @@ type pending struct {
 // the driver's duties. The zero value is not usable; build one with New.
 type Coordinator struct {
 	job     string
+	ops     []Operator
 	cfg     Config
 	tasks   []TaskID // sorted
 	index   map[TaskID]int
@@ -73,8 +85,12 @@ type Coordinator struct {
 	completedOnce  bool
 	failures       int
 
-	pending         []*pending  // ascending ids; at most MaxConcurrent periodic plus one savepoint
-	completed       []Completed // retained checkpoints, ascending
+	pending   []*pending  // ascending ids; at most MaxConcurrent periodic plus one savepoint
+	completed []Completed // retained checkpoints, ascending
+	damaged   []ID        // discarded when the next checkpoint completes
+	// newestCompleted is the newest checkpoint or savepoint completed; a
+	// failure of an older one does not count.
+	newestCompleted ID
 	latestSavepoint ID
 	recentAborted   [recentAbortedLen]ID
 	recentNext      int
@@ -86,21 +102,23 @@ type Coordinator struct {
 	out []Action
 }
 
-// New builds a Coordinator for job from cfg (defaults filled in, validated),
-// the job's tasks, and the facts restored from storage.
-func New(job string, cfg Config, tasks Tasks, r Restored) (*Coordinator, error) {
+// New builds a Coordinator for job from cfg (defaults filled in, validated)
+// and the facts restored from storage.
+func New(job Job, cfg Config, r Restored) (*Coordinator, error) {
 	cfg, err := cfg.Normalize()
 	if err != nil {
 		return nil, err
 	}
-	if job == "" {
+	if job.Name == "" {
 		return nil, errors.New("checkpoint coordinator: empty job name")
 	}
+	tasks := job.Tasks
 	if len(tasks.All) == 0 || len(tasks.Sources) == 0 {
 		return nil, errors.New("checkpoint coordinator: a job needs at least one task and one source")
 	}
 	c := &Coordinator{
-		job:       job,
+		job:       job.Name,
+		ops:       slices.Clone(job.Operators),
 		cfg:       cfg,
 		tasks:     slices.Clone(tasks.All),
 		index:     make(map[TaskID]int, len(tasks.All)),
@@ -123,8 +141,10 @@ func New(job string, cfg Config, tasks Tasks, r Restored) (*Coordinator, error) 
 	}
 	done := slices.Clone(r.Completed)
 	slices.SortFunc(done, func(a, b Completed) int { return cmpID(a.ID, b.ID) })
+	c.damaged = slices.Clone(r.Damaged)
 	for _, d := range done {
 		c.lastID = max(c.lastID, d.ID)
+		c.newestCompleted = max(c.newestCompleted, d.ID)
 		if d.Savepoint {
 			c.latestSavepoint = d.ID
 		} else {
@@ -415,6 +435,11 @@ func (c *Coordinator) complete(p *pending, now time.Time) {
 	c.lastCompletion = now
 	c.completedOnce = true
 	c.failures = 0
+	c.newestCompleted = max(c.newestCompleted, p.id)
+	for _, id := range c.damaged {
+		c.emit(Discard{ID: id})
+	}
+	c.damaged = nil
 	if p.savepoint {
 		c.latestSavepoint = max(c.latestSavepoint, p.id)
 		if c.state != stateCancelled {
@@ -452,7 +477,10 @@ func (c *Coordinator) abort(p *pending, reason Reason, cause error) {
 	c.recentAborted[c.recentNext] = p.id
 	c.recentNext = (c.recentNext + 1) % recentAbortedLen
 	c.emit(Abort{ID: p.id, Reason: reason, Cause: cause})
-	if !reason.Counts() || p.savepoint {
+	if !reason.Counts() || p.savepoint || p.id < c.newestCompleted {
+		// A savepoint's failure is the user's to handle; one of a
+		// checkpoint older than the newest completed costs nothing, as in
+		// Flink.
 		return
 	}
 	c.failures++
@@ -474,7 +502,7 @@ func (c *Coordinator) abortUnpersisted(reason Reason, cause error) {
 }
 
 func (c *Coordinator) metadata(p *pending) *Metadata {
-	m := &Metadata{Job: c.job, ID: p.id, Savepoint: p.savepoint, Triggered: p.triggered, Tasks: make([]TaskState, len(c.tasks))}
+	m := &Metadata{Job: c.job, ID: p.id, Savepoint: p.savepoint, Triggered: p.triggered, Operators: c.ops, Tasks: make([]TaskState, len(c.tasks))}
 	for i, t := range c.tasks {
 		m.Tasks[i] = TaskState{Task: t, Handles: p.handles[i]}
 	}

@@ -13,6 +13,8 @@ import (
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
+var testOperators = []Operator{{UID: "op", Kind: "source", MaxParallelism: 128}}
+
 func parseTask(t testing.TB, s string) TaskID {
 	v, n, ok := strings.Cut(s, "#")
 	i, err := strconv.Atoi(n)
@@ -85,6 +87,15 @@ func TestCoordinatorScripts(t *testing.T) {
 				if d.MaybeScanArgs(t, "restored-max", &maxID) {
 					r.MaxID = ID(maxID)
 				}
+				if d.MaybeScanArgs(t, "damaged", &s) {
+					for _, f := range strings.Split(s, ",") {
+						n, err := strconv.ParseUint(f, 10, 64)
+						if err != nil {
+							t.Fatal(err)
+						}
+						r.Damaged = append(r.Damaged, ID(n))
+					}
+				}
 				if d.MaybeScanArgs(t, "restored", &s) {
 					for _, f := range strings.Split(s, ",") {
 						sp := strings.HasSuffix(f, "sp")
@@ -96,7 +107,7 @@ func TestCoordinatorScripts(t *testing.T) {
 					}
 				}
 				var err error
-				c, err = New("job", cfg, tasks, r)
+				c, err = New(Job{Name: "job", Tasks: tasks, Operators: testOperators}, cfg, r)
 				if err != nil {
 					return "error: " + err.Error() + "\n"
 				}

@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -16,11 +17,26 @@ import (
 // Metadata describes one completed checkpoint: which tasks wrote which state.
 // Its durable write is the checkpoint's commit point.
 type Metadata struct {
-	Job       string      `json:"job"`
-	ID        ID          `json:"id"`
-	Savepoint bool        `json:"savepoint,omitempty"`
-	Triggered time.Time   `json:"triggered"`
+	Job       string    `json:"job"`
+	ID        ID        `json:"id"`
+	Savepoint bool      `json:"savepoint,omitempty"`
+	Triggered time.Time `json:"triggered"`
+	// Operators fingerprint the job that took the checkpoint: with Job,
+	// they are what a restore checks the checkpoint against (Fit).
+	Operators []Operator  `json:"operators"`
 	Tasks     []TaskState `json:"tasks"`
+}
+
+// Operator is one operator of a job, as checkpoint metadata records it.
+type Operator struct {
+	// UID matches state to operators across runs.
+	UID string `json:"uid"`
+	// Kind names what the operator does ("source", "keyed-process", ...):
+	// state of one kind cannot be read by an operator of another.
+	Kind string `json:"kind"`
+	// MaxParallelism is the number of key groups its keyed state is split
+	// into; it cannot change while the state lives.
+	MaxParallelism int `json:"maxParallelism"`
 }
 
 // TaskState is what one task acknowledged.
@@ -47,8 +63,11 @@ func (m *Metadata) SizeBytes() int64 {
 //	length   uint32   big-endian, payload bytes, at most MaxMetadataBytes
 //	crc32c   uint32   big-endian, Castagnoli checksum of the payload
 //	payload  JSON of Metadata
+//
+// Version 2 added Operators, the job's fingerprint; version 1 metadata is
+// refused, since a restore could not be checked against the job.
 const (
-	FormatVersion    = 1
+	FormatVersion    = 2
 	MaxMetadataBytes = 64 << 20
 	headerBytes      = 8 + 4 + 4 + 4
 )
@@ -57,27 +76,46 @@ var magic = [8]byte{'W', 'E', 'I', 'R', 'C', 'H', 'K', 0}
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// Errors that Decode wraps; classify with errors.Is.
+// Errors that Encode and Decode wrap; classify with errors.Is.
 var (
-	ErrCorrupt = errors.New("corrupt checkpoint metadata")
-	ErrVersion = errors.New("unsupported checkpoint metadata version")
+	ErrCorrupt  = errors.New("corrupt checkpoint metadata")
+	ErrVersion  = errors.New("unsupported checkpoint metadata version")
+	ErrTooLarge = errors.New("checkpoint metadata too large")
 )
 
-// Encode serialises m. It panics if m is invalid: the coordinator built it.
-func Encode(m *Metadata) []byte {
+// Encode serialises m. It fails, wrapping ErrTooLarge, when the result would
+// exceed MaxMetadataBytes (state kept inline by memory storage can get
+// there). It panics if m is invalid: the coordinator built it.
+func Encode(m *Metadata) ([]byte, error) {
 	if err := m.validate(); err != nil {
 		panic(fmt.Sprintf("checkpoint: encode invalid metadata: %v", err))
+	}
+	// Inline state is base64 in the payload: refuse before encoding what
+	// cannot fit.
+	var inline int
+	for _, t := range m.Tasks {
+		for _, h := range t.Handles {
+			inline += base64.StdEncoding.EncodedLen(len(h.Inline))
+		}
+	}
+	if inline > MaxMetadataBytes {
+		return nil, fmt.Errorf("checkpoint %d: %w: its inline state alone is %d bytes, above the bound of %d bytes (%d MiB)",
+			m.ID, ErrTooLarge, inline, MaxMetadataBytes, MaxMetadataBytes>>20)
 	}
 	payload, err := json.Marshal(m)
 	if err != nil {
 		panic(fmt.Sprintf("checkpoint: encode metadata: %v", err))
+	}
+	if len(payload) > MaxMetadataBytes {
+		return nil, fmt.Errorf("checkpoint %d: %w: %d bytes, above the bound of %d bytes (%d MiB)",
+			m.ID, ErrTooLarge, len(payload), MaxMetadataBytes, MaxMetadataBytes>>20)
 	}
 	out := make([]byte, headerBytes, headerBytes+len(payload))
 	copy(out, magic[:])
 	binary.BigEndian.PutUint32(out[8:], FormatVersion)
 	binary.BigEndian.PutUint32(out[12:], uint32(len(payload)))
 	binary.BigEndian.PutUint32(out[16:], crc32.Checksum(payload, castagnoli))
-	return append(out, payload...)
+	return append(out, payload...), nil
 }
 
 // Decode parses and checks metadata written by Encode. Every failure wraps
@@ -124,6 +162,18 @@ func (m *Metadata) validate() error {
 	if m.Job == "" {
 		return errors.New("empty job name")
 	}
+	uids := make(map[string]bool, len(m.Operators))
+	for _, op := range m.Operators {
+		switch {
+		case op.UID == "" || op.Kind == "":
+			return fmt.Errorf("operator %q of kind %q: empty UID or kind", op.UID, op.Kind)
+		case uids[op.UID]:
+			return fmt.Errorf("operator %q appears twice", op.UID)
+		case op.MaxParallelism < 1:
+			return fmt.Errorf("operator %q: max parallelism %d", op.UID, op.MaxParallelism)
+		}
+		uids[op.UID] = true
+	}
 	if !slices.IsSortedFunc(m.Tasks, func(a, b TaskState) int {
 		if a.Task == b.Task {
 			return 0
@@ -145,6 +195,9 @@ func (m *Metadata) validate() error {
 		for _, h := range t.Handles {
 			if err := h.validate(); err != nil {
 				return fmt.Errorf("task %s: %w", t.Task, err)
+			}
+			if !uids[h.Operator] {
+				return fmt.Errorf("task %s: state of operator %q, which the job's operators do not list", t.Task, h.Operator)
 			}
 		}
 	}

@@ -12,6 +12,7 @@ import (
 func sampleMetadata() *Metadata {
 	return &Metadata{
 		Job: "wordcount", ID: 42, Triggered: t0,
+		Operators: []Operator{{UID: "count", Kind: "keyed-process", MaxParallelism: 128}, {UID: "source", Kind: "source", MaxParallelism: 128}},
 		Tasks: []TaskState{
 			{Task: TaskID{"count", 0}, Handles: []Handle{{Operator: "count", Subtask: 0, Parallelism: 2, Kind: "keyed", KeyGroups: keygroup.Range{First: 0, Last: 63}, Path: "chk-42/count.0.keyed", SizeBytes: 1 << 20}}},
 			{Task: TaskID{"count", 1}, Handles: []Handle{{Operator: "count", Subtask: 1, Parallelism: 2, Kind: "keyed", KeyGroups: keygroup.Range{First: 64, Last: 127}, Inline: []byte("small"), SizeBytes: 5}}},
@@ -20,9 +21,19 @@ func sampleMetadata() *Metadata {
 	}
 }
 
+// encode is Encode for metadata known to fit.
+func encode(t testing.TB, m *Metadata) []byte {
+	t.Helper()
+	b, err := Encode(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 func TestMetadataRoundTrip(t *testing.T) {
 	m := sampleMetadata()
-	got, err := Decode(Encode(m))
+	got, err := Decode(encode(t, m))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +43,7 @@ func TestMetadataRoundTrip(t *testing.T) {
 }
 
 func TestMetadataDamageIsReported(t *testing.T) {
-	good := Encode(sampleMetadata())
+	good := encode(t, sampleMetadata())
 	flip := func(i int) []byte {
 		b := append([]byte(nil), good...)
 		b[i] ^= 0x10
@@ -88,7 +99,7 @@ func TestMetadataRejectsEscapingPaths(t *testing.T) {
 // FuzzDecode: no input makes Decode panic, and whatever it accepts
 // re-encodes to the same metadata.
 func FuzzDecode(f *testing.F) {
-	good := Encode(sampleMetadata())
+	good := encode(f, sampleMetadata())
 	f.Add(good)
 	f.Add(good[:30])
 	f.Add([]byte("WEIRCHK\x00"))
@@ -100,7 +111,7 @@ func FuzzDecode(f *testing.F) {
 			}
 			return
 		}
-		again, err := Decode(Encode(m))
+		again, err := Decode(encode(t, m))
 		if err != nil || !reflect.DeepEqual(again, m) {
 			t.Fatalf("accepted metadata does not round-trip: %v", err)
 		}

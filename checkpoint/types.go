@@ -45,6 +45,9 @@ type Handle struct {
 	SizeBytes int64          `json:"sizeBytes"`
 }
 
+// KindKeyed is the Handle.Kind of keyed state.
+const KindKeyed = "keyed"
+
 // Reason says why a checkpoint was aborted.
 type Reason int
 

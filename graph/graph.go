@@ -39,10 +39,17 @@ func (p Partition) String() string {
 	return fmt.Sprintf("partition(%d)", int(p))
 }
 
+// KindSink is the Kind of a node that writes records out of the job; every
+// other node must have a consumer.
+const KindSink = "sink"
+
 // Node is one operator of a job graph.
 type Node struct {
-	UID            string
-	Name           string
+	UID  string
+	Name string
+	// Kind names what the operator does ("source", "keyed-process", "sink",
+	// ...); checkpoints record it with the UID.
+	Kind           string
 	Parallelism    int
 	MaxParallelism int // 0: keygroup.DefaultMaxParallelism
 	// Inputs are the edges into the node, in input order; a source has none.
@@ -124,6 +131,11 @@ func NewPlan(g Graph) (*Plan, error) {
 			consumers[in.From]++
 		}
 	}
+	for i, n := range g.Nodes {
+		if consumers[i] == 0 && n.Kind != KindSink {
+			return nil, fmt.Errorf("operator %q has no consumer: its records go nowhere; add a sink (weir.Sink) after it, or remove it", n.UID)
+		}
+	}
 	p := &Plan{Graph: g, VertexOf: make([]int, len(g.Nodes))}
 	for i, n := range g.Nodes {
 		chained := len(n.Inputs) == 1 && !n.NoChain && n.Inputs[0].Partition == Forward &&
@@ -144,6 +156,15 @@ func NewPlan(g Graph) (*Plan, error) {
 		}
 	}
 	return p, nil
+}
+
+// Operators lists the graph's operators as checkpoint metadata records them.
+func (g Graph) Operators() []checkpoint.Operator {
+	ops := make([]checkpoint.Operator, len(g.Nodes))
+	for i, n := range g.Nodes {
+		ops[i] = checkpoint.Operator{UID: n.UID, Kind: n.Kind, MaxParallelism: n.MaxParallelism}
+	}
+	return ops
 }
 
 // Tasks lists every task of the plan and the source tasks among them.

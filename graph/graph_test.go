@@ -14,6 +14,7 @@ func TestChainsForwardRunsOfEqualParallelism(t *testing.T) {
 		{UID: "sink", Parallelism: 3, Inputs: []Input{{2, Forward}}},
 		{UID: "src2", Parallelism: 1},
 		{UID: "union", Parallelism: 3, Inputs: []Input{{3, Forward}, {4, Rebalance}}},
+		{UID: "out", Kind: KindSink, Parallelism: 3, Inputs: []Input{{5, Forward}}},
 	}}
 	p, err := NewPlan(g)
 	if err != nil {
@@ -28,7 +29,7 @@ func TestChainsForwardRunsOfEqualParallelism(t *testing.T) {
 		got = append(got, strings.Join(names, "+"))
 	}
 	// sink has one consumer (union), but union has two inputs: no chain.
-	if want := "src+map count+sink src2 union"; strings.Join(got, " ") != want {
+	if want := "src+map count+sink src2 union+out"; strings.Join(got, " ") != want {
 		t.Fatalf("vertices %q, want %q", strings.Join(got, " "), want)
 	}
 	tasks := p.Tasks()
@@ -46,6 +47,7 @@ func TestInvalidGraphsNameTheOperator(t *testing.T) {
 		want string
 	}{
 		{Graph{Nodes: []Node{{UID: "a", Parallelism: 1}, {UID: "a", Parallelism: 1, Inputs: []Input{{0, Forward}}}}}, `share the UID "a"`},
+		{Graph{Nodes: []Node{{UID: "a", Parallelism: 1}, {UID: "b", Kind: KindSink, Parallelism: 1}}}, `operator "a" has no consumer: its records go nowhere`},
 		{Graph{Nodes: []Node{{UID: "a", Parallelism: 2}, {UID: "b", Parallelism: 3, Inputs: []Input{{0, Forward}}}}}, `"b" (parallelism 3) is connected forward to "a" (parallelism 2)`},
 		{Graph{Nodes: []Node{{UID: "a", Parallelism: 0}}}, `operator "a": parallelism 0`},
 		{Graph{Nodes: []Node{{UID: "a", Parallelism: 200}}}, `parallelism 200 is outside 1..128`},

@@ -8,6 +8,8 @@
 package operator
 
 import (
+	"errors"
+	"io"
 	"log/slog"
 	"time"
 
@@ -24,14 +26,27 @@ type Context struct {
 	Parallelism    int
 	MaxParallelism int
 	KeyGroups      keygroup.Range // the key groups this subtask owns
-	// Restore is the state to start from; nil on a fresh start.
+	// Restore is the state to start from; nil when the operator starts
+	// without state (a fresh start, or a restored checkpoint that holds no
+	// state of this operator's UID).
 	Restore *Restore
+	// StartOver is set when Restore is nil and what earlier runs of the job
+	// wrote may be deleted: the user asked to start over (--fresh), or an
+	// earlier attempt of this run started from nothing too. Without it, a
+	// sink that finds committed output of an earlier run refuses to start
+	// rather than add to it.
+	StartOver bool
 	// CheckpointingEnabled is false in mode none: sinks then commit at the
 	// end of input only.
 	CheckpointingEnabled bool
 	Logger               *slog.Logger
 	// Now is the processing-time clock.
 	Now func() time.Time
+	// Acquire holds a resource (a lock) for the rest of the run, across
+	// attempts: open runs once per key for the whole run, and every later
+	// call with that key returns the first call's error. The run closes
+	// what open returned when it ends. Safe for concurrent use.
+	Acquire func(key string, open func() (io.Closer, error)) error
 }
 
 // Restore is the state an operator restarts from.
@@ -56,12 +71,36 @@ type Operator interface {
 	NotifyComplete(id checkpoint.ID) error
 	// NotifyAborted: checkpoint id will not complete.
 	NotifyAborted(id checkpoint.ID)
-	// Finish: every input has ended; flush and, for sinks, commit. Finish
-	// runs only once the records are covered by a completed checkpoint (or
-	// checkpointing is off).
+	// Finish: every input has ended (end of data). Emit what is buffered;
+	// timers fire no more. With checkpoints, the job's final checkpoint
+	// follows and covers everything emitted here; a two-phase-commit sink
+	// commits on its NotifyComplete, as on any other. Without checkpoints
+	// (mode none) a sink commits here.
 	Finish() error
 	// Close releases resources, after Finish or on failure.
 	Close() error
+}
+
+// Permanent marks err as one a restart cannot fix (bad input, bad
+// configuration, a bug in a user function): the job fails at once instead
+// of restarting. Errors are retriable unless marked.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err}
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// IsPermanent reports whether err, or an error it wraps, was marked with
+// Permanent.
+func IsPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
 }
 
 // Async writes the state a Snapshot froze and returns its handles.

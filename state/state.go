@@ -16,7 +16,7 @@ import (
 )
 
 // KindKeyed is the Handle.Kind of keyed state.
-const KindKeyed = "keyed"
+const KindKeyed = checkpoint.KindKeyed
 
 // ErrCorrupt marks state that cannot be decoded.
 var ErrCorrupt = errors.New("corrupt state snapshot")

@@ -10,10 +10,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/lockfile"
 )
 
 // MetadataFile is the name of a checkpoint's metadata file.
@@ -23,11 +25,28 @@ const MetadataFile = "_metadata"
 // metadata instead of a file of its own (Flink's default threshold too).
 const DefaultInlineBytes = 20 << 10
 
+// LockFile is the name of the lock file in a job's checkpoint directory.
+const LockFile = ".lock"
+
 // Dir keeps checkpoints in a directory; see the package doc for the layout.
 type Dir struct {
 	fs          vfs.FS
 	jobDir      string
 	inlineBytes int
+
+	mu sync.Mutex
+	// writing counts state files being written, per checkpoint.
+	writing map[checkpoint.ID]int
+	// discarding holds the checkpoints being discarded: no file of theirs
+	// may be written meanwhile.
+	discarding map[checkpoint.ID]bool
+	written    sync.Cond // signalled when a state file write ends
+}
+
+func newDir(fs vfs.FS, jobDir string, inlineBytes int) *Dir {
+	d := &Dir{fs: fs, jobDir: jobDir, inlineBytes: inlineBytes, writing: map[checkpoint.ID]int{}, discarding: map[checkpoint.ID]bool{}}
+	d.written.L = &d.mu
+	return d
 }
 
 // NewDir builds directory storage for job under root on fs (vfs.Default for
@@ -43,7 +62,7 @@ func NewDir(fs vfs.FS, root, job string, inlineBytes int) (*Dir, error) {
 	if inlineBytes == 0 {
 		inlineBytes = DefaultInlineBytes
 	}
-	d := &Dir{fs: fs, jobDir: fs.PathJoin(root, job), inlineBytes: inlineBytes}
+	d := newDir(fs, fs.PathJoin(root, job), inlineBytes)
 	if err := fs.MkdirAll(d.jobDir, 0o755); err != nil {
 		return nil, fmt.Errorf("checkpoint directory %s: %w", d.jobDir, err)
 	}
@@ -95,7 +114,21 @@ func (d *Dir) WriteState(id checkpoint.ID, h checkpoint.Handle, data []byte) (ch
 		name += fmt.Sprintf(".kg%d-%d", h.KeyGroups.First, h.KeyGroups.Last)
 	}
 	rel := chkName(id) + "/" + name
-	if err := d.writeFile(d.fs.PathJoin(d.jobDir, rel), data); err != nil {
+	d.mu.Lock()
+	if d.discarding[id] {
+		d.mu.Unlock()
+		return h, fmt.Errorf("checkpoint %d: write %s: the checkpoint is being discarded", id, handleName(h))
+	}
+	d.writing[id]++
+	d.mu.Unlock()
+	err := d.writeFile(d.fs.PathJoin(d.jobDir, rel), data)
+	d.mu.Lock()
+	if d.writing[id]--; d.writing[id] == 0 {
+		delete(d.writing, id)
+	}
+	d.written.Broadcast()
+	d.mu.Unlock()
+	if err != nil {
 		return h, fmt.Errorf("checkpoint %d: write %s: %w", id, handleName(h), err)
 	}
 	h.Inline = nil
@@ -137,7 +170,11 @@ func (d *Dir) Commit(m *checkpoint.Metadata) error {
 	}
 	tmp := d.fs.PathJoin(dir, MetadataFile+".tmp")
 	final := d.fs.PathJoin(dir, MetadataFile)
-	if err := d.writeFile(tmp, checkpoint.Encode(m)); err != nil {
+	data, err := checkpoint.Encode(m)
+	if err != nil {
+		return err
+	}
+	if err := d.writeFile(tmp, data); err != nil {
 		return fmt.Errorf("checkpoint %d: write metadata: %w", m.ID, err)
 	}
 	if err := d.fs.Rename(tmp, final); err != nil {
@@ -213,10 +250,36 @@ func ReadMetadata(fs vfs.FS, path string) (*checkpoint.Metadata, error) {
 }
 
 func (d *Dir) Discard(id checkpoint.ID) error {
-	if err := d.fs.RemoveAll(d.CheckpointDir(id)); err != nil {
+	d.mu.Lock()
+	d.discarding[id] = true
+	for d.writing[id] > 0 {
+		d.written.Wait()
+	}
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		delete(d.discarding, id)
+		d.mu.Unlock()
+	}()
+	dir := d.CheckpointDir(id)
+	// The metadata goes first, durably: from then on the checkpoint is
+	// incomplete, and an incomplete checkpoint is deleted at the next start.
+	if err := d.fs.Remove(d.fs.PathJoin(dir, MetadataFile)); err == nil {
+		if err := d.syncDir(dir); err != nil {
+			return fmt.Errorf("discard checkpoint %d: %w", id, err)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("discard checkpoint %d: %w", id, err)
+	}
+	if err := d.fs.RemoveAll(dir); err != nil {
 		return fmt.Errorf("discard checkpoint %d: %w", id, err)
 	}
 	return nil
+}
+
+// Lock takes the job's checkpoint directory for this run.
+func (d *Dir) Lock() (io.Closer, error) {
+	return lockfile.Lock(d.fs, d.fs.PathJoin(d.jobDir, LockFile), "checkpoint directory "+d.jobDir)
 }
 
 func (d *Dir) DiscardState(hs []checkpoint.Handle) error {
@@ -313,6 +376,5 @@ func OpenCheckpoint(fs vfs.FS, path string) (*checkpoint.Metadata, Storage, erro
 	if m.ID != id {
 		return nil, nil, fmt.Errorf("restore from %s: %w: the metadata describes checkpoint %d", path, checkpoint.ErrCorrupt, m.ID)
 	}
-	jobDir := fs.PathDir(chkDir)
-	return m, &Dir{fs: fs, jobDir: jobDir, inlineBytes: DefaultInlineBytes}, nil
+	return m, newDir(fs, fs.PathDir(chkDir), DefaultInlineBytes), nil
 }

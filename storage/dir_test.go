@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -30,6 +32,8 @@ func stateOf(id checkpoint.ID) []byte {
 	return bytes.Repeat([]byte(fmt.Sprintf("state of %d;", id)), 4000)
 }
 
+var operators = []checkpoint.Operator{{UID: "count", Kind: "keyed-process", MaxParallelism: 128}, {UID: "source", Kind: "source", MaxParallelism: 128}}
+
 // takeCheckpoint runs the writes of one checkpoint as a job does.
 func takeCheckpoint(s Storage, id checkpoint.ID) error {
 	if err := s.Reserve(id); err != nil {
@@ -43,7 +47,7 @@ func takeCheckpoint(s Storage, id checkpoint.ID) error {
 	if err != nil {
 		return err
 	}
-	return s.Commit(&checkpoint.Metadata{Job: "job", ID: id, Triggered: t0, Tasks: []checkpoint.TaskState{
+	return s.Commit(&checkpoint.Metadata{Job: "job", ID: id, Triggered: t0, Operators: operators, Tasks: []checkpoint.TaskState{
 		{Task: task, Handles: []checkpoint.Handle{h}},
 		{Task: checkpoint.TaskID{Vertex: "source"}, Handles: []checkpoint.Handle{small}},
 	}})
@@ -288,4 +292,136 @@ func TestMemoryBoundsStateSize(t *testing.T) {
 		t.Fatalf("memory scan %+v", s)
 	}
 	checkReadable(t, mem, s.Latest())
+}
+
+// TestMemoryRefusesOversizedMetadata: memory storage keeps state inside the
+// metadata; metadata beyond its bound is an error that aborts the
+// checkpoint and says which bound was hit, not a panic.
+func TestMemoryRefusesOversizedMetadata(t *testing.T) {
+	mem := NewMemory(0)
+	m := &checkpoint.Metadata{Job: "job", ID: 1, Triggered: t0, Operators: operators}
+	for i := range 14 {
+		h := checkpoint.Handle{Operator: "count", Subtask: i, Parallelism: 14, Kind: "keyed"}
+		h, err := mem.WriteState(1, h, make([]byte, 49<<20/10))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Tasks = append(m.Tasks, checkpoint.TaskState{Task: checkpoint.TaskID{Vertex: "count", Subtask: i}, Handles: []checkpoint.Handle{h}})
+	}
+	err := mem.Commit(m)
+	if !errors.Is(err, checkpoint.ErrTooLarge) || !strings.Contains(err.Error(), "64 MiB") || !strings.Contains(err.Error(), "checkpoint directory") {
+		t.Fatalf("commit of %d MiB of inline state: %v", 14*49/10, err)
+	}
+	if s, _ := mem.Scan(); len(s.Completed) != 0 {
+		t.Fatal("the refused checkpoint is listed as completed")
+	}
+}
+
+// TestDirDiscardCrashLeavesNoHalfCheckpoint crashes the file system after
+// every prefix of a discard's operations: the checkpoint is then either
+// whole and readable, or not completed at all.
+func TestDirDiscardCrashLeavesNoHalfCheckpoint(t *testing.T) {
+	for crashAt := int32(0); ; crashAt++ {
+		mem := vfs.NewCrashableMem()
+		d, _ := NewDir(mem, "/ckpt", "job", 0)
+		if err := takeCheckpoint(d, 1); err != nil {
+			t.Fatal(err)
+		}
+		var n int32
+		armed := false
+		d2, err := NewDir(errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
+			if armed && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
+				if n++; n > crashAt {
+					return errorfs.ErrInjected
+				}
+			}
+			return nil
+		})), "/ckpt", "job", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		armed = true
+		err = d2.Discard(1)
+		crashed := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+		after, _ := NewDir(crashed, "/ckpt", "job", 0)
+		s, serr := after.Scan()
+		if serr != nil {
+			t.Fatal(serr)
+		}
+		if l := s.Latest(); l != nil {
+			checkReadable(t, after, l)
+		}
+		if err == nil {
+			if len(s.Completed) != 0 {
+				t.Fatalf("checkpoint 1 still completed after its discard")
+			}
+			t.Logf("a discard takes %d write operations; crashed after each", crashAt)
+			return
+		}
+	}
+}
+
+// TestDirDiscardWaitsForWriters: the discard of an aborted checkpoint waits
+// for its state writes in flight, then leaves nothing; later writes fail.
+func TestDirDiscardWaitsForWriters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		inWrite := make(chan struct{})
+		mem := vfs.NewMem()
+		d, _ := NewDir(errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
+			if op.Kind == errorfs.OpFileWrite && strings.Contains(op.Path, "chk-5/") {
+				close(inWrite)
+				<-release
+			}
+			return nil
+		})), "/ckpt", "job", 0)
+		if err := d.Reserve(5); err != nil {
+			t.Fatal(err)
+		}
+		wrote := make(chan error, 1)
+		go func() {
+			_, err := d.WriteState(5, handle(), stateOf(5))
+			wrote <- err
+		}()
+		<-inWrite
+		discarded := make(chan error, 1)
+		go func() { discarded <- d.Discard(5) }()
+		synctest.Wait()
+		select {
+		case err := <-discarded:
+			t.Fatalf("the discard did not wait for the write in flight: %v", err)
+		default:
+		}
+		close(release)
+		if err := <-wrote; err != nil {
+			t.Fatal(err)
+		}
+		if err := <-discarded; err != nil {
+			t.Fatal(err)
+		}
+		if names, _ := mem.List("/ckpt/job"); slices.Contains(names, "chk-5") {
+			t.Fatalf("chk-5 left behind: %v", names)
+		}
+		if _, err := d.WriteState(5, handle(), stateOf(5)); err == nil {
+			t.Fatal("a write after the discard succeeded")
+		}
+	})
+}
+
+func TestDirLockExcludesASecondRun(t *testing.T) {
+	dir := t.TempDir()
+	a, _ := NewDir(vfs.Default, dir, "job", 0)
+	b, _ := NewDir(vfs.Default, dir, "job", 0)
+	l, err := a.Lock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := b.Lock(); err == nil || !strings.Contains(err.Error(), "checkpoint directory "+a.JobDir()) || !strings.Contains(err.Error(), "process") {
+		t.Fatalf("second lock: %v", err)
+	}
+	// The lock file is not a checkpoint.
+	if s, err := b.Scan(); err != nil || s.MaxID != 0 || len(s.Damaged) != 0 {
+		t.Fatalf("scan with a lock file: %+v %v", s, err)
+	}
 }

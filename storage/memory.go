@@ -2,6 +2,7 @@ package storage
 
 import (
 	"fmt"
+	"io"
 	"slices"
 	"sync"
 
@@ -64,7 +65,11 @@ func (m *Memory) ReadState(h checkpoint.Handle) ([]byte, error) {
 func (m *Memory) Commit(md *checkpoint.Metadata) error {
 	// Round-trip through the format so memory storage checks what a
 	// directory would, and keeps no reference to the caller's value.
-	cp, err := checkpoint.Decode(checkpoint.Encode(md))
+	data, err := checkpoint.Encode(md)
+	if err != nil {
+		return fmt.Errorf("%w; memory checkpoint storage keeps all state inside the metadata: use a checkpoint directory (--checkpoint-dir, CheckpointConfig.Dir)", err)
+	}
+	cp, err := checkpoint.Decode(data)
 	if err != nil {
 		panic(fmt.Sprintf("storage: metadata does not survive its own format: %v", err))
 	}
@@ -94,3 +99,6 @@ func (m *Memory) Discard(id checkpoint.ID) error {
 }
 
 func (m *Memory) DiscardState([]checkpoint.Handle) error { return nil }
+
+// Lock takes nothing: memory storage belongs to one run.
+func (m *Memory) Lock() (io.Closer, error) { return io.NopCloser(nil), nil }

@@ -15,6 +15,7 @@ package storage
 import (
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/weirstream/weir/checkpoint"
 )
@@ -32,16 +33,24 @@ type Storage interface {
 	// ReadState reads the state a handle points at.
 	ReadState(h checkpoint.Handle) ([]byte, error)
 	// Commit writes m durably and atomically: the checkpoint's commit point.
+	// Metadata above checkpoint.MaxMetadataBytes is refused with an error
+	// wrapping checkpoint.ErrTooLarge.
 	Commit(m *checkpoint.Metadata) error
 	// Scan reports what storage holds.
 	Scan() (Scan, error)
-	// Discard deletes checkpoint id and exactly its files.
+	// Discard deletes checkpoint id and exactly its files: its metadata
+	// first, so that a crash midway leaves an incomplete checkpoint, never
+	// a completed one with state missing. It waits for state writes of id
+	// in flight and refuses new ones until it is done.
 	Discard(id checkpoint.ID) error
 	// DiscardState deletes state written for a checkpoint that was not
 	// completed.
 	DiscardState(hs []checkpoint.Handle) error
 	// Describe names the storage for people: a directory or "memory".
 	Describe() string
+	// Lock takes the storage for this run: a second run on the same
+	// storage fails here, naming the holder. Close releases it.
+	Lock() (io.Closer, error)
 }
 
 // Scan is what storage holds for a job.

@@ -2,6 +2,7 @@ package barrier
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/weirstream/weir/checkpoint"
 )
@@ -45,8 +46,6 @@ type (
 	}
 	// ForwardCancel: emit a cancel marker for ID on every output channel.
 	ForwardCancel struct{ ID checkpoint.ID }
-	// EndOfInput: every input channel has ended.
-	EndOfInput struct{}
 )
 
 func (Block) isAction()         {}
@@ -55,7 +54,6 @@ func (Snapshot) isAction()      {}
 func (Forward) isAction()       {}
 func (Decline) isAction()       {}
 func (ForwardCancel) isAction() {}
-func (EndOfInput) isAction()    {}
 
 func (a Block) String() string         { return fmt.Sprintf("block %d", a.Channel) }
 func (UnblockAll) String() string      { return "unblock-all" }
@@ -63,10 +61,9 @@ func (a Snapshot) String() string      { return fmt.Sprintf("snapshot %d", a.ID)
 func (a Forward) String() string       { return fmt.Sprintf("forward %d", a.ID) }
 func (a Decline) String() string       { return fmt.Sprintf("decline %d: %v", a.ID, a.Cause) }
 func (a ForwardCancel) String() string { return fmt.Sprintf("forward-cancel %d", a.ID) }
-func (EndOfInput) String() string      { return "end-of-input" }
 
-// maxTracked bounds the checkpoints tracked at once in at-least-once mode;
-// beyond it the oldest is declined.
+// maxTracked bounds the checkpoints tracked at once in at-least-once mode
+// (beyond it the oldest is declined), and the ids remembered as over.
 const maxTracked = 64
 
 // progress is one checkpoint's alignment: which channels delivered its
@@ -79,11 +76,14 @@ type progress struct {
 // Aligner aligns barriers for one task. The zero value is not usable; build
 // one with New. See the package doc.
 type Aligner struct {
-	mode     Mode
-	ended    []bool
-	live     int
-	blocked  []bool
-	lastDone checkpoint.ID // highest id snapshotted, declined, cancelled or aborted here
+	mode    Mode
+	blocked []bool
+	// lastDone is the newest checkpoint snapshotted here; every id up to it
+	// is over.
+	lastDone checkpoint.ID
+	// over holds ids above lastDone that are over here: declined, cancelled
+	// or aborted. Ascending, at most maxTracked (the oldest is forgotten).
+	over []checkpoint.ID
 	// tracked holds checkpoints in alignment, ascending: at most one in
 	// exactly-once mode, at most maxTracked in at-least-once mode.
 	tracked []progress
@@ -98,18 +98,19 @@ func New(mode Mode, channels int) *Aligner {
 	if mode != ExactlyOnce && mode != AtLeastOnce {
 		panic(fmt.Sprintf("barrier: invalid %v", mode))
 	}
-	return &Aligner{mode: mode, ended: make([]bool, channels), live: channels, blocked: make([]bool, channels)}
+	return &Aligner{mode: mode, blocked: make([]bool, channels)}
 }
 
 // Blocked reports whether channel c must not be read now.
 func (a *Aligner) Blocked(c int) bool { return a.blocked[c] }
 
-// Aligning is the newest checkpoint whose alignment is in progress.
-func (a *Aligner) Aligning() (checkpoint.ID, bool) {
-	if n := len(a.tracked); n > 0 {
-		return a.tracked[n-1].id, true
+// Aligning lists the checkpoints whose alignment is in progress, ascending.
+func (a *Aligner) Aligning() []checkpoint.ID {
+	ids := make([]checkpoint.ID, len(a.tracked))
+	for i, p := range a.tracked {
+		ids[i] = p.id
 	}
-	return 0, false
+	return ids
 }
 
 // OnBarrier handles barrier id read from channel c. NB: the returned slice is
@@ -117,18 +118,17 @@ func (a *Aligner) Aligning() (checkpoint.ID, bool) {
 func (a *Aligner) OnBarrier(c int, id checkpoint.ID) []Action {
 	a.out = a.out[:0]
 	a.checkChannel(c)
-	if id <= a.lastDone || a.ended[c] {
-		return a.out // obsolete: its checkpoint is over here
+	a.passed(c, id)
+	if a.isOver(id) {
+		return a.out
 	}
-	if a.mode == ExactlyOnce {
-		if cur, ok := a.Aligning(); ok && id < cur {
-			return a.out // obsolete: a newer checkpoint is being aligned
-		} else if ok && id > cur {
-			a.release(cur, fmt.Errorf("barrier %d on channel %d during alignment of %d: %w", id, c, cur, checkpoint.ErrSubsumedAtTask))
-		}
+	if a.mode == ExactlyOnce && len(a.tracked) > 0 && id < a.tracked[0].id {
+		// Obsolete: a channel already delivered a newer barrier without
+		// this one, so this checkpoint cannot be aligned here.
+		return a.out
 	}
 	p := a.track(id)
-	if p.seen[c] {
+	if p == nil || p.seen[c] {
 		return a.out // duplicate barrier on one channel
 	}
 	p.seen[c] = true
@@ -141,86 +141,117 @@ func (a *Aligner) OnBarrier(c int, id checkpoint.ID) []Action {
 }
 
 // OnCancel handles a cancel marker for id read from channel c: its upstream
-// declined id. The alignment of id (and of any older checkpoint) is
-// released, and the marker is forwarded once.
+// declined id. The alignment of id is released and the marker is forwarded
+// once.
 func (a *Aligner) OnCancel(c int, id checkpoint.ID) []Action {
 	a.out = a.out[:0]
 	a.checkChannel(c)
-	if id <= a.lastDone {
+	a.passed(c, id)
+	if a.isOver(id) {
 		return a.out
 	}
-	a.dropUpTo(id, true)
-	a.lastDone = id
+	a.drop(id)
+	a.markOver(id)
 	a.out = append(a.out, ForwardCancel{ID: id})
 	return a.out
 }
 
 // Abort handles the coordinator's announcement that checkpoint id was
-// aborted: its alignment, and any older one, is released.
+// aborted: its alignment, and only its, is released. Every task hears of
+// the abort from the coordinator, so nothing is forwarded or declined.
 func (a *Aligner) Abort(id checkpoint.ID) []Action {
 	a.out = a.out[:0]
-	if id <= a.lastDone {
+	if a.isOver(id) {
 		return a.out
 	}
-	a.dropUpTo(id, false)
-	a.lastDone = id
-	return a.out
-}
-
-// OnEndOfInput handles the end of channel c. It counts as having delivered
-// every later barrier; when every channel has ended, EndOfInput follows.
-func (a *Aligner) OnEndOfInput(c int) []Action {
-	a.out = a.out[:0]
-	a.checkChannel(c)
-	if a.ended[c] {
-		return a.out
-	}
-	a.ended[c] = true
-	a.blocked[c] = false
-	a.live--
-	a.finishComplete()
-	if a.live == 0 {
-		a.out = append(a.out, EndOfInput{})
-	}
+	a.drop(id)
+	a.markOver(id)
 	return a.out
 }
 
 func (a *Aligner) checkChannel(c int) {
-	if c < 0 || c >= len(a.ended) {
-		panic(fmt.Sprintf("barrier: channel %d of %d", c, len(a.ended)))
+	if c < 0 || c >= len(a.blocked) {
+		panic(fmt.Sprintf("barrier: channel %d of %d", c, len(a.blocked)))
 	}
 }
 
-func (a *Aligner) track(id checkpoint.ID) *progress {
-	for i := range a.tracked {
-		if a.tracked[i].id == id {
-			return &a.tracked[i]
+func (a *Aligner) isOver(id checkpoint.ID) bool {
+	_, found := slices.BinarySearch(a.over, id)
+	return id <= a.lastDone || found
+}
+
+func (a *Aligner) markOver(id checkpoint.ID) {
+	i, found := slices.BinarySearch(a.over, id)
+	if id <= a.lastDone || found {
+		return
+	}
+	a.over = slices.Insert(a.over, i, id)
+	if len(a.over) > maxTracked {
+		a.over = slices.Delete(a.over, 0, 1)
+	}
+}
+
+// passed handles channel c delivering a barrier or cancel marker for id:
+// channels are FIFO and ids grow, so c will never deliver a barrier older
+// than id that it has not delivered yet. Such alignments can never complete
+// here; they are declined rather than left to time out.
+func (a *Aligner) passed(c int, id checkpoint.ID) {
+	for i := 0; i < len(a.tracked); {
+		p := a.tracked[i]
+		if p.id >= id || p.seen[c] {
+			i++
+			continue
+		}
+		a.tracked = slices.Delete(a.tracked, i, i+1)
+		a.markOver(p.id)
+		a.out = append(a.out, Decline{ID: p.id, Cause: fmt.Errorf("channel %d passed it with checkpoint %d: %w", c, id, checkpoint.ErrSubsumedAtTask)})
+		if a.mode == ExactlyOnce {
+			// Downstream tasks may be blocked on it: release them now.
+			a.out = append(a.out, ForwardCancel{ID: p.id})
+			a.unblockAll()
 		}
 	}
+}
+
+// track returns the alignment of id, starting it if need be. When
+// maxTracked are in alignment, the oldest of them and id is declined; nil
+// means that was id.
+func (a *Aligner) track(id checkpoint.ID) *progress {
+	i, found := slices.BinarySearchFunc(a.tracked, id, func(p progress, id checkpoint.ID) int {
+		return cmpID(p.id, id)
+	})
+	if found {
+		return &a.tracked[i]
+	}
 	if len(a.tracked) == maxTracked {
-		old := a.tracked[0]
-		a.tracked = a.tracked[1:]
-		a.out = append(a.out, Decline{ID: old.id, Cause: fmt.Errorf("more than %d checkpoints in alignment: %w", maxTracked, checkpoint.ErrSubsumedAtTask)})
+		oldest := id
+		if i > 0 {
+			oldest = a.tracked[0].id
+			a.tracked = slices.Delete(a.tracked, 0, 1)
+			i--
+		}
+		a.markOver(oldest)
+		a.out = append(a.out, Decline{ID: oldest, Cause: fmt.Errorf("more than %d checkpoints in alignment: %w", maxTracked, checkpoint.ErrSubsumedAtTask)})
+		if oldest == id {
+			return nil
+		}
 	}
-	// Ids arrive in increasing order per channel, but across channels a
-	// lower id can be new here; keep tracked sorted.
-	i := len(a.tracked)
-	for i > 0 && a.tracked[i-1].id > id {
-		i--
-	}
-	a.tracked = append(a.tracked, progress{})
-	copy(a.tracked[i+1:], a.tracked[i:])
-	a.tracked[i] = progress{id: id, seen: make([]bool, len(a.ended))}
+	a.tracked = slices.Insert(a.tracked, i, progress{id: id, seen: make([]bool, len(a.blocked))})
 	return &a.tracked[i]
 }
 
-func (a *Aligner) complete(p *progress) bool {
-	for c, seen := range p.seen {
-		if !seen && !a.ended[c] {
-			return false
-		}
+func cmpID(x, y checkpoint.ID) int {
+	switch {
+	case x < y:
+		return -1
+	case x > y:
+		return 1
 	}
-	return true
+	return 0
+}
+
+func (a *Aligner) complete(p *progress) bool {
+	return !slices.Contains(p.seen, false)
 }
 
 // finishComplete snapshots the newest tracked checkpoint whose barriers have
@@ -236,43 +267,26 @@ func (a *Aligner) finishComplete() {
 		}
 		a.tracked = append(a.tracked[:0], a.tracked[i+1:]...)
 		a.lastDone = p.id
+		keep := 0
+		for keep < len(a.over) && a.over[keep] <= p.id {
+			keep++
+		}
+		a.over = a.over[keep:]
 		a.out = append(a.out, Snapshot{ID: p.id}, Forward{ID: p.id})
 		a.unblockAll()
 		return
 	}
 }
 
-// release abandons the alignment of id in exactly-once mode: decline it and
-// tell downstream.
-func (a *Aligner) release(id checkpoint.ID, cause error) {
-	a.tracked = a.tracked[:0]
-	a.lastDone = id
-	a.out = append(a.out, Decline{ID: id, Cause: cause}, ForwardCancel{ID: id})
+// drop forgets the alignment of id, if any. Only exactly-once blocks, and it
+// tracks one checkpoint: blocked channels belonged to it.
+func (a *Aligner) drop(id checkpoint.ID) {
+	i := slices.IndexFunc(a.tracked, func(p progress) bool { return p.id == id })
+	if i < 0 {
+		return
+	}
+	a.tracked = slices.Delete(a.tracked, i, i+1)
 	a.unblockAll()
-}
-
-// dropUpTo forgets the alignments of every id ≤ upTo. With decline set (a
-// cancel marker), the ones below upTo are declined as subsumed; the
-// coordinator already knows upTo itself failed.
-func (a *Aligner) dropUpTo(upTo checkpoint.ID, decline bool) {
-	keep := a.tracked[:0]
-	dropped := false
-	for _, p := range a.tracked {
-		switch {
-		case p.id > upTo:
-			keep = append(keep, p)
-			continue
-		case decline && p.id < upTo:
-			a.out = append(a.out, Decline{ID: p.id, Cause: fmt.Errorf("cancel marker %d: %w", upTo, checkpoint.ErrSubsumedAtTask)})
-		}
-		dropped = true
-	}
-	a.tracked = keep
-	if dropped {
-		// Only exactly-once blocks, and it tracks one checkpoint: the
-		// blocked channels belonged to a dropped one.
-		a.unblockAll()
-	}
 }
 
 func (a *Aligner) unblockAll() {

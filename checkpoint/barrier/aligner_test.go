@@ -36,9 +36,6 @@ func TestAlignerScripts(t *testing.T) {
 				d.ScanArgs(t, "ch", &ch)
 				d.ScanArgs(t, "id", &id)
 				acts = a.OnCancel(ch, checkpoint.ID(id))
-			case "end":
-				d.ScanArgs(t, "ch", &ch)
-				acts = a.OnEndOfInput(ch)
 			case "abort":
 				d.ScanArgs(t, "id", &id)
 				acts = a.Abort(checkpoint.ID(id))
@@ -55,7 +52,7 @@ func TestAlignerScripts(t *testing.T) {
 					blocked = append(blocked, c)
 				}
 			}
-			fmt.Fprintf(&b, "blocked=%v\n", blocked)
+			fmt.Fprintf(&b, "blocked=%v aligning=%v\n", blocked, a.Aligning())
 			return b.String()
 		})
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -16,7 +17,6 @@ import (
 
 	"github.com/weirstream/weir"
 	"github.com/weirstream/weir/examples/wordcount"
-	"github.com/weirstream/weir/runtime"
 )
 
 func newDemo() *cobra.Command {
@@ -78,25 +78,27 @@ func demo(ctx context.Context, w io.Writer, files, lines int, keep bool) error {
 	env, err := wordcount.Build(wordcount.Options{
 		Input: filepath.Join(dir, "input", "*.txt"), Output: filepath.Join(dir, "output"), Parallelism: 2,
 		Checkpoint: weir.CheckpointConfig{Interval: 200 * time.Millisecond, Dir: filepath.Join(dir, "checkpoints"), Retained: 2},
-		Restart:    runtime.FixedDelay{Delay: 300 * time.Millisecond, MaxAttempts: 3},
+		Restart:    weir.FixedDelay{Delay: 300 * time.Millisecond, MaxAttempts: 3},
+		// The demo tells the story itself, from the job's events.
+		Logger: slog.New(slog.DiscardHandler),
 		BeforeCount: func(string) {
 			if n := counted.Add(1); armed.Load() && crashed.Add(1) == 1 {
 				panic(fmt.Sprintf("demo: injected crash in the counting operator after %d counted words", n))
 			}
 		},
-		OnEvent: func(e runtime.JobEvent) {
+		OnEvent: func(e weir.JobEvent) {
 			switch e.Kind {
-			case runtime.EventCheckpointCompleted:
+			case weir.EventCheckpointCompleted:
 				if checkpoints.Add(1) == crashAfterCheckpoints {
 					armed.Store(true)
 				}
 				say(fmt.Sprintf("checkpoint %d completed in %v (%d bytes of state)", e.ID, e.Duration.Round(time.Millisecond), e.Size))
-			case runtime.EventRestarting:
+			case weir.EventRestarting:
 				restarts.Add(1)
 				first, _, _ := strings.Cut(e.Err.Error(), "\n")
 				say(fmt.Sprintf("FAILURE: %s", first))
 				say(fmt.Sprintf("recovering in %v from checkpoint %d: state restored, sources rewound", e.Duration, e.RestoredFrom))
-			case runtime.EventRunning:
+			case weir.EventRunning:
 				if e.Attempt > 1 {
 					say(fmt.Sprintf("attempt %d running again from checkpoint %d", e.Attempt, e.RestoredFrom))
 				}
@@ -109,7 +111,7 @@ func demo(ctx context.Context, w io.Writer, files, lines int, keep bool) error {
 	fmt.Fprintf(w, "2. counting with 2 subtasks, checkpoints every 200ms, a crash injected after checkpoint %d\n", crashAfterCheckpoints)
 	start := time.Now()
 	done := make(chan error, 1)
-	var res runtime.Result
+	var res weir.Result
 	go func() {
 		var err error
 		res, err = env.Execute(ctx)
@@ -149,11 +151,9 @@ loop:
 	fmt.Fprintf(w, "3. verifying the committed output against the input: %v\n\n", rep)
 	switch {
 	case !rep.OK():
-		fmt.Fprintln(w, "VERDICT: FAILED — the output is not exactly-once")
-		return exitCode(1)
+		return exitError{code: 1, msg: "VERDICT: FAILED — the output is not exactly-once"}
 	case restarts.Load() == 0:
-		fmt.Fprintln(w, "VERDICT: FAILED — the injected crash did not happen, so recovery was not shown")
-		return exitCode(1)
+		return exitError{code: 1, msg: "VERDICT: FAILED — the injected crash did not happen, so recovery was not shown"}
 	}
 	fmt.Fprintf(w, "VERDICT: exactly-once holds across the crash: every word's counts are exactly 1..n, %d counts, none lost, none duplicated\n", total)
 	return nil

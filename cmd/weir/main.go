@@ -20,18 +20,21 @@ func main() {
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "weir:", err)
-		var ec exitCode
-		if errors.As(err, &ec) {
-			os.Exit(int(ec))
+		var ee exitError
+		if errors.As(err, &ee) {
+			os.Exit(ee.code)
 		}
 		os.Exit(1)
 	}
 }
 
-// exitCode is an error that asks for a particular exit status.
-type exitCode int
+// exitError is an error that asks for a particular exit status.
+type exitError struct {
+	code int
+	msg  string
+}
 
-func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+func (e exitError) Error() string { return e.msg }
 
 func newRoot() *cobra.Command {
 	root := &cobra.Command{

@@ -1,23 +1,25 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/spf13/cobra"
 
 	"github.com/weirstream/weir"
+	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/examples/wordcount"
-	"github.com/weirstream/weir/runtime"
-	"github.com/weirstream/weir/storage"
 )
 
-// checkpointFlags are the checkpoint settings every job command takes.
+// checkpointFlags are the checkpoint, start and restart settings every job
+// command takes.
 type checkpointFlags struct {
 	dir               string
 	interval          time.Duration
@@ -28,61 +30,87 @@ type checkpointFlags struct {
 	retained          int
 	retainOnCancel    bool
 	restore           string
+	fresh             bool
+	allowNonRestored  bool
 	restartStrategy   string
 	restartAttempts   int
 	restartDelay      time.Duration
 	restartMaxDelay   time.Duration
+	restartInterval   time.Duration
 }
 
 func (f *checkpointFlags) add(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.dir, "checkpoint-dir", "", "directory for checkpoints (required unless --mode none)")
-	fl.DurationVar(&f.interval, "checkpoint-interval", wordcount.DefaultInterval, "time between checkpoints")
+	fl.DurationVar(&f.interval, "checkpoint-interval", weir.DefaultCheckpointInterval, "time between checkpoints")
 	fl.StringVar(&f.mode, "mode", "exactly-once", "checkpoint mode: exactly-once, at-least-once or none")
 	fl.DurationVar(&f.minPause, "checkpoint-min-pause", 0, "least time from one checkpoint's completion to the next trigger")
-	fl.DurationVar(&f.timeout, "checkpoint-timeout", 10*time.Minute, "abort a checkpoint not complete after this long")
-	fl.IntVar(&f.maxConcurrent, "checkpoint-max-concurrent", 1, "checkpoints in flight at once")
+	fl.DurationVar(&f.timeout, "checkpoint-timeout", checkpoint.DefaultTimeout, "abort a checkpoint not complete after this long")
+	fl.IntVar(&f.maxConcurrent, "checkpoint-max-concurrent", checkpoint.DefaultMaxConcurrent, "checkpoints in flight at once")
 	fl.IntVar(&f.tolerable, "checkpoint-tolerable-failures", 0, "consecutive checkpoint failures before the job fails over")
-	fl.IntVar(&f.retained, "checkpoints-retained", 1, "completed checkpoints kept")
+	fl.IntVar(&f.retained, "checkpoints-retained", checkpoint.DefaultRetained, "completed checkpoints kept")
 	fl.BoolVar(&f.retainOnCancel, "retain-on-cancel", true, "keep checkpoints when the job is cancelled (Ctrl-C), to resume with --restore latest")
 	fl.StringVar(&f.restore, "restore", "", `start from a checkpoint: "latest" (in --checkpoint-dir) or the path of a chk-<id> directory`)
-	fl.StringVar(&f.restartStrategy, "restart-strategy", "fixed-delay", "after a failure inside the process: fixed-delay, exponential-backoff or none")
-	fl.IntVar(&f.restartAttempts, "restart-attempts", 10, "consecutive restarts before giving up (a completed checkpoint resets the count)")
+	fl.BoolVar(&f.fresh, "fresh", false, "start over: delete the job's checkpoints and the output of earlier runs")
+	fl.BoolVar(&f.allowNonRestored, "allow-non-restored-state", false, "let a restore drop the state of operators the job no longer has")
+	fl.StringVar(&f.restartStrategy, "restart-strategy", "fixed-delay", "after a failure inside the process: fixed-delay, exponential-backoff, failure-rate or none")
+	fl.IntVar(&f.restartAttempts, "restart-attempts", 10, "fixed-delay, exponential-backoff: restarts in a row before giving up (a completed checkpoint resets the count); failure-rate: failures allowed per --restart-interval")
 	fl.DurationVar(&f.restartDelay, "restart-delay", time.Second, "delay before a restart (the first one, with exponential-backoff)")
 	fl.DurationVar(&f.restartMaxDelay, "restart-max-delay", time.Minute, "longest delay of exponential-backoff")
+	fl.DurationVar(&f.restartInterval, "restart-interval", 5*time.Minute, "failure-rate: the interval --restart-attempts failures are counted in")
 }
 
-func (f *checkpointFlags) config() (weir.CheckpointConfig, runtime.RestartStrategy, error) {
-	mode, err := runtime.ParseMode(f.mode)
+// config validates the flags once, at start; every error names the flag.
+func (f *checkpointFlags) config() (weir.CheckpointConfig, weir.RestartStrategy, error) {
+	var none weir.CheckpointConfig
+	mode, err := weir.ParseMode(f.mode)
 	if err != nil {
-		return weir.CheckpointConfig{}, nil, fmt.Errorf("--mode: %w", err)
+		return none, nil, fmt.Errorf("--mode: %w", err)
 	}
-	if mode != runtime.None && f.dir == "" {
-		return weir.CheckpointConfig{}, nil, fmt.Errorf("--checkpoint-dir is required in mode %s (or use --mode none)", mode)
+	if mode != weir.NoCheckpoints {
+		switch {
+		case f.dir == "":
+			return none, nil, fmt.Errorf("--checkpoint-dir is required in mode %s (or use --mode none)", mode)
+		case f.interval <= 0:
+			return none, nil, fmt.Errorf("--checkpoint-interval %v: checkpoint interval is %v: must be above 0", f.interval, f.interval)
+		case f.timeout <= 0:
+			return none, nil, fmt.Errorf("--checkpoint-timeout %v: must be above 0", f.timeout)
+		case f.maxConcurrent < 1:
+			return none, nil, fmt.Errorf("--checkpoint-max-concurrent %d: must be at least 1", f.maxConcurrent)
+		case f.retained < 1:
+			return none, nil, fmt.Errorf("--checkpoints-retained %d: must be at least 1 (the latest checkpoint is what a restore needs)", f.retained)
+		}
 	}
-	if f.restore != "" && f.dir == "" && f.restore == "latest" {
-		return weir.CheckpointConfig{}, nil, fmt.Errorf("--restore latest needs --checkpoint-dir")
+	switch {
+	case f.restore == "latest" && f.dir == "":
+		return none, nil, errors.New("--restore latest needs --checkpoint-dir")
+	case f.fresh && f.restore != "":
+		return none, nil, fmt.Errorf("--fresh and --restore %s exclude each other: restore a checkpoint, or start over", f.restore)
+	case f.restartAttempts < 0 || f.restartDelay < 0:
+		return none, nil, errors.New("--restart-attempts and --restart-delay must not be negative")
 	}
-	if f.restartAttempts < 0 || f.restartDelay < 0 {
-		return weir.CheckpointConfig{}, nil, fmt.Errorf("--restart-attempts and --restart-delay must not be negative")
-	}
-	var restart runtime.RestartStrategy
+	var restart weir.RestartStrategy
 	switch f.restartStrategy {
 	case "fixed-delay":
-		restart = runtime.FixedDelay{Delay: f.restartDelay, MaxAttempts: f.restartAttempts}
+		restart = weir.FixedDelay{Delay: f.restartDelay, MaxAttempts: f.restartAttempts}
 	case "exponential-backoff":
 		if f.restartDelay <= 0 || f.restartMaxDelay < f.restartDelay {
-			return weir.CheckpointConfig{}, nil, fmt.Errorf("--restart-strategy exponential-backoff needs 0 < --restart-delay (%v) ≤ --restart-max-delay (%v)", f.restartDelay, f.restartMaxDelay)
+			return none, nil, fmt.Errorf("--restart-strategy exponential-backoff needs 0 < --restart-delay (%v) ≤ --restart-max-delay (%v)", f.restartDelay, f.restartMaxDelay)
 		}
-		restart = runtime.ExponentialBackoff{Initial: f.restartDelay, Max: f.restartMaxDelay, MaxAttempts: f.restartAttempts}
+		restart = weir.ExponentialBackoff{Initial: f.restartDelay, Max: f.restartMaxDelay, MaxAttempts: f.restartAttempts}
+	case "failure-rate":
+		if f.restartAttempts < 1 || f.restartInterval <= 0 {
+			return none, nil, fmt.Errorf("--restart-strategy failure-rate needs --restart-attempts (%d) of at least 1 and a --restart-interval (%v) above 0", f.restartAttempts, f.restartInterval)
+		}
+		restart = weir.FailureRate{MaxFailures: f.restartAttempts, Interval: f.restartInterval, Delay: f.restartDelay}
 	case "none":
-		restart = runtime.NoRestart{}
+		restart = weir.NoRestart{}
 	default:
-		return weir.CheckpointConfig{}, nil, fmt.Errorf("--restart-strategy %q: want fixed-delay, exponential-backoff or none", f.restartStrategy)
+		return none, nil, fmt.Errorf("--restart-strategy %q: want fixed-delay, exponential-backoff, failure-rate or none", f.restartStrategy)
 	}
 	return weir.CheckpointConfig{
 		Mode: mode, Interval: f.interval, MinPause: f.minPause, Timeout: f.timeout, MaxConcurrent: f.maxConcurrent,
-		TolerableFailures: f.tolerable, Retained: f.retained, RetainOnCancel: f.retainOnCancel, Dir: f.dir,
+		TolerableFailures: f.tolerable, Retained: f.retained, DiscardOnCancel: !f.retainOnCancel, Dir: f.dir,
 	}, restart, nil
 }
 
@@ -95,55 +123,61 @@ func newRun() *cobra.Command {
 	wc := &cobra.Command{
 		Use:   "wordcount",
 		Short: "Count words exactly-once: every occurrence writes word<TAB>count to the output directory",
-		Args:  cobra.NoArgs,
+		Long: `Count words exactly-once: every occurrence of a word writes word<TAB>count (its count
+so far) to the output directory. A word is a run of letters and digits (Unicode),
+lower-cased; everything else separates words.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if input == "" || output == "" {
-				return fmt.Errorf("--input and --output are required")
+				return errors.New("--input and --output are required")
 			}
 			if parallelism < 1 {
 				return fmt.Errorf("--parallelism %d: must be at least 1", parallelism)
+			}
+			if progressEvery < 0 {
+				return fmt.Errorf("--progress %v: must not be negative (0 turns progress off)", progressEvery)
 			}
 			cc, restart, err := cf.config()
 			if err != nil {
 				return err
 			}
-			log := slog.Default()
-			var lastCheckpoint atomic.Uint64
+			var p progress
 			env, err := wordcount.Build(wordcount.Options{
 				Input: input, Output: output, Checkpoint: cc, Parallelism: parallelism,
-				Restore: cf.restore, Restart: restart, Logger: log,
-				OnEvent: func(e runtime.JobEvent) {
+				Restore: cf.restore, Fresh: cf.fresh, AllowNonRestoredState: cf.allowNonRestored,
+				Restart: restart, Logger: slog.Default(),
+				OnEvent: func(e weir.JobEvent) {
 					switch e.Kind {
-					case runtime.EventCheckpointCompleted:
-						lastCheckpoint.Store(uint64(e.ID))
-					case runtime.EventRunning:
+					case weir.EventCheckpointCompleted:
+						p.checkpoint.Store(uint64(e.ID))
+					case weir.EventRunning:
 						if e.RestoredFrom != 0 {
-							fmt.Fprintf(os.Stderr, "weir: restored from checkpoint %d\n", e.RestoredFrom)
+							p.checkpoint.Store(uint64(e.RestoredFrom))
 						}
-					case runtime.EventRestarting:
-						fmt.Fprintf(os.Stderr, "weir: job failed, restarting in %v from checkpoint %d: %v\n", e.Duration, e.RestoredFrom, e.Err)
+						if e.Attempt > 1 {
+							return // the driver logged the restart
+						}
+						switch {
+						case e.RestoredFrom != 0:
+							fmt.Fprintf(os.Stderr, "weir: restored from checkpoint %d\n", e.RestoredFrom)
+						case cf.restore == "latest":
+							fmt.Fprintf(os.Stderr, "weir: no completed checkpoint in %s; starting from the beginning\n", cc.Dir)
+						}
 					}
 				},
 			})
 			if err != nil {
 				return err
 			}
-			if cf.restore == "latest" {
-				// Say plainly when there is nothing to restore.
-				store, err := storage.NewDir(vfs.Default, cc.Dir, "wordcount", 0)
-				if err != nil {
-					return err
-				}
-				if _, err := runtime.LatestRestorePoint(store); errors.Is(err, runtime.ErrNoCheckpoint) {
-					fmt.Fprintf(os.Stderr, "weir: no completed checkpoint in %s; starting from the beginning\n", store.JobDir())
-				}
-			}
 			if progressEvery > 0 {
-				stop := reportProgress(env, progressEvery, &lastCheckpoint)
+				stop := p.report(os.Stderr, env, progressEvery)
 				defer stop()
 			}
 			res, err := env.Execute(cmd.Context())
 			if err != nil {
+				if errors.Is(err, context.Canceled) && cmd.Context().Err() != nil {
+					return interrupted(cf, cmd)
+				}
 				return err
 			}
 			fmt.Fprintf(os.Stderr, "weir: wordcount finished: %d checkpoints, %d attempts; output in %s\n", res.Checkpoints, res.Attempts, output)
@@ -151,7 +185,7 @@ func newRun() *cobra.Command {
 		},
 	}
 	fl := wc.Flags()
-	fl.StringVar(&input, "input", "", "input file or glob (for example 'books/*.txt')")
+	fl.StringVar(&input, "input", "", "input file or glob (for example 'books/*.txt' or 'logs/*/part-*')")
 	fl.StringVar(&output, "output", "", "output directory; committed files are those not beginning with '.'")
 	fl.IntVar(&parallelism, "parallelism", 1, "subtasks per operator")
 	fl.DurationVar(&progressEvery, "progress", 5*time.Second, "print progress this often (0: never)")
@@ -160,9 +194,37 @@ func newRun() *cobra.Command {
 	return run
 }
 
-// reportProgress prints the records each operator has taken in and the
-// latest completed checkpoint, every period, until stop is called.
-func reportProgress(env *weir.Environment, period time.Duration, lastCheckpoint *atomic.Uint64) (stop func()) {
+// interrupted is the exit of a job cancelled by Ctrl-C (or SIGTERM): status
+// 130, and how to resume.
+func interrupted(cf checkpointFlags, cmd *cobra.Command) error {
+	if cf.dir == "" || !cf.retainOnCancel || cf.mode == weir.NoCheckpoints.String() {
+		return exitError{code: 130, msg: "interrupted"}
+	}
+	// The same command, starting where it stopped.
+	args := []string{cmd.Root().Name()}
+	in := os.Args[1:]
+	for i := 0; i < len(in); i++ {
+		switch a := in[i]; {
+		case a == "--restore":
+			i++ // and its value
+		case strings.HasPrefix(a, "--restore=") || strings.HasPrefix(a, "--fresh"):
+		default:
+			args = append(args, a)
+		}
+	}
+	return exitError{code: 130, msg: fmt.Sprintf("interrupted; the checkpoints are kept in %s. Resume with:\n  %s --restore latest",
+		cf.dir, strings.Join(args, " "))}
+}
+
+// progress prints what a running job has done.
+type progress struct {
+	checkpoint atomic.Uint64 // the latest completed or restored
+}
+
+// report prints, every period until stop is called, the records each
+// operator took in and their rate, the share of bounded input read, and
+// the latest checkpoint.
+func (p *progress) report(w io.Writer, env *weir.Environment, period time.Duration) (stop func()) {
 	done := make(chan struct{})
 	finished := make(chan struct{})
 	start := time.Now()
@@ -170,18 +232,11 @@ func reportProgress(env *weir.Environment, period time.Duration, lastCheckpoint 
 		defer close(finished)
 		t := time.NewTicker(period)
 		defer t.Stop()
+		last := map[string]int64{}
 		for {
 			select {
 			case <-t.C:
-				line := fmt.Sprintf("weir: %5.0fs", time.Since(start).Seconds())
-				// Records are counted where they enter a task (or leave a
-				// source); operators chained behind others have no count.
-				for _, m := range env.Metrics() {
-					if m.Records > 0 {
-						line += fmt.Sprintf("  %s %d", m.UID, m.Records)
-					}
-				}
-				fmt.Fprintf(os.Stderr, "%s records; latest checkpoint %d\n", line, lastCheckpoint.Load())
+				fmt.Fprintln(w, p.line(env.Metrics(), last, time.Since(start), period))
 			case <-done:
 				return
 			}
@@ -191,4 +246,41 @@ func reportProgress(env *weir.Environment, period time.Duration, lastCheckpoint 
 		close(done)
 		<-finished
 	}
+}
+
+// line formats one progress line; last holds the previous counts, for
+// rates.
+func (p *progress) line(ms []weir.Metrics, last map[string]int64, elapsed, period time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "weir: %5.0fs", elapsed.Seconds())
+	// Records are counted where they enter a task (or leave a source);
+	// operators chained behind others have no count.
+	for _, m := range ms {
+		if m.Records == 0 {
+			continue
+		}
+		rate := float64(m.Records-last[m.UID]) / period.Seconds()
+		last[m.UID] = m.Records
+		fmt.Fprintf(&b, "  %s %d (%s/s)", m.UID, m.Records, si(rate))
+		if m.Total > 0 {
+			fmt.Fprintf(&b, " %.1f%% read", 100*float64(m.Total-m.Remaining)/float64(m.Total))
+		}
+	}
+	if id := p.checkpoint.Load(); id != 0 {
+		fmt.Fprintf(&b, "; latest checkpoint %d", id)
+	} else {
+		b.WriteString("; no checkpoint yet")
+	}
+	return b.String()
+}
+
+// si formats v with a k or M suffix.
+func si(v float64) string {
+	switch {
+	case v >= 1e6:
+		return fmt.Sprintf("%.1fM", v/1e6)
+	case v >= 1e3:
+		return fmt.Sprintf("%.1fk", v/1e3)
+	}
+	return fmt.Sprintf("%.0f", v)
 }

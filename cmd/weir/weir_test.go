@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/weirstream/weir"
 	"github.com/weirstream/weir/examples/wordcount"
 )
 
@@ -175,14 +177,17 @@ func TestDamagedLatestMetadataFallsBack(t *testing.T) {
 	if want := "restored from checkpoint " + strings.TrimPrefix(previous, "chk-"); !strings.Contains(log, want) {
 		t.Fatalf("want %q in the log:\n%s", want, log)
 	}
-	// Restoring an older checkpoint replays what the damaged one had
-	// committed: duplicates are expected, loss is not.
-	rep, err := wordcount.Verify(vfs.Default, j.output, j.want, true)
+	// Restoring an older checkpoint rolls back what the damaged one (and
+	// any later one) committed: the output is exactly-once.
+	if !strings.Contains(log, "restoring an older checkpoint than the latest") {
+		t.Fatalf("the log does not say what was rolled back:\n%s", log)
+	}
+	rep, err := wordcount.Verify(vfs.Default, j.output, j.want, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Lost != 0 || rep.Unexpected != 0 {
-		t.Fatalf("lost output after falling back: %v", rep)
+	if !rep.OK() {
+		t.Fatalf("after falling back to %s: %v", previous, rep)
 	}
 	t.Logf("damaged %s, restored %s: %v", latest, previous, rep)
 }
@@ -207,6 +212,12 @@ func TestBadInvocationsFailClearly(t *testing.T) {
 		{append(base, "--checkpoint-dir", dir, "--checkpoint-interval", "0s"), "checkpoint interval is 0s"},
 		{append(base, "--checkpoint-dir", dir, "--checkpoint-min-pause", "1s", "--checkpoint-max-concurrent", "2"), "needs max concurrent checkpoints 1"},
 		{append(base, "--parallelism", "0", "--mode", "none"), "--parallelism 0"},
+		{append(base, "--checkpoint-dir", dir, "--checkpoint-max-concurrent", "0"), "--checkpoint-max-concurrent 0: must be at least 1"},
+		{append(base, "--checkpoint-dir", dir, "--checkpoints-retained", "0"), "--checkpoints-retained 0: must be at least 1"},
+		{append(base, "--checkpoint-dir", dir, "--checkpoint-timeout", "0s"), "--checkpoint-timeout 0s: must be above 0"},
+		{append(base, "--checkpoint-dir", dir, "--progress", "-1s"), "--progress -1s: must not be negative"},
+		{append(base, "--checkpoint-dir", dir, "--fresh", "--restore", "latest"), "--fresh and --restore latest exclude each other"},
+		{append(base, "--checkpoint-dir", dir, "--restart-strategy", "failure-rate", "--restart-interval", "0s"), "--restart-strategy failure-rate needs"},
 	}
 	for _, c := range cases {
 		out, err := exec.Command(weirBin, c.args...).CombinedOutput()
@@ -226,7 +237,7 @@ func TestRestoreLatestWithNothingToRestore(t *testing.T) {
 	// in-progress output file.
 	os.MkdirAll(filepath.Join(j.ckpt, "wordcount", "chk-3"), 0o755)
 	os.MkdirAll(j.output, 0o755)
-	os.WriteFile(filepath.Join(j.output, ".part-0-1-1.inprogress"), []byte("stray\t1\n"), 0o644)
+	os.WriteFile(filepath.Join(j.output, ".part-output-0-1-1.inprogress"), []byte("stray\t1\n"), 0o644)
 	cmd, stderr := j.command("--restore", "latest")
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("%v\n%s", err, stderr)
@@ -241,7 +252,7 @@ func TestRestoreLatestWithNothingToRestore(t *testing.T) {
 	if err != nil || !rep.OK() {
 		t.Fatalf("%v %v", rep, err)
 	}
-	if _, err := os.Stat(filepath.Join(j.output, ".part-0-1-1.inprogress")); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(j.output, ".part-output-0-1-1.inprogress")); !os.IsNotExist(err) {
 		t.Fatal("the stray in-progress file was left behind")
 	}
 }
@@ -257,5 +268,117 @@ func TestDemo(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Fatalf("demo output lacks %q:\n%s", want, &out)
 		}
+	}
+}
+
+// waitFor polls cond until it holds or a minute passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within a minute", what)
+		}
+		time.Sleep(5 * time.Millisecond) // polling a condition
+	}
+}
+
+// TestRerunOverAKilledRun: a rerun without --restore over a killed run's
+// checkpoints and output is refused (it used to append a second copy of
+// the output); --restore latest finishes the job exactly-once, and --fresh
+// starts it over.
+func TestRerunOverAKilledRun(t *testing.T) {
+	j := newJob(t, 4, 150_000)
+	cmd, stderr := j.command("--checkpoint-interval", "30ms")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "checkpoint", func() bool { return len(completed(t, filepath.Join(j.ckpt, "wordcount"))) > 0 })
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	out, err := exec.Command(weirBin, "run", "wordcount", "--input", j.input, "--output", j.output, "--checkpoint-dir", j.ckpt, "--parallelism", "2").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--restore latest") || !strings.Contains(string(out), "--fresh") {
+		t.Fatalf("rerun without --restore: %v\n%s", err, out)
+	}
+	cmd, stderr = j.command("--restore", "latest")
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	if rep, err := wordcount.Verify(vfs.Default, j.output, j.want, false); err != nil || !rep.OK() {
+		t.Fatalf("after --restore latest: %v %v", rep, err)
+	}
+	cmd, stderr = j.command("--fresh")
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	if rep, err := wordcount.Verify(vfs.Default, j.output, j.want, false); err != nil || !rep.OK() {
+		t.Fatalf("after --fresh: %v %v", rep, err)
+	}
+}
+
+// TestTwoProcessesAtOnce: a second run on the same directories fails at
+// start, naming the first one's process id; the first is unharmed.
+func TestTwoProcessesAtOnce(t *testing.T) {
+	j := newJob(t, 4, 150_000)
+	first, firstErr := j.command("--checkpoint-interval", "30ms")
+	if err := first.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "checkpoint", func() bool { return len(completed(t, filepath.Join(j.ckpt, "wordcount"))) > 0 })
+	second, secondErr := j.command("--restore", "latest")
+	err := second.Run()
+	if err == nil || !strings.Contains(secondErr.String(), fmt.Sprintf("in use by process %d", first.Process.Pid)) {
+		t.Errorf("second run: %v\n%s", err, secondErr)
+	}
+	if err := first.Wait(); err != nil {
+		t.Fatalf("first run: %v\n%s", err, firstErr)
+	}
+	if rep, err := wordcount.Verify(vfs.Default, j.output, j.want, false); err != nil || !rep.OK() {
+		t.Fatalf("%v %v", rep, err)
+	}
+}
+
+// TestInterruptExits130AndSaysHowToResume: Ctrl-C cancels the job with
+// status 130 and prints the command that resumes it; that command finishes
+// the job exactly-once.
+func TestInterruptExits130AndSaysHowToResume(t *testing.T) {
+	j := newJob(t, 4, 150_000)
+	cmd, stderr := j.command("--checkpoint-interval", "30ms")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "checkpoint", func() bool { return len(completed(t, filepath.Join(j.ckpt, "wordcount"))) > 0 })
+	cmd.Process.Signal(os.Interrupt)
+	err := cmd.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 130 {
+		t.Fatalf("after Ctrl-C: %v\n%s", err, stderr)
+	}
+	_, resume, ok := strings.Cut(stderr.String(), "Resume with:\n  ")
+	if !ok || !strings.Contains(resume, "--restore latest") {
+		t.Fatalf("no resume command:\n%s", stderr)
+	}
+	args := strings.Fields(strings.TrimSpace(strings.SplitN(resume, "\n", 2)[0]))
+	out, err := exec.Command(weirBin, args[1:]...).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "restored from checkpoint") {
+		t.Fatalf("the resume command %v: %v\n%s", args, err, out)
+	}
+	if rep, err := wordcount.Verify(vfs.Default, j.output, j.want, false); err != nil || !rep.OK() {
+		t.Fatalf("%v %v", rep, err)
+	}
+}
+
+// TestProgressLine: progress shows records per second, the share of
+// bounded input read, and the latest (or restored) checkpoint.
+func TestProgressLine(t *testing.T) {
+	var p progress
+	last := map[string]int64{"lines": 1000}
+	ms := []weir.Metrics{{UID: "lines", Records: 3000, Remaining: 250, Total: 1000}, {UID: "count", Records: 0}}
+	if got, want := p.line(ms, last, 7*time.Second, 2*time.Second), "weir:     7s  lines 3000 (1.0k/s) 75.0% read; no checkpoint yet"; got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+	p.checkpoint.Store(17)
+	if got := p.line(ms, last, 9*time.Second, 2*time.Second); !strings.HasSuffix(got, "(0/s) 75.0% read; latest checkpoint 17") {
+		t.Errorf("got %q", got)
 	}
 }

@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
@@ -48,7 +48,7 @@ func writeFile(t *testing.T, fs vfs.FS, path, content string) {
 }
 
 func opCtx(sub, p int, r *operator.Restore) *operator.Context {
-	return &operator.Context{UID: "src", Subtask: sub, Parallelism: p, Restore: r, Now: time.Now}
+	return (&operatortest.Run{}).Context("src", sub, p, r)
 }
 
 // TestLinesReadEveryLineOnce reads files in byte-range splits of every size
@@ -140,17 +140,26 @@ func TestLinesResumeFromSnapshot(t *testing.T) {
 	}
 }
 
-func sinkFor(t *testing.T, fs vfs.FS, sub, p int, r *operator.Restore) *fileSink[string] {
+func format(dst []byte, s string) []byte { return append(append(dst, s...), '\n') }
+
+// sinkFor opens subtask sub of p of sink "sink" writing to /out on fs, in
+// run, restoring r.
+func sinkFor(t *testing.T, run *operatortest.Run, fs vfs.FS, sub, p int, r *operator.Restore) *fileSink[string] {
 	t.Helper()
-	newSink, err := Sink(SinkConfig[string]{FS: fs, Dir: "/out", Format: func(dst []byte, s string) []byte { return append(append(dst, s...), '\n') }})
+	s, err := openSink(run, fs, "sink", sub, p, r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newSink().(*fileSink[string])
-	if err := s.Open(&operator.Context{UID: "sink", Subtask: sub, Parallelism: p, Restore: r, Now: time.Now}); err != nil {
-		t.Fatal(err)
-	}
 	return s
+}
+
+func openSink(run *operatortest.Run, fs vfs.FS, uid string, sub, p int, r *operator.Restore) (*fileSink[string], error) {
+	newSink, err := Sink(SinkConfig[string]{FS: fs, Dir: "/out", Format: format})
+	if err != nil {
+		return nil, err
+	}
+	s := newSink().(*fileSink[string])
+	return s, s.Open(run.Context(uid, sub, p, r))
 }
 
 func committed(t *testing.T, fs vfs.FS) (names []string, lines []string) {
@@ -191,7 +200,8 @@ func snapshot(t *testing.T, s *fileSink[string], id checkpoint.ID, w *operatorte
 func TestSinkTwoPhaseCommit(t *testing.T) {
 	fs := vfs.NewMem()
 	w := &operatortest.MemWriter{}
-	s := sinkFor(t, fs, 0, 1, nil)
+	run := &operatortest.Run{}
+	s := sinkFor(t, run, fs, 0, 1, nil)
 	s.Write("a")
 	s.Write("b")
 	snapshot(t, s, 1, w)
@@ -207,22 +217,25 @@ func TestSinkTwoPhaseCommit(t *testing.T) {
 	s.Write("d")               // after barrier 2: will be replayed
 	snapshot(t, s, 3, w)       // checkpoint 3 never completes
 	s.Close()
+	run.Close()
 
-	r := sinkFor(t, fs, 0, 1, &operator.Restore{Checkpoint: 2, Handles: hs, Read: w.Read})
+	run = &operatortest.Run{}
+	defer run.Close()
+	r := sinkFor(t, run, fs, 0, 1, &operator.Restore{Checkpoint: 2, Handles: hs, Read: w.Read})
 	_, got := committed(t, fs)
 	if !slices.Equal(got, []string{"a", "b", "c"}) {
 		t.Fatalf("after restore from 2: %v", got)
 	}
 	all, _ := fs.List("/out")
 	for _, n := range all {
-		if strings.HasPrefix(n, ".") {
+		if strings.HasPrefix(n, ".") && n != LockFile {
 			t.Fatalf("stray %s left after restore", n)
 		}
 	}
 	// Restoring again (a crash during the restore) is harmless: commit is
 	// idempotent.
 	r.Close()
-	sinkFor(t, fs, 0, 1, &operator.Restore{Checkpoint: 2, Handles: hs, Read: w.Read}).Close()
+	sinkFor(t, run, fs, 0, 1, &operator.Restore{Checkpoint: 2, Handles: hs, Read: w.Read}).Close()
 	if _, again := committed(t, fs); !slices.Equal(again, got) {
 		t.Fatalf("second restore changed the output: %v", again)
 	}
@@ -231,14 +244,15 @@ func TestSinkTwoPhaseCommit(t *testing.T) {
 func TestSinkReportsLostPendingFile(t *testing.T) {
 	fs := vfs.NewMem()
 	w := &operatortest.MemWriter{}
-	s := sinkFor(t, fs, 0, 1, nil)
+	run := &operatortest.Run{}
+	defer run.Close()
+	s := sinkFor(t, run, fs, 0, 1, nil)
 	s.Write("a")
 	hs := snapshot(t, s, 1, w)
 	s.Close()
-	fs.Remove("/out/" + pendingName(0, 1))
-	newSink, _ := Sink(SinkConfig[string]{FS: fs, Dir: "/out", Format: func(dst []byte, s string) []byte { return append(dst, s...) }})
-	err := newSink().Open(&operator.Context{UID: "sink", Parallelism: 1, Restore: &operator.Restore{Handles: hs, Read: w.Read}, Now: time.Now})
-	if err == nil || !strings.Contains(err.Error(), "records are lost") {
+	fs.Remove("/out/" + s.pendingName(0, 1))
+	_, err := openSink(run, fs, "sink", 0, 1, &operator.Restore{Checkpoint: 1, Handles: hs, Read: w.Read})
+	if err == nil || !strings.Contains(err.Error(), "records are lost") || !operator.IsPermanent(err) {
 		t.Fatalf("restore with a missing pending file: %v", err)
 	}
 }
@@ -251,7 +265,9 @@ func TestSinkFullDisk(t *testing.T) {
 		return nil
 	}))
 	w := &operatortest.MemWriter{}
-	s := sinkFor(t, fs, 0, 1, nil)
+	run := &operatortest.Run{}
+	defer run.Close()
+	s := sinkFor(t, run, fs, 0, 1, nil)
 	s.Write("a")
 	async, err := s.Snapshot(1)
 	if err != nil {
@@ -259,5 +275,167 @@ func TestSinkFullDisk(t *testing.T) {
 	}
 	if _, err := async(w); err == nil || !strings.Contains(err.Error(), "no space left") {
 		t.Fatalf("pre-commit on a full disk: %v", err)
+	}
+}
+
+// TestSinkRollsBackNewerCheckpoints: restoring checkpoint k removes what
+// checkpoints after k committed, since its records are produced again; the
+// output is exactly-once again. Another sink's files in the same directory
+// are left alone.
+func TestSinkRollsBackNewerCheckpoints(t *testing.T) {
+	fs := vfs.NewMem()
+	w := &operatortest.MemWriter{}
+	run := &operatortest.Run{}
+	s := sinkFor(t, run, fs, 0, 1, nil)
+	other, err := openSink(run, fs, "sink-2", 0, 1, nil) // a second sink, UID with a dash
+	if err != nil {
+		t.Fatal(err)
+	}
+	var at [4][]checkpoint.Handle
+	for id := checkpoint.ID(1); id <= 3; id++ {
+		s.Write(fmt.Sprint("r", id))
+		other.Write(fmt.Sprint("o", id))
+		at[id] = snapshot(t, s, id, w)
+		snapshot(t, other, id, w)
+		s.NotifyComplete(id)
+		other.NotifyComplete(id)
+	}
+	s.Close()
+	other.Close()
+	run.Close()
+
+	run = &operatortest.Run{}
+	defer run.Close()
+	sinkFor(t, run, fs, 0, 1, &operator.Restore{Checkpoint: 1, Handles: at[1], Read: w.Read}).Close()
+	names, got := committed(t, fs)
+	slices.Sort(got)
+	if want := []string{"o1", "o2", "o3", "r1"}; !slices.Equal(got, want) {
+		t.Fatalf("after restoring checkpoint 1: %v (%v), want %v", got, names, want)
+	}
+	if want := []string{"part-sink%2D2-0-1", "part-sink%2D2-0-2", "part-sink%2D2-0-3", "part-sink-0-1"}; !slices.Equal(names, want) {
+		t.Fatalf("files %v, want %v", names, want)
+	}
+}
+
+// TestSinkRefusesEarlierRunOutput: a sink that starts from nothing refuses
+// a directory holding what it committed in an earlier run, naming the way
+// out; starting over deletes it.
+func TestSinkRefusesEarlierRunOutput(t *testing.T) {
+	fs := vfs.NewMem()
+	w := &operatortest.MemWriter{}
+	run := &operatortest.Run{}
+	s := sinkFor(t, run, fs, 0, 1, nil)
+	s.Write("a")
+	snapshot(t, s, 1, w)
+	s.NotifyComplete(1)
+	s.Close()
+	run.Close()
+
+	run = &operatortest.Run{}
+	defer run.Close()
+	_, err := openSink(run, fs, "sink", 0, 1, nil)
+	if err == nil || !operator.IsPermanent(err) || !strings.Contains(err.Error(), "part-sink-0-1") || !strings.Contains(err.Error(), "--restore latest") || !strings.Contains(err.Error(), "--fresh") {
+		t.Fatalf("fresh start over committed output: %v", err)
+	}
+	if _, got := committed(t, fs); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("the refused start changed the output: %v", got)
+	}
+	s, err = func() (*fileSink[string], error) {
+		newSink, _ := Sink(SinkConfig[string]{FS: fs, Dir: "/out", Format: format})
+		s := newSink().(*fileSink[string])
+		ctx := run.Context("sink", 0, 1, nil)
+		ctx.StartOver = true
+		return s, s.Open(ctx)
+	}()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if names, _ := committed(t, fs); len(names) != 0 {
+		t.Fatalf("starting over left %v", names)
+	}
+	s.Close()
+}
+
+// TestSinkPreCommitIsIdempotent: when the rename to pending succeeded but
+// the directory sync failed, the retry (the next snapshot's) finds the file
+// renamed and completes; later checkpoints are not all declined.
+func TestSinkPreCommitIsIdempotent(t *testing.T) {
+	failSync := false
+	fs := errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if failSync && op.Kind == errorfs.OpFileSync && op.Path == "/out" {
+			failSync = false
+			return errors.New("injected: directory sync failed")
+		}
+		return nil
+	}))
+	w := &operatortest.MemWriter{}
+	run := &operatortest.Run{}
+	defer run.Close()
+	s := sinkFor(t, run, fs, 0, 1, nil)
+	s.Write("a")
+	async, err := s.Snapshot(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failSync = true // once: after the rename to pending
+	if _, err := async(w); err == nil || !strings.Contains(err.Error(), "directory sync failed") {
+		t.Fatalf("the injected sync failure was not reported: %v", err)
+	}
+	s.NotifyAborted(1)
+	s.Write("b")
+	snapshot(t, s, 2, w) // pre-commits 1 again, and 2
+	if err := s.NotifyComplete(2); err != nil {
+		t.Fatal(err)
+	}
+	if _, got := committed(t, fs); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("after the retry: %v", got)
+	}
+}
+
+// TestSinkLocksItsDirectory: a second run writing to the same directory
+// fails at its first Open, naming the holder; sinks of one run share it.
+func TestSinkLocksItsDirectory(t *testing.T) {
+	dir := t.TempDir()
+	newSink, err := Sink(SinkConfig[string]{Dir: dir, Format: format})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, second, third := &operatortest.Run{}, &operatortest.Run{}, &operatortest.Run{}
+	defer first.Close()
+	defer second.Close()
+	defer third.Close()
+	for sub := range 2 {
+		if err := newSink().Open(first.Context("sink", sub, 2, nil)); err != nil {
+			t.Fatalf("subtask %d of the first run: %v", sub, err)
+		}
+	}
+	err = newSink().Open(second.Context("sink", 0, 2, nil))
+	if err == nil || !operator.IsPermanent(err) || !strings.Contains(err.Error(), "output directory "+dir) || !strings.Contains(err.Error(), fmt.Sprintf("process %d", os.Getpid())) {
+		t.Fatalf("second run: %v", err)
+	}
+	first.Close()
+	if err := newSink().Open(third.Context("sink", 0, 2, nil)); err != nil {
+		t.Fatalf("after the first run ended: %v", err)
+	}
+}
+
+// TestInputsAndOutputsAreCheckedAtStart: an unreadable input file or an
+// unwritable output directory fails when the job is built, not at run time.
+func TestInputsAndOutputsAreCheckedAtStart(t *testing.T) {
+	mem := vfs.NewMem()
+	mem.MkdirAll("/in", 0o755)
+	writeFile(t, mem, "/in/a.txt", "x\n")
+	writeFile(t, mem, "/in/b.txt", "y\n")
+	fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if (op.Kind == errorfs.OpOpen && op.Path == "/in/b.txt") || (op.Kind == errorfs.OpCreate && strings.HasPrefix(op.Path, "/ro/")) {
+			return errors.New("permission denied")
+		}
+		return nil
+	}))
+	if _, err := Lines(LinesConfig{FS: fs, Pattern: "/in/*.txt"}); err == nil || !strings.Contains(err.Error(), "/in/b.txt") {
+		t.Fatalf("unreadable input: %v", err)
+	}
+	if _, err := Sink(SinkConfig[string]{FS: fs, Dir: "/ro", Format: format}); err == nil || !strings.Contains(err.Error(), "/ro is not writable") {
+		t.Fatalf("unwritable output: %v", err)
 	}
 }

@@ -4,16 +4,19 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/weirstream/weir"
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/lockfile"
 	"github.com/weirstream/weir/operator"
 	"github.com/weirstream/weir/state"
 	"github.com/weirstream/weir/storage"
@@ -27,20 +30,37 @@ type SinkConfig[T any] struct {
 	Format func(dst []byte, v T) []byte
 }
 
-// Sink writes records into files in cfg.Dir with two-phase commit:
+// LockFile is the name of the lock file a running sink holds in its
+// output directory.
+const LockFile = ".weir.lock"
+
+// Sink writes records into files in cfg.Dir with two-phase commit. File
+// names carry the sink's UID (escaped: letters, digits and _ stay, other
+// bytes become %XX), its subtask and a checkpoint id, so sinks can share a
+// directory:
 //
-//   - records go to an in-progress file, .part-<subtask>-<n>.inprogress;
+//   - records go to an in-progress file, .part-<uid>-<subtask>-….inprogress;
 //   - at checkpoint n's snapshot the file is synced and renamed to
-//     .part-<subtask>-<n>.pending (pre-commit), and the snapshot records it;
+//     .part-<uid>-<subtask>-<n>.pending (pre-commit), and the snapshot
+//     records it;
 //   - when checkpoint n (or a later one) completes, pending files are
-//     renamed to part-<subtask>-<n> (commit);
-//   - on restore, the pending files the checkpoint recorded are committed
-//     (commit is idempotent) and every other file of this sink that begins
-//     with "." is deleted.
+//     renamed to part-<uid>-<subtask>-<n> (commit);
+//   - on restore of checkpoint k, the pending files it recorded are
+//     committed (commit is idempotent), committed files of checkpoints
+//     after k are removed (their records will be produced again), and
+//     every other file of this sink that begins with "." is deleted.
 //
 // Committed files are those whose names do not begin with "."; their
 // records appear exactly once, once per checkpoint. Without checkpoints
-// (mode none) everything is committed when the input ends.
+// (mode none) everything is committed when the input ends, as
+// part-<uid>-<subtask>-end.
+//
+// A running sink holds a lock in the directory (LockFile): a second run
+// writing there fails at start. A sink that starts from nothing refuses a
+// directory holding its committed files from an earlier run, unless the
+// run starts over (operator.Context.StartOver).
+//
+// Sink fails now if the directory cannot be created or written.
 func Sink[T any](cfg SinkConfig[T]) (func() weir.SinkWriter[T], error) {
 	if cfg.FS == nil {
 		cfg.FS = vfs.Default
@@ -51,12 +71,25 @@ func Sink[T any](cfg SinkConfig[T]) (func() weir.SinkWriter[T], error) {
 	if err := cfg.FS.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("output directory %s: %w", cfg.Dir, err)
 	}
+	probe := cfg.FS.PathJoin(cfg.Dir, fmt.Sprintf(".weir-probe-%d-%d", os.Getpid(), probes.Add(1)))
+	f, err := cfg.FS.Create(probe, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return nil, fmt.Errorf("output directory %s is not writable: %w", cfg.Dir, err)
+	}
+	f.Close()
+	if err := cfg.FS.Remove(probe); err != nil {
+		return nil, fmt.Errorf("output directory %s: %w", cfg.Dir, err)
+	}
 	return func() weir.SinkWriter[T] { return &fileSink[T]{cfg: cfg} }, nil
 }
+
+// probes numbers the writability probes of this process.
+var probes atomic.Int64
 
 type fileSink[T any] struct {
 	cfg     SinkConfig[T]
 	ctx     *operator.Context
+	uid     string // escaped for file names
 	f       vfs.File
 	w       *bufio.Writer
 	name    string // of the in-progress file
@@ -82,6 +115,8 @@ type detachedFile struct {
 }
 
 // preCommit syncs, closes and renames the file to its pending name, once.
+// It is idempotent: when an earlier attempt renamed the file but failed to
+// sync the directory, the retry finds the file renamed and syncs again.
 func (d *detachedFile) preCommit(fs vfs.FS, dir string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -100,7 +135,7 @@ func (d *detachedFile) preCommit(fs vfs.FS, dir string) error {
 		}
 		d.f = nil
 	}
-	if err := fs.Rename(d.from, d.to); err != nil {
+	if err := renameOnce(fs, d.from, d.to); err != nil {
 		return fmt.Errorf("file sink: pre-commit %s: %w", d.to, err)
 	}
 	if err := storage.SyncDir(fs, dir); err != nil {
@@ -110,27 +145,64 @@ func (d *detachedFile) preCommit(fs vfs.FS, dir string) error {
 	return nil
 }
 
-func (s *fileSink[T]) path(name string) string { return s.cfg.FS.PathJoin(s.cfg.Dir, name) }
-
-func pendingName(sub int, id checkpoint.ID) string {
-	return fmt.Sprintf(".part-%d-%d.pending", sub, id)
+// renameOnce renames from to to; a missing from with an existing to means
+// an earlier attempt did it.
+func renameOnce(fs vfs.FS, from, to string) error {
+	err := fs.Rename(from, to)
+	if err == nil || !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if _, serr := fs.Stat(to); serr == nil {
+		return nil
+	}
+	return err
 }
 
-func committedName(sub int, id checkpoint.ID) string { return fmt.Sprintf("part-%d-%d", sub, id) }
+func (s *fileSink[T]) path(name string) string { return s.cfg.FS.PathJoin(s.cfg.Dir, name) }
 
-// parsePart parses ".part-<sub>-<rest>" into sub and rest.
-func parsePart(name string) (sub int, rest string, ok bool) {
-	tail, ok := strings.CutPrefix(name, ".part-")
+// escapeUID makes a UID safe and unambiguous in a file name: letters,
+// digits and _ stay, every other byte becomes %XX (so "-" never appears).
+func escapeUID(uid string) string {
+	var b strings.Builder
+	for i := range len(uid) {
+		c := uid[i]
+		if c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, "%%%02X", c)
+		}
+	}
+	return b.String()
+}
+
+func (s *fileSink[T]) pendingName(sub int, id checkpoint.ID) string {
+	return fmt.Sprintf(".part-%s-%d-%d.pending", s.uid, sub, id)
+}
+
+func (s *fileSink[T]) committedName(sub int, id checkpoint.ID) string {
+	return fmt.Sprintf("part-%s-%d-%d", s.uid, sub, id)
+}
+
+// parse parses a file name of this sink: "[.]part-<uid>-<sub>-<rest>".
+func (s *fileSink[T]) parse(name string) (sub int, rest string, dot, ok bool) {
+	name, dot = strings.CutPrefix(name, ".")
+	tail, ok := strings.CutPrefix(name, "part-"+s.uid+"-")
 	if !ok {
-		return 0, "", false
+		return 0, "", false, false
 	}
 	subStr, rest, ok := strings.Cut(tail, "-")
 	sub, err := strconv.Atoi(subStr)
-	return sub, rest, ok && err == nil
+	return sub, rest, dot, ok && err == nil
 }
 
 func (s *fileSink[T]) Open(ctx *operator.Context) error {
 	s.ctx = ctx
+	s.uid = escapeUID(ctx.UID)
+	if err := ctx.Acquire("file-sink-lock:"+s.cfg.Dir, func() (io.Closer, error) {
+		return lockfile.Lock(s.cfg.FS, s.path(LockFile), "output directory "+s.cfg.Dir)
+	}); err != nil {
+		return operator.Permanent(err)
+	}
 	recorded := map[string]bool{}
 	if ctx.Restore != nil {
 		items, err := state.RestoreList(ctx.Restore.Handles, ctx.Restore.Read, state.Union, "pending", ctx.Subtask, ctx.Parallelism)
@@ -140,9 +212,9 @@ func (s *fileSink[T]) Open(ctx *operator.Context) error {
 		for _, it := range items {
 			sub, id, err := decodePending(it)
 			if err != nil {
-				return fmt.Errorf("restore file sink: %w", err)
+				return operator.Permanent(fmt.Errorf("restore file sink: %w", err))
 			}
-			recorded[pendingName(sub, id)] = true
+			recorded[s.pendingName(sub, id)] = true
 			if sub%ctx.Parallelism == ctx.Subtask {
 				if err := s.commit(sub, id); err != nil {
 					return err
@@ -150,19 +222,47 @@ func (s *fileSink[T]) Open(ctx *operator.Context) error {
 			}
 		}
 	}
-	// Delete what a failed or killed attempt left: in-progress files and
-	// pending files no completed checkpoint recorded.
 	names, err := s.cfg.FS.List(s.cfg.Dir)
 	if err != nil {
 		return fmt.Errorf("output directory %s: %w", s.cfg.Dir, err)
 	}
+	var stray, earlier, rolledBack []string
 	for _, n := range names {
-		sub, _, ok := parsePart(n)
-		if !ok || sub%ctx.Parallelism != ctx.Subtask || recorded[n] {
+		sub, rest, dot, ok := s.parse(n)
+		if !ok || sub%ctx.Parallelism != ctx.Subtask {
 			continue
 		}
+		switch {
+		case dot && !recorded[n]:
+			// In-progress files and pending files no completed checkpoint
+			// recorded: what a failed or killed attempt left.
+			stray = append(stray, n)
+		case dot:
+		case ctx.Restore == nil:
+			earlier = append(earlier, n)
+		default:
+			// Committed at a checkpoint after the restored one: its records
+			// are produced again from the restored state.
+			if id, err := strconv.ParseUint(rest, 10, 64); err == nil && checkpoint.ID(id) > ctx.Restore.Checkpoint {
+				rolledBack = append(rolledBack, n)
+			}
+		}
+	}
+	if len(earlier) > 0 && !ctx.StartOver {
+		slices.Sort(earlier)
+		return operator.Permanent(fmt.Errorf("output directory %s holds %d files sink %q committed in an earlier run (%s): resume that run with --restore latest (Config.Restore \"latest\"), or start over with --fresh (Config.Fresh), which deletes them",
+			s.cfg.Dir, len(earlier), ctx.UID, strings.Join(earlier[:min(3, len(earlier))], ", ")))
+	}
+	if len(earlier) > 0 {
+		ctx.Logger.Warn("starting over: deleting the output of earlier runs", "dir", s.cfg.Dir, "files", len(earlier))
+	}
+	if len(rolledBack) > 0 {
+		slices.Sort(rolledBack)
+		ctx.Logger.Warn("rolling back output committed after the restored checkpoint", "dir", s.cfg.Dir, "checkpoint", ctx.Restore.Checkpoint, "files", rolledBack)
+	}
+	for _, n := range slices.Concat(stray, earlier, rolledBack) {
 		if err := s.cfg.FS.Remove(s.path(n)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("delete stray output file %s: %w", s.path(n), err)
+			return fmt.Errorf("file sink: delete %s: %w", s.path(n), err)
 		}
 	}
 	return s.syncDir()
@@ -186,24 +286,21 @@ func decodePending(b []byte) (int, checkpoint.ID, error) {
 // file already committed is fine; one that is neither pending nor committed
 // is lost output, and an error.
 func (s *fileSink[T]) commit(sub int, id checkpoint.ID) error {
-	from, to := s.path(pendingName(sub, id)), s.path(committedName(sub, id))
-	err := s.cfg.FS.Rename(from, to)
-	if err == nil || !errors.Is(err, os.ErrNotExist) {
-		if err != nil {
-			return fmt.Errorf("commit %s: %w", to, err)
-		}
-		return nil
+	from, to := s.path(s.pendingName(sub, id)), s.path(s.committedName(sub, id))
+	err := renameOnce(s.cfg.FS, from, to)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return operator.Permanent(fmt.Errorf("commit %s: pending file %s is missing: its records are lost (was the output directory changed by hand?)", to, from))
+	case err != nil:
+		return fmt.Errorf("commit %s: %w", to, err)
 	}
-	if _, serr := s.cfg.FS.Stat(to); serr == nil {
-		return nil
-	}
-	return fmt.Errorf("commit %s: pending file %s is missing: its records are lost (was the output directory changed by hand?)", to, from)
+	return nil
 }
 
 func (s *fileSink[T]) Write(v T) error {
 	if s.w == nil {
 		s.seq++
-		s.name = fmt.Sprintf(".part-%d-%d-%d.inprogress", s.ctx.Subtask, s.ctx.Now().UnixNano(), s.seq)
+		s.name = fmt.Sprintf(".part-%s-%d-%d-%d.inprogress", s.uid, s.ctx.Subtask, s.ctx.Now().UnixNano(), s.seq)
 		f, err := s.cfg.FS.Create(s.path(s.name), vfs.WriteCategoryUnspecified)
 		if err != nil {
 			return fmt.Errorf("file sink: %w", err)
@@ -225,7 +322,7 @@ func (s *fileSink[T]) Snapshot(id checkpoint.ID) (operator.Async, error) {
 		if err := s.w.Flush(); err != nil {
 			return nil, fmt.Errorf("file sink: flush %s: %w", s.path(s.name), err)
 		}
-		s.detached = append(s.detached, &detachedFile{f: s.f, from: s.path(s.name), to: s.path(pendingName(s.ctx.Subtask, id)), id: id})
+		s.detached = append(s.detached, &detachedFile{f: s.f, from: s.path(s.name), to: s.path(s.pendingName(s.ctx.Subtask, id)), id: id})
 		s.f, s.w = nil, nil
 		s.pending = append(s.pending, id)
 	}
@@ -269,18 +366,11 @@ func (s *fileSink[T]) NotifyComplete(id checkpoint.ID) error {
 	return nil
 }
 
-// Finish commits everything: the input has ended and, with checkpoints,
-// the final checkpoint has completed.
+// Finish does nothing with checkpoints: the final checkpoint pre-commits
+// the open file and its completion commits it. Without checkpoints it
+// commits the open file as part-<uid>-<subtask>-end.
 func (s *fileSink[T]) Finish() error {
-	for _, d := range s.detached {
-		if err := d.preCommit(s.cfg.FS, s.cfg.Dir); err != nil {
-			return err
-		}
-	}
-	if err := s.NotifyComplete(^checkpoint.ID(0)); err != nil {
-		return err
-	}
-	if s.w == nil {
+	if s.ctx.CheckpointingEnabled || s.w == nil {
 		return nil
 	}
 	if err := s.w.Flush(); err != nil {
@@ -293,7 +383,7 @@ func (s *fileSink[T]) Finish() error {
 		return err
 	}
 	s.f, s.w = nil, nil
-	final := s.path(fmt.Sprintf("part-%d-end-%d", s.ctx.Subtask, s.ctx.Now().UnixNano()))
+	final := s.path(fmt.Sprintf("part-%s-%d-end", s.uid, s.ctx.Subtask))
 	if err := s.cfg.FS.Rename(s.path(s.name), final); err != nil {
 		return fmt.Errorf("file sink: commit %s: %w", final, err)
 	}

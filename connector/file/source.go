@@ -103,7 +103,14 @@ func Lines(cfg LinesConfig) (func() weir.SourceReader[string], error) {
 	}
 	var splits []split
 	for _, f := range files {
-		st, err := cfg.FS.Stat(f)
+		// Open each file now: an unreadable input is a mistake to report at
+		// start, not a failure to restart the job for.
+		r, err := cfg.FS.Open(f)
+		if err != nil {
+			return nil, fmt.Errorf("input %s: %w", f, err)
+		}
+		st, err := r.Stat()
+		r.Close()
 		if err != nil {
 			return nil, fmt.Errorf("input %s: %w", f, err)
 		}
@@ -111,7 +118,11 @@ func Lines(cfg LinesConfig) (func() weir.SourceReader[string], error) {
 			splits = append(splits, split{Path: f, Start: start, End: min(start+cfg.SplitBytes, st.Size()), Pos: start})
 		}
 	}
-	return func() weir.SourceReader[string] { return &lineReader{cfg: cfg, all: splits} }, nil
+	var total int64
+	for _, sp := range splits {
+		total += sp.End - sp.Start
+	}
+	return func() weir.SourceReader[string] { return &lineReader{cfg: cfg, all: splits, total: total} }, nil
 }
 
 func glob(fs vfs.FS, pattern string) ([]string, error) {
@@ -156,6 +167,7 @@ type lineReader struct {
 	operator.Base
 	cfg    LinesConfig
 	all    []split // every split of the job, for a fresh start
+	total  int64   // bytes of every split
 	mine   []split // this subtask's, in order; mine[0] is being read
 	ctx    *operator.Context
 	f      vfs.File
@@ -307,3 +319,12 @@ func (l *lineReader) Snapshot(checkpoint.ID) (operator.Async, error) {
 }
 
 func (l *lineReader) Close() error { return l.closeFile() }
+
+// Progress reports the bytes this subtask has left to read, and the bytes of
+// the whole input.
+func (l *lineReader) Progress() (remaining, total int64) {
+	for _, s := range l.mine {
+		remaining += max(s.End-s.Pos, 0)
+	}
+	return remaining, l.total
+}

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/weirstream/weir"
-	"github.com/weirstream/weir/runtime"
 )
 
 var (
@@ -67,12 +66,12 @@ func cpuTime() time.Duration {
 func BenchmarkWordCount(b *testing.B) {
 	for _, c := range []struct {
 		name     string
-		mode     runtime.Mode
+		mode     weir.Mode
 		interval time.Duration
 	}{
-		{"checkpoints=off", runtime.None, 0},
-		{"checkpoints=1s", runtime.ExactlyOnce, time.Second},
-		{"checkpoints=100ms", runtime.ExactlyOnce, 100 * time.Millisecond},
+		{"checkpoints=off", weir.NoCheckpoints, 0},
+		{"checkpoints=1s", weir.ExactlyOnce, time.Second},
+		{"checkpoints=100ms", weir.ExactlyOnce, 100 * time.Millisecond},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			in := benchCorpus(b)

@@ -19,7 +19,6 @@ import (
 
 	"github.com/weirstream/weir"
 	"github.com/weirstream/weir/checkpoint"
-	"github.com/weirstream/weir/runtime"
 )
 
 // committedLines is the sorted lines of the committed output files.
@@ -69,14 +68,14 @@ func (p *panicAt) before(string) {
 }
 
 type runOpts struct {
-	mode     runtime.Mode
+	mode     weir.Mode
 	failures []int64
 	ckptFS   vfs.FS
 	tolerate int
-	onEvent  func(runtime.JobEvent)
+	onEvent  func(weir.JobEvent)
 }
 
-func runJob(t *testing.T, dir, input string, o runOpts) (runtime.Result, *panicAt) {
+func runJob(t *testing.T, dir, input string, o runOpts) (weir.Result, *panicAt) {
 	t.Helper()
 	p := &panicAt{at: map[int64]bool{}}
 	for _, f := range o.failures {
@@ -84,13 +83,13 @@ func runJob(t *testing.T, dir, input string, o runOpts) (runtime.Result, *panicA
 	}
 	mode := o.mode
 	if mode == 0 {
-		mode = runtime.ExactlyOnce
+		mode = weir.ExactlyOnce
 	}
 	env, err := Build(Options{
 		Input: input, Output: filepath.Join(dir, "out"), Parallelism: 2,
 		Checkpoint: weir.CheckpointConfig{Mode: mode, Interval: 5 * time.Millisecond, Dir: filepath.Join(dir, "ckpt"),
 			FS: o.ckptFS, TolerableFailures: o.tolerate, Retained: 2},
-		Restart:     runtime.FixedDelay{Delay: time.Millisecond, MaxAttempts: len(o.failures) + 1},
+		Restart:     weir.FixedDelay{Delay: time.Millisecond, MaxAttempts: len(o.failures) + 1},
 		BeforeCount: p.before,
 		OnEvent:     o.onEvent,
 	})
@@ -154,7 +153,7 @@ func TestAtLeastOnceLosesNothing(t *testing.T) {
 	base := t.TempDir()
 	files := corpus(t, base, 2, 3000, 4)
 	want, _ := Expected(vfs.Default, files)
-	res, p := runJob(t, base, filepath.Join(base, "in-*.txt"), runOpts{mode: runtime.AtLeastOnce, failures: []int64{9000, 20000, 31000}})
+	res, p := runJob(t, base, filepath.Join(base, "in-*.txt"), runOpts{mode: weir.AtLeastOnce, failures: []int64{9000, 20000, 31000}})
 	if p.fired != 3 {
 		t.Fatalf("%d failures fired", p.fired)
 	}
@@ -200,18 +199,18 @@ func TestFailingCheckpointStorage(t *testing.T) {
 	var mu sync.Mutex
 	var aborted []string
 	completedAfter, completed := 0, 0
-	res, _ := runJob(t, base, filepath.Join(base, "in-*.txt"), runOpts{ckptFS: fs, tolerate: 1000, onEvent: func(e runtime.JobEvent) {
+	res, _ := runJob(t, base, filepath.Join(base, "in-*.txt"), runOpts{ckptFS: fs, tolerate: 1000, onEvent: func(e weir.JobEvent) {
 		mu.Lock()
 		defer mu.Unlock()
 		switch e.Kind {
-		case runtime.EventCheckpointAborted:
+		case weir.EventCheckpointAborted:
 			if e.Reason == checkpoint.ReasonDeclined || e.Reason == checkpoint.ReasonPersistFailed {
 				aborted = append(aborted, fmt.Sprintf("%d %v: %v", e.ID, e.Reason, e.Err))
 			}
 			if len(aborted) >= 3 {
 				full.Store(false) // space freed
 			}
-		case runtime.EventCheckpointCompleted:
+		case weir.EventCheckpointCompleted:
 			completed++
 			if completed == 1 {
 				full.Store(true)

@@ -7,26 +7,27 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
-	"time"
 	"unicode"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/weirstream/weir"
 	"github.com/weirstream/weir/connector/file"
-	"github.com/weirstream/weir/runtime"
 )
 
-// Options configure the job.
+// Options configure the job; Restore, Fresh and AllowNonRestoredState are
+// as in weir.Config.
 type Options struct {
-	Input, Output string
-	Checkpoint    weir.CheckpointConfig
-	Parallelism   int
-	Restore       string
-	Restart       runtime.RestartStrategy
-	FS            vfs.FS
-	Logger        *slog.Logger
-	OnEvent       func(runtime.JobEvent)
+	Input, Output         string
+	Checkpoint            weir.CheckpointConfig
+	Parallelism           int
+	Restore               string
+	Fresh                 bool
+	AllowNonRestoredState bool
+	Restart               weir.RestartStrategy
+	FS                    vfs.FS
+	Logger                *slog.Logger
+	OnEvent               func(weir.JobEvent)
 	// BeforeCount, if set, is called with every word before it is counted,
 	// in the counting task; tests use it to fail the operator on purpose.
 	BeforeCount func(word string)
@@ -56,8 +57,8 @@ func Build(o Options) (*weir.Environment, error) {
 		cc.FS = o.FS
 	}
 	env := weir.New(weir.Config{
-		Job: "wordcount", Parallelism: o.Parallelism, Checkpoint: cc, Restore: o.Restore,
-		Restart: o.Restart, Logger: o.Logger, OnEvent: o.OnEvent,
+		Job: "wordcount", Parallelism: o.Parallelism, Checkpoint: cc, Restore: o.Restore, Fresh: o.Fresh,
+		AllowNonRestoredState: o.AllowNonRestoredState, Restart: o.Restart, Logger: o.Logger, OnEvent: o.OnEvent,
 	})
 	lines, err := file.Lines(file.LinesConfig{FS: o.FS, Pattern: o.Input})
 	if err != nil {
@@ -114,6 +115,3 @@ func (c *counter) Process(_ *weir.KeyedContext[string], w string, out weir.Colle
 	out.Collect(Count{Word: w, Count: n})
 	return nil
 }
-
-// DefaultInterval is the checkpoint interval of the CLI's word count.
-const DefaultInterval = time.Second

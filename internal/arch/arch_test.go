@@ -19,6 +19,7 @@ const module = "github.com/weirstream/weir"
 // be added here.
 var layers = map[string]int{
 	"internal/keygroup":     0,
+	"internal/lockfile":     0,
 	"internal/arch":         0,
 	"checkpoint":            10,
 	"checkpoint/barrier":    11,
@@ -29,7 +30,7 @@ var layers = map[string]int{
 	"operator/operatortest": 23,
 	"state":                 21,
 	"state/heap":            22,
-	"runtime":               30,
+	"internal/runtime":      30,
 	"internal/sim":          30,
 	".":                     50,
 	"connector/file":        51,

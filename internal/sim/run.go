@@ -20,9 +20,23 @@ type sim struct {
 	now  time.Time
 
 	records, keys, faultsLeft int
-	ckCfg                     checkpoint.Config
-	pPersistFail, pDecline    float64
-	pTaskCrash, pProcCrash    float64
+	// failuresLeft bounds the checkpoint failures injected (declines,
+	// failed metadata writes); faultsLeft bounds crashes.
+	failuresLeft           int
+	ckCfg                  checkpoint.Config
+	pPersistFail, pDecline float64
+	pTaskCrash, pProcCrash float64
+	// Savepoints are requested with savepointWeight; a source declines a
+	// savepoint with pSavepointDecline (not bounded: it costs nothing).
+	savepointWeight   int
+	pSavepointDecline float64
+	// pSlowWrite is the chance that a metadata write is slow (object
+	// storage on a bad day): up to slowWrite, while the others finish at
+	// once, and it fails with pSlowFail (a write that hangs, then times
+	// out). Slow writes let several checkpoints persist at once and finish
+	// out of order.
+	pSlowWrite, pSlowFail float64
+	slowWrite             time.Duration
 
 	coord    Coordinator
 	coordBox []msg
@@ -33,10 +47,17 @@ type sim struct {
 
 	st           store
 	ext          external
-	persistQ     []*checkpoint.Metadata
+	persistQ     []write
 	maxTriggered checkpoint.ID
 	failover     bool
 	violation    *Violation
+
+	// A model of the coordinator's failure counting: the failures that
+	// count since the last completion or start, the newest checkpoint
+	// completed, and which checkpoints are savepoints.
+	counted    int
+	newest     checkpoint.ID
+	savepoints map[checkpoint.ID]bool
 }
 
 var errInjected = errors.New("injected failure")
@@ -46,7 +67,7 @@ func newSim(cfg Config) *sim {
 	s := &sim{cfg: cfg, rng: rng, now: epoch}
 	s.records = cfg.RecordsPerSource
 	if s.records == 0 {
-		s.records = 10 + rng.IntN(50)
+		s.records = 10 + rng.IntN(400)
 	}
 	s.keys = cfg.Keys
 	if s.keys == 0 {
@@ -56,23 +77,30 @@ func newSim(cfg Config) *sim {
 	if s.faultsLeft == 0 {
 		s.faultsLeft = rng.IntN(7)
 	}
+	s.failuresLeft = rng.IntN(40)
 	s.ckCfg = checkpoint.Config{
-		Interval:          time.Duration(2+rng.IntN(30)) * time.Millisecond,
+		Interval:          time.Duration(2+rng.IntN(12)) * time.Millisecond,
 		Timeout:           time.Duration(40+rng.IntN(400)) * time.Millisecond,
-		MaxConcurrent:     1 + rng.IntN(3),
+		MaxConcurrent:     2 + rng.IntN(3),
 		TolerableFailures: rng.IntN(3),
 		Retained:          1 + rng.IntN(3),
 	}
-	if rng.IntN(4) == 0 {
+	if rng.IntN(8) == 0 {
 		s.ckCfg.MaxConcurrent = 1
 		s.ckCfg.MinPause = time.Duration(rng.IntN(20)) * time.Millisecond
 	}
-	s.pPersistFail = 0.15 * rng.Float64()
+	s.pPersistFail = 0.5 * rng.Float64()
 	s.pDecline = 0.1 * rng.Float64()
+	s.savepointWeight = []int{0, 1, 1, 2}[rng.IntN(4)]
+	s.pSavepointDecline = 0.8 * rng.Float64()
+	s.pSlowWrite = 0.2 + 0.6*rng.Float64()
+	s.pSlowFail = 0.3 + 0.7*rng.Float64()
+	s.slowWrite = time.Duration(4+rng.IntN(16)) * s.ckCfg.Interval
 	s.pTaskCrash = 0.004 * rng.Float64()
 	s.pProcCrash = 0.002 * rng.Float64()
 	s.st = store{metadata: map[checkpoint.ID][]byte{}}
 	s.ext = external{prepared: map[checkpoint.ID][]record{}, committed: map[checkpoint.ID]bool{}}
+	s.savepoints = map[checkpoint.ID]bool{}
 	return s
 }
 
@@ -88,9 +116,21 @@ func (s *sim) fail(format string, args ...any) {
 	}
 }
 
+// fault reports whether to crash now, with probability p, within the
+// budget of crashes.
 func (s *sim) fault(p float64) bool {
 	if s.faultsLeft > 0 && s.rng.Float64() < p {
 		s.faultsLeft--
+		return true
+	}
+	return false
+}
+
+// failure reports whether to fail a checkpoint now, with probability p,
+// within the budget of checkpoint failures.
+func (s *sim) failure(p float64) bool {
+	if s.failuresLeft > 0 && s.rng.Float64() < p {
+		s.failuresLeft--
 		return true
 	}
 	return false
@@ -102,18 +142,26 @@ var taskIDs = []checkpoint.TaskID{
 	{Vertex: "union", Subtask: 0}, {Vertex: "sink", Subtask: 0},
 }
 
+var operators = []checkpoint.Operator{
+	{UID: "src", Kind: "source", MaxParallelism: 2}, {UID: "cnt", Kind: "keyed-process", MaxParallelism: 2},
+	{UID: "union", Kind: "union", MaxParallelism: 1}, {UID: "sink", Kind: "sink", MaxParallelism: 1},
+}
+
 func (s *sim) newCoordinator() {
 	restored := checkpoint.Restored{MaxID: s.st.maxReserved}
+	s.newest, s.counted = 0, 0
 	for id := range s.st.metadata {
-		restored.Completed = append(restored.Completed, checkpoint.Completed{ID: id})
+		restored.Completed = append(restored.Completed, checkpoint.Completed{ID: id, Savepoint: s.savepoints[id]})
+		s.newest = max(s.newest, id)
 	}
-	c, err := checkpoint.New("sim", s.ckCfg, checkpoint.Tasks{All: taskIDs, Sources: taskIDs[:2]}, restored)
+	job := checkpoint.Job{Name: "sim", Tasks: checkpoint.Tasks{All: taskIDs, Sources: taskIDs[:2]}, Operators: operators}
+	c, err := checkpoint.New(job, s.ckCfg, restored)
 	if err != nil {
 		panic(err)
 	}
 	s.coord = c
 	if s.cfg.WrapCoordinator != nil {
-		s.coord = s.cfg.WrapCoordinator(c)
+		s.coord = s.cfg.WrapCoordinator(c, s.ckCfg)
 	}
 	s.coordBox, s.boxEpoch = nil, nil
 }
@@ -183,6 +231,7 @@ func (s *sim) deploy() {
 		if t.kind != kSource {
 			t.aligner = s.newAligner(len(t.inputs))
 			t.consumed = make([]int, len(t.inputs))
+			t.ended = make([]bool, len(t.inputs))
 		}
 	}
 	// The sink commits the transactions its snapshot recorded (commit is
@@ -195,6 +244,7 @@ func (s *sim) deploy() {
 		delete(s.ext.prepared, txn)
 	}
 	s.coord.Start(s.now)
+	s.counted = 0
 	for _, sr := range src {
 		s.maybeExhausted(sr)
 	}
@@ -206,11 +256,19 @@ func (s *sim) toCoord(m msg) {
 	s.boxEpoch = append(s.boxEpoch, s.epoch)
 }
 
+// maybeExhausted ends a source's input once it has emitted every record.
 func (s *sim) maybeExhausted(t *task) {
-	if t.state.Offset == s.records && !t.exhaustedSent {
-		t.exhaustedSent = true
+	if t.state.Offset == s.records && !t.inputEnded {
+		s.endInput(t)
 		s.toCoord(msg{kind: mExhausted, task: t.id})
 	}
+}
+
+// endInput: every input of t ended. It sends end of data downstream and
+// takes part in checkpoints until the final one completes.
+func (s *sim) endInput(t *task) {
+	t.inputEnded = true
+	s.broadcast(t, event{kind: evEndOfData})
 }
 
 func (s *sim) run() error {
@@ -268,7 +326,7 @@ func (s *sim) schedule() {
 		if t.finished {
 			continue
 		}
-		if t.kind == kSource && t.state.Offset < s.records {
+		if t.kind == kSource && !t.inputEnded {
 			cs = append(cs, choice{4, func() { s.emit(t) }})
 		}
 		for c, in := range t.inputs {
@@ -283,8 +341,11 @@ func (s *sim) schedule() {
 	if len(s.coordBox) > 0 {
 		cs = append(cs, choice{3, s.deliverCoord})
 	}
-	if len(s.persistQ) > 0 {
+	if slices.ContainsFunc(s.persistQ, s.written) {
 		cs = append(cs, choice{2, s.persist})
+	}
+	if s.savepointWeight > 0 {
+		cs = append(cs, choice{s.savepointWeight, s.savepoint})
 	}
 	cs = append(cs, choice{1, s.tick})
 	total := 0
@@ -304,6 +365,15 @@ func (s *sim) schedule() {
 func (s *sim) tick() {
 	s.now = s.now.Add(time.Duration(1+s.rng.IntN(5)) * time.Millisecond)
 	s.coord.Tick(s.now)
+	s.drainCoord()
+}
+
+// savepoint asks for a savepoint, which the coordinator triggers at once
+// beside any periodic checkpoint in flight.
+func (s *sim) savepoint() {
+	if id, err := s.coord.TriggerSavepoint(s.now); err == nil {
+		s.trace("savepoint %d requested", id)
+	}
 	s.drainCoord()
 }
 
@@ -337,17 +407,50 @@ func (s *sim) process(t *task, c int) {
 			t.buffer = append(t.buffer, r)
 		}
 	case evBarrier:
-		s.aligned(t, t.aligner.OnBarrier(c, e.id))
+		s.align(t, 0, func() []barrier.Action { return t.aligner.OnBarrier(c, e.id) })
 	case evCancel:
-		s.aligned(t, t.aligner.OnCancel(c, e.id))
-	case evEnd:
-		s.aligned(t, t.aligner.OnEndOfInput(c))
+		s.align(t, 0, func() []barrier.Action { return t.aligner.OnCancel(c, e.id) })
+	case evEndOfData:
+		if t.ended[c] {
+			s.fail("%s: end of data twice on input %d", t.id, c)
+		}
+		t.ended[c] = true
+		if !slices.Contains(t.ended, false) {
+			s.endInput(t)
+		}
 	}
 }
 
-// aligned carries out an aligner's actions for task t.
-func (s *sim) aligned(t *task, acts []barrier.Action) {
-	for _, a := range slices.Clone(acts) {
+// align calls the aligner of t (aborted is the checkpoint the call aborts,
+// if it is an abort), checks that no alignment ended silently, and carries
+// out its actions: an alignment ends with the snapshot, a decline, a
+// forwarded cancel marker, or the coordinator's abort of that very
+// checkpoint. One that vanishes otherwise leaves the coordinator waiting
+// for the timeout.
+func (s *sim) align(t *task, aborted checkpoint.ID, call func() []barrier.Action) {
+	before := t.aligner.Aligning()
+	acts := slices.Clone(call())
+	after := t.aligner.Aligning()
+	for _, id := range before {
+		if id == aborted || slices.Contains(after, id) {
+			continue
+		}
+		if !slices.ContainsFunc(acts, func(a barrier.Action) bool {
+			switch a := a.(type) {
+			case barrier.Snapshot:
+				return a.ID >= id
+			case barrier.Decline:
+				return a.ID == id
+			case barrier.ForwardCancel:
+				return a.ID == id
+			}
+			return false
+		}) {
+			s.fail("%s: the alignment of checkpoint %d ended silently (abort of %d: %v)", t.id, id, aborted, acts)
+			return
+		}
+	}
+	for _, a := range acts {
 		switch a := a.(type) {
 		case barrier.Block, barrier.UnblockAll:
 			// The scheduler asks the aligner which channels it may read.
@@ -359,8 +462,6 @@ func (s *sim) aligned(t *task, acts []barrier.Action) {
 			s.toCoord(msg{kind: mDecline, task: t.id, id: a.ID, err: a.Cause})
 		case barrier.ForwardCancel:
 			s.broadcast(t, event{kind: evCancel, id: a.ID})
-		case barrier.EndOfInput:
-			s.finish(t)
 		}
 	}
 }
@@ -372,12 +473,12 @@ func (s *sim) broadcast(t *task, e event) {
 }
 
 // snapshot takes task t's snapshot for checkpoint id and acknowledges it,
-// or declines it when a failure is injected.
-func (s *sim) snapshot(t *task, id checkpoint.ID) {
-	if s.fault(s.pDecline) {
+// or declines it when a failure is injected; it reports which.
+func (s *sim) snapshot(t *task, id checkpoint.ID) bool {
+	if s.failure(s.pDecline) || (t.kind == kSource && s.savepoints[id] && s.rng.Float64() < s.pSavepointDecline) {
 		s.trace("%s declines %d (injected)", t.id, id)
 		s.toCoord(msg{kind: mDecline, task: t.id, id: id, err: errInjected})
-		return
+		return false
 	}
 	t.cuts[id] = slices.Clone(t.consumed)
 	if t.kind == kSink {
@@ -394,23 +495,7 @@ func (s *sim) snapshot(t *task, id checkpoint.ID) {
 		h.Parallelism = 1
 	}
 	s.toCoord(msg{kind: mAck, task: t.id, id: id, handles: []checkpoint.Handle{h}})
-}
-
-func (s *sim) finish(t *task) {
-	if t.kind == kSink {
-		// Every checkpoint a source emitted barriers for after its input
-		// ended is complete before end-of-input flows, so committing now
-		// cannot expose records a restore would replay.
-		for _, txn := range t.state.Pending {
-			s.ext.commit(txn)
-		}
-		t.state.Pending = nil
-		s.ext.output = append(s.ext.output, t.buffer...)
-		t.buffer = nil
-	}
-	s.broadcast(t, event{kind: evEnd})
-	t.finished = true
-	s.toCoord(msg{kind: mFinished, task: t.id})
+	return true
 }
 
 func (s *sim) deliverTask(t *task) {
@@ -421,11 +506,18 @@ func (s *sim) deliverTask(t *task) {
 		if t.finished {
 			return
 		}
-		s.snapshot(t, m.id)
-		s.broadcast(t, event{kind: evBarrier, id: m.id})
+		// A source that declines sends a cancel marker instead of the
+		// barrier, as the runtime does.
+		if s.snapshot(t, m.id) {
+			s.broadcast(t, event{kind: evBarrier, id: m.id})
+		} else {
+			s.broadcast(t, event{kind: evCancel, id: m.id})
+		}
 	case mNotify:
-		switch {
-		case t.kind == kSink:
+		if t.finished {
+			return
+		}
+		if t.kind == kSink {
 			keep := t.state.Pending[:0]
 			for _, txn := range t.state.Pending {
 				if txn <= m.id {
@@ -435,15 +527,20 @@ func (s *sim) deliverTask(t *task) {
 				}
 			}
 			t.state.Pending = keep
-		case t.kind == kSource && m.end && !t.finished:
-			if t.state.Offset != s.records {
-				s.fail("source %s told to end its output at checkpoint %d with records left", t.id, m.id)
+		}
+		if m.end {
+			switch {
+			case !t.inputEnded:
+				s.fail("%s told to end at checkpoint %d before its input ended", t.id, m.id)
+			case len(t.buffer) > 0:
+				s.fail("%s ends with %d records no completed checkpoint covers", t.id, len(t.buffer))
 			}
-			s.finish(t)
+			t.finished = true
+			s.toCoord(msg{kind: mFinished, task: t.id})
 		}
 	case mAbort:
 		if t.aligner != nil && !t.finished {
-			s.aligned(t, t.aligner.Abort(m.id))
+			s.align(t, m.id, func() []barrier.Action { return t.aligner.Abort(m.id) })
 		}
 	}
 }
@@ -465,26 +562,71 @@ func (s *sim) deliverCoord() {
 			s.coord.TaskFinished(m.task)
 		}
 	case mPersisted:
-		s.coord.Persisted(s.now, m.id, m.err)
+		s.persisted(m)
 	}
 	s.drainCoord()
 }
 
-// persist carries out the oldest Persist: the metadata write, which may fail.
+// persisted reports a metadata write's outcome to the coordinator, and to
+// the model of its failure counting: a completion resets the count.
+func (s *sim) persisted(m msg) {
+	s.coord.Persisted(s.now, m.id, m.err)
+	if m.err == nil {
+		s.counted = 0
+		s.newest = max(s.newest, m.id)
+	}
+}
+
+// write is a metadata write in flight; it can finish from doneAt on.
+type write struct {
+	m      *checkpoint.Metadata
+	doneAt time.Time
+	slow   bool
+}
+
+func (s *sim) written(w write) bool { return !s.now.Before(w.doneAt) }
+
+// persist finishes a metadata write whose time has come, not necessarily
+// the oldest; it may fail. Writes finish in any order: the coordinator
+// must not depend on it.
 func (s *sim) persist() {
-	m := s.persistQ[0]
-	s.persistQ = s.persistQ[1:]
+	var ready []int
+	for i, w := range s.persistQ {
+		if s.written(w) {
+			ready = append(ready, i)
+		}
+	}
+	i := ready[s.rng.IntN(len(ready))]
+	w := s.persistQ[i]
+	m := w.m
+	s.persistQ = slices.Delete(s.persistQ, i, i+1)
 	var err error
-	if s.fault(s.pPersistFail) {
+	// A slow write's failure is not drawn from the budget: slow writes
+	// are bounded themselves.
+	if s.failure(s.pPersistFail) || (w.slow && s.rng.Float64() < s.pSlowFail) {
 		err = errInjected
 	} else {
-		s.st.metadata[m.ID] = checkpoint.Encode(m)
+		s.st.metadata[m.ID] = encode(m)
 	}
 	s.toCoord(msg{kind: mPersisted, id: m.ID, err: err})
 }
 
-// drainCoord carries out the coordinator's decisions.
+func encode(m *checkpoint.Metadata) []byte {
+	b, err := checkpoint.Encode(m)
+	if err != nil {
+		panic(err) // the simulation's metadata is tiny
+	}
+	return b
+}
+
+// drainCoord carries out the coordinator's decisions, and checks its count
+// of consecutive failures against the model's.
 func (s *sim) drainCoord() {
+	defer func() {
+		if n := s.coord.ConsecutiveFailures(); n != s.counted && s.violation == nil && !s.failover {
+			s.fail("the coordinator counts %d consecutive checkpoint failures, the model %d (failures of savepoints and of checkpoints older than the newest completed, %d, do not count)", n, s.counted, s.newest)
+		}
+	}()
 	for _, a := range s.coord.Ready() {
 		s.trace("coordinator: %v", a)
 		switch a := a.(type) {
@@ -493,13 +635,18 @@ func (s *sim) drainCoord() {
 				s.fail("checkpoint id %d triggered after id %d: ids must only grow", a.ID, s.maxTriggered)
 			}
 			s.maxTriggered = a.ID
+			s.savepoints[a.ID] = a.Savepoint
 			s.st.maxReserved = max(s.st.maxReserved, a.ID)
 			for _, t := range s.tasks[:2] {
 				t.mailbox = append(t.mailbox, msg{kind: mTrigger, id: a.ID})
 			}
 		case checkpoint.Persist:
 			s.checkCut(a.Metadata)
-			s.persistQ = append(s.persistQ, a.Metadata)
+			w := write{m: a.Metadata, doneAt: s.now, slow: s.rng.Float64() < s.pSlowWrite}
+			if w.slow {
+				w.doneAt = w.doneAt.Add(time.Duration(s.rng.Int64N(int64(s.slowWrite) + 1)))
+			}
+			s.persistQ = append(s.persistQ, w)
 		case checkpoint.NotifyComplete:
 			if _, ok := s.st.metadata[a.ID]; !ok {
 				s.fail("checkpoint %d announced complete before its metadata was durable", a.ID)
@@ -510,6 +657,9 @@ func (s *sim) drainCoord() {
 			}
 		case checkpoint.Abort:
 			s.res.Aborted++
+			if a.Reason.Counts() && !s.savepoints[a.ID] && a.ID > s.newest {
+				s.counted++
+			}
 			for _, t := range s.tasks {
 				t.mailbox = append(t.mailbox, msg{kind: mAbort, id: a.ID})
 			}
@@ -521,6 +671,9 @@ func (s *sim) drainCoord() {
 		case checkpoint.DiscardState:
 		case checkpoint.FailJob:
 			s.trace("job fails over: %v", a.Cause)
+			if s.counted <= s.ckCfg.TolerableFailures {
+				s.fail("the job failed over after %d checkpoint failures that count (%d tolerated): %v", s.counted, s.ckCfg.TolerableFailures, a.Cause)
+			}
 			s.failover = true
 		}
 	}
@@ -545,11 +698,8 @@ func (s *sim) checkCut(m *checkpoint.Metadata) {
 		for c, in := range t.inputs {
 			want, ok := in.before[m.ID]
 			if !ok {
-				if !in.ended {
-					s.fail("%s snapshotted checkpoint %d before barrier %d was sent on input %d", t.id, m.ID, m.ID, c)
-					return
-				}
-				want = in.endedAfter
+				s.fail("%s snapshotted checkpoint %d before barrier %d was sent on input %d", t.id, m.ID, m.ID, c)
+				return
 			}
 			if cut[c] != want {
 				s.fail("inconsistent cut: %s's snapshot for checkpoint %d holds %d records of input %d, but %d preceded barrier %d",
@@ -584,15 +734,16 @@ func (s *sim) restart() {
 	}
 	s.coordBox, s.boxEpoch = keep, keepEp
 	for _, m := range persisted {
-		s.coord.Persisted(s.now, m.id, m.err)
+		s.persisted(m)
 		s.drainCoord()
 	}
 	for len(s.persistQ) > 0 {
+		s.persistQ[0].doneAt = s.now
 		s.persist()
 		n := len(s.coordBox) - 1
 		m := s.coordBox[n]
 		s.coordBox, s.boxEpoch = s.coordBox[:n], s.boxEpoch[:n]
-		s.coord.Persisted(s.now, m.id, m.err)
+		s.persisted(m)
 		s.drainCoord()
 	}
 	s.deploy()
@@ -603,9 +754,9 @@ func (s *sim) restart() {
 func (s *sim) processCrash() {
 	s.res.ProcessCrashes++
 	s.trace("process crashes")
-	for _, m := range s.persistQ {
+	for _, w := range s.persistQ {
 		if s.rng.IntN(2) == 0 {
-			s.st.metadata[m.ID] = checkpoint.Encode(m)
+			s.st.metadata[w.m.ID] = encode(w.m)
 		}
 	}
 	s.persistQ = nil

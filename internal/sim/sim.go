@@ -14,7 +14,14 @@
 // state and emits (key, count, record); the union forwards from both inputs
 // and counts what it passed; the sink writes to a simulated external system
 // with transactions that are prepared at a snapshot and committed when the
-// checkpoint completes.
+// checkpoint completes. The end of input follows Flink's FLIP-147 order, as
+// the runtime does: end of data flows downstream, the final checkpoint
+// follows it, and tasks end on its completion.
+//
+// The schedules include periodic checkpoints beside savepoints, several
+// checkpoints in flight, sources that decline (and send cancel markers),
+// metadata writes that fail or finish out of order, timeouts, and task and
+// process crashes.
 package sim
 
 import (
@@ -33,10 +40,12 @@ type Coordinator interface {
 	Acknowledge(task checkpoint.TaskID, id checkpoint.ID, hs []checkpoint.Handle) checkpoint.AckResult
 	Decline(task checkpoint.TaskID, id checkpoint.ID, cause error)
 	Persisted(now time.Time, id checkpoint.ID, err error)
+	TriggerSavepoint(now time.Time) (checkpoint.ID, error)
 	TaskFailed(task checkpoint.TaskID, cause error)
 	TaskFinished(task checkpoint.TaskID)
 	InputExhausted(now time.Time, task checkpoint.TaskID)
 	Latest() (checkpoint.Completed, bool)
+	ConsecutiveFailures() int
 	Ready() []checkpoint.Action
 }
 
@@ -44,9 +53,9 @@ type Coordinator interface {
 type Aligner interface {
 	OnBarrier(c int, id checkpoint.ID) []barrier.Action
 	OnCancel(c int, id checkpoint.ID) []barrier.Action
-	OnEndOfInput(c int) []barrier.Action
 	Abort(id checkpoint.ID) []barrier.Action
 	Blocked(c int) bool
+	Aligning() []checkpoint.ID
 }
 
 // Config is one simulation run.
@@ -62,7 +71,7 @@ type Config struct {
 	// NewAligner and WrapCoordinator replace the real cores, for tests that
 	// check the simulation catches planted bugs. Nil means the real ones.
 	NewAligner      func(mode barrier.Mode, channels int) Aligner
-	WrapCoordinator func(*checkpoint.Coordinator) Coordinator
+	WrapCoordinator func(*checkpoint.Coordinator, checkpoint.Config) Coordinator
 	// Trace, if set, receives a line per scheduling decision.
 	Trace func(string)
 }
@@ -107,7 +116,7 @@ const (
 	evRecord eventKind = iota
 	evBarrier
 	evCancel
-	evEnd
+	evEndOfData
 )
 
 type event struct {
@@ -119,12 +128,9 @@ type event struct {
 // channel is a FIFO from one task to one input of another. It remembers how
 // many records preceded each barrier, for the consistent-cut check.
 type channel struct {
-	q           []event
-	sent        int
-	before      map[checkpoint.ID]int
-	ended       bool
-	endedAfter  int
-	lastBarrier checkpoint.ID
+	q      []event
+	sent   int
+	before map[checkpoint.ID]int
 }
 
 func newChannel() *channel { return &channel{before: map[checkpoint.ID]int{}} }
@@ -135,9 +141,6 @@ func (c *channel) push(e event) {
 		c.sent++
 	case evBarrier:
 		c.before[e.id] = c.sent
-		c.lastBarrier = e.id
-	case evEnd:
-		c.ended, c.endedAfter = true, c.sent
 	}
 	c.q = append(c.q, e)
 }
@@ -224,17 +227,20 @@ type taskState struct {
 }
 
 type task struct {
-	id            checkpoint.TaskID
-	kind          taskKind
-	inputs        []*channel
-	outputs       []*channel
-	aligner       Aligner
-	state         taskState
-	buffer        []record // sink: records of the open transaction
-	consumed      []int
-	finished      bool
-	exhaustedSent bool // source: InputExhausted was sent in this deployment
-	mailbox       []msg
+	id      checkpoint.TaskID
+	kind    taskKind
+	inputs  []*channel
+	outputs []*channel
+	aligner Aligner
+	state   taskState
+	buffer  []record // sink: records of the open transaction
+	// consumed counts records read per input; ended marks inputs that
+	// delivered end of data.
+	consumed   []int
+	ended      []bool
+	inputEnded bool // end of data on every input (a source: input exhausted) was handled
+	finished   bool
+	mailbox    []msg
 	// snapshots taken in this deployment: consumed counts per input
 	cuts map[checkpoint.ID][]int
 }

@@ -3,6 +3,7 @@ package sim
 import (
 	"flag"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,8 +12,11 @@ import (
 	"github.com/weirstream/weir/checkpoint/barrier"
 )
 
+// defaultSeeds is the number of seeds per mode TestSimulation runs.
+var defaultSeeds = 1000
+
 var (
-	seeds    = flag.Int("sim.seeds", 2000, "number of seeds per mode")
+	seeds    = flag.Int("sim.seeds", 0, "number of seeds per mode (default 1000; 200 under -race)")
 	first    = flag.Int64("sim.first", 1, "first seed")
 	only     = flag.Int64("sim.seed", 0, "run only this seed (with -v, trace it)")
 	modeFlag = flag.String("sim.mode", "", "run only this mode: exactly-once or at-least-once")
@@ -41,7 +45,11 @@ func replay(seed int64, mode barrier.Mode) string {
 func TestSimulation(t *testing.T) {
 	for _, mode := range modes(t) {
 		t.Run(mode.String(), func(t *testing.T) {
-			lo, hi := *first, *first+int64(*seeds)
+			n := *seeds
+			if n == 0 {
+				n = defaultSeeds
+			}
+			lo, hi := *first, *first+int64(n)
 			if *only != 0 {
 				lo, hi = *only, *only+1
 			}
@@ -76,8 +84,7 @@ func TestSimulation(t *testing.T) {
 // snapshots and forwards on the first barrier of a checkpoint, never blocking
 // the channels that delivered it.
 type forwardingAligner struct {
-	channels, ended int
-	lastDone        checkpoint.ID
+	lastDone checkpoint.ID
 }
 
 func (a *forwardingAligner) OnBarrier(_ int, id checkpoint.ID) []barrier.Action {
@@ -90,12 +97,66 @@ func (a *forwardingAligner) OnBarrier(_ int, id checkpoint.ID) []barrier.Action 
 func (a *forwardingAligner) OnCancel(int, checkpoint.ID) []barrier.Action { return nil }
 func (a *forwardingAligner) Abort(checkpoint.ID) []barrier.Action         { return nil }
 func (a *forwardingAligner) Blocked(int) bool                             { return false }
-func (a *forwardingAligner) OnEndOfInput(int) []barrier.Action {
-	a.ended++
-	if a.ended == a.channels {
-		return []barrier.Action{barrier.EndOfInput{}}
+func (a *forwardingAligner) Aligning() []checkpoint.ID                    { return nil }
+
+// abortDropsOlder plants the aligner bug of the restore-safety issue: an
+// abort of checkpoint n also throws away the alignment of every older
+// checkpoint, without declining it; the coordinator learns of it only at
+// the timeout.
+type abortDropsOlder struct{ *barrier.Aligner }
+
+func (a abortDropsOlder) Abort(id checkpoint.ID) []barrier.Action {
+	var out []barrier.Action
+	for _, old := range a.Aligner.Aligning() {
+		if old < id {
+			out = append(out, a.Aligner.Abort(old)...)
+		}
 	}
-	return nil
+	return append(out, a.Aligner.Abort(id)...)
+}
+
+// countsOldFailures plants the coordinator bug of the restore-safety
+// issue: a failure of a checkpoint older than the newest completed one
+// counts towards the tolerable failures, and can fail the job over.
+type countsOldFailures struct {
+	*checkpoint.Coordinator
+	tolerable  int
+	newest     checkpoint.ID
+	extra      int
+	savepoints map[checkpoint.ID]bool
+}
+
+func (c *countsOldFailures) Start(now time.Time) {
+	c.extra = 0
+	c.Coordinator.Start(now)
+}
+
+func (c *countsOldFailures) Persisted(now time.Time, id checkpoint.ID, err error) {
+	if err == nil {
+		c.newest, c.extra = max(c.newest, id), 0
+	}
+	c.Coordinator.Persisted(now, id, err)
+}
+
+func (c *countsOldFailures) ConsecutiveFailures() int {
+	return c.Coordinator.ConsecutiveFailures() + c.extra
+}
+
+func (c *countsOldFailures) Ready() []checkpoint.Action {
+	acts := c.Coordinator.Ready()
+	for _, a := range acts {
+		switch a := a.(type) {
+		case checkpoint.Trigger:
+			c.savepoints[a.ID] = a.Savepoint
+		case checkpoint.Abort:
+			if a.Reason.Counts() && !c.savepoints[a.ID] && a.ID < c.newest {
+				if c.extra++; c.ConsecutiveFailures() > c.tolerable {
+					return append(acts, checkpoint.FailJob{Cause: fmt.Errorf("checkpoint %d failed", a.ID)})
+				}
+			}
+		}
+	}
+	return acts
 }
 
 // eagerCoordinator is a deliberately faulty coordinator: it announces a
@@ -123,17 +184,36 @@ func TestSimulationCatchesPlantedBugs(t *testing.T) {
 	}{
 		{
 			name: "aligner forwards without blocking",
-			cfg: Config{Mode: barrier.ExactlyOnce, NewAligner: func(_ barrier.Mode, n int) Aligner {
-				return &forwardingAligner{channels: n}
+			cfg: Config{Mode: barrier.ExactlyOnce, NewAligner: func(barrier.Mode, int) Aligner {
+				return &forwardingAligner{}
 			}},
 			want: "inconsistent cut",
 		},
 		{
 			name: "coordinator announces completion before the metadata is durable",
-			cfg: Config{Mode: barrier.ExactlyOnce, WrapCoordinator: func(c *checkpoint.Coordinator) Coordinator {
+			cfg: Config{Mode: barrier.ExactlyOnce, WrapCoordinator: func(c *checkpoint.Coordinator, _ checkpoint.Config) Coordinator {
 				return eagerCoordinator{c}
 			}},
 			want: "announced complete before its metadata was durable",
+		},
+		{
+			name: "an abort drops the alignment of older checkpoints too",
+			cfg: Config{Mode: barrier.ExactlyOnce, NewAligner: func(m barrier.Mode, n int) Aligner {
+				return abortDropsOlder{barrier.New(m, n)}
+			}},
+			want: "ended silently",
+		},
+		{
+			name: "failures of checkpoints older than the newest completed count",
+			cfg: Config{Mode: barrier.ExactlyOnce, WrapCoordinator: func(c *checkpoint.Coordinator, cfg checkpoint.Config) Coordinator {
+				var newest checkpoint.ID
+				if l, ok := c.Latest(); ok {
+					newest = l.ID
+				}
+				return &countsOldFailures{Coordinator: c, tolerable: cfg.TolerableFailures, newest: newest, savepoints: map[checkpoint.ID]bool{}}
+			}},
+			// Seen either in the count or in the job failing over.
+			want: "consecutive checkpoint failures, the model|checkpoint failures that count",
 		},
 	}
 	for _, tc := range cases {
@@ -147,7 +227,7 @@ func TestSimulationCatchesPlantedBugs(t *testing.T) {
 				if err == nil {
 					continue
 				}
-				if !strings.Contains(err.Error(), tc.want) {
+				if !slices.ContainsFunc(strings.Split(tc.want, "|"), func(w string) bool { return strings.Contains(err.Error(), w) }) {
 					t.Fatalf("seed %d: caught, but as %q; want %q", seed, err, tc.want)
 				}
 				caught++

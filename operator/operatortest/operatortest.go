@@ -1,11 +1,17 @@
-// Package operatortest holds test doubles for operators' snapshots.
+// Package operatortest holds test doubles for operators: a writer that keeps
+// snapshots in memory, and an operator context.
 package operatortest
 
 import (
 	"fmt"
+	"io"
+	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/keygroup"
+	"github.com/weirstream/weir/operator"
 )
 
 // MemWriter keeps the state a snapshot writes, so a test can restore it.
@@ -37,4 +43,49 @@ func (m *MemWriter) Read(h checkpoint.Handle) ([]byte, error) {
 		return nil, fmt.Errorf("no state at %q", h.Path)
 	}
 	return data, nil
+}
+
+// Run holds what a test's operators acquire for a run
+// (operator.Context.Acquire), as the runtime does. Close releases it.
+type Run struct {
+	mu   sync.Mutex
+	held map[string]error
+	c    []io.Closer
+}
+
+// Context is the context of subtask sub of p of operator uid, with
+// checkpoints on and r to restore (nil: none), in run.
+func (run *Run) Context(uid string, sub, p int, r *operator.Restore) *operator.Context {
+	return &operator.Context{
+		Job: "test", UID: uid, Subtask: sub, Parallelism: p, MaxParallelism: keygroup.DefaultMaxParallelism,
+		KeyGroups: keygroup.ForSubtask(keygroup.DefaultMaxParallelism, p, sub), Restore: r,
+		CheckpointingEnabled: true, Logger: slog.New(slog.DiscardHandler), Now: time.Now, Acquire: run.acquire,
+	}
+}
+
+func (run *Run) acquire(key string, open func() (io.Closer, error)) error {
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	if err, ok := run.held[key]; ok {
+		return err
+	}
+	if run.held == nil {
+		run.held = map[string]error{}
+	}
+	c, err := open()
+	run.held[key] = err
+	if err == nil {
+		run.c = append(run.c, c)
+	}
+	return err
+}
+
+// Close releases what the run's operators acquired.
+func (run *Run) Close() {
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	for _, c := range run.c {
+		c.Close()
+	}
+	run.c, run.held = nil, nil
 }

@@ -459,6 +459,17 @@ func (t *Timers[K]) Delete(k K, at time.Time) {
 	t.delete(timer[K]{atMillis: at.UnixMilli(), key: k}) // its queue entry is dropped when it surfaces
 }
 
+// Clear removes every timer.
+func (t *Timers[K]) Clear() {
+	for g := range t.groups {
+		if len(t.groups[g]) > 0 {
+			// A snapshot may still read the old map: replace it.
+			t.groups[g], t.shared[g] = map[timer[K]]struct{}{}, false
+		}
+	}
+	t.queue = nil
+}
+
 // Next is the earliest timer.
 func (t *Timers[K]) Next() (time.Time, bool) {
 	for len(t.queue) > 0 {

@@ -24,14 +24,27 @@
 // to restore. A failure stops every task of the attempt, and the restart
 // strategy decides whether and when the job restarts from that checkpoint.
 //
+// # Starting
+//
+// Before anything runs, the driver takes the job's checkpoint storage for
+// the run (a second run on it fails), reads what it holds and decides where
+// the run starts (Start): a checkpoint the user named, the latest one, or
+// the beginning — which it refuses over an earlier run's checkpoints unless
+// told to start over. A checkpoint to restore is checked against the job
+// (checkpoint.Metadata.Fit) before any task is deployed; checkpoints newer
+// than it are deleted, since sinks roll back what those committed. A
+// failover restores the newest checkpoint this run completed, else where
+// the run started.
+//
 // # End of input
 //
-// A bounded source that has emitted its last record reports it and waits.
-// Once every source has, the coordinator triggers a final checkpoint; its
-// completion carries EndOfInput, and only then do the sources end their
-// output, so every record a sink commits at the end is covered by a
-// completed checkpoint. NB: records an operator emits from Finish are not
-// covered by a checkpoint; in exactly-once mode operators must not emit from
-// Finish (this is what a later "end of data, then final checkpoint" protocol,
-// Flink's FLIP-147, will lift).
+// Flink's FLIP-147 order. A bounded source that has emitted its last record
+// finishes its operators and sends end of data downstream; a task whose
+// every input delivered end of data finishes its operators (they emit what
+// they buffered; timers stop) and forwards it. The source reports its input
+// exhausted and keeps taking part in checkpoints. Once every source has,
+// the coordinator triggers a final checkpoint, whose barriers follow end of
+// data everywhere: it covers every record the job emitted. Its completion
+// carries EndOfInput; sinks commit on it as on any other completion, and
+// then every task ends. Without checkpoints a task ends at end of data.
 package runtime

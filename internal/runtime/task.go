@@ -64,14 +64,20 @@ type task struct {
 	reports  chan<- report
 	pool     *pool
 	store    storage.Storage
-	// checkpointing is false in mode none: sources end their output as
-	// soon as their input is exhausted.
+	// checkpointing is false in mode none: a task ends as soon as its
+	// input has.
 	checkpointing bool
 	now           func() time.Time
 	metrics       *TaskMetrics
 
-	exhausted bool
-	finished  bool
+	// ended marks the input channels that delivered end of data.
+	ended      []bool
+	endedCount int
+	// inputEnded: the task's input ended (a source's is exhausted) and its
+	// operators finished; it emits nothing more and fires no timers, and
+	// waits for the final checkpoint.
+	inputEnded bool
+	finished   bool
 }
 
 func (t *task) send(ctx context.Context, r report) {
@@ -117,7 +123,7 @@ func (t *task) runSource(ctx context.Context) error {
 			return err
 		}
 		var wakeAt time.Time
-		if !t.exhausted {
+		if !t.inputEnded {
 			res, err := t.source.Poll()
 			if err != nil {
 				return fmt.Errorf("task %s: %w", t.id, err)
@@ -127,14 +133,12 @@ func (t *task) runSource(ctx context.Context) error {
 			}
 			switch {
 			case res.Exhausted:
-				t.exhausted = true
-				if err := t.flush(); err != nil {
+				if err := t.endInput(ctx); err != nil {
 					return err
 				}
-				if !t.checkpointing {
-					return t.finish(ctx)
+				if t.checkpointing {
+					t.send(ctx, report{kind: repExhausted})
 				}
-				t.send(ctx, report{kind: repExhausted})
 				continue
 			case res.IdleUntil.IsZero():
 				continue
@@ -170,7 +174,7 @@ func (t *task) runInputs(ctx context.Context) error {
 		}
 		var wakeAt time.Time
 		for _, tm := range t.timed {
-			if at, ok := tm.NextTimer(); ok && (wakeAt.IsZero() || at.Before(wakeAt)) {
+			if at, ok := tm.NextTimer(); ok && !t.inputEnded && (wakeAt.IsZero() || at.Before(wakeAt)) {
 				wakeAt = at
 			}
 		}
@@ -223,7 +227,7 @@ func (t *task) drainMailbox(ctx context.Context) error {
 }
 
 func (t *task) fireTimers() error {
-	if len(t.timed) == 0 {
+	if len(t.timed) == 0 || t.inputEnded {
 		return nil
 	}
 	now := t.now()
@@ -248,8 +252,15 @@ func (t *task) handle(ctx context.Context, ch int, ev Event) error {
 		return t.aligned(ctx, t.aligner.OnBarrier(ch, ev.ID))
 	case KindCancel:
 		return t.aligned(ctx, t.aligner.OnCancel(ch, ev.ID))
-	case KindEnd:
-		return t.aligned(ctx, t.aligner.OnEndOfInput(ch))
+	case KindEndOfData:
+		if t.ended[ch] {
+			panic(fmt.Sprintf("runtime: task %s: end of data twice on channel %d", t.id, ch))
+		}
+		t.ended[ch] = true
+		if t.endedCount++; t.endedCount == len(t.ended) {
+			return t.endInput(ctx)
+		}
+		return nil
 	}
 	panic(fmt.Sprintf("runtime: event kind %d", ev.Kind))
 }
@@ -269,8 +280,6 @@ func (t *task) aligned(ctx context.Context, acts []barrier.Action) error {
 			t.send(ctx, report{kind: repDecline, id: a.ID, err: a.Cause})
 		case barrier.ForwardCancel:
 			err = t.broadcast(Event{Kind: KindCancel, ID: a.ID})
-		case barrier.EndOfInput:
-			err = t.finish(ctx)
 		}
 		if err != nil {
 			return err
@@ -298,8 +307,12 @@ func (t *task) control(ctx context.Context, m ctrl) error {
 		if err := t.outputErr(); err != nil {
 			return err
 		}
-		if t.source != nil && m.endOfInput && t.exhausted && !t.finished {
-			return t.finish(ctx)
+		if m.endOfInput {
+			if !t.inputEnded {
+				panic(fmt.Sprintf("runtime: task %s: checkpoint %d ends the job, but the task's input has not ended", t.id, m.id))
+			}
+			t.finished = true
+			t.send(ctx, report{kind: repFinished})
 		}
 	case ctrlAbort:
 		if t.aligner != nil {
@@ -356,19 +369,28 @@ func (w storageWriter) Write(h checkpoint.Handle, data []byte) (checkpoint.Handl
 	return w.store.WriteState(w.id, h, data)
 }
 
-// finish ends the task: every operator finishes (sinks commit), outputs are
-// flushed and end.
-func (t *task) finish(ctx context.Context) error {
+// endInput handles the end of the task's input, in Flink's FLIP-147 order:
+// every operator of the chain finishes, head first (emitting what it
+// buffered; timers stop), and end of data goes downstream. Everything
+// emitted so far precedes the barrier of the final checkpoint, which covers
+// it. Without checkpoints the task ends here.
+func (t *task) endInput(ctx context.Context) error {
 	for i, op := range t.ops {
 		if err := op.Finish(); err != nil {
 			return fmt.Errorf("task %s: %s: finish: %w", t.id, t.contexts[i].UID, err)
 		}
+		if err := t.outputErr(); err != nil {
+			return err
+		}
 	}
-	if err := t.broadcast(Event{Kind: KindEnd}); err != nil {
+	if err := t.broadcast(Event{Kind: KindEndOfData}); err != nil {
 		return err
 	}
-	t.finished = true
-	t.send(ctx, report{kind: repFinished})
+	t.inputEnded = true
+	if !t.checkpointing {
+		t.finished = true
+		t.send(ctx, report{kind: repFinished})
+	}
 	return nil
 }
 

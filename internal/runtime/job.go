@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"slices"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/weirstream/weir/graph"
 	"github.com/weirstream/weir/internal/keygroup"
 	"github.com/weirstream/weir/operator"
+	"github.com/weirstream/weir/state"
 	"github.com/weirstream/weir/storage"
 )
 
@@ -56,6 +58,26 @@ type RestorePoint struct {
 	Metadata *checkpoint.Metadata
 	// Read reads the state the metadata's handles point at.
 	Read func(checkpoint.Handle) ([]byte, error)
+	// Where names it for people (a path, or "memory").
+	Where string
+}
+
+// Start says where a run starts. The zero value starts from the beginning,
+// and refuses to when the job's checkpoint storage holds checkpoints of an
+// earlier run.
+type Start struct {
+	// Point is a checkpoint the user named.
+	Point *RestorePoint
+	// Latest restores the newest completed checkpoint in the job's storage,
+	// or starts from the beginning when it holds none; it refuses when the
+	// only checkpoints there are damaged.
+	Latest bool
+	// Fresh starts over: the job's checkpoints are deleted, and sinks may
+	// delete what earlier runs wrote (operator.Context.StartOver).
+	Fresh bool
+	// AllowNonRestoredState drops state that no operator of the job claims
+	// instead of refusing the restore.
+	AllowNonRestoredState bool
 }
 
 // TaskBuild is what Spec.Build gets to build one subtask.
@@ -90,9 +112,8 @@ type Spec struct {
 	Mode       Mode
 	Checkpoint checkpoint.Config
 	Storage    storage.Storage // required unless Mode is None
-	// Restore is the checkpoint to start from; nil starts afresh.
-	Restore *RestorePoint
-	Restart RestartStrategy
+	Start      Start
+	Restart    RestartStrategy
 
 	ChannelCapacity int // events per channel; default 16
 	BatchSize       int // records per batch; default 512
@@ -116,6 +137,22 @@ const (
 	EventRestarting
 	EventFinished
 )
+
+func (k EventKind) String() string {
+	switch k {
+	case EventRunning:
+		return "running"
+	case EventCheckpointCompleted:
+		return "checkpoint-completed"
+	case EventCheckpointAborted:
+		return "checkpoint-aborted"
+	case EventRestarting:
+		return "restarting"
+	case EventFinished:
+		return "finished"
+	}
+	return fmt.Sprintf("event(%d)", int(k))
+}
 
 // JobEvent tells of progress.
 type JobEvent struct {
@@ -142,9 +179,9 @@ type Result struct {
 
 const maxDurations = 10_000
 
-// ErrNoCheckpoint is returned by LatestRestorePoint when storage holds no
-// completed checkpoint.
-var ErrNoCheckpoint = errors.New("no completed checkpoint")
+// ErrEarlierRun is wrapped by Run's error when the job would start from the
+// beginning over checkpoints of an earlier run.
+var ErrEarlierRun = errors.New("checkpoints of an earlier run are in the way")
 
 // Run runs the job until its input ends (bounded sources), it fails beyond
 // its restart strategy, or ctx ends.
@@ -153,23 +190,31 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	defer d.release()
 	return d.run(ctx)
 }
 
 type driver struct {
-	spec      Spec
-	log       *slog.Logger
-	coord     *checkpoint.Coordinator
-	tasks     checkpoint.Tasks
-	point     *RestorePoint
-	attempt   int
-	failures  int
-	triggered map[checkpoint.ID]time.Time
+	spec  Spec
+	log   *slog.Logger
+	coord *checkpoint.Coordinator
+	tasks checkpoint.Tasks
+	ops   []checkpoint.Operator
+	// start is where the run started; point is where the next attempt
+	// starts: start, or the newest checkpoint this run completed.
+	start, point *RestorePoint
+	attempt      int
+	failures     Failures
+	triggered    map[checkpoint.ID]time.Time
+	// persisted holds the metadata of checkpoints written but not yet
+	// announced complete; announced ones become point.
+	persisted map[checkpoint.ID]*checkpoint.Metadata
 	res       Result
 	metrics   []*TaskMetrics
+	resources resources
 }
 
-func newDriver(spec Spec) (*driver, error) {
+func newDriver(spec Spec) (_ *driver, err error) {
 	if spec.Name == "" || spec.Plan == nil || spec.Build == nil {
 		return nil, errors.New("runtime: a job needs a name, a plan and a builder")
 	}
@@ -182,46 +227,182 @@ func newDriver(spec Spec) (*driver, error) {
 	if err := validateRestart(spec.Restart); err != nil {
 		return nil, err
 	}
+	if st := spec.Start; st.Fresh && (st.Point != nil || st.Latest) {
+		return nil, errors.New("starting over (fresh) and restoring a checkpoint exclude each other")
+	}
 	spec.ChannelCapacity = cmpOr(spec.ChannelCapacity, 16)
 	spec.BatchSize = cmpOr(spec.BatchSize, 512)
 	spec.SnapshotWorkers = cmpOr(spec.SnapshotWorkers, 4)
 	if spec.Logger == nil {
-		spec.Logger = slog.New(slog.DiscardHandler)
+		spec.Logger = slog.Default()
 	}
 	if spec.Now == nil {
 		spec.Now = time.Now
 	}
-	d := &driver{spec: spec, log: spec.Logger, tasks: spec.Plan.Tasks(), point: spec.Restore, triggered: map[checkpoint.ID]time.Time{}}
+	d := &driver{
+		spec: spec, log: spec.Logger.With("job", spec.Name), tasks: spec.Plan.Tasks(), ops: spec.Plan.Graph.Operators(),
+		triggered: map[checkpoint.ID]time.Time{}, persisted: map[checkpoint.ID]*checkpoint.Metadata{},
+		resources: resources{held: map[string]resource{}},
+	}
+	defer func() {
+		if err != nil {
+			d.release()
+		}
+	}()
+	if spec.Mode != None && spec.Storage == nil {
+		return nil, errors.New("runtime: checkpointing needs checkpoint storage")
+	}
+	var restored checkpoint.Restored
+	if spec.Storage != nil {
+		lock, err := spec.Storage.Lock()
+		if err != nil {
+			return nil, err
+		}
+		d.resources.held["storage"] = resource{c: lock}
+		if restored, err = d.decideStart(); err != nil {
+			return nil, err
+		}
+	} else if p := spec.Start.Point; p != nil {
+		if err := d.fit(p); err != nil {
+			return nil, err
+		}
+		d.start = p
+	}
+	d.point = d.start
 	if spec.Mode == None {
 		return d, nil
 	}
-	if spec.Storage == nil {
-		return nil, errors.New("runtime: checkpointing needs checkpoint storage")
-	}
-	scan, err := spec.Storage.Scan()
-	if err != nil {
-		return nil, err
-	}
-	// Checkpoints reserved but never committed were left by a run that was
-	// killed or failed; they can never complete.
-	for _, id := range scan.Incomplete {
-		if err := spec.Storage.Discard(id); err != nil {
-			return nil, fmt.Errorf("clean up incomplete checkpoint %d: %w", id, err)
-		}
-		d.log.Info("deleted an incomplete checkpoint a previous run left", "job", spec.Name, "checkpoint", id)
-	}
-	for _, dmg := range scan.Damaged {
-		d.log.Warn("skipping damaged checkpoint", "path", dmg.Path, "err", dmg.Err)
-	}
-	restored := scan.Restored()
-	if spec.Restore != nil {
-		restored.MaxID = max(restored.MaxID, spec.Restore.Metadata.ID)
-	}
-	d.coord, err = checkpoint.New(spec.Name, spec.Checkpoint, d.tasks, restored)
+	d.coord, err = checkpoint.New(checkpoint.Job{Name: spec.Name, Tasks: d.tasks, Operators: d.ops}, spec.Checkpoint, restored)
 	if err != nil {
 		return nil, err
 	}
 	return d, nil
+}
+
+// decideStart reads what the job's storage holds, tidies it, and decides
+// where the run starts (d.start). It refuses what could lose or duplicate
+// output: starting from the beginning over an earlier run's checkpoints,
+// or over checkpoints whose metadata is damaged.
+func (d *driver) decideStart() (checkpoint.Restored, error) {
+	st, store := d.spec.Start, d.spec.Storage
+	scan, err := store.Scan()
+	if err != nil {
+		return checkpoint.Restored{}, err
+	}
+	// Checkpoints reserved but never committed were left by a run that was
+	// killed or failed; they can never complete.
+	for _, id := range scan.Incomplete {
+		if err := store.Discard(id); err != nil {
+			return checkpoint.Restored{}, fmt.Errorf("clean up incomplete checkpoint %d: %w", id, err)
+		}
+		d.log.Info("deleted an incomplete checkpoint a previous run left", "checkpoint", id)
+	}
+	for _, dmg := range scan.Damaged {
+		d.log.Warn("checkpoint metadata is damaged; the checkpoint is skipped", "checkpoint", dmg.ID, "path", dmg.Path, "err", dmg.Err)
+	}
+	var drop []checkpoint.ID // checkpoints to delete before the run starts
+	switch {
+	case st.Fresh:
+		for _, m := range scan.Completed {
+			if !m.Savepoint {
+				drop = append(drop, m.ID)
+			}
+		}
+		for _, dmg := range scan.Damaged {
+			drop = append(drop, dmg.ID)
+		}
+		if len(drop) > 0 {
+			d.log.Warn("starting over: deleting the checkpoints of earlier runs", "dir", store.Describe(), "checkpoints", drop)
+		}
+	case st.Point != nil:
+		d.start = st.Point
+	case st.Latest:
+		if m := scan.Latest(); m != nil {
+			d.start = &RestorePoint{Metadata: m, Read: store.ReadState, Where: store.Describe()}
+			break
+		}
+		if len(scan.Damaged) > 0 {
+			return checkpoint.Restored{}, fmt.Errorf("%w: every checkpoint in %s is damaged (%s); Weir does not start from the beginning over them: restore one by path (--restore <dir>/chk-<id>), or start over with --fresh (Config.Fresh), which deletes them and the job's output",
+				ErrEarlierRun, store.Describe(), damagedList(scan.Damaged))
+		}
+		d.log.Info("no completed checkpoint to restore; starting from the beginning", "dir", store.Describe())
+	default:
+		if m := scan.Latest(); m != nil || len(scan.Damaged) > 0 {
+			what := fmt.Sprintf("checkpoints of an earlier run (the latest is %d)", scan.MaxID)
+			if m != nil {
+				what = fmt.Sprintf("checkpoints of an earlier run (the latest completed is %d)", m.ID)
+			}
+			return checkpoint.Restored{}, fmt.Errorf("%w: %s holds %s: resume it with --restore latest (Config.Restore \"latest\"), or start over with --fresh (Config.Fresh), which deletes them and the job's output",
+				ErrEarlierRun, store.Describe(), what)
+		}
+	}
+	if d.start != nil {
+		if err := d.fit(d.start); err != nil {
+			return checkpoint.Restored{}, err
+		}
+		// Checkpoints newer than the restored one describe output that the
+		// sinks roll back on restore: they are gone for good.
+		for _, m := range scan.Completed {
+			if m.ID > d.start.Metadata.ID && !m.Savepoint {
+				drop = append(drop, m.ID)
+			}
+		}
+		for _, dmg := range scan.Damaged {
+			if dmg.ID > d.start.Metadata.ID {
+				drop = append(drop, dmg.ID)
+			}
+		}
+		if len(drop) > 0 {
+			d.log.Warn("restoring an older checkpoint than the latest: the newer ones are deleted, and sinks roll back what they committed",
+				"restored", d.start.Metadata.ID, "deleted", drop)
+		}
+	}
+	restored := checkpoint.Restored{MaxID: scan.MaxID}
+	if d.start != nil {
+		restored.MaxID = max(restored.MaxID, d.start.Metadata.ID)
+	}
+	for _, id := range drop {
+		if err := store.Discard(id); err != nil {
+			return checkpoint.Restored{}, fmt.Errorf("delete checkpoint %d: %w", id, err)
+		}
+	}
+	for _, m := range scan.Completed {
+		if !slices.Contains(drop, m.ID) {
+			restored.Completed = append(restored.Completed, checkpoint.Completed{ID: m.ID, Savepoint: m.Savepoint})
+		}
+	}
+	for _, dmg := range scan.Damaged {
+		if !slices.Contains(drop, dmg.ID) {
+			restored.Damaged = append(restored.Damaged, dmg.ID)
+		}
+	}
+	return restored, nil
+}
+
+func damagedList(ds []storage.Damaged) string {
+	var s string
+	for i, dmg := range ds {
+		if i > 0 {
+			s += "; "
+		}
+		s += dmg.Err.Error()
+	}
+	return s
+}
+
+// fit checks a restore point against the job before anything is restored.
+func (d *driver) fit(p *RestorePoint) error {
+	fit, err := p.Metadata.Fit(d.spec.Name, d.ops, d.spec.Start.AllowNonRestoredState)
+	if err != nil {
+		return fmt.Errorf("restore from %s: %w", p.Where, err)
+	}
+	if len(fit.Fresh) > 0 {
+		d.log.Info("operators without state in the checkpoint start fresh", "checkpoint", p.Metadata.ID, "operators", fit.Fresh)
+	}
+	if len(fit.Dropped) > 0 {
+		d.log.Warn("dropping state no operator claims (allowed)", "checkpoint", p.Metadata.ID, "operators", fit.Dropped)
+	}
+	return nil
 }
 
 func cmpOr(v, def int) int {
@@ -241,9 +422,12 @@ func (d *driver) emit(e JobEvent) {
 func (d *driver) run(ctx context.Context) (Result, error) {
 	for {
 		d.attempt++
+		if d.point != nil {
+			d.log.Info("restoring checkpoint", "checkpoint", d.point.Metadata.ID, "from", d.point.Where, "attempt", d.attempt)
+		}
 		err := d.runAttempt(ctx)
+		d.res.Attempts = d.attempt
 		if err == nil {
-			d.res.Attempts = d.attempt
 			for _, m := range d.metrics {
 				d.res.MaxSyncSnapshot = max(d.res.MaxSyncSnapshot, m.MaxSyncSnapshot())
 			}
@@ -251,26 +435,46 @@ func (d *driver) run(ctx context.Context) (Result, error) {
 			return d.res, nil
 		}
 		if ctx.Err() != nil {
-			return d.res, err
+			return d.res, d.stopped(ctx, err)
 		}
-		d.failures++
+		if isPermanent(err) {
+			return d.res, fmt.Errorf("job %s failed, and a restart cannot fix it: %w", d.spec.Name, err)
+		}
+		d.failures.Consecutive++
+		if len(d.failures.Times) == MaxFailureHistory {
+			d.failures.Times = d.failures.Times[1:]
+		}
+		d.failures.Times = append(d.failures.Times, d.spec.Now())
 		delay, ok := d.spec.Restart.Next(d.failures)
 		if !ok {
-			return d.res, fmt.Errorf("job %s failed (%s): %w", d.spec.Name, d.spec.Restart, err)
-		}
-		if err := d.choosePoint(); err != nil {
-			return d.res, err
+			return d.res, fmt.Errorf("job %s gave up after %d failures in a row, %d in all (restart strategy: %s); the last: %w",
+				d.spec.Name, d.failures.Consecutive, len(d.failures.Times), d.spec.Restart, err)
 		}
 		d.emit(JobEvent{Kind: EventRestarting, Err: err, Duration: delay, RestoredFrom: d.pointID()})
-		d.log.Warn("job failed; restarting", "job", d.spec.Name, "attempt", d.attempt, "delay", delay, "from-checkpoint", d.pointID(), "err", err)
+		d.log.Warn("job failed; restarting", "attempt", d.attempt, "delay", delay, "from-checkpoint", d.pointID(), "err", err)
 		t := time.NewTimer(delay)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return d.res, context.Cause(ctx)
+			return d.res, d.stopped(ctx, err)
 		}
 	}
+}
+
+// stopped is the error of a run whose ctx ended: its cause, and the failure
+// that ended the last attempt, if it failed.
+func (d *driver) stopped(ctx context.Context, last error) error {
+	cause := context.Cause(ctx)
+	if last == nil || errors.Is(last, cause) || errors.Is(last, ErrStopped) {
+		return cause
+	}
+	return fmt.Errorf("job %s stopped (%w) after a failure: %w", d.spec.Name, cause, last)
+}
+
+// isPermanent reports whether err is one a restart cannot fix.
+func isPermanent(err error) bool {
+	return operator.IsPermanent(err) || errors.Is(err, state.ErrCorrupt) || errors.Is(err, checkpoint.ErrCorrupt) || errors.Is(err, checkpoint.ErrMismatch)
 }
 
 func (d *driver) pointID() checkpoint.ID {
@@ -280,35 +484,46 @@ func (d *driver) pointID() checkpoint.ID {
 	return d.point.Metadata.ID
 }
 
-// choosePoint picks the latest completed checkpoint in storage to restore.
-func (d *driver) choosePoint() error {
-	if d.spec.Mode == None {
-		d.point = nil
-		return nil
+// release closes the run's resources: locks of storage and of sinks.
+func (d *driver) release() {
+	if err := d.resources.close(); err != nil {
+		d.log.Warn("could not release the run's locks", "err", err)
 	}
-	p, err := LatestRestorePoint(d.spec.Storage)
-	switch {
-	case errors.Is(err, ErrNoCheckpoint):
-		// Keep the restore point the job was started with, if any.
-		return nil
-	case err != nil:
-		return err
-	}
-	d.point = p
-	return nil
 }
 
-// LatestRestorePoint is the latest completed checkpoint in s.
-func LatestRestorePoint(s storage.Storage) (*RestorePoint, error) {
-	scan, err := s.Scan()
-	if err != nil {
-		return nil, err
+// resources are what operators hold for a whole run (operator.Context.Acquire).
+type resources struct {
+	mu   sync.Mutex
+	held map[string]resource
+}
+
+type resource struct {
+	c   io.Closer
+	err error
+}
+
+func (r *resources) acquire(key string, open func() (io.Closer, error)) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if h, ok := r.held[key]; ok {
+		return h.err
 	}
-	m := scan.Latest()
-	if m == nil {
-		return nil, ErrNoCheckpoint
+	c, err := open()
+	r.held[key] = resource{c: c, err: err}
+	return err
+}
+
+func (r *resources) close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var errs []error
+	for k, h := range r.held {
+		if h.c != nil {
+			errs = append(errs, h.c.Close())
+		}
+		delete(r.held, k)
 	}
-	return &RestorePoint{Metadata: m, Read: s.ReadState}, nil
+	return errors.Join(errs...)
 }
 
 // attempt is one deployment of every task. Its reports channel is its own,
@@ -428,20 +643,27 @@ func (d *driver) carryOut(ctx context.Context, a *attempt) error {
 					d.send(ctx, a.byID[s], ctrl{kind: ctrlTrigger, id: act.ID})
 				}
 			case checkpoint.Persist:
-				err := d.spec.Storage.Commit(act.Metadata)
+				m := act.Metadata
+				err := d.spec.Storage.Commit(m)
 				if err == nil {
+					d.persisted[m.ID] = m
 					d.res.Checkpoints++
-					dur := d.spec.Now().Sub(d.triggered[act.Metadata.ID])
+					dur := d.spec.Now().Sub(d.triggered[m.ID])
 					if len(d.res.Durations) == maxDurations {
 						d.res.Durations = d.res.Durations[1:]
 					}
 					d.res.Durations = append(d.res.Durations, dur)
-					d.emit(JobEvent{Kind: EventCheckpointCompleted, ID: act.Metadata.ID, Duration: dur, Size: act.Metadata.SizeBytes()})
+					d.emit(JobEvent{Kind: EventCheckpointCompleted, ID: m.ID, Duration: dur, Size: m.SizeBytes()})
+					d.log.Info("checkpoint completed", "checkpoint", m.ID, "duration", dur, "bytes", m.SizeBytes())
 				}
-				d.coord.Persisted(d.spec.Now(), act.Metadata.ID, err)
+				d.coord.Persisted(d.spec.Now(), m.ID, err)
 			case checkpoint.NotifyComplete:
 				delete(d.triggered, act.ID)
-				d.failures = 0 // progress: restart attempts count afresh
+				d.failures.Consecutive = 0 // progress: restart attempts count afresh
+				// A failover restores the newest checkpoint this run
+				// completed, never one an earlier run left in storage.
+				d.point = &RestorePoint{Metadata: d.persisted[act.ID], Read: d.spec.Storage.ReadState, Where: d.spec.Storage.Describe()}
+				delete(d.persisted, act.ID)
 				for _, t := range a.tasks {
 					d.send(ctx, t, ctrl{kind: ctrlComplete, id: act.ID, endOfInput: act.EndOfInput})
 				}
@@ -449,7 +671,7 @@ func (d *driver) carryOut(ctx context.Context, a *attempt) error {
 				delete(d.triggered, act.ID)
 				d.emit(JobEvent{Kind: EventCheckpointAborted, ID: act.ID, Reason: act.Reason, Err: act.Cause})
 				if act.Reason.Counts() {
-					d.log.Warn("checkpoint aborted", "job", d.spec.Name, "checkpoint", act.ID, "reason", act.Reason, "err", act.Cause)
+					d.log.Warn("checkpoint aborted", "checkpoint", act.ID, "reason", act.Reason, "err", act.Cause)
 				}
 				for _, t := range a.tasks {
 					d.send(ctx, t, ctrl{kind: ctrlAbort, id: act.ID})
@@ -458,6 +680,7 @@ func (d *driver) carryOut(ctx context.Context, a *attempt) error {
 					d.log.Warn("could not delete an aborted checkpoint's files", "checkpoint", act.ID, "err", err)
 				}
 			case checkpoint.Discard:
+				delete(d.persisted, act.ID)
 				if err := d.spec.Storage.Discard(act.ID); err != nil {
 					d.log.Warn("could not discard a checkpoint", "checkpoint", act.ID, "err", err)
 				}
@@ -542,7 +765,7 @@ func (d *driver) deploy(ctx context.Context) (*attempt, error) {
 		for s := range vx.Parallelism {
 			parts, err := d.spec.Build(&TaskBuild{Ctx: ctx, Vertex: vx, Subtask: s, Outputs: outs[v][s], BatchSize: d.spec.BatchSize})
 			if err != nil {
-				return nil, fmt.Errorf("build %s subtask %d: %w", vx.ID, s, err)
+				return nil, operator.Permanent(fmt.Errorf("build %s subtask %d: %w", vx.ID, s, err))
 			}
 			t := &task{
 				id:  checkpoint.TaskID{Vertex: vx.ID, Subtask: s},
@@ -560,6 +783,7 @@ func (d *driver) deploy(ctx context.Context) (*attempt, error) {
 			case operator.Input:
 				t.input, t.gate, t.inputOf = h, gates[v][s], inputOf[v][s]
 				t.aligner = barrier.New(mode, t.gate.Len())
+				t.ended = make([]bool, t.gate.Len())
 			default:
 				return nil, fmt.Errorf("build %s: head is neither a source nor an input", vx.ID)
 			}
@@ -575,6 +799,7 @@ func (d *driver) operatorContext(n graph.Node, subtask int) *operator.Context {
 		Job: d.spec.Name, UID: n.UID, Subtask: subtask, Parallelism: n.Parallelism,
 		MaxParallelism: n.MaxParallelism, KeyGroups: keygroup.ForSubtask(n.MaxParallelism, n.Parallelism, subtask),
 		CheckpointingEnabled: d.spec.Mode != None, Logger: d.log.With("operator", n.UID, "subtask", subtask), Now: d.spec.Now,
+		Acquire: d.resources.acquire,
 	}
 	if d.point != nil {
 		r := &operator.Restore{Checkpoint: d.point.Metadata.ID, Read: d.point.Read}
@@ -585,7 +810,13 @@ func (d *driver) operatorContext(n graph.Node, subtask int) *operator.Context {
 				}
 			}
 		}
-		c.Restore = r
+		if len(r.Handles) > 0 {
+			c.Restore = r
+		}
 	}
+	// An operator starts over when the user asked for it, or when an
+	// earlier attempt of this run also started from nothing: what it wrote
+	// then is this run's own.
+	c.StartOver = c.Restore == nil && ((d.attempt == 1 && d.spec.Start.Fresh) || (d.attempt > 1 && d.point == nil))
 	return c
 }

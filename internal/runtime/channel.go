@@ -18,8 +18,9 @@ const (
 	KindBarrier
 	// KindCancel carries a cancel marker for ID: the upstream declined it.
 	KindCancel
-	// KindEnd: the upstream subtask has emitted its last event.
-	KindEnd
+	// KindEndOfData: the upstream subtask has emitted its last record.
+	// Barriers still follow, up to the job's final checkpoint.
+	KindEndOfData
 )
 
 // Event is what travels in a channel. A batch is immutable once pushed: the
@@ -38,8 +39,8 @@ func (e Event) String() string {
 		return fmt.Sprintf("barrier %d", e.ID)
 	case KindCancel:
 		return fmt.Sprintf("cancel %d", e.ID)
-	case KindEnd:
-		return "end"
+	case KindEndOfData:
+		return "end-of-data"
 	}
 	return "?"
 }

@@ -48,10 +48,10 @@ func TestChannelBackPressure(t *testing.T) {
 			}
 		}
 		// A blocked Push gives up when its context ends.
-		c.Push(ctx, Event{Kind: KindEnd})
-		c.Push(ctx, Event{Kind: KindEnd})
+		c.Push(ctx, Event{Kind: KindEndOfData})
+		c.Push(ctx, Event{Kind: KindEndOfData})
 		cctx, cancel := context.WithCancelCause(ctx)
-		go func() { pushed <- c.Push(cctx, Event{Kind: KindEnd}) }()
+		go func() { pushed <- c.Push(cctx, Event{Kind: KindEndOfData}) }()
 		synctest.Wait()
 		cancel(ErrStopped)
 		if err := <-pushed; !errors.Is(err, ErrStopped) {
@@ -118,14 +118,14 @@ func drain(c *LocalChannel) [][]int {
 func TestRestartStrategies(t *testing.T) {
 	f := FixedDelay{Delay: time.Second, MaxAttempts: 2}
 	for i, want := range []bool{true, true, false} {
-		if d, ok := f.Next(i + 1); ok != want || (ok && d != time.Second) {
+		if d, ok := f.Next(Failures{Consecutive: i + 1}); ok != want || (ok && d != time.Second) {
 			t.Errorf("fixed delay, failure %d: %v %v", i+1, d, ok)
 		}
 	}
 	e := ExponentialBackoff{Initial: 100 * time.Millisecond, Max: time.Second, MaxAttempts: 6}
 	var got []time.Duration
 	for i := range 6 {
-		d, ok := e.Next(i + 1)
+		d, ok := e.Next(Failures{Consecutive: i + 1})
 		if !ok {
 			t.Fatalf("gave up at failure %d", i+1)
 		}
@@ -137,10 +137,31 @@ func TestRestartStrategies(t *testing.T) {
 			t.Fatalf("back-off %v, want %v ms", got, want)
 		}
 	}
-	if _, ok := e.Next(7); ok {
+	if _, ok := e.Next(Failures{Consecutive: 7}); ok {
 		t.Fatal("exponential back-off did not give up after MaxAttempts")
 	}
 	if (NoRestart{}).String() == "" || validateRestart(ExponentialBackoff{Initial: 0, Max: 1}) == nil {
 		t.Fatal("invalid back-off accepted")
+	}
+}
+
+// TestFailureRate: at most MaxFailures within any Interval, whatever
+// checkpoints completed between them (they reset Consecutive, not Times).
+func TestFailureRate(t *testing.T) {
+	r := FailureRate{MaxFailures: 3, Interval: time.Minute, Delay: time.Second}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var h Failures
+	for i, c := range []struct {
+		after time.Duration
+		want  bool
+	}{{0, true}, {10 * time.Second, true}, {20 * time.Second, true}, {30 * time.Second, false}, {2 * time.Minute, true}} {
+		h.Times = append(h.Times, t0.Add(c.after))
+		h.Consecutive = 1 // a checkpoint completed before each failure
+		if d, ok := r.Next(h); ok != c.want || d != time.Second {
+			t.Errorf("failure %d at +%v: %v %v, want %v", i+1, c.after, d, ok, c.want)
+		}
+	}
+	if validateRestart(FailureRate{MaxFailures: 0, Interval: time.Minute}) == nil || validateRestart(FailureRate{MaxFailures: 1}) == nil {
+		t.Fatal("invalid failure rate accepted")
 	}
 }
