@@ -4,10 +4,15 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/weirstream/weir"
+	"github.com/weirstream/weir/connector/file"
 	"github.com/weirstream/weir/connector/generator"
 	"github.com/weirstream/weir/connector/stdio"
 )
@@ -44,4 +49,55 @@ func Example() {
 	// s1 2
 	// s0 4
 	// s1 2
+}
+
+// A word count over files, exactly-once: counts are kept per word in keyed
+// state, and the file sink commits its output when a checkpoint completes
+// (the bounded job ends with a final checkpoint).
+func Example_wordCount() {
+	dir, err := os.MkdirTemp("", "weir-example-")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.WriteFile(filepath.Join(dir, "in.txt"), []byte("To be, or not to be\n"), 0o644); err != nil {
+		panic(err)
+	}
+
+	lines, err := file.Lines(file.LinesConfig{Pattern: filepath.Join(dir, "*.txt")})
+	if err != nil {
+		panic(err)
+	}
+	out, err := file.Sink(file.SinkConfig[string]{Dir: filepath.Join(dir, "out"),
+		Format: func(dst []byte, s string) []byte { return append(append(dst, s...), '\n') }})
+	if err != nil {
+		panic(err)
+	}
+	env := weir.New(weir.Config{Job: "wordcount", Checkpoint: weir.CheckpointConfig{Dir: filepath.Join(dir, "ckpt")}})
+	words := weir.FlatMap(weir.Source(env, "lines", lines), "split", func(line string, out weir.Collector[string]) {
+		for _, w := range strings.FieldsFunc(strings.ToLower(line), func(r rune) bool { return !unicode.IsLetter(r) }) {
+			out.Collect(w)
+		}
+	})
+	type count struct {
+		Word string
+		N    int64
+	}
+	ones := weir.Map(words, "one", func(w string) count { return count{w, 1} })
+	counts := weir.Reduce(weir.KeyBy(ones, func(c count) string { return c.Word }), "count",
+		func(acc, c count) count { return count{acc.Word, acc.N + c.N} })
+	weir.Sink(weir.Map(counts, "format", func(c count) string { return fmt.Sprint(c.Word, " ", c.N) }), "output", out)
+	if _, err := env.Execute(context.Background()); err != nil {
+		panic(err)
+	}
+
+	committed, _ := filepath.Glob(filepath.Join(dir, "out", "part-*"))
+	var got []string
+	for _, f := range committed {
+		data, _ := os.ReadFile(f)
+		got = append(got, strings.Fields(strings.ReplaceAll(string(data), " ", "="))...)
+	}
+	slices.Sort(got)
+	fmt.Println(got)
+	// Output: [be=1 be=2 not=1 or=1 to=1 to=2]
 }

@@ -1,12 +1,14 @@
 // Package weir is Weir's typed dataflow API: a job is an ordinary Go program
 // that builds a graph of sources, transformations and sinks on an
-// Environment and executes it.
+// Environment and executes it (from the package's word count example,
+// which compiles and runs):
 //
-//	env := weir.New(weir.Config{Job: "wordcount", Checkpoint: weir.CheckpointConfig{Interval: time.Second, Dir: "/tmp/ckpt"}})
-//	lines := weir.Source(env, "lines", file.Lines(...))
-//	words := weir.FlatMap(lines, "split", split)
-//	counts := weir.Process(weir.KeyBy(words, func(w string) string { return w }), "count", newCounter)
-//	weir.Sink(counts, "out", file.Sink(...))
+//	env := weir.New(weir.Config{Job: "wordcount", Checkpoint: weir.CheckpointConfig{Dir: filepath.Join(dir, "ckpt")}})
+//	words := weir.FlatMap(weir.Source(env, "lines", lines), "split", split)
+//	ones := weir.Map(words, "one", func(w string) count { return count{w, 1} })
+//	counts := weir.Reduce(weir.KeyBy(ones, func(c count) string { return c.Word }), "count",
+//		func(acc, c count) count { return count{acc.Word, acc.N + c.N} })
+//	weir.Sink(weir.Map(counts, "format", format), "output", out)
 //	_, err := env.Execute(ctx)
 //
 // Functions that build the graph record the first mistake and Execute

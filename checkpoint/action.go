@@ -23,17 +23,18 @@ type Persist struct{ Metadata *Metadata }
 
 // NotifyComplete: tell every task that checkpoint ID is complete.
 // Two-phase-commit sinks commit on it. EndOfInput is set when the checkpoint
-// was triggered after every source had reported its input exhausted: each
-// source's barrier followed its last record, so the sources now end their
-// output and the job drains and finishes.
+// was triggered after every source had reported its input exhausted: its
+// barriers followed end of data everywhere, so it covers every record the
+// job emitted, and every task now ends (Flink's FLIP-147 order).
 type NotifyComplete struct {
 	ID         ID
 	EndOfInput bool
 }
 
 // Abort: tell every task that checkpoint ID was aborted (they release its
-// alignment and abort its sink transactions) and delete what was written for
-// it.
+// alignment, and only its) and delete what was written for it. Sink
+// transactions pre-committed at ID stay pending: the next completed
+// checkpoint commits them.
 type Abort struct {
 	ID     ID
 	Reason Reason

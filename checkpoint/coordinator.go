@@ -322,6 +322,14 @@ func (c *Coordinator) Decline(task TaskID, id ID, cause error) {
 	c.abort(p, reason, fmt.Errorf("task %s declined: %w", task, cause))
 }
 
+// TriggerFailed reports that the driver could not carry out the Trigger of
+// checkpoint id (reserving it in storage failed); it is aborted as declined.
+func (c *Coordinator) TriggerFailed(id ID, cause error) {
+	if p := c.find(id); p != nil && !p.persisting {
+		c.abort(p, ReasonDeclined, fmt.Errorf("could not start: %w", cause))
+	}
+}
+
 // Persisted reports the outcome of a Persist. Only a nil err completes the
 // checkpoint; now is its completion time.
 func (c *Coordinator) Persisted(now time.Time, id ID, err error) {

@@ -124,6 +124,8 @@ func TestCoordinatorScripts(t *testing.T) {
 					cause = ErrSubsumedAtTask
 				}
 				c.Decline(taskArg(d), idArg(d), cause)
+			case "trigger-failed":
+				c.TriggerFailed(idArg(d), errors.New("disk full"))
 			case "persisted":
 				var err error
 				var s string

@@ -19,7 +19,15 @@
 //     ones beyond the retention count discarded. Savepoints are never
 //     subsumed nor discarded.
 //  6. Timeouts, declines and failed writes abort n; more than
-//     Config.TolerableFailures consecutive failures emit FailJob.
+//     Config.TolerableFailures consecutive failures emit FailJob. Failures
+//     of savepoints, and of checkpoints older than the newest completed
+//     one, do not count.
+//  7. Once every source has reported its input exhausted (InputExhausted),
+//     a final checkpoint is triggered; its NotifyComplete carries
+//     EndOfInput, and the job ends.
+//
+// Metadata records the job's operators, and Metadata.Fit checks a
+// checkpoint against the job about to restore it.
 //
 // # The caller's duties
 //

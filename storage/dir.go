@@ -200,6 +200,9 @@ func (d *Dir) Scan() (Scan, error) {
 		if !ok {
 			continue
 		}
+		if st, err := d.fs.Stat(d.CheckpointDir(id)); err != nil || !st.IsDir() {
+			continue // not a checkpoint, whatever its name
+		}
 		s.MaxID = max(s.MaxID, id)
 		path := d.fs.PathJoin(d.CheckpointDir(id), MetadataFile)
 		if _, err := d.fs.Stat(path); errors.Is(err, os.ErrNotExist) {
@@ -262,6 +265,9 @@ func (d *Dir) Discard(id checkpoint.ID) error {
 		d.mu.Unlock()
 	}()
 	dir := d.CheckpointDir(id)
+	if st, err := d.fs.Stat(dir); err == nil && !st.IsDir() {
+		return nil // a file named like a checkpoint: not Weir's to delete
+	}
 	// The metadata goes first, durably: from then on the checkpoint is
 	// incomplete, and an incomplete checkpoint is deleted at the next start.
 	if err := d.fs.Remove(d.fs.PathJoin(dir, MetadataFile)); err == nil {

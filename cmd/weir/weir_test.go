@@ -307,6 +307,12 @@ func TestRerunOverAKilledRun(t *testing.T) {
 	if rep, err := wordcount.Verify(vfs.Default, j.output, j.want, false); err != nil || !rep.OK() {
 		t.Fatalf("after --restore latest: %v %v", rep, err)
 	}
+	// --log-level info logs the restore and the checkpoints.
+	for _, want := range []string{`msg="restoring checkpoint"`, `msg="checkpoint completed"`} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Fatalf("the info log lacks %s:\n%s", want, stderr)
+		}
+	}
 	cmd, stderr = j.command("--fresh")
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("%v\n%s", err, stderr)
@@ -380,5 +386,27 @@ func TestProgressLine(t *testing.T) {
 	p.checkpoint.Store(17)
 	if got := p.line(ms, last, 9*time.Second, 2*time.Second); !strings.HasSuffix(got, "(0/s) 75.0% read; latest checkpoint 17") {
 		t.Errorf("got %q", got)
+	}
+}
+
+// TestFailurePrintedOnce: a failure inside the process is reported once
+// (it used to be printed by the CLI and logged by the driver). A file in
+// the way of checkpoint 1's directory fails that checkpoint; with no
+// failure tolerated the job restarts, once, and finishes.
+func TestFailurePrintedOnce(t *testing.T) {
+	j := newJob(t, 1, 20_000)
+	jobDir := filepath.Join(j.ckpt, "wordcount")
+	os.MkdirAll(jobDir, 0o755)
+	os.WriteFile(filepath.Join(jobDir, "chk-1"), nil, 0o644)
+	cmd, stderr := j.command("--checkpoint-interval", "10ms", "--restart-delay", "10ms", "--log-level", "warn")
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	log := stderr.String()
+	if n := strings.Count(log, "job failed; restarting"); n != 1 || strings.Contains(log, "weir: job failed") {
+		t.Fatalf("the restart is reported %d times by the log, and by the CLI too: %v:\n%s", n, strings.Contains(log, "weir: job failed"), log)
+	}
+	if rep, err := wordcount.Verify(vfs.Default, j.output, j.want, false); err != nil || !rep.OK() {
+		t.Fatalf("%v %v", rep, err)
 	}
 }

@@ -439,3 +439,24 @@ func TestInputsAndOutputsAreCheckedAtStart(t *testing.T) {
 		t.Fatalf("unwritable output: %v", err)
 	}
 }
+
+// TestGlobInDirectories: wildcards work in any path element.
+func TestGlobInDirectories(t *testing.T) {
+	fs := vfs.NewMem()
+	for _, d := range []string{"/logs/2026-01", "/logs/2026-02", "/logs/other"} {
+		fs.MkdirAll(d, 0o755)
+	}
+	for _, f := range []string{"/logs/2026-01/part-0", "/logs/2026-01/part-1", "/logs/2026-02/part-0", "/logs/other/part-0", "/logs/2026-02/skip"} {
+		writeFile(t, fs, f, "x\n")
+	}
+	got, err := glob(fs, "/logs/2026-*/part-*")
+	if want := []string{"/logs/2026-01/part-0", "/logs/2026-01/part-1", "/logs/2026-02/part-0"}; err != nil || !slices.Equal(got, want) {
+		t.Fatalf("glob: %v %v, want %v", got, err, want)
+	}
+	if _, err := glob(fs, "/logs/20[/part-*"); err == nil || !strings.Contains(err.Error(), "bad pattern") {
+		t.Fatalf("bad pattern: %v", err)
+	}
+	if _, err := glob(fs, "/logs/*/none-*"); err == nil || !strings.Contains(err.Error(), "matches no file") {
+		t.Fatalf("no match: %v", err)
+	}
+}

@@ -31,7 +31,9 @@ const MaxLineBytes = 16 << 20
 // LinesConfig configures Lines.
 type LinesConfig struct {
 	FS vfs.FS // default the real file system
-	// Pattern is a file path or a glob in its last element ("logs/*.txt").
+	// Pattern is a file path or a glob ("logs/*.txt", "logs/*/part-*"):
+	// any element may hold wildcards (path.Match syntax; * does not cross
+	// a separator).
 	Pattern string
 	// SplitBytes is the largest byte range one split reads; 0 means
 	// DefaultSplitBytes.
@@ -125,15 +127,14 @@ func Lines(cfg LinesConfig) (func() weir.SourceReader[string], error) {
 	return func() weir.SourceReader[string] { return &lineReader{cfg: cfg, all: splits, total: total} }, nil
 }
 
+// glob lists the files matching pattern, sorted. Any path element may hold
+// wildcards (path.Match syntax; a * does not cross a separator, and ** is no
+// different from *).
 func glob(fs vfs.FS, pattern string) ([]string, error) {
 	if pattern == "" {
 		return nil, errors.New("input: no file given")
 	}
-	dir, base := fs.PathDir(pattern), fs.PathBase(pattern)
-	if _, err := path.Match(base, ""); err != nil {
-		return nil, fmt.Errorf("input %s: bad pattern: %w", pattern, err)
-	}
-	if !strings.ContainsAny(base, "*?[") {
+	if !hasMeta(pattern) {
 		st, err := fs.Stat(pattern)
 		if err != nil {
 			return nil, fmt.Errorf("input %s: %w", pattern, err)
@@ -143,23 +144,52 @@ func glob(fs vfs.FS, pattern string) ([]string, error) {
 		}
 		return []string{pattern}, nil
 	}
-	names, err := fs.List(dir)
+	out, err := expand(fs, pattern, false)
 	if err != nil {
 		return nil, fmt.Errorf("input %s: %w", pattern, err)
-	}
-	var out []string
-	for _, n := range names {
-		if ok, _ := path.Match(base, n); ok {
-			p := fs.PathJoin(dir, n)
-			if st, err := fs.Stat(p); err == nil && !st.IsDir() {
-				out = append(out, p)
-			}
-		}
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("input %s matches no file", pattern)
 	}
 	slices.Sort(out)
+	return out, nil
+}
+
+func hasMeta(p string) bool { return strings.ContainsAny(p, "*?[") }
+
+// expand lists the paths matching pattern that are directories (dirs) or
+// files (!dirs), expanding its parent first when that holds wildcards.
+func expand(fs vfs.FS, pattern string, dirs bool) ([]string, error) {
+	parent, base := fs.PathDir(pattern), fs.PathBase(pattern)
+	if _, err := path.Match(base, ""); err != nil {
+		return nil, fmt.Errorf("bad pattern %q: %w", base, err)
+	}
+	parents := []string{parent}
+	if hasMeta(parent) {
+		var err error
+		if parents, err = expand(fs, parent, true); err != nil {
+			return nil, err
+		}
+	}
+	var out []string
+	for _, dir := range parents {
+		names, err := fs.List(dir)
+		if err != nil {
+			if hasMeta(parent) {
+				continue // a match that vanished or is unreadable
+			}
+			return nil, err
+		}
+		for _, n := range names {
+			if ok, _ := path.Match(base, n); !ok {
+				continue
+			}
+			p := fs.PathJoin(dir, n)
+			if st, err := fs.Stat(p); err == nil && st.IsDir() == dirs {
+				out = append(out, p)
+			}
+		}
+	}
 	return out, nil
 }
 

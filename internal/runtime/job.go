@@ -636,7 +636,7 @@ func (d *driver) carryOut(ctx context.Context, a *attempt) error {
 			case checkpoint.Trigger:
 				d.triggered[act.ID] = d.spec.Now()
 				if err := d.spec.Storage.Reserve(act.ID); err != nil {
-					d.coord.Decline(d.tasks.Sources[0], act.ID, err)
+					d.coord.TriggerFailed(act.ID, err)
 					continue
 				}
 				for _, s := range d.tasks.Sources {

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -163,5 +164,13 @@ func TestFailureRate(t *testing.T) {
 	}
 	if validateRestart(FailureRate{MaxFailures: 0, Interval: time.Minute}) == nil || validateRestart(FailureRate{MaxFailures: 1}) == nil {
 		t.Fatal("invalid failure rate accepted")
+	}
+}
+
+func TestEventKindsHaveNames(t *testing.T) {
+	for k := EventRunning; k <= EventFinished; k++ {
+		if s := k.String(); s == "" || strings.HasPrefix(s, "event(") {
+			t.Errorf("event kind %d has no name: %q", int(k), s)
+		}
 	}
 }

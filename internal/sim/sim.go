@@ -166,7 +166,7 @@ type msg struct {
 	id      checkpoint.ID
 	handles []checkpoint.Handle
 	err     error
-	end     bool // mNotify: the sources end their output
+	end     bool // mNotify: the final checkpoint; every task ends
 }
 
 // ---- the simulated external world: storage and the sink's target ----
