@@ -336,7 +336,7 @@ func TestRerunOverAnEarlierRunIsRefused(t *testing.T) {
 	cancelAfter(t, o, 2)
 	before := committedLines(t, o.Output)
 	_, err := executeErr(t, o)
-	if err == nil || !strings.Contains(err.Error(), "--restore latest") || !strings.Contains(err.Error(), "--fresh") {
+	if !errors.Is(err, weir.ErrEarlierRun) || !strings.Contains(err.Error(), "--restore latest") || !strings.Contains(err.Error(), "--fresh") {
 		t.Fatalf("a rerun over an earlier run: %v", err)
 	}
 	if after := committedLines(t, o.Output); len(after) != len(before) || len(completedCheckpoints(dir)) == 0 {

@@ -89,6 +89,11 @@ type Result = runtime.Result
 // instead of restarting it. Other errors are retried.
 func Permanent(err error) error { return operator.Permanent(err) }
 
+// ErrEarlierRun matches (errors.Is) the error of a job that would start from
+// the beginning over checkpoints an earlier run left: resume it with
+// Restore "latest", or start over with Fresh.
+var ErrEarlierRun = runtime.ErrEarlierRun
+
 // DefaultCheckpointInterval is the time between checkpoints when
 // CheckpointConfig.Interval is zero, in the API and the CLI alike.
 const DefaultCheckpointInterval = time.Second

@@ -201,7 +201,11 @@ func interrupted(cf checkpointFlags, cmd *cobra.Command) error {
 		return exitError{code: 130, msg: "interrupted"}
 	}
 	// The same command, starting where it stopped.
-	args := []string{cmd.Root().Name()}
+	prog := os.Args[0]
+	if strings.Contains(prog, "go-build") {
+		prog = "go run ./cmd/weir" // a binary go run built and deleted
+	}
+	args := []string{prog}
 	in := os.Args[1:]
 	for i := 0; i < len(in); i++ {
 		switch a := in[i]; {
@@ -209,11 +213,20 @@ func interrupted(cf checkpointFlags, cmd *cobra.Command) error {
 			i++ // and its value
 		case strings.HasPrefix(a, "--restore=") || strings.HasPrefix(a, "--fresh"):
 		default:
-			args = append(args, a)
+			args = append(args, shellQuote(a))
 		}
 	}
 	return exitError{code: 130, msg: fmt.Sprintf("interrupted; the checkpoints are kept in %s. Resume with:\n  %s --restore latest",
 		cf.dir, strings.Join(args, " "))}
+}
+
+// shellQuote quotes a for a POSIX shell when it holds anything but safe
+// characters (a glob, a space).
+func shellQuote(a string) string {
+	if a != "" && strings.Trim(a, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./:=,+@%") == "" {
+		return a
+	}
+	return "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
 }
 
 // progress prints what a running job has done.
@@ -252,7 +265,7 @@ func (p *progress) report(w io.Writer, env *weir.Environment, period time.Durati
 // rates.
 func (p *progress) line(ms []weir.Metrics, last map[string]int64, elapsed, period time.Duration) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "weir: %5.0fs", elapsed.Seconds())
+	fmt.Fprintf(&b, "weir: %6.1fs", elapsed.Seconds())
 	// Records are counted where they enter a task (or leave a source);
 	// operators chained behind others have no count.
 	for _, m := range ms {

@@ -364,7 +364,11 @@ func TestInterruptExits130AndSaysHowToResume(t *testing.T) {
 	if !ok || !strings.Contains(resume, "--restore latest") {
 		t.Fatalf("no resume command:\n%s", stderr)
 	}
-	args := strings.Fields(strings.TrimSpace(strings.SplitN(resume, "\n", 2)[0]))
+	line := strings.TrimSpace(strings.SplitN(resume, "\n", 2)[0])
+	if !strings.HasPrefix(line, weirBin+" ") || !strings.Contains(line, "'"+j.input+"'") {
+		t.Fatalf("the resume command %q does not start with the binary or does not quote the glob", line)
+	}
+	args := strings.Fields(strings.ReplaceAll(line, "'", ""))
 	out, err := exec.Command(weirBin, args[1:]...).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "restored from checkpoint") {
 		t.Fatalf("the resume command %v: %v\n%s", args, err, out)
@@ -380,7 +384,7 @@ func TestProgressLine(t *testing.T) {
 	var p progress
 	last := map[string]int64{"lines": 1000}
 	ms := []weir.Metrics{{UID: "lines", Records: 3000, Remaining: 250, Total: 1000}, {UID: "count", Records: 0}}
-	if got, want := p.line(ms, last, 7*time.Second, 2*time.Second), "weir:     7s  lines 3000 (1.0k/s) 75.0% read; no checkpoint yet"; got != want {
+	if got, want := p.line(ms, last, 7*time.Second, 2*time.Second), "weir:    7.0s  lines 3000 (1.0k/s) 75.0% read; no checkpoint yet"; got != want {
 		t.Errorf("got  %q\nwant %q", got, want)
 	}
 	p.checkpoint.Store(17)

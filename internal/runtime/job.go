@@ -179,9 +179,15 @@ type Result struct {
 
 const maxDurations = 10_000
 
-// ErrEarlierRun is wrapped by Run's error when the job would start from the
-// beginning over checkpoints of an earlier run.
+// ErrEarlierRun matches Run's error (errors.Is) when the job would start
+// from the beginning over checkpoints of an earlier run.
 var ErrEarlierRun = errors.New("checkpoints of an earlier run are in the way")
+
+// earlierRunError says why and what to do; it is ErrEarlierRun.
+type earlierRunError struct{ msg string }
+
+func (e earlierRunError) Error() string        { return e.msg }
+func (e earlierRunError) Is(target error) bool { return target == ErrEarlierRun }
 
 // Run runs the job until its input ends (bounded sources), it fails beyond
 // its restart strategy, or ctx ends.
@@ -322,8 +328,8 @@ func (d *driver) decideStart() (checkpoint.Restored, error) {
 			break
 		}
 		if len(scan.Damaged) > 0 {
-			return checkpoint.Restored{}, fmt.Errorf("%w: every checkpoint in %s is damaged (%s); Weir does not start from the beginning over them: restore one by path (--restore <dir>/chk-<id>), or start over with --fresh (Config.Fresh), which deletes them and the job's output",
-				ErrEarlierRun, store.Describe(), damagedList(scan.Damaged))
+			return checkpoint.Restored{}, earlierRunError{fmt.Sprintf("every checkpoint in %s is damaged (%s); Weir does not start from the beginning over them: restore an older one by path (--restore <dir>/chk-<id>), or start over with --fresh (Config.Fresh), which deletes them and the job's output",
+				store.Describe(), damagedList(scan.Damaged))}
 		}
 		d.log.Info("no completed checkpoint to restore; starting from the beginning", "dir", store.Describe())
 	default:
@@ -332,8 +338,8 @@ func (d *driver) decideStart() (checkpoint.Restored, error) {
 			if m != nil {
 				what = fmt.Sprintf("checkpoints of an earlier run (the latest completed is %d)", m.ID)
 			}
-			return checkpoint.Restored{}, fmt.Errorf("%w: %s holds %s: resume it with --restore latest (Config.Restore \"latest\"), or start over with --fresh (Config.Fresh), which deletes them and the job's output",
-				ErrEarlierRun, store.Describe(), what)
+			return checkpoint.Restored{}, earlierRunError{fmt.Sprintf("%s holds %s: resume it with --restore latest (Config.Restore \"latest\"), or start over with --fresh (Config.Fresh), which deletes them and the job's output",
+				store.Describe(), what)}
 		}
 	}
 	if d.start != nil {
