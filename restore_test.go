@@ -114,7 +114,7 @@ func wcInput(t *testing.T, dir string) wordcount.Options {
 	t.Helper()
 	for f := range 2 {
 		var b strings.Builder
-		for i := range 40000 {
+		for i := range 100_000 {
 			fmt.Fprintf(&b, "w%d w%d\n", i%97, (i*31+f)%89)
 		}
 		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("in-%d.txt", f)), []byte(b.String()), 0o644); err != nil {
@@ -122,7 +122,7 @@ func wcInput(t *testing.T, dir string) wordcount.Options {
 		}
 	}
 	return wordcount.Options{Input: filepath.Join(dir, "in-*.txt"), Output: filepath.Join(dir, "out"), Parallelism: 2,
-		Checkpoint: weir.CheckpointConfig{Interval: 5 * time.Millisecond, Dir: filepath.Join(dir, "ckpt"), Retained: 3}}
+		Checkpoint: weir.CheckpointConfig{Interval: 2 * time.Millisecond, Dir: filepath.Join(dir, "ckpt"), Retained: 3}}
 }
 
 // cancelAfter runs the word count until k checkpoints completed, then

@@ -10,7 +10,26 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
+
+// holder names the process holding the lock on f, from the pid it wrote.
+// NB: a holder that has just taken the lock writes its pid a moment later;
+// holder waits that moment, up to holderWait.
+func holder(f *os.File) string {
+	for deadline := time.Now().Add(holderWait); ; time.Sleep(holderWait / 20) {
+		b := make([]byte, 32)
+		n, _ := f.ReadAt(b, 0)
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b[:n]))); err == nil {
+			return fmt.Sprintf("process %d", pid)
+		}
+		if time.Now().After(deadline) {
+			return "another process"
+		}
+	}
+}
+
+const holderWait = 200 * time.Millisecond
 
 func lockOS(path, what string) (io.Closer, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
@@ -22,13 +41,7 @@ func lockOS(path, what string) (io.Closer, error) {
 		if !errors.Is(err, syscall.EWOULDBLOCK) {
 			return nil, fmt.Errorf("lock %s (%s): %w", what, path, err)
 		}
-		holder := "another process"
-		if b, rerr := io.ReadAll(io.LimitReader(f, 32)); rerr == nil {
-			if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); perr == nil {
-				holder = fmt.Sprintf("process %d", pid)
-			}
-		}
-		return nil, fmt.Errorf("%s is %w by %s (lock file %s): wait for that run to end, or stop it", what, ErrLocked, holder, path)
+		return nil, fmt.Errorf("%s is %w by %s (lock file %s): wait for that run to end, or stop it", what, ErrLocked, holder(f), path)
 	}
 	// NB: the pid is written through the locked descriptor; closing any
 	// other descriptor of the file would not release an flock lock, but

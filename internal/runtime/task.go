@@ -174,7 +174,10 @@ func (t *task) runInputs(ctx context.Context) error {
 		}
 		var wakeAt time.Time
 		for _, tm := range t.timed {
-			if at, ok := tm.NextTimer(); ok && !t.inputEnded && (wakeAt.IsZero() || at.Before(wakeAt)) {
+			if t.inputEnded {
+				break // timers fire no more
+			}
+			if at, ok := tm.NextTimer(); ok && (wakeAt.IsZero() || at.Before(wakeAt)) {
 				wakeAt = at
 			}
 		}
