@@ -9,6 +9,7 @@ package operator
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"time"
@@ -39,6 +40,10 @@ type Context struct {
 	// CheckpointingEnabled is false in mode none: sinks then commit at the
 	// end of input only.
 	CheckpointingEnabled bool
+	// CommitWait bounds how long a transaction a sink pre-commits at a
+	// snapshot may wait for its commit; a sink whose transactions expire
+	// sooner must refuse to start.
+	CommitWait CommitWait
 	Logger               *slog.Logger
 	// Now is the processing-time clock.
 	Now func() time.Time
@@ -47,6 +52,27 @@ type Context struct {
 	// call with that key returns the first call's error. The run closes
 	// what open returned when it ends. Safe for concurrent use.
 	Acquire func(key string, open func() (io.Closer, error)) error
+}
+
+// CommitWait is the longest a transaction pre-committed at checkpoint n
+// waits for its commit while the job stays within its settings: n and the
+// tolerated failures after it time out (each an interval plus a timeout),
+// then the job fails, waits for the restart strategy's longest delay, and
+// the restore commits it.
+type CommitWait struct {
+	Interval, Timeout time.Duration
+	TolerableFailures int
+	RestartDelay      time.Duration
+}
+
+// Total is the bound.
+func (w CommitWait) Total() time.Duration {
+	return time.Duration(w.TolerableFailures+1)*(w.Interval+w.Timeout) + w.RestartDelay
+}
+
+func (w CommitWait) String() string {
+	return fmt.Sprintf("(checkpoint interval %v + checkpoint timeout %v) × (tolerable checkpoint failures %d + 1) + the restart strategy's longest delay %v = %v",
+		w.Interval, w.Timeout, w.TolerableFailures, w.RestartDelay, w.Total())
 }
 
 // Restore is the state an operator restarts from.

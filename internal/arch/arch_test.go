@@ -35,6 +35,7 @@ var layers = map[string]int{
 	".":                     50,
 	"connector/file":        51,
 	"connector/generator":   51,
+	"connector/kafka":       51,
 	"connector/stdio":       51,
 	"examples/wordcount":    52,
 	"cmd/weir":              53,

@@ -807,6 +807,10 @@ func (d *driver) operatorContext(n graph.Node, subtask int) *operator.Context {
 		CheckpointingEnabled: d.spec.Mode != None, Logger: d.log.With("operator", n.UID, "subtask", subtask), Now: d.spec.Now,
 		Acquire: d.resources.acquire,
 	}
+	if d.spec.Mode != None {
+		cc, _ := d.spec.Checkpoint.Normalize() // validated by New
+		c.CommitWait = operator.CommitWait{Interval: cc.Interval, Timeout: cc.Timeout, TolerableFailures: cc.TolerableFailures, RestartDelay: d.spec.Restart.MaxDelay()}
+	}
 	if d.point != nil {
 		r := &operator.Restore{Checkpoint: d.point.Metadata.ID, Read: d.point.Read}
 		for _, ts := range d.point.Metadata.Tasks {

@@ -25,6 +25,9 @@ type RestartStrategy interface {
 	Next(f Failures) (time.Duration, bool)
 	// String says what the strategy allows, for the error that gives up.
 	String() string
+	// MaxDelay is the longest delay before a restart; sinks whose
+	// transactions must outlive a restart check against it.
+	MaxDelay() time.Duration
 }
 
 // NoRestart fails the job at its first failure.
@@ -32,6 +35,7 @@ type NoRestart struct{}
 
 func (NoRestart) Next(Failures) (time.Duration, bool) { return 0, false }
 func (NoRestart) String() string                      { return "no restart" }
+func (NoRestart) MaxDelay() time.Duration             { return 0 }
 
 // FixedDelay restarts after Delay, at most MaxAttempts times in a row: a
 // completed checkpoint resets the count.
@@ -43,6 +47,8 @@ type FixedDelay struct {
 func (f FixedDelay) Next(h Failures) (time.Duration, bool) {
 	return f.Delay, h.Consecutive <= f.MaxAttempts
 }
+
+func (f FixedDelay) MaxDelay() time.Duration { return f.Delay }
 
 func (f FixedDelay) String() string {
 	return fmt.Sprintf("fixed delay %v, at most %d attempts in a row", f.Delay, f.MaxAttempts)
@@ -71,6 +77,8 @@ func (e ExponentialBackoff) Next(h Failures) (time.Duration, bool) {
 	}
 	return min(time.Duration(d), e.Max), true
 }
+
+func (e ExponentialBackoff) MaxDelay() time.Duration { return e.Max }
 
 func (e ExponentialBackoff) String() string {
 	s := fmt.Sprintf("exponential back-off from %v to %v", e.Initial, e.Max)
@@ -104,6 +112,8 @@ func (f FailureRate) Next(h Failures) (time.Duration, bool) {
 	}
 	return f.Delay, n <= f.MaxFailures
 }
+
+func (f FailureRate) MaxDelay() time.Duration { return f.Delay }
 
 func (f FailureRate) String() string {
 	return fmt.Sprintf("failure rate: at most %d failures within %v, delay %v", f.MaxFailures, f.Interval, f.Delay)

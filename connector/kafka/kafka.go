@@ -1,0 +1,168 @@
+// Package kafka reads and writes Apache Kafka topics, on franz-go.
+//
+// The source reads partitions as splits: each partition's next offset is
+// checkpointed operator state, restored exactly and redistributed when the
+// job restores at another parallelism. It reads read_committed by default,
+// so it sees only what exactly-once producers (another Weir job among them)
+// committed; it can stop at the offsets that were the latest when the job
+// first started (bounded), and it finds partitions and topics created while
+// it runs.
+//
+// The sink writes exactly-once with Kafka transactions as its two-phase
+// commit: records go into a transaction that is flushed (pre-committed) at
+// a checkpoint's snapshot and committed when the checkpoint completes. On
+// restore it first commits the transactions the checkpoint recorded, by
+// their producer id and epoch, then aborts every other transaction its
+// transactional ids left open, so read_committed consumers never stall on
+// them. It can also write at least once (flush at every snapshot) or without
+// guarantees.
+//
+// Both take a Config struct, validated when built (brokers reachable,
+// topics present) and again when the job starts (transaction timeouts
+// against the job's checkpoint settings). ParseURL reads the
+// kafka://host:port/topic form the CLI takes.
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/weirstream/weir/operator"
+)
+
+// DefaultTimeout bounds the requests made when a source or sink is built or
+// opened.
+const DefaultTimeout = 10 * time.Second
+
+// URL is what a kafka:// URL says:
+//
+//	kafka://host:port[,host:port...]/topic[,topic...][?option=value&...]
+//
+// Options: bounded=true, start=earliest|latest|committed|<RFC 3339 time>,
+// group=<consumer group>, regex=<topic regex> (instead of topics),
+// delivery=exactly-once|at-least-once|none, txn-prefix=<prefix>,
+// txn-timeout=<duration>, create=true (create a missing topic),
+// partitions=<n> (of a created topic).
+type URL struct {
+	Brokers []string
+	Topics  []string
+	Query   url.Values
+}
+
+var urlOptions = []string{"bounded", "start", "group", "regex", "delivery", "txn-prefix", "txn-timeout", "create", "partitions", "skip-invalid"}
+
+// ParseURL parses a kafka:// URL; unknown options are an error.
+func ParseURL(s string) (URL, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return URL{}, fmt.Errorf("kafka URL %q: %w", s, err)
+	}
+	if u.Scheme != "kafka" || u.Host == "" {
+		return URL{}, fmt.Errorf("kafka URL %q: want kafka://host:port/topic", s)
+	}
+	k := URL{Brokers: strings.Split(u.Host, ","), Query: u.Query()}
+	if t := strings.Trim(u.Path, "/"); t != "" {
+		k.Topics = strings.Split(t, ",")
+	}
+	for opt := range k.Query {
+		if !slices.Contains(urlOptions, opt) {
+			return URL{}, fmt.Errorf("kafka URL %q: unknown option %q (known: %s)", s, opt, strings.Join(urlOptions, ", "))
+		}
+	}
+	if len(k.Topics) == 0 && k.Query.Get("regex") == "" {
+		return URL{}, fmt.Errorf("kafka URL %q: no topic: want kafka://host:port/topic (or ?regex=...)", s)
+	}
+	return k, nil
+}
+
+// Bool reads a boolean option (default false).
+func (k URL) Bool(opt string) (bool, error) {
+	v := k.Query.Get(opt)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("kafka URL option %s=%q: want true or false", opt, v)
+	}
+	return b, nil
+}
+
+// client builds a franz-go client; every error names the brokers.
+func client(brokers []string, extra []kgo.Opt, opts ...kgo.Opt) (*kgo.Client, error) {
+	cl, err := kgo.NewClient(append(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, extra...), opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka %s: %w", strings.Join(brokers, ","), err)
+	}
+	return cl, nil
+}
+
+// checkTopics checks at start that the brokers answer and that the topics
+// exist; create makes missing ones with partitions partitions instead.
+func checkTopics(ctx context.Context, adm *kadm.Client, brokers, topics []string, create bool, partitions int32) error {
+	details, err := adm.ListTopics(ctx, topics...)
+	if err != nil {
+		return fmt.Errorf("kafka %s: cannot reach the brokers: %w", strings.Join(brokers, ","), err)
+	}
+	var missing []string
+	for _, t := range topics {
+		if d, ok := details[t]; !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
+			missing = append(missing, t)
+		} else if d.Err != nil {
+			return fmt.Errorf("kafka topic %s: %w", t, d.Err)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if !create {
+		return fmt.Errorf("kafka topic %s does not exist on %s: create it, or ask for it to be created (create=true in the URL, CreateTopic in the config)",
+			strings.Join(missing, ", "), strings.Join(brokers, ","))
+	}
+	resp, err := adm.CreateTopics(ctx, partitions, -1, nil, missing...)
+	if err != nil {
+		return fmt.Errorf("kafka: create topics %s: %w", strings.Join(missing, ", "), err)
+	}
+	for _, r := range resp {
+		if r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("kafka: create topic %s: %w", r.Topic, r.Err)
+		}
+	}
+	return nil
+}
+
+// owner is the subtask of p that reads a partition no checkpoint assigns:
+// spread like Flink's Kafka source spreads them, so that every subtask
+// agrees without talking to the others.
+func owner(topic string, partition int32, p int) int {
+	h := fnv.New32a()
+	h.Write([]byte(topic))
+	start := int(h.Sum32()&0x7fffffff) % p
+	return (start + int(partition)) % p
+}
+
+// fatal wraps produce and fetch errors a restart cannot fix, saying what to
+// do; others are returned as they are, to be retried by a restart.
+func fatal(what string, err error) error {
+	switch {
+	case errors.Is(err, kerr.ProducerFenced), errors.Is(err, kerr.InvalidProducerEpoch):
+		return operator.Permanent(fmt.Errorf("%s: %w: another producer took over this transactional id: is another job, or another run of this one, writing with the same transactional id prefix?", what, err))
+	case errors.Is(err, kerr.TopicAuthorizationFailed), errors.Is(err, kerr.TransactionalIDAuthorizationFailed),
+		errors.Is(err, kerr.ClusterAuthorizationFailed), errors.Is(err, kerr.GroupAuthorizationFailed):
+		return operator.Permanent(fmt.Errorf("%s: %w: grant the job's principal access (ACLs), or check its credentials", what, err))
+	case errors.Is(err, kerr.MessageTooLarge), errors.Is(err, kerr.RecordListTooLarge):
+		return operator.Permanent(fmt.Errorf("%s: %w: raise the topic's max.message.bytes (and the producer's max record batch bytes), or write smaller records", what, err))
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
