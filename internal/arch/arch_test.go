@@ -20,6 +20,7 @@ const module = "github.com/weirstream/weir"
 var layers = map[string]int{
 	"internal/keygroup":     0,
 	"internal/lockfile":     0,
+	"internal/pgtest":       0,
 	"internal/arch":         0,
 	"checkpoint":            10,
 	"checkpoint/barrier":    11,
@@ -36,6 +37,7 @@ var layers = map[string]int{
 	"connector/file":        51,
 	"connector/generator":   51,
 	"connector/kafka":       51,
+	"connector/postgres":    51,
 	"connector/stdio":       51,
 	"examples/wordcount":    52,
 	"cmd/weir":              53,

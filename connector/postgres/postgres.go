@@ -1,0 +1,307 @@
+// Package postgres writes records into a PostgreSQL table, on pgx, in one
+// of two ways:
+//
+//   - ExactlyOnce, by two-phase commit: each subtask writes the records of
+//     a checkpoint interval into one transaction (with COPY), prepares it
+//     (PREPARE TRANSACTION, with a global id naming job, operator, subtask
+//     and checkpoint) in the snapshot, and commits it (COMMIT PREPARED)
+//     when the checkpoint completes. A restore commits the transactions the
+//     checkpoint recorded (one already committed counts as done), then
+//     rolls back the job's other prepared transactions it finds in
+//     pg_prepared_xacts. Prepared transactions survive a PostgreSQL
+//     restart. Rows become visible once per checkpoint. It needs
+//     max_prepared_transactions above 0.
+//   - Upsert: INSERT … ON CONFLICT (key) DO UPDATE, in batches committed
+//     when a batch fills and at every snapshot. Rows become visible soon;
+//     the effect is exactly-once when records carry deterministic values
+//     (such as a running count), since a replay writes the same rows again.
+//
+// Records map to columns through a function, or the fields of a struct
+// (tag `db:"name"`, or the field name in snake_case).
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/weirstream/weir"
+	"github.com/weirstream/weir/operator"
+)
+
+// Mode is how a sink writes.
+type Mode int
+
+const (
+	// ExactlyOnce writes by two-phase commit with prepared transactions.
+	// The default.
+	ExactlyOnce Mode = iota
+	// Upsert writes INSERT … ON CONFLICT (Key) DO UPDATE, committed often.
+	Upsert
+)
+
+func (m Mode) String() string {
+	switch m {
+	case ExactlyOnce:
+		return "exactly-once"
+	case Upsert:
+		return "upsert"
+	}
+	return fmt.Sprintf("mode(%d)", int(m))
+}
+
+// ParseMode parses exactly-once or upsert.
+func ParseMode(s string) (Mode, error) {
+	for _, m := range []Mode{ExactlyOnce, Upsert} {
+		if m.String() == s {
+			return m, nil
+		}
+	}
+	return 0, fmt.Errorf("postgres mode %q: want exactly-once or upsert", s)
+}
+
+// Defaults of SinkConfig.
+const (
+	DefaultBatchRows = 5000
+	DefaultTimeout   = 10 * time.Second
+)
+
+// SinkConfig configures Sink. The zero value of a field means its default.
+type SinkConfig[T any] struct {
+	// URL is the connection string (postgres://user@host:port/db?...).
+	// Required.
+	URL string
+	// Table is the table to write, optionally schema.table. Required.
+	Table string
+	// Columns are the columns Row's values go to, in order. Default: the
+	// fields of T, a struct (tag `db:"name"`, "-" to skip; else the field
+	// name in snake_case).
+	Columns []string
+	// Row returns a record's column values. Default: the fields of T.
+	Row func(T) []any
+	// Key are the columns of the table's primary key or a unique index:
+	// the conflict target of Upsert. Required in Upsert mode.
+	Key []string
+	// Mode is ExactlyOnce (default) or Upsert.
+	Mode Mode
+	// CreateTable, if set, is the statement that creates Table when it
+	// does not exist.
+	CreateTable string
+	// BatchRows is how many rows are buffered before they are written.
+	// Default DefaultBatchRows.
+	BatchRows int
+	// Timeout bounds the statements run at start and at snapshots.
+	// Default DefaultTimeout.
+	Timeout time.Duration
+}
+
+// Sink returns a sink writing into cfg.Table. It fails now, writing
+// nothing, if the configuration is invalid, the database does not answer,
+// the table or a column is missing, Upsert's key has no unique index, or
+// ExactlyOnce finds max_prepared_transactions at 0.
+func Sink[T any](cfg SinkConfig[T]) (func() weir.SinkWriter[T], error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
+	defer cancel()
+	conn, err := connect(ctx, cfg.URL)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(context.Background())
+	if err := cfg.check(ctx, conn); err != nil {
+		return nil, err
+	}
+	return func() weir.SinkWriter[T] {
+		if cfg.Mode == Upsert {
+			return &upsertWriter[T]{cfg: cfg}
+		}
+		return &txWriter[T]{cfg: cfg}
+	}, nil
+}
+
+func (cfg *SinkConfig[T]) fill() error {
+	switch {
+	case cfg.URL == "":
+		return errors.New("postgres sink: no URL")
+	case cfg.Table == "":
+		return errors.New("postgres sink: no table")
+	case cfg.Mode != ExactlyOnce && cfg.Mode != Upsert:
+		return fmt.Errorf("postgres sink: %v", cfg.Mode)
+	case cfg.Mode == Upsert && len(cfg.Key) == 0:
+		return errors.New("postgres sink: upsert needs the key columns (Key; key= in the URL)")
+	case (cfg.Row == nil) != (len(cfg.Columns) == 0):
+		return errors.New("postgres sink: give both Columns and Row, or neither (then T's fields are the columns)")
+	}
+	if _, err := pgx.ParseConfig(cfg.URL); err != nil {
+		return fmt.Errorf("postgres sink: URL: %w", err)
+	}
+	if cfg.Row == nil {
+		cols, row, err := structColumns[T]()
+		if err != nil {
+			return err
+		}
+		cfg.Columns, cfg.Row = cols, row
+	}
+	for _, k := range cfg.Key {
+		if !slices.Contains(cfg.Columns, k) {
+			return fmt.Errorf("postgres sink: key column %q is not among the columns %v", k, cfg.Columns)
+		}
+	}
+	if cfg.BatchRows <= 0 {
+		cfg.BatchRows = DefaultBatchRows
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	return nil
+}
+
+func connect(ctx context.Context, url string) (*pgx.Conn, error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: cannot connect: %w", err)
+	}
+	return conn, nil
+}
+
+// check checks at start what writing needs, creating the table if asked.
+func (cfg *SinkConfig[T]) check(ctx context.Context, conn *pgx.Conn) error {
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", cfg.Table).Scan(&exists); err != nil {
+		return fmt.Errorf("postgres sink: table %s: %w", cfg.Table, err)
+	}
+	if !exists {
+		if cfg.CreateTable == "" {
+			return fmt.Errorf("postgres sink: table %s does not exist: create it, or give the statement that does (CreateTable)", cfg.Table)
+		}
+		if _, err := conn.Exec(ctx, cfg.CreateTable); err != nil {
+			return fmt.Errorf("postgres sink: create table %s: %w", cfg.Table, err)
+		}
+	}
+	// Every column must be there: a statement that reads them all fails
+	// otherwise, naming the missing one.
+	if _, err := conn.Exec(ctx, fmt.Sprintf("SELECT %s FROM %s LIMIT 0", columnList(cfg.Columns), cfg.Table)); err != nil {
+		return fmt.Errorf("postgres sink: table %s: %w", cfg.Table, err)
+	}
+	switch cfg.Mode {
+	case ExactlyOnce:
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT setting::int FROM pg_settings WHERE name = 'max_prepared_transactions'").Scan(&n); err != nil {
+			return fmt.Errorf("postgres sink: read max_prepared_transactions: %w", err)
+		}
+		if n == 0 {
+			return errors.New("postgres sink: max_prepared_transactions is 0, and exactly-once writes need prepared transactions: set max_prepared_transactions in postgresql.conf (at least twice the sink's parallelism) and restart PostgreSQL, or write in upsert mode")
+		}
+	case Upsert:
+		// Planning the upsert fails when no unique index matches the key.
+		if _, err := conn.Exec(ctx, fmt.Sprintf("CREATE TEMP TABLE weir_check_stage AS SELECT %s FROM %s LIMIT 0", columnList(cfg.Columns), cfg.Table)); err != nil {
+			return fmt.Errorf("postgres sink: table %s: %w", cfg.Table, err)
+		}
+		if _, err := conn.Exec(ctx, "EXPLAIN "+upsertSQL(cfg.Table, "weir_check_stage", cfg.Columns, cfg.Key)); err != nil {
+			return fmt.Errorf("postgres sink: upsert into %s on (%s) (a primary key or unique index on exactly these columns is needed): %w", cfg.Table, strings.Join(cfg.Key, ", "), err)
+		}
+	}
+	return nil
+}
+
+func columnList(cols []string) string {
+	quoted := make([]string, len(cols))
+	for i, c := range cols {
+		quoted[i] = pgx.Identifier{c}.Sanitize()
+	}
+	return strings.Join(quoted, ", ")
+}
+
+// upsertSQL moves the rows of stage into table, updating those whose key
+// exists.
+func upsertSQL(table, stage string, cols, key []string) string {
+	var set []string
+	for _, c := range cols {
+		if !slices.Contains(key, c) {
+			q := pgx.Identifier{c}.Sanitize()
+			set = append(set, q+" = EXCLUDED."+q)
+		}
+	}
+	action := "DO NOTHING"
+	if len(set) > 0 {
+		action = "DO UPDATE SET " + strings.Join(set, ", ")
+	}
+	return fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM %s ON CONFLICT (%s) %s",
+		table, columnList(cols), columnList(cols), stage, columnList(key), action)
+}
+
+// structColumns maps a struct's exported fields to columns.
+func structColumns[T any]() ([]string, func(T) []any, error) {
+	typ := reflect.TypeFor[T]()
+	if typ.Kind() != reflect.Struct {
+		return nil, nil, fmt.Errorf("postgres sink: %v is not a struct: give Columns and Row", typ)
+	}
+	var cols []string
+	var index []int
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		name := f.Tag.Get("db")
+		if !f.IsExported() || name == "-" {
+			continue
+		}
+		if name == "" {
+			name = snake(f.Name)
+		}
+		cols = append(cols, name)
+		index = append(index, i)
+	}
+	if len(cols) == 0 {
+		return nil, nil, fmt.Errorf("postgres sink: %v has no exported fields", typ)
+	}
+	row := func(v T) []any {
+		rv := reflect.ValueOf(v)
+		out := make([]any, len(index))
+		for j, i := range index {
+			out[j] = rv.Field(i).Interface()
+		}
+		return out
+	}
+	return cols, row, nil
+}
+
+func snake(s string) string {
+	var b strings.Builder
+	for i, r := range s {
+		if unicode.IsUpper(r) {
+			if i > 0 {
+				b.WriteByte('_')
+			}
+			r = unicode.ToLower(r)
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// classify marks errors a restart cannot fix as permanent: a statement
+// PostgreSQL rejects (syntax, access, data), as opposed to a lost
+// connection or a server that is shutting down.
+func classify(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	err = fmt.Errorf("%s: %w", what, err)
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		switch pg.Code[:2] {
+		case "22", "23", "42", "28": // data, integrity, syntax or access, authorization
+			return operator.Permanent(err)
+		}
+	}
+	return err
+}

@@ -1,0 +1,384 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/operator"
+	"github.com/weirstream/weir/state"
+)
+
+// maxGIDBytes is PostgreSQL's bound on a prepared transaction's id.
+const maxGIDBytes = 200
+
+// prepared is a transaction of one checkpoint interval, handed over at the
+// snapshot: the asynchronous part prepares it, NotifyComplete commits it.
+type prepared struct {
+	GID string        `json:"gid"`
+	Sub int           `json:"sub"`
+	At  checkpoint.ID `json:"at"`
+
+	mu   sync.Mutex
+	conn *pgxpool.Conn // holds the transaction until it is prepared
+	done bool
+}
+
+// prepare runs PREPARE TRANSACTION once and gives the connection back.
+func (p *prepared) prepare(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done {
+		return nil
+	}
+	if p.conn == nil {
+		return fmt.Errorf("postgres sink: transaction %s was closed before it was prepared", p.GID)
+	}
+	if _, err := p.conn.Exec(ctx, "PREPARE TRANSACTION "+literal(p.GID)); err != nil {
+		return classify("postgres sink: prepare transaction "+p.GID, err)
+	}
+	p.conn.Release()
+	p.conn, p.done = nil, true
+	return nil
+}
+
+// abandon closes the connection of a transaction never prepared: the
+// server rolls it back.
+func (p *prepared) abandon() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conn != nil {
+		p.conn.Hijack().Close(context.Background())
+		p.conn = nil
+	}
+}
+
+// literal quotes s as an SQL string literal.
+func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// txWriter writes exactly-once with prepared transactions.
+type txWriter[T any] struct {
+	cfg    SinkConfig[T]
+	ctx    *operator.Context
+	table  pgx.Identifier
+	pool   *pgxpool.Pool
+	prefix string // of this sink's transaction ids: weir:<job>:<uid>:
+
+	conn    *pgxpool.Conn // holds the open transaction, if any
+	rows    [][]any
+	pending []*prepared // by checkpoint
+}
+
+func (w *txWriter[T]) Open(ctx *operator.Context) error {
+	w.ctx, w.table = ctx, pgx.Identifier(strings.Split(w.cfg.Table, "."))
+	w.prefix = "weir:" + ctx.Job + ":" + ctx.UID + ":"
+	if len(w.prefix)+40 > maxGIDBytes {
+		return operator.Permanent(fmt.Errorf("postgres sink: job name and operator UID are too long for PostgreSQL's %d-byte transaction ids: shorten them", maxGIDBytes))
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), w.cfg.Timeout)
+	defer cancel()
+	pc, err := pgxpool.ParseConfig(w.cfg.URL)
+	if err != nil {
+		return operator.Permanent(fmt.Errorf("postgres sink: URL: %w", err))
+	}
+	pc.MaxConns = 4 // the open transaction, those being prepared, commits
+	if w.pool, err = pgxpool.NewWithConfig(rctx, pc); err != nil {
+		return fmt.Errorf("postgres sink: %w", err)
+	}
+	recorded := map[string]bool{}
+	if ctx.Restore != nil {
+		items, err := state.RestoreList(ctx.Restore.Handles, ctx.Restore.Read, state.Union, "txns", ctx.Subtask, ctx.Parallelism)
+		if err != nil {
+			return err
+		}
+		var commit []*prepared
+		for _, it := range items {
+			var p prepared
+			if err := json.Unmarshal(it, &p); err != nil {
+				return operator.Permanent(fmt.Errorf("postgres sink: restore: %w", err))
+			}
+			recorded[p.GID] = true
+			if p.Sub%ctx.Parallelism == ctx.Subtask {
+				commit = append(commit, &p)
+			}
+		}
+		slices.SortFunc(commit, func(a, b *prepared) int { return int(a.At) - int(b.At) })
+		for _, p := range commit {
+			if err := w.commit(rctx, p.GID); err != nil {
+				return err
+			}
+		}
+	}
+	// Roll back what earlier attempts prepared and no checkpoint recorded.
+	rows, err := w.pool.Query(rctx, `SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND gid LIKE $1 ESCAPE '\'`, likePrefix(w.prefix))
+	if err != nil {
+		return classify("postgres sink: list prepared transactions", err)
+	}
+	gids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return classify("postgres sink: list prepared transactions", err)
+	}
+	for _, gid := range gids {
+		sub, _, ok := w.parse(gid)
+		if !ok || recorded[gid] || sub%ctx.Parallelism != ctx.Subtask {
+			continue
+		}
+		if _, err := w.pool.Exec(rctx, "ROLLBACK PREPARED "+literal(gid)); err != nil && !undefined(err) {
+			return classify("postgres sink: roll back "+gid, err)
+		}
+		ctx.Logger.Info("postgres sink: rolled back a transaction no completed checkpoint recorded", "gid", gid)
+	}
+	return nil
+}
+
+func likePrefix(p string) string {
+	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(p) + "%"
+}
+
+func (w *txWriter[T]) gid(sub int, id checkpoint.ID) string {
+	return w.prefix + strconv.Itoa(sub) + ":" + strconv.FormatUint(uint64(id), 10)
+}
+
+// parse reads subtask and checkpoint from one of this sink's ids.
+func (w *txWriter[T]) parse(gid string) (int, checkpoint.ID, bool) {
+	subStr, idStr, ok := strings.Cut(strings.TrimPrefix(gid, w.prefix), ":")
+	sub, err1 := strconv.Atoi(subStr)
+	id, err2 := strconv.ParseUint(idStr, 10, 64)
+	return sub, checkpoint.ID(id), ok && strings.HasPrefix(gid, w.prefix) && err1 == nil && err2 == nil
+}
+
+// undefined reports PostgreSQL's "prepared transaction … does not exist".
+func undefined(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && pg.Code == "42704"
+}
+
+// commit commits a prepared transaction; one that no longer exists was
+// committed already.
+func (w *txWriter[T]) commit(ctx context.Context, gid string) error {
+	if _, err := w.pool.Exec(ctx, "COMMIT PREPARED "+literal(gid)); err != nil && !undefined(err) {
+		return classify("postgres sink: commit "+gid, err)
+	}
+	return nil
+}
+
+func (w *txWriter[T]) Write(v T) error {
+	w.rows = append(w.rows, w.cfg.Row(v))
+	if len(w.rows) >= w.cfg.BatchRows {
+		return w.flush(context.Background())
+	}
+	return nil
+}
+
+// flush copies the buffered rows into the open transaction, beginning one
+// if need be.
+func (w *txWriter[T]) flush(ctx context.Context) error {
+	if len(w.rows) == 0 {
+		return nil
+	}
+	if w.conn == nil {
+		conn, err := w.pool.Acquire(ctx)
+		if err != nil {
+			return fmt.Errorf("postgres sink: %w", err)
+		}
+		if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
+			conn.Release()
+			return classify("postgres sink: begin", err)
+		}
+		w.conn = conn
+	}
+	if _, err := w.conn.CopyFrom(ctx, w.table, w.cfg.Columns, pgx.CopyFromRows(w.rows)); err != nil {
+		return classify("postgres sink: copy into "+w.cfg.Table, err)
+	}
+	w.rows = w.rows[:0]
+	return nil
+}
+
+// Snapshot pre-commits: the buffered rows go into the transaction, which is
+// recorded and handed to the asynchronous part to PREPARE.
+func (w *txWriter[T]) Snapshot(id checkpoint.ID) (operator.Async, error) {
+	if err := w.flush(context.Background()); err != nil {
+		return nil, err
+	}
+	if w.conn != nil {
+		w.pending = append(w.pending, &prepared{GID: w.gid(w.ctx.Subtask, id), Sub: w.ctx.Subtask, At: id, conn: w.conn})
+		w.conn = nil
+	}
+	items := make([][]byte, len(w.pending))
+	for i, p := range w.pending {
+		items[i], _ = json.Marshal(p)
+	}
+	write := w.ctx.SnapshotList(state.Union, "txns", items)
+	// NB: a transaction whose PREPARE never ran (another operator's
+	// asynchronous part failed first) is prepared by the next snapshot: a
+	// checkpoint completes only once every transaction it records is.
+	todo := slices.Clone(w.pending)
+	timeout := w.cfg.Timeout
+	return func(wr operator.Writer) ([]checkpoint.Handle, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		for _, p := range todo {
+			if err := p.prepare(ctx); err != nil {
+				return nil, err
+			}
+		}
+		return write(wr)
+	}, nil
+}
+
+// NotifyComplete commits every transaction prepared up to checkpoint id.
+func (w *txWriter[T]) NotifyComplete(id checkpoint.ID) error {
+	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.Timeout)
+	defer cancel()
+	keep := w.pending[:0]
+	for _, p := range w.pending {
+		if p.At > id {
+			keep = append(keep, p)
+			continue
+		}
+		if err := w.commit(ctx, p.GID); err != nil {
+			return err
+		}
+	}
+	w.pending = keep
+	return nil
+}
+
+// Finish commits at once without checkpoints; with them, the final
+// checkpoint commits.
+func (w *txWriter[T]) Finish() error {
+	if w.ctx.CheckpointingEnabled {
+		return nil
+	}
+	ctx := context.Background()
+	if err := w.flush(ctx); err != nil || w.conn == nil {
+		return err
+	}
+	_, err := w.conn.Exec(ctx, "COMMIT")
+	w.conn.Release()
+	w.conn = nil
+	return classify("postgres sink: commit", err)
+}
+
+func (w *txWriter[T]) NotifyAborted(checkpoint.ID) {}
+
+// Close rolls back the open transaction and those never prepared; the
+// prepared ones stay, for the restore to commit or roll back.
+func (w *txWriter[T]) Close() error {
+	if w.conn != nil {
+		w.conn.Hijack().Close(context.Background())
+		w.conn = nil
+	}
+	for _, p := range w.pending {
+		p.abandon()
+	}
+	if w.pool != nil {
+		w.pool.Close()
+	}
+	return nil
+}
+
+// upsertWriter writes INSERT … ON CONFLICT DO UPDATE in batches, each
+// committed: at most BatchRows rows wait, and none past a snapshot.
+type upsertWriter[T any] struct {
+	cfg    SinkConfig[T]
+	conn   *pgx.Conn
+	stage  string
+	upsert string
+	keyAt  []int // indexes of the key columns in a row
+	rows   [][]any
+}
+
+func (w *upsertWriter[T]) Open(ctx *operator.Context) error {
+	rctx, cancel := context.WithTimeout(context.Background(), w.cfg.Timeout)
+	defer cancel()
+	conn, err := connect(rctx, w.cfg.URL)
+	if err != nil {
+		return err
+	}
+	w.conn = conn
+	w.stage = "weir_stage"
+	for _, k := range w.cfg.Key {
+		w.keyAt = append(w.keyAt, slices.Index(w.cfg.Columns, k))
+	}
+	create := fmt.Sprintf("CREATE TEMP TABLE %s ON COMMIT DELETE ROWS AS SELECT %s FROM %s LIMIT 0", w.stage, columnList(w.cfg.Columns), w.cfg.Table)
+	if _, err := conn.Exec(rctx, create); err != nil {
+		return classify("postgres sink: staging table", err)
+	}
+	w.upsert = upsertSQL(w.cfg.Table, w.stage, w.cfg.Columns, w.cfg.Key)
+	return nil
+}
+
+func (w *upsertWriter[T]) Write(v T) error {
+	w.rows = append(w.rows, w.cfg.Row(v))
+	if len(w.rows) >= w.cfg.BatchRows {
+		return w.flush()
+	}
+	return nil
+}
+
+// flush writes the buffered rows in one transaction: the last row of each
+// key (a statement cannot update a row twice), copied into the staging
+// table, then upserted.
+func (w *upsertWriter[T]) flush() error {
+	if len(w.rows) == 0 {
+		return nil
+	}
+	latest := make(map[string]int, len(w.rows))
+	var key strings.Builder
+	for i, r := range w.rows {
+		key.Reset()
+		for _, k := range w.keyAt {
+			fmt.Fprint(&key, r[k], "\x00")
+		}
+		latest[key.String()] = i
+	}
+	rows := make([][]any, 0, len(latest))
+	for i, r := range w.rows {
+		key.Reset()
+		for _, k := range w.keyAt {
+			fmt.Fprint(&key, r[k], "\x00")
+		}
+		if latest[key.String()] == i {
+			rows = append(rows, r)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.Timeout)
+	defer cancel()
+	err := pgx.BeginFunc(ctx, w.conn, func(tx pgx.Tx) error {
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{w.stage}, w.cfg.Columns, pgx.CopyFromRows(rows)); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, w.upsert)
+		return err
+	})
+	if err != nil {
+		return classify("postgres sink: upsert into "+w.cfg.Table, err)
+	}
+	w.rows = w.rows[:0]
+	return nil
+}
+
+// Snapshot writes what is buffered: the checkpoint then covers it.
+func (w *upsertWriter[T]) Snapshot(checkpoint.ID) (operator.Async, error) { return nil, w.flush() }
+
+func (w *upsertWriter[T]) NotifyComplete(checkpoint.ID) error { return nil }
+func (w *upsertWriter[T]) NotifyAborted(checkpoint.ID)        {}
+func (w *upsertWriter[T]) Finish() error                      { return w.flush() }
+
+func (w *upsertWriter[T]) Close() error {
+	if w.conn != nil {
+		w.conn.Close(context.Background())
+	}
+	return nil
+}
