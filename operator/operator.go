@@ -44,7 +44,7 @@ type Context struct {
 	// snapshot may wait for its commit; a sink whose transactions expire
 	// sooner must refuse to start.
 	CommitWait CommitWait
-	Logger               *slog.Logger
+	Logger     *slog.Logger
 	// Now is the processing-time clock.
 	Now func() time.Time
 	// Acquire holds a resource (a lock) for the rest of the run, across
