@@ -38,6 +38,7 @@ var layers = map[string]int{
 	"connector/generator":   51,
 	"connector/kafka":       51,
 	"connector/postgres":    51,
+	"connector/writeahead":  51,
 	"connector/stdio":       51,
 	"examples/wordcount":    52,
 	"cmd/weir":              53,

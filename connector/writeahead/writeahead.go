@@ -1,0 +1,277 @@
+// Package writeahead turns any batch writer into a sink that writes at the
+// barrier: for outputs with no transactions (standard output, an HTTP
+// endpoint, a plain file, a store without transactions).
+//
+// Records are buffered in the sink's checkpointed state, so a checkpoint
+// covers them. When checkpoint n completes, the batch of n (every record
+// since the previous snapshot) is written in one go, and a marker records
+// durably that n was written. A restore writes again only the batches that
+// have no marker.
+//
+// What remains: a crash between a batch's write and its marker repeats that
+// one batch after the restore. The writer can make that harmless by being
+// idempotent per checkpoint: it receives the checkpoint id with the batch.
+// Without checkpoints, batches are written when the input ends.
+package writeahead
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/weirstream/weir"
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/codec"
+	"github.com/weirstream/weir/operator"
+	"github.com/weirstream/weir/state"
+	"github.com/weirstream/weir/storage"
+)
+
+// Batch is what a writer gets: the records one subtask took in between two
+// snapshots, and the checkpoint that covers them.
+type Batch[T any] struct {
+	// Checkpoint covers the records; with Subtask, it names the batch
+	// uniquely (0 when written at the end of input without checkpoints).
+	Checkpoint checkpoint.ID
+	// Subtask is the subtask that took the records in.
+	Subtask int
+	Records []T
+}
+
+// Config configures Sink.
+type Config[T any] struct {
+	// Write writes one batch; an error fails the job, which restores and
+	// writes the batch again. Required.
+	Write func(ctx context.Context, b Batch[T]) error
+	// MarkerDir holds the markers of written batches, one small file per
+	// operator and subtask; it must survive the process (put it beside the
+	// checkpoints). Required.
+	MarkerDir string
+	// FS is MarkerDir's file system; default the real one.
+	FS vfs.FS
+	// Codec encodes records in the checkpointed state. Default codec.For[T].
+	Codec codec.Codec[T]
+}
+
+// Sink returns a write-ahead sink over cfg.Write. It fails now if the
+// marker directory cannot be created.
+func Sink[T any](cfg Config[T]) (func() weir.SinkWriter[T], error) {
+	if cfg.Write == nil || cfg.MarkerDir == "" {
+		return nil, errors.New("write-ahead sink: Write and MarkerDir are required")
+	}
+	if cfg.FS == nil {
+		cfg.FS = vfs.Default
+	}
+	if cfg.Codec == nil {
+		cfg.Codec = codec.For[T]()
+	}
+	if err := cfg.FS.MkdirAll(cfg.MarkerDir, 0o755); err != nil {
+		return nil, fmt.Errorf("write-ahead sink: marker directory %s: %w", cfg.MarkerDir, err)
+	}
+	return func() weir.SinkWriter[T] { return &sink[T]{cfg: cfg} }, nil
+}
+
+// pending is a batch taken at a snapshot and not yet written.
+type pending[T any] struct {
+	sub     int
+	id      checkpoint.ID
+	records []T
+}
+
+type sink[T any] struct {
+	cfg     Config[T]
+	ctx     *operator.Context
+	buf     []T
+	pending []pending[T]
+	// written holds, per subtask that took batches in, the newest
+	// checkpoint whose batch was written: batches are written in order.
+	written map[int]checkpoint.ID
+}
+
+func (s *sink[T]) Open(ctx *operator.Context) error {
+	s.ctx, s.written = ctx, map[int]checkpoint.ID{}
+	if ctx.Restore == nil {
+		return nil
+	}
+	// Every subtask gets every batch and takes those of the old subtasks
+	// it stands for now: a subtask's batches stay together, in order, as
+	// its marker needs.
+	items, err := state.RestoreList(ctx.Restore.Handles, ctx.Restore.Read, state.Union, "batches", ctx.Subtask, ctx.Parallelism)
+	if err != nil {
+		return err
+	}
+	for _, it := range items {
+		p, err := s.decode(it)
+		if err != nil {
+			return operator.Permanent(fmt.Errorf("write-ahead sink: restore: %w", err))
+		}
+		if p.sub%ctx.Parallelism != ctx.Subtask {
+			continue
+		}
+		if _, ok := s.written[p.sub]; !ok {
+			if s.written[p.sub], err = s.marker(p.sub); err != nil {
+				return err
+			}
+		}
+		if p.id > s.written[p.sub] {
+			s.pending = append(s.pending, p)
+		}
+	}
+	// Every batch the restored checkpoint holds is covered by it.
+	return s.writeUpTo(ctx.Restore.Checkpoint)
+}
+
+func (s *sink[T]) Write(v T) error {
+	s.buf = append(s.buf, v)
+	return nil
+}
+
+// Snapshot takes the buffered records as the batch of checkpoint id; the
+// state holds every batch not yet written.
+func (s *sink[T]) Snapshot(id checkpoint.ID) (operator.Async, error) {
+	if len(s.buf) > 0 {
+		s.pending = append(s.pending, pending[T]{sub: s.ctx.Subtask, id: id, records: s.buf})
+		s.buf = nil
+	}
+	batches := append([]pending[T](nil), s.pending...)
+	c := s.ctx
+	return func(w operator.Writer) ([]checkpoint.Handle, error) {
+		items := make([][]byte, len(batches))
+		for i, p := range batches {
+			items[i] = s.encode(p)
+		}
+		return c.SnapshotList(state.Union, "batches", items)(w)
+	}, nil
+}
+
+// NotifyComplete writes, in order, every batch up to checkpoint id.
+func (s *sink[T]) NotifyComplete(id checkpoint.ID) error { return s.writeUpTo(id) }
+
+func (s *sink[T]) writeUpTo(id checkpoint.ID) error {
+	keep := s.pending[:0]
+	for _, p := range s.pending {
+		if p.id > id {
+			keep = append(keep, p)
+			continue
+		}
+		if err := s.cfg.Write(context.Background(), Batch[T]{Checkpoint: p.id, Subtask: p.sub, Records: p.records}); err != nil {
+			return fmt.Errorf("write-ahead sink %s: write the batch of checkpoint %d: %w", s.ctx.UID, p.id, err)
+		}
+		// NB: a crash here repeats this batch after the restore.
+		if err := s.mark(p.sub, p.id); err != nil {
+			return err
+		}
+	}
+	s.pending = keep
+	return nil
+}
+
+// Finish writes what is buffered when there are no checkpoints; with them,
+// the final checkpoint's completion writes it.
+func (s *sink[T]) Finish() error {
+	if s.ctx.CheckpointingEnabled || len(s.buf) == 0 {
+		return nil
+	}
+	err := s.cfg.Write(context.Background(), Batch[T]{Subtask: s.ctx.Subtask, Records: s.buf})
+	s.buf = nil
+	return err
+}
+
+func (s *sink[T]) NotifyAborted(checkpoint.ID) {}
+func (s *sink[T]) Close() error                { return nil }
+
+// markerPath is the marker of the batches operator uid's subtask sub took.
+func (s *sink[T]) markerPath(sub int) string {
+	return s.cfg.FS.PathJoin(s.cfg.MarkerDir, url.PathEscape(s.ctx.UID)+"-"+strconv.Itoa(sub))
+}
+
+// marker reads the newest checkpoint whose batch of subtask sub was
+// written (0: none).
+func (s *sink[T]) marker(sub int) (checkpoint.ID, error) {
+	f, err := s.cfg.FS.Open(s.markerPath(sub))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return 0, nil
+		}
+		return 0, fmt.Errorf("write-ahead sink: read marker: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 32))
+	if err != nil {
+		return 0, fmt.Errorf("write-ahead sink: read marker %s: %w", s.markerPath(sub), err)
+	}
+	id, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0, operator.Permanent(fmt.Errorf("write-ahead sink: marker %s is damaged (%q): %w", s.markerPath(sub), b, err))
+	}
+	return checkpoint.ID(id), nil
+}
+
+// mark records durably that the batch of checkpoint id of subtask sub was
+// written: a new file, synced, renamed over the old one.
+func (s *sink[T]) mark(sub int, id checkpoint.ID) error {
+	path := s.markerPath(sub)
+	tmp := path + ".tmp"
+	f, err := s.cfg.FS.Create(tmp, vfs.WriteCategoryUnspecified)
+	if err == nil {
+		if _, err = f.Write([]byte(strconv.FormatUint(uint64(id), 10) + "\n")); err == nil {
+			err = f.Sync()
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err == nil {
+		err = s.cfg.FS.Rename(tmp, path)
+	}
+	if err == nil {
+		err = storage.SyncDir(s.cfg.FS, s.cfg.MarkerDir)
+	}
+	if err != nil {
+		return fmt.Errorf("write-ahead sink: mark checkpoint %d written: %w", id, err)
+	}
+	s.written[sub] = id
+	return nil
+}
+
+func (s *sink[T]) encode(p pending[T]) []byte {
+	b := codec.AppendLen(nil, p.sub)
+	b = codec.AppendLen(b, int(p.id))
+	b = codec.AppendLen(b, len(p.records))
+	for _, r := range p.records {
+		b = s.cfg.Codec.Append(b, r)
+	}
+	return b
+}
+
+func (s *sink[T]) decode(b []byte) (pending[T], error) {
+	var p pending[T]
+	var nums [3]int
+	for i := range nums {
+		n, k, err := codec.ReadLen(b)
+		if err != nil {
+			return p, err
+		}
+		nums[i], b = n, b[k:]
+	}
+	p.sub, p.id = nums[0], checkpoint.ID(nums[1])
+	p.records = make([]T, 0, min(nums[2], len(b)))
+	for range nums[2] {
+		v, k, err := s.cfg.Codec.Decode(b)
+		if err != nil {
+			return p, err
+		}
+		p.records, b = append(p.records, v), b[k:]
+	}
+	if len(b) != 0 {
+		return p, fmt.Errorf("%d bytes after the last record", len(b))
+	}
+	return p, nil
+}
