@@ -8,12 +8,15 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weirstream/weir"
 	"github.com/weirstream/weir/examples/wordcount"
@@ -27,19 +30,25 @@ func newDemo() *cobra.Command {
 		Short: "Run the word count with a crash in the middle, recover, and verify exactly-once output",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return demo(cmd.Context(), cmd.OutOrStdout(), files, lines, keep)
+			return demoFiles(cmd.Context(), cmd.OutOrStdout(), files, lines, keep)
 		},
 	}
-	cmd.Flags().IntVar(&files, "files", 4, "input files to generate")
-	cmd.Flags().IntVar(&lines, "lines", 300_000, "lines per input file")
-	cmd.Flags().BoolVar(&keep, "keep", false, "keep the demo's directory (input, checkpoints, output)")
+	cmd.PersistentFlags().IntVar(&files, "files", 4, "input files to generate")
+	cmd.PersistentFlags().IntVar(&lines, "lines", 300_000, "lines per input file")
+	cmd.PersistentFlags().BoolVar(&keep, "keep", false, "keep the demo's directory (input, checkpoints, output)")
+	cmd.AddCommand(&cobra.Command{
+		Use:   "kafka",
+		Short: "The same from Kafka to Kafka, exactly-once with transactions, on an in-process development broker",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return demoKafka(cmd.Context(), cmd.OutOrStdout(), files, lines, keep)
+		},
+	})
 	return cmd
 }
 
-// demo generates a corpus, counts its words with checkpoints every 200ms,
-// fails the counting operator once midway, lets Weir recover from the
-// latest checkpoint, and verifies the committed output by counting.
-func demo(ctx context.Context, w io.Writer, files, lines int, keep bool) error {
+// demoFiles counts the words of generated files into a directory.
+func demoFiles(ctx context.Context, w io.Writer, files, lines int, keep bool) error {
 	dir, err := os.MkdirTemp("", "weir-demo-")
 	if err != nil {
 		return err
@@ -48,20 +57,115 @@ func demo(ctx context.Context, w io.Writer, files, lines int, keep bool) error {
 		defer os.RemoveAll(dir)
 	}
 	fmt.Fprintf(w, "Weir demo: exactly-once word count with a crash and a recovery\n  working in %s\n\n", dir)
-	paths, err := writeCorpus(dir, files, lines)
+	_, want, err := demoCorpus(w, dir, files, lines)
 	if err != nil {
 		return err
 	}
-	want, err := wordcount.Expected(vfs.Default, paths)
+	out := filepath.Join(dir, "output")
+	return demo(ctx, w, dir, filepath.Join(dir, "input", "*.txt"), out, want, func() (wordcount.Report, error) {
+		return wordcount.Verify(vfs.Default, out, want, false)
+	})
+}
+
+// demoKafka starts a development broker in the process, produces the
+// corpus into a topic, and counts its words into another topic with
+// transactions; the output is read read_committed.
+func demoKafka(ctx context.Context, w io.Writer, files, lines int, keep bool) error {
+	dir, err := os.MkdirTemp("", "weir-demo-")
 	if err != nil {
 		return err
+	}
+	if !keep {
+		defer os.RemoveAll(dir)
+	}
+	fmt.Fprintf(w, "Weir demo: exactly-once word count from Kafka to Kafka (transactions), with a crash and a recovery\n  working in %s\n\n", dir)
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "lines", "counts"))
+	if err != nil {
+		return err
+	}
+	defer cluster.Close()
+	brokers := cluster.ListenAddrs()
+	fmt.Fprintf(w, "0. started a development Kafka broker (franz-go's kfake, in memory) on %s\n", brokers[0])
+	paths, want, err := demoCorpus(w, dir, files, lines)
+	if err != nil {
+		return err
+	}
+	n, err := produceLines(ctx, brokers, "lines", paths)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "   produced %d records into topic lines (4 partitions)\n", n)
+	in := "kafka://" + brokers[0] + "/lines?bounded=true"
+	out := "kafka://" + brokers[0] + "/counts"
+	return demo(ctx, w, dir, in, out, want, func() (wordcount.Report, error) {
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		lines, err := wordcount.KafkaLines(rctx, brokers, "counts")
+		if err != nil {
+			return wordcount.Report{}, err
+		}
+		return wordcount.Check(want, slices.Values(lines), false)
+	})
+}
+
+// demoCorpus generates the corpus and counts its words.
+func demoCorpus(w io.Writer, dir string, files, lines int) ([]string, map[string]int64, error) {
+	paths, err := writeCorpus(dir, files, lines)
+	if err != nil {
+		return nil, nil, err
+	}
+	want, err := wordcount.Expected(vfs.Default, paths)
+	if err != nil {
+		return nil, nil, err
 	}
 	var total int64
 	for _, n := range want {
 		total += n
 	}
 	fmt.Fprintf(w, "1. generated %d files, %d lines, %d words (%d distinct)\n", files, files*lines, total, len(want))
+	return paths, want, nil
+}
 
+// produceLines produces every line of the files as a record of topic.
+func produceLines(ctx context.Context, brokers []string, topic string, paths []string) (int, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	n := 0
+	var failed atomic.Pointer[error]
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return n, err
+		}
+		for line := range strings.SplitSeq(strings.TrimSuffix(string(data), "\n"), "\n") {
+			cl.Produce(ctx, &kgo.Record{Value: []byte(line)}, func(_ *kgo.Record, err error) {
+				if err != nil {
+					failed.CompareAndSwap(nil, &err)
+				}
+			})
+			n++
+		}
+	}
+	if err := cl.Flush(ctx); err != nil {
+		return n, err
+	}
+	if err := failed.Load(); err != nil {
+		return n, *err
+	}
+	return n, nil
+}
+
+// demo counts the words of input into output with checkpoints every
+// 200ms, fails the counting operator once midway, lets Weir recover from
+// the latest checkpoint, and verifies the committed output by counting.
+func demo(ctx context.Context, w io.Writer, dir, input, output string, want map[string]int64, verify func() (wordcount.Report, error)) error {
+	var total int64
+	for _, n := range want {
+		total += n
+	}
 	// The crash is armed once two checkpoints have completed, so the
 	// recovery restores real state and rewinds the sources mid-file.
 	const crashAfterCheckpoints = 2
@@ -76,7 +180,7 @@ func demo(ctx context.Context, w io.Writer, files, lines int, keep bool) error {
 		}
 	}
 	env, err := wordcount.Build(wordcount.Options{
-		Input: filepath.Join(dir, "input", "*.txt"), Output: filepath.Join(dir, "output"), Parallelism: 2,
+		Input: input, Output: output, Parallelism: 2,
 		Checkpoint: weir.CheckpointConfig{Interval: 200 * time.Millisecond, Dir: filepath.Join(dir, "checkpoints"), Retained: 2},
 		Restart:    weir.FixedDelay{Delay: 300 * time.Millisecond, MaxAttempts: 3},
 		// The demo tells the story itself, from the job's events.
@@ -144,7 +248,7 @@ loop:
 	progress()
 	fmt.Fprintf(w, "   job finished in %v: %d checkpoints, %d attempts\n", time.Since(start).Round(time.Millisecond), res.Checkpoints, res.Attempts)
 
-	rep, err := wordcount.Verify(vfs.Default, filepath.Join(dir, "output"), want, false)
+	rep, err := verify()
 	if err != nil {
 		return err
 	}

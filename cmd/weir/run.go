@@ -124,8 +124,11 @@ func newRun() *cobra.Command {
 		Use:   "wordcount",
 		Short: "Count words exactly-once: every occurrence writes word<TAB>count to the output directory",
 		Long: `Count words exactly-once: every occurrence of a word writes word<TAB>count (its count
-so far) to the output directory. A word is a run of letters and digits (Unicode),
-lower-cased; everything else separates words.`,
+so far) to the output. A word is a run of letters and digits (Unicode), lower-cased;
+everything else separates words. Input is files or a Kafka topic (a line per
+record); output is files, a Kafka topic (key: the word, value: the count), a
+PostgreSQL table (exactly-once: a row per occurrence; upsert: a row per word with
+its latest count), or standard output.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if input == "" || output == "" {
@@ -185,8 +188,8 @@ lower-cased; everything else separates words.`,
 		},
 	}
 	fl := wc.Flags()
-	fl.StringVar(&input, "input", "", "input file or glob (for example 'books/*.txt' or 'logs/*/part-*')")
-	fl.StringVar(&output, "output", "", "output directory; committed files are those not beginning with '.'")
+	fl.StringVar(&input, "input", "", "input files (a path or glob: 'books/*.txt', 'logs/*/part-*'), or a Kafka topic: 'kafka://host:port/topic[?bounded=true&start=earliest|latest|committed|<RFC 3339 time>&group=<group>]'")
+	fl.StringVar(&output, "output", "", "an output directory (committed files are those not beginning with '.'), a Kafka topic ('kafka://host:port/topic[?delivery=exactly-once|at-least-once|none&txn-timeout=15m&create=true]'), a PostgreSQL table ('postgres://user@host:port/db?table=counts&mode=exactly-once|upsert'), or - (standard output, written when each checkpoint completes)")
 	fl.IntVar(&parallelism, "parallelism", 1, "subtasks per operator")
 	fl.DurationVar(&progressEvery, "progress", 5*time.Second, "print progress this often (0: never)")
 	cf.add(wc)

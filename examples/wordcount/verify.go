@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"iter"
 	"maps"
 	"slices"
 	"strconv"
@@ -61,15 +62,48 @@ func (r Report) String() string {
 }
 
 // Verify reads the committed output in dir (files not beginning with ".")
-// and checks that every word's counts are exactly 1..n, each once, where n
-// is its count in want. With atLeastOnce, duplicates are allowed: only loss
-// is counted.
+// and checks it with Check.
 func Verify(fs vfs.FS, dir string, want map[string]int64, atLeastOnce bool) (Report, error) {
-	var r Report
 	names, err := fs.List(dir)
 	if err != nil {
-		return r, err
+		return Report{}, err
 	}
+	var readErr error
+	lines := func(yield func(string) bool) {
+		for _, n := range names {
+			if strings.HasPrefix(n, ".") {
+				continue
+			}
+			data, err := readAll(fs, fs.PathJoin(dir, n))
+			if err != nil {
+				readErr = err
+				return
+			}
+			sc := bufio.NewScanner(bytes.NewReader(data))
+			sc.Buffer(nil, 1<<20)
+			for sc.Scan() {
+				if !yield(sc.Text()) {
+					return
+				}
+			}
+			if err := sc.Err(); err != nil {
+				readErr = fmt.Errorf("output %s: %w", n, err)
+				return
+			}
+		}
+	}
+	rep, err := Check(want, lines, atLeastOnce)
+	if readErr != nil {
+		return rep, readErr
+	}
+	return rep, err
+}
+
+// Check checks output lines "word<TAB>count": every word's counts must be
+// exactly 1..n, each once, where n is its count in want. With atLeastOnce,
+// duplicates are allowed: only loss is counted.
+func Check(want map[string]int64, lines iter.Seq[string], atLeastOnce bool) (Report, error) {
+	var r Report
 	// seen[w][c] is how often "w<TAB>c" was written, for 1 ≤ c ≤ want[w].
 	seen := make(map[string][]uint32, len(want))
 	for w, n := range want {
@@ -80,43 +114,29 @@ func Verify(fs vfs.FS, dir string, want map[string]int64, atLeastOnce bool) (Rep
 			r.Examples = append(r.Examples, fmt.Sprintf(format, args...))
 		}
 	}
-	for _, n := range names {
-		if strings.HasPrefix(n, ".") {
-			continue
+	for line := range lines {
+		r.Lines++
+		word, num, ok := strings.Cut(line, "\t")
+		c, err := strconv.ParseInt(num, 10, 64)
+		if !ok || err != nil {
+			return r, fmt.Errorf("malformed output line %q", line)
 		}
-		data, err := readAll(fs, fs.PathJoin(dir, n))
-		if err != nil {
-			return r, err
-		}
-		sc := bufio.NewScanner(bytes.NewReader(data))
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
-			r.Lines++
-			word, num, ok := strings.Cut(sc.Text(), "\t")
-			c, err := strconv.ParseInt(num, 10, 64)
-			if !ok || err != nil {
-				return r, fmt.Errorf("output %s: malformed line %q", n, sc.Text())
-			}
-			counts, known := seen[word]
-			switch {
-			case !known:
+		counts, known := seen[word]
+		switch {
+		case !known:
+			r.Unexpected++
+			example("%q is not in the input", word)
+		case c < 1:
+			r.Unexpected++
+			example("%q count %d", word, c)
+		case c >= int64(len(counts)):
+			r.Beyond++
+			if !atLeastOnce {
 				r.Unexpected++
-				example("%q is not in the input", word)
-			case c < 1:
-				r.Unexpected++
-				example("%q count %d", word, c)
-			case c >= int64(len(counts)):
-				r.Beyond++
-				if !atLeastOnce {
-					r.Unexpected++
-					example("%q count %d beyond its %d occurrences", word, c, len(counts)-1)
-				}
-			default:
-				counts[c]++
+				example("%q count %d beyond its %d occurrences", word, c, len(counts)-1)
 			}
-		}
-		if err := sc.Err(); err != nil {
-			return r, fmt.Errorf("output %s: %w", n, err)
+		default:
+			counts[c]++
 		}
 	}
 	r.Words = len(want)
@@ -133,6 +153,33 @@ func Verify(fs vfs.FS, dir string, want map[string]int64, atLeastOnce bool) (Rep
 		}
 	}
 	return r, nil
+}
+
+// CheckFinal checks final counts (an upsert table): every word of want has
+// exactly its count, and there is no other word.
+func CheckFinal(want map[string]int64, got map[string]int64) Report {
+	var r Report
+	r.Words, r.Lines = len(want), len(got)
+	for w, n := range want {
+		switch g, ok := got[w]; {
+		case !ok:
+			r.Lost++
+			if len(r.Examples) < 3 {
+				r.Examples = append(r.Examples, fmt.Sprintf("%q missing", w))
+			}
+		case g != n:
+			r.Unexpected++
+			if len(r.Examples) < 3 {
+				r.Examples = append(r.Examples, fmt.Sprintf("%q count %d, want %d", w, g, n))
+			}
+		}
+	}
+	for w := range got {
+		if _, ok := want[w]; !ok {
+			r.Unexpected++
+		}
+	}
+	return r
 }
 
 func readAll(fs vfs.FS, path string) ([]byte, error) {

@@ -1,6 +1,13 @@
 // Package wordcount is Weir's word count: read lines, lower-case and split
 // them into words, keep a count per word in keyed state, and write each
-// updated count as "word<TAB>count" with an exactly-once file sink.
+// updated count, exactly-once.
+//
+// Input is files (a path or glob) or a Kafka topic (kafka://host:port/topic,
+// one line per record value). Output is a directory of files
+// ("word<TAB>count" lines), a Kafka topic (key: the word; value: the count
+// in decimal), a PostgreSQL table (postgres://…?table=counts&mode=…:
+// exactly-once appends a row per occurrence, upsert keeps one row per word
+// with its latest count), or standard output ("-", written at the barrier).
 package wordcount
 
 import (
@@ -12,7 +19,6 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/weirstream/weir"
-	"github.com/weirstream/weir/connector/file"
 )
 
 // Options configure the job; Restore, Fresh and AllowNonRestoredState are
@@ -60,11 +66,11 @@ func Build(o Options) (*weir.Environment, error) {
 		Job: "wordcount", Parallelism: o.Parallelism, Checkpoint: cc, Restore: o.Restore, Fresh: o.Fresh,
 		AllowNonRestoredState: o.AllowNonRestoredState, Restart: o.Restart, Logger: o.Logger, OnEvent: o.OnEvent,
 	})
-	lines, err := file.Lines(file.LinesConfig{FS: o.FS, Pattern: o.Input})
+	lines, err := input(o)
 	if err != nil {
 		return nil, err
 	}
-	sink, err := file.Sink(file.SinkConfig[Count]{FS: o.FS, Dir: o.Output, Format: Format})
+	sink, err := output(o, cc)
 	if err != nil {
 		return nil, err
 	}

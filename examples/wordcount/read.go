@@ -1,0 +1,78 @@
+package wordcount
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// KafkaLines reads topic read_committed, from the start to its last stable
+// offsets, as output lines "word<TAB>count". It fails when ctx ends first:
+// a transaction left open would hold a read_committed consumer back.
+func KafkaLines(ctx context.Context, brokers []string, topic string) ([]string, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.KeepControlRecords())
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	pos := map[int32]int64{}
+	caughtUp := func() bool {
+		all := true
+		ends.Each(func(o kadm.ListedOffset) { all = all && pos[o.Partition] >= o.Offset })
+		return all
+	}
+	var lines []string
+	for !caughtUp() {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("read %s read_committed: %w (at %v of %v: an open transaction holds consumers back?)", topic, err, pos, ends)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			pos[r.Partition] = r.Offset + 1
+			if !r.Attrs.IsControl() {
+				lines = append(lines, string(r.Key)+"\t"+string(r.Value))
+			}
+		})
+	}
+	return lines, nil
+}
+
+// PostgresRows reads table's rows as output lines "word<TAB>count".
+func PostgresRows(ctx context.Context, url, table string) (iter.Seq[string], error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, "SELECT word, count FROM "+pgx.Identifier(strings.Split(table, ".")).Sanitize())
+	if err != nil {
+		return nil, err
+	}
+	lines, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (string, error) {
+		var w string
+		var c int64
+		err := r.Scan(&w, &c)
+		return fmt.Sprint(w, "\t", c), err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return func(yield func(string) bool) {
+		for _, l := range lines {
+			if !yield(l) {
+				return
+			}
+		}
+	}, nil
+}
