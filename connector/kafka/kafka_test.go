@@ -472,3 +472,36 @@ func TestSinkRefusesAnUnsafeTransactionTimeout(t *testing.T) {
 		}
 	}
 }
+
+// TestSinkDoesNotReuseAnIDARestoreMayCommit: after checkpoint 1 commits
+// its transaction, the next records go under another transactional id
+// until a newer checkpoint completes; a crash then restores checkpoint 1,
+// whose transaction the restore commits again by producer id and epoch. A
+// new transaction under the same id would fence that commit.
+func TestSinkDoesNotReuseAnIDARestoreMayCommit(t *testing.T) {
+	brokers := broker(t, "out")
+	w := &operatortest.MemWriter{}
+	run := &operatortest.Run{}
+	s := sinkFor(t, run, brokers, 0, 1, nil)
+	s.Write("a")
+	hs := snapshot(t, s, 1, w)
+	if err := s.NotifyComplete(1); err != nil {
+		t.Fatal(err)
+	}
+	s.Write("b")
+	snapshot(t, s, 2, w) // never completes: the process dies
+	s.Close()
+	run.Close()
+
+	run = &operatortest.Run{}
+	defer run.Close()
+	newSink, _ := Sink(SinkConfig[string]{Brokers: brokers, Topic: "out", Encode: encode, TransactionalIDs: 3})
+	r := newSink()
+	defer r.Close()
+	if err := r.Open(run.Context("out", 0, 1, &operator.Restore{Checkpoint: 1, Handles: hs, Read: w.Read})); err != nil {
+		t.Fatalf("restoring checkpoint 1: %v", err)
+	}
+	if got := consume(t, brokers, "out", true); !slices.Equal(got, []string{"a"}) || stalled(t, brokers, "out") {
+		t.Fatalf("after the restore: %v", got)
+	}
+}

@@ -151,6 +151,10 @@ type txn struct {
 	At    checkpoint.ID `json:"at"` // the checkpoint it was pre-committed at
 	Sub   int           `json:"sub"`
 	cl    *kgo.Client
+	// recorded is the newest checkpoint whose state lists the transaction:
+	// until a newer one completes, a restore may commit it again by its
+	// producer id and epoch, so the id must not start a new transaction.
+	recorded checkpoint.ID
 	// flushed: the asynchronous part of a snapshot flushed it.
 	mu      sync.Mutex
 	flushed bool
@@ -174,6 +178,7 @@ type writer[T any] struct {
 	free    []*txn   // ids without a transaction
 	open    *txn     // the transaction records go into
 	pending []*txn   // pre-committed, by checkpoint
+	cooling []*txn   // committed, but listed by a checkpoint a restore may use
 	unmade  []string // ids of this subtask's pool without a client yet
 	// reserved are the ids the restored checkpoint recorded: they are not
 	// reused before a checkpoint of this run completes, so that a second
@@ -355,7 +360,7 @@ func (w *writer[T]) take() (*txn, error) {
 		defer cancel()
 		return w.newTxn(ctx, w.ctx.Subtask, id)
 	}
-	return nil, operator.Permanent(fmt.Errorf("kafka sink %s: all %d transactional ids of subtask %d hold transactions waiting for a checkpoint to complete: raise TransactionalIDs, or find out why checkpoints do not complete",
+	return nil, operator.Permanent(fmt.Errorf("kafka sink %s: all %d transactional ids of subtask %d hold transactions that a checkpoint lists and a restore may still need: raise TransactionalIDs, or find out why checkpoints do not complete",
 		w.ctx.UID, w.cfg.TransactionalIDs, w.ctx.Subtask))
 }
 
@@ -427,6 +432,7 @@ func (w *writer[T]) Snapshot(id checkpoint.ID) (operator.Async, error) {
 	items := [][]byte{mustJSON(map[string]any{"pool": pool{Sub: w.ctx.Subtask, Parallelism: w.ctx.Parallelism, Size: w.cfg.TransactionalIDs}})}
 	for _, t := range w.pending {
 		items = append(items, mustJSON(map[string]any{"txn": t}))
+		t.recorded = id
 	}
 	write := w.ctx.SnapshotList(state.Union, "txns", items)
 	// NB: a pending transaction whose flush never ran (another operator's
@@ -469,9 +475,21 @@ func mustJSON(v any) []byte {
 
 // NotifyComplete commits every transaction pre-committed up to checkpoint
 // id: those of aborted checkpoints too, whose records later snapshots count
-// as processed.
+// as processed. An id is used again only once a checkpoint newer than every
+// one that lists its transaction has completed: until then a restore may
+// commit that transaction again, by its producer id and epoch, which a new
+// transaction under the id would fence.
 func (w *writer[T]) NotifyComplete(id checkpoint.ID) error {
 	w.reserved = nil
+	cooling := w.cooling[:0]
+	for _, t := range w.cooling {
+		if t.recorded < id {
+			w.free = append(w.free, t)
+		} else {
+			cooling = append(cooling, t)
+		}
+	}
+	w.cooling = cooling
 	keep := w.pending[:0]
 	for _, t := range w.pending {
 		if t.At > id {
@@ -482,7 +500,7 @@ func (w *writer[T]) NotifyComplete(id checkpoint.ID) error {
 			return fatal(fmt.Sprintf("kafka sink: commit transaction %s of checkpoint %d", t.ID, t.At), err)
 		}
 		t.At, t.flushed = 0, false
-		w.free = append(w.free, t)
+		w.cooling = append(w.cooling, t)
 	}
 	w.pending = keep
 	return nil
@@ -506,7 +524,7 @@ func (w *writer[T]) NotifyAborted(checkpoint.ID) {}
 // pre-committed ones are committed by the restore, the others aborted by it
 // or by their timeout.
 func (w *writer[T]) Close() error {
-	for _, t := range slices.Concat(w.free, w.pending) {
+	for _, t := range slices.Concat(w.free, w.pending, w.cooling) {
 		t.cl.Close()
 	}
 	if w.open != nil {
