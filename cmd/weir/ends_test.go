@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +20,24 @@ import (
 	"github.com/weirstream/weir/examples/wordcount"
 	"github.com/weirstream/weir/internal/pgtest"
 )
+
+// lockedBuffer is a buffer a process writes while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
 
 // serveKafka starts `weir kafka serve` as a process of its own, so that it
 // outlives the word counts the test kills, and returns its address.
@@ -175,8 +194,10 @@ func checkTable(t *testing.T, url, table, mode string, want map[string]int64) {
 func TestPostgresRestartsDuringTheJob(t *testing.T) {
 	pg := pgtest.Start(t)
 	j := newJob(t, 4, 100_000)
-	cmd, stderr := j.command("--output", pg.URL+"&table=counts", "--checkpoint-interval", "30ms", "--restart-delay", "200ms", "--restart-attempts", "50")
+	cmd, _ := j.command("--output", pg.URL+"&table=counts", "--checkpoint-interval", "30ms", "--restart-delay", "200ms", "--restart-attempts", "50")
 	// j.command's --output comes first; the later one wins.
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
