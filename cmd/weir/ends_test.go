@@ -247,3 +247,20 @@ func TestBadEndsFailAtStart(t *testing.T) {
 		t.Fatalf("written to Kafka despite the errors: %v %v", lines, err)
 	}
 }
+
+// TestStandardOutput: --output - writes each checkpoint's counts when it
+// completes (the write-ahead sink); the output is exactly-once.
+func TestStandardOutput(t *testing.T) {
+	j := newJob(t, 2, 20_000)
+	cmd := exec.Command(weirBin, "run", "wordcount", "--input", j.input, "--output", "-", "--checkpoint-dir", j.ckpt,
+		"--checkpoint-interval", "20ms", "--parallelism", "2")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+	rep, err := wordcount.Check(j.want, slices.Values(lines), false)
+	if err != nil || !rep.OK() {
+		t.Fatalf("%v %v", rep, err)
+	}
+}

@@ -39,8 +39,8 @@ func broker(t *testing.T, topics ...string) []string {
 }
 
 // produce writes values into topic (records without keys go round-robin
-// over its partitions); txn, if set, writes them in one committed
-// transaction with that id.
+// over its partitions); txn, if set, writes them in one transaction with
+// that id, committed unless the id ends in -aborted.
 func produce(t *testing.T, brokers []string, topic, txn string, values ...string) {
 	t.Helper()
 	opts := []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.RoundRobinPartitioner())}
@@ -69,7 +69,8 @@ func produce(t *testing.T, brokers []string, topic, txn string, values ...string
 		t.Fatal(err)
 	}
 	if txn != "" {
-		if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		commit := kgo.TransactionEndTry(!strings.HasSuffix(txn, "-aborted"))
+		if err := cl.EndTransaction(ctx, commit); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -195,6 +196,7 @@ func TestBoundedSourceRestoresAtAnotherParallelism(t *testing.T) {
 	brokers := broker(t, "lines")
 	produce(t, brokers, "lines", "", values("plain", 60)...)
 	produce(t, brokers, "lines", "producer", values("txn", 60)...)
+	produce(t, brokers, "lines", "producer-aborted", values("aborted", 30)...) // read_committed: never seen
 	newReader, err := Source(SourceConfig[string]{Brokers: brokers, Topics: []string{"lines"}, Bounded: true, Decode: StringValue, BatchSize: 7})
 	if err != nil {
 		t.Fatal(err)
@@ -503,5 +505,72 @@ func TestSinkDoesNotReuseAnIDARestoreMayCommit(t *testing.T) {
 	}
 	if got := consume(t, brokers, "out", true); !slices.Equal(got, []string{"a"}) || stalled(t, brokers, "out") {
 		t.Fatalf("after the restore: %v", got)
+	}
+}
+
+// TestIdleSubtasksDoNotHoldBackCheckpoints: with more subtasks than
+// partitions, the idle ones take part in checkpoints at once; a bounded job
+// ends with its final checkpoint. Offsets go to the consumer group when a
+// checkpoint completes.
+func TestIdleSubtasksDoNotHoldBackCheckpoints(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "one"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	brokers := c.ListenAddrs()
+	produce(t, brokers, "one", "", values("r", 500)...)
+	src, err := Source(SourceConfig[string]{Brokers: brokers, Topics: []string{"one"}, Bounded: true, Decode: StringValue, Group: "lag"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink, err := Sink(SinkConfig[string]{Brokers: brokers, Topic: "copy", Encode: encode, CreateTopic: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := weir.New(weir.Config{Job: "copy", Parallelism: 3, Checkpoint: weir.CheckpointConfig{Interval: 10 * time.Millisecond}})
+	weir.Sink(weir.Source(env, "in", src), "out", sink)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := env.Execute(ctx)
+	if err != nil || res.Checkpoints == 0 {
+		t.Fatalf("%v after %d checkpoints", err, res.Checkpoints)
+	}
+	if got := consume(t, brokers, "copy", true); !slices.Equal(got, values("r", 500)) {
+		t.Fatalf("copied %d records", len(got))
+	}
+	cl, _ := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	defer cl.Close()
+	offs, err := kadm.NewClient(cl).FetchOffsets(context.Background(), "lag")
+	if o, ok := offs.Lookup("one", 0); err != nil || !ok || o.At != 500 {
+		t.Fatalf("group offset %+v %v: want 500", o, err)
+	}
+}
+
+// TestSinkFatalErrorsSayWhatToDo: a record larger than the topic allows
+// is an error a restart cannot fix, and says so.
+func TestSinkFatalErrorsSayWhatToDo(t *testing.T) {
+	brokers := broker(t)
+	cl, _ := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	defer cl.Close()
+	limit := "200"
+	if _, err := kadm.NewClient(cl).CreateTopic(context.Background(), 1, -1, map[string]*string{"max.message.bytes": &limit}, "small"); err != nil {
+		t.Fatal(err)
+	}
+	newSink, err := Sink(SinkConfig[string]{Brokers: brokers, Topic: "small", Encode: encode, Delivery: AtLeastOnce})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := &operatortest.Run{}
+	defer run.Close()
+	s := newSink()
+	if err := s.Open(run.Context("out", 0, 1, nil)); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.Write(strings.Repeat("x", 5000))
+	_, err = s.Snapshot(1)
+	if !operator.IsPermanent(err) || !strings.Contains(fmt.Sprint(err), "max.message.bytes") {
+		t.Fatalf("a record too large: %v", err)
 	}
 }
