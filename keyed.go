@@ -44,22 +44,47 @@ func (ks KeyedStream[K, T]) input(int) (graph.Input, inputSpec) {
 		h := codec.NewHasher(ks.codec)
 		return func(v T) int { return keygroup.Subtask(maxP, p, keygroup.Of(h.Hash(ks.key(v)), maxP)) }
 	}
-	return graph.Input{From: ks.s.node, Partition: graph.Hash}, inputSpec{partition: graph.Hash, hashRoute: route}
+	return graph.Input{From: ks.s.node, Partition: graph.Hash, Port: ks.s.port}, inputSpec{partition: graph.Hash, hashRoute: route}
 }
 
 // KeyedContext gives a keyed function its current key, state and timers.
 // It belongs to one subtask; functions must not keep it past their call
 // except to declare state in Open.
 type KeyedContext[K comparable] struct {
-	key     K
-	backend *heap.Backend
-	timers  *heap.Timers[K]
-	kc      codec.Codec[K]
-	op      *operator.Context
+	key         K
+	backend     *heap.Backend
+	timers      *heap.Timers[K] // processing time
+	eventTimers *heap.Timers[K]
+	kc          codec.Codec[K]
+	op          *operator.Context
+	c           *chain
 	// onTimer is false when the function has no OnTimer: registering a
 	// timer is then a mistake.
 	onTimer bool
-	fail    func(error)
+	// wm is the operator's watermark; domain, the time domain of the timer
+	// firing.
+	wm     int64
+	domain TimeDomain
+}
+
+// TimeDomain is event time or processing time.
+type TimeDomain int
+
+const (
+	// EventTime is when things happened, as records' timestamps say.
+	EventTime TimeDomain = iota + 1
+	// ProcessingTime is the clock of the machine.
+	ProcessingTime
+)
+
+func (d TimeDomain) String() string {
+	switch d {
+	case EventTime:
+		return "event time"
+	case ProcessingTime:
+		return "processing time"
+	}
+	return fmt.Sprintf("time-domain(%d)", int(d))
 }
 
 // Key is the key of the record or timer being handled.
@@ -67,6 +92,39 @@ func (c *KeyedContext[K]) Key() K { return c.key }
 
 // Now is the processing time.
 func (c *KeyedContext[K]) Now() time.Time { return c.op.Now() }
+
+// Timestamp is the event time of the record being handled, or of the
+// timer firing; the zero Time when the stream has no event time.
+func (c *KeyedContext[K]) Timestamp() time.Time { return fromMillis(c.c.now) }
+
+// Watermark is the operator's current watermark: records at or before it
+// are late. The zero Time before the first.
+func (c *KeyedContext[K]) Watermark() time.Time { return fromMillis(c.wm) }
+
+// TimeDomain says, in OnTimer, which kind of timer fired.
+func (c *KeyedContext[K]) TimeDomain() TimeDomain { return c.domain }
+
+// RegisterEventTimer asks for OnTimer when the watermark reaches at, for
+// the current key; one at or before the watermark fires with the next
+// watermark. Event-time timers are checkpointed, and all fire at the end
+// of the input.
+func (c *KeyedContext[K]) RegisterEventTimer(at time.Time) {
+	if !c.onTimer {
+		c.c.fail(operator.Permanent(fmt.Errorf("%s registered a timer, but its function has no OnTimer method to call when it fires: implement weir.KeyedTimerFunction, or do not register timers", c.op.UID)))
+		return
+	}
+	c.eventTimers.Register(c.key, at)
+}
+
+// DeleteEventTimer cancels the current key's event-time timer at at.
+func (c *KeyedContext[K]) DeleteEventTimer(at time.Time) { c.eventTimers.Delete(c.key, at) }
+
+func fromMillis(ms int64) time.Time {
+	if ms == operator.MinTime {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
+}
 
 // Subtask and Parallelism say which instance this is.
 func (c *KeyedContext[K]) Subtask() int     { return c.op.Subtask }
@@ -79,7 +137,7 @@ func (c *KeyedContext[K]) Parallelism() int { return c.op.Parallelism }
 // the job fails, saying so.
 func (c *KeyedContext[K]) RegisterTimer(at time.Time) {
 	if !c.onTimer {
-		c.fail(operator.Permanent(fmt.Errorf("%s registered a timer, but its function has no OnTimer method to call when it fires: implement weir.KeyedTimerFunction, or do not register timers", c.op.UID)))
+		c.c.fail(operator.Permanent(fmt.Errorf("%s registered a timer, but its function has no OnTimer method to call when it fires: implement weir.KeyedTimerFunction, or do not register timers", c.op.UID)))
 		return
 	}
 	c.timers.Register(c.key, at)
@@ -160,7 +218,9 @@ type KeyedOpener[K comparable] interface {
 	Open(c *KeyedContext[K]) error
 }
 
-// KeyedTimerFunction is called when a timer fires, with its key current.
+// KeyedTimerFunction is called when a timer fires, with its key current
+// (c.TimeDomain says which kind). What an event-time timer emits has its
+// time as event time.
 type KeyedTimerFunction[K comparable, Out any] interface {
 	OnTimer(c *KeyedContext[K], at time.Time, out Collector[Out]) error
 }
@@ -182,12 +242,22 @@ func (k *keyed[K, Out]) open(oc *operator.Context, kc codec.Codec[K], fn any) er
 			return fmt.Errorf("restore keyed state from checkpoint %d: %w", oc.Restore.Checkpoint, err)
 		}
 	}
-	timers, err := heap.NewTimers(b, kc)
+	timers, err := heap.NewTimers(b, "_timers", kc)
 	if err != nil {
 		return err
 	}
+	eventTimers, err := heap.NewTimers(b, "_event_timers", kc)
+	if err != nil {
+		return err
+	}
+	wm := operator.MinTime
+	if oc.Restore != nil {
+		if wm, err = restoreWatermark(oc.Restore, oc); err != nil {
+			return err
+		}
+	}
 	k.onTime, _ = fn.(KeyedTimerFunction[K, Out])
-	k.kctx = KeyedContext[K]{backend: b, timers: timers, kc: kc, op: oc, onTimer: k.onTime != nil, fail: k.c.fail}
+	k.kctx = KeyedContext[K]{backend: b, timers: timers, eventTimers: eventTimers, kc: kc, op: oc, c: k.c, onTimer: k.onTime != nil, wm: wm}
 	k.hasher = codec.NewHasher(kc)
 	if o, ok := fn.(KeyedOpener[K]); ok {
 		return o.Open(&k.kctx)
@@ -212,18 +282,38 @@ func (k *keyed[K, Out]) setKey(key K) bool {
 
 func (k *keyed[K, Out]) Snapshot(checkpoint.ID) (operator.Async, error) {
 	oc := k.kctx.op
-	return oc.WriteState(state.KindKeyed, oc.KeyGroups, k.kctx.backend.Snapshot()), nil
+	return both(oc.WriteState(state.KindKeyed, oc.KeyGroups, k.kctx.backend.Snapshot()), nil)(snapshotWatermark(oc, k.kctx.wm))
 }
 
 func (k *keyed[K, Out]) NextTimer() (time.Time, bool) { return k.kctx.timers.Next() }
 
 func (k *keyed[K, Out]) FireTimers(now time.Time) error {
+	k.kctx.domain = ProcessingTime
 	return k.kctx.timers.Fire(now, func(key K, at time.Time) error {
 		if k.onTime == nil {
 			return nil // restored from a version of the function that had OnTimer
 		}
-		k.kctx.key = key
+		k.kctx.key, k.c.now = key, operator.MinTime
 		return k.onTime.OnTimer(&k.kctx, at, k.out)
+	})
+}
+
+// AdvanceWatermark fires the event-time timers up to wm, earliest first.
+func (k *keyed[K, Out]) AdvanceWatermark(wm int64) error {
+	if wm <= k.kctx.wm {
+		return nil // a restored watermark is ahead of the inputs'
+	}
+	k.kctx.wm = wm
+	k.kctx.domain = EventTime
+	return k.kctx.eventTimers.FireUpTo(wm, func(key K, at time.Time) error {
+		if k.onTime == nil {
+			return nil
+		}
+		k.kctx.key, k.c.now = key, at.UnixMilli()
+		if err := k.onTime.OnTimer(&k.kctx, at, k.out); err != nil {
+			return err
+		}
+		return k.c.err
 	})
 }
 
@@ -327,8 +417,8 @@ type keyedCoOp[K comparable, A, B, Out any] struct {
 
 func (o *keyedCoOp[K, A, B, Out]) Open(oc *operator.Context) error { return o.open(oc, o.kc, o.fn) }
 
-func (o *keyedCoOp[K, A, B, Out]) ProcessBatch(input int, batch any) error {
-	return processTwo(o.n, o.c, input, batch,
+func (o *keyedCoOp[K, A, B, Out]) ProcessBatch(input int, batch any, times []int64) error {
+	return processTwo(o.n, o.c, input, batch, times,
 		func(a A) error {
 			if !o.setKey(o.keyA(a)) {
 				return o.c.err

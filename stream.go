@@ -3,6 +3,7 @@ package weir
 import (
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/weirstream/weir/graph"
 	"github.com/weirstream/weir/internal/runtime"
@@ -17,6 +18,9 @@ type Collector[T any] interface{ Collect(T) }
 type Stream[T any] struct {
 	env  *Environment
 	node int
+	// port is the node's output the stream is: 0 its records, above 0 a
+	// side output.
+	port int
 	// part is the partitioning towards the next operator; 0 picks forward
 	// when the parallelism matches and rebalance otherwise.
 	part graph.Partition
@@ -38,22 +42,22 @@ func (s *Stream[T]) input(p int) (graph.Input, inputSpec) {
 			part = graph.Forward
 		}
 	}
-	return graph.Input{From: s.node, Partition: part}, inputSpec{partition: part}
+	return graph.Input{From: s.node, Partition: part, Port: s.port}, inputSpec{partition: part}
 }
 
 // Rebalance spreads s's records round-robin over the next operator.
 func Rebalance[T any](s *Stream[T]) *Stream[T] {
-	return &Stream[T]{env: s.env, node: s.node, part: graph.Rebalance}
+	return &Stream[T]{env: s.env, node: s.node, port: s.port, part: graph.Rebalance}
 }
 
 // Broadcast sends every record of s to every subtask of the next operator.
 func Broadcast[T any](s *Stream[T]) *Stream[T] {
-	return &Stream[T]{env: s.env, node: s.node, part: graph.Broadcast}
+	return &Stream[T]{env: s.env, node: s.node, port: s.port, part: graph.Broadcast}
 }
 
 // Forward keeps s's records in their subtask (equal parallelism needed).
 func Forward[T any](s *Stream[T]) *Stream[T] {
-	return &Stream[T]{env: s.env, node: s.node, part: graph.Forward}
+	return &Stream[T]{env: s.env, node: s.node, port: s.port, part: graph.Forward}
 }
 
 // addOp adds an operator of Out records, reading ups; see Environment.add.
@@ -65,11 +69,18 @@ func addOp[Out any](env *Environment, name, kind string, fn any, opts []Option, 
 
 // emitterOf builds the collector over a node's outgoing edges: one emitter
 // per edge, each batching per downstream channel.
-func emitterOf[T any](e *Environment, b *runtime.TaskBuild, plan *graph.Plan) (any, []runtime.Output) {
+func emitterOf[T any](e *Environment, b *runtime.TaskBuild, plan *graph.Plan, c *chain, port int) (any, []runtime.Output) {
+	var now *int64
+	if e.nodes[b.Vertex.Nodes[len(b.Vertex.Nodes)-1]].timed {
+		now = &c.now
+	}
 	var colls fanout[T]
 	var outs []runtime.Output
 	for k, ei := range b.Vertex.Outputs {
 		edge := plan.Edges[ei]
+		if edge.Port != port {
+			continue
+		}
 		consumer := e.nodes[plan.Vertices[edge.To].Nodes[0]]
 		chans := b.Outputs[k]
 		var route runtime.Route[T]
@@ -88,7 +99,7 @@ func emitterOf[T any](e *Environment, b *runtime.TaskBuild, plan *graph.Plan) (a
 		case graph.Broadcast:
 			route = func(T) int { return runtime.BroadcastRoute }
 		}
-		em := runtime.NewEmitter(b.Ctx, chans, route, b.BatchSize)
+		em := runtime.NewEmitter(b.Ctx, chans, route, b.BatchSize, now)
 		colls = append(colls, em)
 		outs = append(outs, em)
 	}
@@ -120,10 +131,13 @@ type head[In any] struct {
 	n  *node
 }
 
-func (h *head[In]) ProcessBatch(_ int, batch any) error {
+func (h *head[In]) ProcessBatch(_ int, batch any, times []int64) error {
 	b := batch.([]In)
 	h.n.records.Add(int64(len(b)))
-	for _, v := range b {
+	for i, v := range b {
+		if times != nil {
+			h.c.now = times[i]
+		}
 		h.in.Collect(v)
 		if h.c.err != nil {
 			return h.c.err
@@ -202,19 +216,38 @@ type ProgressReporter interface {
 	Progress() (remaining, total int64)
 }
 
-// Source adds a source; newReader builds each subtask's reader.
+// Source adds a source; newReader builds each subtask's reader. With the
+// Watermarks option its records have event time.
 func Source[T any](env *Environment, name string, newReader func() SourceReader[T], opts ...Option) *Stream[T] {
 	n := &node{}
 	n.instance = func(c *chain, next any) (operator.Operator, any) {
 		r := newReader()
 		p, _ := r.(ProgressReporter)
-		return &sourceOp[T]{SourceReader: r, progress: p, out: countingCollector[T]{next: next.(Collector[T])}, c: c, n: n}, nil
+		op := &sourceOp[T]{SourceReader: r, progress: p, out: countingCollector[T]{next: next.(Collector[T])}, c: c, n: n}
+		ws, ok := n.watermarks.(WatermarkStrategy[T])
+		if !ok {
+			op.collector = op.out
+			return op, nil
+		}
+		clk := newClock(ws.watermarkOf(), ws.IdleTimeout, time.Now)
+		op.collector = &timeCollector[T]{next: op.out, timestamp: ws.Timestamp, c: c, clock: clk}
+		return &timedSource[T]{sourceOp: op, clock: clk}, nil
 	}
 	n.head = func(op operator.Operator, _ any, _ *chain) any { return op }
 	s := addOp[T](env, name, kindSource, newReader, opts, n)
 	n.remaining = make([]atomic.Int64, max(n.Parallelism, 0))
 	for i := range n.remaining {
 		n.remaining[i].Store(-1)
+	}
+	if n.watermarks != nil {
+		ws, ok := n.watermarks.(WatermarkStrategy[T])
+		switch {
+		case !ok:
+			env.fail(fmt.Errorf("source %q: its Watermarks option is a %T, not a WatermarkStrategy of its records", name, n.watermarks))
+		case ws.check() != nil:
+			env.fail(fmt.Errorf("source %q: %w", name, ws.check()))
+		}
+		n.timed = ok
 	}
 	return s
 }
@@ -223,8 +256,11 @@ type sourceOp[T any] struct {
 	SourceReader[T]
 	progress ProgressReporter
 	out      countingCollector[T]
-	c        *chain
-	n        *node
+	// collector is what Read emits into: out, or a timeCollector over it.
+	collector Collector[T]
+	c         *chain
+	n         *node
+	oc        *operator.Context
 }
 
 func (s *sourceOp[T]) Open(ctx *operator.Context) error {
@@ -245,7 +281,12 @@ func (cc countingCollector[T]) Collect(v T) {
 func (s *sourceOp[T]) Poll() (operator.PollResult, error) {
 	var count int64
 	s.out.count = &count
-	res, err := s.Read(s.out)
+	if tc, ok := s.collector.(*timeCollector[T]); ok {
+		tc.next = s.out
+	} else {
+		s.collector = s.out
+	}
+	res, err := s.Read(s.collector)
 	s.n.records.Add(count)
 	if s.progress != nil {
 		left, total := s.progress.Progress()
@@ -323,18 +364,21 @@ type coOp[A, B, Out any] struct {
 	c   *chain
 }
 
-func (o *coOp[A, B, Out]) ProcessBatch(input int, batch any) error {
-	return processTwo(o.n, o.c, input, batch, func(a A) error { return o.fn.Process1(a, o.out) }, func(b B) error { return o.fn.Process2(b, o.out) })
+func (o *coOp[A, B, Out]) ProcessBatch(input int, batch any, times []int64) error {
+	return processTwo(o.n, o.c, input, batch, times, func(a A) error { return o.fn.Process1(a, o.out) }, func(b B) error { return o.fn.Process2(b, o.out) })
 }
 
 // processTwo feeds a batch of a two-input operator to f1 or f2, stopping at
 // the first error of the function or of the chain after it.
-func processTwo[A, B any](n *node, c *chain, input int, batch any, f1 func(A) error, f2 func(B) error) error {
+func processTwo[A, B any](n *node, c *chain, input int, batch any, times []int64, f1 func(A) error, f2 func(B) error) error {
 	switch input {
 	case 0:
 		b := batch.([]A)
 		n.records.Add(int64(len(b)))
-		for _, v := range b {
+		for i, v := range b {
+			if times != nil {
+				c.now = times[i]
+			}
 			if err := f1(v); err != nil {
 				return err
 			}
@@ -345,7 +389,10 @@ func processTwo[A, B any](n *node, c *chain, input int, batch any, f1 func(A) er
 	case 1:
 		b := batch.([]B)
 		n.records.Add(int64(len(b)))
-		for _, v := range b {
+		for i, v := range b {
+			if times != nil {
+				c.now = times[i]
+			}
 			if err := f2(v); err != nil {
 				return err
 			}

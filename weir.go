@@ -225,8 +225,17 @@ type node struct {
 	instance func(c *chain, next any) (operator.Operator, any)
 	// head adapts the instance for use at the head of a task.
 	head func(op operator.Operator, in any, c *chain) any
-	// emitter builds the collector over the node's outgoing edges.
-	emitter func(e *Environment, b *runtime.TaskBuild, plan *graph.Plan) (any, []runtime.Output)
+	// emitter builds the collector over the node's outgoing edges; c is
+	// the chain, whose current event time the batches carry when the node
+	// has event time.
+	emitter emitterFunc
+	// sides build the collectors of the node's side outputs, by port.
+	sides map[int]emitterFunc
+	// timed: the node's records carry event time (a watermark strategy at
+	// or before it).
+	timed bool
+	// watermarks is a Source's WatermarkStrategy[T] (Watermarks option).
+	watermarks any
 	// records counts records entering the node as a task head, or leaving
 	// it as a source.
 	records atomic.Int64
@@ -235,6 +244,10 @@ type node struct {
 	remaining []atomic.Int64
 	total     atomic.Int64
 }
+
+// emitterFunc builds the collector over the edges of a node's output port
+// (0: its records), and their outputs.
+type emitterFunc func(e *Environment, b *runtime.TaskBuild, plan *graph.Plan, c *chain, port int) (any, []runtime.Output)
 
 type inputSpec struct {
 	partition graph.Partition
@@ -249,6 +262,12 @@ type chain struct {
 	// err is the first error of a user function in the chain; the head
 	// returns it after the record that caused it.
 	err error
+	// now is the event time of the record being handled (MinTime: none):
+	// the head sets it for each record, a timer or window for what it
+	// emits, and emitters put it in the batches.
+	now int64
+	// sides holds the collectors of the tail's side outputs, by port.
+	sides map[int]any
 }
 
 func (c *chain) fail(err error) {
@@ -258,18 +277,18 @@ func (c *chain) fail(err error) {
 }
 
 // Option sets a property of an operator.
-type Option func(*graph.Node)
+type Option func(*node)
 
 // UID sets the operator's stable identity (default: its name). State is
 // matched to operators by UID when a job restores a checkpoint, so a
 // renamed operator keeps its state only if UID pins its old identity.
-func UID(uid string) Option { return func(n *graph.Node) { n.UID = uid } }
+func UID(uid string) Option { return func(n *node) { n.UID = uid } }
 
 // Parallelism sets the operator's parallelism.
-func Parallelism(p int) Option { return func(n *graph.Node) { n.Parallelism = p } }
+func Parallelism(p int) Option { return func(n *node) { n.Parallelism = p } }
 
 // NoChain keeps the operator out of its predecessor's task.
-func NoChain() Option { return func(n *graph.Node) { n.NoChain = true } }
+func NoChain() Option { return func(n *node) { n.NoChain = true } }
 
 // Operator kinds, recorded with UIDs in checkpoints: state of one kind
 // cannot be restored into an operator of another.
@@ -281,6 +300,9 @@ const (
 	kindKeyedProcess   = "keyed-process"
 	kindKeyedCoProcess = "keyed-coprocess"
 	kindSink           = graph.KindSink
+	kindAssigner       = "watermarks"
+	kindWindow         = "window"
+	kindJoin           = "join"
 )
 
 // upstream is a stream an operator reads: a Stream or a KeyedStream.
@@ -296,7 +318,7 @@ type upstream interface {
 func (e *Environment) add(name, kind string, fn any, opts []Option, n *node, ups ...upstream) int {
 	n.Name, n.UID, n.Kind, n.Parallelism, n.MaxParallelism = name, name, kind, e.cfg.Parallelism, e.cfg.MaxParallelism
 	for _, o := range opts {
-		o(&n.Node)
+		o(n)
 	}
 	if isNil(fn) {
 		e.fail(fmt.Errorf("operator %q: its function is nil", name))
@@ -313,6 +335,7 @@ func (e *Environment) add(name, kind string, fn any, opts []Option, n *node, ups
 		gi, spec := up.input(n.Parallelism)
 		n.Node.Inputs = append(n.Node.Inputs, gi)
 		n.inputs = append(n.inputs, spec)
+		n.timed = n.timed || e.nodes[gi.From].timed
 	}
 	e.nodes = append(e.nodes, n)
 	return len(e.nodes) - 1
@@ -450,12 +473,20 @@ func (e *Environment) spec(plan *graph.Plan) (runtime.Spec, error) {
 func (e *Environment) build(plan *graph.Plan) func(*runtime.TaskBuild) (*runtime.TaskParts, error) {
 	return func(b *runtime.TaskBuild) (*runtime.TaskParts, error) {
 		vx := b.Vertex
-		c := &chain{subtask: b.Subtask}
+		c := &chain{subtask: b.Subtask, now: operator.MinTime}
 		tail := e.nodes[vx.Nodes[len(vx.Nodes)-1]]
 		var next any
 		var outputs []runtime.Output
 		if len(vx.Outputs) > 0 {
-			next, outputs = tail.emitter(e, b, plan)
+			next, outputs = tail.emitter(e, b, plan, c, 0)
+			for port, side := range tail.sides {
+				coll, outs := side(e, b, plan, c, port)
+				if c.sides == nil {
+					c.sides = map[int]any{}
+				}
+				c.sides[port] = coll
+				outputs = append(outputs, outs...)
+			}
 		}
 		ops := make([]operator.Operator, len(vx.Nodes))
 		for i := len(vx.Nodes) - 1; i >= 0; i-- {

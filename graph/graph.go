@@ -62,6 +62,9 @@ type Node struct {
 type Input struct {
 	From      int // index of the upstream node; always below the node's own
 	Partition Partition
+	// Port is the upstream node's output the edge reads: 0 its records,
+	// above 0 a side output (late records, say).
+	Port int
 }
 
 // Graph is a job graph; nodes appear after their inputs.
@@ -82,6 +85,7 @@ type Edge struct {
 	From, To  int // vertex indexes
 	Input     int // index among To's inputs
 	Partition Partition
+	Port      int // the tail's output: 0 its records, above 0 a side output
 }
 
 // Plan is the execution plan of a graph.
@@ -139,7 +143,7 @@ func NewPlan(g Graph) (*Plan, error) {
 	p := &Plan{Graph: g, VertexOf: make([]int, len(g.Nodes))}
 	for i, n := range g.Nodes {
 		chained := len(n.Inputs) == 1 && !n.NoChain && n.Inputs[0].Partition == Forward &&
-			consumers[n.Inputs[0].From] == 1
+			consumers[n.Inputs[0].From] == 1 && n.Inputs[0].Port == 0
 		if chained {
 			v := p.VertexOf[n.Inputs[0].From]
 			p.Vertices[v].Nodes = append(p.Vertices[v].Nodes, i)
@@ -149,7 +153,7 @@ func NewPlan(g Graph) (*Plan, error) {
 		p.VertexOf[i] = len(p.Vertices)
 		p.Vertices = append(p.Vertices, Vertex{ID: n.UID, Nodes: []int{i}, Parallelism: n.Parallelism, MaxParallelism: n.MaxParallelism})
 		for k, in := range n.Inputs {
-			e := Edge{From: p.VertexOf[in.From], To: p.VertexOf[i], Input: k, Partition: in.Partition}
+			e := Edge{From: p.VertexOf[in.From], To: p.VertexOf[i], Input: k, Partition: in.Partition, Port: in.Port}
 			p.Vertices[e.To].Inputs = append(p.Vertices[e.To].Inputs, len(p.Edges))
 			p.Vertices[e.From].Outputs = append(p.Vertices[e.From].Outputs, len(p.Edges))
 			p.Edges = append(p.Edges, e)

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/weirstream/weir/checkpoint"
@@ -172,9 +173,36 @@ func (Base) Finish() error                         { return nil }
 func (Base) Close() error                          { return nil }
 
 // Input is implemented by the head operator of a task that has inputs: it
-// takes a batch ([]T of the input's record type) from input number input.
+// takes a batch ([]T of the input's record type) from input number input,
+// with its records' event times (nil when the stream has none).
 type Input interface {
-	ProcessBatch(input int, batch any) error
+	ProcessBatch(input int, batch any, times []int64) error
+}
+
+// Event time is milliseconds since the Unix epoch. MinTime is the watermark
+// before any, MaxTime the one at the end of the input.
+const (
+	MinTime int64 = math.MinInt64
+	MaxTime int64 = math.MaxInt64
+)
+
+// EventTimed is implemented by operators that act on the watermark: keyed
+// operators with event-time timers, windows.
+type EventTimed interface {
+	// AdvanceWatermark tells that the operator's input watermark reached
+	// wm (above every earlier one): fire what is due. The task calls it in
+	// chain order, so what it emits reaches the next operators before
+	// their watermark advances.
+	AdvanceWatermark(wm int64) error
+}
+
+// WatermarkSource is implemented by a task's head that makes watermarks (a
+// source with a watermark strategy, an assigner): its watermark replaces
+// that of the task's inputs.
+type WatermarkSource interface {
+	// Watermark is the current watermark, and whether the head is idle
+	// (every split it reads is idle or it reads none).
+	Watermark() (wm int64, idle bool)
 }
 
 // Source is implemented by the head operator of a source task.

@@ -21,6 +21,13 @@ const (
 	// KindEndOfData: the upstream subtask has emitted its last record.
 	// Barriers still follow, up to the job's final checkpoint.
 	KindEndOfData
+	// KindWatermark carries watermark Time: the upstream subtask emits no
+	// record with an event time at or below it any more. It also ends the
+	// channel's idleness.
+	KindWatermark
+	// KindIdle: the upstream subtask is idle (all its input splits are);
+	// its watermark must not hold back the minimum until it emits one.
+	KindIdle
 )
 
 // Event is what travels in a channel. A batch is immutable once pushed: the
@@ -28,7 +35,12 @@ const (
 type Event struct {
 	Kind  Kind
 	Batch any
+	// Times holds the event times of a batch's records (milliseconds since
+	// the Unix epoch), in order; nil when the stream has none.
+	Times []int64
 	ID    checkpoint.ID
+	// Time is a watermark's value.
+	Time int64
 }
 
 func (e Event) String() string {
@@ -41,6 +53,10 @@ func (e Event) String() string {
 		return fmt.Sprintf("cancel %d", e.ID)
 	case KindEndOfData:
 		return "end-of-data"
+	case KindWatermark:
+		return fmt.Sprintf("watermark %d", e.Time)
+	case KindIdle:
+		return "idle"
 	}
 	return "?"
 }

@@ -31,16 +31,28 @@ type Emitter[T any] struct {
 	route Route[T]
 	size  int
 	err   error
+	// now, when the stream has event time, points at the event time of the
+	// record being emitted; times holds each batch's.
+	now   *int64
+	times [][]int64
 	// Records counts records emitted (for metrics; read by the owner).
 	Records int64
 }
 
 // NewEmitter builds an emitter over outs. route nil sends every record to
-// outs[0]; a route returning BroadcastRoute sends it to all.
-func NewEmitter[T any](ctx context.Context, outs []OutputChannel, route Route[T], batchSize int) *Emitter[T] {
-	e := &Emitter[T]{ctx: ctx, outs: outs, bufs: make([][]T, len(outs)), route: route, size: batchSize}
+// outs[0]; a route returning BroadcastRoute sends it to all. now, if not
+// nil, points at the event time of the record being collected: batches
+// then carry event times.
+func NewEmitter[T any](ctx context.Context, outs []OutputChannel, route Route[T], batchSize int, now *int64) *Emitter[T] {
+	e := &Emitter[T]{ctx: ctx, outs: outs, bufs: make([][]T, len(outs)), route: route, size: batchSize, now: now}
 	for i := range e.bufs {
 		e.bufs[i] = make([]T, 0, batchSize)
+	}
+	if now != nil {
+		e.times = make([][]int64, len(outs))
+		for i := range e.times {
+			e.times[i] = make([]int64, 0, batchSize)
+		}
 	}
 	return e
 }
@@ -64,6 +76,9 @@ func (e *Emitter[T]) Collect(v T) {
 
 func (e *Emitter[T]) add(i int, v T) {
 	e.bufs[i] = append(e.bufs[i], v)
+	if e.now != nil {
+		e.times[i] = append(e.times[i], *e.now)
+	}
 	if len(e.bufs[i]) >= e.size {
 		e.push(i)
 	}
@@ -73,9 +88,13 @@ func (e *Emitter[T]) push(i int) {
 	if len(e.bufs[i]) == 0 || e.err != nil {
 		return
 	}
-	batch := e.bufs[i]
+	ev := Event{Kind: KindBatch, Batch: e.bufs[i]}
 	e.bufs[i] = make([]T, 0, e.size)
-	if err := e.outs[i].Push(e.ctx, Event{Kind: KindBatch, Batch: batch}); err != nil {
+	if e.now != nil {
+		ev.Times = e.times[i]
+		e.times[i] = make([]int64, 0, e.size)
+	}
+	if err := e.outs[i].Push(e.ctx, ev); err != nil {
 		e.err = err
 	}
 }

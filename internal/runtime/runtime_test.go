@@ -90,7 +90,7 @@ func TestGateSkipsBlockedChannels(t *testing.T) {
 func TestEmitterBatchesAndRoutes(t *testing.T) {
 	g := NewGate()
 	outs := []OutputChannel{NewLocalChannel(8, g.Ready()), NewLocalChannel(8, g.Ready())}
-	e := NewEmitter[int](context.Background(), outs, func(v int) int { return v % 2 }, 3)
+	e := NewEmitter[int](context.Background(), outs, func(v int) int { return v % 2 }, 3, nil)
 	for v := range 7 {
 		e.Collect(v)
 	}

@@ -78,7 +78,24 @@ type task struct {
 	// waits for the final checkpoint.
 	inputEnded bool
 	finished   bool
+
+	// Event time. wmSource, if set, makes the task's watermark; else it is
+	// the least of the input channels' (chanWM) that are not idle. wm is
+	// the watermark the operators saw and downstream was told; idle, that
+	// downstream was told the task is idle.
+	wmSource   operator.WatermarkSource
+	eventTimed []operator.EventTimed
+	chanWM     []int64
+	chanIdle   []bool
+	wm         int64
+	idle       bool
+	// wmNext throttles a wmSource's watermarks to one per WatermarkInterval.
+	wmNext time.Time
 }
+
+// WatermarkInterval is the least time between two watermarks a source (or
+// an assigner) emits, as Flink's auto-watermark interval.
+const WatermarkInterval = 200 * time.Millisecond
 
 func (t *task) send(ctx context.Context, r report) {
 	r.task = t.id
@@ -103,12 +120,23 @@ func (t *task) run(ctx context.Context) (err error) {
 			}
 		}
 	}()
+	t.wm = operator.MinTime
 	for i, op := range t.ops {
 		if err := op.Open(t.contexts[i]); err != nil {
 			return fmt.Errorf("task %s: open %s: %w", t.id, t.contexts[i].UID, err)
 		}
 		if tm, ok := op.(operator.Timed); ok {
 			t.timed = append(t.timed, tm)
+		}
+		if et, ok := op.(operator.EventTimed); ok {
+			t.eventTimed = append(t.eventTimed, et)
+		}
+	}
+	t.wmSource, _ = t.ops[0].(operator.WatermarkSource)
+	if t.gate != nil {
+		t.chanWM, t.chanIdle = make([]int64, t.gate.Len()), make([]bool, t.gate.Len())
+		for i := range t.chanWM {
+			t.chanWM[i] = operator.MinTime
 		}
 	}
 	if t.source != nil {
@@ -129,6 +157,9 @@ func (t *task) runSource(ctx context.Context) error {
 				return fmt.Errorf("task %s: %w", t.id, err)
 			}
 			if err := t.outputErr(); err != nil {
+				return err
+			}
+			if err := t.advance(); err != nil {
 				return err
 			}
 			switch {
@@ -247,10 +278,23 @@ func (t *task) fireTimers() error {
 func (t *task) handle(ctx context.Context, ch int, ev Event) error {
 	switch ev.Kind {
 	case KindBatch:
-		if err := t.input.ProcessBatch(t.inputOf[ch], ev.Batch); err != nil {
+		if err := t.input.ProcessBatch(t.inputOf[ch], ev.Batch, ev.Times); err != nil {
 			return fmt.Errorf("task %s: %w", t.id, err)
 		}
-		return t.outputErr()
+		if err := t.outputErr(); err != nil {
+			return err
+		}
+		if t.wmSource != nil {
+			return t.advance() // an assigner's watermark follows its records
+		}
+		return nil
+	case KindWatermark:
+		t.chanWM[ch] = max(t.chanWM[ch], ev.Time)
+		t.chanIdle[ch] = false
+		return t.advance()
+	case KindIdle:
+		t.chanIdle[ch] = true
+		return t.advance()
 	case KindBarrier:
 		return t.aligned(ctx, t.aligner.OnBarrier(ch, ev.ID))
 	case KindCancel:
@@ -378,6 +422,11 @@ func (w storageWriter) Write(h checkpoint.Handle, data []byte) (checkpoint.Handl
 // emitted so far precedes the barrier of the final checkpoint, which covers
 // it. Without checkpoints the task ends here.
 func (t *task) endInput(ctx context.Context) error {
+	// The input is over: event time is too. Every event-time timer and
+	// window fires, and the output is covered by the final checkpoint.
+	if err := t.advanceTo(operator.MaxTime); err != nil {
+		return err
+	}
 	for i, op := range t.ops {
 		if err := op.Finish(); err != nil {
 			return fmt.Errorf("task %s: %s: finish: %w", t.id, t.contexts[i].UID, err)
@@ -422,4 +471,62 @@ func (t *task) broadcast(e Event) error {
 		}
 	}
 	return nil
+}
+
+// advance moves the task's watermark to what its watermark source or its
+// inputs now say, and tells downstream of a change of idleness.
+func (t *task) advance() error {
+	var wm int64
+	idle := false
+	switch {
+	case t.wmSource != nil:
+		wm, idle = t.wmSource.Watermark()
+		if wm > t.wm && wm != operator.MaxTime && t.now().Before(t.wmNext) {
+			return nil // at most one watermark per interval
+		}
+	case len(t.chanWM) > 0:
+		wm, idle = operator.MaxTime, true
+		for c, w := range t.chanWM {
+			if !t.chanIdle[c] {
+				wm, idle = min(wm, w), false
+			}
+		}
+		if idle {
+			wm = t.wm
+		}
+	default:
+		return nil // a source without event time
+	}
+	if wm > t.wm {
+		return t.advanceTo(wm)
+	}
+	if idle != t.idle {
+		t.idle = idle
+		if idle {
+			return t.broadcast(Event{Kind: KindIdle})
+		}
+		return t.broadcast(Event{Kind: KindWatermark, Time: t.wm}) // active again
+	}
+	return nil
+}
+
+// advanceTo moves the watermark to wm: the operators fire what is due, in
+// chain order, and downstream hears of it after their output.
+func (t *task) advanceTo(wm int64) error {
+	if wm <= t.wm {
+		return nil
+	}
+	t.wm, t.idle = wm, false
+	if t.wmSource != nil {
+		t.wmNext = t.now().Add(WatermarkInterval)
+	}
+	for _, op := range t.eventTimed {
+		if err := op.AdvanceWatermark(wm); err != nil {
+			return fmt.Errorf("task %s: watermark: %w", t.id, err)
+		}
+		if err := t.outputErr(); err != nil {
+			return err
+		}
+	}
+	return t.broadcast(Event{Kind: KindWatermark, Time: wm})
 }

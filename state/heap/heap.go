@@ -437,10 +437,10 @@ func (q *timerQueue[K]) Pop() any {
 	return x
 }
 
-// NewTimers registers the timer table.
-func NewTimers[K comparable](b *Backend, kc codec.Codec[K]) (*Timers[K], error) {
+// NewTimers registers a timer table named name.
+func NewTimers[K comparable](b *Backend, name string, kc codec.Codec[K]) (*Timers[K], error) {
 	t := &Timers[K]{cow: newCow[timer[K], struct{}](b), kc: kc}
-	return t, b.register("_timers", t)
+	return t, b.register(name, t)
 }
 
 // Register sets a timer for key k at time at (millisecond precision); a
@@ -485,7 +485,12 @@ func (t *Timers[K]) Next() (time.Time, bool) {
 // Fire removes every timer at or before now, earliest first, and calls fire
 // for each with its key's group current.
 func (t *Timers[K]) Fire(now time.Time, fire func(k K, at time.Time) error) error {
-	limit := now.UnixMilli()
+	return t.FireUpTo(now.UnixMilli(), fire)
+}
+
+// FireUpTo is Fire up to limit, in milliseconds since the Unix epoch. A
+// timer registered by fire at or before limit fires too.
+func (t *Timers[K]) FireUpTo(limit int64, fire func(k K, at time.Time) error) error {
 	for len(t.queue) > 0 && t.queue[0].atMillis <= limit {
 		q := heap.Pop(&t.queue).(queued[K])
 		if _, live := t.groups[q.group][q.timer]; !live {

@@ -50,7 +50,7 @@ func open(t *testing.T, r keygroup.Range, restore []checkpoint.Handle, blobs map
 	if ts.maps, err = NewMap(b, "maps", codec.For[string](), codec.For[string](), codec.For[int]()); err != nil {
 		t.Fatal(err)
 	}
-	if ts.timers, err = NewTimers(b, codec.For[string]()); err != nil {
+	if ts.timers, err = NewTimers(b, "_timers", codec.For[string]()); err != nil {
 		t.Fatal(err)
 	}
 	return &ts

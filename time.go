@@ -1,0 +1,357 @@
+package weir
+
+import (
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/codec"
+	"github.com/weirstream/weir/operator"
+	"github.com/weirstream/weir/state"
+)
+
+// WatermarkStrategy says where a stream's event time comes from, and how
+// far the watermark trails it: the watermark promises that no record at or
+// before it will come any more, so event-time windows and timers up to it
+// can fire.
+type WatermarkStrategy[T any] struct {
+	// Timestamp is a record's event time (millisecond precision).
+	// Required.
+	Timestamp func(T) time.Time
+	// Watermark maps the greatest event time a split has seen to its
+	// watermark. Default: a millisecond before it (Monotonous).
+	Watermark func(max time.Time) time.Time
+	// IdleTimeout lets a split that has had no record for this long stop
+	// holding the watermark back, until its next record. Default 0: never.
+	IdleTimeout time.Duration
+}
+
+// BoundedOutOfOrderness expects records at most d behind the greatest
+// event time seen: the watermark is that time minus d (and a millisecond,
+// as in Flink).
+func BoundedOutOfOrderness[T any](d time.Duration, timestamp func(T) time.Time) WatermarkStrategy[T] {
+	return WatermarkStrategy[T]{Timestamp: timestamp, Watermark: func(max time.Time) time.Time { return max.Add(-d - time.Millisecond) }}
+}
+
+// Monotonous expects event times that never decrease.
+func Monotonous[T any](timestamp func(T) time.Time) WatermarkStrategy[T] {
+	return BoundedOutOfOrderness(0, timestamp)
+}
+
+// WithIdleness returns s with an idle timeout.
+func (s WatermarkStrategy[T]) WithIdleness(d time.Duration) WatermarkStrategy[T] {
+	s.IdleTimeout = d
+	return s
+}
+
+func (s WatermarkStrategy[T]) check() error {
+	switch {
+	case s.Timestamp == nil:
+		return fmt.Errorf("watermark strategy: Timestamp is required")
+	case s.IdleTimeout < 0:
+		return fmt.Errorf("watermark strategy: idle timeout %v is negative", s.IdleTimeout)
+	}
+	return nil
+}
+
+// watermarkOf maps a split's greatest event time to its watermark.
+func (s WatermarkStrategy[T]) watermarkOf() func(int64) int64 {
+	if s.Watermark == nil {
+		return func(max int64) int64 { return max - 1 }
+	}
+	return func(max int64) int64 { return s.Watermark(time.UnixMilli(max)).UnixMilli() }
+}
+
+// Watermarks gives a Source event time: its records' timestamps and
+// watermarks per split (see EnterSplit), the least of which the source
+// emits.
+func Watermarks[T any](s WatermarkStrategy[T]) Option {
+	return func(n *node) { n.watermarks = s }
+}
+
+// EnterSplit tells a source with event time (Watermarks) that the records
+// Read emits next come from split id: each split's watermark is tracked on
+// its own, and the source's is the least of them. Readers that do not call
+// it read one split. It is safe to call on any collector.
+func EnterSplit[T any](out Collector[T], id string) {
+	if s, ok := out.(splitter); ok {
+		s.enterSplit(id)
+	}
+}
+
+// FinishSplit tells a source with event time that split id emits no more
+// records: it no longer holds the watermark back.
+func FinishSplit[T any](out Collector[T], id string) {
+	if s, ok := out.(splitter); ok {
+		s.finishSplit(id)
+	}
+}
+
+type splitter interface {
+	enterSplit(id string)
+	finishSplit(id string)
+}
+
+// clock tracks the event time of a source's (or an assigner's) splits.
+type clock struct {
+	watermarkOf func(int64) int64
+	idleTimeout time.Duration
+	now         func() time.Time
+	opened      time.Time
+	splits      map[string]*splitTime
+	cur         *splitTime
+	touched     []*splitTime
+	// restored holds the greatest event times a checkpoint recorded.
+	restored map[string]int64
+}
+
+type splitTime struct {
+	max      int64
+	seen     time.Time
+	touched  bool
+	finished bool
+}
+
+func newClock(watermarkOf func(int64) int64, idle time.Duration, now func() time.Time) *clock {
+	return &clock{watermarkOf: watermarkOf, idleTimeout: idle, now: now, opened: now(), splits: map[string]*splitTime{}, restored: map[string]int64{}}
+}
+
+func (c *clock) enterSplit(id string) {
+	s := c.splits[id]
+	if s == nil {
+		s = &splitTime{max: operator.MinTime, seen: c.now()}
+		if m, ok := c.restored[id]; ok {
+			s.max = m
+		}
+		c.splits[id] = s
+	}
+	s.finished = false
+	c.cur = s
+}
+
+func (c *clock) finishSplit(id string) {
+	if s := c.splits[id]; s != nil {
+		s.finished = true
+	}
+}
+
+// observe records a record's event time in the current split.
+func (c *clock) observe(ms int64) {
+	if c.cur == nil {
+		c.enterSplit("")
+	}
+	s := c.cur
+	if ms > s.max {
+		s.max = ms
+	}
+	if !s.touched {
+		s.touched = true
+		c.touched = append(c.touched, s)
+	}
+}
+
+// Watermark is the least watermark of the splits that are neither finished
+// nor idle; idle when there is none such.
+func (c *clock) Watermark() (int64, bool) {
+	now := c.now()
+	for _, s := range c.touched {
+		s.seen, s.touched = now, false
+	}
+	c.touched = c.touched[:0]
+	wm, active := operator.MaxTime, false
+	for _, s := range c.splits {
+		if s.finished || (c.idleTimeout > 0 && now.Sub(s.seen) > c.idleTimeout) {
+			continue
+		}
+		active = true
+		if s.max == operator.MinTime {
+			wm = operator.MinTime
+		} else {
+			wm = min(wm, c.watermarkOf(s.max))
+		}
+	}
+	if !active {
+		if len(c.splits) == 0 && !(c.idleTimeout > 0 && now.Sub(c.opened) > c.idleTimeout) {
+			return operator.MinTime, false // nothing read yet
+		}
+		return operator.MinTime, true
+	}
+	return wm, false
+}
+
+// snapshot returns the asynchronous part that writes the splits' greatest
+// event times, so that a restored source's watermark resumes where it was.
+func (c *clock) snapshot(oc *operator.Context) operator.Async {
+	var items [][]byte
+	for id, s := range c.splits {
+		if s.max != operator.MinTime {
+			items = append(items, binary.AppendVarint(codec.AppendBytes(nil, []byte(id)), s.max))
+		}
+	}
+	return oc.SnapshotList(state.Union, "_event_time", items)
+}
+
+func (c *clock) restore(rs *operator.Restore, oc *operator.Context) error {
+	items, err := state.RestoreList(rs.Handles, rs.Read, state.Union, "_event_time", oc.Subtask, oc.Parallelism)
+	if err != nil {
+		return err
+	}
+	for _, it := range items {
+		id, n, err := codec.ReadBytes(it)
+		if err != nil {
+			return fmt.Errorf("restore event time: %w", err)
+		}
+		m, k := binary.Varint(it[n:])
+		if k <= 0 {
+			return fmt.Errorf("restore event time: %w", codec.ErrShort)
+		}
+		if old, ok := c.restored[string(id)]; !ok || m > old {
+			c.restored[string(id)] = m
+		}
+	}
+	return nil
+}
+
+// timedSource is a source with event time: it stamps records and makes
+// watermarks per split.
+type timedSource[T any] struct {
+	*sourceOp[T]
+	clock *clock
+}
+
+// timeCollector stamps records with their event time on their way out of
+// a source's reader.
+type timeCollector[T any] struct {
+	next      Collector[T]
+	timestamp func(T) time.Time
+	c         *chain
+	clock     *clock
+}
+
+func (t *timeCollector[T]) Collect(v T) {
+	ms := t.timestamp(v).UnixMilli()
+	t.c.now = ms
+	t.clock.observe(ms)
+	t.next.Collect(v)
+}
+
+func (t *timeCollector[T]) enterSplit(id string)  { t.clock.enterSplit(id) }
+func (t *timeCollector[T]) finishSplit(id string) { t.clock.finishSplit(id) }
+
+func (s *timedSource[T]) Open(ctx *operator.Context) error {
+	s.clock.now = ctx.Now
+	s.clock.opened = ctx.Now()
+	if ctx.Restore != nil {
+		if err := s.clock.restore(ctx.Restore, ctx); err != nil {
+			return err
+		}
+	}
+	s.oc = ctx
+	return s.sourceOp.Open(ctx)
+}
+
+func (s *timedSource[T]) Watermark() (int64, bool) { return s.clock.Watermark() }
+
+func (s *timedSource[T]) Snapshot(id checkpoint.ID) (operator.Async, error) {
+	return both(s.sourceOp.Snapshot(id))(s.clock.snapshot(s.oc))
+}
+
+// both returns an Async writing what a and b write; a may be nil.
+func both(a operator.Async, err error) func(b operator.Async) (operator.Async, error) {
+	return func(b operator.Async) (operator.Async, error) {
+		if err != nil || a == nil {
+			return b, err
+		}
+		return func(w operator.Writer) ([]checkpoint.Handle, error) {
+			ha, err := a(w)
+			if err != nil {
+				return nil, err
+			}
+			hb, err := b(w)
+			return append(ha, hb...), err
+		}, nil
+	}
+}
+
+// AssignWatermarks gives s event time, as the Watermarks option gives a
+// source: its records are stamped and watermarks made from them (as one
+// split). Event time that s had is replaced. The operator heads a task of
+// its own.
+func AssignWatermarks[T any](s *Stream[T], name string, strategy WatermarkStrategy[T], opts ...Option) *Stream[T] {
+	if err := strategy.check(); err != nil {
+		s.env.fail(fmt.Errorf("operator %q: %w", name, err))
+	}
+	n := &node{}
+	n.instance = func(c *chain, next any) (operator.Operator, any) {
+		op := &assigner[T]{out: next.(Collector[T]), c: c, timestamp: strategy.Timestamp,
+			clock: newClock(strategy.watermarkOf(), strategy.IdleTimeout, time.Now)}
+		return op, Collector[T](op)
+	}
+	n.head = headOf[T](n)
+	out := addOp[T](s.env, name, kindAssigner, strategy.Timestamp, append(opts, NoChain()), n, s)
+	n.timed = true
+	return out
+}
+
+type assigner[T any] struct {
+	operator.Base
+	out       Collector[T]
+	c         *chain
+	timestamp func(T) time.Time
+	clock     *clock
+	oc        *operator.Context
+}
+
+func (a *assigner[T]) Open(ctx *operator.Context) error {
+	a.oc = ctx
+	a.clock.now, a.clock.opened = ctx.Now, ctx.Now()
+	if ctx.Restore != nil {
+		return a.clock.restore(ctx.Restore, ctx)
+	}
+	return nil
+}
+
+func (a *assigner[T]) Collect(v T) {
+	ms := a.timestamp(v).UnixMilli()
+	a.c.now = ms
+	a.clock.observe(ms)
+	a.out.Collect(v)
+}
+
+func (a *assigner[T]) Watermark() (int64, bool) { return a.clock.Watermark() }
+
+func (a *assigner[T]) Snapshot(checkpoint.ID) (operator.Async, error) {
+	return a.clock.snapshot(a.oc), nil
+}
+
+// snapshotWatermark writes an operator's watermark, so that after a
+// restore nothing that was late becomes on time, and nothing on time late.
+func snapshotWatermark(oc *operator.Context, wm int64) operator.Async {
+	item := binary.AppendVarint(binary.AppendUvarint(binary.AppendUvarint(nil, uint64(oc.Subtask)), uint64(oc.Parallelism)), wm)
+	return oc.SnapshotList(state.Union, "_watermark", [][]byte{item})
+}
+
+// restoreWatermark reads the watermark of this subtask when the
+// parallelism is the same, else the least of all (nothing on time becomes
+// late); MinTime when the checkpoint has none.
+func restoreWatermark(rs *operator.Restore, oc *operator.Context) (int64, error) {
+	items, err := state.RestoreList(rs.Handles, rs.Read, state.Union, "_watermark", oc.Subtask, oc.Parallelism)
+	if err != nil || len(items) == 0 {
+		return operator.MinTime, err
+	}
+	least := operator.MaxTime
+	for _, it := range items {
+		sub, n1 := binary.Uvarint(it)
+		p, n2 := binary.Uvarint(it[max(n1, 0):])
+		wm, n3 := binary.Varint(it[max(n1+n2, 0):])
+		if n1 <= 0 || n2 <= 0 || n3 <= 0 {
+			return 0, fmt.Errorf("restore watermark: %w", codec.ErrShort)
+		}
+		if int(p) == oc.Parallelism && int(sub) == oc.Subtask {
+			return wm, nil
+		}
+		least = min(least, wm)
+	}
+	return least, nil
+}

@@ -1,0 +1,536 @@
+package weir
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/weirstream/weir/codec"
+	"github.com/weirstream/weir/operator"
+	"github.com/weirstream/weir/state/heap"
+)
+
+// TimeWindow is a span of time, [Start, End).
+type TimeWindow struct {
+	Start, End time.Time
+}
+
+// MaxTimestamp is the window's last millisecond: what it emits has this
+// event time.
+func (w TimeWindow) MaxTimestamp() time.Time { return w.End.Add(-time.Millisecond) }
+
+func timeWindow(start, end int64) TimeWindow {
+	return TimeWindow{Start: time.UnixMilli(start).UTC(), End: time.UnixMilli(end).UTC()}
+}
+
+// WindowResult is what a windowed aggregation emits for a key and window.
+type WindowResult[K any, V any] struct {
+	Key    K
+	Window TimeWindow
+	Value  V
+}
+
+// WindowEnd is a result's window end: a key to gather the results of one
+// window from every key (KeyBy(results, weir.WindowEnd)).
+func WindowEnd[K, V any](r WindowResult[K, V]) time.Time { return r.Window.End }
+
+type windowKind int
+
+const (
+	tumbling windowKind = iota + 1
+	sliding
+	sessions
+)
+
+// WindowAssigner says which windows a record belongs to.
+type WindowAssigner struct {
+	kind              windowKind
+	size, slide, gap  int64 // milliseconds
+	processing        bool
+	sizeD, slideD, gD time.Duration
+}
+
+// Tumbling windows of size, back to back: [0, size), [size, 2·size), …
+func Tumbling(size time.Duration) WindowAssigner {
+	return WindowAssigner{kind: tumbling, size: size.Milliseconds(), slide: size.Milliseconds(), sizeD: size, slideD: size}
+}
+
+// Sliding windows of size starting every slide: a record belongs to
+// size/slide of them. Incremental aggregates keep one accumulator per
+// slice of gcd(size, slide), not one per window.
+func Sliding(size, slide time.Duration) WindowAssigner {
+	return WindowAssigner{kind: sliding, size: size.Milliseconds(), slide: slide.Milliseconds(), sizeD: size, slideD: slide}
+}
+
+// Session windows: a key's records closer than gap to each other share a
+// window, which ends gap after its last record. Windows merge as records
+// bridge them.
+func Session(gap time.Duration) WindowAssigner {
+	return WindowAssigner{kind: sessions, gap: gap.Milliseconds(), gD: gap}
+}
+
+// ProcessingTime makes the windows follow the machine's clock instead of
+// event time. They fire on processing-time timers; at the end of a bounded
+// input the open ones do not fire (as in Flink).
+func (a WindowAssigner) ProcessingTime() WindowAssigner {
+	a.processing = true
+	return a
+}
+
+func (a WindowAssigner) check() error {
+	switch a.kind {
+	case tumbling, sliding:
+		if a.size <= 0 || a.slide <= 0 || a.sizeD%time.Millisecond != 0 || a.slideD%time.Millisecond != 0 {
+			return fmt.Errorf("window size %v and slide %v must be whole milliseconds above 0", a.sizeD, a.slideD)
+		}
+		if a.slide > a.size {
+			return fmt.Errorf("window slide %v is longer than its size %v: records between windows would belong to none", a.slideD, a.sizeD)
+		}
+	case sessions:
+		if a.gap <= 0 {
+			return fmt.Errorf("session gap %v must be above 0", a.gD)
+		}
+	default:
+		return fmt.Errorf("no window assigner: use weir.Tumbling, weir.Sliding or weir.Session")
+	}
+	return nil
+}
+
+// pane is the slice sliding windows are built of.
+func (a WindowAssigner) pane() int64 {
+	x, y := a.size, a.slide
+	for y != 0 {
+		x, y = y, x%y
+	}
+	return x
+}
+
+type windowConfig struct {
+	lateness int64
+	lateTo   any // **Stream[T]
+}
+
+// WindowOption configures a windowed stream.
+type WindowOption func(*windowConfig)
+
+// AllowedLateness keeps windows d past their end: a late record within
+// it updates its windows, which fire again with the updated result.
+func AllowedLateness(d time.Duration) WindowOption {
+	return func(c *windowConfig) { c.lateness = d.Milliseconds() }
+}
+
+// LateTo sends the records that come too late for all their windows to a
+// stream of their own, which *late points to once the windowed operator is
+// added. Without it they are dropped and counted in the log.
+func LateTo[T any](late **Stream[T]) WindowOption {
+	return func(c *windowConfig) { c.lateTo = late }
+}
+
+// WindowedStream is a keyed stream cut into windows.
+type WindowedStream[K comparable, T any] struct {
+	ks       KeyedStream[K, T]
+	assigner WindowAssigner
+	cfg      windowConfig
+}
+
+// Window cuts a keyed stream into windows.
+func Window[K comparable, T any](ks KeyedStream[K, T], a WindowAssigner, opts ...WindowOption) WindowedStream[K, T] {
+	ws := WindowedStream[K, T]{ks: ks, assigner: a}
+	for _, o := range opts {
+		o(&ws.cfg)
+	}
+	return ws
+}
+
+// AggregateFunction aggregates incrementally: a window keeps one
+// accumulator, not its records.
+type AggregateFunction[In, Acc, Out any] interface {
+	Zero() Acc
+	Add(acc Acc, v In) Acc
+	Merge(a, b Acc) Acc
+	Result(acc Acc) Out
+}
+
+// Count counts records.
+func Count[T any]() AggregateFunction[T, int64, int64] { return counting[T]{} }
+
+type counting[T any] struct{}
+
+func (counting[T]) Zero() int64              { return 0 }
+func (counting[T]) Add(acc int64, _ T) int64 { return acc + 1 }
+func (counting[T]) Merge(a, b int64) int64   { return a + b }
+func (counting[T]) Result(acc int64) int64   { return acc }
+
+// WindowAggregate aggregates each key's windows incrementally and emits a
+// result per key and window when the window closes.
+func WindowAggregate[K comparable, In, Acc, Out any](ws WindowedStream[K, In], name string, agg AggregateFunction[In, Acc, Out], opts ...Option) *Stream[WindowResult[K, Out]] {
+	if isNil(agg) {
+		ws.ks.s.env.fail(fmt.Errorf("operator %q: its aggregate function is nil", name))
+		agg = nilAggregate[In, Acc, Out]{}
+	}
+	fold := windowFold[In, Acc]{first: func(v In) Acc { return agg.Add(agg.Zero(), v) }, add: agg.Add, merge: agg.Merge}
+	emit := func(key K, w TimeWindow, acc Acc, out Collector[WindowResult[K, Out]]) error {
+		out.Collect(WindowResult[K, Out]{Key: key, Window: w, Value: agg.Result(acc)})
+		return nil
+	}
+	return addWindow(ws, name, fold, emit, agg, opts)
+}
+
+type nilAggregate[In, Acc, Out any] struct{}
+
+func (nilAggregate[In, Acc, Out]) Zero() (a Acc)       { return a }
+func (nilAggregate[In, Acc, Out]) Add(a Acc, _ In) Acc { return a }
+func (nilAggregate[In, Acc, Out]) Merge(a, _ Acc) Acc  { return a }
+func (nilAggregate[In, Acc, Out]) Result(Acc) (o Out)  { return o }
+
+// WindowReduce combines each key's records of a window with f,
+// incrementally, and emits the result when the window closes.
+func WindowReduce[K comparable, T any](ws WindowedStream[K, T], name string, f func(a, b T) T, opts ...Option) *Stream[WindowResult[K, T]] {
+	fold := windowFold[T, T]{first: func(v T) T { return v }, add: f, merge: f}
+	emit := func(key K, w TimeWindow, acc T, out Collector[WindowResult[K, T]]) error {
+		out.Collect(WindowResult[K, T]{Key: key, Window: w, Value: acc})
+		return nil
+	}
+	return addWindow(ws, name, fold, emit, f, opts)
+}
+
+// WindowFunction sees a whole window: its key, span and records (in
+// arrival order); it emits any number of results. The records are kept in
+// state until the window closes, which costs more than an
+// AggregateFunction.
+type WindowFunction[K comparable, In, Out any] func(key K, w TimeWindow, in []In, out Collector[Out]) error
+
+// WindowProcess calls f with each key's window when it closes.
+func WindowProcess[K comparable, In, Out any](ws WindowedStream[K, In], name string, f WindowFunction[K, In, Out], opts ...Option) *Stream[Out] {
+	fold := windowFold[In, []In]{
+		first: func(v In) []In { return []In{v} },
+		// NB: append may write into spare capacity of an array a frozen
+		// snapshot shares, but only beyond the length it froze.
+		add:   func(acc []In, v In) []In { return append(acc, v) },
+		merge: func(a, b []In) []In { return append(append(make([]In, 0, len(a)+len(b)), a...), b...) },
+	}
+	emit := func(key K, w TimeWindow, acc []In, out Collector[Out]) error { return f(key, w, acc, out) }
+	return addWindow(ws, name, fold, emit, f, opts)
+}
+
+// windowFold folds records into an accumulator: the first of a pane or
+// window, then the others; panes and sessions merge.
+type windowFold[In, Acc any] struct {
+	first func(In) Acc
+	add   func(Acc, In) Acc
+	merge func(Acc, Acc) Acc
+}
+
+func addWindow[K comparable, In, Acc, Out any](ws WindowedStream[K, In], name string, fold windowFold[In, Acc],
+	emit func(K, TimeWindow, Acc, Collector[Out]) error, fn any, opts []Option) *Stream[Out] {
+	env := ws.ks.s.env
+	if err := ws.assigner.check(); err != nil {
+		env.fail(fmt.Errorf("operator %q: %w", name, err))
+	}
+	if ws.cfg.lateness < 0 {
+		env.fail(fmt.Errorf("operator %q: allowed lateness is negative", name))
+	}
+	var late **Stream[In]
+	if ws.cfg.lateTo != nil {
+		var ok bool
+		if late, ok = ws.cfg.lateTo.(**Stream[In]); !ok || late == nil {
+			env.fail(fmt.Errorf("operator %q: LateTo needs a **weir.Stream of the window's records, not %T", name, ws.cfg.lateTo))
+			late = nil
+		}
+	}
+	n := &node{}
+	n.instance = func(c *chain, next any) (operator.Operator, any) {
+		op := &windowOp[K, In, Acc, Out]{key: ws.ks.key, kc: ws.ks.codec, a: ws.assigner, lateness: ws.cfg.lateness,
+			fold: fold, emit: emit, hasLate: late != nil}
+		op.out, op.c = next.(Collector[Out]), c
+		return op, Collector[In](op)
+	}
+	n.head = headOf[In](n)
+	s := addOp[Out](env, name, kindWindow, fn, opts, n, ws.ks)
+	if !ws.assigner.processing && !n.timed {
+		env.fail(fmt.Errorf("operator %q: event-time windows need records with event time: give the source weir.Watermarks, or use weir.AssignWatermarks (or windows on processing time)", name))
+	}
+	if late != nil {
+		n.sides = map[int]emitterFunc{1: emitterOf[In]}
+		*late = &Stream[In]{env: env, node: s.node, port: 1}
+	}
+	return s
+}
+
+// sessionState is one session window's state: its end and accumulator.
+type sessionState[Acc any] struct {
+	End int64
+	Acc Acc
+}
+
+// windowOp runs windows for one subtask. Tumbling and sliding windows keep
+// an accumulator per key and pane (a slice of gcd(size, slide)); a window
+// merges its panes when it fires. Sessions keep an accumulator per key and
+// session. A timer per key and window end fires it (event time: when the
+// watermark passes its last millisecond); with allowed lateness another
+// cleans up after it.
+type windowOp[K comparable, In, Acc, Out any] struct {
+	keyed[K, Out]
+	key      func(In) K
+	kc       codec.Codec[K]
+	a        WindowAssigner
+	lateness int64
+	fold     windowFold[In, Acc]
+	emit     func(K, TimeWindow, Acc, Collector[Out]) error
+	hasLate  bool
+	late     Collector[In]
+	panes    *heap.Map[K, int64, Acc]
+	sessions *heap.Map[K, int64, sessionState[Acc]]
+	dropped  int64
+}
+
+func (w *windowOp[K, In, Acc, Out]) Open(oc *operator.Context) error {
+	if err := w.open(oc, w.kc, w); err != nil {
+		return err
+	}
+	if w.hasLate {
+		w.late = w.c.sides[1].(Collector[In])
+	}
+	var err error
+	if w.a.kind == sessions {
+		w.sessions, err = heap.NewMap(w.kctx.backend, "sessions", w.kc, codec.For[int64](), codec.For[sessionState[Acc]]())
+	} else {
+		w.panes, err = heap.NewMap(w.kctx.backend, "panes", w.kc, codec.For[int64](), codec.For[Acc]())
+	}
+	return err
+}
+
+// now is the time a record belongs to: its event time, or the clock.
+func (w *windowOp[K, In, Acc, Out]) now() (int64, bool) {
+	if w.a.processing {
+		return w.kctx.op.Now().UnixMilli(), true
+	}
+	return w.c.now, w.c.now != operator.MinTime
+}
+
+// register asks for a timer at t, of the windows' time domain.
+func (w *windowOp[K, In, Acc, Out]) register(t int64) {
+	if w.a.processing {
+		w.kctx.timers.Register(w.kctx.key, time.UnixMilli(t))
+	} else {
+		w.kctx.eventTimers.Register(w.kctx.key, time.UnixMilli(t))
+	}
+}
+
+func (w *windowOp[K, In, Acc, Out]) Collect(v In) {
+	if !w.setKey(w.key(v)) {
+		return
+	}
+	ts, ok := w.now()
+	if !ok {
+		w.c.fail(operator.Permanent(fmt.Errorf("%s: a record has no event time; give the source weir.Watermarks, or use weir.AssignWatermarks", w.kctx.op.UID)))
+		return
+	}
+	var err error
+	if w.a.kind == sessions {
+		err = w.addToSession(ts, v)
+	} else {
+		err = w.addToPane(ts, v)
+	}
+	if err != nil {
+		w.c.fail(fmt.Errorf("%s: %w", w.kctx.op.UID, err))
+	}
+}
+
+// isLate reports whether a window ending at end (exclusive) is past its
+// allowed lateness: the watermark passed its last millisecond plus that.
+func (w *windowOp[K, In, Acc, Out]) isLate(end int64) bool {
+	return !w.a.processing && end-1+w.lateness <= w.kctx.wm
+}
+
+func floorTo(t, unit int64) int64 {
+	q := t / unit
+	if t%unit != 0 && t < 0 {
+		q--
+	}
+	return q * unit
+}
+
+func (w *windowOp[K, In, Acc, Out]) addToPane(ts int64, v In) error {
+	a := w.a
+	lastStart := floorTo(ts, a.slide)
+	if w.isLate(lastStart + a.size) {
+		return w.lateRecord(ts, v) // every window of the record is past
+	}
+	pane := floorTo(ts, a.pane())
+	acc, had := w.panes.Get(w.kctx.key, pane)
+	if had {
+		acc = w.fold.add(acc, v)
+	} else {
+		acc = w.fold.first(v)
+	}
+	w.panes.Put(w.kctx.key, pane, acc)
+	for start := lastStart; start > ts-a.size; start -= a.slide {
+		end := start + a.size
+		if w.isLate(end) {
+			continue
+		}
+		if !had {
+			// A new pane: its windows need timers (an existing pane's have
+			// them).
+			w.register(end - 1)
+			if w.lateness > 0 {
+				w.register(end - 1 + w.lateness)
+			}
+		}
+		if !a.processing && end-1 <= w.kctx.wm {
+			// Within the allowed lateness of a window that fired: fire it
+			// again, updated.
+			if err := w.firePanes(start, end); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (w *windowOp[K, In, Acc, Out]) addToSession(ts int64, v In) error {
+	start, end := ts, ts+w.a.gap
+	acc := w.fold.first(v)
+	var merged []int64
+	for s, sess := range w.sessions.All(w.kctx.key) {
+		if s <= end && ts <= sess.End { // overlapping or touching: one session
+			merged = append(merged, s)
+			start, end = min(start, s), max(end, sess.End)
+		}
+	}
+	if w.isLate(end) {
+		return w.lateRecord(ts, v)
+	}
+	// Merge the sessions in the order of their starts, then add the
+	// record: records stay in arrival order within a session.
+	for i, s := range sortedInt64(merged) {
+		sess, _ := w.sessions.Get(w.kctx.key, s)
+		if i == 0 {
+			acc = sess.Acc
+		} else {
+			acc = w.fold.merge(acc, sess.Acc)
+		}
+		w.unregister(sess.End)
+		w.sessions.Remove(w.kctx.key, s)
+	}
+	if len(merged) > 0 {
+		acc = w.fold.add(acc, v)
+	}
+	w.sessions.Put(w.kctx.key, start, sessionState[Acc]{End: end, Acc: acc})
+	w.register(end - 1)
+	if w.lateness > 0 {
+		w.register(end - 1 + w.lateness)
+	}
+	if !w.a.processing && end-1 <= w.kctx.wm {
+		return w.emitWindow(start, end, acc)
+	}
+	return nil
+}
+
+func (w *windowOp[K, In, Acc, Out]) unregister(end int64) {
+	del := w.kctx.eventTimers.Delete
+	if w.a.processing {
+		del = w.kctx.timers.Delete
+	}
+	del(w.kctx.key, time.UnixMilli(end-1))
+	if w.lateness > 0 {
+		del(w.kctx.key, time.UnixMilli(end-1+w.lateness))
+	}
+}
+
+func sortedInt64(xs []int64) []int64 {
+	for i := 1; i < len(xs); i++ {
+		for j := i; j > 0 && xs[j] < xs[j-1]; j-- {
+			xs[j], xs[j-1] = xs[j-1], xs[j]
+		}
+	}
+	return xs
+}
+
+// lateRecord handles a record too late for every window it belongs to.
+func (w *windowOp[K, In, Acc, Out]) lateRecord(ts int64, v In) error {
+	if w.late != nil {
+		w.late.Collect(v)
+		return nil
+	}
+	if w.dropped++; w.dropped <= 10 || w.dropped%1000 == 0 {
+		w.kctx.op.Logger.Warn("window: dropped a late record", "event-time", time.UnixMilli(ts).UTC(), "watermark", time.UnixMilli(w.kctx.wm).UTC(), "dropped", w.dropped)
+	}
+	return nil
+}
+
+// OnTimer fires the windows that end at t+1, and cleans up those whose
+// allowed lateness ended at t.
+func (w *windowOp[K, In, Acc, Out]) OnTimer(c *KeyedContext[K], at time.Time, _ Collector[Out]) error {
+	t := at.UnixMilli()
+	if w.a.kind == sessions {
+		for start, sess := range w.sessions.All(c.key) {
+			if sess.End-1 == t {
+				if err := w.emitWindow(start, sess.End, sess.Acc); err != nil {
+					return err
+				}
+			}
+			if sess.End-1+w.lateness == t {
+				w.sessions.Remove(c.key, start)
+			}
+		}
+		return nil
+	}
+	a := w.a
+	if end := t + 1; floorTo(end, a.slide) == end {
+		if err := w.firePanes(end-a.size, end); err != nil {
+			return err
+		}
+		if w.lateness == 0 {
+			w.dropPanes(end)
+		}
+	}
+	if end := t + 1 - w.lateness; w.lateness > 0 && floorTo(end, a.slide) == end {
+		w.dropPanes(end)
+	}
+	return nil
+}
+
+// firePanes emits the window [start, end) from its panes, if it has any.
+func (w *windowOp[K, In, Acc, Out]) firePanes(start, end int64) error {
+	var acc Acc
+	found := false
+	step := w.a.pane()
+	for p := start; p < end; p += step {
+		pa, ok := w.panes.Get(w.kctx.key, p)
+		if !ok {
+			continue
+		}
+		if found {
+			acc = w.fold.merge(acc, pa)
+		} else {
+			acc, found = pa, true
+		}
+	}
+	if !found {
+		return nil
+	}
+	return w.emitWindow(start, end, acc)
+}
+
+func (w *windowOp[K, In, Acc, Out]) emitWindow(start, end int64, acc Acc) error {
+	saved := w.c.now
+	w.c.now = end - 1
+	err := w.emit(w.kctx.key, timeWindow(start, end), acc, w.out)
+	w.c.now = saved
+	if err != nil {
+		return err
+	}
+	return w.c.err
+}
+
+// dropPanes removes the panes no window after the one ending at end
+// needs.
+func (w *windowOp[K, In, Acc, Out]) dropPanes(end int64) {
+	limit := end + w.a.slide - w.a.size
+	for p := range w.panes.All(w.kctx.key) {
+		if p < limit {
+			w.panes.Remove(w.kctx.key, p)
+		}
+	}
+}
