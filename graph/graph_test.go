@@ -9,12 +9,12 @@ func TestChainsForwardRunsOfEqualParallelism(t *testing.T) {
 	// source → map → (hash) count → sink, plus a second source unioned in.
 	g := Graph{Nodes: []Node{
 		{UID: "src", Parallelism: 2},
-		{UID: "map", Parallelism: 2, Inputs: []Input{{0, Forward}}},
-		{UID: "count", Parallelism: 3, Inputs: []Input{{1, Hash}}},
-		{UID: "sink", Parallelism: 3, Inputs: []Input{{2, Forward}}},
+		{UID: "map", Parallelism: 2, Inputs: []Input{{From: 0, Partition: Forward}}},
+		{UID: "count", Parallelism: 3, Inputs: []Input{{From: 1, Partition: Hash}}},
+		{UID: "sink", Parallelism: 3, Inputs: []Input{{From: 2, Partition: Forward}}},
 		{UID: "src2", Parallelism: 1},
-		{UID: "union", Parallelism: 3, Inputs: []Input{{3, Forward}, {4, Rebalance}}},
-		{UID: "out", Kind: KindSink, Parallelism: 3, Inputs: []Input{{5, Forward}}},
+		{UID: "union", Parallelism: 3, Inputs: []Input{{From: 3, Partition: Forward}, {From: 4, Partition: Rebalance}}},
+		{UID: "out", Kind: KindSink, Parallelism: 3, Inputs: []Input{{From: 5, Partition: Forward}}},
 	}}
 	p, err := NewPlan(g)
 	if err != nil {
@@ -46,9 +46,9 @@ func TestInvalidGraphsNameTheOperator(t *testing.T) {
 		g    Graph
 		want string
 	}{
-		{Graph{Nodes: []Node{{UID: "a", Parallelism: 1}, {UID: "a", Parallelism: 1, Inputs: []Input{{0, Forward}}}}}, `share the UID "a"`},
+		{Graph{Nodes: []Node{{UID: "a", Parallelism: 1}, {UID: "a", Parallelism: 1, Inputs: []Input{{From: 0, Partition: Forward}}}}}, `share the UID "a"`},
 		{Graph{Nodes: []Node{{UID: "a", Parallelism: 1}, {UID: "b", Kind: KindSink, Parallelism: 1}}}, `operator "a" has no consumer: its records go nowhere`},
-		{Graph{Nodes: []Node{{UID: "a", Parallelism: 2}, {UID: "b", Parallelism: 3, Inputs: []Input{{0, Forward}}}}}, `"b" (parallelism 3) is connected forward to "a" (parallelism 2)`},
+		{Graph{Nodes: []Node{{UID: "a", Parallelism: 2}, {UID: "b", Parallelism: 3, Inputs: []Input{{From: 0, Partition: Forward}}}}}, `"b" (parallelism 3) is connected forward to "a" (parallelism 2)`},
 		{Graph{Nodes: []Node{{UID: "a", Parallelism: 0}}}, `operator "a": parallelism 0`},
 		{Graph{Nodes: []Node{{UID: "a", Parallelism: 200}}}, `parallelism 200 is outside 1..128`},
 	}
