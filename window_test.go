@@ -21,10 +21,10 @@ type rec struct {
 
 type sum struct{}
 
-func (sum) Zero() int64                  { return 0 }
-func (sum) Add(acc int64, r rec) int64   { return acc + r.V }
-func (sum) Merge(a, b int64) int64       { return a + b }
-func (sum) Result(acc int64) int64       { return acc }
+func (sum) Zero() int64                { return 0 }
+func (sum) Add(acc int64, r rec) int64 { return acc + r.V }
+func (sum) Merge(a, b int64) int64     { return a + b }
+func (sum) Result(acc int64) int64     { return acc }
 
 // lines collects what an operator emits, with event times.
 type lines struct {
