@@ -33,8 +33,8 @@ func readings(i int64) reading {
 // every reading before it is summed.
 func windowJob(t *testing.T, fail func(reading)) []string {
 	t.Helper()
-	e := env(weir.Config{Parallelism: 2, Restart: weir.FixedDelay{Delay: time.Millisecond, MaxAttempts: 5}})
-	g, err := generator.New(generator.Config[reading]{Count: 20_000, Make: readings, BatchSize: 100})
+	e := env(weir.Config{Parallelism: 2, WatermarkInterval: time.Millisecond, Restart: weir.FixedDelay{Delay: time.Millisecond, MaxAttempts: 5}})
+	g, err := generator.New(generator.Config[reading]{Count: 20_000, Make: readings, BatchSize: 100, RatePerSecond: 50_000})
 	if err != nil {
 		t.Fatal(err)
 	}

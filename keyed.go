@@ -396,6 +396,11 @@ type KeyedCoProcessFunction[K comparable, A, B, Out any] interface {
 
 // KeyedCoProcess applies a function over two streams keyed alike.
 func KeyedCoProcess[K comparable, A, B, Out any](a KeyedStream[K, A], b KeyedStream[K, B], name string, newFn func() KeyedCoProcessFunction[K, A, B, Out], opts ...Option) *Stream[Out] {
+	return keyedCoProcess(a, b, name, kindKeyedCoProcess, newFn, opts)
+}
+
+// keyedCoProcess is KeyedCoProcess for an operator of the given kind.
+func keyedCoProcess[K comparable, A, B, Out any](a KeyedStream[K, A], b KeyedStream[K, B], name, kind string, newFn func() KeyedCoProcessFunction[K, A, B, Out], opts []Option) *Stream[Out] {
 	n := &node{}
 	n.instance = func(c *chain, next any) (operator.Operator, any) {
 		op := &keyedCoOp[K, A, B, Out]{fn: newFn(), keyA: a.key, keyB: b.key, kc: a.codec, n: n}
@@ -403,7 +408,7 @@ func KeyedCoProcess[K comparable, A, B, Out any](a KeyedStream[K, A], b KeyedStr
 		return op, nil
 	}
 	n.head = func(op operator.Operator, _ any, _ *chain) any { return op }
-	return addOp[Out](a.s.env, name, kindKeyedCoProcess, newFn, opts, n, a, b)
+	return addOp[Out](a.s.env, name, kind, newFn, opts, n, a, b)
 }
 
 type keyedCoOp[K comparable, A, B, Out any] struct {

@@ -3,7 +3,6 @@ package weir
 import (
 	"fmt"
 	"sync/atomic"
-	"time"
 
 	"github.com/weirstream/weir/graph"
 	"github.com/weirstream/weir/internal/runtime"
@@ -229,7 +228,7 @@ func Source[T any](env *Environment, name string, newReader func() SourceReader[
 			op.collector = op.out
 			return op, nil
 		}
-		clk := newClock(ws.watermarkOf(), ws.IdleTimeout, time.Now)
+		clk := newClock(ws.watermarkOf(), ws.IdleTimeout)
 		op.collector = &timeCollector[T]{next: op.out, timestamp: ws.Timestamp, c: c, clock: clk}
 		return &timedSource[T]{sourceOp: op, clock: clk}, nil
 	}

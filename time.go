@@ -3,6 +3,7 @@ package weir
 import (
 	"encoding/binary"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/weirstream/weir/checkpoint"
@@ -104,6 +105,9 @@ type clock struct {
 	touched     []*splitTime
 	// restored holds the greatest event times a checkpoint recorded.
 	restored map[string]int64
+	// self is the split of records read outside any EnterSplit: one per
+	// subtask and parallelism.
+	self string
 }
 
 type splitTime struct {
@@ -113,8 +117,9 @@ type splitTime struct {
 	finished bool
 }
 
-func newClock(watermarkOf func(int64) int64, idle time.Duration, now func() time.Time) *clock {
-	return &clock{watermarkOf: watermarkOf, idleTimeout: idle, now: now, opened: now(), splits: map[string]*splitTime{}, restored: map[string]int64{}}
+// newClock makes a clock for open to start.
+func newClock(watermarkOf func(int64) int64, idle time.Duration) *clock {
+	return &clock{watermarkOf: watermarkOf, idleTimeout: idle, splits: map[string]*splitTime{}, restored: map[string]int64{}}
 }
 
 func (c *clock) enterSplit(id string) {
@@ -139,7 +144,7 @@ func (c *clock) finishSplit(id string) {
 // observe records a record's event time in the current split.
 func (c *clock) observe(ms int64) {
 	if c.cur == nil {
-		c.enterSplit("")
+		c.enterSplit(c.self)
 	}
 	s := c.cur
 	if ms > s.max {
@@ -192,13 +197,20 @@ func (c *clock) snapshot(oc *operator.Context) operator.Async {
 	return oc.SnapshotList(state.Union, "_event_time", items)
 }
 
-func (c *clock) restore(rs *operator.Restore, oc *operator.Context) error {
-	items, err := state.RestoreList(rs.Handles, rs.Read, state.Union, "_event_time", oc.Subtask, oc.Parallelism)
+// open starts the clock of subtask oc, restored if oc restores.
+func (c *clock) open(oc *operator.Context) error {
+	c.now, c.opened = oc.Now, oc.Now()
+	c.self = fmt.Sprintf("%s%d/%d", subtaskSplit, oc.Subtask, oc.Parallelism)
+	if oc.Restore == nil {
+		return nil
+	}
+	items, err := state.RestoreList(oc.Restore.Handles, oc.Restore.Read, state.Union, "_event_time", oc.Subtask, oc.Parallelism)
 	if err != nil {
 		return err
 	}
+	least, subtasks := operator.MaxTime, false
 	for _, it := range items {
-		id, n, err := codec.ReadBytes(it)
+		b, n, err := codec.ReadBytes(it)
 		if err != nil {
 			return fmt.Errorf("restore event time: %w", err)
 		}
@@ -206,12 +218,24 @@ func (c *clock) restore(rs *operator.Restore, oc *operator.Context) error {
 		if k <= 0 {
 			return fmt.Errorf("restore event time: %w", codec.ErrShort)
 		}
-		if old, ok := c.restored[string(id)]; !ok || m > old {
-			c.restored[string(id)] = m
+		id := string(b)
+		if strings.HasPrefix(id, subtaskSplit) {
+			subtasks, least = true, min(least, m)
 		}
+		if old, ok := c.restored[id]; !ok || m > old {
+			c.restored[id] = m
+		}
+	}
+	if _, ok := c.restored[c.self]; subtasks && !ok {
+		// The parallelism changed: the least of the old subtasks' event
+		// times makes nothing on time late.
+		c.restored[c.self] = least
 	}
 	return nil
 }
+
+// subtaskSplit prefixes the split id of records outside any EnterSplit.
+const subtaskSplit = "\x00subtask "
 
 // timedSource is a source with event time: it stamps records and makes
 // watermarks per split.
@@ -240,12 +264,8 @@ func (t *timeCollector[T]) enterSplit(id string)  { t.clock.enterSplit(id) }
 func (t *timeCollector[T]) finishSplit(id string) { t.clock.finishSplit(id) }
 
 func (s *timedSource[T]) Open(ctx *operator.Context) error {
-	s.clock.now = ctx.Now
-	s.clock.opened = ctx.Now()
-	if ctx.Restore != nil {
-		if err := s.clock.restore(ctx.Restore, ctx); err != nil {
-			return err
-		}
+	if err := s.clock.open(ctx); err != nil {
+		return err
 	}
 	s.oc = ctx
 	return s.sourceOp.Open(ctx)
@@ -285,7 +305,7 @@ func AssignWatermarks[T any](s *Stream[T], name string, strategy WatermarkStrate
 	n := &node{}
 	n.instance = func(c *chain, next any) (operator.Operator, any) {
 		op := &assigner[T]{out: next.(Collector[T]), c: c, timestamp: strategy.Timestamp,
-			clock: newClock(strategy.watermarkOf(), strategy.IdleTimeout, time.Now)}
+			clock: newClock(strategy.watermarkOf(), strategy.IdleTimeout)}
 		return op, Collector[T](op)
 	}
 	n.head = headOf[T](n)
@@ -305,11 +325,7 @@ type assigner[T any] struct {
 
 func (a *assigner[T]) Open(ctx *operator.Context) error {
 	a.oc = ctx
-	a.clock.now, a.clock.opened = ctx.Now, ctx.Now()
-	if ctx.Restore != nil {
-		return a.clock.restore(ctx.Restore, ctx)
-	}
-	return nil
+	return a.clock.open(ctx)
 }
 
 func (a *assigner[T]) Collect(v T) {

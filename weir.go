@@ -133,6 +133,10 @@ type Config struct {
 	Restart RestartStrategy
 	// BatchSize is the number of records per batch. Default 512.
 	BatchSize int
+	// WatermarkInterval is the least time between two watermarks of a
+	// source or AssignWatermarks (Flink's auto-watermark interval): event
+	// time moves on in steps of about this. Default 200ms.
+	WatermarkInterval time.Duration
 	// Logger logs the job's life: restores, failures, checkpoints (at
 	// info). Default slog.Default().
 	Logger *slog.Logger
@@ -302,6 +306,8 @@ const (
 	kindSink           = graph.KindSink
 	kindAssigner       = "watermarks"
 	kindWindow         = "window"
+	kindWindowJoin     = "window-join"
+	kindIntervalJoin   = "interval-join"
 	kindJoin           = "join"
 )
 
@@ -423,7 +429,7 @@ func (e *Environment) spec(plan *graph.Plan) (runtime.Spec, error) {
 	cc := e.cfg.Checkpoint
 	spec := runtime.Spec{
 		Name: e.cfg.Job, Plan: plan, Build: e.build(plan), Mode: cc.Mode, Restart: e.cfg.Restart,
-		BatchSize: e.cfg.BatchSize, Logger: e.cfg.Logger, OnEvent: e.cfg.OnEvent,
+		BatchSize: e.cfg.BatchSize, WatermarkInterval: e.cfg.WatermarkInterval, Logger: e.cfg.Logger, OnEvent: e.cfg.OnEvent,
 		Checkpoint: checkpoint.Config{
 			Interval: cc.Interval, MinPause: cc.MinPause, Timeout: cc.Timeout, MaxConcurrent: cc.MaxConcurrent,
 			TolerableFailures: cc.TolerableFailures, Retained: cc.Retained, RetainOnCancel: !cc.DiscardOnCancel,
@@ -432,6 +438,9 @@ func (e *Environment) spec(plan *graph.Plan) (runtime.Spec, error) {
 	}
 	if e.cfg.BatchSize < 0 {
 		return spec, fmt.Errorf("batch size %d is negative", e.cfg.BatchSize)
+	}
+	if e.cfg.WatermarkInterval < 0 {
+		return spec, fmt.Errorf("watermark interval %v is negative", e.cfg.WatermarkInterval)
 	}
 	if cc.Mode != NoCheckpoints {
 		if cc.Interval < 0 {

@@ -38,19 +38,60 @@ type collectOf[T any] struct{ l *lines }
 
 func (c collectOf[T]) Collect(v T) { c.l.Collect(v) }
 
+// snapshots takes an operator's checkpoints and restores the last, as a
+// script says.
+type snapshots struct {
+	w       operatortest.MemWriter
+	handles []checkpoint.Handle
+	id      checkpoint.ID
+}
+
+func (s *snapshots) take(t *testing.T, op operator.Operator) {
+	t.Helper()
+	s.id++
+	async, err := op.Snapshot(s.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.handles, err = async(&s.w); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (s *snapshots) last() *operator.Restore {
+	return &operator.Restore{Checkpoint: s.id, Handles: s.handles, Read: s.w.Read}
+}
+
+// output prints what a script step emitted, and forgets it.
+func output(out, late *lines) string {
+	var b strings.Builder
+	for _, l := range out.out {
+		fmt.Fprintln(&b, l)
+	}
+	if late != nil {
+		for _, l := range late.out {
+			fmt.Fprintln(&b, "late:", l)
+		}
+		late.out = nil
+	}
+	out.out = nil
+	if b.Len() == 0 {
+		return "(nothing)\n"
+	}
+	return b.String()
+}
+
 // windowHarness runs one window operator subtask by hand: records with
 // event times, watermarks, snapshots and restores.
 type windowHarness struct {
-	c       *chain
-	out     *lines
-	late    *lines
-	op      operator.Operator
-	in      Collector[rec]
-	et      operator.EventTimed
-	build   func(r *operator.Restore)
-	w       *operatortest.MemWriter
-	handles []checkpoint.Handle
-	id      checkpoint.ID
+	c     *chain
+	out   *lines
+	late  *lines
+	op    operator.Operator
+	in    Collector[rec]
+	et    operator.EventTimed
+	build func(r *operator.Restore)
+	snapshots
 }
 
 func newWindowHarness(t *testing.T, d *datadriven.TestData) *windowHarness {
@@ -74,7 +115,7 @@ func newWindowHarness(t *testing.T, d *datadriven.TestData) *windowHarness {
 	if err := a.check(); err != nil {
 		t.Fatal(err)
 	}
-	h := &windowHarness{w: &operatortest.MemWriter{}}
+	h := &windowHarness{}
 	process, lateOutput := d.HasArg("process"), d.HasArg("late-output")
 	h.build = func(r *operator.Restore) {
 		h.c = &chain{now: operator.MinTime}
@@ -151,33 +192,15 @@ func TestWindowScripts(t *testing.T) {
 					t.Fatal(err)
 				}
 			case "checkpoint":
-				h.id++
-				async, err := h.op.Snapshot(h.id)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if h.handles, err = async(h.w); err != nil {
-					t.Fatal(err)
-				}
+				h.take(t, h.op)
 				return "ok\n"
 			case "restore":
-				h.build(&operator.Restore{Checkpoint: h.id, Handles: h.handles, Read: h.w.Read})
+				h.build(h.last())
 				return "ok\n"
 			default:
 				t.Fatalf("unknown command %q", d.Cmd)
 			}
-			var b strings.Builder
-			for _, l := range h.out.out {
-				fmt.Fprintln(&b, l)
-			}
-			for _, l := range h.late.out {
-				fmt.Fprintln(&b, "late:", l)
-			}
-			h.out.out, h.late.out = nil, nil
-			if b.Len() == 0 {
-				return "(nothing)\n"
-			}
-			return b.String()
+			return output(h.out, h.late)
 		})
 	})
 }

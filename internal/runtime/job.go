@@ -117,7 +117,11 @@ type Spec struct {
 
 	ChannelCapacity int // events per channel; default 16
 	BatchSize       int // records per batch; default 512
-	SnapshotWorkers int // asynchronous snapshot writers; default 4
+	// WatermarkInterval is the least time between two watermarks a source
+	// (or an assigner) emits, as Flink's auto-watermark interval; default
+	// 200ms.
+	WatermarkInterval time.Duration
+	SnapshotWorkers   int // asynchronous snapshot writers; default 4
 
 	Logger *slog.Logger
 	// Now is the clock; default time.Now.
@@ -238,6 +242,7 @@ func newDriver(spec Spec) (_ *driver, err error) {
 	}
 	spec.ChannelCapacity = cmpOr(spec.ChannelCapacity, 16)
 	spec.BatchSize = cmpOr(spec.BatchSize, 512)
+	spec.WatermarkInterval = cmpOr(spec.WatermarkInterval, 200*time.Millisecond)
 	spec.SnapshotWorkers = cmpOr(spec.SnapshotWorkers, 4)
 	if spec.Logger == nil {
 		spec.Logger = slog.Default()
@@ -411,7 +416,7 @@ func (d *driver) fit(p *RestorePoint) error {
 	return nil
 }
 
-func cmpOr(v, def int) int {
+func cmpOr[T int | time.Duration](v, def T) T {
 	if v <= 0 {
 		return def
 	}
@@ -778,6 +783,7 @@ func (d *driver) deploy(ctx context.Context) (*attempt, error) {
 				ops: parts.Ops, outputs: parts.Outputs, mailbox: make(chan ctrl, 1024),
 				reports: a.reports, pool: a.pool, store: d.spec.Storage,
 				checkpointing: d.spec.Mode != None, now: d.spec.Now, metrics: &TaskMetrics{},
+				wmInterval: d.spec.WatermarkInterval,
 			}
 			d.metrics = append(d.metrics, t.metrics)
 			for _, node := range vx.Nodes {

@@ -89,13 +89,10 @@ type task struct {
 	chanIdle   []bool
 	wm         int64
 	idle       bool
-	// wmNext throttles a wmSource's watermarks to one per WatermarkInterval.
-	wmNext time.Time
+	// wmNext throttles a wmSource's watermarks to one per wmInterval.
+	wmNext     time.Time
+	wmInterval time.Duration
 }
-
-// WatermarkInterval is the least time between two watermarks a source (or
-// an assigner) emits, as Flink's auto-watermark interval.
-const WatermarkInterval = 200 * time.Millisecond
 
 func (t *task) send(ctx context.Context, r report) {
 	r.task = t.id
@@ -518,7 +515,7 @@ func (t *task) advanceTo(wm int64) error {
 	}
 	t.wm, t.idle = wm, false
 	if t.wmSource != nil {
-		t.wmNext = t.now().Add(WatermarkInterval)
+		t.wmNext = t.now().Add(t.wmInterval)
 	}
 	for _, op := range t.eventTimed {
 		if err := op.AdvanceWatermark(wm); err != nil {

@@ -1,0 +1,49 @@
+package weir
+
+import (
+	"testing"
+
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/operator"
+	"github.com/weirstream/weir/operator/operatortest"
+)
+
+// TestClockRestoresPerSubtask: a source without splits keeps its event
+// time per subtask. Restored at the same parallelism, each subtask resumes
+// its own watermark (not the greatest of all, which would make its
+// slower records late); at another parallelism, the least of all.
+func TestClockRestoresPerSubtask(t *testing.T) {
+	wmOf := func(ms int64) int64 { return ms - 1 }
+	w := &operatortest.MemWriter{}
+	var handles []checkpoint.Handle
+	for sub, max := range []int64{1000, 5000} {
+		c := newClock(wmOf, 0)
+		oc := (&operatortest.Run{}).Context("src", sub, 2, nil)
+		if err := c.open(oc); err != nil {
+			t.Fatal(err)
+		}
+		c.observe(max)
+		hs, err := c.snapshot(oc)(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		handles = append(handles, hs...)
+	}
+	r := &operator.Restore{Checkpoint: 1, Handles: handles, Read: w.Read}
+	for _, tc := range []struct {
+		sub, p int
+		want   int64
+	}{
+		{0, 2, 999}, {1, 2, 4999}, // their own
+		{0, 3, 999}, {2, 3, 999}, {0, 1, 999}, // rescaled: the least
+	} {
+		c := newClock(wmOf, 0)
+		if err := c.open((&operatortest.Run{}).Context("src", tc.sub, tc.p, r)); err != nil {
+			t.Fatal(err)
+		}
+		c.observe(operator.MinTime + 1) // reading resumes: an old record moves nothing
+		if wm, idle := c.Watermark(); wm != tc.want || idle {
+			t.Errorf("subtask %d of %d restored watermark %d (idle %v), want %d", tc.sub, tc.p, wm, idle, tc.want)
+		}
+	}
+}

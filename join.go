@@ -1,0 +1,275 @@
+package weir
+
+import (
+	"fmt"
+	"time"
+)
+
+// WindowCoGroup calls f with the records of both streams that fall into
+// each key's window (tumbling or sliding, on event time), when the window
+// closes. Records are kept in state until then; late ones are dropped.
+func WindowCoGroup[K comparable, A, B, Out any](a KeyedStream[K, A], b KeyedStream[K, B], windows WindowAssigner, name string,
+	f func(key K, w TimeWindow, as []A, bs []B, out Collector[Out]) error, opts ...Option) *Stream[Out] {
+	env := a.s.env
+	if err := windows.check(); err != nil || windows.kind == sessions || windows.processing {
+		env.fail(fmt.Errorf("operator %q: co-group and join windows must be tumbling or sliding, on event time", name))
+	}
+	if f == nil {
+		env.fail(fmt.Errorf("operator %q: its function is nil", name))
+	}
+	return keyedCoProcess(a, b, name, kindWindowJoin, func() KeyedCoProcessFunction[K, A, B, Out] {
+		return &coGroup[K, A, B, Out]{w: windows, f: f}
+	}, opts)
+}
+
+// WindowJoin emits f(a, b) for every pair of records of the two streams
+// with the same key in the same window.
+func WindowJoin[K comparable, A, B, Out any](a KeyedStream[K, A], b KeyedStream[K, B], windows WindowAssigner, name string,
+	f func(A, B) Out, opts ...Option) *Stream[Out] {
+	if f == nil {
+		a.s.env.fail(fmt.Errorf("operator %q: its function is nil", name))
+	}
+	return WindowCoGroup(a, b, windows, name, func(_ K, _ TimeWindow, as []A, bs []B, out Collector[Out]) error {
+		for _, x := range as {
+			for _, y := range bs {
+				out.Collect(f(x, y))
+			}
+		}
+		return nil
+	}, opts...)
+}
+
+type coGroup[K comparable, A, B, Out any] struct {
+	w  WindowAssigner
+	f  func(K, TimeWindow, []A, []B, Collector[Out]) error
+	as *MapState[K, int64, []A]
+	bs *MapState[K, int64, []B]
+}
+
+func (g *coGroup[K, A, B, Out]) Open(c *KeyedContext[K]) (err error) {
+	if g.as, err = NewMapState[K, int64, []A](c, "left"); err != nil {
+		return err
+	}
+	g.bs, err = NewMapState[K, int64, []B](c, "right")
+	return err
+}
+
+// windowsOf calls add with the start of every window of ts that is not
+// late, after registering its timer.
+func windowsOf[K comparable](c *KeyedContext[K], w WindowAssigner, add func(start int64)) {
+	ts := c.c.now
+	for start := floorTo(ts, w.slide); start > ts-w.size; start -= w.slide {
+		end := start + w.size
+		if end-1 <= c.wm {
+			continue // late for this window
+		}
+		c.RegisterEventTimer(time.UnixMilli(end - 1))
+		add(start)
+	}
+}
+
+func (g *coGroup[K, A, B, Out]) Process1(c *KeyedContext[K], v A, _ Collector[Out]) error {
+	windowsOf(c, g.w, func(start int64) {
+		l, _ := g.as.Get(start)
+		g.as.Put(start, append(l, v))
+	})
+	return nil
+}
+
+func (g *coGroup[K, A, B, Out]) Process2(c *KeyedContext[K], v B, _ Collector[Out]) error {
+	windowsOf(c, g.w, func(start int64) {
+		l, _ := g.bs.Get(start)
+		g.bs.Put(start, append(l, v))
+	})
+	return nil
+}
+
+func (g *coGroup[K, A, B, Out]) OnTimer(c *KeyedContext[K], at time.Time, out Collector[Out]) error {
+	start := at.UnixMilli() + 1 - g.w.size
+	as, _ := g.as.Get(start)
+	bs, _ := g.bs.Get(start)
+	g.as.Remove(start)
+	g.bs.Remove(start)
+	if len(as) == 0 && len(bs) == 0 {
+		return nil
+	}
+	return g.f(c.Key(), timeWindow(start, start+g.w.size), as, bs, out)
+}
+
+// IntervalJoin emits f(a, b) for every pair with the same key whose event
+// times satisfy a + lower ≤ b ≤ a + upper; the result has the later of the
+// two event times. Each side is kept in state only as long as the
+// watermark allows a match; records behind the watermark are dropped.
+func IntervalJoin[K comparable, A, B, Out any](a KeyedStream[K, A], b KeyedStream[K, B], lower, upper time.Duration, name string,
+	f func(A, B) Out, opts ...Option) *Stream[Out] {
+	if lower > upper {
+		a.s.env.fail(fmt.Errorf("operator %q: interval join bounds %v > %v", name, lower, upper))
+	}
+	if f == nil {
+		a.s.env.fail(fmt.Errorf("operator %q: its function is nil", name))
+	}
+	return keyedCoProcess(a, b, name, kindIntervalJoin, func() KeyedCoProcessFunction[K, A, B, Out] {
+		return &intervalJoin[K, A, B, Out]{lower: lower.Milliseconds(), upper: upper.Milliseconds(), f: f}
+	}, opts)
+}
+
+type intervalJoin[K comparable, A, B, Out any] struct {
+	lower, upper int64
+	f            func(A, B) Out
+	as           *MapState[K, int64, []A]
+	bs           *MapState[K, int64, []B]
+}
+
+func (j *intervalJoin[K, A, B, Out]) Open(c *KeyedContext[K]) (err error) {
+	if j.as, err = NewMapState[K, int64, []A](c, "left"); err != nil {
+		return err
+	}
+	j.bs, err = NewMapState[K, int64, []B](c, "right")
+	return err
+}
+
+func (j *intervalJoin[K, A, B, Out]) Process1(c *KeyedContext[K], v A, out Collector[Out]) error {
+	ta := c.c.now
+	if ta <= c.wm {
+		return nil // late
+	}
+	for tb, bs := range j.bs.All() {
+		if ta+j.lower <= tb && tb <= ta+j.upper {
+			c.c.now = max(ta, tb)
+			for _, b := range bs {
+				out.Collect(j.f(v, b))
+			}
+		}
+	}
+	c.c.now = ta
+	l, _ := j.as.Get(ta)
+	j.as.Put(ta, append(l, v))
+	c.RegisterEventTimer(time.UnixMilli(ta + j.upper)) // no b can match it after that
+	return nil
+}
+
+func (j *intervalJoin[K, A, B, Out]) Process2(c *KeyedContext[K], v B, out Collector[Out]) error {
+	tb := c.c.now
+	if tb <= c.wm {
+		return nil
+	}
+	for ta, as := range j.as.All() {
+		if ta+j.lower <= tb && tb <= ta+j.upper {
+			c.c.now = max(ta, tb)
+			for _, a := range as {
+				out.Collect(j.f(a, v))
+			}
+		}
+	}
+	c.c.now = tb
+	l, _ := j.bs.Get(tb)
+	j.bs.Put(tb, append(l, v))
+	c.RegisterEventTimer(time.UnixMilli(tb - j.lower))
+	return nil
+}
+
+func (j *intervalJoin[K, A, B, Out]) OnTimer(c *KeyedContext[K], at time.Time, _ Collector[Out]) error {
+	t := at.UnixMilli()
+	for ta := range j.as.All() {
+		if ta+j.upper <= t {
+			j.as.Remove(ta)
+		}
+	}
+	for tb := range j.bs.All() {
+		if tb-j.lower <= t {
+			j.bs.Remove(tb)
+		}
+	}
+	return nil
+}
+
+// JoinConfig configures Join.
+type JoinConfig struct {
+	// TTL bounds how long each record is kept for matching, in processing
+	// time since it arrived (Flink's state time-to-live). Default 0:
+	// forever, and the state grows with the input.
+	TTL time.Duration
+}
+
+// Join emits f(a, b) for every pair of records of the two streams with the
+// same key, whenever the second of the two arrives: the regular,
+// unbounded join. Its state holds every record for cfg.TTL.
+func Join[K comparable, A, B, Out any](a KeyedStream[K, A], b KeyedStream[K, B], name string, f func(A, B) Out, cfg JoinConfig, opts ...Option) *Stream[Out] {
+	if f == nil {
+		a.s.env.fail(fmt.Errorf("operator %q: its function is nil", name))
+	}
+	if cfg.TTL < 0 {
+		a.s.env.fail(fmt.Errorf("operator %q: TTL %v is negative", name, cfg.TTL))
+	}
+	return keyedCoProcess(a, b, name, kindJoin, func() KeyedCoProcessFunction[K, A, B, Out] {
+		return &regularJoin[K, A, B, Out]{ttl: cfg.TTL.Milliseconds(), f: f}
+	}, opts)
+}
+
+// Kept is a record a join keeps, with the processing time it arrived.
+type Kept[T any] struct {
+	At int64
+	V  T
+}
+
+type regularJoin[K comparable, A, B, Out any] struct {
+	ttl int64
+	f   func(A, B) Out
+	as  *ListState[K, Kept[A]]
+	bs  *ListState[K, Kept[B]]
+}
+
+func (j *regularJoin[K, A, B, Out]) Open(c *KeyedContext[K]) (err error) {
+	if j.as, err = NewListState[K, Kept[A]](c, "left"); err != nil {
+		return err
+	}
+	j.bs, err = NewListState[K, Kept[B]](c, "right")
+	return err
+}
+
+// ttlGrain rounds expiry times up, so that a key has few timers.
+const ttlGrain = 1000
+
+func (j *regularJoin[K, A, B, Out]) expireAt(c *KeyedContext[K], now int64) {
+	if j.ttl > 0 {
+		c.RegisterTimer(time.UnixMilli(floorTo(now+j.ttl+ttlGrain-1, ttlGrain)))
+	}
+}
+
+func (j *regularJoin[K, A, B, Out]) Process1(c *KeyedContext[K], v A, out Collector[Out]) error {
+	for _, b := range j.bs.Get() {
+		out.Collect(j.f(v, b.V))
+	}
+	now := c.Now().UnixMilli()
+	j.as.Add(Kept[A]{At: now, V: v})
+	j.expireAt(c, now)
+	return nil
+}
+
+func (j *regularJoin[K, A, B, Out]) Process2(c *KeyedContext[K], v B, out Collector[Out]) error {
+	for _, a := range j.as.Get() {
+		out.Collect(j.f(a.V, v))
+	}
+	now := c.Now().UnixMilli()
+	j.bs.Add(Kept[B]{At: now, V: v})
+	j.expireAt(c, now)
+	return nil
+}
+
+// OnTimer drops what outlived the TTL.
+func (j *regularJoin[K, A, B, Out]) OnTimer(c *KeyedContext[K], at time.Time, _ Collector[Out]) error {
+	limit := at.UnixMilli() - j.ttl
+	j.as.Update(keepAfter(j.as.Get(), limit))
+	j.bs.Update(keepAfter(j.bs.Get(), limit))
+	return nil
+}
+
+func keepAfter[T any](l []Kept[T], limit int64) []Kept[T] {
+	var keep []Kept[T]
+	for _, k := range l {
+		if k.At > limit {
+			keep = append(keep, k)
+		}
+	}
+	return keep
+}

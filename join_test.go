@@ -1,0 +1,149 @@
+package weir_test
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/weirstream/weir"
+	"github.com/weirstream/weir/connector/file"
+	"github.com/weirstream/weir/connector/generator"
+)
+
+// event is a view or a click of a user, at an event time in ms.
+type event struct {
+	ID, User, At int64
+}
+
+const joinEvents = 4000
+
+// views and clicks: 4000 each, 5 ms apart, up to 90 ms out of order; 10
+// users, so each user has a view and a click about every 50 ms.
+func view(i int64) event  { return event{ID: i, User: i % 10, At: 1_000_000 + i*5 - (i*7919)%19*5} }
+func click(i int64) event { return event{ID: i, User: (i * 7) % 10, At: 1_000_002 + i*5 - (i*104729)%19*5} }
+
+func eventAt(e event) time.Time { return time.UnixMilli(e.At) }
+
+// joinJob runs a window join (tumbling 1 s), an interval join (a click
+// from 50 ms before to 100 ms after a view) and a regular join (views and
+// clicks by ID modulo 400) of the same two streams, at parallelism 2, into
+// one exactly-once file sink, and returns the committed lines, sorted.
+// fail, if set, sees every view before the joins.
+func joinJob(t *testing.T, fail func(event)) []string {
+	t.Helper()
+	e := env(weir.Config{Parallelism: 2, WatermarkInterval: time.Millisecond, Restart: weir.FixedDelay{Delay: time.Millisecond, MaxAttempts: 5}})
+	source := func(name string, make func(int64) event) *weir.Stream[event] {
+		g, err := generator.New(generator.Config[event]{Count: joinEvents, Make: make, BatchSize: 4, RatePerSecond: 20_000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return weir.Source(e, name, g, weir.Watermarks(weir.BoundedOutOfOrderness(100*time.Millisecond, eventAt)))
+	}
+	views := weir.Map(source("views", view), "check", func(v event) event {
+		if fail != nil {
+			fail(v)
+		}
+		return v
+	})
+	clicks := source("clicks", click)
+	byUser := func(e event) int64 { return e.User }
+	vu, cu := weir.KeyBy(views, byUser), weir.KeyBy(clicks, byUser)
+
+	windowed := weir.WindowJoin(vu, cu, weir.Tumbling(time.Second), "window join", func(v, c event) string {
+		return fmt.Sprintf("window %d %d %d", v.User, v.ID, c.ID)
+	})
+	interval := weir.IntervalJoin(vu, cu, -50*time.Millisecond, 100*time.Millisecond, "interval join", func(v, c event) string {
+		return fmt.Sprintf("interval %d %d %d", v.User, v.ID, c.ID)
+	})
+	byMod := func(e event) int64 { return e.ID % 400 }
+	regular := weir.Join(weir.KeyBy(views, byMod), weir.KeyBy(clicks, byMod), "join", func(v, c event) string {
+		return fmt.Sprintf("join %d %d", v.ID, c.ID)
+	}, weir.JoinConfig{})
+
+	dir := t.TempDir()
+	out, err := file.Sink(file.SinkConfig[string]{Dir: dir, Format: lineFormat})
+	if err != nil {
+		t.Fatal(err)
+	}
+	weir.Sink(weir.Union(windowed, "joined", []*weir.Stream[string]{interval, regular}), "out", out)
+	if res := execute(t, e); fail != nil && res.Attempts < 2 {
+		t.Fatalf("%d attempts: the injected failure did not fire", res.Attempts)
+	}
+	var got []string
+	for l, n := range committedLines(t, dir) {
+		for range n {
+			got = append(got, l)
+		}
+	}
+	slices.Sort(got)
+	return got
+}
+
+// joinBruteForce computes joinJob's results by comparing every pair.
+func joinBruteForce() []string {
+	var out []string
+	for i := range int64(joinEvents) {
+		v := view(i)
+		for j := range int64(joinEvents) {
+			c := click(j)
+			if v.User == c.User && v.At/1000 == c.At/1000 {
+				out = append(out, fmt.Sprintf("window %d %d %d", v.User, v.ID, c.ID))
+			}
+			if v.User == c.User && v.At-50 <= c.At && c.At <= v.At+100 {
+				out = append(out, fmt.Sprintf("interval %d %d %d", v.User, v.ID, c.ID))
+			}
+			if v.ID%400 == c.ID%400 {
+				out = append(out, fmt.Sprintf("join %d %d", v.ID, c.ID))
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestJoins: window, interval and regular joins of out-of-order streams
+// give every matching pair once, as comparing all pairs does; so does a
+// run that fails midway and restores.
+func TestJoins(t *testing.T) {
+	want := joinBruteForce()
+	kinds := map[string]int{}
+	for _, l := range want {
+		kinds[l[:4]]++
+	}
+	if kinds["wind"] == 0 || kinds["inte"] == 0 || kinds["join"] == 0 {
+		t.Fatalf("the data gives no pairs of some join: %v", kinds)
+	}
+	diff := func(got []string) string {
+		missing, extra := 0, 0
+		i, j := 0, 0
+		for i < len(got) || j < len(want) {
+			switch {
+			case j == len(want) || i < len(got) && got[i] < want[j]:
+				extra++
+				i++
+			case i == len(got) || got[i] > want[j]:
+				missing++
+				j++
+			default:
+				i++
+				j++
+			}
+		}
+		return fmt.Sprintf("%d results, want %d (%v): %d missing, %d extra", len(got), len(want), kinds, missing, extra)
+	}
+	if got := joinJob(t, nil); !slices.Equal(got, want) {
+		t.Fatal(diff(got))
+	}
+	var n atomic.Int64
+	got := joinJob(t, func(event) {
+		if n.Add(1) == joinEvents/2 {
+			panic(errors.New("injected failure"))
+		}
+	})
+	if !slices.Equal(got, want) {
+		t.Fatal("after a failure: " + diff(got))
+	}
+}
