@@ -22,8 +22,10 @@ const joinEvents = 4000
 
 // views and clicks: 4000 each, 5 ms apart, up to 90 ms out of order; 10
 // users, so each user has a view and a click about every 50 ms.
-func view(i int64) event  { return event{ID: i, User: i % 10, At: 1_000_000 + i*5 - (i*7919)%19*5} }
-func click(i int64) event { return event{ID: i, User: (i * 7) % 10, At: 1_000_002 + i*5 - (i*104729)%19*5} }
+func view(i int64) event { return event{ID: i, User: i % 10, At: 1_000_000 + i*5 - (i*7919)%19*5} }
+func click(i int64) event {
+	return event{ID: i, User: (i * 7) % 10, At: 1_000_002 + i*5 - (i*104729)%19*5}
+}
 
 func eventAt(e event) time.Time { return time.UnixMilli(e.At) }
 
