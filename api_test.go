@@ -52,6 +52,31 @@ func TestExecuteRefusesBrokenGraphs(t *testing.T) {
 		{"a nil source", func(e *weir.Environment) {
 			weir.Sink(weir.Source[int64](e, "src", nil), "out", out)
 		}, `operator "src": its function is nil`},
+		{"event-time windows without event time", func(e *weir.Environment) {
+			w := weir.Window(weir.KeyBy(nums(e), func(v int64) int64 { return v }), weir.Tumbling(time.Second))
+			weir.Sink(weir.Map(weir.WindowAggregate(w, "w", weir.Count[int64]()), "v", value), "out", out)
+		}, `operator "w": event-time windows need records with event time on every input`},
+		{"a window join of a stream without event time", func(e *weir.Environment) {
+			byV := func(v int64) int64 { return v }
+			timed := weir.Source(e, "timed", gen(t, 10, func(i int64) int64 { return i }), weir.Watermarks(weir.Monotonous(at)))
+			weir.Sink(weir.WindowJoin(weir.KeyBy(timed, byV), weir.KeyBy(nums(e), byV), weir.Tumbling(time.Second), "j", sum), "out", out)
+		}, `operator "j": window joins need records with event time on every input`},
+		{"windows after a union of streams with and without event time", func(e *weir.Environment) {
+			timed := weir.Source(e, "timed", gen(t, 10, func(i int64) int64 { return i }), weir.Watermarks(weir.Monotonous(at)))
+			both := weir.Union(timed, "both", []*weir.Stream[int64]{nums(e)})
+			w := weir.Window(weir.KeyBy(both, func(v int64) int64 { return v }), weir.Tumbling(time.Second))
+			weir.Sink(weir.Map(weir.WindowAggregate(w, "w", weir.Count[int64]()), "v", value), "out", out)
+		}, `operator "w": event-time windows need records with event time on every input`},
+		{"an interval join with bounds the wrong way round", func(e *weir.Environment) {
+			byV := func(v int64) int64 { return v }
+			timed := weir.KeyBy(weir.Source(e, "timed", gen(t, 10, func(i int64) int64 { return i }), weir.Watermarks(weir.Monotonous(at))), byV)
+			weir.Sink(weir.IntervalJoin(timed, timed, time.Second, -time.Second, "j", sum), "out", out)
+		}, `operator "j": interval join lower bound 1s is above its upper bound -1s`},
+		{"a session window join", func(e *weir.Environment) {
+			byV := func(v int64) int64 { return v }
+			timed := weir.KeyBy(weir.Source(e, "timed", gen(t, 10, func(i int64) int64 { return i }), weir.Watermarks(weir.Monotonous(at))), byV)
+			weir.Sink(weir.WindowJoin(timed, timed, weir.Session(time.Second), "j", sum), "out", out)
+		}, `operator "j": co-group and join windows must be tumbling or sliding, on event time`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -64,6 +89,10 @@ func TestExecuteRefusesBrokenGraphs(t *testing.T) {
 		})
 	}
 }
+
+func at(v int64) time.Time                          { return time.UnixMilli(v) }
+func sum(a, b int64) int64                          { return a + b }
+func value(r weir.WindowResult[int64, int64]) int64 { return r.Value }
 
 // Case 16: the zero Config works, with the documented defaults: a
 // checkpoint interval, checkpoints kept on cancel, slog.Default() as the

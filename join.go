@@ -17,9 +17,11 @@ func WindowCoGroup[K comparable, A, B, Out any](a KeyedStream[K, A], b KeyedStre
 	if f == nil {
 		env.fail(fmt.Errorf("operator %q: its function is nil", name))
 	}
-	return keyedCoProcess(a, b, name, kindWindowJoin, func() KeyedCoProcessFunction[K, A, B, Out] {
+	s := keyedCoProcess(a, b, name, kindWindowJoin, func() KeyedCoProcessFunction[K, A, B, Out] {
 		return &coGroup[K, A, B, Out]{w: windows, f: f}
 	}, opts)
+	needEventTime(s, "window joins need", "")
+	return s
 }
 
 // WindowJoin emits f(a, b) for every pair of records of the two streams
@@ -103,14 +105,16 @@ func (g *coGroup[K, A, B, Out]) OnTimer(c *KeyedContext[K], at time.Time, out Co
 func IntervalJoin[K comparable, A, B, Out any](a KeyedStream[K, A], b KeyedStream[K, B], lower, upper time.Duration, name string,
 	f func(A, B) Out, opts ...Option) *Stream[Out] {
 	if lower > upper {
-		a.s.env.fail(fmt.Errorf("operator %q: interval join bounds %v > %v", name, lower, upper))
+		a.s.env.fail(fmt.Errorf("operator %q: interval join lower bound %v is above its upper bound %v", name, lower, upper))
 	}
 	if f == nil {
 		a.s.env.fail(fmt.Errorf("operator %q: its function is nil", name))
 	}
-	return keyedCoProcess(a, b, name, kindIntervalJoin, func() KeyedCoProcessFunction[K, A, B, Out] {
+	s := keyedCoProcess(a, b, name, kindIntervalJoin, func() KeyedCoProcessFunction[K, A, B, Out] {
 		return &intervalJoin[K, A, B, Out]{lower: lower.Milliseconds(), upper: upper.Milliseconds(), f: f}
 	}, opts)
+	needEventTime(s, "interval joins need", "")
+	return s
 }
 
 type intervalJoin[K comparable, A, B, Out any] struct {

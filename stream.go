@@ -133,6 +133,9 @@ type head[In any] struct {
 func (h *head[In]) ProcessBatch(_ int, batch any, times []int64) error {
 	b := batch.([]In)
 	h.n.records.Add(int64(len(b)))
+	if times == nil {
+		h.c.now = operator.MinTime
+	}
 	for i, v := range b {
 		if times != nil {
 			h.c.now = times[i]
@@ -370,6 +373,9 @@ func (o *coOp[A, B, Out]) ProcessBatch(input int, batch any, times []int64) erro
 // processTwo feeds a batch of a two-input operator to f1 or f2, stopping at
 // the first error of the function or of the chain after it.
 func processTwo[A, B any](n *node, c *chain, input int, batch any, times []int64, f1 func(A) error, f2 func(B) error) error {
+	if times == nil {
+		c.now = operator.MinTime
+	}
 	switch input {
 	case 0:
 		b := batch.([]A)

@@ -329,6 +329,7 @@ func (e *Environment) add(name, kind string, fn any, opts []Option, n *node, ups
 	if isNil(fn) {
 		e.fail(fmt.Errorf("operator %q: its function is nil", name))
 	}
+	n.timed = len(ups) > 0 // event time needs it on every input
 	for _, up := range ups {
 		if isNil(up) {
 			e.fail(fmt.Errorf("operator %q reads a nil stream", name))
@@ -341,7 +342,7 @@ func (e *Environment) add(name, kind string, fn any, opts []Option, n *node, ups
 		gi, spec := up.input(n.Parallelism)
 		n.Node.Inputs = append(n.Node.Inputs, gi)
 		n.inputs = append(n.inputs, spec)
-		n.timed = n.timed || e.nodes[gi.From].timed
+		n.timed = n.timed && e.nodes[gi.From].timed
 	}
 	e.nodes = append(e.nodes, n)
 	return len(e.nodes) - 1

@@ -246,14 +246,21 @@ func addWindow[K comparable, In, Acc, Out any](ws WindowedStream[K, In], name st
 	}
 	n.head = headOf[In](n)
 	s := addOp[Out](env, name, kindWindow, fn, opts, n, ws.ks)
-	if !ws.assigner.processing && !n.timed {
-		env.fail(fmt.Errorf("operator %q: event-time windows need records with event time: give the source weir.Watermarks, or use weir.AssignWatermarks (or windows on processing time)", name))
+	if !ws.assigner.processing {
+		needEventTime(s, "event-time windows need", " (or windows on processing time)")
 	}
 	if late != nil {
 		n.sides = map[int]emitterFunc{1: emitterOf[In]}
 		*late = &Stream[In]{env: env, node: s.node, port: 1}
 	}
 	return s
+}
+
+// needEventTime fails the job unless s's records have event time.
+func needEventTime[T any](s *Stream[T], what, or string) {
+	if n := s.env.nodes[s.node]; !n.timed {
+		s.env.fail(fmt.Errorf("operator %q: %s records with event time on every input: give the sources weir.Watermarks, or use weir.AssignWatermarks%s", n.Name, what, or))
+	}
 }
 
 // sessionState is one session window's state: its end and accumulator.

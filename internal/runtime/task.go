@@ -478,7 +478,7 @@ func (t *task) advance() error {
 	switch {
 	case t.wmSource != nil:
 		wm, idle = t.wmSource.Watermark()
-		if wm > t.wm && wm != operator.MaxTime && t.now().Before(t.wmNext) {
+		if wm > t.wm && !idle && wm != operator.MaxTime && t.now().Before(t.wmNext) {
 			return nil // at most one watermark per interval
 		}
 	case len(t.chanWM) > 0:
@@ -495,7 +495,9 @@ func (t *task) advance() error {
 		return nil // a source without event time
 	}
 	if wm > t.wm {
-		return t.advanceTo(wm)
+		if err := t.advanceTo(wm); err != nil {
+			return err
+		}
 	}
 	if idle != t.idle {
 		t.idle = idle
