@@ -1,8 +1,10 @@
 package weir_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -29,11 +31,11 @@ func readings(i int64) reading {
 
 // windowJob sums each sensor's values in tumbling 1 s windows and counts
 // its readings in sliding 2 s windows every 500 ms, from a generator with
-// bounded out-of-orderness, at parallelism 2. fail, if set, is called with
-// every reading before it is summed.
-func windowJob(t *testing.T, fail func(reading)) []string {
+// bounded out-of-orderness, into an exactly-once file sink in out. fail, if
+// set, is called with every reading before it is summed.
+func windowJob(t *testing.T, cfg weir.Config, out string, fail func(reading)) *weir.Environment {
 	t.Helper()
-	e := env(weir.Config{Parallelism: 2, WatermarkInterval: time.Millisecond, Restart: weir.FixedDelay{Delay: time.Millisecond, MaxAttempts: 5}})
+	e := env(cfg)
 	g, err := generator.New(generator.Config[reading]{Count: 20_000, Make: readings, BatchSize: 100, RatePerSecond: 50_000})
 	if err != nil {
 		t.Fatal(err)
@@ -49,21 +51,77 @@ func windowJob(t *testing.T, fail func(reading)) []string {
 	sums := weir.WindowReduce(weir.Window(bySensor, weir.Tumbling(time.Second)), "sums",
 		func(a, b reading) reading { return reading{Sensor: a.Sensor, Value: a.Value + b.Value} })
 	counts := weir.WindowAggregate(weir.Window(bySensor, weir.Sliding(2*time.Second, 500*time.Millisecond)), "counts", weir.Count[reading]())
-	// An exactly-once sink: a failure's replay must not duplicate results.
-	dir := t.TempDir()
-	out, err := file.Sink(file.SinkConfig[string]{Dir: dir, Format: lineFormat})
+	sink, err := file.Sink(file.SinkConfig[string]{Dir: out, Format: lineFormat})
 	if err != nil {
 		t.Fatal(err)
 	}
 	weir.Sink(weir.Map(sums, "fmt sums", func(r weir.WindowResult[int64, reading]) string {
 		return fmt.Sprintf("sum %d [%d,%d) %d", r.Key, r.Window.Start.UnixMilli(), r.Window.End.UnixMilli(), r.Value.Value)
-	}), "out sums", out)
+	}), "out sums", sink)
 	weir.Sink(weir.Map(counts, "fmt counts", func(r weir.WindowResult[int64, int64]) string {
 		return fmt.Sprintf("count %d [%d,%d) %d", r.Key, r.Window.Start.UnixMilli(), r.Window.End.UnixMilli(), r.Value)
-	}), "out counts", out)
-	if res := execute(t, e); fail != nil && res.Attempts < 2 {
+	}), "out counts", sink)
+	return e
+}
+
+// eventTimeConfig is the configuration of the event-time story tests:
+// parallelism 2, a watermark every millisecond, restarts.
+func eventTimeConfig() weir.Config {
+	return weir.Config{Parallelism: 2, WatermarkInterval: time.Millisecond, Restart: weir.FixedDelay{Delay: time.Millisecond, MaxAttempts: 5}}
+}
+
+// runOnce runs a job built by build into a fresh output directory, and
+// returns its committed lines, sorted. With failures, the job must have
+// restarted.
+func runOnce(t *testing.T, failures bool, build func(cfg weir.Config, out string) *weir.Environment) []string {
+	t.Helper()
+	out := t.TempDir()
+	if res := execute(t, build(eventTimeConfig(), out)); failures && res.Attempts < 2 {
 		t.Fatalf("%d attempts: the injected failures did not fire", res.Attempts)
 	}
+	return sortedLines(t, out)
+}
+
+// runRescaled runs a job built by build at each parallelism of ps in turn,
+// each restoring the latest checkpoint of the one before, which is
+// cancelled after two completed checkpoints; the last runs to the end. It
+// returns the committed lines, sorted.
+func runRescaled(t *testing.T, ps []int, build func(cfg weir.Config, out string) *weir.Environment) []string {
+	t.Helper()
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out")
+	for i, p := range ps {
+		cfg := eventTimeConfig()
+		cfg.Parallelism, cfg.Checkpoint.Dir = p, filepath.Join(dir, "ckpt")
+		if i > 0 {
+			cfg.Restore = "latest"
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		completed := 0
+		if i < len(ps)-1 {
+			cfg.OnEvent = func(ev weir.JobEvent) {
+				if ev.Kind == weir.EventCheckpointCompleted {
+					if completed++; completed == 2 {
+						cancel()
+					}
+				}
+			}
+		}
+		_, err := build(cfg, out).Execute(ctx)
+		cancel()
+		if i < len(ps)-1 && !errors.Is(err, context.Canceled) {
+			t.Fatalf("run at parallelism %d: %v (the input must outlast two checkpoints)", p, err)
+		}
+		if i == len(ps)-1 && err != nil {
+			t.Fatalf("last run, at parallelism %d: %v", p, err)
+		}
+	}
+	return sortedLines(t, out)
+}
+
+// sortedLines is what the file sink committed in dir, one entry a line.
+func sortedLines(t *testing.T, dir string) []string {
+	t.Helper()
 	var got []string
 	for l, n := range committedLines(t, dir) {
 		for range n {
@@ -98,19 +156,26 @@ func bruteForce() []string {
 
 // TestEventTimeWindows: tumbling and sliding windows over event time with
 // out-of-order records give what a brute-force count over the same records
-// gives; so does a run that fails twice midway and restores.
+// gives; so does a run that fails twice midway and restores, and one
+// rescaled from 2 to 3 to 1 subtasks.
 func TestEventTimeWindows(t *testing.T) {
 	want := bruteForce()
-	if got := windowJob(t, nil); !slices.Equal(got, want) {
-		t.Fatalf("%d results, want %d; first %v, want %v", len(got), len(want), got[:min(3, len(got))], want[:3])
-	}
-	var n atomic.Int64
-	got := windowJob(t, func(reading) {
-		if k := n.Add(1); k == 7000 || k == 15000 {
-			panic(errors.New("injected failure"))
+	check := func(what string, got []string) {
+		t.Helper()
+		if !slices.Equal(got, want) {
+			t.Fatalf("%s: %d results, want %d; first %v, want %v", what, len(got), len(want), got[:min(3, len(got))], want[:3])
 		}
-	})
-	if !slices.Equal(got, want) {
-		t.Fatalf("after failures: %d results, want %d", len(got), len(want))
 	}
+	check("straight", runOnce(t, false, func(cfg weir.Config, out string) *weir.Environment { return windowJob(t, cfg, out, nil) }))
+	var n atomic.Int64
+	check("after failures", runOnce(t, true, func(cfg weir.Config, out string) *weir.Environment {
+		return windowJob(t, cfg, out, func(reading) {
+			if k := n.Add(1); k == 7000 || k == 15000 {
+				panic(errors.New("injected failure"))
+			}
+		})
+	}))
+	check("rescaled 2 → 3 → 1", runRescaled(t, []int{2, 3, 1}, func(cfg weir.Config, out string) *weir.Environment {
+		return windowJob(t, cfg, out, nil)
+	}))
 }

@@ -31,12 +31,11 @@ func eventAt(e event) time.Time { return time.UnixMilli(e.At) }
 
 // joinJob runs a window join (tumbling 1 s), an interval join (a click
 // from 50 ms before to 100 ms after a view) and a regular join (views and
-// clicks by ID modulo 400) of the same two streams, at parallelism 2, into
-// one exactly-once file sink, and returns the committed lines, sorted.
-// fail, if set, sees every view before the joins.
-func joinJob(t *testing.T, fail func(event)) []string {
+// clicks by ID modulo 400) of the same two streams into one exactly-once
+// file sink in out. fail, if set, sees every view before the joins.
+func joinJob(t *testing.T, cfg weir.Config, out string, fail func(event)) *weir.Environment {
 	t.Helper()
-	e := env(weir.Config{Parallelism: 2, WatermarkInterval: time.Millisecond, Restart: weir.FixedDelay{Delay: time.Millisecond, MaxAttempts: 5}})
+	e := env(cfg)
 	source := func(name string, make func(int64) event) *weir.Stream[event] {
 		g, err := generator.New(generator.Config[event]{Count: joinEvents, Make: make, BatchSize: 4, RatePerSecond: 20_000})
 		if err != nil {
@@ -65,23 +64,12 @@ func joinJob(t *testing.T, fail func(event)) []string {
 		return fmt.Sprintf("join %d %d", v.ID, c.ID)
 	}, weir.JoinConfig{})
 
-	dir := t.TempDir()
-	out, err := file.Sink(file.SinkConfig[string]{Dir: dir, Format: lineFormat})
+	sink, err := file.Sink(file.SinkConfig[string]{Dir: out, Format: lineFormat})
 	if err != nil {
 		t.Fatal(err)
 	}
-	weir.Sink(weir.Union(windowed, "joined", []*weir.Stream[string]{interval, regular}), "out", out)
-	if res := execute(t, e); fail != nil && res.Attempts < 2 {
-		t.Fatalf("%d attempts: the injected failure did not fire", res.Attempts)
-	}
-	var got []string
-	for l, n := range committedLines(t, dir) {
-		for range n {
-			got = append(got, l)
-		}
-	}
-	slices.Sort(got)
-	return got
+	weir.Sink(weir.Union(windowed, "joined", []*weir.Stream[string]{interval, regular}), "out", sink)
+	return e
 }
 
 // joinBruteForce computes joinJob's results by comparing every pair.
@@ -136,16 +124,22 @@ func TestJoins(t *testing.T) {
 		}
 		return fmt.Sprintf("%d results, want %d (%v): %d missing, %d extra", len(got), len(want), kinds, missing, extra)
 	}
-	if got := joinJob(t, nil); !slices.Equal(got, want) {
+	if got := runOnce(t, false, func(cfg weir.Config, out string) *weir.Environment { return joinJob(t, cfg, out, nil) }); !slices.Equal(got, want) {
 		t.Fatal(diff(got))
 	}
 	var n atomic.Int64
-	got := joinJob(t, func(event) {
-		if n.Add(1) == joinEvents/2 {
-			panic(errors.New("injected failure"))
-		}
+	got := runOnce(t, true, func(cfg weir.Config, out string) *weir.Environment {
+		return joinJob(t, cfg, out, func(event) {
+			if n.Add(1) == joinEvents/2 {
+				panic(errors.New("injected failure"))
+			}
+		})
 	})
 	if !slices.Equal(got, want) {
 		t.Fatal("after a failure: " + diff(got))
+	}
+	got = runRescaled(t, []int{2, 3, 1}, func(cfg weir.Config, out string) *weir.Environment { return joinJob(t, cfg, out, nil) })
+	if !slices.Equal(got, want) {
+		t.Fatal("rescaled 2 → 3 → 1: " + diff(got))
 	}
 }

@@ -320,6 +320,23 @@ func Sink[T any](s *Stream[T], name string, newWriter func() SinkWriter[T], opts
 	n.emitter = nil
 }
 
+// SinkFunc is a sink that calls f with every record: f is called from
+// every subtask at once, and again for the records after the last
+// checkpoint when the job restores it (at least once).
+func SinkFunc[T any](f func(T) error) func() SinkWriter[T] {
+	if f == nil {
+		return nil
+	}
+	return func() SinkWriter[T] { return &funcWriter[T]{f: f} }
+}
+
+type funcWriter[T any] struct {
+	operator.Base
+	f func(T) error
+}
+
+func (w *funcWriter[T]) Write(v T) error { return w.f(v) }
+
 type sinkOp[T any] struct {
 	SinkWriter[T]
 	c *chain

@@ -49,6 +49,8 @@ type split struct {
 	started         bool // Pos is at a line start (the first partial line was skipped)
 }
 
+func (s split) id() string { return fmt.Sprintf("%s@%d", s.Path, s.Start) }
+
 func (s split) encode() []byte {
 	b := codec.AppendBytes(nil, []byte(s.Path))
 	b = binary.AppendVarint(b, s.Start)
@@ -236,11 +238,18 @@ func (l *lineReader) Read(out weir.Collector[string]) (operator.PollResult, erro
 		}
 		s := &l.mine[0]
 		if s.Pos >= s.End && s.started {
+			weir.FinishSplit(out, s.id())
 			l.mine = l.mine[1:]
 			if err := l.closeFile(); err != nil {
 				return operator.PollResult{}, err
 			}
 			continue
+		}
+		if l.reader != s {
+			// For event time, each split has its own watermark from when
+			// it is read (as in Flink, splits not read yet do not hold
+			// the watermark back).
+			weir.EnterSplit(out, s.id())
 		}
 		if err := l.openSplit(s); err != nil {
 			return operator.PollResult{}, err

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/weirstream/weir"
@@ -43,14 +44,27 @@ func New[T any](cfg Config[T]) (func() weir.SourceReader[T], error) {
 	return func() weir.SourceReader[T] { return &reader[T]{cfg: cfg} }, nil
 }
 
-// stride is a residue class of record numbers: Next, Next+Step, ...
-type stride struct{ Next, Step int64 }
+// stride is a residue class of record numbers: Next, Next+Step, ... For
+// event time it is a split of its own (so that after a restore at a lower
+// parallelism, one subtask's strides keep their own watermarks).
+type stride struct {
+	Next, Step int64
+	id         string
+}
+
+func newStride(next, step int64) stride {
+	return stride{Next: next, Step: step, id: fmt.Sprintf("%d mod %d", next%step, step)}
+}
 
 type reader[T any] struct {
 	operator.Base
 	cfg     Config[T]
 	ctx     *operator.Context
 	strides []stride
+	// turn is the stride the next Read reads; entered, whether the
+	// strides were declared as splits.
+	turn    int
+	entered bool
 	// rate limiting: records allowed since start
 	start   time.Time
 	emitted int64
@@ -60,7 +74,7 @@ func (r *reader[T]) Open(ctx *operator.Context) error {
 	r.ctx = ctx
 	r.start = ctx.Now()
 	if ctx.Restore == nil {
-		r.strides = []stride{{Next: int64(ctx.Subtask), Step: int64(ctx.Parallelism)}}
+		r.strides = []stride{newStride(int64(ctx.Subtask), int64(ctx.Parallelism))}
 		return nil
 	}
 	items, err := state.RestoreList(ctx.Restore.Handles, ctx.Restore.Read, state.Split, "strides", ctx.Subtask, ctx.Parallelism)
@@ -73,7 +87,7 @@ func (r *reader[T]) Open(ctx *operator.Context) error {
 		if n1 <= 0 || n2 <= 0 || step <= 0 {
 			return fmt.Errorf("generator: restore position: %w", codec.ErrShort)
 		}
-		r.strides = append(r.strides, stride{next, step})
+		r.strides = append(r.strides, newStride(next, step))
 	}
 	return nil
 }
@@ -90,16 +104,30 @@ func (r *reader[T]) Read(out weir.Collector[T]) (operator.PollResult, error) {
 		}
 		n = int(min(int64(n), allowed))
 	}
-	for n > 0 && len(r.strides) > 0 {
-		s := &r.strides[0]
-		if r.cfg.Count > 0 && s.Next >= r.cfg.Count {
-			r.strides = r.strides[1:]
-			continue
+	if !r.entered {
+		// Every stride holds the watermark back from the start, not only
+		// once it is read.
+		for _, s := range r.strides {
+			weir.EnterSplit(out, s.id)
 		}
-		out.Collect(r.cfg.Make(s.Next))
-		s.Next += s.Step
-		r.emitted++
-		n--
+		r.entered = true
+	}
+	// One stride a Read, in turn.
+	if len(r.strides) > 0 {
+		r.turn %= len(r.strides)
+		s := &r.strides[r.turn]
+		weir.EnterSplit(out, s.id)
+		for ; n > 0 && (r.cfg.Count == 0 || s.Next < r.cfg.Count); n-- {
+			out.Collect(r.cfg.Make(s.Next))
+			s.Next += s.Step
+			r.emitted++
+		}
+		if r.cfg.Count > 0 && s.Next >= r.cfg.Count {
+			weir.FinishSplit(out, s.id)
+			r.strides = slices.Delete(r.strides, r.turn, r.turn+1)
+		} else {
+			r.turn++
+		}
 	}
 	return operator.PollResult{Exhausted: len(r.strides) == 0}, nil
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -572,5 +574,73 @@ func TestSinkFatalErrorsSayWhatToDo(t *testing.T) {
 	_, err = s.Snapshot(1)
 	if !operator.IsPermanent(err) || !strings.Contains(fmt.Sprint(err), "max.message.bytes") {
 		t.Fatalf("a record too large: %v", err)
+	}
+}
+
+// TestPartitionsHaveTheirOwnWatermarks: one subtask reads three partitions
+// whose event times are far apart (partition 0 ten seconds ahead of
+// partition 1). Each partition has its own watermark and the source's is
+// the least, so however the fetches interleave them, no record is late and
+// every one-second window counts all of its records.
+func TestPartitionsHaveTheirOwnWatermarks(t *testing.T) {
+	brokers := broker(t, "events")
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	offset := []int64{10_000, 0, 5_000} // per partition, ms
+	var recs []*kgo.Record
+	for p := range int32(3) {
+		for i := range int64(1000) {
+			recs = append(recs, &kgo.Record{Topic: "events", Partition: p, Value: fmt.Appendf(nil, "%d", offset[p]+i*10)})
+		}
+	}
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	cl.Close()
+
+	newReader, err := Source(SourceConfig[int64]{Brokers: brokers, Topics: []string{"events"}, Bounded: true, BatchSize: 100,
+		Decode: func(r *kgo.Record) (int64, error) {
+			var ms int64
+			_, err := fmt.Sscan(string(r.Value), &ms)
+			return ms, err
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := weir.New(weir.Config{Checkpoint: weir.CheckpointConfig{Mode: weir.NoCheckpoints}, WatermarkInterval: time.Millisecond})
+	src := weir.Source(e, "events", newReader, weir.Watermarks(weir.Monotonous(func(ms int64) time.Time { return time.UnixMilli(ms) })))
+	var late *weir.Stream[int64]
+	w := weir.Window(weir.KeyBy(src, func(int64) int { return 0 }), weir.Tumbling(time.Second), weir.LateTo(&late))
+	counts := weir.WindowAggregate(w, "counts", weir.Count[int64]())
+	var mu sync.Mutex
+	got, lateCount := map[int64]int64{}, 0
+	weir.Sink(counts, "out", weir.SinkFunc(func(r weir.WindowResult[int, int64]) error {
+		mu.Lock()
+		defer mu.Unlock()
+		got[r.Window.Start.UnixMilli()] += r.Value
+		return nil
+	}))
+	weir.Sink(late, "late", weir.SinkFunc(func(int64) error {
+		mu.Lock()
+		defer mu.Unlock()
+		lateCount++
+		return nil
+	}))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := e.Execute(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := map[int64]int64{}
+	for p := range 3 {
+		for i := range int64(1000) {
+			ms := offset[p] + i*10
+			want[ms-ms%1000]++
+		}
+	}
+	if lateCount != 0 || !maps.Equal(got, want) {
+		t.Fatalf("%d records late; window counts %v, want %v", lateCount, got, want)
 	}
 }

@@ -153,6 +153,8 @@ type split struct {
 	Partition int32  `json:"p"`
 	Next      int64  `json:"n"`
 	End       int64  `json:"e"`
+	// id names it for event time: each partition has its own watermark.
+	id string
 }
 
 func (s split) done() bool { return s.End >= 0 && s.Next >= s.End }
@@ -174,6 +176,9 @@ type reader[T any] struct {
 	adm *kadm.Client
 
 	splits map[tp]*split
+	// undeclared holds the splits added since the last Read, which
+	// declares them for event time (weir.EnterSplit).
+	undeclared []*split
 	// known holds every partition the job has assigned (to any subtask):
 	// the others are found by discovery.
 	known        map[tp]bool
@@ -237,7 +242,7 @@ func (r *reader[T]) restore(rs *operator.Restore) error {
 		if err := json.Unmarshal(it, &s); err != nil {
 			return operator.Permanent(fmt.Errorf("kafka source: restore split: %w", err))
 		}
-		r.splits[tp{s.Topic, s.Partition}] = &s
+		r.add(&s)
 	}
 	known, err := state.RestoreList(rs.Handles, rs.Read, state.Union, "known", r.ctx.Subtask, r.ctx.Parallelism)
 	if err != nil {
@@ -285,9 +290,16 @@ func (r *reader[T]) assign(ctx context.Context) error {
 		if r.cfg.Bounded {
 			s.End = ends[k]
 		}
-		r.splits[k] = s
+		r.add(s)
 	}
 	return nil
+}
+
+// add makes s one of the reader's splits.
+func (r *reader[T]) add(s *split) {
+	s.id = fmt.Sprintf("%s/%d", s.Topic, s.Partition)
+	r.splits[tp{s.Topic, s.Partition}] = s
+	r.undeclared = append(r.undeclared, s)
 }
 
 // partitions lists the partitions of the source's topics, sorted.
@@ -409,18 +421,33 @@ func (r *reader[T]) Read(out weir.Collector[T]) (operator.PollResult, error) {
 	if failed != nil {
 		return operator.PollResult{}, failed
 	}
+	// A new partition holds the watermark back from the start, not only
+	// once it has records.
+	for _, s := range r.undeclared {
+		weir.EnterSplit(out, s.id)
+		if s.done() {
+			weir.FinishSplit(out, s.id)
+		}
+	}
+	r.undeclared = r.undeclared[:0]
 	n := 0
 	var finished []tp
 	var err error
+	var last *split
 	fetches.EachRecord(func(rec *kgo.Record) {
 		k := tp{rec.Topic, rec.Partition}
 		s := r.splits[k]
 		if err != nil || s == nil || rec.Offset < s.Next || s.done() {
 			return // not ours, already read, or past a bounded end
 		}
+		if s != last {
+			weir.EnterSplit(out, s.id)
+			last = s
+		}
 		s.Next = rec.Offset + 1
 		if s.done() {
 			finished = append(finished, k)
+			weir.FinishSplit(out, s.id)
 		}
 		if rec.Attrs.IsControl() {
 			return
@@ -504,7 +531,7 @@ func (r *reader[T]) discover() error {
 	}
 	offsets := map[string]map[int32]kgo.Offset{}
 	for _, k := range mine {
-		r.splits[k] = &split{Topic: k.topic, Partition: k.partition, Next: starts[k], End: -1}
+		r.add(&split{Topic: k.topic, Partition: k.partition, Next: starts[k], End: -1})
 		if offsets[k.topic] == nil {
 			offsets[k.topic] = map[int32]kgo.Offset{}
 		}
