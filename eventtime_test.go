@@ -61,7 +61,41 @@ func windowJob(t *testing.T, cfg weir.Config, out string, fail func(reading)) *w
 	weir.Sink(weir.Map(counts, "fmt counts", func(r weir.WindowResult[int64, int64]) string {
 		return fmt.Sprintf("count %d [%d,%d) %d", r.Key, r.Window.Start.UnixMilli(), r.Window.End.UnixMilli(), r.Value)
 	}), "out counts", sink)
+	weir.Sink(weir.Process(bySensor, "timer sums", func() weir.KeyedProcessFunction[int64, reading, string] { return &bucketSum{} }), "out timer sums", sink)
 	return e
+}
+
+// bucketSum sums each sensor's values per second of event time with its
+// own state and event-time timers, as a tumbling window does.
+type bucketSum struct {
+	sums *weir.MapState[int64, int64, int64] // bucket start → sum
+}
+
+func (b *bucketSum) Open(c *weir.KeyedContext[int64]) (err error) {
+	b.sums, err = weir.NewMapState[int64, int64, int64](c, "sums")
+	return err
+}
+
+func (b *bucketSum) Process(c *weir.KeyedContext[int64], r reading, _ weir.Collector[string]) error {
+	if !c.Timestamp().After(c.Watermark()) {
+		return fmt.Errorf("reading %v is late: at %v, watermark %v", r, c.Timestamp(), c.Watermark())
+	}
+	start := r.At - r.At%1000
+	sum, _ := b.sums.Get(start)
+	b.sums.Put(start, sum+r.Value)
+	c.RegisterEventTimer(time.UnixMilli(start + 999))
+	return nil
+}
+
+func (b *bucketSum) OnTimer(c *weir.KeyedContext[int64], at time.Time, out weir.Collector[string]) error {
+	if c.TimeDomain() != weir.EventTime || !c.Timestamp().Equal(at) {
+		return fmt.Errorf("timer at %v: domain %v, timestamp %v", at, c.TimeDomain(), c.Timestamp())
+	}
+	start := at.UnixMilli() - 999
+	sum, _ := b.sums.Get(start)
+	b.sums.Remove(start)
+	out.Collect(fmt.Sprintf("timer sum %d [%d,%d) %d", c.Key(), start, start+1000, sum))
+	return nil
 }
 
 // eventTimeConfig is the configuration of the event-time story tests:
@@ -139,6 +173,7 @@ func bruteForce() []string {
 		r := readings(i)
 		start := r.At - r.At%1000
 		sums[fmt.Sprintf("sum %d [%d,%d)", r.Sensor, start, start+1000)] += r.Value
+		sums[fmt.Sprintf("timer sum %d [%d,%d)", r.Sensor, start, start+1000)] += r.Value
 		for s := r.At - r.At%500; s > r.At-2000; s -= 500 {
 			counts[fmt.Sprintf("count %d [%d,%d)", r.Sensor, s, s+2000)]++
 		}
@@ -155,7 +190,8 @@ func bruteForce() []string {
 }
 
 // TestEventTimeWindows: tumbling and sliding windows over event time with
-// out-of-order records give what a brute-force count over the same records
+// out-of-order records, and a keyed function summing with event-time
+// timers, give what a brute-force count over the same records
 // gives; so does a run that fails twice midway and restores, and one
 // rescaled from 2 to 3 to 1 subtasks.
 func TestEventTimeWindows(t *testing.T) {
