@@ -56,14 +56,20 @@ func (g *coGroup[K, A, B, Out]) Open(c *KeyedContext[K]) (err error) {
 	return err
 }
 
-// windowsOf calls add with the start of every window of ts that is not
-// late, after registering its timer.
+// windowsOf calls add with the start of every window of the current
+// record that is not late, after registering its timer; a record late for
+// all its windows is dropped and counted.
 func windowsOf[K comparable](c *KeyedContext[K], w WindowAssigner, add func(start int64)) {
 	ts := c.c.now
-	for start := floorTo(ts, w.slide); start > ts-w.size; start -= w.slide {
+	last := floorTo(ts, w.slide)
+	if last+w.size-1 <= c.wm {
+		c.dropLate(ts)
+		return
+	}
+	for start := last; start > ts-w.size; start -= w.slide {
 		end := start + w.size
 		if end-1 <= c.wm {
-			continue // late for this window
+			break // late for this window and the earlier ones
 		}
 		c.RegisterEventTimer(time.UnixMilli(end - 1))
 		add(start)
@@ -135,7 +141,8 @@ func (j *intervalJoin[K, A, B, Out]) Open(c *KeyedContext[K]) (err error) {
 func (j *intervalJoin[K, A, B, Out]) Process1(c *KeyedContext[K], v A, out Collector[Out]) error {
 	ta := c.c.now
 	if ta <= c.wm {
-		return nil // late
+		c.dropLate(ta)
+		return nil
 	}
 	for tb, bs := range j.bs.All() {
 		if ta+j.lower <= tb && tb <= ta+j.upper {
@@ -155,6 +162,7 @@ func (j *intervalJoin[K, A, B, Out]) Process1(c *KeyedContext[K], v A, out Colle
 func (j *intervalJoin[K, A, B, Out]) Process2(c *KeyedContext[K], v B, out Collector[Out]) error {
 	tb := c.c.now
 	if tb <= c.wm {
+		c.dropLate(tb)
 		return nil
 	}
 	for ta, as := range j.as.All() {

@@ -150,8 +150,12 @@ func TestJoinScripts(t *testing.T) {
 					if side == "b" {
 						input = 1
 					}
+					before := h.op.lateCount.Load()
 					if err := h.op.ProcessBatch(input, []joined{r}, []int64{ts}); err != nil {
 						t.Fatal(err)
+					}
+					if h.op.lateCount.Load() > before {
+						h.out.out = append(h.out.out, fmt.Sprintf("dropped as late: %s %s %d %d", side, r.Key, ts, r.ID))
 					}
 				}
 			case "watermark":

@@ -2,6 +2,7 @@ package weir
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/weirstream/weir/checkpoint"
@@ -65,6 +66,9 @@ type KeyedContext[K comparable] struct {
 	// firing.
 	wm     int64
 	domain TimeDomain
+	// late counts the records of the operator (all its subtasks) dropped
+	// for coming after the watermark.
+	late *atomic.Int64
 }
 
 // TimeDomain is event time or processing time.
@@ -118,6 +122,15 @@ func (c *KeyedContext[K]) RegisterEventTimer(at time.Time) {
 
 // DeleteEventTimer cancels the current key's event-time timer at at.
 func (c *KeyedContext[K]) DeleteEventTimer(at time.Time) { c.eventTimers.Delete(c.key, at) }
+
+// dropLate counts a record dropped for being late, and logs the first ten
+// and every thousandth.
+func (c *KeyedContext[K]) dropLate(ts int64) {
+	if n := c.late.Add(1); n <= 10 || n%1000 == 0 {
+		c.op.Logger.Warn("dropped a record behind the watermark", "operator", c.op.UID, "event-time", time.UnixMilli(ts).UTC(),
+			"watermark", fromMillis(c.wm).UTC(), "dropped", n)
+	}
+}
 
 func fromMillis(ms int64) time.Time {
 	if ms == operator.MinTime {
@@ -233,6 +246,8 @@ type keyed[K comparable, Out any] struct {
 	onTime KeyedTimerFunction[K, Out]
 	out    Collector[Out]
 	c      *chain
+	// lateCount is the node's count of late records (nil: one of its own).
+	lateCount *atomic.Int64
 }
 
 func (k *keyed[K, Out]) open(oc *operator.Context, kc codec.Codec[K], fn any) error {
@@ -257,7 +272,10 @@ func (k *keyed[K, Out]) open(oc *operator.Context, kc codec.Codec[K], fn any) er
 		}
 	}
 	k.onTime, _ = fn.(KeyedTimerFunction[K, Out])
-	k.kctx = KeyedContext[K]{backend: b, timers: timers, eventTimers: eventTimers, kc: kc, op: oc, c: k.c, onTimer: k.onTime != nil, wm: wm}
+	if k.lateCount == nil {
+		k.lateCount = new(atomic.Int64)
+	}
+	k.kctx = KeyedContext[K]{backend: b, timers: timers, eventTimers: eventTimers, kc: kc, op: oc, c: k.c, onTimer: k.onTime != nil, wm: wm, late: k.lateCount}
 	k.hasher = codec.NewHasher(kc)
 	if o, ok := fn.(KeyedOpener[K]); ok {
 		return o.Open(&k.kctx)
@@ -404,7 +422,7 @@ func keyedCoProcess[K comparable, A, B, Out any](a KeyedStream[K, A], b KeyedStr
 	n := &node{}
 	n.instance = func(c *chain, next any) (operator.Operator, any) {
 		op := &keyedCoOp[K, A, B, Out]{fn: newFn(), keyA: a.key, keyB: b.key, kc: a.codec, n: n}
-		op.out, op.c = next.(Collector[Out]), c
+		op.out, op.c, op.lateCount = next.(Collector[Out]), c, &n.late
 		return op, nil
 	}
 	n.head = func(op operator.Operator, _ any, _ *chain) any { return op }

@@ -243,6 +243,8 @@ type node struct {
 	// records counts records entering the node as a task head, or leaving
 	// it as a source.
 	records atomic.Int64
+	// late counts the records its windows or joins dropped as late.
+	late atomic.Int64
 	// A source whose reader reports progress stores, per subtask, what it
 	// has left to read (-1: not known yet), and the total.
 	remaining []atomic.Int64
@@ -370,13 +372,16 @@ type Metrics struct {
 	// bytes for files) when its reader reports progress (ProgressReporter);
 	// Total is 0 when that is not known.
 	Remaining, Total int64
+	// Late counts the records a window or join dropped for coming behind
+	// the watermark (windows with LateTo send them on instead).
+	Late int64
 }
 
 // Metrics reads every operator's counters; safe while the job runs.
 func (e *Environment) Metrics() []Metrics {
 	out := make([]Metrics, len(e.nodes))
 	for i, n := range e.nodes {
-		out[i] = Metrics{UID: n.UID, Records: n.records.Load()}
+		out[i] = Metrics{UID: n.UID, Records: n.records.Load(), Late: n.late.Load()}
 		if len(n.remaining) == 0 {
 			continue
 		}

@@ -241,7 +241,7 @@ func addWindow[K comparable, In, Acc, Out any](ws WindowedStream[K, In], name st
 	n.instance = func(c *chain, next any) (operator.Operator, any) {
 		op := &windowOp[K, In, Acc, Out]{key: ws.ks.key, kc: ws.ks.codec, a: ws.assigner, lateness: ws.cfg.lateness,
 			fold: fold, emit: emit, hasLate: late != nil}
-		op.out, op.c = next.(Collector[Out]), c
+		op.out, op.c, op.lateCount = next.(Collector[Out]), c, &n.late
 		return op, Collector[In](op)
 	}
 	n.head = headOf[In](n)
@@ -287,7 +287,6 @@ type windowOp[K comparable, In, Acc, Out any] struct {
 	late     Collector[In]
 	panes    *heap.Map[K, int64, Acc]
 	sessions *heap.Map[K, int64, sessionState[Acc]]
-	dropped  int64
 }
 
 func (w *windowOp[K, In, Acc, Out]) Open(oc *operator.Context) error {
@@ -460,9 +459,7 @@ func (w *windowOp[K, In, Acc, Out]) lateRecord(ts int64, v In) error {
 		w.late.Collect(v)
 		return nil
 	}
-	if w.dropped++; w.dropped <= 10 || w.dropped%1000 == 0 {
-		w.kctx.op.Logger.Warn("window: dropped a late record", "event-time", time.UnixMilli(ts).UTC(), "watermark", time.UnixMilli(w.kctx.wm).UTC(), "dropped", w.dropped)
-	}
+	w.kctx.dropLate(ts)
 	return nil
 }
 

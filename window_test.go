@@ -3,6 +3,7 @@ package weir
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -84,13 +85,14 @@ func output(out, late *lines) string {
 // windowHarness runs one window operator subtask by hand: records with
 // event times, watermarks, snapshots and restores.
 type windowHarness struct {
-	c     *chain
-	out   *lines
-	late  *lines
-	op    operator.Operator
-	in    Collector[rec]
-	et    operator.EventTimed
-	build func(r *operator.Restore)
+	c       *chain
+	out     *lines
+	late    *lines
+	op      operator.Operator
+	in      Collector[rec]
+	et      operator.EventTimed
+	build   func(r *operator.Restore)
+	dropped atomic.Int64 // records dropped as late
 	snapshots
 }
 
@@ -135,7 +137,7 @@ func newWindowHarness(t *testing.T, d *datadriven.TestData) *windowHarness {
 				merge: func(a, b []rec) []rec { return append(append([]rec(nil), a...), b...) }}
 			op := &windowOp[string, rec, []rec, string]{key: key, kc: codec.For[string](), a: a, lateness: int64(lateness), fold: fold,
 				emit: func(k string, w TimeWindow, acc []rec, out Collector[string]) error { return f(k, w, acc, out) }, hasLate: lateOutput}
-			op.out, op.c = collectOf[string]{h.out}, h.c
+			op.out, op.c, op.lateCount = collectOf[string]{h.out}, h.c, &h.dropped
 			h.op, h.in, h.et = op, op, op
 		} else {
 			agg := sum{}
@@ -145,7 +147,7 @@ func newWindowHarness(t *testing.T, d *datadriven.TestData) *windowHarness {
 					out.Collect(fmt.Sprintf("%s [%d,%d) = %d", k, w.Start.UnixMilli(), w.End.UnixMilli(), acc))
 					return nil
 				}, hasLate: lateOutput}
-			op.out, op.c = collectOf[string]{h.out}, h.c
+			op.out, op.c, op.lateCount = collectOf[string]{h.out}, h.c, &h.dropped
 			h.op, h.in, h.et = op, op, op
 		}
 		ctx := (&operatortest.Run{}).Context("window", 0, 1, r)
@@ -176,9 +178,13 @@ func TestWindowScripts(t *testing.T) {
 						t.Fatalf("record %q: %v", l, err)
 					}
 					h.c.now = ts
+					before := h.dropped.Load()
 					h.in.Collect(r)
 					if h.c.err != nil {
 						t.Fatal(h.c.err)
+					}
+					if h.dropped.Load() > before {
+						h.out.out = append(h.out.out, fmt.Sprintf("dropped as late: %s %d %d", r.Key, ts, r.V))
 					}
 				}
 			case "watermark":
