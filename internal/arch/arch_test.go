@@ -41,6 +41,7 @@ var layers = map[string]int{
 	"connector/writeahead":  51,
 	"connector/stdio":       51,
 	"examples/wordcount":    52,
+	"examples/nexmark":      52,
 	"cmd/weir":              53,
 }
 
