@@ -281,6 +281,9 @@ func (p *progress) line(ms []weir.Metrics, last map[string]int64, elapsed, perio
 		if m.Total > 0 {
 			fmt.Fprintf(&b, " %.1f%% read", 100*float64(m.Total-m.Remaining)/float64(m.Total))
 		}
+		if m.Late > 0 {
+			fmt.Fprintf(&b, " %d late dropped", m.Late)
+		}
 	}
 	if id := p.checkpoint.Load(); id != 0 {
 		fmt.Fprintf(&b, "; latest checkpoint %d", id)

@@ -282,14 +282,21 @@ func nextExtra(r *rng, size, avg int) string {
 }
 
 // rng is SplitMix64, seeded with the event id: each event's values depend
-// on its id alone, so a restored source regenerates the same events.
+// on its id alone, so a restored source regenerates the same events. The
+// seed is the id mixed, so that neighbouring ids' streams are unrelated
+// (seeded with the id times the step, id+1's stream would be id's shifted
+// by one draw).
 type rng struct{ s uint64 }
 
-func newRNG(id int64) rng { return rng{s: uint64(id) * 0x9e3779b97f4a7c15} }
+func newRNG(id int64) rng { return rng{s: mix(uint64(id) ^ 0x5851f42d4c957f2d)} }
 
 func (r *rng) next() uint64 {
 	r.s += 0x9e3779b97f4a7c15
-	z := r.s
+	return mix(r.s)
+}
+
+// mix is SplitMix64's finalizer.
+func mix(z uint64) uint64 {
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
 	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
 	return z ^ (z >> 31)

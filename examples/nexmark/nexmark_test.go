@@ -82,12 +82,26 @@ func TestGeneratorFollowsTheSpec(t *testing.T) {
 			t.Errorf("%d %v events, want about %.0f", kinds[k], k, want)
 		}
 	}
-	// Bids mostly go to recent auctions and people, which exist.
+	// Bids mostly go to recent auctions and people, which exist; events'
+	// random values are independent (no two bids share price and extra).
 	var hot int
+	type priceExtra struct {
+		price int64
+		extra string
+	}
+	seen := map[priceExtra]int64{}
 	for _, e := range evs {
-		if e.Kind == BidEvent && e.Bid.Auction%100 == 0 {
+		if e.Kind != BidEvent {
+			continue
+		}
+		if e.Bid.Auction%100 == 0 {
 			hot++
 		}
+		k := priceExtra{e.Bid.Price, e.Bid.Extra}
+		if other, ok := seen[k]; ok {
+			t.Fatalf("bids on auctions %d and %d have the same price and extra: correlated random values", other, e.Bid.Auction)
+		}
+		seen[k] = e.Bid.Auction
 	}
 	if hot < kinds[BidEvent]/3 {
 		t.Errorf("%d of %d bids on hot auctions, want about half", hot, kinds[BidEvent])

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/weirstream/weir/examples/nexmark"
+)
+
+// TestNexmarkBenchReadsTheGeneratedEvents: `weir nexmark generate` writes
+// the events `weir bench nexmark` reads with the same flags: q0's results
+// are exactly the generated bids. The bench prints a row per query.
+func TestNexmarkBenchReadsTheGeneratedEvents(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "events.json")
+	flags := []string{"--events", "20000", "--parallelism", "2", "--rate", "1000"}
+	if out, err := exec.Command(weirBin, append([]string{"nexmark", "generate", "--output", file}, flags...)...).CombinedOutput(); err != nil {
+		t.Fatalf("generate: %v\n%s", err, out)
+	}
+	cmd := exec.Command(weirBin, append([]string{"bench", "nexmark", "--query", "q0,q5", "--output", filepath.Join(dir, "results"),
+		"--checkpoint-interval", "20ms"}, flags...)...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	table, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(string(table)), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[0], "events/s/core") || strings.Fields(lines[1])[0] != "q0" ||
+		strings.Fields(lines[1])[1] != "20000" || strings.Fields(lines[2])[0] != "q5" || !strings.Contains(lines[1], "×") {
+		t.Fatalf("the table:\n%s", table)
+	}
+
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var want []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	n := 0
+	for sc.Scan() {
+		var e nexmark.Event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatalf("line %d: %v", n+1, err)
+		}
+		n++
+		if e.Kind == nexmark.BidEvent {
+			b := e.Bid
+			row, _ := json.Marshal(nexmark.BidRow{Auction: b.Auction, Bidder: b.Bidder, Price: b.Price, DateTime: b.DateTime, Extra: b.Extra})
+			want = append(want, string(row))
+		}
+	}
+	if err := sc.Err(); err != nil || n != 20000 {
+		t.Fatalf("read %d events: %v", n, err)
+	}
+	var got []string
+	parts, _ := filepath.Glob(filepath.Join(dir, "results", "q0", "part-*"))
+	for _, p := range parts {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, strings.Split(strings.TrimSpace(string(b)), "\n")...)
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("q0 wrote %d results; the generated file has %d bids", len(got), len(want))
+	}
+}
+
+// TestNexmarkBadFlags: mistakes are refused at start, naming the flag.
+func TestNexmarkBadFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "nexmark", "--query", "q6"}, `--query: nexmark: no query "q6": choose from q0, q1, q2, q3, q4, q5, q7, q8, or all`},
+		{[]string{"bench", "nexmark", "--state-backend", "rocksdb"}, `--state-backend "rocksdb": only heap is available`},
+		{[]string{"bench", "nexmark", "--events", "0"}, "--events 0: must be at least 1"},
+		{[]string{"bench", "nexmark", "--mode", "none", "--output", "x"}, "--output writes exactly-once, at checkpoints"},
+		{[]string{"nexmark", "generate", "--events", "10"}, "--output is required"},
+	} {
+		out, err := exec.Command(weirBin, c.args...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), c.want) {
+			t.Errorf("weir %s: %v\n%s\nwant %q", strings.Join(c.args, " "), err, out, c.want)
+		}
+	}
+}
