@@ -93,6 +93,7 @@ type windowHarness struct {
 	et      operator.EventTimed
 	build   func(r *operator.Restore)
 	dropped atomic.Int64 // records dropped as late
+	clock   int64        // processing time, ms
 	snapshots
 }
 
@@ -113,6 +114,9 @@ func newWindowHarness(t *testing.T, d *datadriven.TestData) *windowHarness {
 		a = Sliding(ms(size), ms(slide))
 	case "session":
 		a = Session(ms(gap))
+	}
+	if d.HasArg("processing") {
+		a = a.ProcessingTime()
 	}
 	if err := a.check(); err != nil {
 		t.Fatal(err)
@@ -151,6 +155,7 @@ func newWindowHarness(t *testing.T, d *datadriven.TestData) *windowHarness {
 			h.op, h.in, h.et = op, op, op
 		}
 		ctx := (&operatortest.Run{}).Context("window", 0, 1, r)
+		ctx.Now = func() time.Time { return time.UnixMilli(h.clock) }
 		if err := h.op.Open(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -191,6 +196,12 @@ func TestWindowScripts(t *testing.T) {
 				var wm int64
 				d.ScanArgs(t, "t", &wm)
 				if err := h.et.AdvanceWatermark(wm); err != nil {
+					t.Fatal(err)
+				}
+			case "time":
+				// time t=ms: processing time moves to t; due timers fire.
+				d.ScanArgs(t, "t", &h.clock)
+				if err := h.op.(operator.Timed).FireTimers(time.UnixMilli(h.clock)); err != nil {
 					t.Fatal(err)
 				}
 			case "end":
