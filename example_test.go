@@ -101,3 +101,42 @@ func Example_wordCount() {
 	fmt.Println(got)
 	// Output: [be=1 be=2 not=1 or=1 to=1 to=2]
 }
+
+// Event time and windows: clicks with their own timestamps, out of order by
+// up to 2 s, counted per page in tumbling 10 s windows. A window fires when
+// the watermark passes its end; the end of the input fires the rest.
+func ExampleWindowAggregate() {
+	type click struct {
+		Page string
+		At   time.Time
+	}
+	start := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	offsets := []int{1, 4, 3, 12, 11, 15, 22, 21} // seconds, out of order
+	env := weir.New(weir.Config{Job: "clicks", Checkpoint: weir.CheckpointConfig{Interval: 100 * time.Millisecond}})
+	clicks, err := generator.New(generator.Config[click]{
+		Count: int64(len(offsets)),
+		Make: func(i int64) click {
+			return click{Page: fmt.Sprint("p", i%2), At: start.Add(time.Duration(offsets[i]) * time.Second)}
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	src := weir.Source(env, "clicks", clicks,
+		weir.Watermarks(weir.BoundedOutOfOrderness(2*time.Second, func(c click) time.Time { return c.At })))
+	perPage := weir.Window(weir.KeyBy(src, func(c click) string { return c.Page }), weir.Tumbling(10*time.Second))
+	counts := weir.WindowAggregate(perPage, "clicks per page", weir.Count[click]())
+	weir.Sink(counts, "print", stdio.Print(os.Stdout, func(dst []byte, r weir.WindowResult[string, int64]) []byte {
+		return fmt.Appendf(dst, "%s %s–%s: %d\n", r.Key, r.Window.Start.Format("15:04:05"), r.Window.End.Format("15:04:05"), r.Value)
+	}))
+	if _, err := env.Execute(context.Background()); err != nil {
+		panic(err)
+	}
+	// Unordered output:
+	// p0 12:00:00–12:00:10: 2
+	// p1 12:00:00–12:00:10: 1
+	// p0 12:00:10–12:00:20: 1
+	// p1 12:00:10–12:00:20: 2
+	// p0 12:00:20–12:00:30: 1
+	// p1 12:00:20–12:00:30: 1
+}
