@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
@@ -31,7 +33,7 @@ var flinkPerCore = map[string]float64{
 func newBench() *cobra.Command {
 	bench := &cobra.Command{Use: "bench", Short: "Benchmarks"}
 	var queries, output, stateBackend, ckptDir, mode string
-	var events int64
+	events := int64(10_000_000)
 	var rate float64
 	var parallelism int
 	var interval time.Duration
@@ -92,7 +94,7 @@ in the reference runs, or with --output as JSON lines to DIR/<query>.`,
 	}
 	fl := nx.Flags()
 	fl.StringVar(&queries, "query", "all", "queries to run: a comma-separated list (q0,q5) or all")
-	fl.Int64Var(&events, "events", 10_000_000, "events to generate per query")
+	fl.Var((*count)(&events), "events", "events to generate per query (10000000, 10M, 500k)")
 	fl.Float64Var(&rate, "rate", nexmark.DefaultRate, "event-time rate: events per second of event time (it sets timestamps; generation runs flat out)")
 	fl.IntVar(&parallelism, "parallelism", runtime.NumCPU(), "subtasks per operator (and generator splits)")
 	fl.DurationVar(&interval, "checkpoint-interval", time.Second, "time between checkpoints")
@@ -186,7 +188,7 @@ func byteSize(n int64) string {
 
 func newNexmark() *cobra.Command {
 	nx := &cobra.Command{Use: "nexmark", Short: "Nexmark tools"}
-	var events int64
+	events := int64(10_000_000)
 	var rate float64
 	var parallelism int
 	var output string
@@ -240,10 +242,34 @@ func newNexmark() *cobra.Command {
 		},
 	}
 	fl := gen.Flags()
-	fl.Int64Var(&events, "events", 10_000_000, "events to generate")
+	fl.Var((*count)(&events), "events", "events to generate (10000000, 10M, 500k)")
 	fl.Float64Var(&rate, "rate", nexmark.DefaultRate, "event-time rate: events per second of event time")
 	fl.IntVar(&parallelism, "parallelism", runtime.NumCPU(), "generator splits, as the source of a job at this parallelism has")
 	fl.StringVar(&output, "output", "", "the file to write, or - for standard output")
 	nx.AddCommand(gen)
 	return nx
+}
+
+// count is a flag holding a count, with an optional k, M or G suffix.
+type count int64
+
+func (c *count) String() string { return strconv.FormatInt(int64(*c), 10) }
+func (c *count) Type() string   { return "count" }
+
+func (c *count) Set(s string) error {
+	mult := int64(1)
+	switch {
+	case strings.HasSuffix(s, "k"):
+		mult, s = 1_000, strings.TrimSuffix(s, "k")
+	case strings.HasSuffix(s, "M"):
+		mult, s = 1_000_000, strings.TrimSuffix(s, "M")
+	case strings.HasSuffix(s, "G"):
+		mult, s = 1_000_000_000, strings.TrimSuffix(s, "G")
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return fmt.Errorf("want a whole number, with k, M or G if you like (10M)")
+	}
+	*c = count(n * mult)
+	return nil
 }

@@ -19,7 +19,7 @@ import (
 func TestNexmarkBenchReadsTheGeneratedEvents(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "events.json")
-	flags := []string{"--events", "20000", "--parallelism", "2", "--rate", "1000"}
+	flags := []string{"--events", "20k", "--parallelism", "2", "--rate", "1000"}
 	if out, err := exec.Command(weirBin, append([]string{"nexmark", "generate", "--output", file}, flags...)...).CombinedOutput(); err != nil {
 		t.Fatalf("generate: %v\n%s", err, out)
 	}
@@ -86,6 +86,7 @@ func TestNexmarkBadFlags(t *testing.T) {
 		{[]string{"bench", "nexmark", "--query", "q6"}, `--query: nexmark: no query "q6": choose from q0, q1, q2, q3, q4, q5, q7, q8, or all`},
 		{[]string{"bench", "nexmark", "--state-backend", "rocksdb"}, `--state-backend "rocksdb": only heap is available`},
 		{[]string{"bench", "nexmark", "--events", "0"}, "--events 0: must be at least 1"},
+		{[]string{"bench", "nexmark", "--events", "2X"}, `invalid argument "2X" for "--events" flag: want a whole number, with k, M or G`},
 		{[]string{"bench", "nexmark", "--mode", "none", "--output", "x"}, "--output writes exactly-once, at checkpoints"},
 		{[]string{"nexmark", "generate", "--events", "10"}, "--output is required"},
 	} {
