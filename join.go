@@ -139,45 +139,41 @@ func (j *intervalJoin[K, A, B, Out]) Open(c *KeyedContext[K]) (err error) {
 }
 
 func (j *intervalJoin[K, A, B, Out]) Process1(c *KeyedContext[K], v A, out Collector[Out]) error {
-	ta := c.c.now
-	if ta <= c.wm {
-		c.dropLate(ta)
-		return nil
-	}
-	for tb, bs := range j.bs.All() {
-		if ta+j.lower <= tb && tb <= ta+j.upper {
-			c.c.now = max(ta, tb)
-			for _, b := range bs {
-				out.Collect(j.f(v, b))
-			}
-		}
-	}
-	c.c.now = ta
-	l, _ := j.as.Get(ta)
-	j.as.Put(ta, append(l, v))
-	c.RegisterEventTimer(time.UnixMilli(ta + j.upper)) // no b can match it after that
+	// a matches the b in [a+lower, a+upper]; none can match it after
+	// a+upper.
+	interval(c, v, j.as, j.bs, j.lower, j.upper, j.upper, func(b B) { out.Collect(j.f(v, b)) })
 	return nil
 }
 
 func (j *intervalJoin[K, A, B, Out]) Process2(c *KeyedContext[K], v B, out Collector[Out]) error {
-	tb := c.c.now
-	if tb <= c.wm {
-		c.dropLate(tb)
-		return nil
+	// b matches the a in [b−upper, b−lower]; none can match it after
+	// b−lower.
+	interval(c, v, j.bs, j.as, -j.upper, -j.lower, -j.lower, func(a A) { out.Collect(j.f(a, v)) })
+	return nil
+}
+
+// interval handles a record v of one side of an interval join, at the
+// current event time t: unless it is late, it is paired (by pair, at the
+// later of the two times) with the other side's records in [t+lo, t+hi],
+// and kept until the watermark passes t+keep.
+func interval[K comparable, V, W any](c *KeyedContext[K], v V, mine *MapState[K, int64, []V], other *MapState[K, int64, []W], lo, hi, keep int64, pair func(W)) {
+	t := c.c.now
+	if t <= c.wm {
+		c.dropLate(t)
+		return
 	}
-	for ta, as := range j.as.All() {
-		if ta+j.lower <= tb && tb <= ta+j.upper {
-			c.c.now = max(ta, tb)
-			for _, a := range as {
-				out.Collect(j.f(a, v))
+	for to, ws := range other.All() {
+		if t+lo <= to && to <= t+hi {
+			c.c.now = max(t, to)
+			for _, w := range ws {
+				pair(w)
 			}
 		}
 	}
-	c.c.now = tb
-	l, _ := j.bs.Get(tb)
-	j.bs.Put(tb, append(l, v))
-	c.RegisterEventTimer(time.UnixMilli(tb - j.lower))
-	return nil
+	c.c.now = t
+	l, _ := mine.Get(t)
+	mine.Put(t, append(l, v))
+	c.RegisterEventTimer(time.UnixMilli(t + keep))
 }
 
 func (j *intervalJoin[K, A, B, Out]) OnTimer(c *KeyedContext[K], at time.Time, _ Collector[Out]) error {

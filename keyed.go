@@ -113,11 +113,17 @@ func (c *KeyedContext[K]) TimeDomain() TimeDomain { return c.domain }
 // watermark. Event-time timers are checkpointed, and all fire at the end
 // of the input.
 func (c *KeyedContext[K]) RegisterEventTimer(at time.Time) {
+	if c.mayTime() {
+		c.eventTimers.Register(c.key, at)
+	}
+}
+
+// mayTime fails the job if the function has no OnTimer to call.
+func (c *KeyedContext[K]) mayTime() bool {
 	if !c.onTimer {
 		c.c.fail(operator.Permanent(fmt.Errorf("%s registered a timer, but its function has no OnTimer method to call when it fires: implement weir.KeyedTimerFunction, or do not register timers", c.op.UID)))
-		return
 	}
-	c.eventTimers.Register(c.key, at)
+	return c.onTimer
 }
 
 // DeleteEventTimer cancels the current key's event-time timer at at.
@@ -149,11 +155,9 @@ func (c *KeyedContext[K]) Parallelism() int { return c.op.Parallelism }
 // function without OnTimer (KeyedTimerFunction) must not register timers:
 // the job fails, saying so.
 func (c *KeyedContext[K]) RegisterTimer(at time.Time) {
-	if !c.onTimer {
-		c.c.fail(operator.Permanent(fmt.Errorf("%s registered a timer, but its function has no OnTimer method to call when it fires: implement weir.KeyedTimerFunction, or do not register timers", c.op.UID)))
-		return
+	if c.mayTime() {
+		c.timers.Register(c.key, at)
 	}
-	c.timers.Register(c.key, at)
 }
 
 // DeleteTimer cancels the current key's timer at time at.
