@@ -120,7 +120,7 @@ func AllowedLateness(d time.Duration) WindowOption {
 
 // LateTo sends the records that come too late for all their windows to a
 // stream of their own, which *late points to once the windowed operator is
-// added. Without it they are dropped and counted in the log.
+// added. Without it they are dropped, counted (Metrics.Late) and logged.
 func LateTo[T any](late **Stream[T]) WindowOption {
 	return func(c *windowConfig) { c.lateTo = late }
 }
