@@ -175,6 +175,11 @@ func run(t *testing.T, q Query, cfg Config, dir string, crashAt int64) weir.Resu
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, m := range env.Metrics() {
+		if m.Late > 0 {
+			t.Errorf("%s dropped %d records as late: the generator makes none", m.UID, m.Late)
+		}
+	}
 	if crashAt > 0 && (res.Attempts < 2 || restored.Load() == 0) {
 		t.Fatalf("%d attempts, restored from checkpoint %d: the failure did not happen after a checkpoint", res.Attempts, restored.Load())
 	}

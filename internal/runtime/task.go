@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"io"
 	"fmt"
 	rt "runtime"
 	"slices"
@@ -413,6 +414,10 @@ func (w storageWriter) Write(h checkpoint.Handle, data []byte) (checkpoint.Handl
 	return w.store.WriteState(w.id, h, data)
 }
 
+func (w storageWriter) WriteShared(h checkpoint.Handle, r io.Reader) (checkpoint.Handle, error) {
+	return w.store.WriteShared(w.id, h, r)
+}
+
 // endInput handles the end of the task's input, in Flink's FLIP-147 order:
 // every operator of the chain finishes, head first (emitting what it
 // buffered; timers stop), and end of data goes downstream. Everything
@@ -482,14 +487,21 @@ func (t *task) advance() error {
 			return nil // at most one watermark per interval
 		}
 	case len(t.chanWM) > 0:
-		wm, idle = operator.MaxTime, true
+		// Idle channels do not hold the watermark back. When every channel
+		// is idle the task keeps its watermark and does not go idle
+		// itself: only sources do. An operator whose inputs are idle may
+		// still hold windows and timers that fire when its watermark moves
+		// on; were it idle, its consumers would move on without it, and
+		// what it fires then would be late for them.
+		wm = operator.MaxTime
+		all := true
 		for c, w := range t.chanWM {
 			if !t.chanIdle[c] {
-				wm, idle = min(wm, w), false
+				wm, all = min(wm, w), false
 			}
 		}
-		if idle {
-			wm = t.wm
+		if all {
+			return nil
 		}
 	default:
 		return nil // a source without event time
