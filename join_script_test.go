@@ -2,6 +2,8 @@ package weir
 
 import (
 	"fmt"
+	"iter"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -111,7 +113,8 @@ func (h *joinHarness) state() string {
 }
 
 // byTime prints a join's state of one side: ids by time.
-func byTime(m map[int64][]joined) string {
+func byTime(all iter.Seq2[int64, []joined]) string {
+	m := maps.Collect(all)
 	var ts []int64
 	for t := range m {
 		ts = append(ts, t)

@@ -2,6 +2,7 @@ package weir
 
 import (
 	"fmt"
+	"iter"
 	"sync/atomic"
 	"time"
 
@@ -12,7 +13,7 @@ import (
 	"github.com/weirstream/weir/internal/runtime"
 	"github.com/weirstream/weir/operator"
 	"github.com/weirstream/weir/state"
-	"github.com/weirstream/weir/state/heap"
+	"github.com/weirstream/weir/state/backend"
 )
 
 // KeyedStream is a stream partitioned by a key: every record of one key
@@ -53,9 +54,9 @@ func (ks KeyedStream[K, T]) input(int) (graph.Input, inputSpec) {
 // except to declare state in Open.
 type KeyedContext[K comparable] struct {
 	key         K
-	backend     *heap.Backend
-	timers      *heap.Timers[K] // processing time
-	eventTimers *heap.Timers[K]
+	backend     state.Backend
+	timers      state.Timers[K] // processing time
+	eventTimers state.Timers[K]
 	kc          codec.Codec[K]
 	op          *operator.Context
 	c           *chain
@@ -172,13 +173,13 @@ func stateCodec[V any](cs []codec.Codec[V]) codec.Codec[V] {
 
 // ValueState holds one value per key.
 type ValueState[K comparable, V any] struct {
-	t *heap.Value[K, V]
+	t state.Value[K, V]
 	c *KeyedContext[K]
 }
 
 // NewValueState declares value state name; call it from Open.
 func NewValueState[K comparable, V any](c *KeyedContext[K], name string, vc ...codec.Codec[V]) (*ValueState[K, V], error) {
-	t, err := heap.NewValue(c.backend, name, c.kc, stateCodec(vc))
+	t, err := backend.NewValue(c.backend, name, c.kc, stateCodec(vc))
 	return &ValueState[K, V]{t: t, c: c}, err
 }
 
@@ -186,33 +187,37 @@ func (s *ValueState[K, V]) Value() (V, bool) { return s.t.Get(s.c.key) }
 func (s *ValueState[K, V]) Update(v V)       { s.t.Put(s.c.key, v) }
 func (s *ValueState[K, V]) Clear()           { s.t.Delete(s.c.key) }
 
-// ListState holds a list per key.
+// ListState holds a list per key. Adding to it does not read it.
 type ListState[K comparable, V any] struct {
-	t *heap.List[K, V]
+	t state.List[K, V]
 	c *KeyedContext[K]
 }
 
 // NewListState declares list state name; call it from Open.
 func NewListState[K comparable, V any](c *KeyedContext[K], name string, vc ...codec.Codec[V]) (*ListState[K, V], error) {
-	t, err := heap.NewList(c.backend, name, c.kc, stateCodec(vc))
+	t, err := backend.NewList(c.backend, name, c.kc, stateCodec(vc))
 	return &ListState[K, V]{t: t, c: c}, err
 }
 
 // Get returns the list; do not modify it.
-func (s *ListState[K, V]) Get() []V      { return s.t.Get(s.c.key) }
+func (s *ListState[K, V]) Get() []V { return s.t.Get(s.c.key) }
+
+// All streams the list (on disk backends, without loading it whole).
+func (s *ListState[K, V]) All() iter.Seq[V] { return s.t.All(s.c.key) }
+
 func (s *ListState[K, V]) Add(v V)       { s.t.Add(s.c.key, v) }
 func (s *ListState[K, V]) Update(vs []V) { s.t.Update(s.c.key, vs) }
 func (s *ListState[K, V]) Clear()        { s.t.Delete(s.c.key) }
 
 // MapState holds a map per key.
 type MapState[K, UK comparable, V any] struct {
-	t *heap.Map[K, UK, V]
+	t state.Map[K, UK, V]
 	c *KeyedContext[K]
 }
 
 // NewMapState declares map state name; call it from Open.
 func NewMapState[K, UK comparable, V any](c *KeyedContext[K], name string) (*MapState[K, UK, V], error) {
-	t, err := heap.NewMap(c.backend, name, c.kc, codec.For[UK](), codec.For[V]())
+	t, err := backend.NewMap(c.backend, name, c.kc, codec.For[UK](), codec.For[V]())
 	return &MapState[K, UK, V]{t: t, c: c}, err
 }
 
@@ -221,7 +226,7 @@ func (s *MapState[K, UK, V]) Put(uk UK, v V)      { s.t.Put(s.c.key, uk, v) }
 func (s *MapState[K, UK, V]) Remove(uk UK)        { s.t.Remove(s.c.key, uk) }
 
 // All returns the current key's map; do not modify it.
-func (s *MapState[K, UK, V]) All() map[UK]V { return s.t.All(s.c.key) }
+func (s *MapState[K, UK, V]) All() iter.Seq2[UK, V] { return s.t.All(s.c.key) }
 func (s *MapState[K, UK, V]) Clear()        { s.t.Delete(s.c.key) }
 
 // KeyedProcessFunction handles the records of a keyed stream. It may also
@@ -255,17 +260,24 @@ type keyed[K comparable, Out any] struct {
 }
 
 func (k *keyed[K, Out]) open(oc *operator.Context, kc codec.Codec[K], fn any) error {
-	b := heap.New(oc.KeyGroups)
+	var hs []checkpoint.Handle
+	var r state.Reader
 	if oc.Restore != nil {
-		if err := b.Restore(oc.Restore.Handles, oc.Restore.Read); err != nil {
+		hs, r = oc.Restore.Handles, oc.Restore.Reader()
+	}
+	b, err := backend.New(k.c.state, backend.Scope{Job: oc.Job, Operator: oc.UID, Subtask: oc.Subtask, KeyGroups: oc.KeyGroups}, hs, r)
+	if err != nil {
+		if oc.Restore != nil {
 			return fmt.Errorf("restore keyed state from checkpoint %d: %w", oc.Restore.Checkpoint, err)
 		}
+		return err
 	}
-	timers, err := heap.NewTimers(b, "_timers", kc)
+	k.kctx.backend = b // closed by Close, whatever fails next
+	timers, err := backend.NewTimers(b, "_timers", kc)
 	if err != nil {
 		return err
 	}
-	eventTimers, err := heap.NewTimers(b, "_event_timers", kc)
+	eventTimers, err := backend.NewTimers(b, "_event_timers", kc)
 	if err != nil {
 		return err
 	}
@@ -302,16 +314,20 @@ func (k *keyed[K, Out]) setKey(key K) bool {
 	return true
 }
 
-func (k *keyed[K, Out]) Snapshot(checkpoint.ID) (operator.Async, error) {
+func (k *keyed[K, Out]) Snapshot(id checkpoint.ID) (operator.Async, error) {
 	oc := k.kctx.op
-	return both(oc.WriteState(state.KindKeyed, oc.KeyGroups, k.kctx.backend.Snapshot()), nil)(snapshotWatermark(oc, k.kctx.wm))
+	a, err := k.kctx.backend.Snapshot(id)
+	if err != nil {
+		return nil, err
+	}
+	return both(oc.StateWriter(a), nil)(snapshotWatermark(oc, k.kctx.wm))
 }
 
 func (k *keyed[K, Out]) NextTimer() (time.Time, bool) { return k.kctx.timers.Next() }
 
 func (k *keyed[K, Out]) FireTimers(now time.Time) error {
 	k.kctx.domain = ProcessingTime
-	return k.kctx.timers.Fire(now, func(key K, at time.Time) error {
+	return k.kctx.timers.FireUpTo(now.UnixMilli(), func(key K, at time.Time) error {
 		if k.onTime == nil {
 			return nil // restored from a version of the function that had OnTimer
 		}
@@ -347,9 +363,19 @@ func (k *keyed[K, Out]) Finish() error {
 	return nil
 }
 
-func (k *keyed[K, Out]) NotifyComplete(checkpoint.ID) error { return nil }
-func (k *keyed[K, Out]) NotifyAborted(checkpoint.ID)        {}
-func (k *keyed[K, Out]) Close() error                       { return nil }
+func (k *keyed[K, Out]) NotifyComplete(id checkpoint.ID) error {
+	k.kctx.backend.NotifyComplete(id)
+	return nil
+}
+
+func (k *keyed[K, Out]) NotifyAborted(id checkpoint.ID) { k.kctx.backend.NotifyAborted(id) }
+
+func (k *keyed[K, Out]) Close() error {
+	if k.kctx.backend == nil {
+		return nil
+	}
+	return k.kctx.backend.Close()
+}
 
 // Process applies a keyed process function; newFn builds each subtask's.
 func Process[K comparable, In, Out any](ks KeyedStream[K, In], name string, newFn func() KeyedProcessFunction[K, In, Out], opts ...Option) *Stream[Out] {

@@ -36,6 +36,7 @@ import (
 	"github.com/weirstream/weir/internal/keygroup"
 	"github.com/weirstream/weir/internal/runtime"
 	"github.com/weirstream/weir/operator"
+	"github.com/weirstream/weir/state/backend"
 	"github.com/weirstream/weir/storage"
 )
 
@@ -65,6 +66,15 @@ type (
 	FixedDelay         = runtime.FixedDelay
 	ExponentialBackoff = runtime.ExponentialBackoff
 	FailureRate        = runtime.FailureRate
+)
+
+// StateBackend says where keyed state lives: Kind HeapState (the default)
+// or PebbleState, with its settings.
+type StateBackend = backend.Config
+
+// State backends.
+const (
+	HeapState = backend.Heap
 )
 
 // Events tell of a running job's progress (Config.OnEvent).
@@ -133,6 +143,9 @@ type Config struct {
 	Restart RestartStrategy
 	// BatchSize is the number of records per batch. Default 512.
 	BatchSize int
+	// StateBackend is where keyed state lives: on the heap (default), or
+	// in Pebble on local disk with incremental checkpoints.
+	StateBackend StateBackend
 	// WatermarkInterval is the least time between two watermarks of a
 	// source or AssignWatermarks (Flink's auto-watermark interval): event
 	// time moves on in steps of about this. Default 200ms.
@@ -274,6 +287,8 @@ type chain struct {
 	now int64
 	// sides holds the collectors of the tail's side outputs, by port.
 	sides map[int]any
+	// state configures the keyed operators' state backends.
+	state backend.Config
 }
 
 func (c *chain) fail(err error) {
@@ -478,7 +493,7 @@ func (e *Environment) spec(plan *graph.Plan) (runtime.Spec, error) {
 		if err != nil {
 			return spec, err
 		}
-		spec.Start.Point = &runtime.RestorePoint{Metadata: m, Read: reader.ReadState, Where: r}
+		spec.Start.Point = &runtime.RestorePoint{Metadata: m, Read: reader.ReadState, Open: reader.OpenState, Where: r}
 	}
 	return spec, nil
 }
@@ -488,7 +503,7 @@ func (e *Environment) spec(plan *graph.Plan) (runtime.Spec, error) {
 func (e *Environment) build(plan *graph.Plan) func(*runtime.TaskBuild) (*runtime.TaskParts, error) {
 	return func(b *runtime.TaskBuild) (*runtime.TaskParts, error) {
 		vx := b.Vertex
-		c := &chain{subtask: b.Subtask, now: operator.MinTime}
+		c := &chain{subtask: b.Subtask, now: operator.MinTime, state: e.cfg.StateBackend}
 		tail := e.nodes[vx.Nodes[len(vx.Nodes)-1]]
 		var next any
 		var outputs []runtime.Output

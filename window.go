@@ -6,7 +6,8 @@ import (
 
 	"github.com/weirstream/weir/codec"
 	"github.com/weirstream/weir/operator"
-	"github.com/weirstream/weir/state/heap"
+	"github.com/weirstream/weir/state"
+	"github.com/weirstream/weir/state/backend"
 )
 
 // TimeWindow is a span of time, [Start, End).
@@ -285,8 +286,8 @@ type windowOp[K comparable, In, Acc, Out any] struct {
 	emit     func(K, TimeWindow, Acc, Collector[Out]) error
 	hasLate  bool
 	late     Collector[In]
-	panes    *heap.Map[K, int64, Acc]
-	sessions *heap.Map[K, int64, sessionState[Acc]]
+	panes    state.Map[K, int64, Acc]
+	sessions state.Map[K, int64, sessionState[Acc]]
 }
 
 func (w *windowOp[K, In, Acc, Out]) Open(oc *operator.Context) error {
@@ -298,9 +299,9 @@ func (w *windowOp[K, In, Acc, Out]) Open(oc *operator.Context) error {
 	}
 	var err error
 	if w.a.kind == sessions {
-		w.sessions, err = heap.NewMap(w.kctx.backend, "sessions", w.kc, codec.For[int64](), codec.For[sessionState[Acc]]())
+		w.sessions, err = backend.NewMap(w.kctx.backend, "sessions", w.kc, codec.For[int64](), codec.For[sessionState[Acc]]())
 	} else {
-		w.panes, err = heap.NewMap(w.kctx.backend, "panes", w.kc, codec.For[int64](), codec.For[Acc]())
+		w.panes, err = backend.NewMap(w.kctx.backend, "panes", w.kc, codec.For[int64](), codec.For[Acc]())
 	}
 	return err
 }

@@ -43,6 +43,9 @@ type Handle struct {
 	Path      string         `json:"path,omitempty"`
 	Inline    []byte         `json:"inline,omitempty"`
 	SizeBytes int64          `json:"sizeBytes"`
+	// File is the name the state backend gives this piece locally (a
+	// Pebble database's file), when it restores files by name.
+	File string `json:"file,omitempty"`
 }
 
 // KindKeyed is the Handle.Kind of keyed state.

@@ -8,6 +8,7 @@
 package operator
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -84,6 +85,26 @@ type Restore struct {
 	// differ from the current one).
 	Handles []checkpoint.Handle
 	Read    func(checkpoint.Handle) ([]byte, error)
+	// Open streams a handle's state; nil: Read serves.
+	Open func(checkpoint.Handle) (io.ReadCloser, error)
+}
+
+// Reader is r as a state.Reader.
+func (r *Restore) Reader() state.Reader { return restoreReader{r} }
+
+type restoreReader struct{ r *Restore }
+
+func (rr restoreReader) Read(h checkpoint.Handle) ([]byte, error) { return rr.r.Read(h) }
+
+func (rr restoreReader) Open(h checkpoint.Handle) (io.ReadCloser, error) {
+	if rr.r.Open != nil {
+		return rr.r.Open(h)
+	}
+	b, err := rr.r.Read(h)
+	if err != nil {
+		return nil, err
+	}
+	return io.NopCloser(bytes.NewReader(b)), nil
 }
 
 // Operator is one subtask's instance of an operator.
@@ -133,9 +154,11 @@ func IsPermanent(err error) bool {
 // Async writes the state a Snapshot froze and returns its handles.
 type Async func(w Writer) ([]checkpoint.Handle, error)
 
-// Writer writes one piece of state of the checkpoint being taken.
+// Writer writes the state of the checkpoint being taken (see
+// state.Writer).
 type Writer interface {
 	Write(h checkpoint.Handle, data []byte) (checkpoint.Handle, error)
+	WriteShared(h checkpoint.Handle, r io.Reader) (checkpoint.Handle, error)
 }
 
 // Timed is implemented by operators with processing-time timers.
@@ -153,6 +176,34 @@ func (c *Context) WriteState(kind string, groups keygroup.Range, encode func() [
 		h, err := w.Write(checkpoint.Handle{Operator: c.UID, Subtask: c.Subtask, Parallelism: c.Parallelism, Kind: kind, KeyGroups: groups}, encode())
 		return []checkpoint.Handle{h}, err
 	}
+}
+
+// StateWriter returns the asynchronous part that runs a state backend's:
+// the handles it writes are this subtask's.
+func (c *Context) StateWriter(a state.Async) Async {
+	if a == nil {
+		return nil
+	}
+	return func(w Writer) ([]checkpoint.Handle, error) { return a(ownWriter{w, c}) }
+}
+
+// ownWriter fills in the operator and subtask of the handles it writes.
+type ownWriter struct {
+	w Writer
+	c *Context
+}
+
+func (o ownWriter) own(h checkpoint.Handle) checkpoint.Handle {
+	h.Operator, h.Subtask, h.Parallelism = o.c.UID, o.c.Subtask, o.c.Parallelism
+	return h
+}
+
+func (o ownWriter) Write(h checkpoint.Handle, data []byte) (checkpoint.Handle, error) {
+	return o.w.Write(o.own(h), data)
+}
+
+func (o ownWriter) WriteShared(h checkpoint.Handle, r io.Reader) (checkpoint.Handle, error) {
+	return o.w.WriteShared(o.own(h), r)
 }
 
 // SnapshotList returns the asynchronous part that writes operator list

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"cmp"
 	"errors"
 	"fmt"
@@ -41,10 +42,12 @@ type Dir struct {
 	// may be written meanwhile.
 	discarding map[checkpoint.ID]bool
 	written    sync.Cond // signalled when a state file write ends
+	shared     *registry
 }
 
 func newDir(fs vfs.FS, jobDir string, inlineBytes int) *Dir {
-	d := &Dir{fs: fs, jobDir: jobDir, inlineBytes: inlineBytes, writing: map[checkpoint.ID]int{}, discarding: map[checkpoint.ID]bool{}}
+	d := &Dir{fs: fs, jobDir: jobDir, inlineBytes: inlineBytes, writing: map[checkpoint.ID]int{}, discarding: map[checkpoint.ID]bool{},
+		shared: newRegistry()}
 	d.written.L = &d.mu
 	return d
 }
@@ -96,6 +99,7 @@ func (d *Dir) Reserve(id checkpoint.ID) error {
 	if err := d.syncDir(d.jobDir); err != nil {
 		return fmt.Errorf("checkpoint %d: reserve: %w", id, err)
 	}
+	d.shared.reserve(id)
 	return nil
 }
 
@@ -113,27 +117,127 @@ func (d *Dir) WriteState(id checkpoint.ID, h checkpoint.Handle, data []byte) (ch
 	if h.Kind == "keyed" {
 		name += fmt.Sprintf(".kg%d-%d", h.KeyGroups.First, h.KeyGroups.Last)
 	}
+	if h.File != "" {
+		name += "." + url.PathEscape(h.File)
+	}
 	rel := chkName(id) + "/" + name
-	d.mu.Lock()
-	if d.discarding[id] {
-		d.mu.Unlock()
-		return h, fmt.Errorf("checkpoint %d: write %s: the checkpoint is being discarded", id, handleName(h))
-	}
-	d.writing[id]++
-	d.mu.Unlock()
-	err := d.writeFile(d.fs.PathJoin(d.jobDir, rel), data)
-	d.mu.Lock()
-	if d.writing[id]--; d.writing[id] == 0 {
-		delete(d.writing, id)
-	}
-	d.written.Broadcast()
-	d.mu.Unlock()
+	err := d.writing1(id, func() error {
+		_, err := d.writeFile(d.fs.PathJoin(d.jobDir, rel), bytes.NewReader(data))
+		return err
+	})
 	if err != nil {
 		return h, fmt.Errorf("checkpoint %d: write %s: %w", id, handleName(h), err)
 	}
 	h.Inline = nil
 	h.Path = rel
 	return h, nil
+}
+
+// WriteShared writes a file under shared/, which no checkpoint's discard
+// deletes while another completed one references it.
+func (d *Dir) WriteShared(id checkpoint.ID, h checkpoint.Handle, r io.Reader) (checkpoint.Handle, error) {
+	h.Inline, h.Path = nil, sharedName(h)
+	err := d.writing1(id, func() error {
+		dir := d.fs.PathDir(d.fs.PathJoin(d.jobDir, h.Path))
+		if err := d.fs.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		for _, p := range []string{d.jobDir, d.fs.PathJoin(d.jobDir, SharedDir)} {
+			if err := d.syncDir(p); err != nil {
+				return err
+			}
+		}
+		d.shared.wrote(id, h.Path)
+		n, err := d.writeFile(d.fs.PathJoin(d.jobDir, h.Path), r)
+		h.SizeBytes = n
+		if err != nil {
+			return err
+		}
+		return d.syncDir(dir)
+	})
+	if err != nil {
+		return h, fmt.Errorf("checkpoint %d: %w", id, sharedErr("write", h, err))
+	}
+	return h, nil
+}
+
+// writing1 runs write as a write of checkpoint id, unless id is being
+// discarded: Discard waits for it.
+func (d *Dir) writing1(id checkpoint.ID, write func() error) error {
+	d.mu.Lock()
+	if d.discarding[id] {
+		d.mu.Unlock()
+		return errors.New("the checkpoint is being discarded")
+	}
+	d.writing[id]++
+	d.mu.Unlock()
+	err := write()
+	d.mu.Lock()
+	if d.writing[id]--; d.writing[id] == 0 {
+		delete(d.writing, id)
+	}
+	d.written.Broadcast()
+	d.mu.Unlock()
+	return err
+}
+
+// OpenState streams the state a handle points at.
+func (d *Dir) OpenState(h checkpoint.Handle) (io.ReadCloser, error) {
+	if h.Path == "" {
+		return io.NopCloser(bytes.NewReader(h.Inline)), nil
+	}
+	if err := checkpoint.ValidatePath(h.Path); err != nil {
+		return nil, err
+	}
+	p := d.fs.PathJoin(d.jobDir, h.Path)
+	f, err := d.fs.Open(p)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", handleName(h), err)
+	}
+	st, err := f.Stat()
+	if err == nil && st.Size() != h.SizeBytes {
+		err = fmt.Errorf("%s is %d bytes, the metadata says %d", p, st.Size(), h.SizeBytes)
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("read %s: %w", handleName(h), err)
+	}
+	return f, nil
+}
+
+// RemoveOrphans deletes the shared files no completed checkpoint
+// references (a crash during a discard, or during an upload, leaves
+// such). Call it at start, after Scan, before any checkpoint.
+func (d *Dir) RemoveOrphans() error {
+	root := d.fs.PathJoin(d.jobDir, SharedDir)
+	ops, err := d.fs.List(root)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("list %s: %w", root, err)
+	}
+	var all []string
+	for _, op := range ops {
+		names, err := d.fs.List(d.fs.PathJoin(root, op))
+		if err != nil {
+			return fmt.Errorf("list %s: %w", d.fs.PathJoin(root, op), err)
+		}
+		for _, n := range names {
+			all = append(all, SharedDir+"/"+op+"/"+n)
+		}
+	}
+	return d.removeShared(d.shared.orphans(all))
+}
+
+func (d *Dir) removeShared(paths []string) error {
+	var errs []error
+	for _, p := range paths {
+		if err := d.fs.Remove(d.fs.PathJoin(d.jobDir, p)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (d *Dir) ReadState(h checkpoint.Handle) ([]byte, error) {
@@ -174,7 +278,7 @@ func (d *Dir) Commit(m *checkpoint.Metadata) error {
 	if err != nil {
 		return err
 	}
-	if err := d.writeFile(tmp, data); err != nil {
+	if _, err := d.writeFile(tmp, bytes.NewReader(data)); err != nil {
 		return fmt.Errorf("checkpoint %d: write metadata: %w", m.ID, err)
 	}
 	if err := d.fs.Rename(tmp, final); err != nil {
@@ -182,6 +286,9 @@ func (d *Dir) Commit(m *checkpoint.Metadata) error {
 	}
 	if err := d.syncDir(dir); err != nil {
 		return fmt.Errorf("checkpoint %d: %w", m.ID, err)
+	}
+	if err := d.removeShared(d.shared.committed(m)); err != nil {
+		return fmt.Errorf("checkpoint %d completed, but shared files it freed stay: %w", m.ID, err)
 	}
 	return nil
 }
@@ -222,6 +329,7 @@ func (d *Dir) Scan() (Scan, error) {
 	slices.SortFunc(s.Completed, byID)
 	slices.Sort(s.Incomplete)
 	slices.SortFunc(s.Damaged, func(a, b Damaged) int { return cmp.Compare(a.ID, b.ID) })
+	d.shared.reset(s.Completed)
 	return s, nil
 }
 
@@ -280,6 +388,11 @@ func (d *Dir) Discard(id checkpoint.ID) error {
 	if err := d.fs.RemoveAll(dir); err != nil {
 		return fmt.Errorf("discard checkpoint %d: %w", id, err)
 	}
+	// Shared files go last: a crash before leaves them unreferenced, and
+	// the next start deletes them.
+	if err := d.removeShared(d.shared.discarded(id)); err != nil {
+		return fmt.Errorf("discard checkpoint %d: shared files: %w", id, err)
+	}
 	return nil
 }
 
@@ -289,9 +402,9 @@ func (d *Dir) Lock() (io.Closer, error) {
 }
 
 func (d *Dir) DiscardState(hs []checkpoint.Handle) error {
-	var errs []error
+	errs := []error{d.removeShared(d.shared.unreferenced(hs))}
 	for _, h := range hs {
-		if h.Path == "" {
+		if h.Path == "" || IsShared(h) {
 			continue
 		}
 		if err := checkpoint.ValidatePath(h.Path); err != nil {
@@ -305,10 +418,10 @@ func (d *Dir) DiscardState(hs []checkpoint.Handle) error {
 	return errors.Join(errs...)
 }
 
-func (d *Dir) writeFile(path string, data []byte) (err error) {
+func (d *Dir) writeFile(path string, r io.Reader) (n int64, err error) {
 	f, err := d.fs.Create(path, vfs.WriteCategoryUnspecified)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer func() {
 		if cerr := f.Close(); err == nil {
@@ -318,10 +431,10 @@ func (d *Dir) writeFile(path string, data []byte) (err error) {
 			_ = d.fs.Remove(path) // best effort: leave no partial file behind
 		}
 	}()
-	if _, err = f.Write(data); err != nil {
-		return err
+	if n, err = io.Copy(f, r); err != nil {
+		return n, err
 	}
-	return f.Sync()
+	return n, f.Sync()
 }
 
 func (d *Dir) syncDir(dir string) error { return SyncDir(d.fs, dir) }

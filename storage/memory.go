@@ -1,7 +1,9 @@
 package storage
 
 import (
+	"bytes"
 	"fmt"
+	"maps"
 	"io"
 	"slices"
 	"sync"
@@ -13,14 +15,17 @@ import (
 // memory state backend does.
 const DefaultMaxStateBytes = 5 << 20
 
-// Memory keeps checkpoints in the process's heap: all state is inline in the
-// metadata. It survives task restarts inside the process, not the process.
+// Memory keeps checkpoints in the process's heap: state is inline in the
+// metadata, except shared files (an incremental backend's), kept beside it.
+// It survives task restarts inside the process, not the process.
 type Memory struct {
 	maxStateBytes int
 
 	mu        sync.Mutex
 	maxID     checkpoint.ID
 	completed map[checkpoint.ID]*checkpoint.Metadata
+	files     map[string][]byte // shared files by path
+	shared    *registry
 }
 
 // NewMemory builds Memory storage; maxStateBytes bounds each piece of state
@@ -29,7 +34,7 @@ func NewMemory(maxStateBytes int) *Memory {
 	if maxStateBytes <= 0 {
 		maxStateBytes = DefaultMaxStateBytes
 	}
-	return &Memory{maxStateBytes: maxStateBytes, completed: map[checkpoint.ID]*checkpoint.Metadata{}}
+	return &Memory{maxStateBytes: maxStateBytes, completed: map[checkpoint.ID]*checkpoint.Metadata{}, files: map[string][]byte{}, shared: newRegistry()}
 }
 
 func (m *Memory) Describe() string { return "memory" }
@@ -38,13 +43,59 @@ func (m *Memory) Reserve(id checkpoint.ID) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.maxID = max(m.maxID, id)
+	m.shared.reserve(id)
 	return nil
+}
+
+func (m *Memory) tooLarge(id checkpoint.ID, h checkpoint.Handle, n int) error {
+	return fmt.Errorf("checkpoint %d: %s is %d bytes, above the %d-byte bound of memory checkpoint storage; use a checkpoint directory for large state: %w",
+		id, handleName(h), n, m.maxStateBytes, ErrStateTooLarge)
+}
+
+// WriteShared keeps a shared file, within the same bound as other state.
+func (m *Memory) WriteShared(id checkpoint.ID, h checkpoint.Handle, r io.Reader) (checkpoint.Handle, error) {
+	data, err := io.ReadAll(io.LimitReader(r, int64(m.maxStateBytes)+1))
+	if err != nil {
+		return h, fmt.Errorf("checkpoint %d: %w", id, sharedErr("write", h, err))
+	}
+	if len(data) > m.maxStateBytes {
+		return h, m.tooLarge(id, h, len(data))
+	}
+	h.Inline, h.Path, h.SizeBytes = nil, sharedName(h), int64(len(data))
+	m.shared.wrote(id, h.Path)
+	m.mu.Lock()
+	m.files[h.Path] = data
+	m.mu.Unlock()
+	return h, nil
+}
+
+func (m *Memory) OpenState(h checkpoint.Handle) (io.ReadCloser, error) {
+	data, err := m.ReadState(h)
+	if err != nil {
+		return nil, err
+	}
+	return io.NopCloser(bytes.NewReader(data)), nil
+}
+
+func (m *Memory) RemoveOrphans() error {
+	m.mu.Lock()
+	all := slices.Collect(maps.Keys(m.files))
+	m.mu.Unlock()
+	m.remove(m.shared.orphans(all))
+	return nil
+}
+
+func (m *Memory) remove(paths []string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, p := range paths {
+		delete(m.files, p)
+	}
 }
 
 func (m *Memory) WriteState(id checkpoint.ID, h checkpoint.Handle, data []byte) (checkpoint.Handle, error) {
 	if len(data) > m.maxStateBytes {
-		return h, fmt.Errorf("checkpoint %d: %s is %d bytes, above the %d-byte bound of memory checkpoint storage; use a checkpoint directory for large state: %w",
-			id, handleName(h), len(data), m.maxStateBytes, ErrStateTooLarge)
+		return h, m.tooLarge(id, h, len(data))
 	}
 	h.Path = ""
 	h.Inline = slices.Clone(data)
@@ -56,10 +107,16 @@ func (m *Memory) WriteState(id checkpoint.ID, h checkpoint.Handle, data []byte) 
 }
 
 func (m *Memory) ReadState(h checkpoint.Handle) ([]byte, error) {
-	if h.Path != "" {
-		return nil, fmt.Errorf("memory checkpoint storage cannot read state file %q", h.Path)
+	if h.Path == "" {
+		return h.Inline, nil
 	}
-	return h.Inline, nil
+	m.mu.Lock()
+	data, ok := m.files[h.Path]
+	m.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("read %s: memory checkpoint storage has no file %q", handleName(h), h.Path)
+	}
+	return data, nil
 }
 
 func (m *Memory) Commit(md *checkpoint.Metadata) error {
@@ -74,9 +131,10 @@ func (m *Memory) Commit(md *checkpoint.Metadata) error {
 		panic(fmt.Sprintf("storage: metadata does not survive its own format: %v", err))
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	m.completed[md.ID] = cp
 	m.maxID = max(m.maxID, md.ID)
+	m.mu.Unlock()
+	m.remove(m.shared.committed(cp))
 	return nil
 }
 
@@ -88,17 +146,22 @@ func (m *Memory) Scan() (Scan, error) {
 		s.Completed = append(s.Completed, md)
 	}
 	slices.SortFunc(s.Completed, byID)
+	m.shared.reset(s.Completed)
 	return s, nil
 }
 
 func (m *Memory) Discard(id checkpoint.ID) error {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	delete(m.completed, id)
+	m.mu.Unlock()
+	m.remove(m.shared.discarded(id))
 	return nil
 }
 
-func (m *Memory) DiscardState([]checkpoint.Handle) error { return nil }
+func (m *Memory) DiscardState(hs []checkpoint.Handle) error {
+	m.remove(m.shared.unreferenced(hs))
+	return nil
+}
 
 // Lock takes nothing: memory storage belongs to one run.
 func (m *Memory) Lock() (io.Closer, error) { return io.NopCloser(nil), nil }

@@ -30,18 +30,32 @@ type Storage interface {
 	// (operator, subtask, kind, key groups); the returned copy also says
 	// where it went (Path or Inline) and its size.
 	WriteState(id checkpoint.ID, h checkpoint.Handle, data []byte) (checkpoint.Handle, error)
+	// WriteShared writes a file that later checkpoints may reference too
+	// (an incremental state backend's), streaming it from r, under
+	// shared/. Shared files are deleted when no retained checkpoint
+	// references them any more.
+	WriteShared(id checkpoint.ID, h checkpoint.Handle, r io.Reader) (checkpoint.Handle, error)
 	// ReadState reads the state a handle points at.
 	ReadState(h checkpoint.Handle) ([]byte, error)
+	// OpenState streams the state a handle points at.
+	OpenState(h checkpoint.Handle) (io.ReadCloser, error)
 	// Commit writes m durably and atomically: the checkpoint's commit point.
 	// Metadata above checkpoint.MaxMetadataBytes is refused with an error
 	// wrapping checkpoint.ErrTooLarge.
 	Commit(m *checkpoint.Metadata) error
-	// Scan reports what storage holds.
+	// Scan reports what storage holds, and counts the shared files'
+	// references anew from the completed checkpoints.
 	Scan() (Scan, error)
+	// RemoveOrphans deletes the shared files no completed checkpoint
+	// references (a crash during a discard or an upload leaves such).
+	// Call it after Scan, before the run's first checkpoint.
+	RemoveOrphans() error
 	// Discard deletes checkpoint id and exactly its files: its metadata
 	// first, so that a crash midway leaves an incomplete checkpoint, never
-	// a completed one with state missing. It waits for state writes of id
-	// in flight and refuses new ones until it is done.
+	// a completed one with state missing; then its own files, then the
+	// shared files no other checkpoint references (those a checkpoint in
+	// flight might reference wait until it settles). It waits for state
+	// writes of id in flight and refuses new ones until it is done.
 	Discard(id checkpoint.ID) error
 	// DiscardState deletes state written for a checkpoint that was not
 	// completed.

@@ -56,8 +56,10 @@ func ParseMode(s string) (Mode, error) {
 // RestorePoint is a completed checkpoint to start from.
 type RestorePoint struct {
 	Metadata *checkpoint.Metadata
-	// Read reads the state the metadata's handles point at.
+	// Read reads the state the metadata's handles point at; Open streams
+	// it.
 	Read func(checkpoint.Handle) ([]byte, error)
+	Open func(checkpoint.Handle) (io.ReadCloser, error)
 	// Where names it for people (a path, or "memory").
 	Where string
 }
@@ -329,7 +331,7 @@ func (d *driver) decideStart() (checkpoint.Restored, error) {
 		d.start = st.Point
 	case st.Latest:
 		if m := scan.Latest(); m != nil {
-			d.start = &RestorePoint{Metadata: m, Read: store.ReadState, Where: store.Describe()}
+			d.start = &RestorePoint{Metadata: m, Read: store.ReadState, Open: store.OpenState, Where: store.Describe()}
 			break
 		}
 		if len(scan.Damaged) > 0 {
@@ -386,6 +388,11 @@ func (d *driver) decideStart() (checkpoint.Restored, error) {
 		if !slices.Contains(drop, dmg.ID) {
 			restored.Damaged = append(restored.Damaged, dmg.ID)
 		}
+	}
+	// Shared files no completed checkpoint references were left by a
+	// crash during a discard or an upload.
+	if err := store.RemoveOrphans(); err != nil {
+		d.log.Warn("could not delete shared files no checkpoint references", "dir", store.Describe(), "err", err)
 	}
 	return restored, nil
 }
@@ -673,7 +680,7 @@ func (d *driver) carryOut(ctx context.Context, a *attempt) error {
 				d.failures.Consecutive = 0 // progress: restart attempts count afresh
 				// A failover restores the newest checkpoint this run
 				// completed, never one an earlier run left in storage.
-				d.point = &RestorePoint{Metadata: d.persisted[act.ID], Read: d.spec.Storage.ReadState, Where: d.spec.Storage.Describe()}
+				d.point = &RestorePoint{Metadata: d.persisted[act.ID], Read: d.spec.Storage.ReadState, Open: d.spec.Storage.OpenState, Where: d.spec.Storage.Describe()}
 				delete(d.persisted, act.ID)
 				for _, t := range a.tasks {
 					d.send(ctx, t, ctrl{kind: ctrlComplete, id: act.ID, endOfInput: act.EndOfInput})
@@ -818,7 +825,7 @@ func (d *driver) operatorContext(n graph.Node, subtask int) *operator.Context {
 		c.CommitWait = operator.CommitWait{Interval: cc.Interval, Timeout: cc.Timeout, TolerableFailures: cc.TolerableFailures, RestartDelay: d.spec.Restart.MaxDelay()}
 	}
 	if d.point != nil {
-		r := &operator.Restore{Checkpoint: d.point.Metadata.ID, Read: d.point.Read}
+		r := &operator.Restore{Checkpoint: d.point.Metadata.ID, Read: d.point.Read, Open: d.point.Open}
 		for _, ts := range d.point.Metadata.Tasks {
 			for _, h := range ts.Handles {
 				if h.Operator == n.UID {

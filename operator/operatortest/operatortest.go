@@ -34,6 +34,20 @@ func (m *MemWriter) Write(h checkpoint.Handle, data []byte) (checkpoint.Handle, 
 	return h, nil
 }
 
+// WriteShared implements operator.Writer: it keeps the file as a blob too.
+func (m *MemWriter) WriteShared(h checkpoint.Handle, r io.Reader) (checkpoint.Handle, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return h, err
+	}
+	h, err = m.Write(h, data)
+	h.Path = "shared/" + h.Path
+	m.mu.Lock()
+	m.blobs[h.Path] = data
+	m.mu.Unlock()
+	return h, err
+}
+
 // Read reads back what Write wrote; it serves as operator.Restore.Read.
 func (m *MemWriter) Read(h checkpoint.Handle) ([]byte, error) {
 	m.mu.Lock()

@@ -19,6 +19,7 @@ import (
 	"container/heap"
 	"encoding/binary"
 	"fmt"
+	"iter"
 	"maps"
 	"slices"
 	"time"
@@ -74,9 +75,21 @@ func (b *Backend) Restore(hs []checkpoint.Handle, read func(checkpoint.Handle) (
 	})
 }
 
-// Snapshot freezes every table and returns the encoder of the frozen state;
+// Snapshot freezes every table and returns the asynchronous part, which
+// encodes the frozen state (while the tables change) and writes it as one
+// keyed blob.
+func (b *Backend) Snapshot(checkpoint.ID) (state.Async, error) {
+	encode := b.Freeze()
+	r := b.groups
+	return func(w state.Writer) ([]checkpoint.Handle, error) {
+		h, err := w.Write(checkpoint.Handle{Kind: state.KindKeyed, KeyGroups: r}, encode())
+		return []checkpoint.Handle{h}, err
+	}, nil
+}
+
+// Freeze freezes every table and returns the encoder of the frozen state;
 // the encoder may run on another goroutine while the tables change.
-func (b *Backend) Snapshot() func() []byte {
+func (b *Backend) Freeze() func() []byte {
 	b.epoch++
 	sections := make([]state.KeyedSection, 0, len(b.tables))
 	names := slices.Sorted(maps.Keys(b.byName))
@@ -97,6 +110,10 @@ func (b *Backend) Snapshot() func() []byte {
 	r := b.groups
 	return func() []byte { return state.EncodeKeyed(r, sections) }
 }
+
+func (b *Backend) NotifyComplete(checkpoint.ID) {}
+func (b *Backend) NotifyAborted(checkpoint.ID)  {}
+func (b *Backend) Close() error                 { return nil }
 
 func (b *Backend) register(name string, t table) error {
 	if _, dup := b.byName[name]; dup {
@@ -250,6 +267,9 @@ func NewList[K comparable, V any](b *Backend, name string, kc codec.Codec[K], vc
 // Get returns k's list; the caller must not modify it.
 func (t *List[K, V]) Get(k K) []V { return t.read()[k] }
 
+// All streams k's list.
+func (t *List[K, V]) All(k K) iter.Seq[V] { return slices.Values(t.read()[k]) }
+
 // Add appends v to k's list. NB: append may write into spare capacity of an
 // array a frozen snapshot shares, but only beyond the frozen length, which
 // the snapshot never reads.
@@ -329,12 +349,14 @@ func (t *Map[K, UK, V]) Get(k K, uk UK) (V, bool) {
 	return v, ok
 }
 
-// All returns k's map; the caller must not modify it.
-func (t *Map[K, UK, V]) All(k K) map[UK]V {
-	if in := t.read()[k]; in != nil {
-		return in.m
+// All streams k's entries; entries may be removed meanwhile (a removal
+// copies the map first if a snapshot or this iteration may read it).
+func (t *Map[K, UK, V]) All(k K) iter.Seq2[UK, V] {
+	in := t.read()[k]
+	if in == nil {
+		return func(func(UK, V) bool) {}
 	}
-	return nil
+	return maps.All(in.m)
 }
 
 func (t *Map[K, UK, V]) Put(k K, uk UK, v V) { t.writable(k).m[uk] = v }
@@ -482,14 +504,9 @@ func (t *Timers[K]) Next() (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// Fire removes every timer at or before now, earliest first, and calls fire
-// for each with its key's group current.
-func (t *Timers[K]) Fire(now time.Time, fire func(k K, at time.Time) error) error {
-	return t.FireUpTo(now.UnixMilli(), fire)
-}
-
-// FireUpTo is Fire up to limit, in milliseconds since the Unix epoch. A
-// timer registered by fire at or before limit fires too.
+// FireUpTo removes every timer at or before limit (milliseconds since the
+// Unix epoch), earliest first, and calls fire for each with its key's
+// group current. A timer registered by fire at or before limit fires too.
 func (t *Timers[K]) FireUpTo(limit int64, fire func(k K, at time.Time) error) error {
 	for len(t.queue) > 0 && t.queue[0].atMillis <= limit {
 		q := heap.Pop(&t.queue).(queued[K])

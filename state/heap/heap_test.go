@@ -3,6 +3,7 @@ package heap
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -79,7 +80,7 @@ func TestSnapshotIsIsolatedFromLaterWrites(t *testing.T) {
 	all := keygroup.Range{First: 0, Last: maxP - 1}
 	ts := open(t, all, nil, nil)
 	fill(ts, 500, 1)
-	encode := ts.b.Snapshot()
+	encode := ts.b.Freeze()
 	var blob []byte
 	var wg sync.WaitGroup
 	wg.Go(func() { blob = encode() })
@@ -103,7 +104,7 @@ func TestSnapshotIsIsolatedFromLaterWrites(t *testing.T) {
 		if l := got.lists.Get(k); len(l) != 1 || l[0] != "r1" {
 			t.Fatalf("%s: list %v, want [r1]", k, l)
 		}
-		if m := got.maps.All(k); len(m) != 1 || m["u1"] != 1 {
+		if m := maps.Collect(got.maps.All(k)); len(m) != 1 || m["u1"] != 1 {
 			t.Fatalf("%s: map %v, want {u1:1}", k, m)
 		}
 	}
@@ -124,7 +125,7 @@ func TestRestoreAtAnotherParallelism(t *testing.T) {
 	ts := open(t, all, nil, nil)
 	fill(ts, 300, 1)
 	blobs := map[string][]byte{}
-	one := []checkpoint.Handle{handleOf(all, ts.b.Snapshot()(), blobs)}
+	one := []checkpoint.Handle{handleOf(all, ts.b.Freeze()(), blobs)}
 
 	var two []checkpoint.Handle
 	total := 0
@@ -143,7 +144,7 @@ func TestRestoreAtAnotherParallelism(t *testing.T) {
 			}
 			total++
 		}
-		two = append(two, handleOf(r, part.b.Snapshot()(), blobs))
+		two = append(two, handleOf(r, part.b.Freeze()(), blobs))
 	}
 	if total != 300 {
 		t.Fatalf("%d keys across two subtasks, want 300", total)
@@ -157,7 +158,7 @@ func TestRestoreAtAnotherParallelism(t *testing.T) {
 	}
 	// Timers survive too and fire in time order.
 	var fired []string
-	if err := back.timers.Fire(time.UnixMilli(1002), func(k string, _ time.Time) error {
+	if err := back.timers.FireUpTo(1002, func(k string, _ time.Time) error {
 		fired = append(fired, k)
 		return nil
 	}); err != nil {
@@ -175,7 +176,7 @@ func TestCorruptStateIsAnError(t *testing.T) {
 	all := keygroup.Range{First: 0, Last: maxP - 1}
 	ts := open(t, all, nil, nil)
 	fill(ts, 10, 1)
-	blob := ts.b.Snapshot()()
+	blob := ts.b.Freeze()()
 	blob[len(blob)/2] ^= 0xff
 	b := New(all)
 	err := b.Restore([]checkpoint.Handle{{Kind: state.KindKeyed, KeyGroups: all}}, func(checkpoint.Handle) ([]byte, error) { return blob, nil })

@@ -1,0 +1,99 @@
+package state
+
+import (
+	"io"
+	"iter"
+	"time"
+
+	"github.com/weirstream/weir/checkpoint"
+)
+
+// Backend holds one keyed operator subtask's state: tables of values,
+// lists, maps and timers, each scoped to the current key's key group.
+// It belongs to the task goroutine; only the asynchronous part of a
+// snapshot runs elsewhere. Implementations: state/heap (Go maps) and
+// state/pebble (an LSM on local disk, with incremental checkpoints);
+// state/backend builds them and their tables.
+//
+// Table methods have no error results: a backend that fails to read or
+// write its storage panics with an error, which fails the task (and the
+// job restarts from its latest checkpoint).
+type Backend interface {
+	// SetGroup makes key group g (absolute) current: every table access
+	// that follows is in it.
+	SetGroup(g int)
+	// Snapshot is the synchronous part of checkpoint id: it freezes the
+	// state and returns the asynchronous part, which writes it.
+	Snapshot(id checkpoint.ID) (Async, error)
+	// NotifyComplete and NotifyAborted tell the backend the fate of a
+	// checkpoint it snapshotted (an incremental backend reuses only what
+	// completed checkpoints hold).
+	NotifyComplete(id checkpoint.ID)
+	NotifyAborted(id checkpoint.ID)
+	// Close releases the backend's resources (files, caches).
+	Close() error
+}
+
+// Async writes what a Snapshot froze and returns the handles.
+type Async func(w Writer) ([]checkpoint.Handle, error)
+
+// Writer writes the state of the checkpoint being taken.
+type Writer interface {
+	// Write writes one piece of state; h describes it.
+	Write(h checkpoint.Handle, data []byte) (checkpoint.Handle, error)
+	// WriteShared writes a file that later checkpoints may reference too
+	// (an incremental backend's immutable files), streaming it from r.
+	WriteShared(h checkpoint.Handle, r io.Reader) (checkpoint.Handle, error)
+}
+
+// Reader reads the state of the checkpoint being restored.
+type Reader interface {
+	Read(h checkpoint.Handle) ([]byte, error)
+	// Open streams the state a handle points at (large files).
+	Open(h checkpoint.Handle) (io.ReadCloser, error)
+}
+
+// Value is keyed state holding one value per key.
+type Value[K comparable, V any] interface {
+	Get(k K) (V, bool)
+	Put(k K, v V)
+	Delete(k K)
+}
+
+// List is keyed state holding a list per key.
+type List[K comparable, V any] interface {
+	// Get returns k's list; the caller must not modify it.
+	Get(k K) []V
+	// All streams k's list, in order.
+	All(k K) iter.Seq[V]
+	// Add appends v; it need not read the list.
+	Add(k K, v V)
+	// Update replaces k's list (empty: deletes it).
+	Update(k K, vs []V)
+	Delete(k K)
+}
+
+// Map is keyed state holding a map per key.
+type Map[K, UK comparable, V any] interface {
+	Get(k K, uk UK) (V, bool)
+	Put(k K, uk UK, v V)
+	Remove(k K, uk UK)
+	// All streams k's entries; entries may be removed meanwhile.
+	All(k K) iter.Seq2[UK, V]
+	Delete(k K)
+}
+
+// Timers are timers per key (millisecond precision): a key has at most
+// one timer at a time.
+type Timers[K comparable] interface {
+	Register(k K, at time.Time)
+	Delete(k K, at time.Time)
+	// Next is the earliest timer.
+	Next() (time.Time, bool)
+	// FireUpTo fires, earliest first, every timer at or before limit (ms
+	// since the Unix epoch), including those fire registers there; it
+	// makes each timer's key group current first.
+	FireUpTo(limit int64, fire func(k K, at time.Time) error) error
+	// Clear removes every timer.
+	Clear()
+}

@@ -1,0 +1,210 @@
+package storage
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/weirstream/weir/checkpoint"
+)
+
+// SharedDir is where shared files live, under the job's directory: files
+// an incremental state backend wrote once and several checkpoints
+// reference.
+const SharedDir = "shared"
+
+// IsShared reports whether h points at a shared file.
+func IsShared(h checkpoint.Handle) bool { return strings.HasPrefix(h.Path, SharedDir+"/") }
+
+// sharedName is a new, unique path for a shared file of h: uploads are
+// never overwritten, so a file a checkpoint references cannot change.
+func sharedName(h checkpoint.Handle) string {
+	var b [12]byte
+	rand.Read(b[:])
+	name := hex.EncodeToString(b[:])
+	if h.File != "" {
+		name += "-" + url.PathEscape(h.File)
+	}
+	return SharedDir + "/" + url.PathEscape(h.Operator) + "/" + name
+}
+
+// registry counts the references of completed checkpoints to shared
+// files, and says which files may be deleted (as Flink's
+// SharedStateRegistry). A file is deleted when no completed checkpoint
+// references it and no checkpoint that was in flight when it lost its last
+// reference is still in flight (one may reference it: a task reuses the
+// files of the newest completed checkpoint it knows of). It is rebuilt
+// from the completed checkpoints' metadata at every start; files a crash
+// left without references are deleted then (RemoveOrphans).
+type registry struct {
+	mu       sync.Mutex
+	refs     map[string]int              // path → references by completed checkpoints
+	uses     map[checkpoint.ID][]string  // completed checkpoint → its shared paths
+	written  map[checkpoint.ID][]string  // in flight: shared files written for it
+	inFlight map[checkpoint.ID]bool      // reserved, neither committed nor discarded
+	waiting  []deferral                  // files to delete once checkpoints settle
+}
+
+type deferral struct {
+	paths []string
+	until map[checkpoint.ID]bool // in flight when the files lost their last reference
+}
+
+func newRegistry() *registry {
+	r := &registry{}
+	r.reset(nil)
+	return r
+}
+
+// reset rebuilds the counts from the completed checkpoints.
+func (r *registry) reset(completed []*checkpoint.Metadata) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.refs, r.uses = map[string]int{}, map[checkpoint.ID][]string{}
+	r.written, r.inFlight, r.waiting = map[checkpoint.ID][]string{}, map[checkpoint.ID]bool{}, nil
+	for _, m := range completed {
+		r.add(m)
+	}
+}
+
+func (r *registry) add(m *checkpoint.Metadata) {
+	for _, t := range m.Tasks {
+		for _, h := range t.Handles {
+			if IsShared(h) {
+				r.refs[h.Path]++
+				r.uses[m.ID] = append(r.uses[m.ID], h.Path)
+			}
+		}
+	}
+}
+
+func (r *registry) reserve(id checkpoint.ID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.inFlight[id] = true
+}
+
+func (r *registry) wrote(id checkpoint.ID, path string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.written[id] = append(r.written[id], path)
+}
+
+// committed counts m's references; it returns files that may now go.
+func (r *registry) committed(m *checkpoint.Metadata) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, dup := r.uses[m.ID]; !dup {
+		r.add(m)
+	}
+	delete(r.written, m.ID)
+	return r.settled(m.ID)
+}
+
+// discarded forgets checkpoint id, completed or not; it returns the files
+// to delete now.
+func (r *registry) discarded(id checkpoint.ID) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var orphans []string
+	if paths, ok := r.uses[id]; ok {
+		for _, p := range paths {
+			if r.refs[p]--; r.refs[p] == 0 {
+				delete(r.refs, p)
+				orphans = append(orphans, p)
+			}
+		}
+		delete(r.uses, id)
+	}
+	for _, p := range r.written[id] {
+		if r.refs[p] == 0 {
+			orphans = append(orphans, p)
+		}
+	}
+	delete(r.written, id)
+	ready := r.settled(id)
+	if len(orphans) > 0 {
+		until := map[checkpoint.ID]bool{}
+		for f := range r.inFlight {
+			until[f] = true
+		}
+		if len(until) == 0 {
+			return append(ready, orphans...)
+		}
+		r.waiting = append(r.waiting, deferral{paths: orphans, until: until})
+	}
+	return ready
+}
+
+// settled marks id as no longer in flight and returns the deferred files
+// whose wait is over and that are still unreferenced.
+func (r *registry) settled(id checkpoint.ID) []string {
+	delete(r.inFlight, id)
+	var ready []string
+	keep := r.waiting[:0]
+	for _, d := range r.waiting {
+		delete(d.until, id)
+		if len(d.until) > 0 {
+			keep = append(keep, d)
+			continue
+		}
+		for _, p := range d.paths {
+			if r.refs[p] == 0 {
+				ready = append(ready, p)
+			}
+		}
+	}
+	r.waiting = keep
+	return ready
+}
+
+// orphans are the paths of all that no checkpoint references or is
+// writing.
+func (r *registry) orphans(all []string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	busy := map[string]bool{}
+	for _, ps := range r.written {
+		for _, p := range ps {
+			busy[p] = true
+		}
+	}
+	for _, d := range r.waiting {
+		for _, p := range d.paths {
+			busy[p] = true // deleted when its wait is over
+		}
+	}
+	var out []string
+	for _, p := range all {
+		if r.refs[p] == 0 && !busy[p] {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// unreferenced returns the shared paths of hs that no completed
+// checkpoint references (to delete: state of a checkpoint that will not
+// complete), and forgets them as written.
+func (r *registry) unreferenced(hs []checkpoint.Handle) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, h := range hs {
+		if IsShared(h) && r.refs[h.Path] == 0 {
+			out = append(out, h.Path)
+		}
+	}
+	for id, ps := range r.written {
+		r.written[id] = slices.DeleteFunc(ps, func(p string) bool { return slices.Contains(out, p) })
+	}
+	return out
+}
+
+func sharedErr(op string, h checkpoint.Handle, err error) error {
+	return fmt.Errorf("%s shared %s (%s): %w", op, handleName(h), h.Path, err)
+}
