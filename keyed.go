@@ -227,7 +227,7 @@ func (s *MapState[K, UK, V]) Remove(uk UK)        { s.t.Remove(s.c.key, uk) }
 
 // All returns the current key's map; do not modify it.
 func (s *MapState[K, UK, V]) All() iter.Seq2[UK, V] { return s.t.All(s.c.key) }
-func (s *MapState[K, UK, V]) Clear()        { s.t.Delete(s.c.key) }
+func (s *MapState[K, UK, V]) Clear()                { s.t.Delete(s.c.key) }
 
 // KeyedProcessFunction handles the records of a keyed stream. It may also
 // implement KeyedOpener (to declare state) and KeyedTimerFunction.

@@ -3,8 +3,8 @@ package storage
 import (
 	"bytes"
 	"fmt"
-	"maps"
 	"io"
+	"maps"
 	"slices"
 	"sync"
 

@@ -42,11 +42,11 @@ func sharedName(h checkpoint.Handle) string {
 // left without references are deleted then (RemoveOrphans).
 type registry struct {
 	mu       sync.Mutex
-	refs     map[string]int              // path → references by completed checkpoints
-	uses     map[checkpoint.ID][]string  // completed checkpoint → its shared paths
-	written  map[checkpoint.ID][]string  // in flight: shared files written for it
-	inFlight map[checkpoint.ID]bool      // reserved, neither committed nor discarded
-	waiting  []deferral                  // files to delete once checkpoints settle
+	refs     map[string]int             // path → references by completed checkpoints
+	uses     map[checkpoint.ID][]string // completed checkpoint → its shared paths
+	written  map[checkpoint.ID][]string // in flight: shared files written for it
+	inFlight map[checkpoint.ID]bool     // reserved, neither committed nor discarded
+	waiting  []deferral                 // files to delete once checkpoints settle
 }
 
 type deferral struct {

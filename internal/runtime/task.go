@@ -2,8 +2,8 @@ package runtime
 
 import (
 	"context"
-	"io"
 	"fmt"
+	"io"
 	rt "runtime"
 	"slices"
 	"time"
