@@ -74,7 +74,8 @@ type StateBackend = backend.Config
 
 // State backends.
 const (
-	HeapState = backend.Heap
+	HeapState   = backend.Heap
+	PebbleState = backend.Pebble
 )
 
 // Events tell of a running job's progress (Config.OnEvent).

@@ -46,6 +46,9 @@ type Handle struct {
 	// File is the name the state backend gives this piece locally (a
 	// Pebble database's file), when it restores files by name.
 	File string `json:"file,omitempty"`
+	// CRC32C, when set, is the Castagnoli checksum of the file, checked
+	// when it is restored.
+	CRC32C uint32 `json:"crc32c,omitempty"`
 }
 
 // KindKeyed is the Handle.Kind of keyed state.

@@ -3,6 +3,7 @@
 package operatortest
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"log/slog"
@@ -57,6 +58,31 @@ func (m *MemWriter) Read(h checkpoint.Handle) ([]byte, error) {
 		return nil, fmt.Errorf("no state at %q", h.Path)
 	}
 	return data, nil
+}
+
+// Open streams what Write wrote.
+func (m *MemWriter) Open(h checkpoint.Handle) (io.ReadCloser, error) {
+	data, err := m.Read(h)
+	if err != nil {
+		return nil, err
+	}
+	return io.NopCloser(bytes.NewReader(data)), nil
+}
+
+// Damage flips a byte in the middle of the blob h points at.
+func (m *MemWriter) Damage(h checkpoint.Handle) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b := bytes.Clone(m.blobs[h.Path])
+	b[len(b)/2] ^= 0xff
+	m.blobs[h.Path] = b
+}
+
+// Remove deletes the blob h points at, as a lost file would be.
+func (m *MemWriter) Remove(h checkpoint.Handle) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.blobs, h.Path)
 }
 
 // Run holds what a test's operators acquire for a run

@@ -5,12 +5,15 @@ package backend
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/codec"
 	"github.com/weirstream/weir/internal/keygroup"
 	"github.com/weirstream/weir/state"
 	"github.com/weirstream/weir/state/heap"
+	"github.com/weirstream/weir/state/pebble"
 )
 
 // Kind names a state backend.
@@ -19,21 +22,44 @@ type Kind string
 const (
 	// Heap keeps state in Go maps; a checkpoint writes all of it.
 	Heap Kind = "heap"
+	// Pebble keeps state in a Pebble database on local disk; checkpoints
+	// are incremental unless Full is set.
+	Pebble Kind = "pebble"
 )
 
 // Config chooses and configures the state backend.
 type Config struct {
 	// Kind is the backend; default Heap.
 	Kind Kind
+	// Dir is where Pebble keeps its databases; default
+	// <os.TempDir()>/weir-state.
+	Dir string
+	// Full makes every Pebble checkpoint upload all of its data files,
+	// not only those no completed checkpoint holds.
+	Full bool
+	// CacheBytes and MemTableBytes bound each Pebble database's block
+	// cache (default 32 MiB) and memtable (default 16 MiB).
+	CacheBytes, MemTableBytes int64
 }
 
 // Validate checks cfg, naming what is wrong.
 func (c Config) Validate() error {
-	switch c.Kind {
-	case "", Heap:
-		return nil
+	switch {
+	case c.Kind != "" && c.Kind != Heap && c.Kind != Pebble:
+		return fmt.Errorf("state backend %q: want heap or pebble", c.Kind)
+	case c.CacheBytes < 0 || c.MemTableBytes < 0:
+		return fmt.Errorf("state backend: cache (%d bytes) and memtable (%d bytes) must not be negative", c.CacheBytes, c.MemTableBytes)
+	case c.Kind != Pebble && (c.Dir != "" || c.Full || c.CacheBytes != 0 || c.MemTableBytes != 0):
+		return fmt.Errorf("state backend %s: a directory, full checkpoints, cache and memtable sizes are Pebble's settings", c.kind())
 	}
-	return fmt.Errorf("state backend %q: want heap", c.Kind)
+	return nil
+}
+
+func (c Config) kind() Kind {
+	if c.Kind == "" {
+		return Heap
+	}
+	return c.Kind
 }
 
 // Scope is the subtask a backend serves.
@@ -46,6 +72,14 @@ type Scope struct {
 // New builds the backend of one keyed operator subtask, restored from the
 // handles hs (nil: empty).
 func New(cfg Config, sc Scope, hs []checkpoint.Handle, r state.Reader) (state.Backend, error) {
+	if cfg.kind() == Pebble {
+		dir := cfg.Dir
+		if dir == "" {
+			dir = filepath.Join(os.TempDir(), "weir-state")
+		}
+		return pebble.New(pebble.Options{Dir: dir, Incremental: !cfg.Full, CacheBytes: cfg.CacheBytes, MemTableBytes: cfg.MemTableBytes},
+			pebble.Scope(sc), hs, r)
+	}
 	b := heap.New(sc.KeyGroups)
 	if hs != nil {
 		if err := b.Restore(hs, r.Read); err != nil {
@@ -62,6 +96,8 @@ func NewValue[K comparable, V any](b state.Backend, name string, kc codec.Codec[
 	switch b := b.(type) {
 	case *heap.Backend:
 		return heap.NewValue(b, name, kc, vc)
+	case *pebble.Backend:
+		return pebble.NewValue(b, name, kc, vc)
 	}
 	return nil, unknown(b)
 }
@@ -71,6 +107,8 @@ func NewList[K comparable, V any](b state.Backend, name string, kc codec.Codec[K
 	switch b := b.(type) {
 	case *heap.Backend:
 		return heap.NewList(b, name, kc, vc)
+	case *pebble.Backend:
+		return pebble.NewList(b, name, kc, vc)
 	}
 	return nil, unknown(b)
 }
@@ -80,6 +118,8 @@ func NewMap[K, UK comparable, V any](b state.Backend, name string, kc codec.Code
 	switch b := b.(type) {
 	case *heap.Backend:
 		return heap.NewMap(b, name, kc, ukc, vc)
+	case *pebble.Backend:
+		return pebble.NewMap(b, name, kc, ukc, vc)
 	}
 	return nil, unknown(b)
 }
@@ -89,6 +129,8 @@ func NewTimers[K comparable](b state.Backend, name string, kc codec.Codec[K]) (s
 	switch b := b.(type) {
 	case *heap.Backend:
 		return heap.NewTimers(b, name, kc)
+	case *pebble.Backend:
+		return pebble.NewTimers(b, name, kc)
 	}
 	return nil, unknown(b)
 }

@@ -60,6 +60,9 @@ func (b *Backend) SetGroup(g int) {
 	b.current = g - b.groups.First
 }
 
+// Group is the current key group (absolute).
+func (b *Backend) Group() int { return b.groups.First + b.current }
+
 // Restore loads the keyed state of this backend's key groups from handles
 // written by any parallelism. Tables registered later pick up their part.
 func (b *Backend) Restore(hs []checkpoint.Handle, read func(checkpoint.Handle) ([]byte, error)) error {

@@ -1,0 +1,779 @@
+// Package pebble is the Pebble state backend: keyed state in an LSM on
+// local disk (github.com/cockroachdb/pebble), one database per keyed
+// operator subtask, with incremental checkpoints.
+//
+// Keys begin with the key group (two bytes, big-endian) and the table (two
+// bytes), so a key-group range is a key range; then the key, length-
+// prefixed; then, for lists, a sequence number per element (an append
+// writes one key and reads nothing), and for maps the user key. Values are
+// the job's codecs' bytes. Timers stay on the heap (as Flink's RocksDB
+// backend can keep them) and are written whole at every checkpoint.
+//
+// A checkpoint's synchronous part flushes the memtable and takes a Pebble
+// checkpoint (hard links); the asynchronous part uploads the data files no
+// completed checkpoint holds yet as shared files, and the few small files
+// that describe the database as the checkpoint's own. A restore downloads
+// the files and opens them; at another parallelism it keeps the key
+// groups the subtask owns and copies in those of the other old subtasks.
+package pebble
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"iter"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/codec"
+	"github.com/weirstream/weir/internal/keygroup"
+	"github.com/weirstream/weir/state"
+	"github.com/weirstream/weir/state/heap"
+)
+
+// Handle kinds a checkpoint of this backend writes.
+const (
+	// KindData is an immutable data file (an sstable), shared between
+	// checkpoints.
+	KindData = "pebble-data"
+	// KindFile is a small file describing the database (manifest,
+	// options, markers), the checkpoint's own.
+	KindFile = "pebble-file"
+)
+
+// Options configure the backend.
+type Options struct {
+	// Dir is where databases live: Dir/<job>/<operator>-<subtask>-….
+	// Each is deleted when its backend closes; those a killed process
+	// left are deleted by the next backend of the same job.
+	Dir string
+	// Incremental makes checkpoints upload only the data files no
+	// completed checkpoint holds; else every checkpoint uploads them all.
+	Incremental bool
+	// CacheBytes is the block cache of each database (default 32 MiB),
+	// MemTableBytes its memtable (default 16 MiB): with them, the
+	// database's memory.
+	CacheBytes, MemTableBytes int64
+}
+
+// Scope is the subtask a backend serves.
+type Scope struct {
+	Job, Operator string
+	Subtask       int
+	KeyGroups     keygroup.Range
+}
+
+// Backend is one subtask's keyed state in a Pebble database.
+type Backend struct {
+	opts   Options
+	scope  Scope
+	dir    string // this backend's working directory
+	db     *pebble.DB
+	cache  interface{ Unref() }
+	group  int // the current key group, absolute
+	tables map[string]uint16
+	seq    uint64 // the next list element's sequence number
+	timers *heap.Backend
+
+	// confirmed are the data files of the newest completed checkpoint, by
+	// local name: a snapshot reuses them. files holds, per checkpoint
+	// taken and not yet completed or aborted, its data files.
+	confirmed map[string]checkpoint.Handle
+	files     map[checkpoint.ID]map[string]checkpoint.Handle
+}
+
+// meta keys live in key group 0xFFFF, which no key group reaches (at most
+// 32,768 key groups).
+var (
+	metaPrefix = []byte{0xff, 0xff}
+	seqKey     = []byte{0xff, 0xff, 's'}
+)
+
+func tableKey(name string) []byte { return append([]byte{0xff, 0xff, 't'}, name...) }
+
+// New opens a backend for scope: empty, or restored from the handles hs of
+// a checkpoint (those of the scope's operator, any parallelism).
+func New(opts Options, sc Scope, hs []checkpoint.Handle, r state.Reader) (_ *Backend, err error) {
+	if opts.Dir == "" {
+		return nil, errors.New("pebble state backend: no directory")
+	}
+	opts.CacheBytes = cmpOr(opts.CacheBytes, 32<<20)
+	opts.MemTableBytes = cmpOr(opts.MemTableBytes, 16<<20)
+	jobDir := filepath.Join(opts.Dir, url.PathEscape(sc.Job))
+	if err := os.MkdirAll(jobDir, 0o755); err != nil {
+		return nil, fmt.Errorf("pebble state backend: %w", err)
+	}
+	removeAbandoned(jobDir)
+	dir, err := os.MkdirTemp(jobDir, fmt.Sprintf("%s-%d-p%d-", url.PathEscape(sc.Operator), sc.Subtask, os.Getpid()))
+	if err != nil {
+		return nil, fmt.Errorf("pebble state backend: %w", err)
+	}
+	b := &Backend{opts: opts, scope: sc, dir: dir, tables: map[string]uint16{}, timers: heap.New(sc.KeyGroups),
+		confirmed: map[string]checkpoint.Handle{}, files: map[checkpoint.ID]map[string]checkpoint.Handle{}, group: sc.KeyGroups.First}
+	defer func() {
+		if err != nil {
+			b.Close()
+		}
+	}()
+	dbDir := filepath.Join(dir, "db")
+	if hs != nil {
+		if err := b.restore(dbDir, hs, r); err != nil {
+			return nil, err
+		}
+		if err := b.timers.Restore(hs, r.Read); err != nil {
+			return nil, err
+		}
+	} else if b.db, err = b.open(dbDir, false); err != nil {
+		return nil, err
+	}
+	return b, b.loadMeta()
+}
+
+// removeAbandoned deletes the working directories of processes that are
+// gone (killed, say): names end in -p<pid>-<random>.
+func removeAbandoned(jobDir string) {
+	entries, _ := os.ReadDir(jobDir)
+	for _, e := range entries {
+		parts := strings.Split(e.Name(), "-")
+		if len(parts) < 3 || !strings.HasPrefix(parts[len(parts)-2], "p") {
+			continue
+		}
+		pid, err := strconv.Atoi(parts[len(parts)-2][1:])
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			os.RemoveAll(filepath.Join(jobDir, e.Name()))
+		}
+	}
+}
+
+func cmpOr(v, def int64) int64 {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
+func (b *Backend) open(dir string, readOnly bool) (*pebble.DB, error) {
+	cache := pebble.NewCache(b.opts.CacheBytes)
+	defer cache.Unref() // the database holds its own reference
+	o := &pebble.Options{
+		Cache: cache, MemTableSize: uint64(b.opts.MemTableBytes), DisableWAL: true, ReadOnly: readOnly,
+		FormatMajorVersion: pebble.FormatNewest, Logger: quiet{},
+	}
+	// Bounded data files: a checkpoint uploads changed files whole.
+	for i := range o.TargetFileSizes {
+		o.TargetFileSizes[i] = min(int64(2<<20)<<i, 32<<20)
+	}
+	db, err := pebble.Open(dir, o)
+	if err != nil {
+		return nil, fmt.Errorf("pebble state backend: open %s: %w", dir, err)
+	}
+	return db, nil
+}
+
+// quiet drops Pebble's informational logging; errors fail what caused
+// them.
+type quiet struct{}
+
+func (quiet) Infof(string, ...any)           {}
+func (quiet) Errorf(string, ...any)          {}
+func (quiet) Fatalf(format string, a ...any) { panic(fmt.Sprintf("pebble: "+format, a...)) }
+
+// loadMeta reads the tables and the sequence number the database holds.
+func (b *Backend) loadMeta() error {
+	it, err := b.db.NewIter(&pebble.IterOptions{LowerBound: tableKey(""), UpperBound: upperBound(tableKey(""))})
+	if err != nil {
+		return err
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		b.tables[string(it.Key()[3:])] = binary.BigEndian.Uint16(it.Value())
+	}
+	if err := it.Close(); err != nil {
+		return err
+	}
+	v, closer, err := b.db.Get(seqKey)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	b.seq = binary.BigEndian.Uint64(v)
+	return closer.Close()
+}
+
+// table returns the id of table name, registering it.
+func (b *Backend) table(name string) (uint16, error) {
+	if id, ok := b.tables[name]; ok {
+		return id, nil
+	}
+	id := uint16(len(b.tables))
+	if len(b.tables) >= 0xffff {
+		return 0, fmt.Errorf("pebble state backend: too many states")
+	}
+	if err := b.db.Set(tableKey(name), binary.BigEndian.AppendUint16(nil, id), pebble.NoSync); err != nil {
+		return 0, err
+	}
+	b.tables[name] = id
+	return id, nil
+}
+
+// SetGroup makes key group g current.
+func (b *Backend) SetGroup(g int) {
+	if !b.scope.KeyGroups.Contains(g) {
+		panic(fmt.Sprintf("pebble state backend: key group %d outside this subtask's range %v", g, b.scope.KeyGroups))
+	}
+	b.group = g
+	b.timers.SetGroup(g)
+}
+
+// failed panics with a storage error: the task fails and the job restarts
+// from its latest checkpoint.
+func failed(op string, err error) {
+	panic(fmt.Errorf("pebble state backend: %s: %w", op, err))
+}
+
+// Snapshot flushes the memtable and takes a Pebble checkpoint (hard
+// links): the database as it is now, whatever the task writes next.
+func (b *Backend) Snapshot(id checkpoint.ID) (state.Async, error) {
+	if err := b.db.Set(seqKey, binary.BigEndian.AppendUint64(nil, b.seq), pebble.NoSync); err != nil {
+		return nil, err
+	}
+	if err := b.db.Flush(); err != nil {
+		return nil, fmt.Errorf("pebble state backend: flush: %w", err)
+	}
+	dir := filepath.Join(b.dir, fmt.Sprintf("chk-%d", id))
+	os.RemoveAll(dir) // a snapshot of an earlier attempt with this id
+	if err := b.db.Checkpoint(dir); err != nil {
+		return nil, fmt.Errorf("pebble state backend: checkpoint: %w", err)
+	}
+	timers := b.timers.Freeze()
+	reuse := b.confirmed
+	if !b.opts.Incremental {
+		reuse = nil
+	}
+	files := map[string]checkpoint.Handle{}
+	b.files[id] = files // read only after the asynchronous part returned
+	kg := b.scope.KeyGroups
+	return func(w state.Writer) (hs []checkpoint.Handle, err error) {
+		defer os.RemoveAll(dir)
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries {
+			name := e.Name()
+			path := filepath.Join(dir, name)
+			info, err := e.Info()
+			if err != nil {
+				return nil, err
+			}
+			var h checkpoint.Handle
+			switch {
+			case !isData(name):
+				data, err := os.ReadFile(path)
+				if err != nil {
+					return nil, err
+				}
+				h, err = w.Write(checkpoint.Handle{Kind: KindFile, KeyGroups: kg, File: name, CRC32C: crc(data)}, data)
+				if err != nil {
+					return nil, err
+				}
+			case reuse[name].SizeBytes == info.Size() && reuse[name].Path != "":
+				h = reuse[name]
+			default:
+				if h, err = upload(w, checkpoint.Handle{Kind: KindData, KeyGroups: kg, File: name}, path); err != nil {
+					return nil, err
+				}
+			}
+			if h.Kind == KindData {
+				files[name] = h
+			}
+			hs = append(hs, h)
+		}
+		h, err := w.Write(checkpoint.Handle{Kind: state.KindKeyed, KeyGroups: kg}, timers())
+		return append(hs, h), err
+	}, nil
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func crc(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+
+// upload writes the data file at path as a shared file, with its checksum.
+func upload(w state.Writer, h checkpoint.Handle, path string) (checkpoint.Handle, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return h, err
+	}
+	defer f.Close()
+	sum := crc32.New(castagnoli)
+	out, err := w.WriteShared(h, io.TeeReader(f, sum))
+	out.CRC32C = sum.Sum32()
+	return out, err
+}
+
+// isData reports whether a file of a Pebble checkpoint is immutable data
+// that later checkpoints may share.
+func isData(name string) bool {
+	return strings.HasSuffix(name, ".sst") || strings.HasSuffix(name, ".blob")
+}
+
+// NotifyComplete makes checkpoint id's data files those the next
+// snapshots reuse.
+func (b *Backend) NotifyComplete(id checkpoint.ID) {
+	if files, ok := b.files[id]; ok {
+		b.confirmed = files
+	}
+	for c := range b.files {
+		if c <= id {
+			delete(b.files, c)
+		}
+	}
+}
+
+func (b *Backend) NotifyAborted(id checkpoint.ID) { delete(b.files, id) }
+
+// Close closes the database and deletes its directory.
+func (b *Backend) Close() error {
+	var err error
+	if b.db != nil {
+		err = b.db.Close()
+		b.db = nil
+	}
+	return errors.Join(err, os.RemoveAll(b.dir))
+}
+
+// restore downloads the databases of the old subtasks whose key groups
+// overlap this one's and builds this subtask's database from them.
+func (b *Backend) restore(dbDir string, hs []checkpoint.Handle, r state.Reader) error {
+	mine := b.scope.KeyGroups
+	type old struct {
+		sub     int
+		overlap int
+		files   []checkpoint.Handle
+	}
+	bySub := map[int]*old{}
+	for _, h := range hs {
+		if (h.Kind != KindData && h.Kind != KindFile) || h.KeyGroups.Intersect(mine).Len() == 0 {
+			continue
+		}
+		if err := validName(h.File); err != nil {
+			return err
+		}
+		o := bySub[h.Subtask]
+		if o == nil {
+			o = &old{sub: h.Subtask, overlap: h.KeyGroups.Intersect(mine).Len()}
+			bySub[h.Subtask] = o
+		}
+		o.files = append(o.files, h)
+	}
+	olds := make([]*old, 0, len(bySub))
+	for _, o := range bySub {
+		olds = append(olds, o)
+	}
+	// The old database that overlaps most becomes this one; the others'
+	// key groups are copied in.
+	slices.SortFunc(olds, func(a, b *old) int {
+		if a.overlap != b.overlap {
+			return b.overlap - a.overlap
+		}
+		return a.sub - b.sub
+	})
+	if len(olds) == 0 {
+		var err error
+		b.db, err = b.open(dbDir, false)
+		return err
+	}
+	for i, o := range olds {
+		dir := dbDir
+		if i > 0 {
+			dir = filepath.Join(b.dir, fmt.Sprintf("restore-%d", o.sub))
+		}
+		if err := download(dir, o.files, r); err != nil {
+			return err
+		}
+		if i == 0 {
+			var err error
+			if b.db, err = b.open(dir, false); err != nil {
+				return err
+			}
+			if err := b.loadMeta(); err != nil {
+				return err
+			}
+			if err := b.keepOnly(mine); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := b.copyFrom(dir, mine); err != nil {
+			return err
+		}
+		os.RemoveAll(dir)
+	}
+	return b.db.Set(seqKey, binary.BigEndian.AppendUint64(nil, b.seq), pebble.NoSync)
+}
+
+// validName refuses a file name from a checkpoint that is not a plain
+// name in a directory.
+func validName(name string) error {
+	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, `/\`) || strings.ContainsRune(name, 0) {
+		return fmt.Errorf("pebble state backend: checkpoint names a file %q, which is not a file name: %w", name, checkpoint.ErrCorrupt)
+	}
+	return nil
+}
+
+// download writes the files of one old database into dir, checking each
+// one's checksum.
+func download(dir string, files []checkpoint.Handle, r state.Reader) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, h := range files {
+		if err := downloadOne(filepath.Join(dir, h.File), h, r); err != nil {
+			return fmt.Errorf("restore %s subtask %d's %s (%s): %w", h.Operator, h.Subtask, h.File, where(h), err)
+		}
+	}
+	return nil
+}
+
+func where(h checkpoint.Handle) string {
+	if h.Path == "" {
+		return "inline"
+	}
+	return h.Path
+}
+
+func downloadOne(path string, h checkpoint.Handle, r state.Reader) error {
+	in, err := r.Open(h)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	sum := crc32.New(castagnoli)
+	n, err := io.Copy(io.MultiWriter(f, sum), in)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	switch {
+	case err != nil:
+		return err
+	case n != h.SizeBytes:
+		return fmt.Errorf("%w: %d bytes, the checkpoint says %d", checkpoint.ErrCorrupt, n, h.SizeBytes)
+	case h.CRC32C != 0 && sum.Sum32() != h.CRC32C:
+		return fmt.Errorf("%w: checksum %08x, the checkpoint says %08x", checkpoint.ErrCorrupt, sum.Sum32(), h.CRC32C)
+	}
+	return nil
+}
+
+// keepOnly deletes the key groups outside r (the meta keys stay).
+func (b *Backend) keepOnly(r keygroup.Range) error {
+	lo, hi := groupKey(r.First), groupKey(r.Last+1)
+	if err := b.db.DeleteRange(groupKey(0), lo, pebble.NoSync); err != nil {
+		return err
+	}
+	return b.db.DeleteRange(hi, metaPrefix, pebble.NoSync)
+}
+
+func groupKey(g int) []byte { return binary.BigEndian.AppendUint16(nil, uint16(g)) }
+
+// copyFrom copies the key groups of r from the database in dir, whose
+// tables may have other ids.
+func (b *Backend) copyFrom(dir string, r keygroup.Range) error {
+	src, err := b.open(dir, true)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	other := &Backend{db: src, tables: map[string]uint16{}}
+	if err := other.loadMeta(); err != nil {
+		return err
+	}
+	ids := map[uint16]uint16{} // theirs → ours
+	for name, id := range other.tables {
+		if ids[id], err = b.table(name); err != nil {
+			return err
+		}
+	}
+	b.seq = max(b.seq, other.seq)
+	it, err := src.NewIter(&pebble.IterOptions{LowerBound: groupKey(r.First), UpperBound: groupKey(r.Last + 1)})
+	if err != nil {
+		return err
+	}
+	batch := b.db.NewBatch()
+	var key []byte
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		key = append(append(append(key[:0], k[:2]...), binary.BigEndian.AppendUint16(nil, ids[binary.BigEndian.Uint16(k[2:4])])...), k[4:]...)
+		if err := batch.Set(key, it.Value(), nil); err != nil {
+			it.Close()
+			return err
+		}
+		if batch.Len() > 4<<20 {
+			if err := batch.Commit(pebble.NoSync); err != nil {
+				it.Close()
+				return err
+			}
+			batch = b.db.NewBatch()
+		}
+	}
+	if err := it.Close(); err != nil {
+		return err
+	}
+	return batch.Commit(pebble.NoSync)
+}
+
+// upperBound is the least key above every key beginning with prefix.
+func upperBound(prefix []byte) []byte {
+	end := slices.Clone(prefix)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] != 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil // every key
+}
+
+// table is what every state table has: its id and a buffer for keys.
+type table struct {
+	b             *Backend
+	id            uint16
+	key, enc, val []byte // scratch
+}
+
+func newTable(b *Backend, name string) (table, error) {
+	id, err := b.table(name)
+	return table{b: b, id: id}, err
+}
+
+// prefixOf is the key of k in the current key group, length-prefixed so
+// that list elements and map entries can follow it.
+func prefixOf[K any](t *table, kc codec.Codec[K], k K) []byte {
+	t.enc = kc.Append(t.enc[:0], k)
+	t.key = binary.BigEndian.AppendUint16(binary.BigEndian.AppendUint16(t.key[:0], uint16(t.b.group)), t.id)
+	t.key = binary.AppendUvarint(t.key, uint64(len(t.enc)))
+	t.key = append(t.key, t.enc...)
+	return t.key
+}
+
+func (t *table) get(key []byte) ([]byte, bool) {
+	v, closer, err := t.b.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false
+	}
+	if err != nil {
+		failed("read", err)
+	}
+	t.val = append(t.val[:0], v...)
+	closer.Close()
+	return t.val, true
+}
+
+func (t *table) set(key, value []byte) {
+	if err := t.b.db.Set(key, value, pebble.NoSync); err != nil {
+		failed("write", err)
+	}
+}
+
+func (t *table) del(key []byte) {
+	if err := t.b.db.Delete(key, pebble.NoSync); err != nil {
+		failed("delete", err)
+	}
+}
+
+// scan calls f with the suffix (after prefix) and value of every key that
+// begins with prefix, until f returns false. The keys and values are valid
+// during the call only.
+func (t *table) scan(prefix []byte, f func(suffix, value []byte) bool) {
+	it, err := t.b.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upperBound(prefix)})
+	if err != nil {
+		failed("read", err)
+	}
+	n := len(prefix)
+	for ok := it.First(); ok; ok = it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			it.Close()
+			failed("read", err)
+		}
+		if !f(it.Key()[n:], v) {
+			break
+		}
+	}
+	if err := it.Close(); err != nil {
+		failed("read", err)
+	}
+}
+
+// deletePrefix deletes every key beginning with prefix.
+func (t *table) deletePrefix(prefix []byte) {
+	batch := t.b.db.NewBatch()
+	t.scan(prefix, func(suffix, _ []byte) bool {
+		key := append(slices.Clip(prefix), suffix...)
+		if err := batch.Delete(key, nil); err != nil {
+			failed("delete", err)
+		}
+		return true
+	})
+	if err := batch.Commit(pebble.NoSync); err != nil {
+		failed("delete", err)
+	}
+}
+
+func decode[V any](vc codec.Codec[V], b []byte) V {
+	v, _, err := vc.Decode(b)
+	if err != nil {
+		failed("decode", err)
+	}
+	return v
+}
+
+// Value is value state in Pebble.
+type Value[K comparable, V any] struct {
+	table
+	kc codec.Codec[K]
+	vc codec.Codec[V]
+}
+
+// NewValue declares value state name.
+func NewValue[K comparable, V any](b *Backend, name string, kc codec.Codec[K], vc codec.Codec[V]) (*Value[K, V], error) {
+	t, err := newTable(b, name)
+	return &Value[K, V]{table: t, kc: kc, vc: vc}, err
+}
+
+func (t *Value[K, V]) Get(k K) (V, bool) {
+	b, ok := t.get(prefixOf(&t.table, t.kc, k))
+	if !ok {
+		var zero V
+		return zero, false
+	}
+	return decode(t.vc, b), true
+}
+
+func (t *Value[K, V]) Put(k K, v V) {
+	key := prefixOf(&t.table, t.kc, k)
+	t.val = t.vc.Append(t.val[:0], v)
+	t.set(key, t.val)
+}
+
+func (t *Value[K, V]) Delete(k K) { t.del(prefixOf(&t.table, t.kc, k)) }
+
+// List is list state in Pebble: a key per element.
+type List[K comparable, V any] struct {
+	table
+	kc codec.Codec[K]
+	vc codec.Codec[V]
+}
+
+// NewList declares list state name.
+func NewList[K comparable, V any](b *Backend, name string, kc codec.Codec[K], vc codec.Codec[V]) (*List[K, V], error) {
+	t, err := newTable(b, name)
+	return &List[K, V]{table: t, kc: kc, vc: vc}, err
+}
+
+func (t *List[K, V]) Get(k K) []V { return slices.Collect(t.All(k)) }
+
+func (t *List[K, V]) All(k K) iter.Seq[V] {
+	prefix := slices.Clone(prefixOf(&t.table, t.kc, k))
+	return func(yield func(V) bool) {
+		t.scan(prefix, func(_, value []byte) bool { return yield(decode(t.vc, value)) })
+	}
+}
+
+func (t *List[K, V]) Add(k K, v V) {
+	key := binary.BigEndian.AppendUint64(prefixOf(&t.table, t.kc, k), t.b.seq)
+	t.b.seq++
+	t.val = t.vc.Append(t.val[:0], v)
+	t.set(key, t.val)
+}
+
+func (t *List[K, V]) Update(k K, vs []V) {
+	t.Delete(k)
+	for _, v := range vs {
+		t.Add(k, v)
+	}
+}
+
+func (t *List[K, V]) Delete(k K) { t.deletePrefix(slices.Clone(prefixOf(&t.table, t.kc, k))) }
+
+// Map is map state in Pebble: a key per entry.
+type Map[K, UK comparable, V any] struct {
+	table
+	kc  codec.Codec[K]
+	ukc codec.Codec[UK]
+	vc  codec.Codec[V]
+}
+
+// NewMap declares map state name.
+func NewMap[K, UK comparable, V any](b *Backend, name string, kc codec.Codec[K], ukc codec.Codec[UK], vc codec.Codec[V]) (*Map[K, UK, V], error) {
+	t, err := newTable(b, name)
+	return &Map[K, UK, V]{table: t, kc: kc, ukc: ukc, vc: vc}, err
+}
+
+func (t *Map[K, UK, V]) entry(k K, uk UK) []byte {
+	return t.ukc.Append(prefixOf(&t.table, t.kc, k), uk)
+}
+
+func (t *Map[K, UK, V]) Get(k K, uk UK) (V, bool) {
+	b, ok := t.get(t.entry(k, uk))
+	if !ok {
+		var zero V
+		return zero, false
+	}
+	return decode(t.vc, b), true
+}
+
+func (t *Map[K, UK, V]) Put(k K, uk UK, v V) {
+	key := t.entry(k, uk)
+	t.val = t.vc.Append(t.val[:0], v)
+	t.set(key, t.val)
+}
+
+func (t *Map[K, UK, V]) Remove(k K, uk UK) { t.del(t.entry(k, uk)) }
+
+func (t *Map[K, UK, V]) All(k K) iter.Seq2[UK, V] {
+	prefix := slices.Clone(prefixOf(&t.table, t.kc, k))
+	return func(yield func(UK, V) bool) {
+		t.scan(prefix, func(suffix, value []byte) bool { return yield(decode(t.ukc, suffix), decode(t.vc, value)) })
+	}
+}
+
+func (t *Map[K, UK, V]) Delete(k K) { t.deletePrefix(slices.Clone(prefixOf(&t.table, t.kc, k))) }
+
+// Timers are kept on the heap; firing one makes its key group current
+// here too.
+type Timers[K comparable] struct {
+	*heap.Timers[K]
+	b *Backend
+}
+
+// NewTimers declares a timer table.
+func NewTimers[K comparable](b *Backend, name string, kc codec.Codec[K]) (*Timers[K], error) {
+	t, err := heap.NewTimers(b.timers, name, kc)
+	return &Timers[K]{Timers: t, b: b}, err
+}
+
+func (t *Timers[K]) FireUpTo(limit int64, fire func(k K, at time.Time) error) error {
+	return t.Timers.FireUpTo(limit, func(k K, at time.Time) error {
+		t.b.group = t.b.timers.Group()
+		return fire(k, at)
+	})
+}
