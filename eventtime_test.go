@@ -100,17 +100,23 @@ func (b *bucketSum) OnTimer(c *weir.KeyedContext[int64], at time.Time, out weir.
 
 // eventTimeConfig is the configuration of the event-time story tests:
 // parallelism 2, a watermark every millisecond, restarts.
-func eventTimeConfig() weir.Config {
-	return weir.Config{Parallelism: 2, WatermarkInterval: time.Millisecond, Restart: weir.FixedDelay{Delay: time.Millisecond, MaxAttempts: 5}}
+func eventTimeConfig(sb weir.StateBackend) weir.Config {
+	return weir.Config{Parallelism: 2, WatermarkInterval: time.Millisecond, Restart: weir.FixedDelay{Delay: time.Millisecond, MaxAttempts: 5}, StateBackend: sb}
+}
+
+// onBackends runs f with the heap backend and with Pebble.
+func onBackends(t *testing.T, f func(t *testing.T, sb weir.StateBackend)) {
+	t.Run("heap", func(t *testing.T) { f(t, weir.StateBackend{}) })
+	t.Run("pebble", func(t *testing.T) { f(t, weir.StateBackend{Kind: weir.PebbleState, Dir: t.TempDir()}) })
 }
 
 // runOnce runs a job built by build into a fresh output directory, and
 // returns its committed lines, sorted. With failures, the job must have
 // restarted.
-func runOnce(t *testing.T, failures bool, build func(cfg weir.Config, out string) *weir.Environment) []string {
+func runOnce(t *testing.T, sb weir.StateBackend, failures bool, build func(cfg weir.Config, out string) *weir.Environment) []string {
 	t.Helper()
 	out := t.TempDir()
-	if res := execute(t, build(eventTimeConfig(), out)); failures && res.Attempts < 2 {
+	if res := execute(t, build(eventTimeConfig(sb), out)); failures && res.Attempts < 2 {
 		t.Fatalf("%d attempts: the injected failures did not fire", res.Attempts)
 	}
 	return sortedLines(t, out)
@@ -120,12 +126,12 @@ func runOnce(t *testing.T, failures bool, build func(cfg weir.Config, out string
 // each restoring the latest checkpoint of the one before, which is
 // cancelled after two completed checkpoints; the last runs to the end. It
 // returns the committed lines, sorted.
-func runRescaled(t *testing.T, ps []int, build func(cfg weir.Config, out string) *weir.Environment) []string {
+func runRescaled(t *testing.T, sb weir.StateBackend, ps []int, build func(cfg weir.Config, out string) *weir.Environment) []string {
 	t.Helper()
 	dir := t.TempDir()
 	out := filepath.Join(dir, "out")
 	for i, p := range ps {
-		cfg := eventTimeConfig()
+		cfg := eventTimeConfig(sb)
 		cfg.Parallelism, cfg.Checkpoint.Dir = p, filepath.Join(dir, "ckpt")
 		if i > 0 {
 			cfg.Restore = "latest"
@@ -196,22 +202,24 @@ func bruteForce() []string {
 // rescaled from 2 to 3 to 1 subtasks.
 func TestEventTimeWindows(t *testing.T) {
 	want := bruteForce()
-	check := func(what string, got []string) {
-		t.Helper()
-		if !slices.Equal(got, want) {
-			t.Fatalf("%s: %d results, want %d; first %v, want %v", what, len(got), len(want), got[:min(3, len(got))], want[:3])
-		}
-	}
-	check("straight", runOnce(t, false, func(cfg weir.Config, out string) *weir.Environment { return windowJob(t, cfg, out, nil) }))
-	var n atomic.Int64
-	check("after failures", runOnce(t, true, func(cfg weir.Config, out string) *weir.Environment {
-		return windowJob(t, cfg, out, func(reading) {
-			if k := n.Add(1); k == 7000 || k == 15000 {
-				panic(errors.New("injected failure"))
+	onBackends(t, func(t *testing.T, sb weir.StateBackend) {
+		check := func(what string, got []string) {
+			t.Helper()
+			if !slices.Equal(got, want) {
+				t.Fatalf("%s: %d results, want %d; first %v, want %v", what, len(got), len(want), got[:min(3, len(got))], want[:3])
 			}
-		})
-	}))
-	check("rescaled 2 → 3 → 1", runRescaled(t, []int{2, 3, 1}, func(cfg weir.Config, out string) *weir.Environment {
-		return windowJob(t, cfg, out, nil)
-	}))
+		}
+		check("straight", runOnce(t, sb, false, func(cfg weir.Config, out string) *weir.Environment { return windowJob(t, cfg, out, nil) }))
+		var n atomic.Int64
+		check("after failures", runOnce(t, sb, true, func(cfg weir.Config, out string) *weir.Environment {
+			return windowJob(t, cfg, out, func(reading) {
+				if k := n.Add(1); k == 7000 || k == 15000 {
+					panic(errors.New("injected failure"))
+				}
+			})
+		}))
+		check("rescaled 2 → 3 → 1", runRescaled(t, sb, []int{2, 3, 1}, func(cfg weir.Config, out string) *weir.Environment {
+			return windowJob(t, cfg, out, nil)
+		}))
+	})
 }

@@ -124,22 +124,24 @@ func TestJoins(t *testing.T) {
 		}
 		return fmt.Sprintf("%d results, want %d (%v): %d missing, %d extra", len(got), len(want), kinds, missing, extra)
 	}
-	if got := runOnce(t, false, func(cfg weir.Config, out string) *weir.Environment { return joinJob(t, cfg, out, nil) }); !slices.Equal(got, want) {
-		t.Fatal(diff(got))
-	}
-	var n atomic.Int64
-	got := runOnce(t, true, func(cfg weir.Config, out string) *weir.Environment {
-		return joinJob(t, cfg, out, func(event) {
-			if n.Add(1) == joinEvents/2 {
-				panic(errors.New("injected failure"))
-			}
+	onBackends(t, func(t *testing.T, sb weir.StateBackend) {
+		if got := runOnce(t, sb, false, func(cfg weir.Config, out string) *weir.Environment { return joinJob(t, cfg, out, nil) }); !slices.Equal(got, want) {
+			t.Fatal(diff(got))
+		}
+		var n atomic.Int64
+		got := runOnce(t, sb, true, func(cfg weir.Config, out string) *weir.Environment {
+			return joinJob(t, cfg, out, func(event) {
+				if n.Add(1) == joinEvents/2 {
+					panic(errors.New("injected failure"))
+				}
+			})
 		})
+		if !slices.Equal(got, want) {
+			t.Fatal("after a failure: " + diff(got))
+		}
+		got = runRescaled(t, sb, []int{2, 3, 1}, func(cfg weir.Config, out string) *weir.Environment { return joinJob(t, cfg, out, nil) })
+		if !slices.Equal(got, want) {
+			t.Fatal("rescaled 2 → 3 → 1: " + diff(got))
+		}
 	})
-	if !slices.Equal(got, want) {
-		t.Fatal("after a failure: " + diff(got))
-	}
-	got = runRescaled(t, []int{2, 3, 1}, func(cfg weir.Config, out string) *weir.Environment { return joinJob(t, cfg, out, nil) })
-	if !slices.Equal(got, want) {
-		t.Fatal("rescaled 2 → 3 → 1: " + diff(got))
-	}
 }

@@ -1,7 +1,9 @@
 package weir
 
 import (
+	"encoding/binary"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/weirstream/weir/codec"
@@ -202,23 +204,22 @@ type WindowFunction[K comparable, In, Out any] func(key K, w TimeWindow, in []In
 
 // WindowProcess calls f with each key's window when it closes.
 func WindowProcess[K comparable, In, Out any](ws WindowedStream[K, In], name string, f WindowFunction[K, In, Out], opts ...Option) *Stream[Out] {
-	fold := windowFold[In, []In]{
-		first: func(v In) []In { return []In{v} },
-		// NB: append may write into spare capacity of an array a frozen
-		// snapshot shares, but only beyond the length it froze.
-		add:   func(acc []In, v In) []In { return append(acc, v) },
-		merge: func(a, b []In) []In { return append(append(make([]In, 0, len(a)+len(b)), a...), b...) },
-	}
+	// The records go to list state, a key per record on disk backends: an
+	// added record is written, the window is not rewritten.
+	fold := windowFold[In, []In]{listing: true}
 	emit := func(key K, w TimeWindow, acc []In, out Collector[Out]) error { return f(key, w, acc, out) }
 	return addWindow(ws, name, fold, emit, f, opts)
 }
 
 // windowFold folds records into an accumulator: the first of a pane or
-// window, then the others; panes and sessions merge.
+// window, then the others; panes and sessions merge. With listing, Acc is
+// []In and the records are kept in list state instead, by key and pane or
+// session.
 type windowFold[In, Acc any] struct {
-	first func(In) Acc
-	add   func(Acc, In) Acc
-	merge func(Acc, Acc) Acc
+	first   func(In) Acc
+	add     func(Acc, In) Acc
+	merge   func(Acc, Acc) Acc
+	listing bool
 }
 
 func addWindow[K comparable, In, Acc, Out any](ws WindowedStream[K, In], name string, fold windowFold[In, Acc],
@@ -288,6 +289,44 @@ type windowOp[K comparable, In, Acc, Out any] struct {
 	late     Collector[In]
 	panes    state.Map[K, int64, Acc]
 	sessions state.Map[K, int64, sessionState[Acc]]
+	// records holds, when listing, the records of each key's pane (by its
+	// start) or session (by its start).
+	records state.List[paneKey[K], In]
+}
+
+// paneKey is a key and the start of one of its panes or sessions.
+type paneKey[K any] struct {
+	Key   K
+	Start int64
+}
+
+type paneKeyCodec[K any] struct{ kc codec.Codec[K] }
+
+func (c paneKeyCodec[K]) Append(dst []byte, k paneKey[K]) []byte {
+	return binary.AppendVarint(c.kc.Append(dst, k.Key), k.Start)
+}
+
+func (c paneKeyCodec[K]) Decode(src []byte) (paneKey[K], int, error) {
+	k, n, err := c.kc.Decode(src)
+	if err != nil {
+		return paneKey[K]{}, 0, err
+	}
+	start, m := binary.Varint(src[n:])
+	if m <= 0 {
+		return paneKey[K]{}, 0, codec.ErrShort
+	}
+	return paneKey[K]{Key: k, Start: start}, n + m, nil
+}
+
+// pk is the current key's pane or session starting at start.
+func (w *windowOp[K, In, Acc, Out]) pk(start int64) paneKey[K] {
+	return paneKey[K]{Key: w.kctx.key, Start: start}
+}
+
+// listed is the records of the current key's pane or session at start, as
+// the accumulator.
+func (w *windowOp[K, In, Acc, Out]) listed(start int64) Acc {
+	return any(slices.Collect(w.records.All(w.pk(start)))).(Acc)
 }
 
 func (w *windowOp[K, In, Acc, Out]) Open(oc *operator.Context) error {
@@ -302,6 +341,9 @@ func (w *windowOp[K, In, Acc, Out]) Open(oc *operator.Context) error {
 		w.sessions, err = backend.NewMap(w.kctx.backend, "sessions", w.kc, codec.For[int64](), codec.For[sessionState[Acc]]())
 	} else {
 		w.panes, err = backend.NewMap(w.kctx.backend, "panes", w.kc, codec.For[int64](), codec.For[Acc]())
+	}
+	if err == nil && w.fold.listing {
+		w.records, err = backend.NewList(w.kctx.backend, "records", paneKeyCodec[K]{w.kc}, codec.For[In]())
 	}
 	return err
 }
@@ -365,12 +407,17 @@ func (w *windowOp[K, In, Acc, Out]) addToPane(ts int64, v In) error {
 	}
 	pane := floorTo(ts, a.pane())
 	acc, had := w.panes.Get(w.kctx.key, pane)
-	if had {
-		acc = w.fold.add(acc, v)
-	} else {
-		acc = w.fold.first(v)
+	switch {
+	case w.fold.listing:
+		w.records.Add(w.pk(pane), v)
+		if !had {
+			w.panes.Put(w.kctx.key, pane, acc) // the pane exists
+		}
+	case had:
+		w.panes.Put(w.kctx.key, pane, w.fold.add(acc, v))
+	default:
+		w.panes.Put(w.kctx.key, pane, w.fold.first(v))
 	}
-	w.panes.Put(w.kctx.key, pane, acc)
 	for start := lastStart; start > ts-a.size; start -= a.slide {
 		end := start + a.size
 		if w.isLate(end) {
@@ -397,7 +444,10 @@ func (w *windowOp[K, In, Acc, Out]) addToPane(ts int64, v In) error {
 
 func (w *windowOp[K, In, Acc, Out]) addToSession(ts int64, v In) error {
 	start, end := ts, ts+w.a.gap
-	acc := w.fold.first(v)
+	var acc Acc
+	if !w.fold.listing {
+		acc = w.fold.first(v)
+	}
 	var merged []int64
 	for s, sess := range w.sessions.All(w.kctx.key) {
 		if s <= end && ts <= sess.End { // overlapping or touching: one session
@@ -412,15 +462,26 @@ func (w *windowOp[K, In, Acc, Out]) addToSession(ts int64, v In) error {
 	// record: records stay in arrival order within a session.
 	for i, s := range sortedInt64(merged) {
 		sess, _ := w.sessions.Get(w.kctx.key, s)
-		if i == 0 {
+		switch {
+		case w.fold.listing:
+			if s != start { // the earliest session's records stay put
+				for r := range w.records.All(w.pk(s)) {
+					w.records.Add(w.pk(start), r)
+				}
+				w.records.Delete(w.pk(s))
+			}
+		case i == 0:
 			acc = sess.Acc
-		} else {
+		default:
 			acc = w.fold.merge(acc, sess.Acc)
 		}
 		w.unregister(sess.End)
 		w.sessions.Remove(w.kctx.key, s)
 	}
-	if len(merged) > 0 {
+	switch {
+	case w.fold.listing:
+		w.records.Add(w.pk(start), v)
+	case len(merged) > 0:
 		acc = w.fold.add(acc, v)
 	}
 	w.sessions.Put(w.kctx.key, start, sessionState[Acc]{End: end, Acc: acc})
@@ -429,9 +490,17 @@ func (w *windowOp[K, In, Acc, Out]) addToSession(ts int64, v In) error {
 		w.register(end - 1 + w.lateness)
 	}
 	if !w.a.processing && end-1 <= w.kctx.wm {
-		return w.emitWindow(start, end, acc)
+		return w.emitSession(start, end, acc)
 	}
 	return nil
+}
+
+// emitSession emits the session [start, end) of the current key.
+func (w *windowOp[K, In, Acc, Out]) emitSession(start, end int64, acc Acc) error {
+	if w.fold.listing {
+		acc = w.listed(start)
+	}
+	return w.emitWindow(start, end, acc)
 }
 
 func (w *windowOp[K, In, Acc, Out]) unregister(end int64) {
@@ -471,12 +540,15 @@ func (w *windowOp[K, In, Acc, Out]) OnTimer(c *KeyedContext[K], at time.Time, _ 
 	if w.a.kind == sessions {
 		for start, sess := range w.sessions.All(c.key) {
 			if sess.End-1 == t {
-				if err := w.emitWindow(start, sess.End, sess.Acc); err != nil {
+				if err := w.emitSession(start, sess.End, sess.Acc); err != nil {
 					return err
 				}
 			}
 			if sess.End-1+w.lateness == t {
 				w.sessions.Remove(c.key, start)
+				if w.fold.listing {
+					w.records.Delete(w.pk(start))
+				}
 			}
 		}
 		return nil
@@ -501,19 +573,26 @@ func (w *windowOp[K, In, Acc, Out]) firePanes(start, end int64) error {
 	var acc Acc
 	found := false
 	step := w.a.pane()
+	var records []In // when listing
 	for p := start; p < end; p += step {
 		pa, ok := w.panes.Get(w.kctx.key, p)
-		if !ok {
+		switch {
+		case !ok:
 			continue
-		}
-		if found {
+		case w.fold.listing:
+			records = slices.AppendSeq(records, w.records.All(w.pk(p)))
+		case found:
 			acc = w.fold.merge(acc, pa)
-		} else {
-			acc, found = pa, true
+		default:
+			acc = pa
 		}
+		found = true
 	}
 	if !found {
 		return nil
+	}
+	if w.fold.listing {
+		acc = any(records).(Acc)
 	}
 	return w.emitWindow(start, end, acc)
 }
@@ -536,6 +615,9 @@ func (w *windowOp[K, In, Acc, Out]) dropPanes(end int64) {
 	for p := range w.panes.All(w.kctx.key) {
 		if p < limit {
 			w.panes.Remove(w.kctx.key, p)
+			if w.fold.listing {
+				w.records.Delete(w.pk(p))
+			}
 		}
 	}
 }

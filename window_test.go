@@ -137,8 +137,7 @@ func newWindowHarness(t *testing.T, d *datadriven.TestData) *windowHarness {
 				out.Collect(fmt.Sprintf("%s [%d,%d) %s", k, w.Start.UnixMilli(), w.End.UnixMilli(), strings.Join(vs, ",")))
 				return nil
 			}
-			fold := windowFold[rec, []rec]{first: func(v rec) []rec { return []rec{v} }, add: func(a []rec, v rec) []rec { return append(a, v) },
-				merge: func(a, b []rec) []rec { return append(append([]rec(nil), a...), b...) }}
+			fold := windowFold[rec, []rec]{listing: true} // as WindowProcess
 			op := &windowOp[string, rec, []rec, string]{key: key, kc: codec.For[string](), a: a, lateness: int64(lateness), fold: fold,
 				emit: func(k string, w TimeWindow, acc []rec, out Collector[string]) error { return f(k, w, acc, out) }, hasLate: lateOutput}
 			op.out, op.c, op.lateCount = collectOf[string]{h.out}, h.c, &h.dropped
