@@ -461,6 +461,9 @@ func (e *Environment) spec(plan *graph.Plan) (runtime.Spec, error) {
 	if e.cfg.BatchSize < 0 {
 		return spec, fmt.Errorf("batch size %d is negative", e.cfg.BatchSize)
 	}
+	if err := e.cfg.StateBackend.Validate(); err != nil {
+		return spec, err
+	}
 	if e.cfg.WatermarkInterval < 0 {
 		return spec, fmt.Errorf("watermark interval %v is negative", e.cfg.WatermarkInterval)
 	}

@@ -32,7 +32,8 @@ var flinkPerCore = map[string]float64{
 
 func newBench() *cobra.Command {
 	bench := &cobra.Command{Use: "bench", Short: "Benchmarks"}
-	var queries, output, stateBackend, ckptDir, mode string
+	var queries, output, backend, stateDir, ckptDir, mode string
+	var incremental bool
 	events := int64(10_000_000)
 	var rate float64
 	var parallelism int
@@ -64,10 +65,12 @@ in the reference runs, or with --output as JSON lines to DIR/<query>.`,
 				return fmt.Errorf("--rate %v: must be above 0", rate)
 			case m != weir.NoCheckpoints && interval <= 0:
 				return fmt.Errorf("--checkpoint-interval %v: must be above 0", interval)
-			case stateBackend != "heap":
-				return fmt.Errorf("--state-backend %q: only heap is available", stateBackend)
 			case output != "" && m == weir.NoCheckpoints:
 				return errors.New("--output writes exactly-once, at checkpoints: it needs --mode exactly-once or at-least-once")
+			}
+			sb, err := stateBackend(cmd, backend, stateDir, incremental)
+			if err != nil {
+				return err
 			}
 			if ckptDir == "" && m != weir.NoCheckpoints {
 				if ckptDir, err = os.MkdirTemp("", "weir-nexmark-"); err != nil {
@@ -80,7 +83,7 @@ in the reference runs, or with --output as JSON lines to DIR/<query>.`,
 			tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 			fmt.Fprintln(tw, "query\tevents\twall\tcores\tevents/s/core\tcheckpoints\tp50\tp99\tstate\tresults\tFlink/core\tratio\t")
 			for _, q := range qs {
-				r, err := benchQuery(cmd, q, nexmark.Config{Events: events, Rate: rate}, parallelism, m, interval, ckptDir, output)
+				r, err := benchQuery(cmd, q, nexmark.Config{Events: events, Rate: rate}, parallelism, m, interval, ckptDir, output, sb)
 				if err != nil {
 					tw.Flush()
 					return fmt.Errorf("%s: %w", q.Name, err)
@@ -100,7 +103,7 @@ in the reference runs, or with --output as JSON lines to DIR/<query>.`,
 	fl.DurationVar(&interval, "checkpoint-interval", time.Second, "time between checkpoints")
 	fl.StringVar(&mode, "mode", "exactly-once", "checkpoint mode: exactly-once, at-least-once or none")
 	fl.StringVar(&ckptDir, "checkpoint-dir", "", "directory for checkpoints (default: a temporary one, removed at the end)")
-	fl.StringVar(&stateBackend, "state-backend", "heap", "state backend: heap")
+	addStateFlags(nx, &backend, &stateDir, &incremental)
 	fl.StringVar(&output, "output", "", "write each query's results as JSON lines to DIR/<query> instead of a black hole")
 	bench.AddCommand(nx)
 	return bench
@@ -119,7 +122,7 @@ func (r benchResult) cores() float64 { return r.cpu.Seconds() / r.wall.Seconds()
 
 func (r benchResult) perCore(events int64) float64 { return float64(events) / r.cpu.Seconds() }
 
-func benchQuery(cmd *cobra.Command, q nexmark.Query, cfg nexmark.Config, p int, mode weir.Mode, interval time.Duration, ckptDir, output string) (benchResult, error) {
+func benchQuery(cmd *cobra.Command, q nexmark.Query, cfg nexmark.Config, p int, mode weir.Mode, interval time.Duration, ckptDir, output string, sb weir.StateBackend) (benchResult, error) {
 	var r benchResult
 	var results atomic.Int64
 	var state atomic.Int64
@@ -129,7 +132,7 @@ func benchQuery(cmd *cobra.Command, q nexmark.Query, cfg nexmark.Config, p int, 
 	}
 	env := weir.New(weir.Config{Job: "nexmark-" + q.Name, Parallelism: p,
 		Checkpoint: weir.CheckpointConfig{Mode: mode, Interval: interval, Dir: ckptDir, DiscardOnCancel: true},
-		Fresh:      mode != weir.NoCheckpoints,
+		Fresh:      mode != weir.NoCheckpoints, StateBackend: sb,
 		OnEvent: func(e weir.JobEvent) {
 			if e.Kind == weir.EventCheckpointCompleted && e.Size > state.Load() {
 				state.Store(e.Size) // only the job's driver calls OnEvent

@@ -37,6 +37,9 @@ type checkpointFlags struct {
 	restartDelay      time.Duration
 	restartMaxDelay   time.Duration
 	restartInterval   time.Duration
+	stateBackend      string
+	stateDir          string
+	incremental       bool
 }
 
 func (f *checkpointFlags) add(cmd *cobra.Command) {
@@ -58,6 +61,31 @@ func (f *checkpointFlags) add(cmd *cobra.Command) {
 	fl.DurationVar(&f.restartDelay, "restart-delay", time.Second, "delay before a restart (the first one, with exponential-backoff)")
 	fl.DurationVar(&f.restartMaxDelay, "restart-max-delay", time.Minute, "longest delay of exponential-backoff")
 	fl.DurationVar(&f.restartInterval, "restart-interval", 5*time.Minute, "failure-rate: the interval --restart-attempts failures are counted in")
+	addStateFlags(cmd, &f.stateBackend, &f.stateDir, &f.incremental)
+}
+
+// addStateFlags adds the state backend flags.
+func addStateFlags(cmd *cobra.Command, backend, dir *string, incremental *bool) {
+	fl := cmd.Flags()
+	fl.StringVar(backend, "state-backend", "heap", "where keyed state lives: heap (memory; checkpoints write all of it) or pebble (local disk; checkpoints upload what changed)")
+	fl.StringVar(dir, "state-dir", "", "pebble: local working directory of its databases (default: weir-state in the temporary directory)")
+	fl.BoolVar(incremental, "incremental", true, "pebble: incremental checkpoints (false: every checkpoint uploads all the state)")
+}
+
+// stateBackend validates the state backend flags.
+func stateBackend(cmd *cobra.Command, backend, dir string, incremental bool) (weir.StateBackend, error) {
+	sb := weir.StateBackend{Kind: weir.HeapState}
+	switch backend {
+	case "heap":
+		if dir != "" || cmd.Flags().Changed("incremental") {
+			return sb, errors.New("--state-dir and --incremental are settings of --state-backend pebble")
+		}
+	case "pebble":
+		sb = weir.StateBackend{Kind: weir.PebbleState, Dir: dir, Full: !incremental}
+	default:
+		return sb, fmt.Errorf("--state-backend %q: want heap or pebble", backend)
+	}
+	return sb, nil
 }
 
 // config validates the flags once, at start; every error names the flag.
@@ -144,11 +172,15 @@ its latest count), or standard output.`,
 			if err != nil {
 				return err
 			}
+			sb, err := stateBackend(cmd, cf.stateBackend, cf.stateDir, cf.incremental)
+			if err != nil {
+				return err
+			}
 			var p progress
 			env, err := wordcount.Build(wordcount.Options{
 				Input: input, Output: output, Checkpoint: cc, Parallelism: parallelism,
 				Restore: cf.restore, Fresh: cf.fresh, AllowNonRestoredState: cf.allowNonRestored,
-				Restart: restart, Logger: slog.Default(),
+				Restart: restart, Logger: slog.Default(), StateBackend: sb,
 				OnEvent: func(e weir.JobEvent) {
 					switch e.Kind {
 					case weir.EventCheckpointCompleted:

@@ -31,6 +31,7 @@ type Options struct {
 	Fresh                 bool
 	AllowNonRestoredState bool
 	Restart               weir.RestartStrategy
+	StateBackend          weir.StateBackend
 	FS                    vfs.FS
 	Logger                *slog.Logger
 	OnEvent               func(weir.JobEvent)
@@ -65,6 +66,7 @@ func Build(o Options) (*weir.Environment, error) {
 	env := weir.New(weir.Config{
 		Job: "wordcount", Parallelism: o.Parallelism, Checkpoint: cc, Restore: o.Restore, Fresh: o.Fresh,
 		AllowNonRestoredState: o.AllowNonRestoredState, Restart: o.Restart, Logger: o.Logger, OnEvent: o.OnEvent,
+		StateBackend: o.StateBackend,
 	})
 	lines, err := input(o)
 	if err != nil {
