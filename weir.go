@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -180,8 +181,11 @@ type CheckpointConfig struct {
 	// DiscardOnCancel deletes the checkpoints when the job is cancelled;
 	// by default they are kept, to resume with Restore "latest".
 	DiscardOnCancel bool
-	// Dir is the checkpoint directory; empty keeps checkpoints in memory,
-	// which survive failures inside the process but not the process.
+	// Dir is where checkpoints go: a directory (a path or file://path),
+	// or object storage (s3://bucket/prefix?endpoint=…&region=…, with
+	// credentials from the environment as AWS tools read them; mem://name
+	// for tests). Empty keeps checkpoints in memory, which survive
+	// failures inside the process but not the process.
 	Dir string
 	// FS is the file system of Dir; default the real one.
 	FS vfs.FS
@@ -486,20 +490,36 @@ func (e *Environment) spec(plan *graph.Plan) (runtime.Spec, error) {
 			spec.Storage = storage.NewMemory(0)
 		}
 	} else {
-		d, err := storage.NewDir(cc.FS, cc.Dir, e.cfg.Job, 0)
+		st, err := openStorage(cc, e.cfg.Job)
 		if err != nil {
 			return spec, err
 		}
-		spec.Storage = d
+		spec.Storage = st
 	}
 	if r := e.cfg.Restore; r != "" && r != "latest" {
-		m, reader, err := storage.OpenCheckpoint(cc.FS, r)
+		var m *checkpoint.Metadata
+		var reader storage.Storage
+		var err error
+		if storage.IsURL(r) {
+			m, reader, err = storage.OpenCheckpointURL(context.Background(), r)
+		} else {
+			m, reader, err = storage.OpenCheckpoint(cc.FS, strings.TrimPrefix(r, "file://"))
+		}
 		if err != nil {
 			return spec, err
 		}
 		spec.Start.Point = &runtime.RestorePoint{Metadata: m, Read: reader.ReadState, Open: reader.OpenState, Where: r}
 	}
 	return spec, nil
+}
+
+// openStorage opens the checkpoint storage cc.Dir names: a directory (a
+// path, or file://path), or object storage (s3://bucket/prefix, mem://).
+func openStorage(cc CheckpointConfig, job string) (storage.Storage, error) {
+	if storage.IsURL(cc.Dir) {
+		return storage.OpenBlob(context.Background(), cc.Dir, job)
+	}
+	return storage.NewDir(cc.FS, strings.TrimPrefix(cc.Dir, "file://"), job, 0)
 }
 
 // build returns the runtime's builder of one subtask: the chain of the

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -35,21 +34,12 @@ type Dir struct {
 	jobDir      string
 	inlineBytes int
 
-	mu sync.Mutex
-	// writing counts state files being written, per checkpoint.
-	writing map[checkpoint.ID]int
-	// discarding holds the checkpoints being discarded: no file of theirs
-	// may be written meanwhile.
-	discarding map[checkpoint.ID]bool
-	written    sync.Cond // signalled when a state file write ends
-	shared     *registry
+	gate   *writeGate
+	shared *registry
 }
 
 func newDir(fs vfs.FS, jobDir string, inlineBytes int) *Dir {
-	d := &Dir{fs: fs, jobDir: jobDir, inlineBytes: inlineBytes, writing: map[checkpoint.ID]int{}, discarding: map[checkpoint.ID]bool{},
-		shared: newRegistry()}
-	d.written.L = &d.mu
-	return d
+	return &Dir{fs: fs, jobDir: jobDir, inlineBytes: inlineBytes, gate: newWriteGate(), shared: newRegistry()}
 }
 
 // NewDir builds directory storage for job under root on fs (vfs.Default for
@@ -121,7 +111,7 @@ func (d *Dir) WriteState(id checkpoint.ID, h checkpoint.Handle, data []byte) (ch
 		name += "." + url.PathEscape(h.File)
 	}
 	rel := chkName(id) + "/" + name
-	err := d.writing1(id, func() error {
+	err := d.gate.write(id, func() error {
 		_, err := d.writeFile(d.fs.PathJoin(d.jobDir, rel), bytes.NewReader(data))
 		return err
 	})
@@ -137,7 +127,7 @@ func (d *Dir) WriteState(id checkpoint.ID, h checkpoint.Handle, data []byte) (ch
 // deletes while another completed one references it.
 func (d *Dir) WriteShared(id checkpoint.ID, h checkpoint.Handle, r io.Reader) (checkpoint.Handle, error) {
 	h.Inline, h.Path = nil, sharedName(h)
-	err := d.writing1(id, func() error {
+	err := d.gate.write(id, func() error {
 		dir := d.fs.PathDir(d.fs.PathJoin(d.jobDir, h.Path))
 		if err := d.fs.MkdirAll(dir, 0o755); err != nil {
 			return err
@@ -159,26 +149,6 @@ func (d *Dir) WriteShared(id checkpoint.ID, h checkpoint.Handle, r io.Reader) (c
 		return h, fmt.Errorf("checkpoint %d: %w", id, sharedErr("write", h, err))
 	}
 	return h, nil
-}
-
-// writing1 runs write as a write of checkpoint id, unless id is being
-// discarded: Discard waits for it.
-func (d *Dir) writing1(id checkpoint.ID, write func() error) error {
-	d.mu.Lock()
-	if d.discarding[id] {
-		d.mu.Unlock()
-		return errors.New("the checkpoint is being discarded")
-	}
-	d.writing[id]++
-	d.mu.Unlock()
-	err := write()
-	d.mu.Lock()
-	if d.writing[id]--; d.writing[id] == 0 {
-		delete(d.writing, id)
-	}
-	d.written.Broadcast()
-	d.mu.Unlock()
-	return err
 }
 
 // OpenState streams the state a handle points at.
@@ -361,17 +331,7 @@ func ReadMetadata(fs vfs.FS, path string) (*checkpoint.Metadata, error) {
 }
 
 func (d *Dir) Discard(id checkpoint.ID) error {
-	d.mu.Lock()
-	d.discarding[id] = true
-	for d.writing[id] > 0 {
-		d.written.Wait()
-	}
-	d.mu.Unlock()
-	defer func() {
-		d.mu.Lock()
-		delete(d.discarding, id)
-		d.mu.Unlock()
-	}()
+	defer d.gate.discard(id)()
 	dir := d.CheckpointDir(id)
 	if st, err := d.fs.Stat(dir); err == nil && !st.IsDir() {
 		return nil // a file named like a checkpoint: not Weir's to delete

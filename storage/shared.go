@@ -2,6 +2,7 @@ package storage
 
 import (
 	"crypto/rand"
+	"errors"
 	"encoding/hex"
 	"fmt"
 	"net/url"
@@ -207,4 +208,55 @@ func (r *registry) unreferenced(hs []checkpoint.Handle) []string {
 
 func sharedErr(op string, h checkpoint.Handle, err error) error {
 	return fmt.Errorf("%s shared %s (%s): %w", op, handleName(h), h.Path, err)
+}
+
+// writeGate keeps the writes of a checkpoint's files and its discard
+// apart: a discard waits for the writes in flight and refuses new ones
+// until it is done.
+type writeGate struct {
+	mu         sync.Mutex
+	writing    map[checkpoint.ID]int  // files being written, per checkpoint
+	discarding map[checkpoint.ID]bool // no file of theirs may be written
+	done       sync.Cond              // a write ended
+}
+
+func newWriteGate() *writeGate {
+	g := &writeGate{writing: map[checkpoint.ID]int{}, discarding: map[checkpoint.ID]bool{}}
+	g.done.L = &g.mu
+	return g
+}
+
+// write runs w as a write of checkpoint id, unless id is being discarded.
+func (g *writeGate) write(id checkpoint.ID, w func() error) error {
+	g.mu.Lock()
+	if g.discarding[id] {
+		g.mu.Unlock()
+		return errors.New("the checkpoint is being discarded")
+	}
+	g.writing[id]++
+	g.mu.Unlock()
+	err := w()
+	g.mu.Lock()
+	if g.writing[id]--; g.writing[id] == 0 {
+		delete(g.writing, id)
+	}
+	g.done.Broadcast()
+	g.mu.Unlock()
+	return err
+}
+
+// discard waits until no file of id is being written and refuses new
+// writes until the function it returns is called.
+func (g *writeGate) discard(id checkpoint.ID) (done func()) {
+	g.mu.Lock()
+	g.discarding[id] = true
+	for g.writing[id] > 0 {
+		g.done.Wait()
+	}
+	g.mu.Unlock()
+	return func() {
+		g.mu.Lock()
+		delete(g.discarding, id)
+		g.mu.Unlock()
+	}
 }

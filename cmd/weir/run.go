@@ -44,7 +44,7 @@ type checkpointFlags struct {
 
 func (f *checkpointFlags) add(cmd *cobra.Command) {
 	fl := cmd.Flags()
-	fl.StringVar(&f.dir, "checkpoint-dir", "", "directory for checkpoints (required unless --mode none)")
+	fl.StringVar(&f.dir, "checkpoint-dir", "", "where checkpoints go (required unless --mode none): a directory, or s3://bucket/prefix?endpoint=…&region=… (credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or the AWS configuration)")
 	fl.DurationVar(&f.interval, "checkpoint-interval", weir.DefaultCheckpointInterval, "time between checkpoints")
 	fl.StringVar(&f.mode, "mode", "exactly-once", "checkpoint mode: exactly-once, at-least-once or none")
 	fl.DurationVar(&f.minPause, "checkpoint-min-pause", 0, "least time from one checkpoint's completion to the next trigger")

@@ -1,0 +1,439 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"gocloud.dev/blob"
+	"gocloud.dev/blob/memblob"
+	_ "gocloud.dev/blob/s3blob" // s3:// URLs
+	"gocloud.dev/gcerrors"
+
+	"github.com/weirstream/weir/checkpoint"
+)
+
+// Blob keeps checkpoints in object storage (gocloud.dev/blob): S3 and
+// S3-compatible stores (s3://bucket/prefix?endpoint=…&region=…), or a
+// bucket in the process's memory for tests (mem://name). Layout under
+// <prefix>/<job>/:
+//
+//	chk-<id>/_reserved   written when the checkpoint is triggered
+//	chk-<id>/_metadata   written last: an object PUT is atomic, so its
+//	                     presence means the checkpoint completed
+//	chk-<id>/<state>     state of that checkpoint
+//	shared/<op>/<name>   files several checkpoints reference
+//	_lease               which run uses the job's checkpoints, until when
+//
+// Listings may lag writes (eventually consistent stores): a scan probes
+// the ids after the highest it listed, and reads metadata by name.
+type Blob struct {
+	bucket      *blob.Bucket // prefixed with <prefix>/<job>/
+	where       string
+	inlineBytes int
+	lease       time.Duration
+	gate        *writeGate
+	shared      *registry
+}
+
+// IsURL reports whether a checkpoint location is a URL Blob storage
+// serves.
+func IsURL(dir string) bool {
+	return strings.HasPrefix(dir, "s3://") || strings.HasPrefix(dir, "mem://")
+}
+
+// DefaultLease is how long a run's claim on object storage lasts unless
+// renewed: a run that was killed blocks the next one at most this long.
+const DefaultLease = 30 * time.Second
+
+var (
+	memMu      sync.Mutex
+	memBuckets = map[string]*blob.Bucket{}
+)
+
+// OpenBlob opens the object storage at rawURL for job. Besides the
+// store's own query parameters (s3: endpoint, region, use_path_style, …;
+// credentials come from the environment, as AWS tools read them), lease
+// sets how long a run's claim lasts (default DefaultLease).
+func OpenBlob(ctx context.Context, rawURL, job string) (*Blob, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint storage %q: %w", rawURL, err)
+	}
+	if job == "" || strings.ContainsAny(job, `/\`) || job == "." || job == ".." {
+		return nil, fmt.Errorf("checkpoint storage: job name %q cannot be a directory name", job)
+	}
+	q := u.Query()
+	lease := DefaultLease
+	if l := q.Get("lease"); l != "" {
+		if lease, err = time.ParseDuration(l); err != nil || lease <= 0 {
+			return nil, fmt.Errorf("checkpoint storage %q: lease %q: want a duration above 0 (30s)", redact(u), l)
+		}
+		q.Del("lease")
+	}
+	prefix := strings.Trim(u.Path, "/")
+	var b *blob.Bucket
+	switch u.Scheme {
+	case "mem":
+		memMu.Lock()
+		if b = memBuckets[u.Host]; b == nil {
+			b = memblob.OpenBucket(nil)
+			memBuckets[u.Host] = b
+		}
+		memMu.Unlock()
+	case "s3":
+		bu := url.URL{Scheme: u.Scheme, Host: u.Host, RawQuery: q.Encode()}
+		if b, err = blob.OpenBucket(ctx, bu.String()); err != nil {
+			return nil, fmt.Errorf("checkpoint storage %s: %w", redact(u), err)
+		}
+	default:
+		return nil, fmt.Errorf("checkpoint storage %q: want s3://bucket/prefix or mem://name", redact(u))
+	}
+	if prefix != "" {
+		prefix += "/"
+	}
+	where := redact(u) + "/" + job
+	return &Blob{bucket: blob.PrefixedBucket(b, prefix+job+"/"), where: where, inlineBytes: DefaultInlineBytes, lease: lease,
+		gate: newWriteGate(), shared: newRegistry()}, nil
+}
+
+// redact is u for people: scheme, host and path, no query (it may hold
+// secrets).
+func redact(u *url.URL) string {
+	return strings.TrimSuffix(u.Scheme+"://"+u.Host+u.Path, "/")
+}
+
+func (b *Blob) Describe() string { return b.where }
+
+// bg is the context of storage calls: they are bounded by the store's
+// own retries and timeouts.
+func bg() context.Context { return context.Background() }
+
+func (b *Blob) Reserve(id checkpoint.ID) error {
+	if err := b.bucket.WriteAll(bg(), chkName(id)+"/_reserved", nil, nil); err != nil {
+		return fmt.Errorf("checkpoint %d: reserve in %s: %w", id, b.where, err)
+	}
+	b.shared.reserve(id)
+	return nil
+}
+
+func (b *Blob) WriteState(id checkpoint.ID, h checkpoint.Handle, data []byte) (checkpoint.Handle, error) {
+	h.SizeBytes = int64(len(data))
+	if len(data) <= b.inlineBytes {
+		h.Path, h.Inline = "", slices.Clone(data)
+		if h.Inline == nil {
+			h.Inline = []byte{}
+		}
+		return h, nil
+	}
+	name := fmt.Sprintf("%s.%d.%s", url.PathEscape(h.Operator), h.Subtask, url.PathEscape(h.Kind))
+	if h.Kind == checkpoint.KindKeyed {
+		name += fmt.Sprintf(".kg%d-%d", h.KeyGroups.First, h.KeyGroups.Last)
+	}
+	if h.File != "" {
+		name += "." + url.PathEscape(h.File)
+	}
+	key := chkName(id) + "/" + name
+	err := b.gate.write(id, func() error { return b.bucket.WriteAll(bg(), key, data, nil) })
+	if err != nil {
+		return h, fmt.Errorf("checkpoint %d: write %s to %s: %w", id, handleName(h), b.where, err)
+	}
+	h.Inline, h.Path = nil, key
+	return h, nil
+}
+
+func (b *Blob) WriteShared(id checkpoint.ID, h checkpoint.Handle, r io.Reader) (checkpoint.Handle, error) {
+	h.Inline, h.Path = nil, sharedName(h)
+	err := b.gate.write(id, func() error {
+		b.shared.wrote(id, h.Path)
+		w, err := b.bucket.NewWriter(bg(), h.Path, nil)
+		if err != nil {
+			return err
+		}
+		n, err := io.Copy(w, r)
+		h.SizeBytes = n
+		if cerr := w.Close(); err == nil {
+			err = cerr
+		}
+		return err
+	})
+	if err != nil {
+		return h, fmt.Errorf("checkpoint %d: %w", id, sharedErr("write", h, err))
+	}
+	return h, nil
+}
+
+func (b *Blob) ReadState(h checkpoint.Handle) ([]byte, error) {
+	r, err := b.OpenState(h)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("read %s from %s: %w", handleName(h), b.where, err)
+	}
+	return data, nil
+}
+
+func (b *Blob) OpenState(h checkpoint.Handle) (io.ReadCloser, error) {
+	if h.Path == "" {
+		return io.NopCloser(bytes.NewReader(h.Inline)), nil
+	}
+	if err := checkpoint.ValidatePath(h.Path); err != nil {
+		return nil, err
+	}
+	r, err := b.bucket.NewReader(bg(), h.Path, nil)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %s/%s: %w", handleName(h), b.where, h.Path, err)
+	}
+	if r.Size() != h.SizeBytes {
+		r.Close()
+		return nil, fmt.Errorf("read %s: %s/%s is %d bytes, the metadata says %d", handleName(h), b.where, h.Path, r.Size(), h.SizeBytes)
+	}
+	return r, nil
+}
+
+// Commit writes the metadata object: one PUT, the commit point.
+func (b *Blob) Commit(m *checkpoint.Metadata) error {
+	data, err := checkpoint.Encode(m)
+	if err != nil {
+		return err
+	}
+	if err := b.bucket.WriteAll(bg(), chkName(m.ID)+"/"+MetadataFile, data, nil); err != nil {
+		return fmt.Errorf("checkpoint %d: write metadata to %s: %w", m.ID, b.where, err)
+	}
+	if err := b.removeShared(b.shared.committed(m)); err != nil {
+		return fmt.Errorf("checkpoint %d completed, but shared files it freed stay: %w", m.ID, err)
+	}
+	return nil
+}
+
+// Scan lists the checkpoints. It reads metadata by name, and probes the
+// ids after the highest listed, so a listing that lags writes does not
+// hide the newest.
+func (b *Blob) Scan() (Scan, error) {
+	var s Scan
+	ids := map[checkpoint.ID]bool{}
+	it := b.bucket.List(&blob.ListOptions{Delimiter: "/"})
+	for {
+		o, err := it.Next(bg())
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return s, fmt.Errorf("list %s: %w", b.where, err)
+		}
+		if id, ok := parseChk(strings.TrimSuffix(o.Key, "/")); ok && o.IsDir {
+			ids[id] = true
+		}
+	}
+	for id := range ids {
+		s.MaxID = max(s.MaxID, id)
+	}
+	for next := s.MaxID + 1; ; next++ {
+		ok, err := b.bucket.Exists(bg(), chkName(next)+"/_reserved")
+		if err != nil {
+			return s, fmt.Errorf("scan %s: %w", b.where, err)
+		}
+		if !ok {
+			break
+		}
+		ids[next], s.MaxID = true, next
+	}
+	for _, id := range slices.Sorted(maps.Keys(ids)) {
+		key := chkName(id) + "/" + MetadataFile
+		data, err := b.bucket.ReadAll(bg(), key)
+		if gcerrors.Code(err) == gcerrors.NotFound {
+			s.Incomplete = append(s.Incomplete, id)
+			continue
+		}
+		var m *checkpoint.Metadata
+		if err == nil {
+			m, err = checkpoint.Decode(data)
+		}
+		if err == nil && m.ID != id {
+			err = fmt.Errorf("%w: it describes checkpoint %d", checkpoint.ErrCorrupt, m.ID)
+		}
+		if err != nil {
+			s.Damaged = append(s.Damaged, Damaged{ID: id, Path: b.where + "/" + key, Err: fmt.Errorf("checkpoint metadata %s/%s: %w", b.where, key, err)})
+			continue
+		}
+		s.Completed = append(s.Completed, m)
+	}
+	b.shared.reset(s.Completed)
+	return s, nil
+}
+
+// Discard deletes the metadata first, then the checkpoint's own objects,
+// then the shared ones it was the last to reference.
+func (b *Blob) Discard(id checkpoint.ID) error {
+	defer b.gate.discard(id)()
+	dir := chkName(id) + "/"
+	if err := b.bucket.Delete(bg(), dir+MetadataFile); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+		return fmt.Errorf("discard checkpoint %d in %s: %w", id, b.where, err)
+	}
+	keys, err := b.list(dir)
+	if err != nil {
+		return fmt.Errorf("discard checkpoint %d: %w", id, err)
+	}
+	if err := b.remove(keys); err != nil {
+		return fmt.Errorf("discard checkpoint %d: %w", id, err)
+	}
+	if err := b.removeShared(b.shared.discarded(id)); err != nil {
+		return fmt.Errorf("discard checkpoint %d: shared files: %w", id, err)
+	}
+	return nil
+}
+
+// list returns every key under prefix.
+func (b *Blob) list(prefix string) ([]string, error) {
+	var keys []string
+	it := b.bucket.List(&blob.ListOptions{Prefix: prefix})
+	for {
+		o, err := it.Next(bg())
+		if errors.Is(err, io.EOF) {
+			return keys, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list %s/%s: %w", b.where, prefix, err)
+		}
+		keys = append(keys, o.Key)
+	}
+}
+
+func (b *Blob) remove(keys []string) error {
+	var errs []error
+	for _, k := range keys {
+		if err := b.bucket.Delete(bg(), k); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (b *Blob) removeShared(paths []string) error { return b.remove(paths) }
+
+func (b *Blob) DiscardState(hs []checkpoint.Handle) error {
+	errs := []error{b.removeShared(b.shared.unreferenced(hs))}
+	var keys []string
+	for _, h := range hs {
+		if h.Path == "" || IsShared(h) {
+			continue
+		}
+		if err := checkpoint.ValidatePath(h.Path); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		keys = append(keys, h.Path)
+	}
+	return errors.Join(append(errs, b.remove(keys))...)
+}
+
+func (b *Blob) RemoveOrphans() error {
+	all, err := b.list(SharedDir + "/")
+	if err != nil {
+		return err
+	}
+	return b.removeShared(b.shared.orphans(all))
+}
+
+// leaseRecord is the _lease object: which run uses the checkpoints.
+type leaseRecord struct {
+	Owner   string    `json:"owner"`
+	Expires time.Time `json:"expires"`
+}
+
+// Lock claims the job's checkpoints for this run with a lease it renews
+// until Close: a second run fails here, naming the first, until the
+// lease of a run that was killed expires.
+func (b *Blob) Lock() (io.Closer, error) {
+	host, _ := os.Hostname()
+	owner := fmt.Sprintf("pid %d on %s, since %s", os.Getpid(), host, time.Now().UTC().Format(time.RFC3339))
+	if data, err := b.bucket.ReadAll(bg(), "_lease"); err == nil {
+		var l leaseRecord
+		if json.Unmarshal(data, &l) == nil && time.Now().Before(l.Expires) {
+			return nil, fmt.Errorf("checkpoint storage %s is in use by another run (%s) until %s: stop that run, or wait for its lease to expire if it is gone",
+				b.where, l.Owner, l.Expires.UTC().Format(time.RFC3339))
+		}
+	}
+	renew := func() error {
+		data, _ := json.Marshal(leaseRecord{Owner: owner, Expires: time.Now().Add(b.lease)})
+		return b.bucket.WriteAll(bg(), "_lease", data, nil)
+	}
+	if err := renew(); err != nil {
+		return nil, fmt.Errorf("checkpoint storage %s: take the lease: %w", b.where, err)
+	}
+	l := &lease{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		t := time.NewTicker(b.lease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				renew() // a failure is retried at the next tick; the lease outlives two
+			case <-l.stop:
+				b.bucket.Delete(bg(), "_lease")
+				return
+			}
+		}
+	}()
+	return l, nil
+}
+
+type lease struct {
+	stop, done chan struct{}
+	once       sync.Once
+}
+
+func (l *lease) Close() error {
+	l.once.Do(func() { close(l.stop) })
+	<-l.done
+	return nil
+}
+
+// OpenCheckpointURL opens the completed checkpoint at rawURL, the URL of a
+// chk-<id> prefix or its _metadata object (s3://bucket/prefix/<job>/chk-7).
+func OpenCheckpointURL(ctx context.Context, rawURL string) (*checkpoint.Metadata, Storage, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("restore from %q: %w", rawURL, err)
+	}
+	parts := strings.Split(strings.Trim(u.Path, "/"), "/")
+	if parts[len(parts)-1] == MetadataFile {
+		parts = parts[:len(parts)-1]
+	}
+	id, ok := parseChk(parts[len(parts)-1])
+	if !ok || len(parts) < 2 {
+		return nil, nil, fmt.Errorf("restore from %s: not a checkpoint: expected <job>/chk-<id> or its %s", redact(u), MetadataFile)
+	}
+	job := parts[len(parts)-2]
+	u.Path = "/" + strings.Join(parts[:len(parts)-2], "/")
+	b, err := OpenBlob(ctx, u.String(), job)
+	if err != nil {
+		return nil, nil, err
+	}
+	data, err := b.bucket.ReadAll(bg(), chkName(id)+"/"+MetadataFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("restore from %s: no %s: the checkpoint never completed (%w)", redact(u), MetadataFile, err)
+	}
+	m, err := checkpoint.Decode(data)
+	if err != nil {
+		return nil, nil, fmt.Errorf("restore from %s: %w", rawURL, err)
+	}
+	if m.ID != id {
+		return nil, nil, fmt.Errorf("restore from %s: %w: the metadata describes checkpoint %d", rawURL, checkpoint.ErrCorrupt, m.ID)
+	}
+	return m, b, nil
+}
