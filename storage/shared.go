@@ -2,8 +2,8 @@ package storage
 
 import (
 	"crypto/rand"
-	"errors"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/url"
 	"slices"

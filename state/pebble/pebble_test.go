@@ -99,10 +99,25 @@ func TestIncrementalCheckpoints(t *testing.T) {
 	put(b, v, 0, 500, "b") // 1% of the keys change
 	hs2 := take(t, b, 2, w)
 	b.NotifyComplete(2)
-	up2 := w.bytes - bytes1
-	_, full2 := dataOf(hs2)
-	if up2 == 0 || up2*20 > full2 {
-		t.Fatalf("checkpoint 2 uploaded %d bytes of %d: want a little, at most 5%%", up2, full2)
+	// Checkpoint 2 uploads exactly the data files checkpoint 1 did not
+	// have (the flushed change, and what compactions wrote since); it
+	// references the others where checkpoint 1 put them.
+	before := map[string]string{}
+	for _, h := range hs1 {
+		before[h.File] = h.Path
+	}
+	newFiles := 0
+	for _, h := range hs2 {
+		switch path, had := before[h.File]; {
+		case h.Kind != KindData:
+		case !had:
+			newFiles++
+		case path != h.Path:
+			t.Fatalf("checkpoint 2 uploaded %s again, though checkpoint 1 holds it", h.File)
+		}
+	}
+	if up := w.files - files1; up != newFiles || up == 0 || w.bytes == bytes1 {
+		t.Fatalf("checkpoint 2 uploaded %d files; %d are new", up, newFiles)
 	}
 	// Checkpoint 3 never completes: checkpoint 4 does not reuse its files.
 	put(b, v, 500, 1000, "c")
