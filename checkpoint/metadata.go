@@ -81,6 +81,10 @@ var (
 	ErrCorrupt  = errors.New("corrupt checkpoint metadata")
 	ErrVersion  = errors.New("unsupported checkpoint metadata version")
 	ErrTooLarge = errors.New("checkpoint metadata too large")
+	// ErrStateDamaged marks state a checkpoint's metadata lists that is
+	// missing or whose bytes are not those written: the checkpoint cannot
+	// be restored.
+	ErrStateDamaged = errors.New("checkpoint state is missing or damaged")
 )
 
 // Encode serialises m. It fails, wrapping ErrTooLarge, when the result would

@@ -195,11 +195,11 @@ func (b *Blob) OpenState(h checkpoint.Handle) (io.ReadCloser, error) {
 	}
 	r, err := b.bucket.NewReader(bg(), h.Path, nil)
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %s/%s: %w", handleName(h), b.where, h.Path, err)
+		return nil, fmt.Errorf("read %s: %s/%s: %w", handleName(h), b.where, h.Path, damaged(err))
 	}
 	if r.Size() != h.SizeBytes {
 		r.Close()
-		return nil, fmt.Errorf("read %s: %s/%s is %d bytes, the metadata says %d", handleName(h), b.where, h.Path, r.Size(), h.SizeBytes)
+		return nil, fmt.Errorf("read %s: %w: %s/%s is %d bytes, the metadata says %d", handleName(h), checkpoint.ErrStateDamaged, b.where, h.Path, r.Size(), h.SizeBytes)
 	}
 	return r, nil
 }

@@ -162,11 +162,11 @@ func (d *Dir) OpenState(h checkpoint.Handle) (io.ReadCloser, error) {
 	p := d.fs.PathJoin(d.jobDir, h.Path)
 	f, err := d.fs.Open(p)
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", handleName(h), err)
+		return nil, fmt.Errorf("read %s: %w", handleName(h), damaged(err))
 	}
 	st, err := f.Stat()
 	if err == nil && st.Size() != h.SizeBytes {
-		err = fmt.Errorf("%s is %d bytes, the metadata says %d", p, st.Size(), h.SizeBytes)
+		err = fmt.Errorf("%w: %s is %d bytes, the metadata says %d", checkpoint.ErrStateDamaged, p, st.Size(), h.SizeBytes)
 	}
 	if err != nil {
 		f.Close()
@@ -220,10 +220,10 @@ func (d *Dir) ReadState(h checkpoint.Handle) ([]byte, error) {
 	p := d.fs.PathJoin(d.jobDir, h.Path)
 	data, err := readFile(d.fs, p, maxStateFileBytes)
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", handleName(h), err)
+		return nil, fmt.Errorf("read %s: %w", handleName(h), damaged(err))
 	}
 	if int64(len(data)) != h.SizeBytes {
-		return nil, fmt.Errorf("read %s: %s is %d bytes, the metadata says %d", handleName(h), p, len(data), h.SizeBytes)
+		return nil, fmt.Errorf("read %s: %w: %s is %d bytes, the metadata says %d", handleName(h), checkpoint.ErrStateDamaged, p, len(data), h.SizeBytes)
 	}
 	return data, nil
 }

@@ -114,7 +114,7 @@ func (m *Memory) ReadState(h checkpoint.Handle) ([]byte, error) {
 	data, ok := m.files[h.Path]
 	m.mu.Unlock()
 	if !ok {
-		return nil, fmt.Errorf("read %s: memory checkpoint storage has no file %q", handleName(h), h.Path)
+		return nil, fmt.Errorf("read %s: %w: memory checkpoint storage has no file %q", handleName(h), checkpoint.ErrStateDamaged, h.Path)
 	}
 	return data, nil
 }

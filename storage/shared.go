@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"sync"
+
+	"gocloud.dev/gcerrors"
 
 	"github.com/weirstream/weir/checkpoint"
 )
@@ -259,4 +262,13 @@ func (g *writeGate) discard(id checkpoint.ID) (done func()) {
 		delete(g.discarding, id)
 		g.mu.Unlock()
 	}
+}
+
+// damaged marks err as damaged checkpoint state when what it failed to
+// read does not exist.
+func damaged(err error) error {
+	if errors.Is(err, os.ErrNotExist) || gcerrors.Code(err) == gcerrors.NotFound {
+		return fmt.Errorf("%w: %w", checkpoint.ErrStateDamaged, err)
+	}
+	return err
 }

@@ -455,7 +455,18 @@ func (d *driver) run(ctx context.Context) (Result, error) {
 		if ctx.Err() != nil {
 			return d.res, d.stopped(ctx, err)
 		}
-		if isPermanent(err) {
+		if d.point != nil && damagedState(err) {
+			// The restored checkpoint's state is missing or damaged: the
+			// previous retained checkpoint is the next best.
+			prev, perr := d.previous(d.point.Metadata.ID)
+			if perr != nil {
+				return d.res, fmt.Errorf("job %s: checkpoint %d in %s cannot be restored (%w), and no earlier one can be used: %w",
+					d.spec.Name, d.point.Metadata.ID, d.point.Where, err, perr)
+			}
+			d.log.Error("checkpoint state is missing or damaged; restoring the previous checkpoint",
+				"checkpoint", d.point.Metadata.ID, "previous", prev.Metadata.ID, "dir", d.point.Where, "err", err)
+			d.point = prev
+		} else if isPermanent(err) {
 			return d.res, fmt.Errorf("job %s failed, and a restart cannot fix it: %w", d.spec.Name, err)
 		}
 		d.failures.Consecutive++
@@ -488,6 +499,38 @@ func (d *driver) stopped(ctx context.Context, last error) error {
 		return cause
 	}
 	return fmt.Errorf("job %s stopped (%w) after a failure: %w", d.spec.Name, cause, last)
+}
+
+// damagedState reports whether err is a restore that found a checkpoint's
+// state missing or corrupt.
+func damagedState(err error) bool {
+	return errors.Is(err, checkpoint.ErrStateDamaged) || errors.Is(err, state.ErrCorrupt)
+}
+
+// previous is the newest completed checkpoint in the job's storage older
+// than id that fits the job.
+func (d *driver) previous(id checkpoint.ID) (*RestorePoint, error) {
+	store := d.spec.Storage
+	if store == nil {
+		return nil, errors.New("no checkpoint storage")
+	}
+	scan, err := store.Scan()
+	if err != nil {
+		return nil, err
+	}
+	for i := len(scan.Completed) - 1; i >= 0; i-- {
+		m := scan.Completed[i]
+		if m.ID >= id {
+			continue
+		}
+		p := &RestorePoint{Metadata: m, Read: store.ReadState, Open: store.OpenState, Where: store.Describe()}
+		if err := d.fit(p); err != nil {
+			d.log.Warn("an earlier checkpoint does not fit the job either", "checkpoint", m.ID, "err", err)
+			continue
+		}
+		return p, nil
+	}
+	return nil, fmt.Errorf("%s holds no completed checkpoint older than %d (keep more with --checkpoints-retained)", store.Describe(), id)
 }
 
 // isPermanent reports whether err is one a restart cannot fix.

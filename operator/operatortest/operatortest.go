@@ -55,7 +55,7 @@ func (m *MemWriter) Read(h checkpoint.Handle) ([]byte, error) {
 	defer m.mu.Unlock()
 	data, ok := m.blobs[h.Path]
 	if !ok {
-		return nil, fmt.Errorf("no state at %q", h.Path)
+		return nil, fmt.Errorf("%w: no state at %q", checkpoint.ErrStateDamaged, h.Path)
 	}
 	return data, nil
 }

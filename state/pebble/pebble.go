@@ -476,9 +476,9 @@ func downloadOne(path string, h checkpoint.Handle, r state.Reader) error {
 	case err != nil:
 		return err
 	case n != h.SizeBytes:
-		return fmt.Errorf("%w: %d bytes, the checkpoint says %d", checkpoint.ErrCorrupt, n, h.SizeBytes)
+		return fmt.Errorf("%w: %d bytes, the checkpoint says %d", checkpoint.ErrStateDamaged, n, h.SizeBytes)
 	case h.CRC32C != 0 && sum.Sum32() != h.CRC32C:
-		return fmt.Errorf("%w: checksum %08x, the checkpoint says %08x", checkpoint.ErrCorrupt, sum.Sum32(), h.CRC32C)
+		return fmt.Errorf("%w: checksum %08x, the checkpoint says %08x", checkpoint.ErrStateDamaged, sum.Sum32(), h.CRC32C)
 	}
 	return nil
 }

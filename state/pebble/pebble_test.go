@@ -202,8 +202,8 @@ func TestDamagedDataFilesAreRefused(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), victim.File) {
 				t.Fatalf("restore with a %s data file: %v; want an error naming %s", damage, err, victim.File)
 			}
-			if damage == "corrupt" && !errors.Is(err, checkpoint.ErrCorrupt) {
-				t.Fatalf("a corrupt file is not reported as corrupt: %v", err)
+			if !errors.Is(err, checkpoint.ErrStateDamaged) {
+				t.Fatalf("a %s file is not reported as damaged state: %v", damage, err)
 			}
 		})
 	}
