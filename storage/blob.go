@@ -355,17 +355,24 @@ type leaseRecord struct {
 }
 
 // Lock claims the job's checkpoints for this run with a lease it renews
-// until Close: a second run fails here, naming the first, until the
-// lease of a run that was killed expires.
+// until Close. A run whose lease is current holds them: Lock waits for
+// its lease to expire (a run that was killed renews it no more), and
+// fails, naming it, if it is still renewed after two lease periods.
 func (b *Blob) Lock() (io.Closer, error) {
 	host, _ := os.Hostname()
 	owner := fmt.Sprintf("pid %d on %s, since %s", os.Getpid(), host, time.Now().UTC().Format(time.RFC3339))
-	if data, err := b.bucket.ReadAll(bg(), "_lease"); err == nil {
+	giveUp := time.Now().Add(2 * b.lease)
+	for {
+		data, err := b.bucket.ReadAll(bg(), "_lease")
 		var l leaseRecord
-		if json.Unmarshal(data, &l) == nil && time.Now().Before(l.Expires) {
-			return nil, fmt.Errorf("checkpoint storage %s is in use by another run (%s) until %s: stop that run, or wait for its lease to expire if it is gone",
-				b.where, l.Owner, l.Expires.UTC().Format(time.RFC3339))
+		if err != nil || json.Unmarshal(data, &l) != nil || !time.Now().Before(l.Expires) {
+			break
 		}
+		if time.Now().After(giveUp) {
+			return nil, fmt.Errorf("checkpoint storage %s is in use by another run (%s), which keeps renewing its lease: stop that run first",
+				b.where, l.Owner)
+		}
+		time.Sleep(min(time.Until(l.Expires), b.lease) + 10*time.Millisecond) // the other run's lease runs out
 	}
 	renew := func() error {
 		data, _ := json.Marshal(leaseRecord{Owner: owner, Expires: time.Now().Add(b.lease)})

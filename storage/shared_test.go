@@ -7,7 +7,6 @@ import (
 	"io"
 	"maps"
 	"math/rand/v2"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -15,26 +14,13 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
-	"github.com/johannesboyne/gofakes3"
-	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/s3test"
 )
 
-// fakeS3 serves S3 from memory on a loopback port; the URL opens bucket
-// "ckpt" under prefix "weir".
-func fakeS3(t *testing.T) string {
-	t.Helper()
-	backend := s3mem.New()
-	if err := backend.CreateBucket("ckpt"); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(gofakes3.New(backend).Server())
-	t.Cleanup(srv.Close)
-	t.Setenv("AWS_ACCESS_KEY_ID", "weir")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "weir")
-	return "s3://ckpt/weir?endpoint=" + srv.URL + "&region=us-east-1&use_path_style=true&disable_https=true"
-}
+// fakeS3 is a checkpoint location on an S3 server in memory.
+func fakeS3(t *testing.T) string { return s3test.Start(t).URL }
 
 var memSeq atomic.Int64
 
@@ -301,7 +287,7 @@ func TestSharedGCAfterACrashDuringDiscard(t *testing.T) {
 // while the first holds the lease.
 func TestBlobRoundTrip(t *testing.T) {
 	url := fakeS3(t)
-	b, err := OpenBlob(context.Background(), url+"&lease=1m", "job")
+	b, err := OpenBlob(context.Background(), url+"&lease=200ms", "job")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,9 +295,9 @@ func TestBlobRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b2, _ := OpenBlob(context.Background(), url, "job")
+	b2, _ := OpenBlob(context.Background(), url+"&lease=200ms", "job")
 	if _, err := b2.Lock(); err == nil || !strings.Contains(err.Error(), "in use by another run") {
-		t.Fatalf("a second run: %v", err)
+		t.Fatalf("a second run while the first renews its lease: %v", err)
 	}
 	for id := checkpoint.ID(1); id <= 2; id++ {
 		if err := takeCheckpoint(b, id); err != nil {

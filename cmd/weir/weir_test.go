@@ -72,15 +72,23 @@ func (j *job) command(extra ...string) (*exec.Cmd, *bytes.Buffer) {
 // moments, restarts it with --restore latest each time until it finishes,
 // and checks the committed output by counting: no count lost, none twice.
 func TestKill9AndRestoreLatest(t *testing.T) {
-	j := newJob(t, 4, 250_000)
+	kill9Until(t, newJob(t, 4, 250_000), nil, "--checkpoint-interval", "50ms")
+}
+
+// kill9Until runs j's command with args (env added to the environment),
+// kills it with SIGKILL at random moments four times, restarting it with
+// --restore latest, lets the last run finish and verifies the output.
+func kill9Until(t *testing.T, j *job, env []string, args ...string) {
+	t.Helper()
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 9))
 	kills, runs := 0, 0
 	for {
-		var extra []string
+		extra := args
 		if runs > 0 {
-			extra = []string{"--restore", "latest"}
+			extra = append([]string{"--restore", "latest"}, args...)
 		}
-		cmd, stderr := j.command(append(extra, "--checkpoint-interval", "50ms")...)
+		cmd, stderr := j.command(extra...)
+		cmd.Env = append(os.Environ(), env...)
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}

@@ -21,6 +21,7 @@ var layers = map[string]int{
 	"internal/keygroup":     0,
 	"internal/lockfile":     0,
 	"internal/pgtest":       0,
+	"internal/s3test":       0,
 	"internal/arch":         0,
 	"checkpoint":            10,
 	"checkpoint/barrier":    11,
