@@ -68,10 +68,12 @@ func BenchmarkWordCount(b *testing.B) {
 		name     string
 		mode     weir.Mode
 		interval time.Duration
+		pebble   bool
 	}{
-		{"checkpoints=off", weir.NoCheckpoints, 0},
-		{"checkpoints=1s", weir.ExactlyOnce, time.Second},
-		{"checkpoints=100ms", weir.ExactlyOnce, 100 * time.Millisecond},
+		{"checkpoints=off", weir.NoCheckpoints, 0, false},
+		{"checkpoints=1s", weir.ExactlyOnce, time.Second, false},
+		{"checkpoints=100ms", weir.ExactlyOnce, 100 * time.Millisecond, false},
+		{"pebble/checkpoints=1s", weir.ExactlyOnce, time.Second, true},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			in := benchCorpus(b)
@@ -84,7 +86,11 @@ func BenchmarkWordCount(b *testing.B) {
 			for i := 0; b.Loop(); i++ {
 				b.StopTimer()
 				out := filepath.Join(b.TempDir(), fmt.Sprint("out", i))
-				env, err := Build(Options{Input: filepath.Join(in, "in-*.txt"), Output: out, Parallelism: 2,
+				var sb weir.StateBackend
+				if c.pebble {
+					sb = weir.StateBackend{Kind: weir.PebbleState, Dir: b.TempDir()}
+				}
+				env, err := Build(Options{Input: filepath.Join(in, "in-*.txt"), Output: out, Parallelism: 2, StateBackend: sb,
 					Checkpoint: weir.CheckpointConfig{Mode: c.mode, Interval: c.interval, Dir: filepath.Join(b.TempDir(), "ckpt")}})
 				if err != nil {
 					b.Fatal(err)

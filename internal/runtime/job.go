@@ -169,6 +169,12 @@ type JobEvent struct {
 	Err      error
 	Duration time.Duration // checkpoint: trigger to completion
 	Size     int64         // checkpoint: bytes of state
+	// Uploaded is the bytes of state a completed checkpoint wrote: its
+	// Size less the shared files it reuses from the one before.
+	Uploaded int64
+	// SyncPart is a completed checkpoint's longest synchronous snapshot
+	// part (the time a task stopped processing for it).
+	SyncPart time.Duration
 	// RestoredFrom is the checkpoint an attempt started from (0: none).
 	RestoredFrom checkpoint.ID
 }
@@ -221,9 +227,14 @@ type driver struct {
 	// persisted holds the metadata of checkpoints written but not yet
 	// announced complete; announced ones become point.
 	persisted map[checkpoint.ID]*checkpoint.Metadata
-	res       Result
-	metrics   []*TaskMetrics
-	resources resources
+	// syncParts holds, per checkpoint in flight, the longest synchronous
+	// part a task acknowledged; lastShared, the shared files of the newest
+	// completed checkpoint.
+	syncParts  map[checkpoint.ID]time.Duration
+	lastShared map[string]bool
+	res        Result
+	metrics    []*TaskMetrics
+	resources  resources
 }
 
 func newDriver(spec Spec) (_ *driver, err error) {
@@ -254,7 +265,7 @@ func newDriver(spec Spec) (_ *driver, err error) {
 	}
 	d := &driver{
 		spec: spec, log: spec.Logger.With("job", spec.Name), tasks: spec.Plan.Tasks(), ops: spec.Plan.Graph.Operators(),
-		triggered: map[checkpoint.ID]time.Time{}, persisted: map[checkpoint.ID]*checkpoint.Metadata{},
+		triggered: map[checkpoint.ID]time.Time{}, persisted: map[checkpoint.ID]*checkpoint.Metadata{}, syncParts: map[checkpoint.ID]time.Duration{},
 		resources: resources{held: map[string]resource{}},
 	}
 	defer func() {
@@ -533,6 +544,33 @@ func (d *driver) previous(id checkpoint.ID) (*RestorePoint, error) {
 	return nil, fmt.Errorf("%s holds no completed checkpoint older than %d (keep more with --checkpoints-retained)", store.Describe(), id)
 }
 
+// sharedPaths are the shared files m references.
+func sharedPaths(m *checkpoint.Metadata) map[string]bool {
+	out := map[string]bool{}
+	for _, ts := range m.Tasks {
+		for _, h := range ts.Handles {
+			if storage.IsShared(h) {
+				out[h.Path] = true
+			}
+		}
+	}
+	return out
+}
+
+// uploaded is the bytes of state m wrote: all but the shared files the
+// checkpoint before it (whose shared files are before) referenced too.
+func uploaded(m *checkpoint.Metadata, before map[string]bool) int64 {
+	var n int64
+	for _, ts := range m.Tasks {
+		for _, h := range ts.Handles {
+			if !before[h.Path] || !storage.IsShared(h) {
+				n += h.SizeBytes
+			}
+		}
+	}
+	return n
+}
+
 // isPermanent reports whether err is one a restart cannot fix.
 func isPermanent(err error) bool {
 	return operator.IsPermanent(err) || errors.Is(err, state.ErrCorrupt) || errors.Is(err, checkpoint.ErrCorrupt) || errors.Is(err, checkpoint.ErrMismatch)
@@ -634,6 +672,7 @@ func (d *driver) runAttempt(parent context.Context) error {
 		case r := <-a.reports:
 			switch r.kind {
 			case repAck:
+				d.syncParts[r.id] = max(d.syncParts[r.id], r.sync)
 				d.coord.Acknowledge(r.task, r.id, r.handles)
 			case repDecline:
 				d.coord.Decline(r.task, r.id, r.err)
@@ -714,8 +753,15 @@ func (d *driver) carryOut(ctx context.Context, a *attempt) error {
 						d.res.Durations = d.res.Durations[1:]
 					}
 					d.res.Durations = append(d.res.Durations, dur)
-					d.emit(JobEvent{Kind: EventCheckpointCompleted, ID: m.ID, Duration: dur, Size: m.SizeBytes()})
-					d.log.Info("checkpoint completed", "checkpoint", m.ID, "duration", dur, "bytes", m.SizeBytes())
+					up := uploaded(m, d.lastShared)
+					d.lastShared = sharedPaths(m)
+					d.emit(JobEvent{Kind: EventCheckpointCompleted, ID: m.ID, Duration: dur, Size: m.SizeBytes(), Uploaded: up, SyncPart: d.syncParts[m.ID]})
+					d.log.Info("checkpoint completed", "checkpoint", m.ID, "duration", dur, "bytes", m.SizeBytes(), "uploaded", up, "sync", d.syncParts[m.ID])
+					for id := range d.syncParts {
+						if id <= m.ID {
+							delete(d.syncParts, id)
+						}
+					}
 				}
 				d.coord.Persisted(d.spec.Now(), m.ID, err)
 			case checkpoint.NotifyComplete:

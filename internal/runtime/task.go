@@ -46,6 +46,7 @@ type report struct {
 	id      checkpoint.ID
 	handles []checkpoint.Handle
 	err     error
+	sync    time.Duration // an ack's synchronous snapshot part
 }
 
 // task runs one subtask of a vertex: a chain of operators, its input gate
@@ -388,7 +389,8 @@ func (t *task) snapshot(ctx context.Context, id checkpoint.ID) bool {
 			asyncs = append(asyncs, a)
 		}
 	}
-	t.metrics.observeSync(t.now().Sub(start))
+	syncPart := t.now().Sub(start)
+	t.metrics.observeSync(syncPart)
 	w := storageWriter{store: t.store, id: id}
 	t.pool.submit(ctx, func() {
 		var handles []checkpoint.Handle
@@ -400,7 +402,7 @@ func (t *task) snapshot(ctx context.Context, id checkpoint.ID) bool {
 			}
 			handles = append(handles, hs...)
 		}
-		t.send(ctx, report{kind: repAck, id: id, handles: handles})
+		t.send(ctx, report{kind: repAck, id: id, handles: handles, sync: syncPart})
 	})
 	return true
 }

@@ -37,8 +37,9 @@ type Config struct {
 	// Full makes every Pebble checkpoint upload all of its data files,
 	// not only those no completed checkpoint holds.
 	Full bool
-	// CacheBytes and MemTableBytes bound each Pebble database's block
-	// cache (default 32 MiB) and memtable (default 16 MiB).
+	// CacheBytes bounds the block cache the process's Pebble databases
+	// share (default 256 MiB), MemTableBytes each one's memtable (default
+	// 16 MiB).
 	CacheBytes, MemTableBytes int64
 }
 

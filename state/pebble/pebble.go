@@ -34,6 +34,8 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/codec"
@@ -61,9 +63,10 @@ type Options struct {
 	// Incremental makes checkpoints upload only the data files no
 	// completed checkpoint holds; else every checkpoint uploads them all.
 	Incremental bool
-	// CacheBytes is the block cache of each database (default 32 MiB),
-	// MemTableBytes its memtable (default 16 MiB): with them, the
-	// database's memory.
+	// CacheBytes is the block cache the databases of the process share
+	// (default 256 MiB; those opened with another size share another),
+	// MemTableBytes each database's memtable (default 16 MiB): with them,
+	// the databases' memory.
 	CacheBytes, MemTableBytes int64
 }
 
@@ -80,11 +83,12 @@ type Backend struct {
 	scope  Scope
 	dir    string // this backend's working directory
 	db     *pebble.DB
-	cache  interface{ Unref() }
 	group  int // the current key group, absolute
 	tables map[string]uint16
 	seq    uint64 // the next list element's sequence number
 	timers *heap.Backend
+	caches []flusher // the tables' write-back caches
+	cache  *sharedCache
 
 	// confirmed are the data files of the newest completed checkpoint, by
 	// local name: a snapshot reuses them. files holds, per checkpoint
@@ -108,7 +112,7 @@ func New(opts Options, sc Scope, hs []checkpoint.Handle, r state.Reader) (_ *Bac
 	if opts.Dir == "" {
 		return nil, errors.New("pebble state backend: no directory")
 	}
-	opts.CacheBytes = cmpOr(opts.CacheBytes, 32<<20)
+	opts.CacheBytes = cmpOr(opts.CacheBytes, 256<<20)
 	opts.MemTableBytes = cmpOr(opts.MemTableBytes, 16<<20)
 	jobDir := filepath.Join(opts.Dir, url.PathEscape(sc.Job))
 	if err := os.MkdirAll(jobDir, 0o755); err != nil {
@@ -120,7 +124,8 @@ func New(opts Options, sc Scope, hs []checkpoint.Handle, r state.Reader) (_ *Bac
 		return nil, fmt.Errorf("pebble state backend: %w", err)
 	}
 	b := &Backend{opts: opts, scope: sc, dir: dir, tables: map[string]uint16{}, timers: heap.New(sc.KeyGroups),
-		confirmed: map[string]checkpoint.Handle{}, files: map[checkpoint.ID]map[string]checkpoint.Handle{}, group: sc.KeyGroups.First}
+		confirmed: map[string]checkpoint.Handle{}, files: map[checkpoint.ID]map[string]checkpoint.Handle{}, group: sc.KeyGroups.First,
+		cache: acquireCache(opts.CacheBytes)}
 	defer func() {
 		if err != nil {
 			b.Close()
@@ -167,16 +172,19 @@ func cmpOr(v, def int64) int64 {
 }
 
 func (b *Backend) open(dir string, readOnly bool) (*pebble.DB, error) {
-	cache := pebble.NewCache(b.opts.CacheBytes)
-	defer cache.Unref() // the database holds its own reference
 	o := &pebble.Options{
-		Cache: cache, MemTableSize: uint64(b.opts.MemTableBytes), DisableWAL: true, ReadOnly: readOnly,
-		FormatMajorVersion: pebble.FormatNewest, Logger: quiet{},
+		MemTableSize: uint64(b.opts.MemTableBytes), DisableWAL: true, ReadOnly: readOnly,
+		FormatMajorVersion: pebble.FormatNewest, Logger: quiet{}, FS: scratchFS{vfs.Default},
+		L0CompactionThreshold: 16, L0StopWritesThreshold: 64,
 	}
-	// Bounded data files: a checkpoint uploads changed files whole.
+	// Bounded data files: a checkpoint uploads changed files whole. Bloom
+	// filters: most reads of a new key find nothing, without reading
+	// blocks.
 	for i := range o.TargetFileSizes {
 		o.TargetFileSizes[i] = min(int64(2<<20)<<i, 32<<20)
+		o.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
+	b.cache.set(o)
 	db, err := pebble.Open(dir, o)
 	if err != nil {
 		return nil, fmt.Errorf("pebble state backend: open %s: %w", dir, err)
@@ -249,6 +257,9 @@ func failed(op string, err error) {
 // Snapshot flushes the memtable and takes a Pebble checkpoint (hard
 // links): the database as it is now, whatever the task writes next.
 func (b *Backend) Snapshot(id checkpoint.ID) (state.Async, error) {
+	if err := b.flushAll(); err != nil {
+		return nil, fmt.Errorf("pebble state backend: write the cache: %w", err)
+	}
 	if err := b.db.Set(seqKey, binary.BigEndian.AppendUint64(nil, b.seq), pebble.NoSync); err != nil {
 		return nil, err
 	}
@@ -353,6 +364,10 @@ func (b *Backend) Close() error {
 	if b.db != nil {
 		err = b.db.Close()
 		b.db = nil
+	}
+	if b.cache != nil {
+		b.cache.release()
+		b.cache = nil
 	}
 	return errors.Join(err, os.RemoveAll(b.dir))
 }
@@ -566,9 +581,12 @@ func newTable(b *Backend, name string) (table, error) {
 
 // prefixOf is the key of k in the current key group, length-prefixed so
 // that list elements and map entries can follow it.
-func prefixOf[K any](t *table, kc codec.Codec[K], k K) []byte {
+func prefixOf[K any](t *table, kc codec.Codec[K], k K) []byte { return prefixAt(t, t.b.group, kc, k) }
+
+// prefixAt is prefixOf in key group g.
+func prefixAt[K any](t *table, g int, kc codec.Codec[K], k K) []byte {
 	t.enc = kc.Append(t.enc[:0], k)
-	t.key = binary.BigEndian.AppendUint16(binary.BigEndian.AppendUint16(t.key[:0], uint16(t.b.group)), t.id)
+	t.key = binary.BigEndian.AppendUint16(binary.BigEndian.AppendUint16(t.key[:0], uint16(g)), t.id)
 	t.key = binary.AppendUvarint(t.key, uint64(len(t.enc)))
 	t.key = append(t.key, t.enc...)
 	return t.key
@@ -646,35 +664,82 @@ func decode[V any](vc codec.Codec[V], b []byte) V {
 	return v
 }
 
-// Value is value state in Pebble.
+// Value is value state in Pebble, behind a write-back cache: a hot key is
+// read and written in memory, and reaches the database when the cache is
+// full or a snapshot is taken.
 type Value[K comparable, V any] struct {
 	table
-	kc codec.Codec[K]
-	vc codec.Codec[V]
+	kc    codec.Codec[K]
+	vc    codec.Codec[V]
+	cache map[K]slot[V]
 }
 
 // NewValue declares value state name.
 func NewValue[K comparable, V any](b *Backend, name string, kc codec.Codec[K], vc codec.Codec[V]) (*Value[K, V], error) {
 	t, err := newTable(b, name)
-	return &Value[K, V]{table: t, kc: kc, vc: vc}, err
+	v := &Value[K, V]{table: t, kc: kc, vc: vc, cache: map[K]slot[V]{}}
+	b.caches = append(b.caches, v)
+	return v, err
 }
 
 func (t *Value[K, V]) Get(k K) (V, bool) {
-	b, ok := t.get(prefixOf(&t.table, t.kc, k))
-	if !ok {
-		var zero V
-		return zero, false
+	if s, ok := t.cache[k]; ok {
+		return s.v, !s.deleted
 	}
-	return decode(t.vc, b), true
+	var v V
+	b, ok := t.get(prefixOf(&t.table, t.kc, k))
+	if ok {
+		v = decode(t.vc, b)
+		t.room()
+		t.cache[k] = slot[V]{v: v, group: t.b.group}
+	}
+	return v, ok
 }
 
 func (t *Value[K, V]) Put(k K, v V) {
-	key := prefixOf(&t.table, t.kc, k)
-	t.val = t.vc.Append(t.val[:0], v)
-	t.set(key, t.val)
+	t.room()
+	t.cache[k] = slot[V]{v: v, group: t.b.group, dirty: true}
 }
 
-func (t *Value[K, V]) Delete(k K) { t.del(prefixOf(&t.table, t.kc, k)) }
+func (t *Value[K, V]) Delete(k K) {
+	t.room()
+	t.cache[k] = slot[V]{group: t.b.group, dirty: true, deleted: true}
+}
+
+// room empties a full cache: its dirty entries go to the database.
+func (t *Value[K, V]) room() {
+	if len(t.cache) < cacheEntries {
+		return
+	}
+	batch := t.b.db.NewBatch()
+	t.flush(batch)
+	if err := batch.Commit(pebble.NoSync); err != nil {
+		failed("write", err)
+	}
+	clear(t.cache)
+}
+
+func (t *Value[K, V]) flush(batch *pebble.Batch) {
+	for k, s := range t.cache {
+		if !s.dirty {
+			continue
+		}
+		key := prefixAt(&t.table, s.group, t.kc, k)
+		var err error
+		if s.deleted {
+			err = batch.Delete(key, nil)
+			delete(t.cache, k)
+		} else {
+			t.val = t.vc.Append(t.val[:0], s.v)
+			err = batch.Set(key, t.val, nil)
+			s.dirty = false
+			t.cache[k] = s
+		}
+		if err != nil {
+			failed("write", err)
+		}
+	}
+}
 
 // List is list state in Pebble: a key per element.
 type List[K comparable, V any] struct {
@@ -714,49 +779,119 @@ func (t *List[K, V]) Update(k K, vs []V) {
 
 func (t *List[K, V]) Delete(k K) { t.deletePrefix(slices.Clone(prefixOf(&t.table, t.kc, k))) }
 
-// Map is map state in Pebble: a key per entry.
+// Map is map state in Pebble: a key per entry, behind a write-back cache
+// per key; iterating a key's map writes its cached changes first.
 type Map[K, UK comparable, V any] struct {
 	table
-	kc  codec.Codec[K]
-	ukc codec.Codec[UK]
-	vc  codec.Codec[V]
+	kc     codec.Codec[K]
+	ukc    codec.Codec[UK]
+	vc     codec.Codec[V]
+	cache  map[K]map[UK]slot[V]
+	cached int
 }
 
 // NewMap declares map state name.
 func NewMap[K, UK comparable, V any](b *Backend, name string, kc codec.Codec[K], ukc codec.Codec[UK], vc codec.Codec[V]) (*Map[K, UK, V], error) {
 	t, err := newTable(b, name)
-	return &Map[K, UK, V]{table: t, kc: kc, ukc: ukc, vc: vc}, err
+	m := &Map[K, UK, V]{table: t, kc: kc, ukc: ukc, vc: vc, cache: map[K]map[UK]slot[V]{}}
+	b.caches = append(b.caches, m)
+	return m, err
 }
 
-func (t *Map[K, UK, V]) entry(k K, uk UK) []byte {
-	return t.ukc.Append(prefixOf(&t.table, t.kc, k), uk)
+func (t *Map[K, UK, V]) entryAt(g int, k K, uk UK) []byte {
+	return t.ukc.Append(prefixAt(&t.table, g, t.kc, k), uk)
 }
 
 func (t *Map[K, UK, V]) Get(k K, uk UK) (V, bool) {
-	b, ok := t.get(t.entry(k, uk))
-	if !ok {
-		var zero V
-		return zero, false
+	if s, ok := t.cache[k][uk]; ok {
+		return s.v, !s.deleted
 	}
-	return decode(t.vc, b), true
+	var v V
+	b, ok := t.get(t.entryAt(t.b.group, k, uk))
+	if ok {
+		v = decode(t.vc, b)
+		t.keep(k, uk, slot[V]{v: v, group: t.b.group})
+	}
+	return v, ok
 }
 
 func (t *Map[K, UK, V]) Put(k K, uk UK, v V) {
-	key := t.entry(k, uk)
-	t.val = t.vc.Append(t.val[:0], v)
-	t.set(key, t.val)
+	t.keep(k, uk, slot[V]{v: v, group: t.b.group, dirty: true})
 }
 
-func (t *Map[K, UK, V]) Remove(k K, uk UK) { t.del(t.entry(k, uk)) }
+func (t *Map[K, UK, V]) Remove(k K, uk UK) {
+	t.keep(k, uk, slot[V]{group: t.b.group, dirty: true, deleted: true})
+}
+
+func (t *Map[K, UK, V]) keep(k K, uk UK, s slot[V]) {
+	if t.cached >= cacheEntries {
+		batch := t.b.db.NewBatch()
+		t.flush(batch)
+		if err := batch.Commit(pebble.NoSync); err != nil {
+			failed("write", err)
+		}
+		clear(t.cache)
+		t.cached = 0
+	}
+	m := t.cache[k]
+	if m == nil {
+		m = map[UK]slot[V]{}
+		t.cache[k] = m
+	}
+	if _, ok := m[uk]; !ok {
+		t.cached++
+	}
+	m[uk] = s
+}
 
 func (t *Map[K, UK, V]) All(k K) iter.Seq2[UK, V] {
+	if m := t.cache[k]; len(m) > 0 {
+		batch := t.b.db.NewBatch()
+		t.flushKey(batch, k, m)
+		if err := batch.Commit(pebble.NoSync); err != nil {
+			failed("write", err)
+		}
+	}
 	prefix := slices.Clone(prefixOf(&t.table, t.kc, k))
 	return func(yield func(UK, V) bool) {
 		t.scan(prefix, func(suffix, value []byte) bool { return yield(decode(t.ukc, suffix), decode(t.vc, value)) })
 	}
 }
 
-func (t *Map[K, UK, V]) Delete(k K) { t.deletePrefix(slices.Clone(prefixOf(&t.table, t.kc, k))) }
+func (t *Map[K, UK, V]) Delete(k K) {
+	t.cached -= len(t.cache[k])
+	delete(t.cache, k)
+	t.deletePrefix(slices.Clone(prefixOf(&t.table, t.kc, k)))
+}
+
+func (t *Map[K, UK, V]) flush(batch *pebble.Batch) {
+	for k, m := range t.cache {
+		t.flushKey(batch, k, m)
+	}
+}
+
+func (t *Map[K, UK, V]) flushKey(batch *pebble.Batch, k K, m map[UK]slot[V]) {
+	for uk, s := range m {
+		if !s.dirty {
+			continue
+		}
+		key := t.entryAt(s.group, k, uk)
+		var err error
+		if s.deleted {
+			err = batch.Delete(key, nil)
+			delete(m, uk)
+			t.cached--
+		} else {
+			t.val = t.vc.Append(t.val[:0], s.v)
+			err = batch.Set(key, t.val, nil)
+			s.dirty = false
+			m[uk] = s
+		}
+		if err != nil {
+			failed("write", err)
+		}
+	}
+}
 
 // Timers are kept on the heap; firing one makes its key group current
 // here too.
