@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -22,7 +24,7 @@ import (
 func newStateBench() *cobra.Command {
 	var keys count = 50_000_000
 	var change float64
-	var updates, parallelism int
+	var updates, parallelism, valueBytes int
 	var interval time.Duration
 	var backend, stateDir, ckptDir, profile string
 	var incremental bool
@@ -42,8 +44,8 @@ state larger than memory: GOMEMLIMIT=1GiB weir bench state --state-backend pebbl
 				return fmt.Errorf("--keys %d: must be at least 1", keys)
 			case change <= 0 || change > 1:
 				return fmt.Errorf("--change %v: want a share of the keys above 0, at most 1", change)
-			case updates < 1 || parallelism < 1 || interval <= 0:
-				return errors.New("--updates, --parallelism and --checkpoint-interval must be above 0")
+			case updates < 1 || parallelism < 1 || interval <= 0 || valueBytes < 0:
+				return errors.New("--updates, --parallelism and --checkpoint-interval must be above 0, --value-bytes not negative")
 			}
 			sb, err := stateBackend(cmd, backend, stateDir, incremental)
 			if err != nil {
@@ -72,11 +74,11 @@ state larger than memory: GOMEMLIMIT=1GiB weir bench state --state-backend pebbl
 					}
 				}})
 			keyed := weir.KeyBy(weir.Source(env, "keys", func() weir.SourceReader[int64] { return src.reader() }), func(k int64) int64 { return k })
-			counts := weir.Process(keyed, "count", func() weir.KeyedProcessFunction[int64, int64, int64] { return &keyCount{} })
+			counts := weir.Process(keyed, "count", func() weir.KeyedProcessFunction[int64, int64, int64] { return &keyCount{pad: valueBytes} })
 			weir.Sink(counts, "none", weir.SinkFunc(func(int64) error { return nil }))
 			limit := debug.SetMemoryLimit(-1)
-			fmt.Fprintf(os.Stderr, "weir: %d keys, then %.2g%% of them (%d) per %v for %d intervals; state backend %s; parallelism %d; memory limit %s; %d CPUs\n",
-				keys, change*100, perInterval, interval, updates, backend, parallelism, memLimit(limit), runtime.NumCPU())
+			fmt.Fprintf(os.Stderr, "weir: %d keys (%d bytes of state each), then %.2g%% of them (%d) per %v for %d intervals; state backend %s; parallelism %d; memory limit %s; %d CPUs\n",
+				keys, 8+valueBytes, change*100, perInterval, interval, updates, backend, parallelism, memLimit(limit), runtime.NumCPU())
 			if profile != "" {
 				stop, err := startProfile(profile)
 				if err != nil {
@@ -125,6 +127,7 @@ state larger than memory: GOMEMLIMIT=1GiB weir bench state --state-backend pebbl
 	fl.IntVar(&updates, "updates", 10, "checkpoint intervals of changes after the load")
 	fl.DurationVar(&interval, "checkpoint-interval", time.Second, "time between checkpoints")
 	fl.IntVar(&parallelism, "parallelism", runtime.NumCPU(), "subtasks per operator")
+	fl.IntVar(&valueBytes, "value-bytes", 0, "bytes of padding stored with each key's count (a bigger state)")
 	fl.StringVar(&ckptDir, "checkpoint-dir", "", "where checkpoints go (default: a temporary directory, removed at the end)")
 	fl.StringVar(&profile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 	addStateFlags(cmd, &backend, &stateDir, &incremental)
@@ -151,19 +154,34 @@ func memLimit(l int64) string {
 	return byteSize(l)
 }
 
-// keyCount counts per key.
+// keyCount counts per key; its state is the count and pad bytes.
 type keyCount struct {
-	n *weir.ValueState[int64, int64]
+	pad int
+	n   *weir.ValueState[int64, []byte]
 }
 
 func (k *keyCount) Open(c *weir.KeyedContext[int64]) (err error) {
-	k.n, err = weir.NewValueState[int64, int64](c, "count")
+	k.n, err = weir.NewValueState[int64, []byte](c, "count")
 	return err
 }
 
-func (k *keyCount) Process(_ *weir.KeyedContext[int64], _ int64, _ weir.Collector[int64]) error {
-	n, _ := k.n.Value()
-	k.n.Update(n + 1)
+func (k *keyCount) Process(c *weir.KeyedContext[int64], _ int64, _ weir.Collector[int64]) error {
+	v, ok := k.n.Value()
+	if !ok {
+		// Pad bytes that do not compress, as real values would not.
+		v = make([]byte, 8+k.pad)
+		x := uint64(c.Key())*0x9e3779b97f4a7c15 + 1
+		for i := 8; i < len(v); i++ {
+			x ^= x << 13
+			x ^= x >> 7
+			x ^= x << 17
+			v[i] = byte(x)
+		}
+	} else {
+		v = bytes.Clone(v) // stored values are not changed in place
+	}
+	binary.BigEndian.PutUint64(v, binary.BigEndian.Uint64(v)+1)
+	k.n.Update(v)
 	return nil
 }
 
