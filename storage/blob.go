@@ -213,7 +213,7 @@ func (b *Blob) Commit(m *checkpoint.Metadata) error {
 	if err := b.bucket.WriteAll(bg(), chkName(m.ID)+"/"+MetadataFile, data, nil); err != nil {
 		return fmt.Errorf("checkpoint %d: write metadata to %s: %w", m.ID, b.where, err)
 	}
-	if err := b.removeShared(b.shared.committed(m)); err != nil {
+	if err := b.remove(b.shared.committed(m)); err != nil {
 		return fmt.Errorf("checkpoint %d completed, but shared files it freed stay: %w", m.ID, err)
 	}
 	return nil
@@ -290,7 +290,7 @@ func (b *Blob) Discard(id checkpoint.ID) error {
 	if err := b.remove(keys); err != nil {
 		return fmt.Errorf("discard checkpoint %d: %w", id, err)
 	}
-	if err := b.removeShared(b.shared.discarded(id)); err != nil {
+	if err := b.remove(b.shared.discarded(id)); err != nil {
 		return fmt.Errorf("discard checkpoint %d: shared files: %w", id, err)
 	}
 	return nil
@@ -322,10 +322,8 @@ func (b *Blob) remove(keys []string) error {
 	return errors.Join(errs...)
 }
 
-func (b *Blob) removeShared(paths []string) error { return b.remove(paths) }
-
 func (b *Blob) DiscardState(hs []checkpoint.Handle) error {
-	errs := []error{b.removeShared(b.shared.unreferenced(hs))}
+	errs := []error{b.remove(b.shared.unreferenced(hs))}
 	var keys []string
 	for _, h := range hs {
 		if h.Path == "" || IsShared(h) {
@@ -345,7 +343,7 @@ func (b *Blob) RemoveOrphans() error {
 	if err != nil {
 		return err
 	}
-	return b.removeShared(b.shared.orphans(all))
+	return b.remove(b.shared.orphans(all))
 }
 
 // leaseRecord is the _lease object: which run uses the checkpoints.
