@@ -22,6 +22,7 @@ var layers = map[string]int{
 	"internal/lockfile":     0,
 	"internal/pgtest":       0,
 	"internal/s3test":       0,
+	"internal/transport":    31,
 	"internal/arch":         0,
 	"checkpoint":            10,
 	"checkpoint/barrier":    11,

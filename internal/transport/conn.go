@@ -1,0 +1,351 @@
+// Package transport carries channels between processes: one connection per
+// pair of processes, logical channels multiplexed over it as length-prefixed
+// frames, with credit-based flow control per channel.
+//
+// A receiver grants credits: an Input of capacity c grants c when it opens
+// and one more each time its task takes an event. A sender sends an event
+// only with a credit in hand, so a receiver never buffers more than c
+// events of a channel, and a channel whose task does not read (a channel
+// blocked by barrier alignment) stalls its own sender only: the connection's
+// reader never waits for a task, and the other channels keep flowing.
+// Barriers, cancel markers, watermarks and end-of-data travel in-band as
+// events, so the task's aligner serves remote channels as it serves local
+// ones.
+//
+// A connection fails as a whole, on the first error: a malformed frame (an
+// ErrProtocol, naming what was wrong), a lost peer, Close. A failed
+// connection's pending pushes return the error; its owner watches Done and
+// fails the tasks it served.
+package transport
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+
+	"github.com/weirstream/weir/internal/runtime"
+)
+
+// maxCredits bounds one channel's credits: a receiver never grants more
+// (its capacity is smaller), so more is a protocol violation.
+const maxCredits = 1 << 16
+
+// maxChannels bounds the channels of one connection.
+const maxChannels = 1 << 16
+
+// ErrClosed is the error of a connection closed by its owner.
+var ErrClosed = errors.New("transport: connection closed")
+
+// Conn multiplexes channels over one network connection. Its methods are
+// safe for concurrent use.
+type Conn struct {
+	nc   net.Conn
+	peer string // for errors
+
+	mu      sync.Mutex
+	outputs map[uint64]*Output
+	inputs  map[uint64]*Input
+	queue   [][]byte       // frames for the writer, in order
+	grant   map[uint64]int // credits to send, by channel
+	err     error
+	done    chan struct{} // closed when err is set
+	wake    chan struct{} // the writer has work
+
+	wg sync.WaitGroup
+}
+
+// New starts multiplexing over nc, which it owns from now on: it greets
+// the peer and runs a reader and a writer goroutine until the connection
+// fails or Close.
+func New(nc net.Conn) *Conn {
+	c := &Conn{
+		nc: nc, peer: nc.RemoteAddr().String(),
+		outputs: map[uint64]*Output{}, inputs: map[uint64]*Input{}, grant: map[uint64]int{},
+		done: make(chan struct{}), wake: make(chan struct{}, 1),
+	}
+	c.queue = append(c.queue, appendHello(nil))
+	if _, err := finish(c.queue[0]); err != nil {
+		panic(err)
+	}
+	c.wg.Go(c.read)
+	c.wg.Go(c.write)
+	signal(c.wake)
+	return c
+}
+
+// Done is closed when the connection has failed or closed; Err says why.
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// Err is the connection's error, nil while it works.
+func (c *Conn) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Close closes the connection and waits for its goroutines. Frames not yet
+// written are dropped.
+func (c *Conn) Close() error {
+	c.fail(ErrClosed)
+	c.wg.Wait()
+	return nil
+}
+
+// fail records the connection's first error and closes it.
+func (c *Conn) fail(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return
+	}
+	if !errors.Is(err, ErrClosed) {
+		err = fmt.Errorf("transport: connection with %s: %w", c.peer, err)
+	}
+	c.err = err
+	close(c.done)
+	c.nc.Close()
+}
+
+// Output opens the sending side of channel ch. The peer opens its Input
+// with the same number and codec.
+func (c *Conn) Output(ch uint64, bc BatchCodec) (*Output, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o, err := c.output(ch)
+	if err != nil {
+		return nil, err
+	}
+	if o.codec != nil {
+		return nil, fmt.Errorf("transport: channel %d is already open for sending", ch)
+	}
+	o.codec = bc
+	return o, nil
+}
+
+// output returns channel ch's sending side, made when either a credit or
+// Output names it first; c.mu is held.
+func (c *Conn) output(ch uint64) (*Output, error) {
+	if o, ok := c.outputs[ch]; ok {
+		return o, nil
+	}
+	if len(c.outputs) >= maxChannels {
+		return nil, protocolErr("more than %d channels", maxChannels)
+	}
+	o := &Output{c: c, ch: ch, granted: make(chan struct{}, 1)}
+	c.outputs[ch] = o
+	return o, nil
+}
+
+// Input opens the receiving side of channel ch, buffering up to capacity
+// events (1..65536) and signalling ready when one arrives.
+func (c *Conn) Input(ch uint64, bc BatchCodec, capacity int, ready chan<- struct{}) (*Input, error) {
+	if capacity < 1 || capacity > maxCredits {
+		return nil, fmt.Errorf("transport: channel capacity %d outside 1..%d", capacity, maxCredits)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.inputs[ch]; ok {
+		return nil, fmt.Errorf("transport: channel %d is already open for receiving", ch)
+	}
+	if len(c.inputs) >= maxChannels {
+		return nil, fmt.Errorf("transport: more than %d channels", maxChannels)
+	}
+	in := &Input{c: c, ch: ch, codec: bc, buf: make([]runtime.Event, capacity), ready: ready}
+	c.inputs[ch] = in
+	c.grant[ch] += capacity
+	signal(c.wake)
+	return in, nil
+}
+
+// write sends queued frames and granted credits, coalescing what piled up
+// while it wrote.
+func (c *Conn) write() {
+	w := bufio.NewWriterSize(c.nc, 64<<10)
+	var credit []byte
+	for {
+		select {
+		case <-c.wake:
+		case <-c.done:
+			return
+		}
+		c.mu.Lock()
+		frames := c.queue
+		c.queue = nil
+		credit = credit[:0]
+		for ch, n := range c.grant {
+			start := len(credit)
+			credit = appendCredit(credit, ch, n)
+			finish(credit[start:])
+		}
+		clear(c.grant)
+		c.mu.Unlock()
+		for _, f := range frames {
+			w.Write(f)
+		}
+		w.Write(credit)
+		if err := w.Flush(); err != nil {
+			c.fail(err)
+			return
+		}
+	}
+}
+
+// read dispatches the peer's frames until the connection fails. It never
+// waits for a task: credits bound what it buffers.
+func (c *Conn) read() {
+	r := bufio.NewReaderSize(c.nc, 64<<10)
+	f, err := readFrame(r)
+	switch {
+	case errors.Is(err, ErrProtocol):
+		err = protocolErr("the peer did not greet as a Weir process (%v)", err)
+	case err == nil:
+		err = checkHello(f)
+	}
+	for err == nil {
+		if f, err = readFrame(r); err == nil {
+			err = c.dispatch(f)
+		}
+	}
+	c.fail(err)
+}
+
+func (c *Conn) dispatch(f frame) error {
+	switch f.typ {
+	case typeCredit:
+		n, err := decodeCredit(f.payload)
+		if err != nil {
+			return err
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		o, err := c.output(f.channel)
+		if err != nil {
+			return err
+		}
+		if o.credits+n > maxCredits {
+			return protocolErr("channel %d: more than %d credits", f.channel, maxCredits)
+		}
+		o.credits += n
+		signal(o.granted)
+		return nil
+	case typeEvent:
+		c.mu.Lock()
+		in := c.inputs[f.channel]
+		c.mu.Unlock()
+		if in == nil {
+			return protocolErr("an event on channel %d, which was granted no credit", f.channel)
+		}
+		e, err := decodeEvent(f.payload, in.codec)
+		if err != nil {
+			return fmt.Errorf("channel %d: %w", f.channel, err)
+		}
+		return in.put(e)
+	case typeHello:
+		return protocolErr("a second hello")
+	}
+	return protocolErr("unknown frame type %d", f.typ)
+}
+
+// Output is the sending side of a channel; it implements
+// runtime.OutputChannel. One goroutine pushes.
+type Output struct {
+	c        *Conn
+	ch       uint64
+	codec    BatchCodec
+	credits  int           // guarded by c.mu
+	granted  chan struct{} // signalled when credits arrive
+	sizeHint int           // the last frame's size
+}
+
+// Push sends e once the receiver has granted room for it, waiting until
+// then or until ctx ends or the connection fails.
+func (o *Output) Push(ctx context.Context, e runtime.Event) error {
+	c := o.c
+	for {
+		c.mu.Lock()
+		if c.err != nil {
+			c.mu.Unlock()
+			return c.err
+		}
+		if o.credits > 0 {
+			o.credits--
+			c.mu.Unlock()
+			break
+		}
+		c.mu.Unlock()
+		select {
+		case <-o.granted:
+		case <-c.done:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	f, err := finish(appendEvent(make([]byte, 0, o.sizeHint), o.ch, e, o.codec))
+	o.sizeHint = len(f) + len(f)/8
+	if err != nil {
+		return err // NB: the credit is lost with the connection's owner failing the job
+	}
+	c.mu.Lock()
+	c.queue = append(c.queue, f)
+	c.mu.Unlock()
+	signal(c.wake)
+	return nil
+}
+
+// Input is the receiving side of a channel; it implements
+// runtime.InputChannel. One task pops.
+type Input struct {
+	c     *Conn
+	ch    uint64
+	codec BatchCodec
+	ready chan<- struct{}
+
+	mu   sync.Mutex
+	buf  []runtime.Event // ring
+	head int
+	n    int
+}
+
+func (in *Input) put(e runtime.Event) error {
+	in.mu.Lock()
+	if in.n == len(in.buf) {
+		in.mu.Unlock()
+		return protocolErr("channel %d: an event beyond the %d granted", in.ch, len(in.buf))
+	}
+	in.buf[(in.head+in.n)%len(in.buf)] = e
+	in.n++
+	in.mu.Unlock()
+	signal(in.ready)
+	return nil
+}
+
+// TryPop takes the oldest event, if any, and grants its room back to the
+// sender.
+func (in *Input) TryPop() (runtime.Event, bool) {
+	in.mu.Lock()
+	if in.n == 0 {
+		in.mu.Unlock()
+		return runtime.Event{}, false
+	}
+	e := in.buf[in.head]
+	in.buf[in.head] = runtime.Event{}
+	in.head = (in.head + 1) % len(in.buf)
+	in.n--
+	in.mu.Unlock()
+	c := in.c
+	c.mu.Lock()
+	c.grant[in.ch]++
+	c.mu.Unlock()
+	signal(c.wake)
+	return e, true
+}
+
+func signal(c chan<- struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,260 @@
+package transport
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/codec"
+	"github.com/weirstream/weir/internal/runtime"
+)
+
+// Wire format. Every frame is
+//
+//	length  uint32, big-endian: the bytes that follow, 1..MaxFrameBytes
+//	type    byte
+//	channel uvarint (0 for hello)
+//	payload the rest
+//
+// A connection starts with a hello each way (payload: magic "weir",
+// version). An event frame's payload is the event: its kind, then
+//
+//	batch      uvarint count of event times (0: none), the times as
+//	           varint deltas, then the batch's encoding
+//	barrier    uvarint checkpoint id (also cancel)
+//	watermark  varint milliseconds
+//	end-of-data, idle: nothing
+//
+// A credit frame's payload is a uvarint: how many more events the receiver
+// of the channel buffers.
+const (
+	typeHello  byte = 1
+	typeEvent  byte = 2
+	typeCredit byte = 3
+)
+
+// MaxFrameBytes bounds a frame: a batch must encode within it.
+const MaxFrameBytes = 16 << 20
+
+const version = 1
+
+var magic = []byte("weir")
+
+// ErrProtocol means the peer sent what the protocol does not allow: the
+// connection fails with it.
+var ErrProtocol = errors.New("transport: protocol violation")
+
+func protocolErr(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", ErrProtocol, fmt.Sprintf(format, a...))
+}
+
+// BatchCodec encodes a channel's batches (a []T, as runtime.Event.Batch
+// holds them).
+type BatchCodec interface {
+	Append(dst []byte, batch any) []byte
+	// Decode decodes a whole batch of n records; it may alias src.
+	Decode(src []byte) (batch any, n int, err error)
+}
+
+// Batches is the BatchCodec of []T with c for each record.
+func Batches[T any](c codec.Codec[T]) BatchCodec { return batches[T]{c} }
+
+type batches[T any] struct{ c codec.Codec[T] }
+
+func (b batches[T]) Append(dst []byte, batch any) []byte {
+	recs := batch.([]T)
+	dst = binary.AppendUvarint(dst, uint64(len(recs)))
+	for _, r := range recs {
+		dst = b.c.Append(dst, r)
+	}
+	return dst
+}
+
+func (b batches[T]) Decode(src []byte) (any, int, error) {
+	n, k := binary.Uvarint(src)
+	if k <= 0 {
+		return nil, 0, errors.New("batch: bad record count")
+	}
+	src = src[k:]
+	if n > MaxFrameBytes {
+		return nil, 0, fmt.Errorf("batch: %d records exceed a frame", n)
+	}
+	// NB: a count the bytes cannot hold must not allocate; the loop below
+	// fails on the first missing record.
+	recs := make([]T, 0, min(int(n), len(src)))
+	for range n {
+		r, used, err := b.c.Decode(src)
+		if err != nil {
+			return nil, 0, fmt.Errorf("batch: record %d: %w", len(recs), err)
+		}
+		recs = append(recs, r)
+		src = src[used:]
+	}
+	if len(src) != 0 {
+		return nil, 0, fmt.Errorf("batch: %d bytes after the last record", len(src))
+	}
+	return recs, len(recs), nil
+}
+
+// appendHeader appends a frame's type and channel after room for its
+// length, which finish fills in.
+func appendHeader(dst []byte, typ byte, ch uint64) []byte {
+	dst = append(dst, 0, 0, 0, 0, typ)
+	return binary.AppendUvarint(dst, ch)
+}
+
+// finish sets the length of the frame that starts at frame[0].
+func finish(frame []byte) ([]byte, error) {
+	n := len(frame) - 4
+	if n > MaxFrameBytes {
+		return nil, fmt.Errorf("transport: a frame of %d bytes exceeds the %d-byte limit (make batches smaller)", n, MaxFrameBytes)
+	}
+	binary.BigEndian.PutUint32(frame, uint32(n))
+	return frame, nil
+}
+
+func appendHello(dst []byte) []byte {
+	dst = appendHeader(dst, typeHello, 0)
+	dst = append(dst, magic...)
+	return append(dst, version)
+}
+
+func appendCredit(dst []byte, ch uint64, n int) []byte {
+	dst = appendHeader(dst, typeCredit, ch)
+	return binary.AppendUvarint(dst, uint64(n))
+}
+
+// appendEvent appends an event frame.
+func appendEvent(dst []byte, ch uint64, e runtime.Event, bc BatchCodec) []byte {
+	dst = appendHeader(dst, typeEvent, ch)
+	dst = append(dst, byte(e.Kind))
+	switch e.Kind {
+	case runtime.KindBatch:
+		dst = binary.AppendUvarint(dst, uint64(len(e.Times)))
+		var prev int64
+		for _, t := range e.Times {
+			dst = binary.AppendVarint(dst, t-prev)
+			prev = t
+		}
+		dst = bc.Append(dst, e.Batch)
+	case runtime.KindBarrier, runtime.KindCancel:
+		dst = binary.AppendUvarint(dst, uint64(e.ID))
+	case runtime.KindWatermark:
+		dst = binary.AppendVarint(dst, e.Time)
+	case runtime.KindEndOfData, runtime.KindIdle:
+	default:
+		panic(fmt.Sprintf("transport: event kind %d", e.Kind))
+	}
+	return dst
+}
+
+// frame is a received frame; payload aliases the frame's buffer.
+type frame struct {
+	typ     byte
+	channel uint64
+	payload []byte
+}
+
+// readFrame reads one frame into a new buffer (a decoded batch may alias
+// it, and a receiver may hold the batch).
+func readFrame(r io.Reader) (frame, error) {
+	var head [4]byte
+	if _, err := io.ReadFull(r, head[:]); err != nil {
+		return frame{}, err
+	}
+	n := binary.BigEndian.Uint32(head[:])
+	if n < 2 || n > MaxFrameBytes {
+		return frame{}, protocolErr("frame length %d outside 2..%d", n, MaxFrameBytes)
+	}
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return frame{}, err
+	}
+	ch, k := binary.Uvarint(buf[1:])
+	if k <= 0 {
+		return frame{}, protocolErr("bad channel number")
+	}
+	return frame{typ: buf[0], channel: ch, payload: buf[1+k:]}, nil
+}
+
+func checkHello(f frame) error {
+	if f.typ != typeHello || len(f.payload) != len(magic)+1 || string(f.payload[:len(magic)]) != string(magic) {
+		return protocolErr("the peer did not greet as a Weir process")
+	}
+	if v := f.payload[len(magic)]; v != version {
+		return protocolErr("the peer speaks protocol version %d, this process %d (run the same Weir version everywhere)", v, version)
+	}
+	return nil
+}
+
+func decodeCredit(p []byte) (int, error) {
+	n, k := binary.Uvarint(p)
+	if k != len(p) || n == 0 || n > maxCredits {
+		return 0, protocolErr("bad credit")
+	}
+	return int(n), nil
+}
+
+// decodeEvent decodes an event frame's payload.
+func decodeEvent(p []byte, bc BatchCodec) (runtime.Event, error) {
+	if len(p) == 0 {
+		return runtime.Event{}, protocolErr("empty event")
+	}
+	e := runtime.Event{Kind: runtime.Kind(p[0])}
+	p = p[1:]
+	switch e.Kind {
+	case runtime.KindBatch:
+		n, k := binary.Uvarint(p)
+		if k <= 0 || n > uint64(len(p)-k) {
+			return e, protocolErr("bad event-time count")
+		}
+		p = p[k:]
+		if n > 0 {
+			e.Times = make([]int64, n)
+			var prev int64
+			for i := range e.Times {
+				d, k := binary.Varint(p)
+				if k <= 0 {
+					return e, protocolErr("bad event time")
+				}
+				prev += d
+				e.Times[i] = prev
+				p = p[k:]
+			}
+		}
+		b, recs, err := bc.Decode(p)
+		if err != nil {
+			return e, protocolErr("%v", err)
+		}
+		e.Batch = b
+		if n > 0 && recs != int(n) {
+			return e, protocolErr("%d event times for %d records", n, recs)
+		}
+		return e, nil
+	case runtime.KindBarrier, runtime.KindCancel:
+		id, k := binary.Uvarint(p)
+		if k != len(p) || id == 0 {
+			return e, protocolErr("bad checkpoint id")
+		}
+		e.ID = checkpoint.ID(id)
+		return e, nil
+	case runtime.KindWatermark:
+		t, k := binary.Varint(p)
+		if k != len(p) {
+			return e, protocolErr("bad watermark")
+		}
+		e.Time = t
+		return e, nil
+	case runtime.KindEndOfData, runtime.KindIdle:
+		if len(p) != 0 {
+			return e, protocolErr("bytes after %v", e)
+		}
+		return e, nil
+	}
+	return e, protocolErr("unknown event kind %d", e.Kind)
+}
