@@ -1,0 +1,104 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+var (
+	// ErrOtherGraph refuses a worker that built another job graph.
+	ErrOtherGraph = errors.New("cluster: another job graph")
+	// ErrSessionEnded answers a heartbeat of a session the coordinator no
+	// longer knows: the worker was declared lost, or registered again, or
+	// the coordinator restarted.
+	ErrSessionEnded = errors.New("cluster: session ended; register again")
+)
+
+// Worker is a registered worker process.
+type Worker struct {
+	Name  string
+	Slots int
+	// DataAddress is where it accepts data connections.
+	DataAddress string
+	// Session numbers its registration.
+	Session uint64
+}
+
+// Members is the coordinator's view of its workers. It reads no clock:
+// the driver passes the time in. Not safe for concurrent use.
+type Members struct {
+	graph   Graph
+	timeout time.Duration
+	session uint64
+	workers map[string]*member
+}
+
+type member struct {
+	Worker
+	last time.Time // the last heartbeat (or registration)
+}
+
+// NewMembers returns an empty membership for job graph g, declaring a
+// worker lost after timeout without a heartbeat.
+func NewMembers(g Graph, timeout time.Duration) *Members {
+	return &Members{graph: g, timeout: timeout, workers: map[string]*member{}}
+}
+
+// Register adds worker w, built with graph g, under a new session. A worker
+// of the same name registered before is replaced: its process restarted or
+// lost its session, and its tasks are gone, so it is returned as lost.
+func (m *Members) Register(w Worker, g Graph, now time.Time) (Worker, *Worker, error) {
+	if d := m.graph.Diff(g); d != nil {
+		return Worker{}, nil, diffError(w.Name, d)
+	}
+	if w.Slots < 1 {
+		return Worker{}, nil, fmt.Errorf("cluster: worker %q offers %d slots; it needs at least 1", w.Name, w.Slots)
+	}
+	var replaced *Worker
+	if old, ok := m.workers[w.Name]; ok {
+		replaced = &old.Worker
+	}
+	m.session++
+	w.Session = m.session
+	m.workers[w.Name] = &member{Worker: w, last: now}
+	return w, replaced, nil
+}
+
+// Heartbeat records that the worker's session is alive at now.
+func (m *Members) Heartbeat(name string, session uint64, now time.Time) error {
+	w, ok := m.workers[name]
+	if !ok || w.Session != session {
+		return fmt.Errorf("%w (worker %q, session %d)", ErrSessionEnded, name, session)
+	}
+	w.last = now
+	return nil
+}
+
+// Expire removes and returns the workers whose last heartbeat is timeout or
+// more before now, by name.
+func (m *Members) Expire(now time.Time) []Worker {
+	var lost []Worker
+	for name, w := range m.workers {
+		if now.Sub(w.last) >= m.timeout {
+			lost = append(lost, w.Worker)
+			delete(m.workers, name)
+		}
+	}
+	slices.SortFunc(lost, func(a, b Worker) int { return strings.Compare(a.Name, b.Name) })
+	return lost
+}
+
+// Workers returns the live workers, by name, and their slots in all.
+func (m *Members) Workers() ([]Worker, int) {
+	var ws []Worker
+	slots := 0
+	for _, w := range m.workers {
+		ws = append(ws, w.Worker)
+		slots += w.Slots
+	}
+	slices.SortFunc(ws, func(a, b Worker) int { return strings.Compare(a.Name, b.Name) })
+	return ws, slots
+}

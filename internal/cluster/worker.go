@@ -1,0 +1,144 @@
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/weirstream/weir/internal/cluster/clusterpb"
+	"github.com/weirstream/weir/internal/cluster/clusterpb/clusterpbconnect"
+)
+
+// WorkerConfig configures a worker's side of the control plane.
+type WorkerConfig struct {
+	// Coordinator is the coordinator's host:port.
+	Coordinator string
+	// Name is the worker's name; its certificate must name it.
+	Name        string
+	Slots       int
+	DataAddress string
+	Graph       Graph
+	// TLS is the mutual TLS configuration (transport.LoadTLS); required.
+	TLS    *tls.Config
+	Logger *slog.Logger
+	// Registered is called with each new registration: the worker may
+	// take tasks.
+	Registered func(Worker)
+	// Fence stops the worker's tasks, when the worker has lost the
+	// coordinator (before the coordinator declares it lost) or its session
+	// ended. It returns when they are stopped.
+	Fence func(reason error)
+	// RetryInterval is the pause between attempts to reach the
+	// coordinator (default 1s).
+	RetryInterval time.Duration
+}
+
+// RunWorker registers with the coordinator and keeps the registration
+// alive until ctx ends, fencing and registering again whenever it lapses.
+// It returns nil when ctx ends, or an error when the coordinator refuses
+// the worker.
+func RunWorker(ctx context.Context, cfg WorkerConfig) error {
+	if cfg.TLS == nil {
+		return errors.New("cluster: the worker needs TLS credentials (weir cluster certs creates a test cluster's)")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.RetryInterval == 0 {
+		cfg.RetryInterval = time.Second
+	}
+	tr := &http.Transport{TLSClientConfig: cfg.TLS.Clone(), ForceAttemptHTTP2: true}
+	defer tr.CloseIdleConnections()
+	client := clusterpbconnect.NewCoordinatorServiceClient(&http.Client{Transport: tr}, "https://"+cfg.Coordinator)
+	for {
+		w, live, err := register(ctx, client, cfg)
+		if err != nil || ctx.Err() != nil {
+			return err
+		}
+		cfg.Registered(w)
+		reason := heartbeats(ctx, client, cfg, w, live)
+		if ctx.Err() != nil {
+			cfg.Fence(context.Cause(ctx))
+			return nil
+		}
+		cfg.Logger.Warn("fencing: stopping this worker's tasks", "worker", cfg.Name, "session", w.Session, "reason", reason)
+		cfg.Fence(reason)
+	}
+}
+
+// register registers, retrying while the coordinator cannot be reached.
+func register(ctx context.Context, client clusterpbconnect.CoordinatorServiceClient, cfg WorkerConfig) (Worker, *liveness, error) {
+	req := &clusterpb.RegisterRequest{Worker: cfg.Name, Slots: int32(cfg.Slots), DataAddress: cfg.DataAddress, Graph: graphToProto(cfg.Graph)}
+	for {
+		sent := time.Now()
+		resp, err := client.Register(ctx, connect.NewRequest(req))
+		if err == nil {
+			m := resp.Msg
+			l := Liveness{HeartbeatInterval: time.Duration(m.GetHeartbeatIntervalMs()) * time.Millisecond, Timeout: time.Duration(m.GetTimeoutMs()) * time.Millisecond}
+			if err := l.Validate(); err != nil || l.HeartbeatInterval <= 0 {
+				return Worker{}, nil, fmt.Errorf("cluster: the coordinator sent heartbeat settings %v/%v: %v", l.HeartbeatInterval, l.Timeout, err)
+			}
+			w := Worker{Name: cfg.Name, Slots: cfg.Slots, DataAddress: cfg.DataAddress, Session: m.GetSession()}
+			cfg.Logger.Info("registered", "worker", w.Name, "coordinator", cfg.Coordinator, "session", w.Session)
+			return w, &liveness{Liveness: l, lastSent: sent}, nil
+		}
+		switch connect.CodeOf(err) {
+		case connect.CodeFailedPrecondition, connect.CodePermissionDenied, connect.CodeUnauthenticated:
+			return Worker{}, nil, fmt.Errorf("cluster: the coordinator at %s refused worker %q: %w", cfg.Coordinator, cfg.Name, err)
+		}
+		if ctx.Err() != nil {
+			return Worker{}, nil, nil
+		}
+		cfg.Logger.Warn("cannot reach the coordinator; retrying", "coordinator", cfg.Coordinator, "err", err, "retry", cfg.RetryInterval)
+		select {
+		case <-time.After(cfg.RetryInterval):
+		case <-ctx.Done():
+			return Worker{}, nil, nil
+		}
+	}
+}
+
+// liveness is a worker's view of its session: when it sent the last
+// heartbeat that was answered.
+type liveness struct {
+	Liveness
+	lastSent time.Time
+}
+
+func (l *liveness) fenceAt() time.Time { return l.lastSent.Add(l.fenceAfter()) }
+
+// heartbeats sends heartbeats until the session lapses, and says why; or
+// until ctx ends.
+func heartbeats(ctx context.Context, client clusterpbconnect.CoordinatorServiceClient, cfg WorkerConfig, w Worker, l *liveness) error {
+	req := &clusterpb.HeartbeatRequest{Worker: w.Name, Session: w.Session}
+	var last error
+	for {
+		wait := min(l.HeartbeatInterval, time.Until(l.fenceAt()))
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if !time.Now().Before(l.fenceAt()) {
+			return fmt.Errorf("no heartbeat answered for %v (last error: %v)", l.fenceAfter(), last)
+		}
+		hctx, cancel := context.WithDeadline(ctx, l.fenceAt())
+		sent := time.Now()
+		_, err := client.Heartbeat(hctx, connect.NewRequest(req))
+		cancel()
+		switch {
+		case err == nil:
+			l.lastSent = sent
+		case connect.CodeOf(err) == connect.CodeNotFound:
+			return err
+		default:
+			last = err
+		}
+	}
+}
