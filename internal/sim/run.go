@@ -38,12 +38,38 @@ type sim struct {
 	pSlowWrite, pSlowFail float64
 	slowWrite             time.Duration
 
-	coord    Coordinator
-	coordBox []msg
-	epoch    int // deployment number; messages carry it
-	boxEpoch []int
-	tasks    []*task
-	byID     map[checkpoint.TaskID]*task
+	coord Coordinator
+	epoch int // deployment number; messages carry it
+	tasks []*task
+	byID  map[checkpoint.TaskID]*task
+
+	// The network. Tasks run on workers, placed afresh at each deployment.
+	// Each worker's link to the coordinator is FIFO each way, as TCP is;
+	// the coordinator reads the links in any interleaving. local holds the
+	// coordinator's own messages (metadata writes' outcomes).
+	workers int
+	on      map[checkpoint.TaskID]int
+	links   [][]msg
+	local   []msg
+	// A partition cuts a worker off (cut[w] != nil): what its link holds
+	// and whatever is sent on it is lost, and data channels to and from
+	// other workers stall. Its tasks run on as zombies until they fence
+	// themselves, fenceAfter after the cut (their last answered heartbeat
+	// was sent before it); the coordinator declares them lost liveTimeout
+	// after it, at the earliest, and fails the job over. A message lost on
+	// a link that is not cut is no different: the connection broke, and
+	// the same follows (design note 33).
+	cut                     []*partition
+	pPartition              float64
+	fenceAfter, liveTimeout time.Duration
+	// zombies are tasks of the previous deployment that run on after a
+	// failover until zombieUntil, when their cancellation lands (a slow
+	// worker, with pSlowCancel). Messages to and from them carry their
+	// deployment's number, the attempt; the coordinator addresses only the
+	// current attempt's tasks.
+	zombies     []*task
+	zombieUntil time.Time
+	pSlowCancel float64
 
 	st           store
 	ext          external
@@ -98,6 +124,17 @@ func newSim(cfg Config) *sim {
 	s.slowWrite = time.Duration(4+rng.IntN(16)) * s.ckCfg.Interval
 	s.pTaskCrash = 0.004 * rng.Float64()
 	s.pProcCrash = 0.002 * rng.Float64()
+	s.workers = 1 + rng.IntN(3)
+	s.pPartition = 0.003 * rng.Float64()
+	s.liveTimeout = time.Duration(10+rng.IntN(100)) * time.Millisecond
+	s.fenceAfter = s.liveTimeout * 3 / 4
+	s.pSlowCancel = 0.5 * rng.Float64()
+	if cfg.NotifyZombies {
+		s.pSlowCancel = 1
+	}
+	if cfg.FenceAfter != 0 {
+		s.fenceAfter = time.Duration(cfg.FenceAfter * float64(s.liveTimeout))
+	}
 	s.st = store{metadata: map[checkpoint.ID][]byte{}}
 	s.ext = external{prepared: map[checkpoint.ID][]record{}, committed: map[checkpoint.ID]bool{}}
 	s.savepoints = map[checkpoint.ID]bool{}
@@ -163,7 +200,7 @@ func (s *sim) newCoordinator() {
 	if s.cfg.WrapCoordinator != nil {
 		s.coord = s.cfg.WrapCoordinator(c, s.ckCfg)
 	}
-	s.coordBox, s.boxEpoch = nil, nil
+	s.links, s.local = make([][]msg, s.workers), nil
 }
 
 func (s *sim) newAligner(channels int) Aligner {
@@ -186,8 +223,14 @@ func (s *sim) deploy() {
 	}
 	s.tasks = make([]*task, len(taskIDs))
 	s.byID = map[checkpoint.TaskID]*task{}
+	// A failover heals partitions: a worker that returns is used again.
+	s.cut = make([]*partition, s.workers)
+	s.on = map[checkpoint.TaskID]int{}
+	for _, id := range taskIDs {
+		s.on[id] = s.rng.IntN(s.workers)
+	}
 	for i, id := range taskIDs {
-		t := &task{id: id, cuts: map[checkpoint.ID][]int{}}
+		t := &task{id: id, epoch: s.epoch, cuts: map[checkpoint.ID][]int{}}
 		switch id.Vertex {
 		case "src":
 			t.kind = kSource
@@ -214,17 +257,17 @@ func (s *sim) deploy() {
 	src, cnt, union, sink := s.tasks[0:2], s.tasks[2:4], s.tasks[4], s.tasks[5]
 	for _, sr := range src {
 		for _, c := range cnt {
-			ch := newChannel()
+			ch := newChannel(sr.id)
 			sr.outputs = append(sr.outputs, ch)
 			c.inputs = append(c.inputs, ch)
 		}
 	}
 	for _, c := range cnt {
-		ch := newChannel()
+		ch := newChannel(c.id)
 		c.outputs = []*channel{ch}
 		union.inputs = append(union.inputs, ch)
 	}
-	ch := newChannel()
+	ch := newChannel(union.id)
 	union.outputs = []*channel{ch}
 	sink.inputs = []*channel{ch}
 	for _, t := range s.tasks {
@@ -251,16 +294,32 @@ func (s *sim) deploy() {
 	s.drainCoord()
 }
 
-func (s *sim) toCoord(m msg) {
-	s.coordBox = append(s.coordBox, m)
-	s.boxEpoch = append(s.boxEpoch, s.epoch)
+// toCoord sends m from task t to the coordinator, on the link of the
+// task's worker.
+func (s *sim) toCoord(t *task, m msg) {
+	m.task, m.epoch = t.id, t.epoch
+	w := s.on[m.task]
+	if s.cut[w] != nil {
+		s.trace("lost (worker %d cut off): %s %v", w, m.task, m.kind)
+		return
+	}
+	s.links[w] = append(s.links[w], m)
+}
+
+// toTask sends m from the coordinator to task t, on its worker's link.
+func (s *sim) toTask(t *task, m msg) {
+	if w := s.on[t.id]; s.cut[w] != nil {
+		s.trace("lost (worker %d cut off): %v to %s", w, m.kind, t.id)
+		return
+	}
+	t.mailbox = append(t.mailbox, m)
 }
 
 // maybeExhausted ends a source's input once it has emitted every record.
 func (s *sim) maybeExhausted(t *task) {
 	if t.state.Offset == s.records && !t.inputEnded {
 		s.endInput(t)
-		s.toCoord(msg{kind: mExhausted, task: t.id})
+		s.toCoord(t, msg{kind: mExhausted})
 	}
 }
 
@@ -288,6 +347,9 @@ func (s *sim) run() error {
 			continue
 		case s.fault(s.pTaskCrash):
 			s.taskCrash(s.tasks[s.rng.IntN(len(s.tasks))])
+			continue
+		case s.fault(s.pPartition):
+			s.partition(s.rng.IntN(s.workers))
 			continue
 		}
 		s.schedule()
@@ -322,15 +384,15 @@ type choice struct {
 
 func (s *sim) schedule() {
 	var cs []choice
-	for _, t := range s.tasks {
-		if t.finished {
+	for _, t := range slices.Concat(s.tasks, s.zombies) {
+		if t.finished || t.fenced {
 			continue
 		}
 		if t.kind == kSource && !t.inputEnded {
 			cs = append(cs, choice{4, func() { s.emit(t) }})
 		}
 		for c, in := range t.inputs {
-			if len(in.q) > 0 && !t.aligner.Blocked(c) {
+			if len(in.q) > 0 && !t.aligner.Blocked(c) && !s.stalled(in, t) {
 				cs = append(cs, choice{4, func() { s.process(t, c) }})
 			}
 		}
@@ -338,8 +400,13 @@ func (s *sim) schedule() {
 			cs = append(cs, choice{2, func() { s.deliverTask(t) }})
 		}
 	}
-	if len(s.coordBox) > 0 {
-		cs = append(cs, choice{3, s.deliverCoord})
+	for w, l := range s.links {
+		if len(l) > 0 {
+			cs = append(cs, choice{3, func() { s.deliverCoord(w) }})
+		}
+	}
+	if len(s.local) > 0 {
+		cs = append(cs, choice{3, func() { s.deliverCoord(-1) }})
 	}
 	if slices.ContainsFunc(s.persistQ, s.written) {
 		cs = append(cs, choice{2, s.persist})
@@ -366,6 +433,76 @@ func (s *sim) tick() {
 	s.now = s.now.Add(time.Duration(1+s.rng.IntN(5)) * time.Millisecond)
 	s.coord.Tick(s.now)
 	s.drainCoord()
+	s.liveness()
+}
+
+// partition is a worker cut off from the coordinator and the other
+// workers since at.
+type partition struct{ at time.Time }
+
+// stalled says whether channel in, read by t, crosses a partition: its
+// events wait.
+func (s *sim) stalled(in *channel, t *task) bool {
+	from, to := s.on[in.from], s.on[t.id]
+	return from != to && (s.cut[from] != nil || s.cut[to] != nil)
+}
+
+// partition cuts worker w off: its link loses what it holds.
+func (s *sim) partition(w int) {
+	if s.cut[w] != nil {
+		return
+	}
+	s.res.Partitions++
+	s.trace("worker %d cut off", w)
+	s.cut[w] = &partition{at: s.now}
+	s.links[w] = nil
+	for _, t := range s.tasks {
+		if s.on[t.id] == w {
+			t.mailbox = nil
+		}
+	}
+}
+
+// liveness plays the heartbeats' consequences of partitions: a cut-off
+// worker's tasks fence themselves fenceAfter after the cut; the
+// coordinator declares them lost liveTimeout after it, and fails over.
+func (s *sim) liveness() {
+	if s.zombies != nil && !s.now.Before(s.zombieUntil) {
+		s.trace("the previous deployment's last tasks are cancelled")
+		s.zombies = nil
+	}
+	for w, p := range s.cut {
+		if p == nil {
+			continue
+		}
+		if !s.now.Before(p.at.Add(s.fenceAfter)) {
+			for _, t := range s.tasks {
+				if s.on[t.id] == w && !t.fenced {
+					t.fenced = true
+					s.trace("%s fences itself (worker %d lost the coordinator)", t.id, w)
+				}
+			}
+		}
+		if s.now.Before(p.at.Add(s.liveTimeout)) {
+			continue
+		}
+		for _, t := range s.tasks {
+			if s.on[t.id] == w && !t.fenced && !t.finished {
+				s.fail("worker %d declared lost while its task %s runs on", w, t.id)
+				return
+			}
+		}
+		s.trace("coordinator: worker %d lost", w)
+		for _, t := range s.tasks {
+			if s.on[t.id] == w && !t.finished {
+				s.coord.TaskFailed(t.id, errInjected)
+				s.drainCoord()
+				s.restart()
+				return
+			}
+		}
+		s.cut[w] = nil // only finished tasks were there
+	}
 }
 
 // savepoint asks for a savepoint, which the coordinator triggers at once
@@ -459,7 +596,7 @@ func (s *sim) align(t *task, aborted checkpoint.ID, call func() []barrier.Action
 		case barrier.Forward:
 			s.broadcast(t, event{kind: evBarrier, id: a.ID})
 		case barrier.Decline:
-			s.toCoord(msg{kind: mDecline, task: t.id, id: a.ID, err: a.Cause})
+			s.toCoord(t, msg{kind: mDecline, id: a.ID, err: a.Cause})
 		case barrier.ForwardCancel:
 			s.broadcast(t, event{kind: evCancel, id: a.ID})
 		}
@@ -477,7 +614,7 @@ func (s *sim) broadcast(t *task, e event) {
 func (s *sim) snapshot(t *task, id checkpoint.ID) bool {
 	if s.failure(s.pDecline) || (t.kind == kSource && s.savepoints[id] && s.rng.Float64() < s.pSavepointDecline) {
 		s.trace("%s declines %d (injected)", t.id, id)
-		s.toCoord(msg{kind: mDecline, task: t.id, id: id, err: errInjected})
+		s.toCoord(t, msg{kind: mDecline, id: id, err: errInjected})
 		return false
 	}
 	t.cuts[id] = slices.Clone(t.consumed)
@@ -494,7 +631,7 @@ func (s *sim) snapshot(t *task, id checkpoint.ID) bool {
 	if t.id.Vertex == "union" || t.id.Vertex == "sink" {
 		h.Parallelism = 1
 	}
-	s.toCoord(msg{kind: mAck, task: t.id, id: id, handles: []checkpoint.Handle{h}})
+	s.toCoord(t, msg{kind: mAck, id: id, handles: []checkpoint.Handle{h}})
 	return true
 }
 
@@ -536,7 +673,7 @@ func (s *sim) deliverTask(t *task) {
 				s.fail("%s ends with %d records no completed checkpoint covers", t.id, len(t.buffer))
 			}
 			t.finished = true
-			s.toCoord(msg{kind: mFinished, task: t.id})
+			s.toCoord(t, msg{kind: mFinished})
 		}
 	case mAbort:
 		if t.aligner != nil && !t.finished {
@@ -545,12 +682,24 @@ func (s *sim) deliverTask(t *task) {
 	}
 }
 
-func (s *sim) deliverCoord() {
-	m, ep := s.coordBox[0], s.boxEpoch[0]
-	s.coordBox, s.boxEpoch = s.coordBox[1:], s.boxEpoch[1:]
+// deliverCoord delivers the oldest message of worker w's link (-1: the
+// coordinator's own) to the coordinator.
+func (s *sim) deliverCoord(w int) {
+	q := &s.local
+	if w >= 0 {
+		q = &s.links[w]
+	}
+	m := (*q)[0]
+	*q = (*q)[1:]
+	ep := m.epoch
 	switch m.kind {
 	case mAck:
-		s.coord.Acknowledge(m.task, m.id, m.handles)
+		// An acknowledgement of an earlier attempt (a zombie's, or one
+		// in flight at the failover) names a checkpoint that failover
+		// aborted: the coordinator must refuse it.
+		if res := s.coord.Acknowledge(m.task, m.id, m.handles); res == checkpoint.AckOK && ep != s.epoch {
+			s.fail("the coordinator accepted %s's acknowledgement of checkpoint %d from attempt %d in attempt %d", m.task, m.id, ep, s.epoch)
+		}
 	case mDecline:
 		s.coord.Decline(m.task, m.id, m.err)
 	case mExhausted:
@@ -608,7 +757,7 @@ func (s *sim) persist() {
 	} else {
 		s.st.metadata[m.ID] = encode(m)
 	}
-	s.toCoord(msg{kind: mPersisted, id: m.ID, err: err})
+	s.local = append(s.local, msg{kind: mPersisted, id: m.ID, err: err})
 }
 
 func encode(m *checkpoint.Metadata) []byte {
@@ -638,7 +787,7 @@ func (s *sim) drainCoord() {
 			s.savepoints[a.ID] = a.Savepoint
 			s.st.maxReserved = max(s.st.maxReserved, a.ID)
 			for _, t := range s.tasks[:2] {
-				t.mailbox = append(t.mailbox, msg{kind: mTrigger, id: a.ID})
+				s.toTask(t, msg{kind: mTrigger, id: a.ID})
 			}
 		case checkpoint.Persist:
 			s.checkCut(a.Metadata)
@@ -653,7 +802,12 @@ func (s *sim) drainCoord() {
 			}
 			s.res.Completed++
 			for _, t := range s.tasks {
-				t.mailbox = append(t.mailbox, msg{kind: mNotify, id: a.ID, end: a.EndOfInput})
+				s.toTask(t, msg{kind: mNotify, id: a.ID, end: a.EndOfInput})
+			}
+			if s.cfg.NotifyZombies {
+				for _, t := range s.zombies {
+					s.toTask(t, msg{kind: mNotify, id: a.ID})
+				}
 			}
 		case checkpoint.Abort:
 			s.res.Aborted++
@@ -661,7 +815,7 @@ func (s *sim) drainCoord() {
 				s.counted++
 			}
 			for _, t := range s.tasks {
-				t.mailbox = append(t.mailbox, msg{kind: mAbort, id: a.ID})
+				s.toTask(t, msg{kind: mAbort, id: a.ID})
 			}
 		case checkpoint.Discard:
 			if latest, _ := s.st.latest(); latest != nil && latest.ID == a.ID {
@@ -723,16 +877,8 @@ func (s *sim) taskCrash(t *task) {
 // restart redeploys the job. Before it picks the checkpoint to restore, the
 // driver reports the outcome of every metadata write in flight.
 func (s *sim) restart() {
-	keep, keepEp := s.coordBox[:0], s.boxEpoch[:0]
-	var persisted []msg
-	for i, m := range s.coordBox {
-		if m.kind == mPersisted {
-			persisted = append(persisted, m)
-		} else {
-			keep, keepEp = append(keep, m), append(keepEp, s.boxEpoch[i])
-		}
-	}
-	s.coordBox, s.boxEpoch = keep, keepEp
+	persisted := s.local
+	s.local = nil
 	for _, m := range persisted {
 		s.persisted(m)
 		s.drainCoord()
@@ -740,11 +886,24 @@ func (s *sim) restart() {
 	for len(s.persistQ) > 0 {
 		s.persistQ[0].doneAt = s.now
 		s.persist()
-		n := len(s.coordBox) - 1
-		m := s.coordBox[n]
-		s.coordBox, s.boxEpoch = s.coordBox[:n], s.boxEpoch[:n]
+		m := s.local[0]
+		s.local = nil
 		s.persisted(m)
 		s.drainCoord()
+	}
+	s.failover = false // a job failure decided above is this restart's
+	s.zombies = nil
+	if s.rng.Float64() < s.pSlowCancel {
+		for _, t := range s.tasks {
+			if !t.finished && !t.fenced {
+				s.zombies = append(s.zombies, t)
+			}
+		}
+		if s.zombies != nil {
+			s.res.Zombies++
+			s.zombieUntil = s.now.Add(time.Duration(1 + s.rng.Int64N(int64(s.liveTimeout))))
+			s.trace("%d tasks of the failed deployment run on until %v", len(s.zombies), s.zombieUntil.Sub(epoch))
+		}
 	}
 	s.deploy()
 }
@@ -760,6 +919,7 @@ func (s *sim) processCrash() {
 		}
 	}
 	s.persistQ = nil
+	s.zombies = nil // they died with the process, or fenced themselves on losing the coordinator
 	s.newCoordinator()
 	s.deploy()
 }

@@ -72,13 +72,22 @@ type Config struct {
 	// check the simulation catches planted bugs. Nil means the real ones.
 	NewAligner      func(mode barrier.Mode, channels int) Aligner
 	WrapCoordinator func(*checkpoint.Coordinator, checkpoint.Config) Coordinator
+	// FenceAfter is when a cut-off worker fences itself, as a share of the
+	// coordinator's heartbeat timeout; zero means the runtime's 3/4. Tests
+	// plant a late fence with it.
+	FenceAfter float64
+	// NotifyZombies plants the bug that attempts prevent: the coordinator
+	// notifies the tasks of an earlier deployment that are still running
+	// (their cancellation is slow) of its checkpoints too; every failover
+	// then leaves such tasks, so that the bug shows.
+	NotifyZombies bool
 	// Trace, if set, receives a line per scheduling decision.
 	Trace func(string)
 }
 
 // Result summarises a run that held every invariant.
 type Result struct {
-	Steps, TaskCrashes, ProcessCrashes, Completed, Aborted int
+	Steps, TaskCrashes, ProcessCrashes, Partitions, Zombies, Completed, Aborted int
 }
 
 // Violation is an invariant that did not hold.
@@ -128,12 +137,15 @@ type event struct {
 // channel is a FIFO from one task to one input of another. It remembers how
 // many records preceded each barrier, for the consistent-cut check.
 type channel struct {
+	from   checkpoint.TaskID
 	q      []event
 	sent   int
 	before map[checkpoint.ID]int
 }
 
-func newChannel() *channel { return &channel{before: map[checkpoint.ID]int{}} }
+func newChannel(from checkpoint.TaskID) *channel {
+	return &channel{from: from, before: map[checkpoint.ID]int{}}
+}
 
 func (c *channel) push(e event) {
 	switch e.kind {
@@ -167,6 +179,7 @@ type msg struct {
 	handles []checkpoint.Handle
 	err     error
 	end     bool // mNotify: the final checkpoint; every task ends
+	epoch   int  // the deployment of the task that sent it
 }
 
 // ---- the simulated external world: storage and the sink's target ----
@@ -228,6 +241,7 @@ type taskState struct {
 
 type task struct {
 	id      checkpoint.TaskID
+	epoch   int // its deployment
 	kind    taskKind
 	inputs  []*channel
 	outputs []*channel
@@ -240,6 +254,7 @@ type task struct {
 	ended      []bool
 	inputEnded bool // end of data on every input (a source: input exhausted) was handled
 	finished   bool
+	fenced     bool // its worker lost the coordinator: it does nothing more
 	mailbox    []msg
 	// snapshots taken in this deployment: consumed counts per input
 	cuts map[checkpoint.ID][]int

@@ -67,13 +67,15 @@ func TestSimulation(t *testing.T) {
 				total.Steps += res.Steps
 				total.TaskCrashes += res.TaskCrashes
 				total.ProcessCrashes += res.ProcessCrashes
+				total.Partitions += res.Partitions
+				total.Zombies += res.Zombies
 				total.Completed += res.Completed
 				total.Aborted += res.Aborted
 			}
-			t.Logf("%d seeds in %v: %d steps, %d task crashes, %d process crashes, %d checkpoints completed, %d aborted",
-				hi-lo, time.Since(start).Round(time.Millisecond), total.Steps, total.TaskCrashes, total.ProcessCrashes, total.Completed, total.Aborted)
+			t.Logf("%d seeds in %v: %d steps, %d task crashes, %d process crashes, %d partitions, %d slow cancellations, %d checkpoints completed, %d aborted",
+				hi-lo, time.Since(start).Round(time.Millisecond), total.Steps, total.TaskCrashes, total.ProcessCrashes, total.Partitions, total.Zombies, total.Completed, total.Aborted)
 			// The runs must exercise what they claim to.
-			if hi-lo >= 200 && (total.TaskCrashes == 0 || total.ProcessCrashes == 0 || total.Completed == 0 || total.Aborted == 0) {
+			if hi-lo >= 200 && (total.TaskCrashes == 0 || total.ProcessCrashes == 0 || total.Partitions == 0 || total.Zombies == 0 || total.Completed == 0 || total.Aborted == 0) {
 				t.Fatalf("the simulation did not exercise crashes, completions and aborts: %+v", total)
 			}
 		})
@@ -214,6 +216,16 @@ func TestSimulationCatchesPlantedBugs(t *testing.T) {
 			}},
 			// Seen either in the count or in the job failing over.
 			want: "consecutive checkpoint failures, the model|checkpoint failures that count",
+		},
+		{
+			name: "a cut-off worker fences itself after the coordinator's timeout",
+			cfg:  Config{Mode: barrier.ExactlyOnce, FenceAfter: 1.25},
+			want: "declared lost while its task",
+		},
+		{
+			name: "the tasks of an earlier attempt hear of the new attempt's checkpoints",
+			cfg:  Config{Mode: barrier.ExactlyOnce, NotifyZombies: true},
+			want: "written 2 times|lost|counts",
 		},
 	}
 	for _, tc := range cases {
