@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -88,8 +89,16 @@ func Build(o Options) (*weir.Environment, error) {
 func Split(line string, out weir.Collector[string]) {
 	line = strings.ToLower(line)
 	start := -1
-	for i, r := range line {
-		word := unicode.IsLetter(r) || unicode.IsDigit(r)
+	for i := 0; i < len(line); {
+		var word bool
+		size := 1
+		if b := line[i]; b < utf8.RuneSelf {
+			word = asciiWord[b] // what unicode.IsLetter || unicode.IsDigit say, without decoding
+		} else {
+			var r rune
+			r, size = utf8.DecodeRuneInString(line[i:])
+			word = unicode.IsLetter(r) || unicode.IsDigit(r)
+		}
 		switch {
 		case word && start < 0:
 			start = i
@@ -97,11 +106,20 @@ func Split(line string, out weir.Collector[string]) {
 			out.Collect(line[start:i])
 			start = -1
 		}
+		i += size
 	}
 	if start >= 0 {
 		out.Collect(line[start:])
 	}
 }
+
+// asciiWord marks the ASCII letters and digits.
+var asciiWord = func() (t [utf8.RuneSelf]bool) {
+	for c := range utf8.RuneSelf {
+		t[c] = unicode.IsLetter(rune(c)) || unicode.IsDigit(rune(c))
+	}
+	return t
+}()
 
 type counter struct {
 	before func(string)
