@@ -66,7 +66,7 @@ func newJoinHarness(t *testing.T, d *datadriven.TestData) *joinHarness {
 			t.Fatalf("unknown join kind %q", kind)
 		}
 		key := func(j joined) string { return j.Key }
-		h.c = &chain{now: operator.MinTime}
+		h.c = &chain{now: operator.MinTime, group: -1}
 		h.out = &lines{c: h.c}
 		h.op = &keyedCoOp[string, joined, joined, string]{fn: fn, keyA: key, keyB: key, kc: codec.For[string](), n: &node{}}
 		h.op.out, h.op.c = collectOf[string]{h.out}, h.c
@@ -154,7 +154,7 @@ func TestJoinScripts(t *testing.T) {
 						input = 1
 					}
 					before := h.op.lateCount.Load()
-					if err := h.op.ProcessBatch(input, []joined{r}, []int64{ts}); err != nil {
+					if err := h.op.ProcessBatch(input, []joined{r}, []int64{ts}, nil); err != nil {
 						t.Fatal(err)
 					}
 					if h.op.lateCount.Load() > before {

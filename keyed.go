@@ -42,9 +42,12 @@ func (ks KeyedStream[K, T]) environment() *Environment { return ks.s.env }
 
 // input is the hash edge into a consumer.
 func (ks KeyedStream[K, T]) input(int) (graph.Input, inputSpec) {
-	route := func(p, maxP int) runtime.Route[T] {
+	route := func(p, maxP int) runtime.KeyRoute[T] {
 		h := codec.NewHasher(ks.codec)
-		return func(v T) int { return keygroup.Subtask(maxP, p, keygroup.Of(h.Hash(ks.key(v)), maxP)) }
+		return func(v T) (int, uint16) {
+			g := keygroup.Of(h.Hash(ks.key(v)), maxP)
+			return keygroup.Subtask(maxP, p, g), uint16(g)
+		}
 	}
 	return graph.Input{From: ks.s.node, Partition: graph.Hash, Port: ks.s.port}, inputSpec{partition: graph.Hash, hashRoute: route}
 }
@@ -252,9 +255,11 @@ type KeyedTimerFunction[K comparable, Out any] interface {
 type keyed[K comparable, Out any] struct {
 	kctx   KeyedContext[K]
 	hasher *codec.Hasher[K]
-	onTime KeyedTimerFunction[K, Out]
-	out    Collector[Out]
-	c      *chain
+	// checked counts keys set, for the sampled check of carried key groups.
+	checked uint64
+	onTime  KeyedTimerFunction[K, Out]
+	out     Collector[Out]
+	c       *chain
 	// lateCount is the node's count of late records (nil: one of its own).
 	lateCount *atomic.Int64
 }
@@ -303,7 +308,18 @@ func (k *keyed[K, Out]) open(oc *operator.Context, kc codec.Codec[K], fn any) er
 // does not own its key group, which means a non-deterministic key selector.
 func (k *keyed[K, Out]) setKey(key K) bool {
 	oc := k.kctx.op
-	g := keygroup.Of(k.hasher.Hash(key), oc.MaxParallelism)
+	// The sender routed the record by its key group and sent it along:
+	// the key is hashed once. Every 64th record is hashed again, so a key
+	// selector that returns another key the second time is still caught.
+	g := k.c.group
+	if k.checked++; g < 0 || k.checked%64 == 0 {
+		g = keygroup.Of(k.hasher.Hash(key), oc.MaxParallelism)
+		if k.c.group >= 0 && g != k.c.group {
+			k.c.fail(operator.Permanent(fmt.Errorf("%s: key %v belongs to key group %d, but the record was routed to key group %d: the key selector must return the same key for a record every time it is called",
+				oc.UID, key, g, k.c.group)))
+			return false
+		}
+	}
 	if !oc.KeyGroups.Contains(g) {
 		k.c.fail(operator.Permanent(fmt.Errorf("%s: key %v belongs to key group %d, which subtask %d (key groups %v) does not own: the key selector must return the same key for a record every time it is called",
 			oc.UID, key, g, oc.Subtask, oc.KeyGroups)))
@@ -470,8 +486,8 @@ type keyedCoOp[K comparable, A, B, Out any] struct {
 
 func (o *keyedCoOp[K, A, B, Out]) Open(oc *operator.Context) error { return o.open(oc, o.kc, o.fn) }
 
-func (o *keyedCoOp[K, A, B, Out]) ProcessBatch(input int, batch any, times []int64) error {
-	return processTwo(o.n, o.c, input, batch, times,
+func (o *keyedCoOp[K, A, B, Out]) ProcessBatch(input int, batch any, times []int64, groups []uint16) error {
+	return processTwo(o.n, o.c, input, batch, times, groups,
 		func(a A) error {
 			if !o.setKey(o.keyA(a)) {
 				return o.c.err

@@ -83,9 +83,10 @@ func emitterOf[T any](e *Environment, b *runtime.TaskBuild, plan *graph.Plan, c 
 		consumer := e.nodes[plan.Vertices[edge.To].Nodes[0]]
 		chans := b.Outputs[k]
 		var route runtime.Route[T]
+		var keyRoute runtime.KeyRoute[T]
 		switch edge.Partition {
 		case graph.Hash:
-			route = consumer.inputs[edge.Input].hashRoute.(func(int, int) runtime.Route[T])(len(chans), consumer.MaxParallelism)
+			keyRoute = consumer.inputs[edge.Input].hashRoute.(func(int, int) runtime.KeyRoute[T])(len(chans), consumer.MaxParallelism)
 		case graph.Rebalance:
 			i, n := b.Subtask%len(chans), len(chans)
 			route = func(T) int {
@@ -99,6 +100,9 @@ func emitterOf[T any](e *Environment, b *runtime.TaskBuild, plan *graph.Plan, c 
 			route = func(T) int { return runtime.BroadcastRoute }
 		}
 		em := runtime.NewEmitter(b.Ctx, chans, route, b.BatchSize, now)
+		if keyRoute != nil {
+			em.CarryKeyGroups(keyRoute)
+		}
 		colls = append(colls, em)
 		outs = append(outs, em)
 	}
@@ -130,15 +134,20 @@ type head[In any] struct {
 	n  *node
 }
 
-func (h *head[In]) ProcessBatch(_ int, batch any, times []int64) error {
+func (h *head[In]) ProcessBatch(_ int, batch any, times []int64, groups []uint16) error {
 	b := batch.([]In)
 	h.n.records.Add(int64(len(b)))
 	if times == nil {
 		h.c.now = operator.MinTime
 	}
+	h.c.group = -1
+	defer func() { h.c.group = -1 }()
 	for i, v := range b {
 		if times != nil {
 			h.c.now = times[i]
+		}
+		if groups != nil {
+			h.c.group = int(groups[i])
 		}
 		h.in.Collect(v)
 		if h.c.err != nil {
@@ -383,16 +392,18 @@ type coOp[A, B, Out any] struct {
 	c   *chain
 }
 
-func (o *coOp[A, B, Out]) ProcessBatch(input int, batch any, times []int64) error {
-	return processTwo(o.n, o.c, input, batch, times, func(a A) error { return o.fn.Process1(a, o.out) }, func(b B) error { return o.fn.Process2(b, o.out) })
+func (o *coOp[A, B, Out]) ProcessBatch(input int, batch any, times []int64, groups []uint16) error {
+	return processTwo(o.n, o.c, input, batch, times, groups, func(a A) error { return o.fn.Process1(a, o.out) }, func(b B) error { return o.fn.Process2(b, o.out) })
 }
 
 // processTwo feeds a batch of a two-input operator to f1 or f2, stopping at
 // the first error of the function or of the chain after it.
-func processTwo[A, B any](n *node, c *chain, input int, batch any, times []int64, f1 func(A) error, f2 func(B) error) error {
+func processTwo[A, B any](n *node, c *chain, input int, batch any, times []int64, groups []uint16, f1 func(A) error, f2 func(B) error) error {
 	if times == nil {
 		c.now = operator.MinTime
 	}
+	c.group = -1
+	defer func() { c.group = -1 }()
 	switch input {
 	case 0:
 		b := batch.([]A)
@@ -400,6 +411,9 @@ func processTwo[A, B any](n *node, c *chain, input int, batch any, times []int64
 		for i, v := range b {
 			if times != nil {
 				c.now = times[i]
+			}
+			if groups != nil {
+				c.group = int(groups[i])
 			}
 			if err := f1(v); err != nil {
 				return err
@@ -414,6 +428,9 @@ func processTwo[A, B any](n *node, c *chain, input int, batch any, times []int64
 		for i, v := range b {
 			if times != nil {
 				c.now = times[i]
+			}
+			if groups != nil {
+				c.group = int(groups[i])
 			}
 			if err := f2(v); err != nil {
 				return err

@@ -276,7 +276,7 @@ type emitterFunc func(e *Environment, b *runtime.TaskBuild, plan *graph.Plan, c 
 type inputSpec struct {
 	partition graph.Partition
 	// hashRoute, for a hash edge, is a func(p, maxParallelism int)
-	// runtime.Route[T] over the upstream's record type T.
+	// runtime.KeyRoute[T] over the upstream's record type T.
 	hashRoute any
 }
 
@@ -290,6 +290,10 @@ type chain struct {
 	// the head sets it for each record, a timer or window for what it
 	// emits, and emitters put it in the batches.
 	now int64
+	// group is the key group the sender carried for the record being
+	// handled by the head, -1 when none: a keyed head need not hash its
+	// key again.
+	group int
 	// sides holds the collectors of the tail's side outputs, by port.
 	sides map[int]any
 	// state configures the keyed operators' state backends.
@@ -527,7 +531,7 @@ func openStorage(cc CheckpointConfig, job string) (storage.Storage, error) {
 func (e *Environment) build(plan *graph.Plan) func(*runtime.TaskBuild) (*runtime.TaskParts, error) {
 	return func(b *runtime.TaskBuild) (*runtime.TaskParts, error) {
 		vx := b.Vertex
-		c := &chain{subtask: b.Subtask, now: operator.MinTime, state: e.cfg.StateBackend}
+		c := &chain{subtask: b.Subtask, now: operator.MinTime, group: -1, state: e.cfg.StateBackend}
 		tail := e.nodes[vx.Nodes[len(vx.Nodes)-1]]
 		var next any
 		var outputs []runtime.Output

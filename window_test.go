@@ -124,7 +124,7 @@ func newWindowHarness(t *testing.T, d *datadriven.TestData) *windowHarness {
 	h := &windowHarness{}
 	process, lateOutput := d.HasArg("process"), d.HasArg("late-output")
 	h.build = func(r *operator.Restore) {
-		h.c = &chain{now: operator.MinTime}
+		h.c = &chain{now: operator.MinTime, group: -1}
 		h.out, h.late = &lines{c: h.c}, &lines{c: h.c}
 		h.c.sides = map[int]any{1: Collector[rec](collectOf[rec]{h.late})}
 		key := func(r rec) string { return r.Key }

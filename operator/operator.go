@@ -225,9 +225,10 @@ func (Base) Close() error                          { return nil }
 
 // Input is implemented by the head operator of a task that has inputs: it
 // takes a batch ([]T of the input's record type) from input number input,
-// with its records' event times (nil when the stream has none).
+// with its records' event times (nil when the stream has none) and, from a
+// hash edge, their key groups (nil when the sender did not carry them).
 type Input interface {
-	ProcessBatch(input int, batch any, times []int64) error
+	ProcessBatch(input int, batch any, times []int64, groups []uint16) error
 }
 
 // Event time is milliseconds since the Unix epoch. MinTime is the watermark

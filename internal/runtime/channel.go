@@ -38,7 +38,11 @@ type Event struct {
 	// Times holds the event times of a batch's records (milliseconds since
 	// the Unix epoch), in order; nil when the stream has none.
 	Times []int64
-	ID    checkpoint.ID
+	// Groups holds the key groups of a batch's records on a hash edge, as
+	// the sender computed them to route the records, so the receiver need
+	// not hash the keys again; nil when not carried.
+	Groups []uint16
+	ID     checkpoint.ID
 	// Time is a watermark's value.
 	Time int64
 }

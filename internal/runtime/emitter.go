@@ -18,6 +18,10 @@ type Output interface {
 // Route picks the channel a record goes to; Broadcast sends it to all.
 type Route[T any] func(T) int
 
+// KeyRoute picks the channel of a record on a hash edge, and says its key
+// group.
+type KeyRoute[T any] func(T) (channel int, group uint16)
+
 // BroadcastRoute marks an edge whose records go to every channel.
 const BroadcastRoute = -1
 
@@ -29,8 +33,12 @@ type Emitter[T any] struct {
 	outs  []OutputChannel
 	bufs  [][]T
 	route Route[T]
-	size  int
-	err   error
+	// keyRoute, if set, routes instead of route, and the batches carry
+	// their records' key groups in groups.
+	keyRoute KeyRoute[T]
+	groups   [][]uint16
+	size     int
+	err      error
 	// now, when the stream has event time, points at the event time of the
 	// record being emitted; times holds each batch's.
 	now   *int64
@@ -57,10 +65,26 @@ func NewEmitter[T any](ctx context.Context, outs []OutputChannel, route Route[T]
 	return e
 }
 
+// CarryKeyGroups makes the emitter route by r and carry each record's key
+// group in its batch.
+func (e *Emitter[T]) CarryKeyGroups(r KeyRoute[T]) {
+	e.keyRoute = r
+	e.groups = make([][]uint16, len(e.outs))
+	for i := range e.groups {
+		e.groups[i] = make([]uint16, 0, e.size)
+	}
+}
+
 // Collect adds v to its channel's batch. A failed push is remembered and
 // returned by the next Flush or Err.
 func (e *Emitter[T]) Collect(v T) {
 	e.Records++
+	if e.keyRoute != nil {
+		i, g := e.keyRoute(v)
+		e.groups[i] = append(e.groups[i], g)
+		e.add(i, v)
+		return
+	}
 	i := 0
 	if e.route != nil {
 		i = e.route(v)
@@ -93,6 +117,10 @@ func (e *Emitter[T]) push(i int) {
 	if e.now != nil {
 		ev.Times = e.times[i]
 		e.times[i] = make([]int64, 0, e.size)
+	}
+	if e.keyRoute != nil {
+		ev.Groups = e.groups[i]
+		e.groups[i] = make([]uint16, 0, e.size)
 	}
 	if err := e.outs[i].Push(e.ctx, ev); err != nil {
 		e.err = err

@@ -82,6 +82,7 @@ func TestEveryEventKindCrosses(t *testing.T) {
 	sent := []runtime.Event{
 		{Kind: runtime.KindBatch, Batch: []string{"a", "", "ünïcode"}},
 		{Kind: runtime.KindBatch, Batch: []string{"x", "y"}, Times: []int64{-5, 1 << 40}},
+		{Kind: runtime.KindBatch, Batch: []string{"k", "l", "m"}, Groups: []uint16{0, 127, 32767}},
 		{Kind: runtime.KindWatermark, Time: -3},
 		{Kind: runtime.KindBarrier, ID: 9},
 		{Kind: runtime.KindCancel, ID: 10},
@@ -100,7 +101,7 @@ func TestEveryEventKindCrosses(t *testing.T) {
 	}()
 	for i, want := range sent {
 		got := pop(t, in, ready)
-		if got.Kind != want.Kind || got.ID != want.ID || got.Time != want.Time || !slices.Equal(got.Times, want.Times) {
+		if got.Kind != want.Kind || got.ID != want.ID || got.Time != want.Time || !slices.Equal(got.Times, want.Times) || !slices.Equal(got.Groups, want.Groups) {
 			t.Fatalf("event %d: got %+v, want %+v", i, got, want)
 		}
 		if want.Kind == runtime.KindBatch && !slices.Equal(got.Batch.([]string), want.Batch.([]string)) {
@@ -227,8 +228,10 @@ func TestMalformedFramesFailTheConnection(t *testing.T) {
 		{"unknown type", "unknown frame type", [][]byte{hello, raw(42, 5)}},
 		{"unknown kind", "unknown event kind", [][]byte{hello, event(5, 77)}},
 		{"zero credit", "bad credit", [][]byte{hello, raw(typeCredit, 5, 0)}},
-		{"bad batch", "record 0", [][]byte{hello, event(5, runtime.KindBatch, 0, 1, 200)}},
-		{"times without records", "event times for", [][]byte{hello, event(5, runtime.KindBatch, 2, 2, 2, 1, 0)}},
+		{"bad batch", "record 0", [][]byte{hello, event(5, runtime.KindBatch, 0, 0, 1, 200)}},
+		{"times without records", "event times for", [][]byte{hello, event(5, runtime.KindBatch, 2, 2, 2, 0, 1, 0)}},
+		{"groups without records", "key groups for", [][]byte{hello, event(5, runtime.KindBatch, 0, 2, 1, 1, 1, 0)}},
+		{"group out of range", "bad key group", [][]byte{hello, event(5, runtime.KindBatch, 0, 1, 0xff, 0xff, 0x7f, 1, 0)}},
 		{"second hello", "second hello", [][]byte{hello, hello}},
 		{"cut short", "unexpected EOF", [][]byte{hello, raw(typeCredit, 5, 1)[:5]}},
 	}
@@ -264,7 +267,7 @@ func TestMalformedFramesFailTheConnection(t *testing.T) {
 
 func FuzzDecodeEvent(f *testing.F) {
 	for _, e := range []runtime.Event{
-		{Kind: runtime.KindBatch, Batch: []string{"a", "bc"}, Times: []int64{1, 2}},
+		{Kind: runtime.KindBatch, Batch: []string{"a", "bc"}, Times: []int64{1, 2}, Groups: []uint16{3, 4}},
 		{Kind: runtime.KindBarrier, ID: 3},
 		{Kind: runtime.KindWatermark, Time: -1},
 		{Kind: runtime.KindEndOfData},
@@ -281,7 +284,7 @@ func FuzzDecodeEvent(f *testing.F) {
 		// had several encodings.
 		again := appendEvent(nil, 1, e, strings_)[6:]
 		e2, err := decodeEvent(again, strings_)
-		if err != nil || e2.Kind != e.Kind || e2.ID != e.ID || e2.Time != e.Time || !slices.Equal(e2.Times, e.Times) {
+		if err != nil || e2.Kind != e.Kind || e2.ID != e.ID || e2.Time != e.Time || !slices.Equal(e2.Times, e.Times) || !slices.Equal(e2.Groups, e.Groups) {
 			t.Fatalf("%+v re-encoded decodes as %+v, %v", e, e2, err)
 		}
 	})
@@ -291,7 +294,7 @@ func FuzzDecodeEvent(f *testing.F) {
 // valid hello: it must fail or deliver events, never panic or hang.
 func FuzzConn(f *testing.F) {
 	f.Add(raw(typeEvent, 5, byte(runtime.KindBarrier), 1))
-	f.Add(append(raw(typeCredit, 5, 3), raw(typeEvent, 5, byte(runtime.KindBatch), 0, 1, 1, 'a')...))
+	f.Add(append(raw(typeCredit, 5, 3), raw(typeEvent, 5, byte(runtime.KindBatch), 0, 0, 1, 1, 'a')...))
 	f.Add([]byte{0, 0, 0, 1})
 	f.Fuzz(func(t *testing.T, stream []byte) {
 		mine, theirs := net.Pipe()

@@ -22,7 +22,8 @@ import (
 // version). An event frame's payload is the event: its kind, then
 //
 //	batch      uvarint count of event times (0: none), the times as
-//	           varint deltas, then the batch's encoding
+//	           varint deltas; uvarint count of key groups (0: none), the
+//	           groups as uvarints; then the batch's encoding
 //	barrier    uvarint checkpoint id (also cancel)
 //	watermark  varint milliseconds
 //	end-of-data, idle: nothing
@@ -138,6 +139,10 @@ func appendEvent(dst []byte, ch uint64, e runtime.Event, bc BatchCodec) []byte {
 			dst = binary.AppendVarint(dst, t-prev)
 			prev = t
 		}
+		dst = binary.AppendUvarint(dst, uint64(len(e.Groups)))
+		for _, g := range e.Groups {
+			dst = binary.AppendUvarint(dst, uint64(g))
+		}
 		dst = bc.Append(dst, e.Batch)
 	case runtime.KindBarrier, runtime.KindCancel:
 		dst = binary.AppendUvarint(dst, uint64(e.ID))
@@ -227,6 +232,22 @@ func decodeEvent(p []byte, bc BatchCodec) (runtime.Event, error) {
 				p = p[k:]
 			}
 		}
+		g, k := binary.Uvarint(p)
+		if k <= 0 || g > uint64(len(p)-k) {
+			return e, protocolErr("bad key-group count")
+		}
+		p = p[k:]
+		if g > 0 {
+			e.Groups = make([]uint16, g)
+			for i := range e.Groups {
+				v, k := binary.Uvarint(p)
+				if k <= 0 || v > 0xffff {
+					return e, protocolErr("bad key group")
+				}
+				e.Groups[i] = uint16(v)
+				p = p[k:]
+			}
+		}
 		b, recs, err := bc.Decode(p)
 		if err != nil {
 			return e, protocolErr("%v", err)
@@ -234,6 +255,9 @@ func decodeEvent(p []byte, bc BatchCodec) (runtime.Event, error) {
 		e.Batch = b
 		if n > 0 && recs != int(n) {
 			return e, protocolErr("%d event times for %d records", n, recs)
+		}
+		if g > 0 && recs != int(g) {
+			return e, protocolErr("%d key groups for %d records", g, recs)
 		}
 		return e, nil
 	case runtime.KindBarrier, runtime.KindCancel:
