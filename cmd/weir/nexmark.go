@@ -32,6 +32,7 @@ var flinkPerCore = map[string]float64{
 
 func newBench() *cobra.Command {
 	bench := &cobra.Command{Use: "bench", Short: "Benchmarks"}
+	bench.PersistentFlags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof; a default.pgo)")
 	var queries, output, backend, stateDir, ckptDir, mode string
 	var incremental bool
 	events := int64(10_000_000)
@@ -80,6 +81,11 @@ in the reference runs, or with --output as JSON lines to DIR/<query>.`,
 			}
 			fmt.Fprintf(os.Stderr, "weir: nexmark, %d events at %s/s of event time, parallelism %d, checkpoints %s every %v, %d CPUs\n",
 				events, si(rate), parallelism, m, interval, runtime.NumCPU())
+			stop, err := startProfile()
+			if err != nil {
+				return err
+			}
+			defer stop()
 			tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 			fmt.Fprintln(tw, "query\tevents\twall\tcores\tevents/s/core\tcheckpoints\tp50\tp99\tstate\tresults\tFlink/core\tratio\t")
 			for _, q := range qs {

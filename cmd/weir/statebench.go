@@ -26,7 +26,7 @@ func newStateBench() *cobra.Command {
 	var change float64
 	var updates, parallelism, valueBytes int
 	var interval time.Duration
-	var backend, stateDir, ckptDir, profile string
+	var backend, stateDir, ckptDir string
 	var incremental bool
 	cmd := &cobra.Command{
 		Use:   "state",
@@ -79,13 +79,11 @@ state larger than memory: GOMEMLIMIT=1GiB weir bench state --state-backend pebbl
 			limit := debug.SetMemoryLimit(-1)
 			fmt.Fprintf(os.Stderr, "weir: %d keys (%d bytes of state each), then %.2g%% of them (%d) per %v for %d intervals; state backend %s; parallelism %d; memory limit %s; %d CPUs\n",
 				keys, 8+valueBytes, change*100, perInterval, interval, updates, backend, parallelism, memLimit(limit), runtime.NumCPU())
-			if profile != "" {
-				stop, err := startProfile(profile)
-				if err != nil {
-					return err
-				}
-				defer stop()
+			stop, err := startProfile()
+			if err != nil {
+				return err
 			}
+			defer stop()
 			cpu0, _ := cpuTime()
 			start := time.Now()
 			res, err := env.Execute(cmd.Context())
@@ -129,14 +127,20 @@ state larger than memory: GOMEMLIMIT=1GiB weir bench state --state-backend pebbl
 	fl.IntVar(&parallelism, "parallelism", runtime.NumCPU(), "subtasks per operator")
 	fl.IntVar(&valueBytes, "value-bytes", 0, "bytes of padding stored with each key's count (a bigger state)")
 	fl.StringVar(&ckptDir, "checkpoint-dir", "", "where checkpoints go (default: a temporary directory, removed at the end)")
-	fl.StringVar(&profile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 	addStateFlags(cmd, &backend, &stateDir, &incremental)
 	return cmd
 }
 
-// startProfile profiles the process's CPU into file until stop.
-func startProfile(file string) (stop func(), err error) {
-	f, err := os.Create(file)
+// cpuProfile is the file the bench commands write a CPU profile to.
+var cpuProfile string
+
+// startProfile profiles the process's CPU into cpuProfile, if set, until
+// stop.
+func startProfile() (stop func(), err error) {
+	if cpuProfile == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(cpuProfile)
 	if err != nil {
 		return nil, err
 	}

@@ -40,6 +40,11 @@ for wcfast).`,
 			if files < 1 || lines < 1 || parallelism < 1 || runs < 1 {
 				return errors.New("--files, --lines, --parallelism and --runs must be at least 1")
 			}
+			stop, err := startProfile()
+			if err != nil {
+				return err
+			}
+			defer stop()
 			return benchWordCount(cmd.Context(), cmd.OutOrStdout(), files, lines, parallelism, runs, wcfast)
 		},
 	}
