@@ -1,7 +1,6 @@
 package file
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -90,11 +89,12 @@ type fileSink[T any] struct {
 	cfg     SinkConfig[T]
 	ctx     *operator.Context
 	uid     string // escaped for file names
-	f       vfs.File
-	w       *bufio.Writer
-	name    string // of the in-progress file
+	f       vfs.File // the in-progress file, nil between files
+	name    string   // of the in-progress file
 	seq     int
-	buf     []byte
+	// buf holds what is formatted and not yet written to f: records are
+	// formatted straight into it (no copy through a bufio.Writer).
+	buf []byte
 	pending []checkpoint.ID // pre-committed (or being so), not yet committed
 	// detached are files taken out of writing at a snapshot whose
 	// pre-commit (sync, rename to pending) may not have run yet.
@@ -297,18 +297,37 @@ func (s *fileSink[T]) commit(sub int, id checkpoint.ID) error {
 	return nil
 }
 
+// writeBytes is the size of the writes to the in-progress file.
+const writeBytes = 256 << 10
+
 func (s *fileSink[T]) Write(v T) error {
-	if s.w == nil {
+	if s.f == nil {
 		s.seq++
 		s.name = fmt.Sprintf(".part-%s-%d-%d-%d.inprogress", s.uid, s.ctx.Subtask, s.ctx.Now().UnixNano(), s.seq)
 		f, err := s.cfg.FS.Create(s.path(s.name), vfs.WriteCategoryUnspecified)
 		if err != nil {
 			return fmt.Errorf("file sink: %w", err)
 		}
-		s.f, s.w = f, bufio.NewWriterSize(f, 256<<10)
+		s.f = f
+		if s.buf == nil {
+			s.buf = make([]byte, 0, writeBytes+writeBytes/4)
+		}
 	}
-	s.buf = s.cfg.Format(s.buf[:0], v)
-	if _, err := s.w.Write(s.buf); err != nil {
+	s.buf = s.cfg.Format(s.buf, v)
+	if len(s.buf) >= writeBytes {
+		return s.flush()
+	}
+	return nil
+}
+
+// flush writes what buf holds to the in-progress file.
+func (s *fileSink[T]) flush() error {
+	if len(s.buf) == 0 {
+		return nil
+	}
+	_, err := s.f.Write(s.buf)
+	s.buf = s.buf[:0]
+	if err != nil {
 		return fmt.Errorf("file sink: write %s: %w", s.path(s.name), err)
 	}
 	return nil
@@ -318,12 +337,12 @@ func (s *fileSink[T]) Write(v T) error {
 // and renamed to its pending name in the asynchronous part, before the task
 // acknowledges the checkpoint.
 func (s *fileSink[T]) Snapshot(id checkpoint.ID) (operator.Async, error) {
-	if s.w != nil {
-		if err := s.w.Flush(); err != nil {
-			return nil, fmt.Errorf("file sink: flush %s: %w", s.path(s.name), err)
+	if s.f != nil {
+		if err := s.flush(); err != nil {
+			return nil, err
 		}
 		s.detached = append(s.detached, &detachedFile{f: s.f, from: s.path(s.name), to: s.path(s.pendingName(s.ctx.Subtask, id)), id: id})
-		s.f, s.w = nil, nil
+		s.f = nil
 		s.pending = append(s.pending, id)
 	}
 	items := make([][]byte, len(s.pending))
@@ -370,11 +389,11 @@ func (s *fileSink[T]) NotifyComplete(id checkpoint.ID) error {
 // the open file and its completion commits it. Without checkpoints it
 // commits the open file as part-<uid>-<subtask>-end.
 func (s *fileSink[T]) Finish() error {
-	if s.ctx.CheckpointingEnabled || s.w == nil {
+	if s.ctx.CheckpointingEnabled || s.f == nil {
 		return nil
 	}
-	if err := s.w.Flush(); err != nil {
-		return fmt.Errorf("file sink: flush %s: %w", s.path(s.name), err)
+	if err := s.flush(); err != nil {
+		return err
 	}
 	if err := s.f.Sync(); err != nil {
 		return fmt.Errorf("file sink: sync %s: %w", s.path(s.name), err)
@@ -382,7 +401,7 @@ func (s *fileSink[T]) Finish() error {
 	if err := s.f.Close(); err != nil {
 		return err
 	}
-	s.f, s.w = nil, nil
+	s.f = nil
 	final := s.path(fmt.Sprintf("part-%s-%d-end", s.uid, s.ctx.Subtask))
 	if err := s.cfg.FS.Rename(s.path(s.name), final); err != nil {
 		return fmt.Errorf("file sink: commit %s: %w", final, err)
@@ -403,7 +422,7 @@ func (s *fileSink[T]) Close() error {
 	}
 	if s.f != nil {
 		err := s.f.Close()
-		s.f, s.w = nil, nil
+		s.f, s.buf = nil, s.buf[:0]
 		return err
 	}
 	return nil
