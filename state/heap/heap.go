@@ -217,28 +217,62 @@ func keyAndLen[K any](kc codec.Codec[K], src []byte) (k K, n, used int, err erro
 	return k, n, used + k2, err
 }
 
-// Value is keyed state holding one value per key.
+// Value is keyed state holding one value per key. A Put of the key the
+// last Get found writes in place, so a read-modify-write costs one map
+// lookup; an entry a snapshot may still read (of an earlier epoch) is
+// replaced instead.
 type Value[K comparable, V any] struct {
-	cow[K, V]
+	cow[K, *valueEntry[V]]
 	kc codec.Codec[K]
 	vc codec.Codec[V]
+	// lastKey's entry is last, as the latest Get found it (nil: none).
+	lastKey K
+	last    *valueEntry[V]
+}
+
+type valueEntry[V any] struct {
+	v     V
+	epoch uint64 // the backend epoch it was written in; older ones are shared
 }
 
 // NewValue registers value state name.
 func NewValue[K comparable, V any](b *Backend, name string, kc codec.Codec[K], vc codec.Codec[V]) (*Value[K, V], error) {
-	t := &Value[K, V]{cow: newCow[K, V](b), kc: kc, vc: vc}
+	t := &Value[K, V]{cow: newCow[K, *valueEntry[V]](b), kc: kc, vc: vc}
 	return t, b.register(name, t)
 }
 
-func (t *Value[K, V]) Get(k K) (V, bool) { v, ok := t.read()[k]; return v, ok }
-func (t *Value[K, V]) Put(k K, v V)      { t.write()[k] = v }
-func (t *Value[K, V]) Delete(k K)        { t.delete(k) }
+func (t *Value[K, V]) Get(k K) (V, bool) {
+	e, ok := t.read()[k]
+	if !ok {
+		t.last = nil
+		var zero V
+		return zero, false
+	}
+	t.lastKey, t.last = k, e
+	return e.v, true
+}
+
+func (t *Value[K, V]) Put(k K, v V) {
+	if e := t.last; e != nil && e.epoch == t.b.epoch && t.lastKey == k {
+		e.v = v
+		return
+	}
+	e := &valueEntry[V]{v: v, epoch: t.b.epoch}
+	t.write()[k] = e
+	t.lastKey, t.last = k, e
+}
+
+func (t *Value[K, V]) Delete(k K) {
+	t.last = nil
+	t.delete(k)
+}
 
 func (t *Value[K, V]) freeze() func([]byte, int) []byte {
-	return t.freezeWith(func(dst []byte, k K, v V) []byte { return t.vc.Append(t.kc.Append(dst, k), v) })
+	return t.freezeWith(func(dst []byte, k K, e *valueEntry[V]) []byte { return t.vc.Append(t.kc.Append(dst, k), e.v) })
 }
 
 func (t *Value[K, V]) restore(g int, entries []byte) error {
+	t.last = nil
 	m := t.groups[g]
 	return restoreEntries(entries, func(src []byte) (int, error) {
 		k, n1, err := t.kc.Decode(src)
@@ -249,7 +283,7 @@ func (t *Value[K, V]) restore(g int, entries []byte) error {
 		if err != nil {
 			return 0, err
 		}
-		m[k] = v
+		m[k] = &valueEntry[V]{v: v, epoch: t.b.epoch}
 		return n1 + n2, nil
 	})
 }

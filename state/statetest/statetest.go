@@ -275,12 +275,25 @@ func (s *suite) isolation(t *testing.T) {
 	}
 	ts.group("k0")
 	ts.timers.Register("k0", time.UnixMilli(500))
+	ts.group("k7")
+	ts.values.Get("k7") // a read just before the snapshot...
 	async, err := ts.b.Snapshot(1)
 	if err != nil {
 		t.Fatal(err)
 	}
+	ts.values.Put("k7", 99) // ...and a write of the same key just after
 	for i := range 200 {
-		put(fmt.Sprint("k", i), 2)
+		// Read-modify-writes, twice, then plain writes.
+		k := fmt.Sprint("k", i)
+		ts.group(k)
+		for range 2 {
+			v, _ := ts.values.Get(k)
+			ts.values.Put(k, v+10)
+		}
+		if v, _ := ts.values.Get(k); (k == "k7" && v != 119) || (k != "k7" && v != 21) {
+			t.Fatalf("%s after two read-modify-writes: %d", k, v)
+		}
+		put(k, 2)
 		if i%3 == 0 {
 			ts.group(fmt.Sprint("k", i))
 			ts.values.Delete(fmt.Sprint("k", i))
