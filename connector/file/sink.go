@@ -86,15 +86,15 @@ func Sink[T any](cfg SinkConfig[T]) (func() weir.SinkWriter[T], error) {
 var probes atomic.Int64
 
 type fileSink[T any] struct {
-	cfg     SinkConfig[T]
-	ctx     *operator.Context
-	uid     string // escaped for file names
-	f       vfs.File // the in-progress file, nil between files
-	name    string   // of the in-progress file
-	seq     int
+	cfg  SinkConfig[T]
+	ctx  *operator.Context
+	uid  string   // escaped for file names
+	f    vfs.File // the in-progress file, nil between files
+	name string   // of the in-progress file
+	seq  int
 	// buf holds what is formatted and not yet written to f: records are
 	// formatted straight into it (no copy through a bufio.Writer).
-	buf []byte
+	buf     []byte
 	pending []checkpoint.ID // pre-committed (or being so), not yet committed
 	// detached are files taken out of writing at a snapshot whose
 	// pre-commit (sync, rename to pending) may not have run yet.
