@@ -690,9 +690,11 @@ func (t *Value[K, V]) Get(k K) (V, bool) {
 	b, ok := t.get(prefixOf(&t.table, t.kc, k))
 	if ok {
 		v = decode(t.vc, b)
-		t.room()
-		t.cache[k] = slot[V]{v: v, group: t.b.group}
 	}
+	t.room()
+	// An absent key is cached too (clean and deleted): reads of keys that
+	// are not there are the common case of new keys.
+	t.cache[k] = slot[V]{v: v, group: t.b.group, deleted: !ok}
 	return v, ok
 }
 
@@ -810,8 +812,10 @@ func (t *Map[K, UK, V]) Get(k K, uk UK) (V, bool) {
 	b, ok := t.get(t.entryAt(t.b.group, k, uk))
 	if ok {
 		v = decode(t.vc, b)
-		t.keep(k, uk, slot[V]{v: v, group: t.b.group})
 	}
+	// An absent entry is cached too (clean and deleted): a window asks
+	// for panes that never had a record.
+	t.keep(k, uk, slot[V]{v: v, group: t.b.group, deleted: !ok})
 	return v, ok
 }
 
