@@ -20,12 +20,12 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-var graph = Graph{Job: "wordcount", Version: "v1", Operators: []checkpoint.Operator{
+var jobGraph = Graph{Job: "wordcount", Version: "v1", Operators: []checkpoint.Operator{
 	{UID: "source", Kind: "source"}, {UID: "count", Kind: "keyed-process", MaxParallelism: 128}, {UID: "sink", Kind: "sink"},
 }}
 
 func TestGraphDiff(t *testing.T) {
-	if d := graph.Diff(graph); d != nil {
+	if d := jobGraph.Diff(jobGraph); d != nil {
 		t.Fatalf("a graph differs from itself: %v", d)
 	}
 	other := Graph{Job: "wordcount", Version: "v2", Operators: []checkpoint.Operator{
@@ -38,25 +38,25 @@ func TestGraphDiff(t *testing.T) {
 		`operator "source" is a keyed-process, not a source`,
 		`version "v2", not "v1"`,
 	}
-	if got := graph.Diff(other); strings.Join(got, "\n") != strings.Join(want, "\n") {
+	if got := jobGraph.Diff(other); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("diff:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 
 func TestMembers(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	m := NewMembers(graph, 5*time.Second)
-	a, replaced, err := m.Register(Worker{Name: "a", Slots: 2}, graph, t0)
+	m := NewMembers(jobGraph, 5*time.Second)
+	a, replaced, err := m.Register(Worker{Name: "a", Slots: 2}, jobGraph, t0)
 	if err != nil || replaced != nil || a.Session != 1 {
 		t.Fatalf("register a: %+v %v %v", a, replaced, err)
 	}
 	if _, _, err := m.Register(Worker{Name: "b", Slots: 2}, Graph{Job: "other"}, t0); !errors.Is(err, ErrOtherGraph) || !strings.Contains(err.Error(), `job "other"`) {
 		t.Fatalf("another graph: %v", err)
 	}
-	if _, _, err := m.Register(Worker{Name: "b"}, graph, t0); err == nil {
+	if _, _, err := m.Register(Worker{Name: "b"}, jobGraph, t0); err == nil {
 		t.Fatal("a worker without slots registered")
 	}
-	b, _, _ := m.Register(Worker{Name: "b", Slots: 3}, graph, t0)
+	b, _, _ := m.Register(Worker{Name: "b", Slots: 3}, jobGraph, t0)
 	if ws, slots := m.Workers(); len(ws) != 2 || slots != 5 {
 		t.Fatalf("workers %v, %d slots", ws, slots)
 	}
@@ -75,7 +75,7 @@ func TestMembers(t *testing.T) {
 	if err := m.Heartbeat("b", b.Session, t0.Add(6*time.Second)); !errors.Is(err, ErrSessionEnded) {
 		t.Fatalf("heartbeat of a lost worker: %v", err)
 	}
-	a2, replaced, err := m.Register(Worker{Name: "a", Slots: 2}, graph, t0.Add(6*time.Second))
+	a2, replaced, err := m.Register(Worker{Name: "a", Slots: 2}, jobGraph, t0.Add(6*time.Second))
 	if err != nil || replaced == nil || replaced.Session != a.Session || a2.Session <= b.Session {
 		t.Fatalf("a registered again: %+v, replacing %+v, %v", a2, replaced, err)
 	}
@@ -112,7 +112,7 @@ func newCluster(t *testing.T, live Liveness, names ...string) *testCluster {
 		t.Fatal(err)
 	}
 	c := &testCluster{t: t, certs: dir, changed: make(chan struct{})}
-	c.coord, err = StartCoordinator(CoordinatorConfig{Graph: graph, TLS: tc, Liveness: live, Logger: quiet()})
+	c.coord, err = StartCoordinator(CoordinatorConfig{Graph: jobGraph, TLS: tc, Liveness: live, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +212,7 @@ func TestWorkersJoinAndImpostorsAreRefused(t *testing.T) {
 	c := newCluster(t, Liveness{HeartbeatInterval: 100 * time.Millisecond, Timeout: time.Second}, "worker-1", "worker-2")
 	addr := c.coord.Addr()
 	for _, name := range []string{"worker-1", "worker-2"} {
-		stop, _ := c.worker(name, name, addr, graph)
+		stop, _ := c.worker(name, name, addr, jobGraph)
 		defer stop()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -222,11 +222,11 @@ func TestWorkersJoinAndImpostorsAreRefused(t *testing.T) {
 		t.Fatalf("workers %v: %v", ws, err)
 	}
 
-	_, done := c.worker("worker-3", "worker-1", addr, graph)
+	_, done := c.worker("worker-3", "worker-1", addr, jobGraph)
 	if err := <-done; err == nil || !strings.Contains(err.Error(), `certificate names "worker-1", not worker "worker-3"`) {
 		t.Fatalf("a worker speaking for another: %v", err)
 	}
-	other := graph
+	other := jobGraph
 	other.Version = "v2"
 	_, done = c.worker("worker-2", "worker-2", addr, other)
 	if err := <-done; err == nil || !strings.Contains(err.Error(), `version "v2", not "v1"`) {
@@ -311,9 +311,9 @@ func (p *proxy) heal() {
 func TestPartitionedWorkerFencesBeforeItIsDeclaredLost(t *testing.T) {
 	c := newCluster(t, Liveness{HeartbeatInterval: 200 * time.Millisecond, Timeout: 2 * time.Second}, "worker-1", "worker-2")
 	p := newProxy(t, c.coord.Addr())
-	stop1, _ := c.worker("worker-1", "worker-1", c.coord.Addr(), graph)
+	stop1, _ := c.worker("worker-1", "worker-1", c.coord.Addr(), jobGraph)
 	defer stop1()
-	stop2, _ := c.worker("worker-2", "worker-2", p.ln.Addr().String(), graph)
+	stop2, _ := c.worker("worker-2", "worker-2", p.ln.Addr().String(), jobGraph)
 	defer stop2()
 	c.waitFor("registered worker-1", 1)
 	c.waitFor("registered worker-2", 1)
@@ -344,11 +344,11 @@ func TestPartitionedWorkerFencesBeforeItIsDeclaredLost(t *testing.T) {
 // is reported lost at once: its tasks died with it.
 func TestRestartedWorkerIsLostAtOnce(t *testing.T) {
 	c := newCluster(t, Liveness{HeartbeatInterval: time.Second, Timeout: time.Minute}, "worker-1")
-	stop, _ := c.worker("worker-1", "worker-1", c.coord.Addr(), graph)
+	stop, _ := c.worker("worker-1", "worker-1", c.coord.Addr(), jobGraph)
 	c.waitFor("registered worker-1", 1)
 	stop()
 	c.waitFor("fenced worker-1", 1)
-	stop, _ = c.worker("worker-1", "worker-1", c.coord.Addr(), graph)
+	stop, _ = c.worker("worker-1", "worker-1", c.coord.Addr(), jobGraph)
 	defer stop()
 	c.waitFor("lost worker-1", 1)
 	c.waitFor("registered worker-1", 2)
