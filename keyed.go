@@ -44,9 +44,13 @@ func (ks KeyedStream[K, T]) environment() *Environment { return ks.s.env }
 func (ks KeyedStream[K, T]) input(int) (graph.Input, inputSpec) {
 	route := func(p, maxP int) runtime.KeyRoute[T] {
 		h := codec.NewHasher(ks.codec)
+		subtask := make([]int, maxP) // by key group
+		for g := range subtask {
+			subtask[g] = keygroup.Subtask(maxP, p, g)
+		}
 		return func(v T) (int, uint16) {
 			g := keygroup.Of(h.Hash(ks.key(v)), maxP)
-			return keygroup.Subtask(maxP, p, g), uint16(g)
+			return subtask[g], uint16(g)
 		}
 	}
 	return graph.Input{From: ks.s.node, Partition: graph.Hash, Port: ks.s.port}, inputSpec{partition: graph.Hash, hashRoute: route}

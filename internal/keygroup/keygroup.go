@@ -77,5 +77,8 @@ func Of(hash uint64, maxParallelism int) int {
 	h ^= h >> 33
 	h *= 0xc4ceb9fe1a85ec53
 	h ^= h >> 33
+	if maxParallelism&(maxParallelism-1) == 0 {
+		return int(h & uint64(maxParallelism-1)) // the same, without a division
+	}
 	return int(h % uint64(maxParallelism))
 }

@@ -49,3 +49,35 @@ func TestIntersect(t *testing.T) {
 		}
 	}
 }
+
+// Key groups are part of every checkpoint: the assignment must never
+// change. Of is checked against the definition (murmur3's finaliser, then
+// modulo) for powers of two, where it masks instead, and others, and
+// pinned by a few values.
+func TestOfIsTheDefinition(t *testing.T) {
+	def := func(h uint64, maxP int) int {
+		h ^= h >> 33
+		h *= 0xff51afd7ed558ccd
+		h ^= h >> 33
+		h *= 0xc4ceb9fe1a85ec53
+		h ^= h >> 33
+		return int(h % uint64(maxP))
+	}
+	h := uint64(0x9e3779b97f4a7c15)
+	for i := range 10000 {
+		h = h*6364136223846793005 + 1442695040888963407
+		for _, maxP := range []int{1, 2, 3, 100, 128, 1000, 4096, MaxMaxParallelism} {
+			if got, want := Of(h, maxP), def(h, maxP); got != want {
+				t.Fatalf("Of(%#x, %d) = %d, want %d (step %d)", h, maxP, got, want, i)
+			}
+		}
+	}
+	for _, c := range []struct {
+		hash       uint64
+		maxP, want int
+	}{{0, 128, 0}, {1, 128, 44}, {42, 128, 76}, {1 << 63, 32768, 9363}} {
+		if got := Of(c.hash, c.maxP); got != c.want {
+			t.Errorf("Of(%d, %d) = %d, pinned at %d", c.hash, c.maxP, got, c.want)
+		}
+	}
+}
