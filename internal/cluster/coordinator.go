@@ -143,8 +143,11 @@ func (c *Coordinator) Workers() ([]Worker, int) {
 }
 
 // WaitForSlots waits until workers offer at least n slots, logging what it
-// waits for every logEvery, and returns them.
+// waits for every logEvery (default 10s), and returns them.
 func (c *Coordinator) WaitForSlots(ctx context.Context, n int, logEvery time.Duration) ([]Worker, error) {
+	if logEvery <= 0 {
+		logEvery = 10 * time.Second
+	}
 	tick := time.NewTicker(logEvery)
 	defer tick.Stop()
 	for {

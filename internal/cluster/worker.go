@@ -44,8 +44,13 @@ type WorkerConfig struct {
 // It returns nil when ctx ends, or an error when the coordinator refuses
 // the worker.
 func RunWorker(ctx context.Context, cfg WorkerConfig) error {
-	if cfg.TLS == nil {
+	switch {
+	case cfg.TLS == nil:
 		return errors.New("cluster: the worker needs TLS credentials (weir cluster certs creates a test cluster's)")
+	case cfg.Registered == nil || cfg.Fence == nil:
+		return errors.New("cluster: a worker needs Registered and Fence")
+	case cfg.Slots < 1:
+		return fmt.Errorf("cluster: worker %q offers %d slots; it needs at least 1", cfg.Name, cfg.Slots)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
