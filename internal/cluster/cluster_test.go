@@ -356,3 +356,32 @@ func TestRestartedWorkerIsLostAtOnce(t *testing.T) {
 		t.Fatalf("%d slots, want 2", slots)
 	}
 }
+
+// A restarted coordinator knows no session: its workers fence themselves
+// (they cannot reach it, or it answers that their session ended) and
+// register with the new one.
+func TestWorkersRegisterWithARestartedCoordinator(t *testing.T) {
+	c := newCluster(t, Liveness{HeartbeatInterval: 100 * time.Millisecond, Timeout: time.Second}, "worker-1")
+	addr := c.coord.Addr()
+	stop, _ := c.worker("worker-1", "worker-1", addr, jobGraph)
+	defer stop()
+	c.waitFor("registered worker-1", 1)
+
+	c.coord.Close()
+	c.waitFor("fenced worker-1", 1)
+	tc, err := transport.LoadTLS(c.certs, "coordinator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := StartCoordinator(CoordinatorConfig{Graph: jobGraph, Listen: addr, TLS: tc, Liveness: Liveness{HeartbeatInterval: 100 * time.Millisecond, Timeout: time.Second}, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if ws, err := again.WaitForSlots(ctx, 2, time.Second); err != nil || len(ws) != 1 || ws[0].Name != "worker-1" {
+		t.Fatalf("the new coordinator's workers: %v, %v", ws, err)
+	}
+	c.waitFor("registered worker-1", 2)
+}

@@ -84,8 +84,9 @@ type Coordinator struct {
 	members *Members
 	changed chan struct{} // closed and replaced when membership changes
 
-	stop chan struct{}
-	wg   sync.WaitGroup
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
 }
 
 // StartCoordinator listens and serves the control plane until Close.
@@ -168,11 +169,15 @@ func (c *Coordinator) WaitForSlots(ctx context.Context, n int, logEvery time.Dur
 	}
 }
 
-// Close stops serving and waits for the coordinator's goroutines.
+// Close stops serving and waits for the coordinator's goroutines. Closing
+// again does nothing.
 func (c *Coordinator) Close() error {
-	close(c.stop)
-	err := c.srv.Close()
-	c.wg.Wait()
+	var err error
+	c.stopOnce.Do(func() {
+		close(c.stop)
+		err = c.srv.Close()
+		c.wg.Wait()
+	})
 	return err
 }
 
