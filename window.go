@@ -1,6 +1,7 @@
 package weir
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -292,6 +293,14 @@ type windowOp[K comparable, In, Acc, Out any] struct {
 	// records holds, when listing, the records of each key's pane (by its
 	// start) or session (by its start).
 	records state.List[paneKey[K], In]
+	// keyPanes holds the current key's panes as keyPanes read them, and
+	// fired those of the window firing, in order; both reused.
+	keyPanes, fired []pane[Acc]
+}
+
+type pane[Acc any] struct {
+	start int64
+	acc   Acc
 }
 
 // paneKey is a key and the start of one of its panes or sessions.
@@ -434,7 +443,7 @@ func (w *windowOp[K, In, Acc, Out]) addToPane(ts int64, v In) error {
 		if !a.processing && end-1 <= w.kctx.wm {
 			// Within the allowed lateness of a window that fired: fire it
 			// again, updated.
-			if err := w.firePanes(start, end); err != nil {
+			if err := w.firePanes(start, end, w.readPanes()); err != nil {
 				return err
 			}
 		}
@@ -554,43 +563,64 @@ func (w *windowOp[K, In, Acc, Out]) OnTimer(c *KeyedContext[K], at time.Time, _ 
 		return nil
 	}
 	a := w.a
-	if end := t + 1; floorTo(end, a.slide) == end {
-		if err := w.firePanes(end-a.size, end); err != nil {
+	fire := floorTo(t+1, a.slide) == t+1
+	drop := w.lateness > 0 && floorTo(t+1-w.lateness, a.slide) == t+1-w.lateness
+	if !fire && !drop {
+		return nil
+	}
+	panes := w.readPanes()
+	if fire {
+		if err := w.firePanes(t+1-a.size, t+1, panes); err != nil {
 			return err
 		}
 		if w.lateness == 0 {
-			w.dropPanes(end)
+			w.dropPanes(t+1, panes)
 		}
 	}
-	if end := t + 1 - w.lateness; w.lateness > 0 && floorTo(end, a.slide) == end {
-		w.dropPanes(end)
+	if drop {
+		w.dropPanes(t+1-w.lateness, panes)
 	}
 	return nil
 }
 
-// firePanes emits the window [start, end) from its panes, if it has any.
-func (w *windowOp[K, In, Acc, Out]) firePanes(start, end int64) error {
-	var acc Acc
-	found := false
-	step := w.a.pane()
-	var records []In // when listing
-	for p := start; p < end; p += step {
-		pa, ok := w.panes.Get(w.kctx.key, p)
-		switch {
-		case !ok:
-			continue
-		case w.fold.listing:
-			records = slices.AppendSeq(records, w.records.All(w.pk(p)))
-		case found:
-			acc = w.fold.merge(acc, pa)
-		default:
-			acc = pa
-		}
-		found = true
+// readPanes reads the current key's panes, in one pass: a window asks for
+// panes most of which are absent for a sparse key, and on Pebble every
+// absent one asked for would be a lookup in the database.
+func (w *windowOp[K, In, Acc, Out]) readPanes() []pane[Acc] {
+	clear(w.keyPanes)
+	w.keyPanes = w.keyPanes[:0]
+	for p, pa := range w.panes.All(w.kctx.key) {
+		w.keyPanes = append(w.keyPanes, pane[Acc]{p, pa})
 	}
-	if !found {
+	return w.keyPanes
+}
+
+// firePanes emits the window [start, end) from the key's panes (as
+// readPanes read them), if it has any.
+func (w *windowOp[K, In, Acc, Out]) firePanes(start, end int64, panes []pane[Acc]) error {
+	w.fired = w.fired[:0]
+	for _, pa := range panes {
+		if start <= pa.start && pa.start < end {
+			w.fired = append(w.fired, pa)
+		}
+	}
+	if len(w.fired) == 0 {
 		return nil
 	}
+	slices.SortFunc(w.fired, func(a, b pane[Acc]) int { return cmp.Compare(a.start, b.start) })
+	var acc Acc
+	var records []In // when listing
+	for i, pa := range w.fired {
+		switch {
+		case w.fold.listing:
+			records = slices.AppendSeq(records, w.records.All(w.pk(pa.start)))
+		case i > 0:
+			acc = w.fold.merge(acc, pa.acc)
+		default:
+			acc = pa.acc
+		}
+	}
+	clear(w.fired) // the accumulators are the window's now
 	if w.fold.listing {
 		acc = any(records).(Acc)
 	}
@@ -610,13 +640,13 @@ func (w *windowOp[K, In, Acc, Out]) emitWindow(start, end int64, acc Acc) error 
 
 // dropPanes removes the panes no window after the one ending at end
 // needs.
-func (w *windowOp[K, In, Acc, Out]) dropPanes(end int64) {
+func (w *windowOp[K, In, Acc, Out]) dropPanes(end int64, panes []pane[Acc]) {
 	limit := end + w.a.slide - w.a.size
-	for p := range w.panes.All(w.kctx.key) {
-		if p < limit {
-			w.panes.Remove(w.kctx.key, p)
+	for _, pa := range panes {
+		if pa.start < limit {
+			w.panes.Remove(w.kctx.key, pa.start)
 			if w.fold.listing {
-				w.records.Delete(w.pk(p))
+				w.records.Delete(w.pk(pa.start))
 			}
 		}
 	}
