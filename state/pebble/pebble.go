@@ -24,6 +24,7 @@ import (
 	"hash/crc32"
 	"io"
 	"iter"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -848,17 +849,26 @@ func (t *Map[K, UK, V]) keep(k K, uk UK, s slot[V]) {
 	m[uk] = s
 }
 
+// All yields the cached entries of k, as they are when All is called (the
+// caller may write while it iterates), then those of the database that
+// the cache did not hold: the cache overrides the database without being
+// written out first.
 func (t *Map[K, UK, V]) All(k K) iter.Seq2[UK, V] {
-	if m := t.cache[k]; len(m) > 0 {
-		batch := t.b.db.NewBatch()
-		t.flushKey(batch, k, m)
-		if err := batch.Commit(pebble.NoSync); err != nil {
-			failed("write", err)
-		}
-	}
+	cached := maps.Clone(t.cache[k])
 	prefix := slices.Clone(prefixOf(&t.table, t.kc, k))
 	return func(yield func(UK, V) bool) {
-		t.scan(prefix, func(suffix, value []byte) bool { return yield(decode(t.ukc, suffix), decode(t.vc, value)) })
+		for uk, s := range cached {
+			if !s.deleted && !yield(uk, s.v) {
+				return
+			}
+		}
+		t.scan(prefix, func(suffix, value []byte) bool {
+			uk := decode(t.ukc, suffix)
+			if _, ok := cached[uk]; ok {
+				return true
+			}
+			return yield(uk, decode(t.vc, value))
+		})
 	}
 }
 

@@ -213,6 +213,36 @@ func (s *suite) maps(t *testing.T) {
 	if _, ok := ts.maps.Get("k", "u4"); ok {
 		t.Fatal("an entry outlived Delete")
 	}
+	// Entries a backend may hold in two places (Pebble: its database and
+	// its write-back cache), overridden, removed and added to: enough
+	// writes to other keys come in between to push a cache out.
+	ts.group("m")
+	for i := range 10 {
+		ts.maps.Put("m", fmt.Sprint("u", i), int64(i))
+	}
+	for i := range 20000 {
+		k := fmt.Sprint("other", i%100)
+		ts.group(k)
+		ts.maps.Put(k, fmt.Sprint("x", i), int64(i))
+	}
+	ts.group("m")
+	ts.maps.Put("m", "u1", 100)
+	ts.maps.Remove("m", "u2")
+	ts.maps.Put("m", "new", 7)
+	want := map[string]int64{"u0": 0, "u1": 100, "u3": 3, "u4": 4, "u5": 5, "u6": 6, "u7": 7, "u8": 8, "u9": 9, "new": 7}
+	for uk, v := range ts.maps.All("m") {
+		if want[uk] != v {
+			t.Fatalf("m's entry %s = %d, want %d", uk, v, want[uk])
+		}
+		delete(want, uk)
+		ts.maps.Remove("m", uk) // writes while iterating
+	}
+	if len(want) != 0 {
+		t.Fatalf("m's entries %v missing", want)
+	}
+	if n := len(maps.Collect(ts.maps.All("m"))); n != 0 {
+		t.Fatalf("%d entries of m left after removing all", n)
+	}
 }
 
 func (s *suite) timers(t *testing.T) {
