@@ -131,6 +131,22 @@ func consume(t *testing.T, brokers []string, topic string, committed bool) []str
 	return out
 }
 
+// consumeWhen reads topic read_committed until what it read satisfies ok,
+// for up to 10 s, and returns the last read: a commit's markers reach the
+// partitions after the commit returns (in Kafka as in kfake), so what it
+// made visible shows shortly after.
+func consumeWhen(t *testing.T, brokers []string, topic string, ok func([]string) bool) []string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := consume(t, brokers, topic, true)
+		if ok(got) || time.Now().After(deadline) {
+			return got
+		}
+		time.Sleep(20 * time.Millisecond) // polling for the condition
+	}
+}
+
 // stalled reports whether an open transaction holds read_committed
 // consumers of topic back: its last stable offsets trail its end offsets.
 func stalled(t *testing.T, brokers []string, topic string) bool {
@@ -408,7 +424,7 @@ func TestSinkTwoPhaseCommit(t *testing.T) {
 	if err := s.NotifyComplete(1); err != nil {
 		t.Fatal(err)
 	}
-	if got := consume(t, brokers, "out", true); !slices.Equal(got, values("a", 5)) {
+	if got := consumeWhen(t, brokers, "out", func(got []string) bool { return slices.Equal(got, values("a", 5)) }); !slices.Equal(got, values("a", 5)) {
 		t.Fatalf("after checkpoint 1: %v", got)
 	}
 	for _, v := range values("b", 5) {
@@ -433,8 +449,8 @@ func TestSinkTwoPhaseCommit(t *testing.T) {
 	if stalled(t, brokers, "out") {
 		t.Fatal("after the restore, read_committed consumers stall at a transaction the dead run left open")
 	}
-	got := consume(t, brokers, "out", true)
-	if want := append(values("a", 5), values("b", 5)...); !slices.Equal(got, want) {
+	want := append(values("a", 5), values("b", 5)...)
+	if got := consumeWhen(t, brokers, "out", func(got []string) bool { return slices.Equal(got, want) }); !slices.Equal(got, want) {
 		t.Fatalf("after restoring checkpoint 2: %v", got)
 	}
 	// The restored sink writes on.
@@ -443,7 +459,7 @@ func TestSinkTwoPhaseCommit(t *testing.T) {
 	if err := r.NotifyComplete(4); err != nil {
 		t.Fatal(err)
 	}
-	if got := consume(t, brokers, "out", true); len(got) != 11 || got[10] != "d" {
+	if got := consumeWhen(t, brokers, "out", func(got []string) bool { return len(got) == 11 }); len(got) != 11 || got[10] != "d" {
 		t.Fatalf("after checkpoint 4: %v", got)
 	}
 }
@@ -505,7 +521,7 @@ func TestSinkDoesNotReuseAnIDARestoreMayCommit(t *testing.T) {
 	if err := r.Open(run.Context("out", 0, 1, &operator.Restore{Checkpoint: 1, Handles: hs, Read: w.Read})); err != nil {
 		t.Fatalf("restoring checkpoint 1: %v", err)
 	}
-	if got := consume(t, brokers, "out", true); !slices.Equal(got, []string{"a"}) || stalled(t, brokers, "out") {
+	if got := consumeWhen(t, brokers, "out", func(got []string) bool { return len(got) == 1 }); !slices.Equal(got, []string{"a"}) || stalled(t, brokers, "out") {
 		t.Fatalf("after the restore: %v", got)
 	}
 }
@@ -538,7 +554,7 @@ func TestIdleSubtasksDoNotHoldBackCheckpoints(t *testing.T) {
 	if err != nil || res.Checkpoints == 0 {
 		t.Fatalf("%v after %d checkpoints", err, res.Checkpoints)
 	}
-	if got := consume(t, brokers, "copy", true); !slices.Equal(got, values("r", 500)) {
+	if got := consumeWhen(t, brokers, "copy", func(got []string) bool { return len(got) == 500 }); !slices.Equal(got, values("r", 500)) {
 		t.Fatalf("copied %d records", len(got))
 	}
 	cl, _ := kgo.NewClient(kgo.SeedBrokers(brokers...))
