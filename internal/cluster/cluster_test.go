@@ -209,7 +209,7 @@ func (c *testCluster) worker(name, certName, addr string, g Graph) (stop func(),
 }
 
 func TestWorkersJoinAndImpostorsAreRefused(t *testing.T) {
-	c := newCluster(t, Liveness{HeartbeatInterval: 100 * time.Millisecond, Timeout: time.Second}, "worker-1", "worker-2")
+	c := newCluster(t, Liveness{HeartbeatInterval: 100 * time.Millisecond, Timeout: 5 * time.Second}, "worker-1", "worker-2")
 	addr := c.coord.Addr()
 	for _, name := range []string{"worker-1", "worker-2"} {
 		stop, _ := c.worker(name, name, addr, jobGraph)
@@ -309,7 +309,7 @@ func (p *proxy) heal() {
 // coordinator declares it lost; once the partition heals it registers
 // again and its slots count again.
 func TestPartitionedWorkerFencesBeforeItIsDeclaredLost(t *testing.T) {
-	c := newCluster(t, Liveness{HeartbeatInterval: 200 * time.Millisecond, Timeout: 2 * time.Second}, "worker-1", "worker-2")
+	c := newCluster(t, Liveness{HeartbeatInterval: 250 * time.Millisecond, Timeout: 4 * time.Second}, "worker-1", "worker-2")
 	p := newProxy(t, c.coord.Addr())
 	stop1, _ := c.worker("worker-1", "worker-1", c.coord.Addr(), jobGraph)
 	defer stop1()
