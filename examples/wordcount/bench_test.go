@@ -22,6 +22,15 @@ var (
 	benchWords int64
 )
 
+// TestMain removes the benchmarks' corpus when the tests end.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if benchDir != "" {
+		os.RemoveAll(benchDir)
+	}
+	os.Exit(code)
+}
+
 // benchCorpus writes, once per process, 8 files of 250,000 lines (about 16
 // million words over a 2,000-word vocabulary).
 func benchCorpus(b *testing.B) string {
