@@ -11,9 +11,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
-	"strings"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/spf13/cobra"
 
 	"github.com/weirstream/weir"
@@ -71,22 +71,11 @@ func benchWordCount(ctx context.Context, w io.Writer, files, lines, parallelism,
 		return err
 	}
 	defer os.RemoveAll(dir)
-	words := int64(files) * int64(lines) * 8
-	for f := range files {
-		var sb strings.Builder
-		for i := range lines {
-			for k := range 8 {
-				if k > 0 {
-					sb.WriteByte(' ')
-				}
-				fmt.Fprintf(&sb, "Word%d", (i*7+k*131+f)%2000)
-			}
-			sb.WriteByte('\n')
-		}
-		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("in-%d.txt", f)), []byte(sb.String()), 0o644); err != nil {
-			return err
-		}
+	want, err := wordcount.WriteBenchCorpus(dir, files, lines)
+	if err != nil {
+		return err
 	}
+	words := int64(files) * int64(lines) * 8
 	input := filepath.Join(dir, "in-*.txt")
 	fmt.Fprintf(w, "weir bench wordcount: %d words (%d files, 2,000 distinct), parallelism %d, %d CPUs, best of %d runs\n\n",
 		words, files, parallelism, goruntime.NumCPU(), runs)
@@ -103,7 +92,7 @@ func benchWordCount(ctx context.Context, w io.Writer, files, lines, parallelism,
 	} {
 		var best wcResult
 		for r := range runs {
-			res, err := runWeirWordCount(ctx, input, filepath.Join(dir, fmt.Sprintf("out-%s-%d", c.mode, r)), parallelism, c.mode, c.interval, words)
+			res, err := runWeirWordCount(ctx, input, filepath.Join(dir, fmt.Sprintf("out-%s-%d", c.mode, r)), parallelism, c.mode, c.interval, want)
 			if err != nil {
 				return fmt.Errorf("%s: %w", c.name, err)
 			}
@@ -116,7 +105,7 @@ func benchWordCount(ctx context.Context, w io.Writer, files, lines, parallelism,
 		best.name = c.name
 		results = append(results, best)
 	}
-	fast, why := runWCFast(ctx, wcfastDir, dir, input, parallelism, runs, words)
+	fast, why := runWCFast(ctx, wcfastDir, dir, input, parallelism, runs, want)
 	if why == "" {
 		results = append(results, fast)
 	}
@@ -141,7 +130,7 @@ func benchWordCount(ctx context.Context, w io.Writer, files, lines, parallelism,
 	return nil
 }
 
-func runWeirWordCount(ctx context.Context, input, output string, parallelism int, mode weir.Mode, interval time.Duration, words int64) (wcResult, error) {
+func runWeirWordCount(ctx context.Context, input, output string, parallelism int, mode weir.Mode, interval time.Duration, want map[string]int64) (wcResult, error) {
 	defer os.RemoveAll(output)
 	ckpt, err := os.MkdirTemp("", "weir-bench-ckpt-")
 	if err != nil {
@@ -172,14 +161,18 @@ func runWeirWordCount(ctx context.Context, input, output string, parallelism int
 	if err != nil {
 		return wcResult{}, err
 	}
-	if n, err := countLines(output); err != nil || n != words {
-		return wcResult{}, fmt.Errorf("the output holds %d lines, want one per word, %d (%v)", n, words, err)
+	if err := verifyOutput(output, want); err != nil {
+		return wcResult{}, err
+	}
+	var words int64
+	for _, n := range want {
+		words += n
 	}
 	return wcResult{cpu: cpu1 - cpu0, wall: wall, allocs: float64(ms.Mallocs-m0) / float64(words), checkpoints: res.Checkpoints}, nil
 }
 
 // runWCFast builds wcfast from dir and runs it; why says why it did not.
-func runWCFast(ctx context.Context, src, work, input string, parallelism, runs int, words int64) (wcResult, string) {
+func runWCFast(ctx context.Context, src, work, input string, parallelism, runs int, want map[string]int64) (wcResult, string) {
 	if _, err := os.Stat(filepath.Join(src, "main.go")); err != nil {
 		return wcResult{}, fmt.Sprintf("skipped: no source at %s (--wcfast)", src)
 	}
@@ -201,10 +194,10 @@ func runWCFast(ctx context.Context, src, work, input string, parallelism, runs i
 		}
 		wall := time.Since(start)
 		cpu := run.ProcessState.UserTime() + run.ProcessState.SystemTime()
-		n, err := countLines(out)
+		err := verifyOutput(out, want)
 		os.RemoveAll(out)
-		if err != nil || n != words {
-			return wcResult{}, fmt.Sprintf("its output holds %d lines, want %d (%v)", n, words, err)
+		if err != nil {
+			return wcResult{}, err.Error()
 		}
 		if r == 0 || cpu < best.cpu {
 			best.cpu, best.wall = cpu, wall
@@ -214,35 +207,15 @@ func runWCFast(ctx context.Context, src, work, input string, parallelism, runs i
 	return best, ""
 }
 
-// countLines counts the lines of the files in dir, but for hidden ones
-// (the sink's lock).
-func countLines(dir string) (int64, error) {
-	entries, err := os.ReadDir(dir)
+// verifyOutput checks that the output in dir holds every word's counts
+// 1..n exactly once.
+func verifyOutput(dir string, want map[string]int64) error {
+	rep, err := wordcount.Verify(vfs.Default, dir, want, false)
+	if err == nil && !rep.OK() {
+		err = errors.New(rep.String())
+	}
 	if err != nil {
-		return 0, err
+		return fmt.Errorf("output %s: %w", dir, err)
 	}
-	var n int64
-	buf := make([]byte, 1<<20)
-	for _, e := range entries {
-		if e.IsDir() || strings.HasPrefix(e.Name(), ".") {
-			continue
-		}
-		f, err := os.Open(filepath.Join(dir, e.Name()))
-		if err != nil {
-			return 0, err
-		}
-		for {
-			k, err := f.Read(buf)
-			n += int64(bytes.Count(buf[:k], []byte{'\n'}))
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				f.Close()
-				return 0, err
-			}
-		}
-		f.Close()
-	}
-	return n, nil
+	return nil
 }

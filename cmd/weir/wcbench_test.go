@@ -7,7 +7,7 @@ import (
 )
 
 // TestWordCountBench runs `weir bench wordcount` on a small corpus: a row
-// per configuration, each run's output checked to hold a line per word;
+// per configuration, each run's output checked to hold every word's counts once;
 // without wcfast's source its column is skipped, saying so.
 func TestWordCountBench(t *testing.T) {
 	out, err := exec.Command(weirBin, "bench", "wordcount", "--files", "2", "--lines", "2000", "--runs", "1", "--wcfast", t.TempDir()).CombinedOutput()

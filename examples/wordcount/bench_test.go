@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -31,7 +30,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// benchCorpus writes, once per process, 8 files of 250,000 lines (about 16
+// benchCorpus writes, once per process, 8 files of 250,000 lines (16
 // million words over a 2,000-word vocabulary).
 func benchCorpus(b *testing.B) string {
 	benchOnce.Do(func() {
@@ -40,21 +39,12 @@ func benchCorpus(b *testing.B) string {
 			b.Fatal(err)
 		}
 		benchDir = dir
-		for f := range 8 {
-			var sb strings.Builder
-			for i := range 250_000 {
-				for w := range 8 {
-					if w > 0 {
-						sb.WriteByte(' ')
-					}
-					fmt.Fprintf(&sb, "Word%d", (i*7+w*131+f)%2000)
-				}
-				sb.WriteByte('\n')
-				benchWords += 8
-			}
-			if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("in-%d.txt", f)), []byte(sb.String()), 0o644); err != nil {
-				b.Fatal(err)
-			}
+		want, err := WriteBenchCorpus(dir, 8, 250_000)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, n := range want {
+			benchWords += n
 		}
 	})
 	return benchDir
