@@ -141,7 +141,6 @@ func (h *head[In]) ProcessBatch(_ int, batch any, times []int64, groups []uint16
 		h.c.now = operator.MinTime
 	}
 	h.c.group = -1
-	defer func() { h.c.group = -1 }()
 	for i, v := range b {
 		if times != nil {
 			h.c.now = times[i]
@@ -403,7 +402,6 @@ func processTwo[A, B any](n *node, c *chain, input int, batch any, times []int64
 		c.now = operator.MinTime
 	}
 	c.group = -1
-	defer func() { c.group = -1 }()
 	switch input {
 	case 0:
 		b := batch.([]A)
