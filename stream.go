@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/weirstream/weir/codec"
 	"github.com/weirstream/weir/graph"
 	"github.com/weirstream/weir/internal/runtime"
+	"github.com/weirstream/weir/internal/transport"
 	"github.com/weirstream/weir/operator"
 )
 
@@ -63,6 +65,7 @@ func Forward[T any](s *Stream[T]) *Stream[T] {
 func addOp[Out any](env *Environment, name, kind string, fn any, opts []Option, n *node, ups ...upstream) *Stream[Out] {
 	id := env.add(name, kind, fn, opts, n, ups...)
 	n.emitter = emitterOf[Out]
+	n.wire = map[int]transport.BatchCodec{0: transport.Batches(codec.For[Out]())}
 	return newStream[Out](env, id)
 }
 

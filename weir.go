@@ -36,6 +36,7 @@ import (
 	"github.com/weirstream/weir/graph"
 	"github.com/weirstream/weir/internal/keygroup"
 	"github.com/weirstream/weir/internal/runtime"
+	"github.com/weirstream/weir/internal/transport"
 	"github.com/weirstream/weir/operator"
 	"github.com/weirstream/weir/state/backend"
 	"github.com/weirstream/weir/storage"
@@ -157,6 +158,9 @@ type Config struct {
 	Logger *slog.Logger
 	// OnEvent hears of checkpoints and restarts; it must not block.
 	OnEvent func(JobEvent)
+	// Cluster makes this process a cluster's coordinator or worker; by
+	// default it runs the whole job.
+	Cluster ClusterConfig
 }
 
 // CheckpointConfig holds the checkpoint settings.
@@ -253,6 +257,8 @@ type node struct {
 	emitter emitterFunc
 	// sides build the collectors of the node's side outputs, by port.
 	sides map[int]emitterFunc
+	// wire encodes the batches of each output port on the network.
+	wire map[int]transport.BatchCodec
 	// timed: the node's records carry event time (a watermark strategy at
 	// or before it).
 	timed bool
@@ -452,6 +458,9 @@ func (e *Environment) Execute(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("job %s: %w", e.cfg.Job, err)
 	}
+	if e.cfg.Cluster.Role != Local {
+		return e.executeClustered(ctx, plan, spec)
+	}
 	return runtime.Run(ctx, spec)
 }
 
@@ -465,6 +474,9 @@ func (e *Environment) spec(plan *graph.Plan) (runtime.Spec, error) {
 			TolerableFailures: cc.TolerableFailures, Retained: cc.Retained, RetainOnCancel: !cc.DiscardOnCancel,
 		},
 		Start: runtime.Start{Fresh: e.cfg.Fresh, Latest: e.cfg.Restore == "latest", AllowNonRestoredState: e.cfg.AllowNonRestoredState},
+	}
+	if err := e.cfg.Cluster.validate(e.cfg); err != nil {
+		return spec, err
 	}
 	if e.cfg.BatchSize < 0 {
 		return spec, fmt.Errorf("batch size %d is negative", e.cfg.BatchSize)

@@ -39,6 +39,8 @@ type Options struct {
 	// BeforeCount, if set, is called with every word before it is counted,
 	// in the counting task; tests use it to fail the operator on purpose.
 	BeforeCount func(word string)
+	// Cluster makes the process a cluster's coordinator or worker.
+	Cluster weir.ClusterConfig
 }
 
 // Count is one output record: a word's count after one more occurrence.
@@ -67,7 +69,7 @@ func Build(o Options) (*weir.Environment, error) {
 	env := weir.New(weir.Config{
 		Job: "wordcount", Parallelism: o.Parallelism, Checkpoint: cc, Restore: o.Restore, Fresh: o.Fresh,
 		AllowNonRestoredState: o.AllowNonRestoredState, Restart: o.Restart, Logger: o.Logger, OnEvent: o.OnEvent,
-		StateBackend: o.StateBackend,
+		StateBackend: o.StateBackend, Cluster: o.Cluster,
 	})
 	lines, err := input(o)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/weirstream/weir/internal/cluster/clusterpb"
 	"github.com/weirstream/weir/internal/cluster/clusterpb/clusterpbconnect"
+	"github.com/weirstream/weir/internal/runtime"
 )
 
 // Liveness configures heartbeats. The zero value means the defaults.
@@ -83,6 +84,7 @@ type Coordinator struct {
 	mu      sync.Mutex
 	members *Members
 	changed chan struct{} // closed and replaced when membership changes
+	exec    *execution    // the attempt running, if any
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -203,12 +205,12 @@ func (c *Coordinator) expire() {
 		c.mu.Unlock()
 		for _, w := range lost {
 			c.cfg.Logger.Warn("worker lost: no heartbeat within the timeout", "worker", w.Name, "session", w.Session, "timeout", c.cfg.Liveness.Timeout)
-			c.report(w)
+			c.reportLost(w)
 		}
 	}
 }
 
-func (c *Coordinator) report(w Worker) {
+func (c *Coordinator) reportLost(w Worker) {
 	select {
 	case c.lost <- w:
 	case <-c.stop:
@@ -233,7 +235,7 @@ func (c *Coordinator) Register(ctx context.Context, req *connect.Request[cluster
 	}
 	if replaced != nil {
 		c.cfg.Logger.Warn("worker lost: it registered again (restarted)", "worker", w.Name, "session", replaced.Session)
-		c.report(*replaced)
+		c.reportLost(*replaced)
 	}
 	c.cfg.Logger.Info("worker registered", "worker", w.Name, "slots", w.Slots, "data", w.DataAddress, "session", w.Session)
 	return connect.NewResponse(&clusterpb.RegisterResponse{
@@ -277,4 +279,30 @@ func checkPeer(ctx context.Context, claimed string) error {
 		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("cluster: the certificate names %q, not worker %q", name, claimed))
 	}
 	return nil
+}
+
+// Report implements the control plane's Report.
+func (c *Coordinator) Report(ctx context.Context, req *connect.Request[clusterpb.ReportRequest]) (*connect.Response[clusterpb.ReportResponse], error) {
+	m := req.Msg
+	if err := checkPeer(ctx, m.GetWorker()); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	ex := c.exec
+	c.mu.Unlock()
+	if ex == nil || ex.attempt != m.GetAttempt() {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("attempt %d is not the job's current attempt", m.GetAttempt()))
+	}
+	rs := make([]runtime.Report, 0, len(m.GetReports()))
+	for _, p := range m.GetReports() {
+		r, err := reportFromProto(p)
+		if err != nil {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("worker %s: %w", m.GetWorker(), err))
+		}
+		rs = append(rs, r)
+	}
+	if err := ex.accept(ctx, m.GetWorker(), rs); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&clusterpb.ReportResponse{}), nil
 }

@@ -7,11 +7,13 @@ package cluster
 
 import (
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"strings"
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/internal/cluster/clusterpb"
+	"github.com/weirstream/weir/internal/runtime"
 )
 
 // Graph identifies the job graph a process built from its own code: every
@@ -22,6 +24,32 @@ type Graph struct {
 	// Version is the build of the binary.
 	Version   string
 	Operators []checkpoint.Operator
+}
+
+// GraphOf is the graph of the job spec describes, built by this binary.
+func GraphOf(spec runtime.Spec) Graph {
+	return Graph{Job: spec.Name, Version: buildVersion(), Operators: spec.Plan.Graph.Operators()}
+}
+
+// buildVersion names this binary's build: its module version, and its VCS
+// revision when it was built from a checkout.
+func buildVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := bi.Main.Version
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			v += " " + s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				v += " (modified)"
+			}
+		}
+	}
+	return v
 }
 
 // Diff says how other differs from g, one difference a line; nil when

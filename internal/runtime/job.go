@@ -11,9 +11,7 @@ import (
 	"time"
 
 	"github.com/weirstream/weir/checkpoint"
-	"github.com/weirstream/weir/checkpoint/barrier"
 	"github.com/weirstream/weir/graph"
-	"github.com/weirstream/weir/internal/keygroup"
 	"github.com/weirstream/weir/operator"
 	"github.com/weirstream/weir/state"
 	"github.com/weirstream/weir/storage"
@@ -116,6 +114,8 @@ type Spec struct {
 	Storage    storage.Storage // required unless Mode is None
 	Start      Start
 	Restart    RestartStrategy
+	// Executor runs the attempts' tasks; default Local, this process.
+	Executor Executor
 
 	ChannelCapacity int // events per channel; default 16
 	BatchSize       int // records per batch; default 512
@@ -233,25 +233,19 @@ type driver struct {
 	syncParts  map[checkpoint.ID]time.Duration
 	lastShared map[string]bool
 	res        Result
-	metrics    []*TaskMetrics
 	resources  resources
 }
 
-func newDriver(spec Spec) (_ *driver, err error) {
-	if spec.Name == "" || spec.Plan == nil || spec.Build == nil {
-		return nil, errors.New("runtime: a job needs a name, a plan and a builder")
-	}
+// withDefaults fills in what spec leaves unset.
+func (spec Spec) withDefaults() Spec {
 	if spec.Mode == 0 {
 		spec.Mode = ExactlyOnce
 	}
 	if spec.Restart == nil {
 		spec.Restart = NoRestart{}
 	}
-	if err := validateRestart(spec.Restart); err != nil {
-		return nil, err
-	}
-	if st := spec.Start; st.Fresh && (st.Point != nil || st.Latest) {
-		return nil, errors.New("starting over (fresh) and restoring a checkpoint exclude each other")
+	if spec.Executor == nil {
+		spec.Executor = Local{}
 	}
 	spec.ChannelCapacity = cmpOr(spec.ChannelCapacity, 16)
 	spec.BatchSize = cmpOr(spec.BatchSize, 512)
@@ -262,6 +256,20 @@ func newDriver(spec Spec) (_ *driver, err error) {
 	}
 	if spec.Now == nil {
 		spec.Now = time.Now
+	}
+	return spec
+}
+
+func newDriver(spec Spec) (_ *driver, err error) {
+	if spec.Name == "" || spec.Plan == nil || spec.Build == nil {
+		return nil, errors.New("runtime: a job needs a name, a plan and a builder")
+	}
+	spec = spec.withDefaults()
+	if err := validateRestart(spec.Restart); err != nil {
+		return nil, err
+	}
+	if st := spec.Start; st.Fresh && (st.Point != nil || st.Latest) {
+		return nil, errors.New("starting over (fresh) and restoring a checkpoint exclude each other")
 	}
 	d := &driver{
 		spec: spec, log: spec.Logger.With("job", spec.Name), tasks: spec.Plan.Tasks(), ops: spec.Plan.Graph.Operators(),
@@ -457,16 +465,13 @@ func (d *driver) run(ctx context.Context) (Result, error) {
 		err := d.runAttempt(ctx)
 		d.res.Attempts = d.attempt
 		if err == nil {
-			for _, m := range d.metrics {
-				d.res.MaxSyncSnapshot = max(d.res.MaxSyncSnapshot, m.MaxSyncSnapshot())
-			}
 			d.emit(JobEvent{Kind: EventFinished})
 			return d.res, nil
 		}
 		if ctx.Err() != nil {
 			return d.res, d.stopped(ctx, err)
 		}
-		if d.point != nil && damagedState(err) {
+		if d.point != nil && DamagedState(err) {
 			// The restored checkpoint's state is missing or damaged: the
 			// previous retained checkpoint is the next best.
 			prev, perr := d.previous(d.point.Metadata.ID)
@@ -512,9 +517,9 @@ func (d *driver) stopped(ctx context.Context, last error) error {
 	return fmt.Errorf("job %s stopped (%w) after a failure: %w", d.spec.Name, cause, last)
 }
 
-// damagedState reports whether err is a restore that found a checkpoint's
+// DamagedState reports whether err is a restore that found a checkpoint's
 // state missing or corrupt.
-func damagedState(err error) bool {
+func DamagedState(err error) bool {
 	return errors.Is(err, checkpoint.ErrStateDamaged) || errors.Is(err, state.ErrCorrupt)
 }
 
@@ -625,34 +630,26 @@ func (r *resources) close() error {
 	return errors.Join(errs...)
 }
 
-// attempt is one deployment of every task. Its reports channel is its own,
-// so nothing an earlier attempt sends reaches a later one.
-type attempt struct {
-	tasks   []*task
-	byID    map[checkpoint.TaskID]*task
-	reports chan report
-	wg      sync.WaitGroup
-	pool    *pool
-}
-
 func (d *driver) runAttempt(parent context.Context) error {
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(ErrStopped)
-	a, err := d.deploy(ctx)
+	// The attempt's reports channel is its own, so nothing an earlier
+	// attempt sends reaches a later one.
+	reports := make(chan Report, 64*len(d.tasks.All)+64)
+	part := Part{
+		Attempt: d.attempt, Point: d.point, Acquire: d.resources.acquire,
+		// Operators start over when the user asked for it, or when an
+		// earlier attempt of this run also started from nothing: what they
+		// wrote then is this run's own.
+		StartOver: (d.attempt == 1 && d.spec.Start.Fresh) || (d.attempt > 1 && d.point == nil),
+	}
+	x, err := d.spec.Executor.Start(ctx, d.spec, part, reports)
 	if err != nil {
 		return err
 	}
-	for _, t := range a.tasks {
-		a.wg.Go(func() {
-			if err := t.run(ctx); err != nil && !errors.Is(err, ErrStopped) && parent.Err() == nil {
-				t.send(ctx, report{kind: repFailed, err: err})
-			}
-		})
-	}
 	stop := func() {
 		cancel(ErrStopped)
-		a.wg.Wait()
-		a.pool.wait()
+		x.Stop()
 	}
 	now := d.spec.Now()
 	if d.coord != nil {
@@ -669,36 +666,37 @@ func (d *driver) runAttempt(parent context.Context) error {
 			if d.coord != nil {
 				d.coord.Tick(d.spec.Now())
 			}
-		case r := <-a.reports:
-			switch r.kind {
-			case repAck:
-				d.syncParts[r.id] = max(d.syncParts[r.id], r.sync)
-				d.coord.Acknowledge(r.task, r.id, r.handles)
-			case repDecline:
-				d.coord.Decline(r.task, r.id, r.err)
-			case repExhausted:
-				d.coord.InputExhausted(d.spec.Now(), r.task)
-			case repFinished:
+		case r := <-reports:
+			switch r.Kind {
+			case ReportAck:
+				d.syncParts[r.ID] = max(d.syncParts[r.ID], r.Sync)
+				d.res.MaxSyncSnapshot = max(d.res.MaxSyncSnapshot, r.Sync)
+				d.coord.Acknowledge(r.Task, r.ID, r.Handles)
+			case ReportDecline:
+				d.coord.Decline(r.Task, r.ID, r.Err)
+			case ReportExhausted:
+				d.coord.InputExhausted(d.spec.Now(), r.Task)
+			case ReportFinished:
 				finished++
 				if d.coord != nil {
-					d.coord.TaskFinished(r.task)
+					d.coord.TaskFinished(r.Task)
 				}
-			case repFailed:
-				failure = r.err
+			case ReportFailed:
+				failure = r.Err
 				if d.coord != nil {
-					d.coord.TaskFailed(r.task, r.err)
+					d.coord.TaskFailed(r.Task, r.Err)
 				}
 			}
 		case <-parent.Done():
 			if d.coord != nil {
 				d.coord.Cancel()
-				d.carryOut(ctx, a)
+				d.carryOut(ctx, x)
 			}
 			stop()
 			return context.Cause(parent)
 		}
 		if d.coord != nil {
-			if err := d.carryOut(ctx, a); err != nil && failure == nil {
+			if err := d.carryOut(ctx, x); err != nil && failure == nil {
 				failure = err
 			}
 		}
@@ -707,7 +705,7 @@ func (d *driver) runAttempt(parent context.Context) error {
 			stop()
 			return failure
 		}
-		if finished == len(a.tasks) {
+		if finished == len(d.tasks.All) {
 			stop()
 			return nil
 		}
@@ -724,7 +722,7 @@ func (d *driver) tickInterval() time.Duration {
 
 // carryOut executes the coordinator's decisions until it has none; a
 // FailJob decision is returned as the failure.
-func (d *driver) carryOut(ctx context.Context, a *attempt) error {
+func (d *driver) carryOut(ctx context.Context, x Execution) error {
 	var failure error
 	for {
 		acts := d.coord.Ready()
@@ -740,7 +738,7 @@ func (d *driver) carryOut(ctx context.Context, a *attempt) error {
 					continue
 				}
 				for _, s := range d.tasks.Sources {
-					d.send(ctx, a.byID[s], ctrl{kind: ctrlTrigger, id: act.ID})
+					x.Send(ctx, s, Control{Kind: ControlTrigger, ID: act.ID})
 				}
 			case checkpoint.Persist:
 				m := act.Metadata
@@ -771,8 +769,8 @@ func (d *driver) carryOut(ctx context.Context, a *attempt) error {
 				// completed, never one an earlier run left in storage.
 				d.point = &RestorePoint{Metadata: d.persisted[act.ID], Read: d.spec.Storage.ReadState, Open: d.spec.Storage.OpenState, Where: d.spec.Storage.Describe()}
 				delete(d.persisted, act.ID)
-				for _, t := range a.tasks {
-					d.send(ctx, t, ctrl{kind: ctrlComplete, id: act.ID, endOfInput: act.EndOfInput})
+				for _, t := range d.tasks.All {
+					x.Send(ctx, t, Control{Kind: ControlComplete, ID: act.ID, EndOfInput: act.EndOfInput})
 				}
 			case checkpoint.Abort:
 				delete(d.triggered, act.ID)
@@ -780,8 +778,8 @@ func (d *driver) carryOut(ctx context.Context, a *attempt) error {
 				if act.Reason.Counts() {
 					d.log.Warn("checkpoint aborted", "checkpoint", act.ID, "reason", act.Reason, "err", act.Cause)
 				}
-				for _, t := range a.tasks {
-					d.send(ctx, t, ctrl{kind: ctrlAbort, id: act.ID})
+				for _, t := range d.tasks.All {
+					x.Send(ctx, t, Control{Kind: ControlAbort, ID: act.ID})
 				}
 				if err := d.spec.Storage.Discard(act.ID); err != nil {
 					d.log.Warn("could not delete an aborted checkpoint's files", "checkpoint", act.ID, "err", err)
@@ -800,135 +798,4 @@ func (d *driver) carryOut(ctx context.Context, a *attempt) error {
 			}
 		}
 	}
-}
-
-func (d *driver) send(ctx context.Context, t *task, m ctrl) {
-	if t == nil {
-		return
-	}
-	select {
-	case t.mailbox <- m:
-	case <-ctx.Done():
-	}
-}
-
-// deploy builds every task of the plan with fresh channels, restoring from
-// d.point.
-func (d *driver) deploy(ctx context.Context) (*attempt, error) {
-	plan := d.spec.Plan
-	a := &attempt{byID: map[checkpoint.TaskID]*task{}, pool: newPool(d.spec.SnapshotWorkers)}
-	a.reports = make(chan report, 64*len(d.tasks.All)+64)
-	// Gates first, then channels from each upstream subtask.
-	gates := make([][]*Gate, len(plan.Vertices))
-	inputOf := make([][][]int, len(plan.Vertices))
-	for v, vx := range plan.Vertices {
-		gates[v] = make([]*Gate, vx.Parallelism)
-		inputOf[v] = make([][]int, vx.Parallelism)
-		for s := range gates[v] {
-			gates[v][s] = NewGate()
-		}
-	}
-	// outs[v][s][k] are the channels of output edge k of subtask s of v.
-	outs := make([][][][]OutputChannel, len(plan.Vertices))
-	for v, vx := range plan.Vertices {
-		outs[v] = make([][][]OutputChannel, vx.Parallelism)
-		for s := range outs[v] {
-			outs[v][s] = make([][]OutputChannel, len(vx.Outputs))
-		}
-	}
-	for v, vx := range plan.Vertices {
-		for _, ei := range vx.Inputs {
-			e := plan.Edges[ei]
-			up := plan.Vertices[e.From]
-			k := slices.Index(up.Outputs, ei)
-			for j := range vx.Parallelism {
-				for i := range up.Parallelism {
-					if !plan.Connects(e, i, j) {
-						continue
-					}
-					g := gates[v][j]
-					ch := NewLocalChannel(d.spec.ChannelCapacity, g.Ready())
-					g.Add(ch)
-					inputOf[v][j] = append(inputOf[v][j], e.Input)
-					if e.Partition == graph.Forward {
-						outs[e.From][i][k] = []OutputChannel{ch}
-					} else {
-						if outs[e.From][i][k] == nil {
-							outs[e.From][i][k] = make([]OutputChannel, vx.Parallelism)
-						}
-						outs[e.From][i][k][j] = ch
-					}
-				}
-			}
-		}
-	}
-	mode := barrier.AtLeastOnce
-	if d.spec.Mode == ExactlyOnce {
-		mode = barrier.ExactlyOnce
-	}
-	d.metrics = d.metrics[:0]
-	for v := range plan.Vertices {
-		vx := &plan.Vertices[v]
-		for s := range vx.Parallelism {
-			parts, err := d.spec.Build(&TaskBuild{Ctx: ctx, Vertex: vx, Subtask: s, Outputs: outs[v][s], BatchSize: d.spec.BatchSize})
-			if err != nil {
-				return nil, operator.Permanent(fmt.Errorf("build %s subtask %d: %w", vx.ID, s, err))
-			}
-			t := &task{
-				id:  checkpoint.TaskID{Vertex: vx.ID, Subtask: s},
-				ops: parts.Ops, outputs: parts.Outputs, mailbox: make(chan ctrl, 1024),
-				reports: a.reports, pool: a.pool, store: d.spec.Storage,
-				checkpointing: d.spec.Mode != None, now: d.spec.Now, metrics: &TaskMetrics{},
-				wmInterval: d.spec.WatermarkInterval,
-			}
-			d.metrics = append(d.metrics, t.metrics)
-			for _, node := range vx.Nodes {
-				t.contexts = append(t.contexts, d.operatorContext(plan.Graph.Nodes[node], s))
-			}
-			switch h := parts.Head.(type) {
-			case operator.Source:
-				t.source = h
-			case operator.Input:
-				t.input, t.gate, t.inputOf = h, gates[v][s], inputOf[v][s]
-				t.aligner = barrier.New(mode, t.gate.Len())
-				t.ended = make([]bool, t.gate.Len())
-			default:
-				return nil, fmt.Errorf("build %s: head is neither a source nor an input", vx.ID)
-			}
-			a.tasks = append(a.tasks, t)
-			a.byID[t.id] = t
-		}
-	}
-	return a, nil
-}
-
-func (d *driver) operatorContext(n graph.Node, subtask int) *operator.Context {
-	c := &operator.Context{
-		Job: d.spec.Name, UID: n.UID, Subtask: subtask, Parallelism: n.Parallelism,
-		MaxParallelism: n.MaxParallelism, KeyGroups: keygroup.ForSubtask(n.MaxParallelism, n.Parallelism, subtask),
-		CheckpointingEnabled: d.spec.Mode != None, Logger: d.log.With("operator", n.UID, "subtask", subtask), Now: d.spec.Now,
-		Acquire: d.resources.acquire,
-	}
-	if d.spec.Mode != None {
-		cc, _ := d.spec.Checkpoint.Normalize() // validated by New
-		c.CommitWait = operator.CommitWait{Interval: cc.Interval, Timeout: cc.Timeout, TolerableFailures: cc.TolerableFailures, RestartDelay: d.spec.Restart.MaxDelay()}
-	}
-	if d.point != nil {
-		r := &operator.Restore{Checkpoint: d.point.Metadata.ID, Read: d.point.Read, Open: d.point.Open}
-		for _, ts := range d.point.Metadata.Tasks {
-			for _, h := range ts.Handles {
-				if h.Operator == n.UID {
-					r.Handles = append(r.Handles, h)
-				}
-			}
-		}
-		if len(r.Handles) > 0 {
-			c.Restore = r
-		}
-	}
-	// An operator starts over when the user asked for it, or when an
-	// earlier attempt of this run also started from nothing: what it wrote
-	// then is this run's own.
-	c.StartOver = c.Restore == nil && ((d.attempt == 1 && d.spec.Start.Fresh) || (d.attempt > 1 && d.point == nil))
-	return c
 }

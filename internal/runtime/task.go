@@ -14,39 +14,51 @@ import (
 	"github.com/weirstream/weir/storage"
 )
 
-type ctrlKind int
+// ControlKind is the kind of a Control.
+type ControlKind int
 
 const (
-	ctrlTrigger ctrlKind = iota + 1
-	ctrlComplete
-	ctrlAbort
+	// ControlTrigger starts checkpoint ID at a source task.
+	ControlTrigger ControlKind = iota + 1
+	// ControlComplete says checkpoint ID completed; EndOfInput, that it is
+	// the job's final one.
+	ControlComplete
+	// ControlAbort says checkpoint ID was aborted.
+	ControlAbort
 )
 
-// ctrl is a control message from the driver to a task.
-type ctrl struct {
-	kind       ctrlKind
-	id         checkpoint.ID
-	endOfInput bool
+// Control is a message from the job's driver to a task.
+type Control struct {
+	Kind       ControlKind
+	ID         checkpoint.ID
+	EndOfInput bool
 }
 
-type reportKind int
+// ReportKind is the kind of a Report.
+type ReportKind int
 
 const (
-	repAck reportKind = iota + 1
-	repDecline
-	repExhausted
-	repFinished
-	repFailed
+	// ReportAck acknowledges checkpoint ID with the state's Handles and
+	// the snapshot's synchronous part.
+	ReportAck ReportKind = iota + 1
+	// ReportDecline declines checkpoint ID, for Err.
+	ReportDecline
+	// ReportExhausted: a source task read all its input.
+	ReportExhausted
+	// ReportFinished: the task ended with the job's final checkpoint.
+	ReportFinished
+	// ReportFailed: the task failed, for Err.
+	ReportFailed
 )
 
-// report is a message from a task (or its snapshot writer) to the driver.
-type report struct {
-	kind    reportKind
-	task    checkpoint.TaskID
-	id      checkpoint.ID
-	handles []checkpoint.Handle
-	err     error
-	sync    time.Duration // an ack's synchronous snapshot part
+// Report is a message from a task (or its snapshot writer) to the driver.
+type Report struct {
+	Kind    ReportKind
+	Task    checkpoint.TaskID
+	ID      checkpoint.ID
+	Handles []checkpoint.Handle
+	Err     error
+	Sync    time.Duration
 }
 
 // task runs one subtask of a vertex: a chain of operators, its input gate
@@ -62,15 +74,14 @@ type task struct {
 	aligner  *barrier.Aligner
 	outputs  []Output
 	timed    []operator.Timed
-	mailbox  chan ctrl
-	reports  chan<- report
+	mailbox  chan Control
+	reports  chan<- Report
 	pool     *pool
 	store    storage.Storage
 	// checkpointing is false in mode none: a task ends as soon as its
 	// input has.
 	checkpointing bool
 	now           func() time.Time
-	metrics       *TaskMetrics
 
 	// ended marks the input channels that delivered end of data.
 	ended      []bool
@@ -96,8 +107,8 @@ type task struct {
 	wmInterval time.Duration
 }
 
-func (t *task) send(ctx context.Context, r report) {
-	r.task = t.id
+func (t *task) send(ctx context.Context, r Report) {
+	r.Task = t.id
 	select {
 	case t.reports <- r:
 	case <-ctx.Done():
@@ -167,7 +178,7 @@ func (t *task) runSource(ctx context.Context) error {
 					return err
 				}
 				if t.checkpointing {
-					t.send(ctx, report{kind: repExhausted})
+					t.send(ctx, Report{Kind: ReportExhausted})
 				}
 				continue
 			case res.IdleUntil.IsZero():
@@ -323,7 +334,7 @@ func (t *task) aligned(ctx context.Context, acts []barrier.Action) error {
 		case barrier.Forward:
 			err = t.broadcast(Event{Kind: KindBarrier, ID: a.ID})
 		case barrier.Decline:
-			t.send(ctx, report{kind: repDecline, id: a.ID, err: a.Cause})
+			t.send(ctx, Report{Kind: ReportDecline, ID: a.ID, Err: a.Cause})
 		case barrier.ForwardCancel:
 			err = t.broadcast(Event{Kind: KindCancel, ID: a.ID})
 		}
@@ -334,40 +345,40 @@ func (t *task) aligned(ctx context.Context, acts []barrier.Action) error {
 	return nil
 }
 
-func (t *task) control(ctx context.Context, m ctrl) error {
-	switch m.kind {
-	case ctrlTrigger:
+func (t *task) control(ctx context.Context, m Control) error {
+	switch m.Kind {
+	case ControlTrigger:
 		if t.source == nil || t.finished {
 			return nil
 		}
-		if t.snapshot(ctx, m.id) {
-			return t.broadcast(Event{Kind: KindBarrier, ID: m.id})
+		if t.snapshot(ctx, m.ID) {
+			return t.broadcast(Event{Kind: KindBarrier, ID: m.ID})
 		}
-		return t.broadcast(Event{Kind: KindCancel, ID: m.id})
-	case ctrlComplete:
+		return t.broadcast(Event{Kind: KindCancel, ID: m.ID})
+	case ControlComplete:
 		for i, op := range t.ops {
-			if err := op.NotifyComplete(m.id); err != nil {
-				return fmt.Errorf("task %s: %s: checkpoint %d complete: %w", t.id, t.contexts[i].UID, m.id, err)
+			if err := op.NotifyComplete(m.ID); err != nil {
+				return fmt.Errorf("task %s: %s: checkpoint %d complete: %w", t.id, t.contexts[i].UID, m.ID, err)
 			}
 		}
 		if err := t.outputErr(); err != nil {
 			return err
 		}
-		if m.endOfInput {
+		if m.EndOfInput {
 			if !t.inputEnded {
-				panic(fmt.Sprintf("runtime: task %s: checkpoint %d ends the job, but the task's input has not ended", t.id, m.id))
+				panic(fmt.Sprintf("runtime: task %s: checkpoint %d ends the job, but the task's input has not ended", t.id, m.ID))
 			}
 			t.finished = true
-			t.send(ctx, report{kind: repFinished})
+			t.send(ctx, Report{Kind: ReportFinished})
 		}
-	case ctrlAbort:
+	case ControlAbort:
 		if t.aligner != nil {
-			if err := t.aligned(ctx, t.aligner.Abort(m.id)); err != nil {
+			if err := t.aligned(ctx, t.aligner.Abort(m.ID)); err != nil {
 				return err
 			}
 		}
 		for _, op := range t.ops {
-			op.NotifyAborted(m.id)
+			op.NotifyAborted(m.ID)
 		}
 	}
 	return nil
@@ -382,7 +393,7 @@ func (t *task) snapshot(ctx context.Context, id checkpoint.ID) bool {
 	for i, op := range t.ops {
 		a, err := op.Snapshot(id)
 		if err != nil {
-			t.send(ctx, report{kind: repDecline, id: id, err: fmt.Errorf("%s: snapshot: %w", t.contexts[i].UID, err)})
+			t.send(ctx, Report{Kind: ReportDecline, ID: id, Err: fmt.Errorf("%s: snapshot: %w", t.contexts[i].UID, err)})
 			return false
 		}
 		if a != nil {
@@ -390,19 +401,18 @@ func (t *task) snapshot(ctx context.Context, id checkpoint.ID) bool {
 		}
 	}
 	syncPart := t.now().Sub(start)
-	t.metrics.observeSync(syncPart)
 	w := storageWriter{store: t.store, id: id}
 	t.pool.submit(ctx, func() {
 		var handles []checkpoint.Handle
 		for _, a := range asyncs {
 			hs, err := a(w)
 			if err != nil {
-				t.send(ctx, report{kind: repDecline, id: id, err: err})
+				t.send(ctx, Report{Kind: ReportDecline, ID: id, Err: err})
 				return
 			}
 			handles = append(handles, hs...)
 		}
-		t.send(ctx, report{kind: repAck, id: id, handles: handles, sync: syncPart})
+		t.send(ctx, Report{Kind: ReportAck, ID: id, Handles: handles, Sync: syncPart})
 	})
 	return true
 }
@@ -445,7 +455,7 @@ func (t *task) endInput(ctx context.Context) error {
 	t.inputEnded = true
 	if !t.checkpointing {
 		t.finished = true
-		t.send(ctx, report{kind: repFinished})
+		t.send(ctx, Report{Kind: ReportFinished})
 	}
 	return nil
 }

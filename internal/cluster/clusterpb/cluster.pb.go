@@ -368,6 +368,794 @@ func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
 	return file_cluster_proto_rawDescGZIP(), []int{5}
 }
 
+type TaskID struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Vertex        string                 `protobuf:"bytes,1,opt,name=vertex,proto3" json:"vertex,omitempty"`
+	Subtask       int32                  `protobuf:"varint,2,opt,name=subtask,proto3" json:"subtask,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskID) Reset() {
+	*x = TaskID{}
+	mi := &file_cluster_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskID) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskID) ProtoMessage() {}
+
+func (x *TaskID) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskID.ProtoReflect.Descriptor instead.
+func (*TaskID) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *TaskID) GetVertex() string {
+	if x != nil {
+		return x.Vertex
+	}
+	return ""
+}
+
+func (x *TaskID) GetSubtask() int32 {
+	if x != nil {
+		return x.Subtask
+	}
+	return 0
+}
+
+// Handle is a checkpoint.Handle as JSON (its fields change with the state
+// backends; the control plane only carries it).
+type TaskReport struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Task  *TaskID                `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	// kind is runtime.ReportKind.
+	Kind        int32  `protobuf:"varint,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Checkpoint  uint64 `protobuf:"varint,3,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	HandlesJson []byte `protobuf:"bytes,4,opt,name=handles_json,json=handlesJson,proto3" json:"handles_json,omitempty"`
+	Error       string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	// permanent: a restart cannot fix the failure.
+	Permanent bool  `protobuf:"varint,6,opt,name=permanent,proto3" json:"permanent,omitempty"`
+	SyncNanos int64 `protobuf:"varint,7,opt,name=sync_nanos,json=syncNanos,proto3" json:"sync_nanos,omitempty"`
+	// state_damaged: the restored checkpoint's state is missing or corrupt.
+	StateDamaged  bool `protobuf:"varint,8,opt,name=state_damaged,json=stateDamaged,proto3" json:"state_damaged,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskReport) Reset() {
+	*x = TaskReport{}
+	mi := &file_cluster_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskReport) ProtoMessage() {}
+
+func (x *TaskReport) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskReport.ProtoReflect.Descriptor instead.
+func (*TaskReport) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *TaskReport) GetTask() *TaskID {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
+func (x *TaskReport) GetKind() int32 {
+	if x != nil {
+		return x.Kind
+	}
+	return 0
+}
+
+func (x *TaskReport) GetCheckpoint() uint64 {
+	if x != nil {
+		return x.Checkpoint
+	}
+	return 0
+}
+
+func (x *TaskReport) GetHandlesJson() []byte {
+	if x != nil {
+		return x.HandlesJson
+	}
+	return nil
+}
+
+func (x *TaskReport) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *TaskReport) GetPermanent() bool {
+	if x != nil {
+		return x.Permanent
+	}
+	return false
+}
+
+func (x *TaskReport) GetSyncNanos() int64 {
+	if x != nil {
+		return x.SyncNanos
+	}
+	return 0
+}
+
+func (x *TaskReport) GetStateDamaged() bool {
+	if x != nil {
+		return x.StateDamaged
+	}
+	return false
+}
+
+type ReportRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Worker        string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	Attempt       uint64                 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Reports       []*TaskReport          `protobuf:"bytes,3,rep,name=reports,proto3" json:"reports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportRequest) Reset() {
+	*x = ReportRequest{}
+	mi := &file_cluster_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportRequest) ProtoMessage() {}
+
+func (x *ReportRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
+func (*ReportRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ReportRequest) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *ReportRequest) GetAttempt() uint64 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *ReportRequest) GetReports() []*TaskReport {
+	if x != nil {
+		return x.Reports
+	}
+	return nil
+}
+
+type ReportResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportResponse) Reset() {
+	*x = ReportResponse{}
+	mi := &file_cluster_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportResponse) ProtoMessage() {}
+
+func (x *ReportResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
+func (*ReportResponse) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{9}
+}
+
+type Assignment struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Task          *TaskID                `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	Worker        string                 `protobuf:"bytes,2,opt,name=worker,proto3" json:"worker,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Assignment) Reset() {
+	*x = Assignment{}
+	mi := &file_cluster_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Assignment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Assignment) ProtoMessage() {}
+
+func (x *Assignment) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Assignment.ProtoReflect.Descriptor instead.
+func (*Assignment) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *Assignment) GetTask() *TaskID {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
+func (x *Assignment) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+type Peer struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Worker        string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	DataAddress   string                 `protobuf:"bytes,2,opt,name=data_address,json=dataAddress,proto3" json:"data_address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Peer) Reset() {
+	*x = Peer{}
+	mi := &file_cluster_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Peer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Peer) ProtoMessage() {}
+
+func (x *Peer) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Peer.ProtoReflect.Descriptor instead.
+func (*Peer) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Peer) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *Peer) GetDataAddress() string {
+	if x != nil {
+		return x.DataAddress
+	}
+	return ""
+}
+
+type DeployRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Attempt uint64                 `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// checkpoint is the completed checkpoint in the job's storage the
+	// attempt restores; 0: none.
+	Checkpoint    uint64        `protobuf:"varint,2,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	StartOver     bool          `protobuf:"varint,3,opt,name=start_over,json=startOver,proto3" json:"start_over,omitempty"`
+	Placement     []*Assignment `protobuf:"bytes,4,rep,name=placement,proto3" json:"placement,omitempty"`
+	Peers         []*Peer       `protobuf:"bytes,5,rep,name=peers,proto3" json:"peers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeployRequest) Reset() {
+	*x = DeployRequest{}
+	mi := &file_cluster_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeployRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeployRequest) ProtoMessage() {}
+
+func (x *DeployRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeployRequest.ProtoReflect.Descriptor instead.
+func (*DeployRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *DeployRequest) GetAttempt() uint64 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *DeployRequest) GetCheckpoint() uint64 {
+	if x != nil {
+		return x.Checkpoint
+	}
+	return 0
+}
+
+func (x *DeployRequest) GetStartOver() bool {
+	if x != nil {
+		return x.StartOver
+	}
+	return false
+}
+
+func (x *DeployRequest) GetPlacement() []*Assignment {
+	if x != nil {
+		return x.Placement
+	}
+	return nil
+}
+
+func (x *DeployRequest) GetPeers() []*Peer {
+	if x != nil {
+		return x.Peers
+	}
+	return nil
+}
+
+type DeployResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeployResponse) Reset() {
+	*x = DeployResponse{}
+	mi := &file_cluster_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeployResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeployResponse) ProtoMessage() {}
+
+func (x *DeployResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeployResponse.ProtoReflect.Descriptor instead.
+func (*DeployResponse) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{13}
+}
+
+type ControlMessage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Task  *TaskID                `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	// kind is runtime.ControlKind.
+	Kind          int32  `protobuf:"varint,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Checkpoint    uint64 `protobuf:"varint,3,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	EndOfInput    bool   `protobuf:"varint,4,opt,name=end_of_input,json=endOfInput,proto3" json:"end_of_input,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ControlMessage) Reset() {
+	*x = ControlMessage{}
+	mi := &file_cluster_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ControlMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ControlMessage) ProtoMessage() {}
+
+func (x *ControlMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ControlMessage.ProtoReflect.Descriptor instead.
+func (*ControlMessage) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ControlMessage) GetTask() *TaskID {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
+func (x *ControlMessage) GetKind() int32 {
+	if x != nil {
+		return x.Kind
+	}
+	return 0
+}
+
+func (x *ControlMessage) GetCheckpoint() uint64 {
+	if x != nil {
+		return x.Checkpoint
+	}
+	return 0
+}
+
+func (x *ControlMessage) GetEndOfInput() bool {
+	if x != nil {
+		return x.EndOfInput
+	}
+	return false
+}
+
+type ControlRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Attempt       uint64                 `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Messages      []*ControlMessage      `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ControlRequest) Reset() {
+	*x = ControlRequest{}
+	mi := &file_cluster_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ControlRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ControlRequest) ProtoMessage() {}
+
+func (x *ControlRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ControlRequest.ProtoReflect.Descriptor instead.
+func (*ControlRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ControlRequest) GetAttempt() uint64 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *ControlRequest) GetMessages() []*ControlMessage {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+type ControlResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ControlResponse) Reset() {
+	*x = ControlResponse{}
+	mi := &file_cluster_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ControlResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ControlResponse) ProtoMessage() {}
+
+func (x *ControlResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ControlResponse.ProtoReflect.Descriptor instead.
+func (*ControlResponse) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{16}
+}
+
+type CancelRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Attempt       uint64                 `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelRequest) Reset() {
+	*x = CancelRequest{}
+	mi := &file_cluster_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelRequest) ProtoMessage() {}
+
+func (x *CancelRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
+func (*CancelRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *CancelRequest) GetAttempt() uint64 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+type CancelResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelResponse) Reset() {
+	*x = CancelResponse{}
+	mi := &file_cluster_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelResponse) ProtoMessage() {}
+
+func (x *CancelResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
+func (*CancelResponse) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{18}
+}
+
+type ProbeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         string                 `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProbeRequest) Reset() {
+	*x = ProbeRequest{}
+	mi := &file_cluster_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProbeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProbeRequest) ProtoMessage() {}
+
+func (x *ProbeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProbeRequest.ProtoReflect.Descriptor instead.
+func (*ProbeRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ProbeRequest) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+type ProbeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProbeResponse) Reset() {
+	*x = ProbeResponse{}
+	mi := &file_cluster_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProbeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProbeResponse) ProtoMessage() {}
+
+func (x *ProbeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProbeResponse.ProtoReflect.Descriptor instead.
+func (*ProbeResponse) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{20}
+}
+
 var File_cluster_proto protoreflect.FileDescriptor
 
 const file_cluster_proto_rawDesc = "" +
@@ -394,10 +1182,72 @@ const file_cluster_proto_rawDesc = "" +
 	"\x10HeartbeatRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\"\x13\n" +
-	"\x11HeartbeatResponse2\xb9\x01\n" +
+	"\x11HeartbeatResponse\":\n" +
+	"\x06TaskID\x12\x16\n" +
+	"\x06vertex\x18\x01 \x01(\tR\x06vertex\x12\x18\n" +
+	"\asubtask\x18\x02 \x01(\x05R\asubtask\"\x88\x02\n" +
+	"\n" +
+	"TaskReport\x12+\n" +
+	"\x04task\x18\x01 \x01(\v2\x17.weir.cluster.v1.TaskIDR\x04task\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\x05R\x04kind\x12\x1e\n" +
+	"\n" +
+	"checkpoint\x18\x03 \x01(\x04R\n" +
+	"checkpoint\x12!\n" +
+	"\fhandles_json\x18\x04 \x01(\fR\vhandlesJson\x12\x14\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\x12\x1c\n" +
+	"\tpermanent\x18\x06 \x01(\bR\tpermanent\x12\x1d\n" +
+	"\n" +
+	"sync_nanos\x18\a \x01(\x03R\tsyncNanos\x12#\n" +
+	"\rstate_damaged\x18\b \x01(\bR\fstateDamaged\"x\n" +
+	"\rReportRequest\x12\x16\n" +
+	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\x04R\aattempt\x125\n" +
+	"\areports\x18\x03 \x03(\v2\x1b.weir.cluster.v1.TaskReportR\areports\"\x10\n" +
+	"\x0eReportResponse\"Q\n" +
+	"\n" +
+	"Assignment\x12+\n" +
+	"\x04task\x18\x01 \x01(\v2\x17.weir.cluster.v1.TaskIDR\x04task\x12\x16\n" +
+	"\x06worker\x18\x02 \x01(\tR\x06worker\"A\n" +
+	"\x04Peer\x12\x16\n" +
+	"\x06worker\x18\x01 \x01(\tR\x06worker\x12!\n" +
+	"\fdata_address\x18\x02 \x01(\tR\vdataAddress\"\xd0\x01\n" +
+	"\rDeployRequest\x12\x18\n" +
+	"\aattempt\x18\x01 \x01(\x04R\aattempt\x12\x1e\n" +
+	"\n" +
+	"checkpoint\x18\x02 \x01(\x04R\n" +
+	"checkpoint\x12\x1d\n" +
+	"\n" +
+	"start_over\x18\x03 \x01(\bR\tstartOver\x129\n" +
+	"\tplacement\x18\x04 \x03(\v2\x1b.weir.cluster.v1.AssignmentR\tplacement\x12+\n" +
+	"\x05peers\x18\x05 \x03(\v2\x15.weir.cluster.v1.PeerR\x05peers\"\x10\n" +
+	"\x0eDeployResponse\"\x93\x01\n" +
+	"\x0eControlMessage\x12+\n" +
+	"\x04task\x18\x01 \x01(\v2\x17.weir.cluster.v1.TaskIDR\x04task\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\x05R\x04kind\x12\x1e\n" +
+	"\n" +
+	"checkpoint\x18\x03 \x01(\x04R\n" +
+	"checkpoint\x12 \n" +
+	"\fend_of_input\x18\x04 \x01(\bR\n" +
+	"endOfInput\"g\n" +
+	"\x0eControlRequest\x12\x18\n" +
+	"\aattempt\x18\x01 \x01(\x04R\aattempt\x12;\n" +
+	"\bmessages\x18\x02 \x03(\v2\x1f.weir.cluster.v1.ControlMessageR\bmessages\"\x11\n" +
+	"\x0fControlResponse\")\n" +
+	"\rCancelRequest\x12\x18\n" +
+	"\aattempt\x18\x01 \x01(\x04R\aattempt\"\x10\n" +
+	"\x0eCancelResponse\"$\n" +
+	"\fProbeRequest\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\"\x0f\n" +
+	"\rProbeResponse2\x84\x02\n" +
 	"\x12CoordinatorService\x12O\n" +
 	"\bRegister\x12 .weir.cluster.v1.RegisterRequest\x1a!.weir.cluster.v1.RegisterResponse\x12R\n" +
-	"\tHeartbeat\x12!.weir.cluster.v1.HeartbeatRequest\x1a\".weir.cluster.v1.HeartbeatResponseB7Z5github.com/weirstream/weir/internal/cluster/clusterpbb\x06proto3"
+	"\tHeartbeat\x12!.weir.cluster.v1.HeartbeatRequest\x1a\".weir.cluster.v1.HeartbeatResponse\x12I\n" +
+	"\x06Report\x12\x1e.weir.cluster.v1.ReportRequest\x1a\x1f.weir.cluster.v1.ReportResponse2\xbb\x02\n" +
+	"\rWorkerService\x12I\n" +
+	"\x06Deploy\x12\x1e.weir.cluster.v1.DeployRequest\x1a\x1f.weir.cluster.v1.DeployResponse\x12L\n" +
+	"\aControl\x12\x1f.weir.cluster.v1.ControlRequest\x1a .weir.cluster.v1.ControlResponse\x12I\n" +
+	"\x06Cancel\x12\x1e.weir.cluster.v1.CancelRequest\x1a\x1f.weir.cluster.v1.CancelResponse\x12F\n" +
+	"\x05Probe\x12\x1d.weir.cluster.v1.ProbeRequest\x1a\x1e.weir.cluster.v1.ProbeResponseB7Z5github.com/weirstream/weir/internal/cluster/clusterpbb\x06proto3"
 
 var (
 	file_cluster_proto_rawDescOnce sync.Once
@@ -411,7 +1261,7 @@ func file_cluster_proto_rawDescGZIP() []byte {
 	return file_cluster_proto_rawDescData
 }
 
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_cluster_proto_goTypes = []any{
 	(*Operator)(nil),          // 0: weir.cluster.v1.Operator
 	(*Graph)(nil),             // 1: weir.cluster.v1.Graph
@@ -419,19 +1269,51 @@ var file_cluster_proto_goTypes = []any{
 	(*RegisterResponse)(nil),  // 3: weir.cluster.v1.RegisterResponse
 	(*HeartbeatRequest)(nil),  // 4: weir.cluster.v1.HeartbeatRequest
 	(*HeartbeatResponse)(nil), // 5: weir.cluster.v1.HeartbeatResponse
+	(*TaskID)(nil),            // 6: weir.cluster.v1.TaskID
+	(*TaskReport)(nil),        // 7: weir.cluster.v1.TaskReport
+	(*ReportRequest)(nil),     // 8: weir.cluster.v1.ReportRequest
+	(*ReportResponse)(nil),    // 9: weir.cluster.v1.ReportResponse
+	(*Assignment)(nil),        // 10: weir.cluster.v1.Assignment
+	(*Peer)(nil),              // 11: weir.cluster.v1.Peer
+	(*DeployRequest)(nil),     // 12: weir.cluster.v1.DeployRequest
+	(*DeployResponse)(nil),    // 13: weir.cluster.v1.DeployResponse
+	(*ControlMessage)(nil),    // 14: weir.cluster.v1.ControlMessage
+	(*ControlRequest)(nil),    // 15: weir.cluster.v1.ControlRequest
+	(*ControlResponse)(nil),   // 16: weir.cluster.v1.ControlResponse
+	(*CancelRequest)(nil),     // 17: weir.cluster.v1.CancelRequest
+	(*CancelResponse)(nil),    // 18: weir.cluster.v1.CancelResponse
+	(*ProbeRequest)(nil),      // 19: weir.cluster.v1.ProbeRequest
+	(*ProbeResponse)(nil),     // 20: weir.cluster.v1.ProbeResponse
 }
 var file_cluster_proto_depIdxs = []int32{
-	0, // 0: weir.cluster.v1.Graph.operators:type_name -> weir.cluster.v1.Operator
-	1, // 1: weir.cluster.v1.RegisterRequest.graph:type_name -> weir.cluster.v1.Graph
-	2, // 2: weir.cluster.v1.CoordinatorService.Register:input_type -> weir.cluster.v1.RegisterRequest
-	4, // 3: weir.cluster.v1.CoordinatorService.Heartbeat:input_type -> weir.cluster.v1.HeartbeatRequest
-	3, // 4: weir.cluster.v1.CoordinatorService.Register:output_type -> weir.cluster.v1.RegisterResponse
-	5, // 5: weir.cluster.v1.CoordinatorService.Heartbeat:output_type -> weir.cluster.v1.HeartbeatResponse
-	4, // [4:6] is the sub-list for method output_type
-	2, // [2:4] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	0,  // 0: weir.cluster.v1.Graph.operators:type_name -> weir.cluster.v1.Operator
+	1,  // 1: weir.cluster.v1.RegisterRequest.graph:type_name -> weir.cluster.v1.Graph
+	6,  // 2: weir.cluster.v1.TaskReport.task:type_name -> weir.cluster.v1.TaskID
+	7,  // 3: weir.cluster.v1.ReportRequest.reports:type_name -> weir.cluster.v1.TaskReport
+	6,  // 4: weir.cluster.v1.Assignment.task:type_name -> weir.cluster.v1.TaskID
+	10, // 5: weir.cluster.v1.DeployRequest.placement:type_name -> weir.cluster.v1.Assignment
+	11, // 6: weir.cluster.v1.DeployRequest.peers:type_name -> weir.cluster.v1.Peer
+	6,  // 7: weir.cluster.v1.ControlMessage.task:type_name -> weir.cluster.v1.TaskID
+	14, // 8: weir.cluster.v1.ControlRequest.messages:type_name -> weir.cluster.v1.ControlMessage
+	2,  // 9: weir.cluster.v1.CoordinatorService.Register:input_type -> weir.cluster.v1.RegisterRequest
+	4,  // 10: weir.cluster.v1.CoordinatorService.Heartbeat:input_type -> weir.cluster.v1.HeartbeatRequest
+	8,  // 11: weir.cluster.v1.CoordinatorService.Report:input_type -> weir.cluster.v1.ReportRequest
+	12, // 12: weir.cluster.v1.WorkerService.Deploy:input_type -> weir.cluster.v1.DeployRequest
+	15, // 13: weir.cluster.v1.WorkerService.Control:input_type -> weir.cluster.v1.ControlRequest
+	17, // 14: weir.cluster.v1.WorkerService.Cancel:input_type -> weir.cluster.v1.CancelRequest
+	19, // 15: weir.cluster.v1.WorkerService.Probe:input_type -> weir.cluster.v1.ProbeRequest
+	3,  // 16: weir.cluster.v1.CoordinatorService.Register:output_type -> weir.cluster.v1.RegisterResponse
+	5,  // 17: weir.cluster.v1.CoordinatorService.Heartbeat:output_type -> weir.cluster.v1.HeartbeatResponse
+	9,  // 18: weir.cluster.v1.CoordinatorService.Report:output_type -> weir.cluster.v1.ReportResponse
+	13, // 19: weir.cluster.v1.WorkerService.Deploy:output_type -> weir.cluster.v1.DeployResponse
+	16, // 20: weir.cluster.v1.WorkerService.Control:output_type -> weir.cluster.v1.ControlResponse
+	18, // 21: weir.cluster.v1.WorkerService.Cancel:output_type -> weir.cluster.v1.CancelResponse
+	20, // 22: weir.cluster.v1.WorkerService.Probe:output_type -> weir.cluster.v1.ProbeResponse
+	16, // [16:23] is the sub-list for method output_type
+	9,  // [9:16] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_cluster_proto_init() }
@@ -445,9 +1327,9 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   21,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_cluster_proto_goTypes,
 		DependencyIndexes: file_cluster_proto_depIdxs,

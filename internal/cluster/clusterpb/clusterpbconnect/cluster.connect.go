@@ -25,6 +25,8 @@ const _ = connect.IsAtLeastVersion1_13_0
 const (
 	// CoordinatorServiceName is the fully-qualified name of the CoordinatorService service.
 	CoordinatorServiceName = "weir.cluster.v1.CoordinatorService"
+	// WorkerServiceName is the fully-qualified name of the WorkerService service.
+	WorkerServiceName = "weir.cluster.v1.WorkerService"
 )
 
 // These constants are the fully-qualified names of the RPCs defined in this package. They're
@@ -41,6 +43,17 @@ const (
 	// CoordinatorServiceHeartbeatProcedure is the fully-qualified name of the CoordinatorService's
 	// Heartbeat RPC.
 	CoordinatorServiceHeartbeatProcedure = "/weir.cluster.v1.CoordinatorService/Heartbeat"
+	// CoordinatorServiceReportProcedure is the fully-qualified name of the CoordinatorService's Report
+	// RPC.
+	CoordinatorServiceReportProcedure = "/weir.cluster.v1.CoordinatorService/Report"
+	// WorkerServiceDeployProcedure is the fully-qualified name of the WorkerService's Deploy RPC.
+	WorkerServiceDeployProcedure = "/weir.cluster.v1.WorkerService/Deploy"
+	// WorkerServiceControlProcedure is the fully-qualified name of the WorkerService's Control RPC.
+	WorkerServiceControlProcedure = "/weir.cluster.v1.WorkerService/Control"
+	// WorkerServiceCancelProcedure is the fully-qualified name of the WorkerService's Cancel RPC.
+	WorkerServiceCancelProcedure = "/weir.cluster.v1.WorkerService/Cancel"
+	// WorkerServiceProbeProcedure is the fully-qualified name of the WorkerService's Probe RPC.
+	WorkerServiceProbeProcedure = "/weir.cluster.v1.WorkerService/Probe"
 )
 
 // CoordinatorServiceClient is a client for the weir.cluster.v1.CoordinatorService service.
@@ -55,6 +68,12 @@ type CoordinatorServiceClient interface {
 	// declared lost, or the coordinator restarted): the worker has already
 	// fenced itself and registers again.
 	Heartbeat(context.Context, *connect.Request[clusterpb.HeartbeatRequest]) (*connect.Response[clusterpb.HeartbeatResponse], error)
+	// Report carries what a worker's tasks report of an attempt: checkpoint
+	// acknowledgements and declines, exhausted input, finished and failed
+	// tasks. Reports of an attempt other than the current one are refused
+	// (FAILED_PRECONDITION): an earlier attempt can never acknowledge a
+	// checkpoint of a later one.
+	Report(context.Context, *connect.Request[clusterpb.ReportRequest]) (*connect.Response[clusterpb.ReportResponse], error)
 }
 
 // NewCoordinatorServiceClient constructs a client for the weir.cluster.v1.CoordinatorService
@@ -80,6 +99,12 @@ func NewCoordinatorServiceClient(httpClient connect.HTTPClient, baseURL string, 
 			connect.WithSchema(coordinatorServiceMethods.ByName("Heartbeat")),
 			connect.WithClientOptions(opts...),
 		),
+		report: connect.NewClient[clusterpb.ReportRequest, clusterpb.ReportResponse](
+			httpClient,
+			baseURL+CoordinatorServiceReportProcedure,
+			connect.WithSchema(coordinatorServiceMethods.ByName("Report")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -87,6 +112,7 @@ func NewCoordinatorServiceClient(httpClient connect.HTTPClient, baseURL string, 
 type coordinatorServiceClient struct {
 	register  *connect.Client[clusterpb.RegisterRequest, clusterpb.RegisterResponse]
 	heartbeat *connect.Client[clusterpb.HeartbeatRequest, clusterpb.HeartbeatResponse]
+	report    *connect.Client[clusterpb.ReportRequest, clusterpb.ReportResponse]
 }
 
 // Register calls weir.cluster.v1.CoordinatorService.Register.
@@ -97,6 +123,11 @@ func (c *coordinatorServiceClient) Register(ctx context.Context, req *connect.Re
 // Heartbeat calls weir.cluster.v1.CoordinatorService.Heartbeat.
 func (c *coordinatorServiceClient) Heartbeat(ctx context.Context, req *connect.Request[clusterpb.HeartbeatRequest]) (*connect.Response[clusterpb.HeartbeatResponse], error) {
 	return c.heartbeat.CallUnary(ctx, req)
+}
+
+// Report calls weir.cluster.v1.CoordinatorService.Report.
+func (c *coordinatorServiceClient) Report(ctx context.Context, req *connect.Request[clusterpb.ReportRequest]) (*connect.Response[clusterpb.ReportResponse], error) {
+	return c.report.CallUnary(ctx, req)
 }
 
 // CoordinatorServiceHandler is an implementation of the weir.cluster.v1.CoordinatorService service.
@@ -111,6 +142,12 @@ type CoordinatorServiceHandler interface {
 	// declared lost, or the coordinator restarted): the worker has already
 	// fenced itself and registers again.
 	Heartbeat(context.Context, *connect.Request[clusterpb.HeartbeatRequest]) (*connect.Response[clusterpb.HeartbeatResponse], error)
+	// Report carries what a worker's tasks report of an attempt: checkpoint
+	// acknowledgements and declines, exhausted input, finished and failed
+	// tasks. Reports of an attempt other than the current one are refused
+	// (FAILED_PRECONDITION): an earlier attempt can never acknowledge a
+	// checkpoint of a later one.
+	Report(context.Context, *connect.Request[clusterpb.ReportRequest]) (*connect.Response[clusterpb.ReportResponse], error)
 }
 
 // NewCoordinatorServiceHandler builds an HTTP handler from the service implementation. It returns
@@ -132,12 +169,20 @@ func NewCoordinatorServiceHandler(svc CoordinatorServiceHandler, opts ...connect
 		connect.WithSchema(coordinatorServiceMethods.ByName("Heartbeat")),
 		connect.WithHandlerOptions(opts...),
 	)
+	coordinatorServiceReportHandler := connect.NewUnaryHandler(
+		CoordinatorServiceReportProcedure,
+		svc.Report,
+		connect.WithSchema(coordinatorServiceMethods.ByName("Report")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/weir.cluster.v1.CoordinatorService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case CoordinatorServiceRegisterProcedure:
 			coordinatorServiceRegisterHandler.ServeHTTP(w, r)
 		case CoordinatorServiceHeartbeatProcedure:
 			coordinatorServiceHeartbeatHandler.ServeHTTP(w, r)
+		case CoordinatorServiceReportProcedure:
+			coordinatorServiceReportHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -153,4 +198,172 @@ func (UnimplementedCoordinatorServiceHandler) Register(context.Context, *connect
 
 func (UnimplementedCoordinatorServiceHandler) Heartbeat(context.Context, *connect.Request[clusterpb.HeartbeatRequest]) (*connect.Response[clusterpb.HeartbeatResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.cluster.v1.CoordinatorService.Heartbeat is not implemented"))
+}
+
+func (UnimplementedCoordinatorServiceHandler) Report(context.Context, *connect.Request[clusterpb.ReportRequest]) (*connect.Response[clusterpb.ReportResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.cluster.v1.CoordinatorService.Report is not implemented"))
+}
+
+// WorkerServiceClient is a client for the weir.cluster.v1.WorkerService service.
+type WorkerServiceClient interface {
+	// Deploy stops the worker's tasks of earlier attempts and starts its
+	// tasks of the attempt; it returns when they are built and running.
+	Deploy(context.Context, *connect.Request[clusterpb.DeployRequest]) (*connect.Response[clusterpb.DeployResponse], error)
+	// Control delivers checkpoint triggers, completions and aborts to the
+	// attempt's tasks, in order. A stale attempt is refused
+	// (FAILED_PRECONDITION): its tasks commit nothing more.
+	Control(context.Context, *connect.Request[clusterpb.ControlRequest]) (*connect.Response[clusterpb.ControlResponse], error)
+	// Cancel stops the attempt's tasks and returns when they have stopped.
+	Cancel(context.Context, *connect.Request[clusterpb.CancelRequest]) (*connect.Response[clusterpb.CancelResponse], error)
+	// Probe writes a file into the job's checkpoint storage, which the
+	// coordinator reads back: the storage must be shared.
+	Probe(context.Context, *connect.Request[clusterpb.ProbeRequest]) (*connect.Response[clusterpb.ProbeResponse], error)
+}
+
+// NewWorkerServiceClient constructs a client for the weir.cluster.v1.WorkerService service. By
+// default, it uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses,
+// and sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the
+// connect.WithGRPC() or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewWorkerServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) WorkerServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	workerServiceMethods := clusterpb.File_cluster_proto.Services().ByName("WorkerService").Methods()
+	return &workerServiceClient{
+		deploy: connect.NewClient[clusterpb.DeployRequest, clusterpb.DeployResponse](
+			httpClient,
+			baseURL+WorkerServiceDeployProcedure,
+			connect.WithSchema(workerServiceMethods.ByName("Deploy")),
+			connect.WithClientOptions(opts...),
+		),
+		control: connect.NewClient[clusterpb.ControlRequest, clusterpb.ControlResponse](
+			httpClient,
+			baseURL+WorkerServiceControlProcedure,
+			connect.WithSchema(workerServiceMethods.ByName("Control")),
+			connect.WithClientOptions(opts...),
+		),
+		cancel: connect.NewClient[clusterpb.CancelRequest, clusterpb.CancelResponse](
+			httpClient,
+			baseURL+WorkerServiceCancelProcedure,
+			connect.WithSchema(workerServiceMethods.ByName("Cancel")),
+			connect.WithClientOptions(opts...),
+		),
+		probe: connect.NewClient[clusterpb.ProbeRequest, clusterpb.ProbeResponse](
+			httpClient,
+			baseURL+WorkerServiceProbeProcedure,
+			connect.WithSchema(workerServiceMethods.ByName("Probe")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// workerServiceClient implements WorkerServiceClient.
+type workerServiceClient struct {
+	deploy  *connect.Client[clusterpb.DeployRequest, clusterpb.DeployResponse]
+	control *connect.Client[clusterpb.ControlRequest, clusterpb.ControlResponse]
+	cancel  *connect.Client[clusterpb.CancelRequest, clusterpb.CancelResponse]
+	probe   *connect.Client[clusterpb.ProbeRequest, clusterpb.ProbeResponse]
+}
+
+// Deploy calls weir.cluster.v1.WorkerService.Deploy.
+func (c *workerServiceClient) Deploy(ctx context.Context, req *connect.Request[clusterpb.DeployRequest]) (*connect.Response[clusterpb.DeployResponse], error) {
+	return c.deploy.CallUnary(ctx, req)
+}
+
+// Control calls weir.cluster.v1.WorkerService.Control.
+func (c *workerServiceClient) Control(ctx context.Context, req *connect.Request[clusterpb.ControlRequest]) (*connect.Response[clusterpb.ControlResponse], error) {
+	return c.control.CallUnary(ctx, req)
+}
+
+// Cancel calls weir.cluster.v1.WorkerService.Cancel.
+func (c *workerServiceClient) Cancel(ctx context.Context, req *connect.Request[clusterpb.CancelRequest]) (*connect.Response[clusterpb.CancelResponse], error) {
+	return c.cancel.CallUnary(ctx, req)
+}
+
+// Probe calls weir.cluster.v1.WorkerService.Probe.
+func (c *workerServiceClient) Probe(ctx context.Context, req *connect.Request[clusterpb.ProbeRequest]) (*connect.Response[clusterpb.ProbeResponse], error) {
+	return c.probe.CallUnary(ctx, req)
+}
+
+// WorkerServiceHandler is an implementation of the weir.cluster.v1.WorkerService service.
+type WorkerServiceHandler interface {
+	// Deploy stops the worker's tasks of earlier attempts and starts its
+	// tasks of the attempt; it returns when they are built and running.
+	Deploy(context.Context, *connect.Request[clusterpb.DeployRequest]) (*connect.Response[clusterpb.DeployResponse], error)
+	// Control delivers checkpoint triggers, completions and aborts to the
+	// attempt's tasks, in order. A stale attempt is refused
+	// (FAILED_PRECONDITION): its tasks commit nothing more.
+	Control(context.Context, *connect.Request[clusterpb.ControlRequest]) (*connect.Response[clusterpb.ControlResponse], error)
+	// Cancel stops the attempt's tasks and returns when they have stopped.
+	Cancel(context.Context, *connect.Request[clusterpb.CancelRequest]) (*connect.Response[clusterpb.CancelResponse], error)
+	// Probe writes a file into the job's checkpoint storage, which the
+	// coordinator reads back: the storage must be shared.
+	Probe(context.Context, *connect.Request[clusterpb.ProbeRequest]) (*connect.Response[clusterpb.ProbeResponse], error)
+}
+
+// NewWorkerServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewWorkerServiceHandler(svc WorkerServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	workerServiceMethods := clusterpb.File_cluster_proto.Services().ByName("WorkerService").Methods()
+	workerServiceDeployHandler := connect.NewUnaryHandler(
+		WorkerServiceDeployProcedure,
+		svc.Deploy,
+		connect.WithSchema(workerServiceMethods.ByName("Deploy")),
+		connect.WithHandlerOptions(opts...),
+	)
+	workerServiceControlHandler := connect.NewUnaryHandler(
+		WorkerServiceControlProcedure,
+		svc.Control,
+		connect.WithSchema(workerServiceMethods.ByName("Control")),
+		connect.WithHandlerOptions(opts...),
+	)
+	workerServiceCancelHandler := connect.NewUnaryHandler(
+		WorkerServiceCancelProcedure,
+		svc.Cancel,
+		connect.WithSchema(workerServiceMethods.ByName("Cancel")),
+		connect.WithHandlerOptions(opts...),
+	)
+	workerServiceProbeHandler := connect.NewUnaryHandler(
+		WorkerServiceProbeProcedure,
+		svc.Probe,
+		connect.WithSchema(workerServiceMethods.ByName("Probe")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/weir.cluster.v1.WorkerService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case WorkerServiceDeployProcedure:
+			workerServiceDeployHandler.ServeHTTP(w, r)
+		case WorkerServiceControlProcedure:
+			workerServiceControlHandler.ServeHTTP(w, r)
+		case WorkerServiceCancelProcedure:
+			workerServiceCancelHandler.ServeHTTP(w, r)
+		case WorkerServiceProbeProcedure:
+			workerServiceProbeHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedWorkerServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedWorkerServiceHandler struct{}
+
+func (UnimplementedWorkerServiceHandler) Deploy(context.Context, *connect.Request[clusterpb.DeployRequest]) (*connect.Response[clusterpb.DeployResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.cluster.v1.WorkerService.Deploy is not implemented"))
+}
+
+func (UnimplementedWorkerServiceHandler) Control(context.Context, *connect.Request[clusterpb.ControlRequest]) (*connect.Response[clusterpb.ControlResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.cluster.v1.WorkerService.Control is not implemented"))
+}
+
+func (UnimplementedWorkerServiceHandler) Cancel(context.Context, *connect.Request[clusterpb.CancelRequest]) (*connect.Response[clusterpb.CancelResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.cluster.v1.WorkerService.Cancel is not implemented"))
+}
+
+func (UnimplementedWorkerServiceHandler) Probe(context.Context, *connect.Request[clusterpb.ProbeRequest]) (*connect.Response[clusterpb.ProbeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.cluster.v1.WorkerService.Probe is not implemented"))
 }

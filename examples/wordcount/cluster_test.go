@@ -1,0 +1,206 @@
+package wordcount
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/weirstream/weir"
+	"github.com/weirstream/weir/internal/transport"
+)
+
+// testCluster is a coordinator and workers of the word count in this
+// process, over loopback TCP with mutual TLS.
+type testCluster struct {
+	t     *testing.T
+	dir   string
+	input string
+	certs string
+	addr  string
+	// slow: each counting subtask sleeps a millisecond every slow words,
+	// to keep the job running (0: never).
+	slow    int
+	workers map[string]*testWorker
+	events  chan weir.JobEvent
+	result  chan error
+}
+
+type testWorker struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func (c *testCluster) options(role weir.Role, name string) Options {
+	o := Options{
+		Input: c.input, Output: filepath.Join(c.dir, "out"), Parallelism: 3,
+		Checkpoint: weir.CheckpointConfig{Interval: 20 * time.Millisecond, Dir: filepath.Join(c.dir, "ckpt"), Retained: 2},
+		Restart:    weir.FixedDelay{Delay: 10 * time.Millisecond, MaxAttempts: 20},
+		Logger:     testLogger(),
+		Cluster: weir.ClusterConfig{
+			Role: role, Name: name, Certs: c.certs, Join: c.addr, Listen: "127.0.0.1:0", Slots: 1,
+			HeartbeatInterval: 100 * time.Millisecond, HeartbeatTimeout: time.Second,
+		},
+	}
+	if c.slow > 0 {
+		var n atomic.Int64
+		o.BeforeCount = func(string) {
+			if n.Add(1)%int64(c.slow) == 0 {
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}
+	return o
+}
+
+func startCluster(t *testing.T, lines, slow int, workers ...string) *testCluster {
+	base := t.TempDir()
+	corpus(t, base, 3, lines, 7)
+	c := &testCluster{t: t, dir: base, slow: slow, input: filepath.Join(base, "in-*.txt"), certs: filepath.Join(base, "certs"),
+		workers: map[string]*testWorker{}, events: make(chan weir.JobEvent, 1024), result: make(chan error, 1)}
+	if err := transport.WriteCerts(c.certs, append([]string{"coordinator"}, workers...), []string{"127.0.0.1"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	o := c.options(weir.Coordinator, "coordinator")
+	listening := make(chan string, 1)
+	o.Cluster.OnListen = func(addr string) { listening <- addr }
+	o.OnEvent = func(e weir.JobEvent) {
+		select {
+		case c.events <- e:
+		default:
+		}
+	}
+	env, err := Build(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	go func() {
+		_, err := env.Execute(ctx)
+		c.result <- err
+	}()
+	select {
+	case c.addr = <-listening:
+	case err := <-c.result:
+		t.Fatalf("coordinator: %v", err)
+	}
+	for _, w := range workers {
+		c.startWorker(w)
+	}
+	t.Cleanup(func() {
+		for name := range c.workers {
+			c.stopWorker(name)
+		}
+	})
+	return c
+}
+
+func (c *testCluster) startWorker(name string) {
+	env, err := Build(c.options(weir.Worker, name))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &testWorker{cancel: cancel, done: make(chan error, 1)}
+	c.workers[name] = w
+	go func() {
+		_, err := env.Execute(ctx)
+		w.done <- err
+	}()
+}
+
+// stopWorker stops a worker as a crash would, as far as its peers can tell:
+// its connections drop and it answers nothing more.
+func (c *testCluster) stopWorker(name string) {
+	w := c.workers[name]
+	if w == nil {
+		return
+	}
+	delete(c.workers, name)
+	w.cancel()
+	if err := <-w.done; err != nil {
+		c.t.Errorf("worker %s: %v", name, err)
+	}
+}
+
+func (c *testCluster) wait() {
+	c.t.Helper()
+	if err := <-c.result; err != nil {
+		c.t.Fatalf("coordinator: %v", err)
+	}
+}
+
+func (c *testCluster) verify() {
+	c.t.Helper()
+	files, err := filepath.Glob(c.input)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	want, err := Expected(vfs.Default, files)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	rep, err := Verify(vfs.Default, filepath.Join(c.dir, "out"), want, false)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if !rep.OK() {
+		c.t.Fatalf("output: %s", rep)
+	}
+}
+
+// waitFor reads job events until one satisfies ok.
+func (c *testCluster) waitFor(what string, ok func(weir.JobEvent) bool) weir.JobEvent {
+	c.t.Helper()
+	for {
+		select {
+		case e := <-c.events:
+			if ok(e) {
+				return e
+			}
+		case err := <-c.result:
+			c.t.Fatalf("the job ended (%v) before %s", err, what)
+		}
+	}
+}
+
+// TestClusterWordCount runs the word count on three workers of one slot
+// each, its subtasks spread across them and its keyed exchange over the
+// network, and checks every count exactly once.
+func TestClusterWordCount(t *testing.T) {
+	c := startCluster(t, 2000, 0, "worker-1", "worker-2", "worker-3")
+	c.wait()
+	c.verify()
+}
+
+// TestClusterLostWorker stops a worker mid-run: the job restarts from its
+// latest checkpoint once the worker is back, and the output holds every
+// count exactly once.
+func TestClusterLostWorker(t *testing.T) {
+	c := startCluster(t, 60_000, 200, "worker-1", "worker-2", "worker-3")
+	for round := range 2 {
+		c.waitFor("a checkpoint", func(e weir.JobEvent) bool { return e.Kind == weir.EventCheckpointCompleted })
+		name := fmt.Sprintf("worker-%d", 1+round)
+		c.stopWorker(name)
+		e := c.waitFor("a restart", func(e weir.JobEvent) bool { return e.Kind == weir.EventRestarting })
+		t.Logf("round %d: %s stopped; restarting from checkpoint %d: %v", round, name, e.RestoredFrom, e.Err)
+		c.startWorker(name)
+	}
+	c.wait()
+	c.verify()
+}
+
+// testLogger logs to stderr when WEIR_TEST_LOG is set.
+func testLogger() *slog.Logger {
+	if os.Getenv("WEIR_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	return slog.New(slog.DiscardHandler)
+}

@@ -1,0 +1,279 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/cluster/clusterpb"
+	"github.com/weirstream/weir/internal/cluster/clusterpb/clusterpbconnect"
+	"github.com/weirstream/weir/internal/runtime"
+)
+
+// callTimeout bounds one call of the coordinator on a worker.
+const callTimeout = 30 * time.Second
+
+// Executor runs a job's attempts on the coordinator's workers: it places
+// the tasks on their slots, deploys them, carries control messages to them
+// and their reports back, and fails the attempt when a worker is lost. It
+// is a runtime.Executor.
+type Executor struct {
+	c   *Coordinator
+	log *slog.Logger
+	tr  *http.Transport
+
+	mu      sync.Mutex
+	clients map[string]clusterpbconnect.WorkerServiceClient // by worker
+	stop    chan struct{}
+	wg      sync.WaitGroup
+}
+
+// NewExecutor returns an executor on c's workers; Close it after the run.
+func NewExecutor(c *Coordinator) *Executor {
+	x := &Executor{c: c, log: c.cfg.Logger, clients: map[string]clusterpbconnect.WorkerServiceClient{}, stop: make(chan struct{})}
+	x.tr = &http.Transport{TLSClientConfig: c.cfg.TLS.Clone(), ForceAttemptHTTP2: true}
+	x.wg.Go(x.watchLost)
+	return x
+}
+
+// Close stops the executor's goroutines.
+func (x *Executor) Close() {
+	close(x.stop)
+	x.wg.Wait()
+	x.tr.CloseIdleConnections()
+}
+
+// watchLost fails the running attempt when one of its workers is lost.
+func (x *Executor) watchLost() {
+	for {
+		select {
+		case w := <-x.c.Lost():
+			x.c.mu.Lock()
+			ex := x.c.exec
+			x.c.mu.Unlock()
+			if ex != nil {
+				if pw, ok := ex.workers[w.Name]; ok && pw.Session == w.Session {
+					ex.fail(w.Name, fmt.Errorf("worker %s lost (session %d)", w.Name, w.Session))
+				}
+			}
+		case <-x.stop:
+			return
+		}
+	}
+}
+
+// client returns the control client of worker w; its certificate must
+// name w.
+func (x *Executor) client(w Worker) clusterpbconnect.WorkerServiceClient {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	key := w.Name + "@" + w.DataAddress
+	if cl, ok := x.clients[key]; ok {
+		return cl
+	}
+	tr := x.tr.Clone()
+	tr.TLSClientConfig.NextProtos = []string{"h2"}
+	tr.TLSClientConfig.InsecureSkipVerify = true // verifyPeer checks the chain and the name
+	tr.TLSClientConfig.VerifyConnection = verifyPeer(x.c.cfg.TLS, w.Name)
+	cl := clusterpbconnect.NewWorkerServiceClient(&http.Client{Transport: tr}, "https://"+w.DataAddress)
+	x.clients[key] = cl
+	return cl
+}
+
+// Start implements runtime.Executor: it waits for enough slots, places the
+// attempt's tasks and deploys them.
+func (x *Executor) Start(ctx context.Context, spec runtime.Spec, p runtime.Part, reports chan<- runtime.Report) (runtime.Execution, error) {
+	need := 0
+	for _, v := range spec.Plan.Vertices {
+		need = max(need, v.Parallelism)
+	}
+	ws, err := x.c.WaitForSlots(ctx, need, 0)
+	if err != nil {
+		return nil, err
+	}
+	place, err := Place(spec.Plan, ws)
+	if err != nil {
+		return nil, err
+	}
+	ectx, cancel := context.WithCancel(ctx)
+	ex := &execution{x: x, attempt: uint64(p.Attempt), place: place, workers: map[string]Worker{}, reports: reports, ctx: ectx, cancel: cancel, queues: map[string]chan *clusterpb.ControlMessage{}}
+	byWorker := map[string][]string{}
+	for id, w := range place {
+		byWorker[w] = append(byWorker[w], id.String())
+	}
+	req := &clusterpb.DeployRequest{Attempt: ex.attempt, StartOver: p.StartOver}
+	if p.Point != nil {
+		req.Checkpoint = uint64(p.Point.Metadata.ID)
+	}
+	for _, w := range ws {
+		if _, ok := byWorker[w.Name]; !ok {
+			continue
+		}
+		ex.workers[w.Name] = w
+		req.Peers = append(req.Peers, &clusterpb.Peer{Worker: w.Name, DataAddress: w.DataAddress})
+		tasks := byWorker[w.Name]
+		slices.Sort(tasks)
+		x.log.Info("placed tasks", "attempt", p.Attempt, "worker", w.Name, "tasks", strings.Join(tasks, " "))
+	}
+	for id, w := range place {
+		req.Placement = append(req.Placement, &clusterpb.Assignment{Task: taskToProto(id), Worker: w})
+	}
+	x.c.mu.Lock()
+	x.c.exec = ex
+	x.c.mu.Unlock()
+	errs := make([]error, 0, len(ex.workers))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, w := range ex.workers {
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ectx, callTimeout)
+			defer cancel()
+			if _, err := x.client(w).Deploy(cctx, connect.NewRequest(req)); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("deploy attempt %d on worker %s: %w", p.Attempt, w.Name, err))
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		ex.Stop()
+		return nil, err
+	}
+	for name := range ex.workers {
+		q := make(chan *clusterpb.ControlMessage, 4096)
+		ex.queues[name] = q
+		ex.wg.Go(func() { ex.deliver(name, q) })
+	}
+	return ex, nil
+}
+
+// execution is an attempt running on the workers.
+type execution struct {
+	x       *Executor
+	attempt uint64
+	place   Placement
+	workers map[string]Worker // those that run its tasks
+	reports chan<- runtime.Report
+	ctx     context.Context
+	cancel  context.CancelFunc
+	queues  map[string]chan *clusterpb.ControlMessage
+	wg      sync.WaitGroup
+}
+
+// Send implements runtime.Execution.
+func (ex *execution) Send(ctx context.Context, id checkpoint.TaskID, m runtime.Control) {
+	q := ex.queues[ex.place[id]]
+	if q == nil {
+		return
+	}
+	msg := &clusterpb.ControlMessage{Task: taskToProto(id), Kind: int32(m.Kind), Checkpoint: uint64(m.ID), EndOfInput: m.EndOfInput}
+	select {
+	case q <- msg:
+	case <-ctx.Done():
+	case <-ex.ctx.Done():
+	}
+}
+
+// deliver sends worker's control messages in order, those that piled up
+// in one call.
+func (ex *execution) deliver(worker string, q chan *clusterpb.ControlMessage) {
+	cl := ex.x.client(ex.workers[worker])
+	for {
+		req := &clusterpb.ControlRequest{Attempt: ex.attempt}
+		select {
+		case m := <-q:
+			req.Messages = append(req.Messages, m)
+		case <-ex.ctx.Done():
+			return
+		}
+	more:
+		for len(req.Messages) < 1024 {
+			select {
+			case m := <-q:
+				req.Messages = append(req.Messages, m)
+			default:
+				break more
+			}
+		}
+		cctx, cancel := context.WithTimeout(ex.ctx, callTimeout)
+		_, err := cl.Control(cctx, connect.NewRequest(req))
+		cancel()
+		if err != nil && ex.ctx.Err() == nil {
+			ex.fail(worker, fmt.Errorf("control messages to worker %s: %w", worker, err))
+			return
+		}
+	}
+}
+
+// fail reports the attempt failed because of worker.
+func (ex *execution) fail(worker string, err error) {
+	var task checkpoint.TaskID
+	for id, w := range ex.place {
+		if w == worker && (task == (checkpoint.TaskID{}) || id.String() < task.String()) {
+			task = id
+		}
+	}
+	select {
+	case ex.reports <- runtime.Report{Kind: runtime.ReportFailed, Task: task, Err: err}:
+	case <-ex.ctx.Done():
+	}
+}
+
+// Stop implements runtime.Execution: it cancels the attempt on every
+// worker and returns when they have stopped its tasks, or could not be
+// reached.
+func (ex *execution) Stop() {
+	ex.cancel()
+	ex.wg.Wait()
+	x := ex.x
+	x.c.mu.Lock()
+	if x.c.exec == ex {
+		x.c.exec = nil
+	}
+	x.c.mu.Unlock()
+	live, _ := x.c.Workers()
+	var wg sync.WaitGroup
+	for _, w := range ex.workers {
+		if !slices.Contains(live, w) {
+			continue // lost: it fenced itself
+		}
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+			defer cancel()
+			if _, err := x.client(w).Cancel(ctx, connect.NewRequest(&clusterpb.CancelRequest{Attempt: ex.attempt})); err != nil {
+				x.log.Warn("could not cancel the attempt on a worker; it fences itself when it loses the coordinator", "worker", w.Name, "attempt", ex.attempt, "err", err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// accept takes a worker's reports of attempt, refusing those of another
+// attempt or of tasks the worker does not run.
+func (ex *execution) accept(ctx context.Context, worker string, rs []runtime.Report) error {
+	for _, r := range rs {
+		if ex.place[r.Task] != worker {
+			return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("worker %s reported for task %s, which it does not run", worker, r.Task))
+		}
+	}
+	for _, r := range rs {
+		select {
+		case ex.reports <- r:
+		case <-ex.ctx.Done():
+			return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("attempt %d has stopped", ex.attempt))
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}

@@ -1,0 +1,471 @@
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/graph"
+	"github.com/weirstream/weir/internal/cluster/clusterpb"
+	"github.com/weirstream/weir/internal/cluster/clusterpb/clusterpbconnect"
+	"github.com/weirstream/weir/internal/runtime"
+	"github.com/weirstream/weir/internal/transport"
+	"github.com/weirstream/weir/operator"
+)
+
+// CoordinatorName is the name the coordinator's certificate holds; a
+// worker answers no one else.
+const CoordinatorName = "coordinator"
+
+// NodeConfig configures a worker process.
+type NodeConfig struct {
+	// Coordinator is the coordinator's host:port; Name the worker's, which
+	// its certificate names.
+	Coordinator string
+	Name        string
+	Slots       int
+	// Listen is where the worker accepts the coordinator's calls and
+	// other workers' data connections (default 127.0.0.1:0); Advertise,
+	// the address others reach it at (default: the listener's).
+	Listen    string
+	Advertise string
+	TLS       *tls.Config
+	// Spec is the job as this process built it; its Storage must be the
+	// coordinator's (shared), opened without its lock.
+	Spec runtime.Spec
+	// Codec is the wire codec of an edge's batches.
+	Codec  func(graph.Edge) transport.BatchCodec
+	Logger *slog.Logger
+	// RetryInterval is the pause between attempts to reach the
+	// coordinator (default 1s).
+	RetryInterval time.Duration
+}
+
+// node is a worker process: it runs the tasks the coordinator deploys on
+// it, one attempt at a time.
+type node struct {
+	cfg    NodeConfig
+	ctx    context.Context
+	log    *slog.Logger
+	client clusterpbconnect.CoordinatorServiceClient
+	arr    arrivals
+	addr   string
+
+	mu      sync.Mutex
+	attempt uint64 // the newest attempt deployed here
+	run     *nodeRun
+}
+
+// nodeRun is an attempt's part running on a node.
+type nodeRun struct {
+	attempt uint64
+	tasks   *runtime.Tasks
+	links   *links
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when the report forwarder ends
+}
+
+// RunNode runs a worker process until ctx ends (nil) or the coordinator
+// refuses it.
+func RunNode(ctx context.Context, cfg NodeConfig) error {
+	if cfg.TLS == nil {
+		return errors.New("cluster: the worker needs TLS credentials (weir cluster certs creates a test cluster's)")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:0"
+	}
+	n := &node{cfg: cfg, ctx: ctx, log: cfg.Logger.With("worker", cfg.Name)}
+	tc := cfg.TLS.Clone()
+	tc.NextProtos = []string{"h2", dataProto}
+	ln, err := tls.Listen("tcp", cfg.Listen, tc)
+	if err != nil {
+		return fmt.Errorf("cluster: worker %s: listen on %s: %w", cfg.Name, cfg.Listen, err)
+	}
+	n.addr = ln.Addr().String()
+	if cfg.Advertise != "" {
+		n.addr = cfg.Advertise
+	}
+	path, h := clusterpbconnect.NewWorkerServiceHandler(n)
+	mux := http.NewServeMux()
+	mux.Handle(path, withPeer(h))
+	calls := &chanListener{addr: ln.Addr(), conns: make(chan net.Conn), done: make(chan struct{})}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: handshakeTimeout, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug)}
+	var wg sync.WaitGroup
+	wg.Go(func() { srv.Serve(calls) })
+	wg.Go(func() { n.accept(ln, calls) })
+	defer func() {
+		ln.Close()
+		calls.Close()
+		srv.Close()
+		n.stop()
+		wg.Wait()
+	}()
+	tr := &http.Transport{TLSClientConfig: cfg.TLS.Clone(), ForceAttemptHTTP2: true}
+	defer tr.CloseIdleConnections()
+	n.client = clusterpbconnect.NewCoordinatorServiceClient(&http.Client{Transport: tr}, "https://"+cfg.Coordinator)
+	return RunWorker(ctx, WorkerConfig{
+		Coordinator: cfg.Coordinator, Name: cfg.Name, Slots: cfg.Slots, DataAddress: n.addr,
+		Graph: GraphOf(cfg.Spec), TLS: cfg.TLS, Logger: cfg.Logger, RetryInterval: cfg.RetryInterval,
+		Registered: func(Worker) {},
+		Fence:      func(error) { n.stop() },
+	})
+}
+
+// accept sorts the listener's connections by protocol: the coordinator's
+// calls go to the RPC server, data connections to their attempts.
+func (n *node) accept(ln net.Listener, calls *chanListener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			tc := c.(*tls.Conn)
+			ctx, cancel := context.WithTimeout(n.ctx, handshakeTimeout)
+			defer cancel()
+			if err := tc.HandshakeContext(ctx); err != nil {
+				n.log.Warn("refused a connection", "remote", c.RemoteAddr(), "err", err)
+				c.Close()
+				return
+			}
+			cs := tc.ConnectionState()
+			if cs.NegotiatedProtocol != dataProto {
+				calls.offer(c)
+				return
+			}
+			attempt, err := readAttempt(c)
+			if err != nil {
+				n.log.Warn("refused a data connection", "remote", c.RemoteAddr(), "err", err)
+				c.Close()
+				return
+			}
+			n.mu.Lock()
+			current := n.attempt
+			n.mu.Unlock()
+			n.arr.arrive(linkKey{attempt, cs.PeerCertificates[0].Subject.CommonName}, c, current)
+		}()
+	}
+}
+
+// stop stops the running attempt's tasks, if any, and waits for them.
+func (n *node) stop() {
+	n.mu.Lock()
+	r := n.run
+	n.run = nil
+	n.mu.Unlock()
+	if r != nil {
+		r.stop()
+	}
+}
+
+func (r *nodeRun) stop() {
+	r.tasks.Stop()
+	r.links.close()
+	r.cancel()
+	<-r.done
+}
+
+func (n *node) callerIsCoordinator(ctx context.Context) error {
+	return checkPeer(ctx, CoordinatorName)
+}
+
+// Deploy implements WorkerService.
+func (n *node) Deploy(ctx context.Context, req *connect.Request[clusterpb.DeployRequest]) (*connect.Response[clusterpb.DeployResponse], error) {
+	if err := n.callerIsCoordinator(ctx); err != nil {
+		return nil, err
+	}
+	m := req.Msg
+	n.mu.Lock()
+	if m.GetAttempt() <= n.attempt {
+		cur := n.attempt
+		n.mu.Unlock()
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("attempt %d is stale: this worker runs attempt %d", m.GetAttempt(), cur))
+	}
+	n.attempt = m.GetAttempt()
+	old := n.run
+	n.run = nil
+	n.mu.Unlock()
+	if old != nil {
+		old.stop()
+	}
+	n.arr.forget(m.GetAttempt())
+
+	spec := n.cfg.Spec
+	place := map[checkpoint.TaskID]string{}
+	for _, a := range m.GetPlacement() {
+		place[taskFromProto(a.GetTask())] = a.GetWorker()
+	}
+	addrs := map[string]string{}
+	for _, p := range m.GetPeers() {
+		addrs[p.GetWorker()] = p.GetDataAddress()
+	}
+	part := runtime.Part{
+		Attempt: int(m.GetAttempt()), StartOver: m.GetStartOver(),
+		Here: func(id checkpoint.TaskID) bool { return place[id] == n.cfg.Name },
+		// A run's resources are the coordinator's: the subtasks of one
+		// run share output directories across processes.
+		Acquire: func(string, func() (io.Closer, error)) error { return nil },
+	}
+	if id := checkpoint.ID(m.GetCheckpoint()); id != 0 {
+		p, err := restorePoint(spec, id)
+		if err != nil {
+			return nil, connect.NewError(connect.CodeFailedPrecondition, err)
+		}
+		part.Point = p
+	}
+	rctx, cancel := context.WithCancel(n.ctx)
+	reports := make(chan runtime.Report, 1024)
+	r := &nodeRun{attempt: m.GetAttempt(), cancel: cancel, done: make(chan struct{})}
+	r.links = &links{self: n.cfg.Name, attempt: m.GetAttempt(), addrs: addrs, tls: n.cfg.TLS, arr: &n.arr, ctx: rctx, conns: map[string]*transport.Conn{}}
+	var first checkpoint.TaskID
+	for id, w := range place {
+		if w == n.cfg.Name && (first == (checkpoint.TaskID{}) || id.String() < first.String()) {
+			first = id
+		}
+	}
+	r.links.failed = func(peer string, err error) {
+		select {
+		case reports <- runtime.Report{Kind: runtime.ReportFailed, Task: first, Err: fmt.Errorf("worker %s: the data connection to worker %s failed: %w", n.cfg.Name, peer, err)}:
+		case <-rctx.Done():
+		}
+	}
+	part.Remote = remote{links: r.links, codec: n.cfg.Codec, place: place}
+	go n.forward(rctx, r.attempt, reports, r.done)
+	tasks, err := runtime.StartTasks(rctx, spec, part, reports)
+	if err != nil {
+		r.links.close()
+		cancel()
+		<-r.done
+		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("worker %s: deploy attempt %d: %w", n.cfg.Name, m.GetAttempt(), err))
+	}
+	r.tasks = tasks
+	n.mu.Lock()
+	if n.attempt != r.attempt { // a newer deploy overtook this one
+		n.mu.Unlock()
+		r.stop()
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("attempt %d was overtaken", r.attempt))
+	}
+	n.run = r
+	n.mu.Unlock()
+	n.log.Info("deployed", "attempt", r.attempt, "tasks", len(tasks.IDs()), "restore", m.GetCheckpoint())
+	return connect.NewResponse(&clusterpb.DeployResponse{}), nil
+}
+
+// restorePoint finds completed checkpoint id in the job's storage: the
+// coordinator names an id, never a path.
+func restorePoint(spec runtime.Spec, id checkpoint.ID) (*runtime.RestorePoint, error) {
+	scan, err := spec.Storage.Scan()
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range scan.Completed {
+		if m.ID == id {
+			return &runtime.RestorePoint{Metadata: m, Read: spec.Storage.ReadState, Open: spec.Storage.OpenState, Where: spec.Storage.Describe()}, nil
+		}
+	}
+	return nil, fmt.Errorf("checkpoint %d is not a completed checkpoint in %s: is the storage shared with the coordinator?", id, spec.Storage.Describe())
+}
+
+// forward sends the attempt's reports to the coordinator, in order, until
+// ctx ends.
+func (n *node) forward(ctx context.Context, attempt uint64, reports <-chan runtime.Report, done chan<- struct{}) {
+	defer close(done)
+	for {
+		var batch []runtime.Report
+		select {
+		case r := <-reports:
+			batch = append(batch, r)
+		case <-ctx.Done():
+			return
+		}
+	more:
+		for len(batch) < 256 {
+			select {
+			case r := <-reports:
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		req := &clusterpb.ReportRequest{Worker: n.cfg.Name, Attempt: attempt}
+		for _, r := range batch {
+			req.Reports = append(req.Reports, reportToProto(r))
+		}
+		for {
+			_, err := n.client.Report(ctx, connect.NewRequest(req))
+			if err == nil || ctx.Err() != nil {
+				break
+			}
+			if connect.CodeOf(err) == connect.CodeFailedPrecondition {
+				n.log.Warn("the coordinator refused this attempt's reports; stopping its tasks", "attempt", attempt, "err", err)
+				go n.cancelAttempt(attempt)
+				return
+			}
+			n.log.Warn("cannot report to the coordinator; retrying", "attempt", attempt, "err", err)
+			select {
+			case <-time.After(200 * time.Millisecond):
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+// cancelAttempt stops attempt's tasks if they still run.
+func (n *node) cancelAttempt(attempt uint64) {
+	n.mu.Lock()
+	r := n.run
+	if r == nil || r.attempt != attempt {
+		n.mu.Unlock()
+		return
+	}
+	n.run = nil
+	n.mu.Unlock()
+	r.stop()
+}
+
+// Control implements WorkerService.
+func (n *node) Control(ctx context.Context, req *connect.Request[clusterpb.ControlRequest]) (*connect.Response[clusterpb.ControlResponse], error) {
+	if err := n.callerIsCoordinator(ctx); err != nil {
+		return nil, err
+	}
+	n.mu.Lock()
+	r := n.run
+	n.mu.Unlock()
+	if r == nil || r.attempt != req.Msg.GetAttempt() {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("worker %s does not run attempt %d", n.cfg.Name, req.Msg.GetAttempt()))
+	}
+	for _, m := range req.Msg.GetMessages() {
+		r.tasks.Send(ctx, taskFromProto(m.GetTask()), runtime.Control{Kind: runtime.ControlKind(m.GetKind()), ID: checkpoint.ID(m.GetCheckpoint()), EndOfInput: m.GetEndOfInput()})
+	}
+	return connect.NewResponse(&clusterpb.ControlResponse{}), nil
+}
+
+// Cancel implements WorkerService.
+func (n *node) Cancel(ctx context.Context, req *connect.Request[clusterpb.CancelRequest]) (*connect.Response[clusterpb.CancelResponse], error) {
+	if err := n.callerIsCoordinator(ctx); err != nil {
+		return nil, err
+	}
+	n.cancelAttempt(req.Msg.GetAttempt())
+	return connect.NewResponse(&clusterpb.CancelResponse{}), nil
+}
+
+// Probe implements WorkerService.
+func (n *node) Probe(ctx context.Context, req *connect.Request[clusterpb.ProbeRequest]) (*connect.Response[clusterpb.ProbeResponse], error) {
+	if err := n.callerIsCoordinator(ctx); err != nil {
+		return nil, err
+	}
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("probe"))
+}
+
+// remote opens a worker's ends of channels to tasks on other workers.
+type remote struct {
+	links *links
+	codec func(graph.Edge) transport.BatchCodec
+	place map[checkpoint.TaskID]string
+}
+
+func (r remote) Output(ch uint64, e graph.Edge, to checkpoint.TaskID) (runtime.OutputChannel, error) {
+	c, err := r.links.conn(r.place[to])
+	if err != nil {
+		return nil, err
+	}
+	return c.Output(ch, r.codec(e))
+}
+
+func (r remote) Input(ch uint64, e graph.Edge, from checkpoint.TaskID, capacity int, ready chan<- struct{}) (runtime.InputChannel, error) {
+	c, err := r.links.conn(r.place[from])
+	if err != nil {
+		return nil, err
+	}
+	return c.Input(ch, r.codec(e), capacity, ready)
+}
+
+// chanListener is a net.Listener fed with connections accepted elsewhere.
+type chanListener struct {
+	addr  net.Addr
+	conns chan net.Conn
+	once  sync.Once
+	done  chan struct{}
+}
+
+func (l *chanListener) offer(c net.Conn) {
+	select {
+	case l.conns <- c:
+	case <-l.done:
+		c.Close()
+	}
+}
+
+func (l *chanListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *chanListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *chanListener) Addr() net.Addr { return l.addr }
+
+func taskToProto(id checkpoint.TaskID) *clusterpb.TaskID {
+	return &clusterpb.TaskID{Vertex: id.Vertex, Subtask: int32(id.Subtask)}
+}
+
+func taskFromProto(t *clusterpb.TaskID) checkpoint.TaskID {
+	return checkpoint.TaskID{Vertex: t.GetVertex(), Subtask: int(t.GetSubtask())}
+}
+
+func reportToProto(r runtime.Report) *clusterpb.TaskReport {
+	p := &clusterpb.TaskReport{Task: taskToProto(r.Task), Kind: int32(r.Kind), Checkpoint: uint64(r.ID), SyncNanos: int64(r.Sync)}
+	if len(r.Handles) > 0 {
+		p.HandlesJson, _ = json.Marshal(r.Handles) // plain data: cannot fail
+	}
+	if r.Err != nil {
+		p.Error = r.Err.Error()
+		p.Permanent = operator.IsPermanent(r.Err)
+		p.StateDamaged = runtime.DamagedState(r.Err)
+	}
+	return p
+}
+
+func reportFromProto(p *clusterpb.TaskReport) (runtime.Report, error) {
+	r := runtime.Report{Task: taskFromProto(p.GetTask()), Kind: runtime.ReportKind(p.GetKind()), ID: checkpoint.ID(p.GetCheckpoint()), Sync: time.Duration(p.GetSyncNanos())}
+	if r.Kind < runtime.ReportAck || r.Kind > runtime.ReportFailed {
+		return r, fmt.Errorf("report of kind %d", p.GetKind())
+	}
+	if len(p.GetHandlesJson()) > 0 {
+		if err := json.Unmarshal(p.GetHandlesJson(), &r.Handles); err != nil {
+			return r, fmt.Errorf("report of task %s: handles: %w", r.Task, err)
+		}
+	}
+	if p.GetError() != "" {
+		r.Err = errors.New(p.GetError())
+		if p.GetStateDamaged() {
+			r.Err = fmt.Errorf("%w: %s", checkpoint.ErrStateDamaged, p.GetError())
+		}
+		if p.GetPermanent() {
+			r.Err = operator.Permanent(r.Err)
+		}
+	}
+	return r, nil
+}

@@ -1,0 +1,266 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/checkpoint/barrier"
+	"github.com/weirstream/weir/graph"
+	"github.com/weirstream/weir/internal/keygroup"
+	"github.com/weirstream/weir/operator"
+)
+
+// Executor starts the tasks of an attempt: in this process (the default,
+// Local), or on a cluster's workers.
+type Executor interface {
+	// Start deploys the attempt p describes. Its tasks send their reports
+	// (failures too) to reports until the execution stops.
+	Start(ctx context.Context, spec Spec, p Part, reports chan<- Report) (Execution, error)
+}
+
+// Execution is a started attempt.
+type Execution interface {
+	// Send delivers m to task id; the messages to one task arrive in the
+	// order sent. It gives up when ctx ends.
+	Send(ctx context.Context, id checkpoint.TaskID, m Control)
+	// Stop stops the attempt's tasks and returns when they have stopped.
+	Stop()
+}
+
+// Part is what one process runs of an attempt.
+type Part struct {
+	Attempt int
+	// Point is the checkpoint the attempt restores; nil: none.
+	Point *RestorePoint
+	// StartOver: operators that restore no state start over
+	// (operator.Context.StartOver).
+	StartOver bool
+	// Here reports whether this process runs task id; nil: every task.
+	Here func(id checkpoint.TaskID) bool
+	// Remote opens the channels between a task here and one elsewhere;
+	// required when Here is set.
+	Remote Remote
+	// Acquire holds run-wide resources (operator.Context.Acquire).
+	Acquire func(key string, open func() (io.Closer, error)) error
+}
+
+// Remote opens this process's end of a channel whose other end is in
+// another process. Every process numbers the plan's channels alike.
+type Remote interface {
+	Output(ch uint64, e graph.Edge, to checkpoint.TaskID) (OutputChannel, error)
+	Input(ch uint64, e graph.Edge, from checkpoint.TaskID, capacity int, ready chan<- struct{}) (InputChannel, error)
+}
+
+// Local is the Executor that runs every task in this process.
+type Local struct{}
+
+func (Local) Start(ctx context.Context, spec Spec, p Part, reports chan<- Report) (Execution, error) {
+	return StartTasks(ctx, spec, p, reports)
+}
+
+// Tasks are the running tasks of one Part; an Execution.
+type Tasks struct {
+	tasks  []*task
+	byID   map[checkpoint.TaskID]*task
+	cancel context.CancelCauseFunc
+	wg     sync.WaitGroup
+	pool   *pool
+}
+
+// StartTasks builds the tasks of p, restoring p.Point, and runs each in
+// its goroutine until it ends, fails (reported as ReportFailed) or Stop.
+func StartTasks(parent context.Context, spec Spec, p Part, reports chan<- Report) (*Tasks, error) {
+	spec = spec.withDefaults()
+	ctx, cancel := context.WithCancelCause(parent)
+	ts := &Tasks{byID: map[checkpoint.TaskID]*task{}, cancel: cancel, pool: newPool(spec.SnapshotWorkers)}
+	if err := ts.build(ctx, spec, p, reports); err != nil {
+		cancel(ErrStopped)
+		return nil, err
+	}
+	for _, t := range ts.tasks {
+		ts.wg.Go(func() {
+			if err := t.run(ctx); err != nil && !errors.Is(err, ErrStopped) && parent.Err() == nil {
+				t.send(ctx, Report{Kind: ReportFailed, Err: err})
+			}
+		})
+	}
+	return ts, nil
+}
+
+// IDs are the tasks'.
+func (ts *Tasks) IDs() []checkpoint.TaskID {
+	ids := make([]checkpoint.TaskID, len(ts.tasks))
+	for i, t := range ts.tasks {
+		ids[i] = t.id
+	}
+	return ids
+}
+
+// Send delivers m to task id, if it is one of these.
+func (ts *Tasks) Send(ctx context.Context, id checkpoint.TaskID, m Control) {
+	t := ts.byID[id]
+	if t == nil {
+		return
+	}
+	select {
+	case t.mailbox <- m:
+	case <-ctx.Done():
+	}
+}
+
+// Stop cancels the tasks and waits for them and their snapshot writers.
+func (ts *Tasks) Stop() {
+	ts.cancel(ErrStopped)
+	ts.wg.Wait()
+	ts.pool.wait()
+}
+
+// build builds the part's tasks with fresh channels: local ones between
+// two tasks here, remote ones to a task elsewhere.
+func (ts *Tasks) build(ctx context.Context, spec Spec, p Part, reports chan<- Report) error {
+	plan := spec.Plan
+	here := p.Here
+	if here == nil {
+		here = func(checkpoint.TaskID) bool { return true }
+	}
+	id := func(v, s int) checkpoint.TaskID { return checkpoint.TaskID{Vertex: plan.Vertices[v].ID, Subtask: s} }
+	gates := make([][]*Gate, len(plan.Vertices))
+	inputOf := make([][][]int, len(plan.Vertices))
+	// outs[v][s][k] are the channels of output edge k of subtask s of v.
+	outs := make([][][][]OutputChannel, len(plan.Vertices))
+	for v, vx := range plan.Vertices {
+		gates[v] = make([]*Gate, vx.Parallelism)
+		inputOf[v] = make([][]int, vx.Parallelism)
+		outs[v] = make([][][]OutputChannel, vx.Parallelism)
+		for s := range vx.Parallelism {
+			gates[v][s] = NewGate()
+			outs[v][s] = make([][]OutputChannel, len(vx.Outputs))
+		}
+	}
+	// Every channel of the plan gets the next number, here as in every
+	// other process, whether or not it touches this one.
+	var ch uint64
+	for v, vx := range plan.Vertices {
+		for _, ei := range vx.Inputs {
+			e := plan.Edges[ei]
+			up := plan.Vertices[e.From]
+			k := slices.Index(up.Outputs, ei)
+			for j := range vx.Parallelism {
+				for i := range up.Parallelism {
+					if !plan.Connects(e, i, j) {
+						continue
+					}
+					ch++
+					from, to := id(e.From, i), id(v, j)
+					sends, receives := here(from), here(to)
+					var out OutputChannel
+					switch {
+					case sends && receives:
+						g := gates[v][j]
+						lc := NewLocalChannel(spec.ChannelCapacity, g.Ready())
+						g.Add(lc)
+						out = lc
+					case receives:
+						g := gates[v][j]
+						in, err := p.Remote.Input(ch, e, from, spec.ChannelCapacity, g.Ready())
+						if err != nil {
+							return fmt.Errorf("channel %s → %s: %w", from, to, err)
+						}
+						g.Add(in)
+					case sends:
+						var err error
+						if out, err = p.Remote.Output(ch, e, to); err != nil {
+							return fmt.Errorf("channel %s → %s: %w", from, to, err)
+						}
+					}
+					if receives {
+						inputOf[v][j] = append(inputOf[v][j], e.Input)
+					}
+					if !sends {
+						continue
+					}
+					if e.Partition == graph.Forward {
+						outs[e.From][i][k] = []OutputChannel{out}
+					} else {
+						if outs[e.From][i][k] == nil {
+							outs[e.From][i][k] = make([]OutputChannel, vx.Parallelism)
+						}
+						outs[e.From][i][k][j] = out
+					}
+				}
+			}
+		}
+	}
+	mode := barrier.AtLeastOnce
+	if spec.Mode == ExactlyOnce {
+		mode = barrier.ExactlyOnce
+	}
+	for v := range plan.Vertices {
+		vx := &plan.Vertices[v]
+		for s := range vx.Parallelism {
+			if !here(id(v, s)) {
+				continue
+			}
+			parts, err := spec.Build(&TaskBuild{Ctx: ctx, Vertex: vx, Subtask: s, Outputs: outs[v][s], BatchSize: spec.BatchSize})
+			if err != nil {
+				return operator.Permanent(fmt.Errorf("build %s subtask %d: %w", vx.ID, s, err))
+			}
+			t := &task{
+				id:  id(v, s),
+				ops: parts.Ops, outputs: parts.Outputs, mailbox: make(chan Control, 1024),
+				reports: reports, pool: ts.pool, store: spec.Storage,
+				checkpointing: spec.Mode != None, now: spec.Now,
+				wmInterval: spec.WatermarkInterval,
+			}
+			for _, node := range vx.Nodes {
+				t.contexts = append(t.contexts, operatorContext(spec, p, plan.Graph.Nodes[node], s))
+			}
+			switch h := parts.Head.(type) {
+			case operator.Source:
+				t.source = h
+			case operator.Input:
+				t.input, t.gate, t.inputOf = h, gates[v][s], inputOf[v][s]
+				t.aligner = barrier.New(mode, t.gate.Len())
+				t.ended = make([]bool, t.gate.Len())
+			default:
+				return fmt.Errorf("build %s: head is neither a source nor an input", vx.ID)
+			}
+			ts.tasks = append(ts.tasks, t)
+			ts.byID[t.id] = t
+		}
+	}
+	return nil
+}
+
+func operatorContext(spec Spec, p Part, n graph.Node, subtask int) *operator.Context {
+	c := &operator.Context{
+		Job: spec.Name, UID: n.UID, Subtask: subtask, Parallelism: n.Parallelism,
+		MaxParallelism: n.MaxParallelism, KeyGroups: keygroup.ForSubtask(n.MaxParallelism, n.Parallelism, subtask),
+		CheckpointingEnabled: spec.Mode != None, Logger: spec.Logger.With("job", spec.Name, "operator", n.UID, "subtask", subtask), Now: spec.Now,
+		Acquire: p.Acquire,
+	}
+	if spec.Mode != None {
+		cc, _ := spec.Checkpoint.Normalize() // validated by the driver
+		c.CommitWait = operator.CommitWait{Interval: cc.Interval, Timeout: cc.Timeout, TolerableFailures: cc.TolerableFailures, RestartDelay: spec.Restart.MaxDelay()}
+	}
+	if p.Point != nil {
+		r := &operator.Restore{Checkpoint: p.Point.Metadata.ID, Read: p.Point.Read, Open: p.Point.Open}
+		for _, ts := range p.Point.Metadata.Tasks {
+			for _, h := range ts.Handles {
+				if h.Operator == n.UID {
+					r.Handles = append(r.Handles, h)
+				}
+			}
+		}
+		if len(r.Handles) > 0 {
+			c.Restore = r
+		}
+	}
+	c.StartOver = c.Restore == nil && p.StartOver
+	return c
+}
