@@ -7,8 +7,80 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/weirstream/weir"
 	"github.com/weirstream/weir/internal/transport"
 )
+
+func newCoordinator() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "coordinator",
+		Short: "Coordinate a built-in job on workers: place its tasks and take its checkpoints",
+		Long: `Run a built-in job's coordinator: workers join it (weir worker <job> --join),
+it places the job's tasks on their slots, triggers checkpoints and restarts the
+job from the latest one when a worker is lost. Every process takes the same job
+flags (they build the same graph; a worker that built another is refused) and
+reaches the same checkpoint storage.`,
+	}
+	c.AddCommand(newWordCount(weir.Coordinator))
+	return c
+}
+
+func newWorker() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "worker",
+		Short: "Run a built-in job's tasks for its coordinator",
+		Long: `Run a worker of a built-in job: it joins the coordinator (--join), offers
+--slots slots and runs the tasks the coordinator places on it, until it is
+stopped. Take the same job flags as the coordinator.`,
+	}
+	c.AddCommand(newWordCount(weir.Worker))
+	return c
+}
+
+// clusterFlags are a cluster process's settings.
+type clusterFlags struct {
+	listen, advertise, join, name, certs string
+	slots                                int
+	heartbeat, timeout                   time.Duration
+}
+
+func (f *clusterFlags) add(cmd *cobra.Command, role weir.Role) {
+	fl := cmd.Flags()
+	switch role {
+	case weir.Coordinator:
+		fl.StringVar(&f.listen, "listen", "127.0.0.1:7700", "address to accept workers on (loopback unless told otherwise)")
+		fl.DurationVar(&f.heartbeat, "heartbeat-interval", time.Second, "how often workers send heartbeats")
+		fl.DurationVar(&f.timeout, "heartbeat-timeout", 5*time.Second, "a worker silent this long is lost, and the job restarts from its latest checkpoint")
+	case weir.Worker:
+		fl.StringVar(&f.join, "join", "", "the coordinator's host:port")
+		fl.StringVar(&f.name, "name", "", "this worker's name, which its certificate holds (<certs>/<name>.pem)")
+		fl.IntVar(&f.slots, "slots", 1, "task slots offered: a slot runs one subtask of every operator")
+		fl.StringVar(&f.listen, "listen", "127.0.0.1:0", "address to accept the coordinator's calls and other workers' data on (loopback unless told otherwise)")
+		fl.StringVar(&f.advertise, "advertise", "", "address others reach this worker at, if not --listen's")
+	default:
+		return
+	}
+	fl.StringVar(&f.certs, "certs", "", "directory of the cluster's CA and certificates (weir cluster certs --out DIR)")
+}
+
+func (f *clusterFlags) config(role weir.Role) (weir.ClusterConfig, error) {
+	if role == weir.Local {
+		return weir.ClusterConfig{}, nil
+	}
+	if f.certs == "" {
+		return weir.ClusterConfig{}, errors.New("--certs is required: control and data traffic use mutual TLS (weir cluster certs --out DIR creates a test cluster's)")
+	}
+	if role == weir.Worker && (f.join == "" || f.name == "") {
+		return weir.ClusterConfig{}, errors.New("--join and --name are required")
+	}
+	if f.slots < 1 && role == weir.Worker {
+		return weir.ClusterConfig{}, fmt.Errorf("--slots %d: must be at least 1", f.slots)
+	}
+	return weir.ClusterConfig{
+		Role: role, Listen: f.listen, Advertise: f.advertise, Join: f.join, Name: f.name, Slots: f.slots, Certs: f.certs,
+		HeartbeatInterval: f.heartbeat, HeartbeatTimeout: f.timeout,
+	}, nil
+}
 
 func newCluster() *cobra.Command {
 	cluster := &cobra.Command{

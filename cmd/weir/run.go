@@ -143,11 +143,19 @@ func (f *checkpointFlags) config() (weir.CheckpointConfig, weir.RestartStrategy,
 }
 
 func newRun() *cobra.Command {
-	run := &cobra.Command{Use: "run", Short: "Run a built-in job"}
+	run := &cobra.Command{Use: "run", Short: "Run a built-in job in this process"}
+	run.AddCommand(newWordCount(weir.Local))
+	return run
+}
+
+// newWordCount is the word count's command in a role: run (local),
+// coordinator or worker.
+func newWordCount(role weir.Role) *cobra.Command {
 	var input, output string
 	var parallelism int
 	var progressEvery time.Duration
 	var cf checkpointFlags
+	var clf clusterFlags
 	wc := &cobra.Command{
 		Use:   "wordcount",
 		Short: "Count words exactly-once: every occurrence writes word<TAB>count to the output directory",
@@ -176,11 +184,15 @@ its latest count), or standard output.`,
 			if err != nil {
 				return err
 			}
+			cl, err := clf.config(role)
+			if err != nil {
+				return err
+			}
 			var p progress
 			env, err := wordcount.Build(wordcount.Options{
 				Input: input, Output: output, Checkpoint: cc, Parallelism: parallelism,
 				Restore: cf.restore, Fresh: cf.fresh, AllowNonRestoredState: cf.allowNonRestored,
-				Restart: restart, Logger: slog.Default(), StateBackend: sb,
+				Restart: restart, Logger: slog.Default(), StateBackend: sb, Cluster: cl,
 				OnEvent: func(e weir.JobEvent) {
 					switch e.Kind {
 					case weir.EventCheckpointCompleted:
@@ -204,7 +216,7 @@ its latest count), or standard output.`,
 			if err != nil {
 				return err
 			}
-			if progressEvery > 0 {
+			if progressEvery > 0 && role == weir.Local {
 				stop := p.report(os.Stderr, env, progressEvery)
 				defer stop()
 			}
@@ -214,6 +226,9 @@ its latest count), or standard output.`,
 					return interrupted(cf, cmd)
 				}
 				return err
+			}
+			if role == weir.Worker {
+				return nil
 			}
 			fmt.Fprintf(os.Stderr, "weir: wordcount finished: %d checkpoints, %d attempts; output in %s\n", res.Checkpoints, res.Attempts, output)
 			return nil
@@ -225,8 +240,8 @@ its latest count), or standard output.`,
 	fl.IntVar(&parallelism, "parallelism", 1, "subtasks per operator")
 	fl.DurationVar(&progressEvery, "progress", 5*time.Second, "print progress this often (0: never)")
 	cf.add(wc)
-	run.AddCommand(wc)
-	return run
+	clf.add(wc, role)
+	return wc
 }
 
 // interrupted is the exit of a job cancelled by Ctrl-C (or SIGTERM): status

@@ -217,6 +217,17 @@ func (c *Coordinator) reportLost(w Worker) {
 	}
 }
 
+// suspect takes worker w's slots away until it answers a heartbeat again
+// (see Members.Suspect).
+func (c *Coordinator) suspect(w Worker, why error) {
+	c.mu.Lock()
+	ok := c.members.Suspect(w.Name, w.Session)
+	c.mu.Unlock()
+	if ok {
+		c.cfg.Logger.Warn("worker suspect: it gets no tasks until it answers a heartbeat", "worker", w.Name, "session", w.Session, "why", why)
+	}
+}
+
 // Register implements the control plane's Register.
 func (c *Coordinator) Register(ctx context.Context, req *connect.Request[clusterpb.RegisterRequest]) (*connect.Response[clusterpb.RegisterResponse], error) {
 	m := req.Msg
@@ -251,7 +262,11 @@ func (c *Coordinator) Heartbeat(ctx context.Context, req *connect.Request[cluste
 		return nil, err
 	}
 	c.mu.Lock()
+	suspect := c.members.Suspected(req.Msg.GetWorker())
 	err := c.members.Heartbeat(req.Msg.GetWorker(), req.Msg.GetSession(), c.cfg.Now())
+	if suspect && err == nil {
+		c.notify() // its slots count again
+	}
 	c.mu.Unlock()
 	if err != nil {
 		return nil, connect.NewError(connect.CodeNotFound, err)
@@ -295,6 +310,9 @@ func (c *Coordinator) Report(ctx context.Context, req *connect.Request[clusterpb
 	}
 	rs := make([]runtime.Report, 0, len(m.GetReports()))
 	for _, p := range m.GetReports() {
+		if peer, ok := ex.workers[p.GetPeerFailed()]; ok {
+			c.suspect(peer, errors.New(p.GetError()))
+		}
 		r, err := reportFromProto(p)
 		if err != nil {
 			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("worker %s: %w", m.GetWorker(), err))

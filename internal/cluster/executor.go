@@ -130,21 +130,29 @@ func (x *Executor) Start(ctx context.Context, spec runtime.Spec, p runtime.Part,
 	x.c.mu.Lock()
 	x.c.exec = ex
 	x.c.mu.Unlock()
+	// The first deploy that fails fails them all: the others would wait
+	// for data connections with its worker.
+	dctx, dcancel := context.WithTimeout(ectx, callTimeout)
 	errs := make([]error, 0, len(ex.workers))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, w := range ex.workers {
 		wg.Go(func() {
-			cctx, cancel := context.WithTimeout(ectx, callTimeout)
-			defer cancel()
-			if _, err := x.client(w).Deploy(cctx, connect.NewRequest(req)); err != nil {
-				mu.Lock()
-				errs = append(errs, fmt.Errorf("deploy attempt %d on worker %s: %w", p.Attempt, w.Name, err))
-				mu.Unlock()
+			_, err := x.client(w).Deploy(dctx, connect.NewRequest(req))
+			if err == nil || dctx.Err() != nil && connect.CodeOf(err) == connect.CodeCanceled {
+				return
 			}
+			dcancel()
+			if unreachable(err) {
+				x.c.suspect(w, err)
+			}
+			mu.Lock()
+			errs = append(errs, fmt.Errorf("deploy attempt %d on worker %s: %w", p.Attempt, w.Name, err))
+			mu.Unlock()
 		})
 	}
 	wg.Wait()
+	dcancel()
 	if err := errors.Join(errs...); err != nil {
 		ex.Stop()
 		return nil, err
@@ -187,7 +195,8 @@ func (ex *execution) Send(ctx context.Context, id checkpoint.TaskID, m runtime.C
 // deliver sends worker's control messages in order, those that piled up
 // in one call.
 func (ex *execution) deliver(worker string, q chan *clusterpb.ControlMessage) {
-	cl := ex.x.client(ex.workers[worker])
+	x := ex.x
+	cl := x.client(ex.workers[worker])
 	for {
 		req := &clusterpb.ControlRequest{Attempt: ex.attempt}
 		select {
@@ -209,6 +218,9 @@ func (ex *execution) deliver(worker string, q chan *clusterpb.ControlMessage) {
 		_, err := cl.Control(cctx, connect.NewRequest(req))
 		cancel()
 		if err != nil && ex.ctx.Err() == nil {
+			if unreachable(err) {
+				x.c.suspect(ex.workers[worker], err)
+			}
 			ex.fail(worker, fmt.Errorf("control messages to worker %s: %w", worker, err))
 			return
 		}
@@ -276,4 +288,14 @@ func (ex *execution) accept(ctx context.Context, worker string, rs []runtime.Rep
 		}
 	}
 	return nil
+}
+
+// unreachable reports whether a call failed to reach its worker (refused,
+// reset, timed out), rather than being answered with an error.
+func unreachable(err error) bool {
+	switch connect.CodeOf(err) {
+	case connect.CodeUnavailable, connect.CodeDeadlineExceeded, connect.CodeUnknown:
+		return true
+	}
+	return false
 }

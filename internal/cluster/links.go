@@ -89,7 +89,9 @@ type links struct {
 	addrs   map[string]string // peer → data address
 	tls     *tls.Config
 	arr     *arrivals
-	ctx     context.Context
+	// ctx ends with the attempt; setup, when the deploy that makes the
+	// connections gives up.
+	ctx, setup context.Context
 
 	mu    sync.Mutex
 	conns map[string]*transport.Conn
@@ -138,7 +140,7 @@ func (l *links) dial(peer string) (net.Conn, error) {
 	cfg.InsecureSkipVerify = true
 	cfg.VerifyConnection = verifyPeer(l.tls, peer)
 	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: handshakeTimeout}, Config: cfg}
-	ctx, cancel := context.WithTimeout(l.ctx, handshakeTimeout)
+	ctx, cancel := context.WithTimeout(l.setup, handshakeTimeout)
 	defer cancel()
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -163,8 +165,8 @@ func (l *links) await(peer string) (net.Conn, error) {
 		return nc, nil
 	case <-t.C:
 		return nil, fmt.Errorf("worker %q did not connect within %v", peer, handshakeTimeout)
-	case <-l.ctx.Done():
-		return nil, context.Cause(l.ctx)
+	case <-l.setup.Done():
+		return nil, context.Cause(l.setup)
 	}
 }
 
@@ -176,6 +178,18 @@ func (l *links) close() {
 		delete(l.conns, p)
 	}
 }
+
+// peerError is the failure of the data connection to peer.
+type peerError struct {
+	peer string
+	err  error
+}
+
+func (e peerError) Error() string {
+	return fmt.Sprintf("the data connection to worker %s failed: %v", e.peer, e.err)
+}
+
+func (e peerError) Unwrap() error { return e.err }
 
 // verifyPeer checks a peer's certificate against the cluster's CA, and
 // that it names want.

@@ -39,6 +39,9 @@ type Members struct {
 type member struct {
 	Worker
 	last time.Time // the last heartbeat (or registration)
+	// suspect: a call to the worker or a peer's data connection to it
+	// failed since; it gets no tasks until it answers again.
+	suspect bool
 }
 
 // NewMembers returns an empty membership for job graph g, declaring a
@@ -74,7 +77,28 @@ func (m *Members) Heartbeat(name string, session uint64, now time.Time) error {
 		return fmt.Errorf("%w (worker %q, session %d)", ErrSessionEnded, name, session)
 	}
 	w.last = now
+	w.suspect = false
 	return nil
+}
+
+// Suspected reports whether the worker is suspect.
+func (m *Members) Suspected(name string) bool {
+	w, ok := m.workers[name]
+	return ok && w.suspect
+}
+
+// Suspect marks the worker's session as failing (a call to it, or a data
+// connection to it, failed): it gets no tasks until its next heartbeat or
+// registration, so a worker that died is not given the next attempt's
+// tasks while its timeout runs. A live one clears it within a heartbeat
+// interval. It reports whether the session was live.
+func (m *Members) Suspect(name string, session uint64) bool {
+	w, ok := m.workers[name]
+	if !ok || w.Session != session {
+		return false
+	}
+	w.suspect = true
+	return true
 }
 
 // Expire removes and returns the workers whose last heartbeat is timeout or
@@ -91,11 +115,15 @@ func (m *Members) Expire(now time.Time) []Worker {
 	return lost
 }
 
-// Workers returns the live workers, by name, and their slots in all.
+// Workers returns the live workers that are not suspect, by name, and
+// their slots in all.
 func (m *Members) Workers() ([]Worker, int) {
 	var ws []Worker
 	slots := 0
 	for _, w := range m.workers {
+		if w.suspect {
+			continue
+		}
 		ws = append(ws, w.Worker)
 		slots += w.Slots
 	}

@@ -230,7 +230,7 @@ func (n *node) Deploy(ctx context.Context, req *connect.Request[clusterpb.Deploy
 	rctx, cancel := context.WithCancel(n.ctx)
 	reports := make(chan runtime.Report, 1024)
 	r := &nodeRun{attempt: m.GetAttempt(), cancel: cancel, done: make(chan struct{})}
-	r.links = &links{self: n.cfg.Name, attempt: m.GetAttempt(), addrs: addrs, tls: n.cfg.TLS, arr: &n.arr, ctx: rctx, conns: map[string]*transport.Conn{}}
+	r.links = &links{self: n.cfg.Name, attempt: m.GetAttempt(), addrs: addrs, tls: n.cfg.TLS, arr: &n.arr, ctx: rctx, setup: ctx, conns: map[string]*transport.Conn{}}
 	var first checkpoint.TaskID
 	for id, w := range place {
 		if w == n.cfg.Name && (first == (checkpoint.TaskID{}) || id.String() < first.String()) {
@@ -239,7 +239,7 @@ func (n *node) Deploy(ctx context.Context, req *connect.Request[clusterpb.Deploy
 	}
 	r.links.failed = func(peer string, err error) {
 		select {
-		case reports <- runtime.Report{Kind: runtime.ReportFailed, Task: first, Err: fmt.Errorf("worker %s: the data connection to worker %s failed: %w", n.cfg.Name, peer, err)}:
+		case reports <- runtime.Report{Kind: runtime.ReportFailed, Task: first, Err: fmt.Errorf("worker %s: %w", n.cfg.Name, peerError{peer, err})}:
 		case <-rctx.Done():
 		}
 	}
@@ -444,6 +444,10 @@ func reportToProto(r runtime.Report) *clusterpb.TaskReport {
 		p.Error = r.Err.Error()
 		p.Permanent = operator.IsPermanent(r.Err)
 		p.StateDamaged = runtime.DamagedState(r.Err)
+		var pe peerError
+		if errors.As(r.Err, &pe) {
+			p.PeerFailed = pe.peer
+		}
 	}
 	return p
 }

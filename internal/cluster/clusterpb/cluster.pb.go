@@ -434,7 +434,10 @@ type TaskReport struct {
 	Permanent bool  `protobuf:"varint,6,opt,name=permanent,proto3" json:"permanent,omitempty"`
 	SyncNanos int64 `protobuf:"varint,7,opt,name=sync_nanos,json=syncNanos,proto3" json:"sync_nanos,omitempty"`
 	// state_damaged: the restored checkpoint's state is missing or corrupt.
-	StateDamaged  bool `protobuf:"varint,8,opt,name=state_damaged,json=stateDamaged,proto3" json:"state_damaged,omitempty"`
+	StateDamaged bool `protobuf:"varint,8,opt,name=state_damaged,json=stateDamaged,proto3" json:"state_damaged,omitempty"`
+	// peer_failed names the worker whose data connection failed, when that
+	// is the failure.
+	PeerFailed    string `protobuf:"bytes,9,opt,name=peer_failed,json=peerFailed,proto3" json:"peer_failed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -523,6 +526,13 @@ func (x *TaskReport) GetStateDamaged() bool {
 		return x.StateDamaged
 	}
 	return false
+}
+
+func (x *TaskReport) GetPeerFailed() string {
+	if x != nil {
+		return x.PeerFailed
+	}
+	return ""
 }
 
 type ReportRequest struct {
@@ -1185,7 +1195,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x11HeartbeatResponse\":\n" +
 	"\x06TaskID\x12\x16\n" +
 	"\x06vertex\x18\x01 \x01(\tR\x06vertex\x12\x18\n" +
-	"\asubtask\x18\x02 \x01(\x05R\asubtask\"\x88\x02\n" +
+	"\asubtask\x18\x02 \x01(\x05R\asubtask\"\xa9\x02\n" +
 	"\n" +
 	"TaskReport\x12+\n" +
 	"\x04task\x18\x01 \x01(\v2\x17.weir.cluster.v1.TaskIDR\x04task\x12\x12\n" +
@@ -1198,7 +1208,9 @@ const file_cluster_proto_rawDesc = "" +
 	"\tpermanent\x18\x06 \x01(\bR\tpermanent\x12\x1d\n" +
 	"\n" +
 	"sync_nanos\x18\a \x01(\x03R\tsyncNanos\x12#\n" +
-	"\rstate_damaged\x18\b \x01(\bR\fstateDamaged\"x\n" +
+	"\rstate_damaged\x18\b \x01(\bR\fstateDamaged\x12\x1f\n" +
+	"\vpeer_failed\x18\t \x01(\tR\n" +
+	"peerFailed\"x\n" +
 	"\rReportRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x04R\aattempt\x125\n" +

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/weirstream/weir/examples/wordcount"
+)
+
+// syncBuffer is a bytes.Buffer a process writes while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// proc is a process of a test cluster.
+type proc struct {
+	cmd    *exec.Cmd
+	log    *syncBuffer
+	exited chan struct{} // closed when it has exited; then err says how
+	err    error
+}
+
+func startProc(t *testing.T, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(weirBin, args...), log: &syncBuffer{}, exited: make(chan struct{})}
+	p.cmd.Stderr = p.log
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(p.kill)
+	return p
+}
+
+func (p *proc) hasExited() bool {
+	select {
+	case <-p.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// kill kills the process with SIGKILL, if it still runs, and reaps it.
+func (p *proc) kill() {
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.exited
+}
+
+var listenLine = regexp.MustCompile(`msg="coordinator listening" job=\S+ addr=(\S+)`)
+
+// clusterJob is the word count as a coordinator and workers, each a
+// process of the weir binary.
+type clusterJob struct {
+	*job
+	certs string
+	coord *proc
+	addr  string
+}
+
+func (j *clusterJob) args(role string, extra ...string) []string {
+	return append([]string{role, "wordcount", "--input", j.input, "--output", j.output, "--checkpoint-dir", j.ckpt,
+		"--parallelism", "3", "--checkpoint-interval", "100ms", "--certs", j.certs, "--log-level", "info"}, extra...)
+}
+
+func (j *clusterJob) worker(t *testing.T, name string) *proc {
+	return startProc(t, j.args("worker", "--join", j.addr, "--name", name)...)
+}
+
+func startClusterJob(t *testing.T, files, lines int, coordArgs ...string) *clusterJob {
+	t.Helper()
+	j := &clusterJob{job: newJob(t, files, lines)}
+	j.certs = filepath.Join(j.dir, "certs")
+	if out, err := exec.Command(weirBin, "cluster", "certs", "--out", j.certs).CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	j.coord = startProc(t, j.args("coordinator", append([]string{"--listen", "127.0.0.1:0", "--heartbeat-interval", "200ms", "--heartbeat-timeout", "2s"}, coordArgs...)...)...)
+	waitFor(t, "coordinator address", func() bool {
+		m := listenLine.FindStringSubmatch(j.coord.log.String())
+		if m != nil {
+			j.addr = m[1]
+		}
+		return m != nil
+	})
+	return j
+}
+
+func (j *clusterJob) checkpoints() int {
+	return strings.Count(j.coord.log.String(), `msg="checkpoint completed"`)
+}
+
+// TestClusterKill9Workers runs the word count on a coordinator and three
+// worker processes, kills a worker with SIGKILL at random moments and
+// starts it again, four times, and checks the output by counting: no count
+// lost, none twice.
+func TestClusterKill9Workers(t *testing.T) {
+	j := startClusterJob(t, 4, 250_000)
+	workers := map[string]*proc{}
+	for i := 1; i <= 3; i++ {
+		name := fmt.Sprintf("worker-%d", i)
+		workers[name] = j.worker(t, name)
+	}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 10))
+	for kill := range 4 {
+		seen := j.checkpoints()
+		waitFor(t, "a checkpoint", func() bool { return j.checkpoints() > seen || j.coord.hasExited() })
+		if j.coord.hasExited() {
+			t.Fatalf("the job ended (%v) after %d kills; the test needs a larger input\n%s", j.coord.err, kill, j.coord.log)
+		}
+		// The moment of the kill is the fault being injected, not a wait
+		// for a condition.
+		time.Sleep(time.Duration(rng.IntN(150)) * time.Millisecond)
+		name := fmt.Sprintf("worker-%d", 1+rng.IntN(3))
+		workers[name].kill()
+		t.Logf("kill %d: %s", kill+1, name)
+		workers[name] = j.worker(t, name)
+	}
+	<-j.coord.exited
+	if j.coord.err != nil {
+		t.Fatalf("coordinator: %v\n%s", j.coord.err, j.coord.log)
+	}
+	rep, err := wordcount.Verify(vfs.Default, j.output, j.want, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() {
+		t.Fatalf("%v\ncoordinator's log:\n%s", rep, j.coord.log)
+	}
+	restarts := strings.Count(j.coord.log.String(), `msg="job failed; restarting"`)
+	if restarts < 4 {
+		t.Fatalf("%d restarts for 4 kills:\n%s", restarts, j.coord.log)
+	}
+	t.Logf("%d restarts: %v", restarts, rep)
+}
