@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -30,6 +31,8 @@ type testCluster struct {
 	workers map[string]*testWorker
 	events  chan weir.JobEvent
 	result  chan error
+	// ownStorage gives each worker a checkpoint directory of its own.
+	ownStorage bool
 }
 
 type testWorker struct {
@@ -48,6 +51,9 @@ func (c *testCluster) options(role weir.Role, name string) Options {
 			HeartbeatInterval: 100 * time.Millisecond, HeartbeatTimeout: time.Second,
 		},
 	}
+	if c.ownStorage && role == weir.Worker {
+		o.Checkpoint.Dir = filepath.Join(c.dir, name, "ckpt")
+	}
 	if c.slow > 0 {
 		var n atomic.Int64
 		o.BeforeCount = func(string) {
@@ -60,10 +66,14 @@ func (c *testCluster) options(role weir.Role, name string) Options {
 }
 
 func startCluster(t *testing.T, lines, slow int, workers ...string) *testCluster {
+	return startClusterWith(t, &testCluster{slow: slow}, lines, workers...)
+}
+
+func startClusterWith(t *testing.T, c *testCluster, lines int, workers ...string) *testCluster {
 	base := t.TempDir()
 	corpus(t, base, 3, lines, 7)
-	c := &testCluster{t: t, dir: base, slow: slow, input: filepath.Join(base, "in-*.txt"), certs: filepath.Join(base, "certs"),
-		workers: map[string]*testWorker{}, events: make(chan weir.JobEvent, 1024), result: make(chan error, 1)}
+	c.t, c.dir, c.input, c.certs = t, base, filepath.Join(base, "in-*.txt"), filepath.Join(base, "certs")
+	c.workers, c.events, c.result = map[string]*testWorker{}, make(chan weir.JobEvent, 1024), make(chan error, 1)
 	if err := transport.WriteCerts(c.certs, append([]string{"coordinator"}, workers...), []string{"127.0.0.1"}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
@@ -203,4 +213,17 @@ func testLogger() *slog.Logger {
 		return slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 	return slog.New(slog.DiscardHandler)
+}
+
+// TestClusterRefusesUnsharedStorage gives each worker a checkpoint
+// directory of its own: the coordinator's probe finds that it cannot read
+// what a worker wrote, and the job fails at start, saying so, instead of
+// at its first restore.
+func TestClusterRefusesUnsharedStorage(t *testing.T) {
+	c := startClusterWith(t, &testCluster{ownStorage: true}, 100, "worker-1", "worker-2", "worker-3")
+	err := <-c.result
+	if err == nil || !strings.Contains(err.Error(), "is not shared") {
+		t.Fatalf("got %v, want a refusal of storage that is not shared", err)
+	}
+	t.Log(err)
 }

@@ -17,6 +17,8 @@ import (
 	"github.com/weirstream/weir/internal/cluster/clusterpb"
 	"github.com/weirstream/weir/internal/cluster/clusterpb/clusterpbconnect"
 	"github.com/weirstream/weir/internal/runtime"
+	"github.com/weirstream/weir/operator"
+	"github.com/weirstream/weir/storage"
 )
 
 // callTimeout bounds one call of the coordinator on a worker.
@@ -33,13 +35,14 @@ type Executor struct {
 
 	mu      sync.Mutex
 	clients map[string]clusterpbconnect.WorkerServiceClient // by worker
+	probed  map[Worker]bool                                 // sessions that share the storage
 	stop    chan struct{}
 	wg      sync.WaitGroup
 }
 
 // NewExecutor returns an executor on c's workers; Close it after the run.
 func NewExecutor(c *Coordinator) *Executor {
-	x := &Executor{c: c, log: c.cfg.Logger, clients: map[string]clusterpbconnect.WorkerServiceClient{}, stop: make(chan struct{})}
+	x := &Executor{c: c, log: c.cfg.Logger, clients: map[string]clusterpbconnect.WorkerServiceClient{}, probed: map[Worker]bool{}, stop: make(chan struct{})}
 	x.tr = &http.Transport{TLSClientConfig: c.cfg.TLS.Clone(), ForceAttemptHTTP2: true}
 	x.wg.Go(x.watchLost)
 	return x
@@ -89,6 +92,45 @@ func (x *Executor) client(w Worker) clusterpbconnect.WorkerServiceClient {
 	return cl
 }
 
+// probe checks, once per session, that worker w shares the job's
+// checkpoint storage: it writes a probe file, which the coordinator reads
+// back. Storage it does not share would fail at the first restore, so the
+// job fails now, saying so.
+func (x *Executor) probe(ctx context.Context, st storage.Storage, w Worker) error {
+	x.mu.Lock()
+	done := x.probed[w]
+	x.mu.Unlock()
+	if done || st == nil {
+		return nil
+	}
+	pr, ok := st.(storage.Prober)
+	if !ok {
+		return operator.Permanent(fmt.Errorf("checkpoint storage %s lives in one process: a cluster needs a shared directory or object storage", st.Describe()))
+	}
+	token := fmt.Sprintf("%s-%d-%d", w.Name, w.Session, time.Now().UnixNano())
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	if _, err := x.client(w).Probe(cctx, connect.NewRequest(&clusterpb.ProbeRequest{Token: token})); err != nil {
+		if connect.CodeOf(err) == connect.CodeFailedPrecondition {
+			return operator.Permanent(fmt.Errorf("worker %s cannot write to the checkpoint storage: %w", w.Name, err))
+		}
+		return fmt.Errorf("probe the checkpoint storage on worker %s: %w", w.Name, err)
+	}
+	got, err := pr.ReadProbe(token)
+	if err == nil {
+		err = pr.RemoveProbe(token)
+	}
+	if err != nil || string(got) != w.Name {
+		return operator.Permanent(fmt.Errorf("checkpoint storage %s is not shared: worker %s wrote %s/%s there, and the coordinator cannot read it back (%v); give every process the same shared directory or object storage",
+			st.Describe(), w.Name, storage.ProbeDir, token, err))
+	}
+	x.log.Info("worker shares the checkpoint storage", "worker", w.Name, "storage", st.Describe())
+	x.mu.Lock()
+	x.probed[w] = true
+	x.mu.Unlock()
+	return nil
+}
+
 // Start implements runtime.Executor: it waits for enough slots, places the
 // attempt's tasks and deploys them.
 func (x *Executor) Start(ctx context.Context, spec runtime.Spec, p runtime.Part, reports chan<- runtime.Report) (runtime.Execution, error) {
@@ -103,6 +145,11 @@ func (x *Executor) Start(ctx context.Context, spec runtime.Spec, p runtime.Part,
 	place, err := Place(spec.Plan, ws)
 	if err != nil {
 		return nil, err
+	}
+	for _, w := range ws {
+		if err := x.probe(ctx, spec.Storage, w); err != nil {
+			return nil, err
+		}
 	}
 	ectx, cancel := context.WithCancel(ctx)
 	ex := &execution{x: x, attempt: uint64(p.Attempt), place: place, workers: map[string]Worker{}, reports: reports, ctx: ectx, cancel: cancel, queues: map[string]chan *clusterpb.ControlMessage{}}

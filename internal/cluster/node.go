@@ -22,6 +22,7 @@ import (
 	"github.com/weirstream/weir/internal/runtime"
 	"github.com/weirstream/weir/internal/transport"
 	"github.com/weirstream/weir/operator"
+	"github.com/weirstream/weir/storage"
 )
 
 // CoordinatorName is the name the coordinator's certificate holds; a
@@ -369,7 +370,14 @@ func (n *node) Probe(ctx context.Context, req *connect.Request[clusterpb.ProbeRe
 	if err := n.callerIsCoordinator(ctx); err != nil {
 		return nil, err
 	}
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("probe"))
+	pr, ok := n.cfg.Spec.Storage.(storage.Prober)
+	if !ok {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("worker %s: checkpoint storage %s cannot be shared", n.cfg.Name, n.cfg.Spec.Storage.Describe()))
+	}
+	if err := pr.WriteProbe(req.Msg.GetToken(), []byte(n.cfg.Name)); err != nil {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("worker %s: %w", n.cfg.Name, err))
+	}
+	return connect.NewResponse(&clusterpb.ProbeResponse{}), nil
 }
 
 // remote opens a worker's ends of channels to tasks on other workers.

@@ -1,0 +1,83 @@
+package storage
+
+import (
+	"bytes"
+	"fmt"
+	"regexp"
+)
+
+// Prober is storage that several processes can share: one writes a probe
+// file, another reads it back. A cluster's coordinator has every worker
+// write one before it deploys anything, and refuses storage the workers do
+// not share with it (a directory that is local to each machine).
+type Prober interface {
+	WriteProbe(name string, data []byte) error
+	ReadProbe(name string) ([]byte, error)
+	RemoveProbe(name string) error
+}
+
+// ProbeDir is where probe files go, under the job's storage.
+const ProbeDir = "_probe"
+
+var probeName = regexp.MustCompile(`^[A-Za-z0-9-]{1,128}$`)
+
+// checkProbeName refuses a probe name that is not a plain file name: the
+// name comes from the network.
+func checkProbeName(name string) error {
+	if !probeName.MatchString(name) {
+		return fmt.Errorf("probe name %q: want 1 to 128 letters, digits and dashes", name)
+	}
+	return nil
+}
+
+func (d *Dir) WriteProbe(name string, data []byte) error {
+	if err := checkProbeName(name); err != nil {
+		return err
+	}
+	dir := d.fs.PathJoin(d.jobDir, ProbeDir)
+	if err := d.fs.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("probe %s: %w", dir, err)
+	}
+	if _, err := d.writeFile(d.fs.PathJoin(dir, name), bytes.NewReader(data)); err != nil {
+		return fmt.Errorf("probe %s: %w", dir, err)
+	}
+	return nil
+}
+
+func (d *Dir) ReadProbe(name string) ([]byte, error) {
+	if err := checkProbeName(name); err != nil {
+		return nil, err
+	}
+	return readFile(d.fs, d.fs.PathJoin(d.jobDir, ProbeDir, name), 1<<20)
+}
+
+func (d *Dir) RemoveProbe(name string) error {
+	if err := checkProbeName(name); err != nil {
+		return err
+	}
+	return d.fs.Remove(d.fs.PathJoin(d.jobDir, ProbeDir, name))
+}
+
+func (b *Blob) WriteProbe(name string, data []byte) error {
+	if err := checkProbeName(name); err != nil {
+		return err
+	}
+	if err := b.bucket.WriteAll(bg(), ProbeDir+"/"+name, data, nil); err != nil {
+		return fmt.Errorf("probe %s/%s: %w", b.where, ProbeDir, err)
+	}
+	return nil
+}
+
+func (b *Blob) ReadProbe(name string) ([]byte, error) {
+	if err := checkProbeName(name); err != nil {
+		return nil, err
+	}
+	return b.bucket.ReadAll(bg(), ProbeDir+"/"+name)
+}
+
+func (b *Blob) RemoveProbe(name string) error {
+	if err := checkProbeName(name); err != nil {
+		return err
+	}
+	return b.bucket.Delete(bg(), ProbeDir+"/"+name)
+}
