@@ -159,3 +159,36 @@ func TestClusterKill9Workers(t *testing.T) {
 	}
 	t.Logf("%d restarts: %v", restarts, rep)
 }
+
+// TestClusterCoordinatorRestart kills the coordinator with SIGKILL mid-run
+// and starts another at the same address with --restore latest: the
+// workers fence themselves, register with it, and the job resumes from
+// the latest checkpoint, exactly-once.
+func TestClusterCoordinatorRestart(t *testing.T) {
+	j := startClusterJob(t, 4, 250_000)
+	for i := 1; i <= 3; i++ {
+		j.worker(t, fmt.Sprintf("worker-%d", i))
+	}
+	waitFor(t, "two checkpoints", func() bool { return j.checkpoints() >= 2 || j.coord.hasExited() })
+	if j.coord.hasExited() {
+		t.Fatalf("the job ended (%v) before the kill; the test needs a larger input\n%s", j.coord.err, j.coord.log)
+	}
+	j.coord.kill()
+	first := j.coord.log.String()
+	j.coord = startProc(t, j.args("coordinator", "--listen", j.addr, "--restore", "latest", "--heartbeat-interval", "200ms", "--heartbeat-timeout", "2s")...)
+	<-j.coord.exited
+	if j.coord.err != nil {
+		t.Fatalf("second coordinator: %v\n%s\nfirst coordinator's log:\n%s", j.coord.err, j.coord.log, first)
+	}
+	if !strings.Contains(j.coord.log.String(), `msg="restoring checkpoint"`) {
+		t.Fatalf("the second coordinator restored nothing:\n%s", j.coord.log)
+	}
+	rep, err := wordcount.Verify(vfs.Default, j.output, j.want, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() {
+		t.Fatalf("%v\nsecond coordinator's log:\n%s", rep, j.coord.log)
+	}
+	t.Log(rep)
+}

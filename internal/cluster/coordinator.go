@@ -305,8 +305,8 @@ func (c *Coordinator) Report(ctx context.Context, req *connect.Request[clusterpb
 	c.mu.Lock()
 	ex := c.exec
 	c.mu.Unlock()
-	if ex == nil || ex.attempt != m.GetAttempt() {
-		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("attempt %d is not the job's current attempt", m.GetAttempt()))
+	if ex == nil || ex.attempt != m.GetAttempt() || ex.workers[m.GetWorker()].Session != m.GetSession() {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("attempt %d of session %d is not the job's current attempt", m.GetAttempt(), m.GetSession()))
 	}
 	rs := make([]runtime.Report, 0, len(m.GetReports()))
 	for _, p := range m.GetReports() {

@@ -185,7 +185,8 @@ func (x *Executor) Start(ctx context.Context, spec runtime.Spec, p runtime.Part,
 	var wg sync.WaitGroup
 	for _, w := range ex.workers {
 		wg.Go(func() {
-			_, err := x.client(w).Deploy(dctx, connect.NewRequest(req))
+			wreq := &clusterpb.DeployRequest{Attempt: req.Attempt, Session: w.Session, Checkpoint: req.Checkpoint, StartOver: req.StartOver, Placement: req.Placement, Peers: req.Peers}
+			_, err := x.client(w).Deploy(dctx, connect.NewRequest(wreq))
 			if err == nil || dctx.Err() != nil && connect.CodeOf(err) == connect.CodeCanceled {
 				return
 			}

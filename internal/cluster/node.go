@@ -63,13 +63,19 @@ type node struct {
 	arr    arrivals
 	addr   string
 
-	mu      sync.Mutex
-	attempt uint64 // the newest attempt deployed here
+	mu sync.Mutex
+	// session is the registration in force (0: none, fenced); attempt the
+	// newest attempt deployed in it.
+	session uint64
+	attempt uint64
 	run     *nodeRun
+	// registered is closed and replaced when a registration takes effect.
+	registered chan struct{}
 }
 
 // nodeRun is an attempt's part running on a node.
 type nodeRun struct {
+	session uint64
 	attempt uint64
 	tasks   *runtime.Tasks
 	links   *links
@@ -89,7 +95,7 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 	if cfg.Listen == "" {
 		cfg.Listen = "127.0.0.1:0"
 	}
-	n := &node{cfg: cfg, ctx: ctx, log: cfg.Logger.With("worker", cfg.Name)}
+	n := &node{cfg: cfg, ctx: ctx, log: cfg.Logger.With("worker", cfg.Name), registered: make(chan struct{})}
 	tc := cfg.TLS.Clone()
 	tc.NextProtos = []string{"h2", dataProto}
 	ln, err := tls.Listen("tcp", cfg.Listen, tc)
@@ -121,8 +127,19 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 	return RunWorker(ctx, WorkerConfig{
 		Coordinator: cfg.Coordinator, Name: cfg.Name, Slots: cfg.Slots, DataAddress: n.addr,
 		Graph: GraphOf(cfg.Spec), TLS: cfg.TLS, Logger: cfg.Logger, RetryInterval: cfg.RetryInterval,
-		Registered: func(Worker) {},
-		Fence:      func(error) { n.stop() },
+		Registered: func(w Worker) {
+			n.mu.Lock()
+			n.session, n.attempt = w.Session, 0
+			close(n.registered)
+			n.registered = make(chan struct{})
+			n.mu.Unlock()
+		},
+		Fence: func(error) {
+			n.mu.Lock()
+			n.session = 0
+			n.mu.Unlock()
+			n.stop()
+		},
 	})
 }
 
@@ -191,6 +208,23 @@ func (n *node) Deploy(ctx context.Context, req *connect.Request[clusterpb.Deploy
 	}
 	m := req.Msg
 	n.mu.Lock()
+	// The coordinator may deploy before the answer to the registration
+	// reaches this worker.
+	for n.session < m.GetSession() {
+		wait := n.registered
+		n.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("a deploy for session %d, which this worker never saw", m.GetSession()))
+		}
+		n.mu.Lock()
+	}
+	if m.GetSession() != n.session {
+		cur := n.session
+		n.mu.Unlock()
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("a deploy for session %d: this worker's session is %d", m.GetSession(), cur))
+	}
 	if m.GetAttempt() <= n.attempt {
 		cur := n.attempt
 		n.mu.Unlock()
@@ -230,7 +264,7 @@ func (n *node) Deploy(ctx context.Context, req *connect.Request[clusterpb.Deploy
 	}
 	rctx, cancel := context.WithCancel(n.ctx)
 	reports := make(chan runtime.Report, 1024)
-	r := &nodeRun{attempt: m.GetAttempt(), cancel: cancel, done: make(chan struct{})}
+	r := &nodeRun{session: m.GetSession(), attempt: m.GetAttempt(), cancel: cancel, done: make(chan struct{})}
 	r.links = &links{self: n.cfg.Name, attempt: m.GetAttempt(), addrs: addrs, tls: n.cfg.TLS, arr: &n.arr, ctx: rctx, setup: ctx, conns: map[string]*transport.Conn{}}
 	var first checkpoint.TaskID
 	for id, w := range place {
@@ -245,7 +279,7 @@ func (n *node) Deploy(ctx context.Context, req *connect.Request[clusterpb.Deploy
 		}
 	}
 	part.Remote = remote{links: r.links, codec: n.cfg.Codec, place: place}
-	go n.forward(rctx, r.attempt, reports, r.done)
+	go n.forward(rctx, r, reports)
 	tasks, err := runtime.StartTasks(rctx, spec, part, reports)
 	if err != nil {
 		r.links.close()
@@ -255,7 +289,7 @@ func (n *node) Deploy(ctx context.Context, req *connect.Request[clusterpb.Deploy
 	}
 	r.tasks = tasks
 	n.mu.Lock()
-	if n.attempt != r.attempt { // a newer deploy overtook this one
+	if n.attempt != r.attempt || n.session != r.session { // overtaken by a newer deploy or a fence
 		n.mu.Unlock()
 		r.stop()
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("attempt %d was overtaken", r.attempt))
@@ -283,8 +317,9 @@ func restorePoint(spec runtime.Spec, id checkpoint.ID) (*runtime.RestorePoint, e
 
 // forward sends the attempt's reports to the coordinator, in order, until
 // ctx ends.
-func (n *node) forward(ctx context.Context, attempt uint64, reports <-chan runtime.Report, done chan<- struct{}) {
-	defer close(done)
+func (n *node) forward(ctx context.Context, run *nodeRun, reports <-chan runtime.Report) {
+	defer close(run.done)
+	attempt := run.attempt
 	for {
 		var batch []runtime.Report
 		select {
@@ -302,7 +337,7 @@ func (n *node) forward(ctx context.Context, attempt uint64, reports <-chan runti
 				break more
 			}
 		}
-		req := &clusterpb.ReportRequest{Worker: n.cfg.Name, Attempt: attempt}
+		req := &clusterpb.ReportRequest{Worker: n.cfg.Name, Session: run.session, Attempt: attempt}
 		for _, r := range batch {
 			req.Reports = append(req.Reports, reportToProto(r))
 		}

@@ -536,10 +536,12 @@ func (x *TaskReport) GetPeerFailed() string {
 }
 
 type ReportRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Worker        string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
-	Attempt       uint64                 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	Reports       []*TaskReport          `protobuf:"bytes,3,rep,name=reports,proto3" json:"reports,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Worker  string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	Attempt uint64                 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Reports []*TaskReport          `protobuf:"bytes,3,rep,name=reports,proto3" json:"reports,omitempty"`
+	// session is the worker's registration the attempt was deployed in.
+	Session       uint64 `protobuf:"varint,4,opt,name=session,proto3" json:"session,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -593,6 +595,13 @@ func (x *ReportRequest) GetReports() []*TaskReport {
 		return x.Reports
 	}
 	return nil
+}
+
+func (x *ReportRequest) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
 }
 
 type ReportResponse struct {
@@ -738,6 +747,10 @@ func (x *Peer) GetDataAddress() string {
 type DeployRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Attempt uint64                 `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// session is the worker's registration the coordinator deploys to: a
+	// worker refuses a deploy for another (an earlier coordinator's, or one
+	// it has fenced since).
+	Session uint64 `protobuf:"varint,6,opt,name=session,proto3" json:"session,omitempty"`
 	// checkpoint is the completed checkpoint in the job's storage the
 	// attempt restores; 0: none.
 	Checkpoint    uint64        `protobuf:"varint,2,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
@@ -781,6 +794,13 @@ func (*DeployRequest) Descriptor() ([]byte, []int) {
 func (x *DeployRequest) GetAttempt() uint64 {
 	if x != nil {
 		return x.Attempt
+	}
+	return 0
+}
+
+func (x *DeployRequest) GetSession() uint64 {
+	if x != nil {
+		return x.Session
 	}
 	return 0
 }
@@ -1210,11 +1230,12 @@ const file_cluster_proto_rawDesc = "" +
 	"sync_nanos\x18\a \x01(\x03R\tsyncNanos\x12#\n" +
 	"\rstate_damaged\x18\b \x01(\bR\fstateDamaged\x12\x1f\n" +
 	"\vpeer_failed\x18\t \x01(\tR\n" +
-	"peerFailed\"x\n" +
+	"peerFailed\"\x92\x01\n" +
 	"\rReportRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x04R\aattempt\x125\n" +
-	"\areports\x18\x03 \x03(\v2\x1b.weir.cluster.v1.TaskReportR\areports\"\x10\n" +
+	"\areports\x18\x03 \x03(\v2\x1b.weir.cluster.v1.TaskReportR\areports\x12\x18\n" +
+	"\asession\x18\x04 \x01(\x04R\asession\"\x10\n" +
 	"\x0eReportResponse\"Q\n" +
 	"\n" +
 	"Assignment\x12+\n" +
@@ -1222,9 +1243,10 @@ const file_cluster_proto_rawDesc = "" +
 	"\x06worker\x18\x02 \x01(\tR\x06worker\"A\n" +
 	"\x04Peer\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12!\n" +
-	"\fdata_address\x18\x02 \x01(\tR\vdataAddress\"\xd0\x01\n" +
+	"\fdata_address\x18\x02 \x01(\tR\vdataAddress\"\xea\x01\n" +
 	"\rDeployRequest\x12\x18\n" +
-	"\aattempt\x18\x01 \x01(\x04R\aattempt\x12\x1e\n" +
+	"\aattempt\x18\x01 \x01(\x04R\aattempt\x12\x18\n" +
+	"\asession\x18\x06 \x01(\x04R\asession\x12\x1e\n" +
 	"\n" +
 	"checkpoint\x18\x02 \x01(\x04R\n" +
 	"checkpoint\x12\x1d\n" +
