@@ -46,7 +46,14 @@ type proc struct {
 
 func startProc(t *testing.T, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(weirBin, args...), log: &syncBuffer{}, exited: make(chan struct{})}
+	return startCmd(t, weirBin, args...)
+}
+
+// startCmd starts a process of the cluster (weir, or weir inside ip netns
+// exec, which execs it).
+func startCmd(t *testing.T, name string, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(name, args...), log: &syncBuffer{}, exited: make(chan struct{})}
 	p.cmd.Stderr = p.log
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

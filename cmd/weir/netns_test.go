@@ -1,0 +1,151 @@
+package main
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/weirstream/weir/examples/wordcount"
+)
+
+// netns is a test network: one namespace per process, each with its own
+// address on a bridge in the root namespace, reached through a veth pair.
+type netns struct {
+	t      *testing.T
+	id     string
+	subnet string // "10.213.N"
+}
+
+// newNetns makes the network, or skips the test where it cannot (not root,
+// no ip) unless CI=true, where it must run.
+func newNetns(t *testing.T) *netns {
+	t.Helper()
+	_, err := exec.LookPath("ip")
+	if os.Geteuid() != 0 || err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("the network namespace test needs root and ip (iproute2) under CI=true: euid %d, ip: %v", os.Geteuid(), err)
+		}
+		t.Skipf("needs root and ip (iproute2) to make network namespaces: euid %d, ip: %v", os.Geteuid(), err)
+	}
+	n := &netns{t: t, id: fmt.Sprintf("%04x", rand.IntN(1<<16)), subnet: fmt.Sprintf("10.213.%d", rand.IntN(250))}
+	t.Cleanup(n.remove)
+	n.ip("link", "add", n.bridge(), "type", "bridge")
+	n.ip("addr", "add", n.subnet+".254/24", "dev", n.bridge())
+	n.ip("link", "set", n.bridge(), "up")
+	return n
+}
+
+func (n *netns) bridge() string        { return "wbr" + n.id }
+func (n *netns) ns(host int) string    { return fmt.Sprintf("weir-%s-%d", n.id, host) }
+func (n *netns) veth(host int) string  { return fmt.Sprintf("wv%s%d", n.id, host) }
+func (n *netns) addr(host int) string  { return fmt.Sprintf("%s.%d", n.subnet, host) }
+func (n *netns) inner(host int) string { return fmt.Sprintf("wp%s%d", n.id, host) }
+
+func (n *netns) ip(args ...string) {
+	n.t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		n.t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// host makes namespace host with address <subnet>.host.
+func (n *netns) host(host int) {
+	n.t.Helper()
+	ns, veth, inner := n.ns(host), n.veth(host), n.inner(host)
+	n.ip("netns", "add", ns)
+	n.ip("link", "add", veth, "type", "veth", "peer", "name", inner)
+	n.ip("link", "set", inner, "netns", ns)
+	n.ip("link", "set", veth, "master", n.bridge(), "up")
+	n.ip("-n", ns, "addr", "add", n.addr(host)+"/24", "dev", inner)
+	n.ip("-n", ns, "link", "set", inner, "up")
+	n.ip("-n", ns, "link", "set", "lo", "up")
+}
+
+// cut and heal take host's link down and up: a partition.
+func (n *netns) cut(host int)  { n.ip("link", "set", n.veth(host), "down") }
+func (n *netns) heal(host int) { n.ip("link", "set", n.veth(host), "up") }
+
+func (n *netns) remove() {
+	out, _ := exec.Command("ip", "netns", "list").Output()
+	for _, line := range strings.Split(string(out), "\n") {
+		if name, _, _ := strings.Cut(line, " "); strings.HasPrefix(name, "weir-"+n.id+"-") {
+			exec.Command("ip", "netns", "delete", name).Run()
+		}
+	}
+	exec.Command("ip", "link", "delete", n.bridge()).Run()
+}
+
+// TestClusterPartitionNetns runs the word count on a coordinator and three
+// workers, each in a network namespace of its own, and cuts one worker's
+// link mid-run. The coordinator loses the worker and restarts the job on
+// the others' slots; the cut-off worker fences itself, so its old tasks
+// commit nothing; when the link is back it registers again. The output
+// holds every count exactly once.
+func TestClusterPartitionNetns(t *testing.T) {
+	net := newNetns(t)
+	for h := 1; h <= 4; h++ {
+		net.host(h)
+	}
+	j := &clusterJob{job: newJob(t, 4, 400_000)}
+	j.certs = filepath.Join(j.dir, "certs")
+	hosts := []string{net.addr(1), net.addr(2), net.addr(3), net.addr(4)}
+	if out, err := exec.Command(weirBin, "cluster", "certs", "--out", j.certs, "--hosts", strings.Join(hosts, ",")).CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	in := func(host int, args ...string) []string {
+		return append([]string{"netns", "exec", net.ns(host), weirBin}, args...)
+	}
+	j.addr = net.addr(1) + ":7700"
+	timing := []string{"--heartbeat-interval", "200ms", "--heartbeat-timeout", "2s"}
+	j.coord = startCmd(t, "ip", in(1, j.args("coordinator", append([]string{"--listen", j.addr}, timing...)...)...)...)
+	workers := map[int]*proc{}
+	for h := 2; h <= 4; h++ {
+		// Two slots each: the job (parallelism 3) runs on two workers.
+		workers[h] = startCmd(t, "ip", in(h, j.args("worker", "--join", j.addr, "--name", fmt.Sprintf("worker-%d", h-1),
+			"--listen", net.addr(h)+":0", "--slots", "2")...)...)
+	}
+	waitFor(t, "a checkpoint", func() bool { return j.checkpoints() >= 2 || j.coord.hasExited() })
+	if j.coord.hasExited() {
+		t.Fatalf("coordinator exited early (%v):\n%s", j.coord.err, j.coord.log)
+	}
+	// Cut worker-1 or worker-2, whichever runs tasks (worker-3 may have
+	// none: the job needs 3 slots of 6).
+	cut := 2
+	before := strings.Count(j.coord.log.String(), "job failed; restarting")
+	net.cut(cut)
+	t.Logf("cut %s's link", net.ns(cut))
+	waitFor(t, "the partitioned worker to fence itself", func() bool {
+		return strings.Contains(workers[cut].log.String(), "fencing") || j.coord.hasExited()
+	})
+	waitFor(t, "the job to restart and checkpoint without the worker", func() bool {
+		log := j.coord.log.String()
+		i := strings.LastIndex(log, "job failed; restarting")
+		return j.coord.hasExited() || strings.Count(log, "job failed; restarting") > before && strings.Contains(log[i:], `msg="checkpoint completed"`)
+	})
+	if !strings.Contains(j.coord.log.String(), `msg="worker lost: no heartbeat within the timeout" worker=worker-1`) {
+		t.Fatalf("the coordinator did not lose worker-1 during the cut:\n%s", j.coord.log)
+	}
+	net.heal(cut)
+	waitFor(t, "the worker to register again", func() bool {
+		return strings.Count(workers[cut].log.String(), "msg=registered") >= 2 || j.coord.hasExited()
+	})
+	t.Log("healed; the worker registered again")
+	<-j.coord.exited
+	if j.coord.err != nil {
+		t.Fatalf("coordinator: %v\n%s", j.coord.err, j.coord.log)
+	}
+	rep, err := wordcount.Verify(vfs.Default, j.output, j.want, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() {
+		t.Fatalf("%v\ncoordinator's log:\n%s\ncut worker's log:\n%s", rep, j.coord.log, workers[cut].log)
+	}
+	t.Log(rep)
+}
