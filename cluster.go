@@ -125,6 +125,13 @@ func (e *Environment) executeClustered(ctx context.Context, plan *graph.Plan, sp
 	x := cluster.NewExecutor(c)
 	defer x.Close()
 	spec.Executor = x
+	onEvent := spec.OnEvent
+	spec.OnEvent = func(ev runtime.JobEvent) {
+		c.Observe(ev)
+		if onEvent != nil {
+			onEvent(ev)
+		}
+	}
 	return runtime.Run(ctx, spec)
 }
 

@@ -115,7 +115,7 @@ keep ca-key.pem away from them. For production, use your own PKI.`,
 		},
 	}
 	certs.Flags().StringVar(&out, "out", "", "directory to write the certificates to (must not hold a CA yet)")
-	certs.Flags().StringSliceVar(&names, "names", []string{"coordinator", "worker-1", "worker-2", "worker-3"}, "process names, one certificate each")
+	certs.Flags().StringSliceVar(&names, "names", []string{"coordinator", "worker-1", "worker-2", "worker-3", "admin"}, "process names, one certificate each (admin: for weir status)")
 	certs.Flags().StringSliceVar(&hosts, "hosts", []string{"localhost", "127.0.0.1", "::1"}, "host names and IP addresses the processes are reached at")
 	certs.Flags().DurationVar(&validFor, "valid-for", 365*24*time.Hour, "how long the certificates are valid")
 	cluster.AddCommand(certs)

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -119,6 +120,25 @@ func startClusterJob(t *testing.T, files, lines int, coordArgs ...string) *clust
 	return j
 }
 
+var placedLine = regexp.MustCompile(`msg="placed tasks" attempt=(\d+)`)
+
+// attempt is the newest attempt the coordinator placed.
+func (j *clusterJob) attempt() int {
+	ms := placedLine.FindAllStringSubmatch(j.coord.log.String(), -1)
+	if len(ms) == 0 {
+		return 0
+	}
+	n, _ := strconv.Atoi(ms[len(ms)-1][1])
+	return n
+}
+
+// checkpointedSinceRestart reports whether a checkpoint completed after the
+// latest restore.
+func (j *clusterJob) checkpointedSinceRestart() bool {
+	log := j.coord.log.String()
+	return strings.LastIndex(log, `msg="checkpoint completed"`) > strings.LastIndex(log, `msg="restoring checkpoint"`)
+}
+
 func (j *clusterJob) checkpoints() int {
 	return strings.Count(j.coord.log.String(), `msg="checkpoint completed"`)
 }
@@ -134,10 +154,26 @@ func TestClusterKill9Workers(t *testing.T) {
 		name := fmt.Sprintf("worker-%d", i)
 		workers[name] = j.worker(t, name)
 	}
+	waitFor(t, "a checkpoint", func() bool { return j.checkpoints() > 0 || j.coord.hasExited() })
+	out, err := exec.Command(weirBin, "status", "--coordinator", j.addr, "--certs", j.certs).CombinedOutput()
+	if err != nil {
+		t.Fatalf("weir status: %v\n%s", err, out)
+	}
+	for _, want := range []string{"job wordcount: running, attempt 1", "worker-1  1", "worker-3", "count#0", "lines#2", "completed"} {
+		if !strings.Contains(string(out), want) {
+			t.Fatalf("weir status says no %q:\n%s", want, out)
+		}
+	}
+	t.Logf("weir status:\n%s", out)
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 10))
+	killed := 0 // the attempt the last kill failed
 	for kill := range 4 {
-		seen := j.checkpoints()
-		waitFor(t, "a checkpoint", func() bool { return j.checkpoints() > seen || j.coord.hasExited() })
+		// A checkpoint of an attempt after the one the last kill failed:
+		// this kill fails that attempt.
+		waitFor(t, "a checkpoint of a new attempt", func() bool {
+			return j.attempt() > killed && j.checkpointedSinceRestart() || j.coord.hasExited()
+		})
+		killed = j.attempt()
 		if j.coord.hasExited() {
 			t.Fatalf("the job ended (%v) after %d kills; the test needs a larger input\n%s", j.coord.err, kill, j.coord.log)
 		}

@@ -53,6 +53,6 @@ func newRoot() *cobra.Command {
 		slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})))
 		return nil
 	}
-	root.AddCommand(newRun(), newDemo(), newKafka(), newBench(), newNexmark(), newCluster(), newCoordinator(), newWorker())
+	root.AddCommand(newRun(), newDemo(), newKafka(), newBench(), newNexmark(), newCluster(), newCoordinator(), newWorker(), newStatus())
 	return root
 }

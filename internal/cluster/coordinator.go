@@ -85,6 +85,7 @@ type Coordinator struct {
 	members *Members
 	changed chan struct{} // closed and replaced when membership changes
 	exec    *execution    // the attempt running, if any
+	status  jobStatus
 
 	stop     chan struct{}
 	stopOnce sync.Once

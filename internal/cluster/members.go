@@ -130,3 +130,21 @@ func (m *Members) Workers() ([]Worker, int) {
 	slices.SortFunc(ws, func(a, b Worker) int { return strings.Compare(a.Name, b.Name) })
 	return ws, slots
 }
+
+// Member is a worker as the membership sees it.
+type Member struct {
+	Worker
+	// Suspect: see Suspect. Last is its last heartbeat or registration.
+	Suspect bool
+	Last    time.Time
+}
+
+// All returns every registered worker, suspect or not, by name.
+func (m *Members) All() []Member {
+	var ms []Member
+	for _, w := range m.workers {
+		ms = append(ms, Member{Worker: w.Worker, Suspect: w.suspect, Last: w.last})
+	}
+	slices.SortFunc(ms, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
+	return ms
+}

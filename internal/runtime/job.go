@@ -175,8 +175,17 @@ type JobEvent struct {
 	// SyncPart is a completed checkpoint's longest synchronous snapshot
 	// part (the time a task stopped processing for it).
 	SyncPart time.Duration
+	// Slowest is the task that acknowledged a completed checkpoint last.
+	Slowest checkpoint.TaskID
 	// RestoredFrom is the checkpoint an attempt started from (0: none).
 	RestoredFrom checkpoint.ID
+}
+
+// ackStats are the acknowledgements of a checkpoint so far: the longest
+// synchronous part, and the task that acknowledged last.
+type ackStats struct {
+	sync time.Duration
+	last checkpoint.TaskID
 }
 
 // Result summarises a finished job.
@@ -227,10 +236,10 @@ type driver struct {
 	// persisted holds the metadata of checkpoints written but not yet
 	// announced complete; announced ones become point.
 	persisted map[checkpoint.ID]*checkpoint.Metadata
-	// syncParts holds, per checkpoint in flight, the longest synchronous
+	// acks holds, per checkpoint in flight, the longest synchronous
 	// part a task acknowledged; lastShared, the shared files of the newest
 	// completed checkpoint.
-	syncParts  map[checkpoint.ID]time.Duration
+	acks       map[checkpoint.ID]ackStats
 	lastShared map[string]bool
 	res        Result
 	resources  resources
@@ -273,7 +282,7 @@ func newDriver(spec Spec) (_ *driver, err error) {
 	}
 	d := &driver{
 		spec: spec, log: spec.Logger.With("job", spec.Name), tasks: spec.Plan.Tasks(), ops: spec.Plan.Graph.Operators(),
-		triggered: map[checkpoint.ID]time.Time{}, persisted: map[checkpoint.ID]*checkpoint.Metadata{}, syncParts: map[checkpoint.ID]time.Duration{},
+		triggered: map[checkpoint.ID]time.Time{}, persisted: map[checkpoint.ID]*checkpoint.Metadata{}, acks: map[checkpoint.ID]ackStats{},
 		resources: resources{held: map[string]resource{}},
 	}
 	defer func() {
@@ -669,7 +678,7 @@ func (d *driver) runAttempt(parent context.Context) error {
 		case r := <-reports:
 			switch r.Kind {
 			case ReportAck:
-				d.syncParts[r.ID] = max(d.syncParts[r.ID], r.Sync)
+				d.acks[r.ID] = ackStats{sync: max(d.acks[r.ID].sync, r.Sync), last: r.Task}
 				d.res.MaxSyncSnapshot = max(d.res.MaxSyncSnapshot, r.Sync)
 				d.coord.Acknowledge(r.Task, r.ID, r.Handles)
 			case ReportDecline:
@@ -753,11 +762,12 @@ func (d *driver) carryOut(ctx context.Context, x Execution) error {
 					d.res.Durations = append(d.res.Durations, dur)
 					up := uploaded(m, d.lastShared)
 					d.lastShared = sharedPaths(m)
-					d.emit(JobEvent{Kind: EventCheckpointCompleted, ID: m.ID, Duration: dur, Size: m.SizeBytes(), Uploaded: up, SyncPart: d.syncParts[m.ID]})
-					d.log.Info("checkpoint completed", "checkpoint", m.ID, "duration", dur, "bytes", m.SizeBytes(), "uploaded", up, "sync", d.syncParts[m.ID])
-					for id := range d.syncParts {
+					ack := d.acks[m.ID]
+					d.emit(JobEvent{Kind: EventCheckpointCompleted, ID: m.ID, Duration: dur, Size: m.SizeBytes(), Uploaded: up, SyncPart: ack.sync, Slowest: ack.last})
+					d.log.Info("checkpoint completed", "checkpoint", m.ID, "duration", dur, "bytes", m.SizeBytes(), "uploaded", up, "sync", ack.sync, "slowest", ack.last)
+					for id := range d.acks {
 						if id <= m.ID {
-							delete(d.syncParts, id)
+							delete(d.acks, id)
 						}
 					}
 				}

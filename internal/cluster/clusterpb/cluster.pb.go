@@ -1186,6 +1186,325 @@ func (*ProbeResponse) Descriptor() ([]byte, []int) {
 	return file_cluster_proto_rawDescGZIP(), []int{20}
 }
 
+type StatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatusRequest) Reset() {
+	*x = StatusRequest{}
+	mi := &file_cluster_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatusRequest) ProtoMessage() {}
+
+func (x *StatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
+func (*StatusRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{21}
+}
+
+type WorkerStatus struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Worker      string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	Slots       int32                  `protobuf:"varint,2,opt,name=slots,proto3" json:"slots,omitempty"`
+	DataAddress string                 `protobuf:"bytes,3,opt,name=data_address,json=dataAddress,proto3" json:"data_address,omitempty"`
+	Session     uint64                 `protobuf:"varint,4,opt,name=session,proto3" json:"session,omitempty"`
+	// suspect: a call or a data connection to it failed; it gets no tasks
+	// until it answers a heartbeat.
+	Suspect          bool     `protobuf:"varint,5,opt,name=suspect,proto3" json:"suspect,omitempty"`
+	SinceHeartbeatMs int64    `protobuf:"varint,6,opt,name=since_heartbeat_ms,json=sinceHeartbeatMs,proto3" json:"since_heartbeat_ms,omitempty"`
+	Tasks            []string `protobuf:"bytes,7,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *WorkerStatus) Reset() {
+	*x = WorkerStatus{}
+	mi := &file_cluster_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerStatus) ProtoMessage() {}
+
+func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
+func (*WorkerStatus) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *WorkerStatus) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *WorkerStatus) GetSlots() int32 {
+	if x != nil {
+		return x.Slots
+	}
+	return 0
+}
+
+func (x *WorkerStatus) GetDataAddress() string {
+	if x != nil {
+		return x.DataAddress
+	}
+	return ""
+}
+
+func (x *WorkerStatus) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *WorkerStatus) GetSuspect() bool {
+	if x != nil {
+		return x.Suspect
+	}
+	return false
+}
+
+func (x *WorkerStatus) GetSinceHeartbeatMs() int64 {
+	if x != nil {
+		return x.SinceHeartbeatMs
+	}
+	return 0
+}
+
+func (x *WorkerStatus) GetTasks() []string {
+	if x != nil {
+		return x.Tasks
+	}
+	return nil
+}
+
+type CheckpointStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// state is "completed" or "aborted".
+	State      string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	DurationMs int64  `protobuf:"varint,3,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	Bytes      int64  `protobuf:"varint,4,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// slowest is the task that acknowledged last (completed ones); reason
+	// why an aborted one was.
+	Slowest       string `protobuf:"bytes,5,opt,name=slowest,proto3" json:"slowest,omitempty"`
+	Reason        string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	AtUnixMs      int64  `protobuf:"varint,7,opt,name=at_unix_ms,json=atUnixMs,proto3" json:"at_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointStatus) Reset() {
+	*x = CheckpointStatus{}
+	mi := &file_cluster_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointStatus) ProtoMessage() {}
+
+func (x *CheckpointStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointStatus.ProtoReflect.Descriptor instead.
+func (*CheckpointStatus) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *CheckpointStatus) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *CheckpointStatus) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *CheckpointStatus) GetDurationMs() int64 {
+	if x != nil {
+		return x.DurationMs
+	}
+	return 0
+}
+
+func (x *CheckpointStatus) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *CheckpointStatus) GetSlowest() string {
+	if x != nil {
+		return x.Slowest
+	}
+	return ""
+}
+
+func (x *CheckpointStatus) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *CheckpointStatus) GetAtUnixMs() int64 {
+	if x != nil {
+		return x.AtUnixMs
+	}
+	return 0
+}
+
+type StatusResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Job   string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	// state is "waiting for slots", "running", "restarting" or "finished".
+	State   string          `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	Attempt uint64          `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Workers []*WorkerStatus `protobuf:"bytes,4,rep,name=workers,proto3" json:"workers,omitempty"`
+	// checkpoints are the newest, newest last.
+	Checkpoints   []*CheckpointStatus `protobuf:"bytes,5,rep,name=checkpoints,proto3" json:"checkpoints,omitempty"`
+	RestoredFrom  uint64              `protobuf:"varint,6,opt,name=restored_from,json=restoredFrom,proto3" json:"restored_from,omitempty"`
+	LastFailure   string              `protobuf:"bytes,7,opt,name=last_failure,json=lastFailure,proto3" json:"last_failure,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatusResponse) Reset() {
+	*x = StatusResponse{}
+	mi := &file_cluster_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatusResponse) ProtoMessage() {}
+
+func (x *StatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
+func (*StatusResponse) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *StatusResponse) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetAttempt() uint64 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetWorkers() []*WorkerStatus {
+	if x != nil {
+		return x.Workers
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetCheckpoints() []*CheckpointStatus {
+	if x != nil {
+		return x.Checkpoints
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetRestoredFrom() uint64 {
+	if x != nil {
+		return x.RestoredFrom
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetLastFailure() string {
+	if x != nil {
+		return x.LastFailure
+	}
+	return ""
+}
+
 var File_cluster_proto protoreflect.FileDescriptor
 
 const file_cluster_proto_rawDesc = "" +
@@ -1272,11 +1591,39 @@ const file_cluster_proto_rawDesc = "" +
 	"\x0eCancelResponse\"$\n" +
 	"\fProbeRequest\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\"\x0f\n" +
-	"\rProbeResponse2\x84\x02\n" +
+	"\rProbeResponse\"\x0f\n" +
+	"\rStatusRequest\"\xd7\x01\n" +
+	"\fWorkerStatus\x12\x16\n" +
+	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x14\n" +
+	"\x05slots\x18\x02 \x01(\x05R\x05slots\x12!\n" +
+	"\fdata_address\x18\x03 \x01(\tR\vdataAddress\x12\x18\n" +
+	"\asession\x18\x04 \x01(\x04R\asession\x12\x18\n" +
+	"\asuspect\x18\x05 \x01(\bR\asuspect\x12,\n" +
+	"\x12since_heartbeat_ms\x18\x06 \x01(\x03R\x10sinceHeartbeatMs\x12\x14\n" +
+	"\x05tasks\x18\a \x03(\tR\x05tasks\"\xbf\x01\n" +
+	"\x10CheckpointStatus\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1f\n" +
+	"\vduration_ms\x18\x03 \x01(\x03R\n" +
+	"durationMs\x12\x14\n" +
+	"\x05bytes\x18\x04 \x01(\x03R\x05bytes\x12\x18\n" +
+	"\aslowest\x18\x05 \x01(\tR\aslowest\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x12\x1c\n" +
+	"\n" +
+	"at_unix_ms\x18\a \x01(\x03R\batUnixMs\"\x98\x02\n" +
+	"\x0eStatusResponse\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x18\n" +
+	"\aattempt\x18\x03 \x01(\x04R\aattempt\x127\n" +
+	"\aworkers\x18\x04 \x03(\v2\x1d.weir.cluster.v1.WorkerStatusR\aworkers\x12C\n" +
+	"\vcheckpoints\x18\x05 \x03(\v2!.weir.cluster.v1.CheckpointStatusR\vcheckpoints\x12#\n" +
+	"\rrestored_from\x18\x06 \x01(\x04R\frestoredFrom\x12!\n" +
+	"\flast_failure\x18\a \x01(\tR\vlastFailure2\xcf\x02\n" +
 	"\x12CoordinatorService\x12O\n" +
 	"\bRegister\x12 .weir.cluster.v1.RegisterRequest\x1a!.weir.cluster.v1.RegisterResponse\x12R\n" +
 	"\tHeartbeat\x12!.weir.cluster.v1.HeartbeatRequest\x1a\".weir.cluster.v1.HeartbeatResponse\x12I\n" +
-	"\x06Report\x12\x1e.weir.cluster.v1.ReportRequest\x1a\x1f.weir.cluster.v1.ReportResponse2\xbb\x02\n" +
+	"\x06Report\x12\x1e.weir.cluster.v1.ReportRequest\x1a\x1f.weir.cluster.v1.ReportResponse\x12I\n" +
+	"\x06Status\x12\x1e.weir.cluster.v1.StatusRequest\x1a\x1f.weir.cluster.v1.StatusResponse2\xbb\x02\n" +
 	"\rWorkerService\x12I\n" +
 	"\x06Deploy\x12\x1e.weir.cluster.v1.DeployRequest\x1a\x1f.weir.cluster.v1.DeployResponse\x12L\n" +
 	"\aControl\x12\x1f.weir.cluster.v1.ControlRequest\x1a .weir.cluster.v1.ControlResponse\x12I\n" +
@@ -1295,7 +1642,7 @@ func file_cluster_proto_rawDescGZIP() []byte {
 	return file_cluster_proto_rawDescData
 }
 
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_cluster_proto_goTypes = []any{
 	(*Operator)(nil),          // 0: weir.cluster.v1.Operator
 	(*Graph)(nil),             // 1: weir.cluster.v1.Graph
@@ -1318,6 +1665,10 @@ var file_cluster_proto_goTypes = []any{
 	(*CancelResponse)(nil),    // 18: weir.cluster.v1.CancelResponse
 	(*ProbeRequest)(nil),      // 19: weir.cluster.v1.ProbeRequest
 	(*ProbeResponse)(nil),     // 20: weir.cluster.v1.ProbeResponse
+	(*StatusRequest)(nil),     // 21: weir.cluster.v1.StatusRequest
+	(*WorkerStatus)(nil),      // 22: weir.cluster.v1.WorkerStatus
+	(*CheckpointStatus)(nil),  // 23: weir.cluster.v1.CheckpointStatus
+	(*StatusResponse)(nil),    // 24: weir.cluster.v1.StatusResponse
 }
 var file_cluster_proto_depIdxs = []int32{
 	0,  // 0: weir.cluster.v1.Graph.operators:type_name -> weir.cluster.v1.Operator
@@ -1329,25 +1680,29 @@ var file_cluster_proto_depIdxs = []int32{
 	11, // 6: weir.cluster.v1.DeployRequest.peers:type_name -> weir.cluster.v1.Peer
 	6,  // 7: weir.cluster.v1.ControlMessage.task:type_name -> weir.cluster.v1.TaskID
 	14, // 8: weir.cluster.v1.ControlRequest.messages:type_name -> weir.cluster.v1.ControlMessage
-	2,  // 9: weir.cluster.v1.CoordinatorService.Register:input_type -> weir.cluster.v1.RegisterRequest
-	4,  // 10: weir.cluster.v1.CoordinatorService.Heartbeat:input_type -> weir.cluster.v1.HeartbeatRequest
-	8,  // 11: weir.cluster.v1.CoordinatorService.Report:input_type -> weir.cluster.v1.ReportRequest
-	12, // 12: weir.cluster.v1.WorkerService.Deploy:input_type -> weir.cluster.v1.DeployRequest
-	15, // 13: weir.cluster.v1.WorkerService.Control:input_type -> weir.cluster.v1.ControlRequest
-	17, // 14: weir.cluster.v1.WorkerService.Cancel:input_type -> weir.cluster.v1.CancelRequest
-	19, // 15: weir.cluster.v1.WorkerService.Probe:input_type -> weir.cluster.v1.ProbeRequest
-	3,  // 16: weir.cluster.v1.CoordinatorService.Register:output_type -> weir.cluster.v1.RegisterResponse
-	5,  // 17: weir.cluster.v1.CoordinatorService.Heartbeat:output_type -> weir.cluster.v1.HeartbeatResponse
-	9,  // 18: weir.cluster.v1.CoordinatorService.Report:output_type -> weir.cluster.v1.ReportResponse
-	13, // 19: weir.cluster.v1.WorkerService.Deploy:output_type -> weir.cluster.v1.DeployResponse
-	16, // 20: weir.cluster.v1.WorkerService.Control:output_type -> weir.cluster.v1.ControlResponse
-	18, // 21: weir.cluster.v1.WorkerService.Cancel:output_type -> weir.cluster.v1.CancelResponse
-	20, // 22: weir.cluster.v1.WorkerService.Probe:output_type -> weir.cluster.v1.ProbeResponse
-	16, // [16:23] is the sub-list for method output_type
-	9,  // [9:16] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	22, // 9: weir.cluster.v1.StatusResponse.workers:type_name -> weir.cluster.v1.WorkerStatus
+	23, // 10: weir.cluster.v1.StatusResponse.checkpoints:type_name -> weir.cluster.v1.CheckpointStatus
+	2,  // 11: weir.cluster.v1.CoordinatorService.Register:input_type -> weir.cluster.v1.RegisterRequest
+	4,  // 12: weir.cluster.v1.CoordinatorService.Heartbeat:input_type -> weir.cluster.v1.HeartbeatRequest
+	8,  // 13: weir.cluster.v1.CoordinatorService.Report:input_type -> weir.cluster.v1.ReportRequest
+	21, // 14: weir.cluster.v1.CoordinatorService.Status:input_type -> weir.cluster.v1.StatusRequest
+	12, // 15: weir.cluster.v1.WorkerService.Deploy:input_type -> weir.cluster.v1.DeployRequest
+	15, // 16: weir.cluster.v1.WorkerService.Control:input_type -> weir.cluster.v1.ControlRequest
+	17, // 17: weir.cluster.v1.WorkerService.Cancel:input_type -> weir.cluster.v1.CancelRequest
+	19, // 18: weir.cluster.v1.WorkerService.Probe:input_type -> weir.cluster.v1.ProbeRequest
+	3,  // 19: weir.cluster.v1.CoordinatorService.Register:output_type -> weir.cluster.v1.RegisterResponse
+	5,  // 20: weir.cluster.v1.CoordinatorService.Heartbeat:output_type -> weir.cluster.v1.HeartbeatResponse
+	9,  // 21: weir.cluster.v1.CoordinatorService.Report:output_type -> weir.cluster.v1.ReportResponse
+	24, // 22: weir.cluster.v1.CoordinatorService.Status:output_type -> weir.cluster.v1.StatusResponse
+	13, // 23: weir.cluster.v1.WorkerService.Deploy:output_type -> weir.cluster.v1.DeployResponse
+	16, // 24: weir.cluster.v1.WorkerService.Control:output_type -> weir.cluster.v1.ControlResponse
+	18, // 25: weir.cluster.v1.WorkerService.Cancel:output_type -> weir.cluster.v1.CancelResponse
+	20, // 26: weir.cluster.v1.WorkerService.Probe:output_type -> weir.cluster.v1.ProbeResponse
+	19, // [19:27] is the sub-list for method output_type
+	11, // [11:19] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_cluster_proto_init() }
@@ -1361,7 +1716,7 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

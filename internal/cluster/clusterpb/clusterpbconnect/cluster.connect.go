@@ -46,6 +46,9 @@ const (
 	// CoordinatorServiceReportProcedure is the fully-qualified name of the CoordinatorService's Report
 	// RPC.
 	CoordinatorServiceReportProcedure = "/weir.cluster.v1.CoordinatorService/Report"
+	// CoordinatorServiceStatusProcedure is the fully-qualified name of the CoordinatorService's Status
+	// RPC.
+	CoordinatorServiceStatusProcedure = "/weir.cluster.v1.CoordinatorService/Status"
 	// WorkerServiceDeployProcedure is the fully-qualified name of the WorkerService's Deploy RPC.
 	WorkerServiceDeployProcedure = "/weir.cluster.v1.WorkerService/Deploy"
 	// WorkerServiceControlProcedure is the fully-qualified name of the WorkerService's Control RPC.
@@ -74,6 +77,10 @@ type CoordinatorServiceClient interface {
 	// (FAILED_PRECONDITION): an earlier attempt can never acknowledge a
 	// checkpoint of a later one.
 	Report(context.Context, *connect.Request[clusterpb.ReportRequest]) (*connect.Response[clusterpb.ReportResponse], error)
+	// Status says how the job stands: its workers and their tasks, the
+	// attempt, the last checkpoints. Any process with a certificate of the
+	// cluster may ask (weir status).
+	Status(context.Context, *connect.Request[clusterpb.StatusRequest]) (*connect.Response[clusterpb.StatusResponse], error)
 }
 
 // NewCoordinatorServiceClient constructs a client for the weir.cluster.v1.CoordinatorService
@@ -105,6 +112,12 @@ func NewCoordinatorServiceClient(httpClient connect.HTTPClient, baseURL string, 
 			connect.WithSchema(coordinatorServiceMethods.ByName("Report")),
 			connect.WithClientOptions(opts...),
 		),
+		status: connect.NewClient[clusterpb.StatusRequest, clusterpb.StatusResponse](
+			httpClient,
+			baseURL+CoordinatorServiceStatusProcedure,
+			connect.WithSchema(coordinatorServiceMethods.ByName("Status")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -113,6 +126,7 @@ type coordinatorServiceClient struct {
 	register  *connect.Client[clusterpb.RegisterRequest, clusterpb.RegisterResponse]
 	heartbeat *connect.Client[clusterpb.HeartbeatRequest, clusterpb.HeartbeatResponse]
 	report    *connect.Client[clusterpb.ReportRequest, clusterpb.ReportResponse]
+	status    *connect.Client[clusterpb.StatusRequest, clusterpb.StatusResponse]
 }
 
 // Register calls weir.cluster.v1.CoordinatorService.Register.
@@ -128,6 +142,11 @@ func (c *coordinatorServiceClient) Heartbeat(ctx context.Context, req *connect.R
 // Report calls weir.cluster.v1.CoordinatorService.Report.
 func (c *coordinatorServiceClient) Report(ctx context.Context, req *connect.Request[clusterpb.ReportRequest]) (*connect.Response[clusterpb.ReportResponse], error) {
 	return c.report.CallUnary(ctx, req)
+}
+
+// Status calls weir.cluster.v1.CoordinatorService.Status.
+func (c *coordinatorServiceClient) Status(ctx context.Context, req *connect.Request[clusterpb.StatusRequest]) (*connect.Response[clusterpb.StatusResponse], error) {
+	return c.status.CallUnary(ctx, req)
 }
 
 // CoordinatorServiceHandler is an implementation of the weir.cluster.v1.CoordinatorService service.
@@ -148,6 +167,10 @@ type CoordinatorServiceHandler interface {
 	// (FAILED_PRECONDITION): an earlier attempt can never acknowledge a
 	// checkpoint of a later one.
 	Report(context.Context, *connect.Request[clusterpb.ReportRequest]) (*connect.Response[clusterpb.ReportResponse], error)
+	// Status says how the job stands: its workers and their tasks, the
+	// attempt, the last checkpoints. Any process with a certificate of the
+	// cluster may ask (weir status).
+	Status(context.Context, *connect.Request[clusterpb.StatusRequest]) (*connect.Response[clusterpb.StatusResponse], error)
 }
 
 // NewCoordinatorServiceHandler builds an HTTP handler from the service implementation. It returns
@@ -175,6 +198,12 @@ func NewCoordinatorServiceHandler(svc CoordinatorServiceHandler, opts ...connect
 		connect.WithSchema(coordinatorServiceMethods.ByName("Report")),
 		connect.WithHandlerOptions(opts...),
 	)
+	coordinatorServiceStatusHandler := connect.NewUnaryHandler(
+		CoordinatorServiceStatusProcedure,
+		svc.Status,
+		connect.WithSchema(coordinatorServiceMethods.ByName("Status")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/weir.cluster.v1.CoordinatorService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case CoordinatorServiceRegisterProcedure:
@@ -183,6 +212,8 @@ func NewCoordinatorServiceHandler(svc CoordinatorServiceHandler, opts ...connect
 			coordinatorServiceHeartbeatHandler.ServeHTTP(w, r)
 		case CoordinatorServiceReportProcedure:
 			coordinatorServiceReportHandler.ServeHTTP(w, r)
+		case CoordinatorServiceStatusProcedure:
+			coordinatorServiceStatusHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -202,6 +233,10 @@ func (UnimplementedCoordinatorServiceHandler) Heartbeat(context.Context, *connec
 
 func (UnimplementedCoordinatorServiceHandler) Report(context.Context, *connect.Request[clusterpb.ReportRequest]) (*connect.Response[clusterpb.ReportResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.cluster.v1.CoordinatorService.Report is not implemented"))
+}
+
+func (UnimplementedCoordinatorServiceHandler) Status(context.Context, *connect.Request[clusterpb.StatusRequest]) (*connect.Response[clusterpb.StatusResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.cluster.v1.CoordinatorService.Status is not implemented"))
 }
 
 // WorkerServiceClient is a client for the weir.cluster.v1.WorkerService service.

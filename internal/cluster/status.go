@@ -1,0 +1,105 @@
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+
+	"connectrpc.com/connect"
+
+	"github.com/weirstream/weir/internal/cluster/clusterpb"
+	"github.com/weirstream/weir/internal/cluster/clusterpb/clusterpbconnect"
+	"github.com/weirstream/weir/internal/runtime"
+)
+
+// maxHistory is how many checkpoints Status tells of.
+const maxHistory = 20
+
+// jobStatus is what the coordinator knows of its job's progress, from the
+// driver's events.
+type jobStatus struct {
+	mu           sync.Mutex
+	job          string
+	state        string
+	attempt      int
+	restoredFrom uint64
+	lastFailure  string
+	checkpoints  []*clusterpb.CheckpointStatus
+}
+
+// Observe records a job event for Status; the driver calls it (Spec.OnEvent).
+func (c *Coordinator) Observe(e runtime.JobEvent) {
+	s := &c.status
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.attempt = e.Attempt
+	now := c.cfg.Now().UnixMilli()
+	switch e.Kind {
+	case runtime.EventRunning:
+		s.state, s.restoredFrom = "running", uint64(e.RestoredFrom)
+	case runtime.EventRestarting:
+		s.state, s.lastFailure = "restarting", e.Err.Error()
+	case runtime.EventFinished:
+		s.state = "finished"
+	case runtime.EventCheckpointCompleted:
+		s.add(&clusterpb.CheckpointStatus{Id: uint64(e.ID), State: "completed", DurationMs: e.Duration.Milliseconds(), Bytes: e.Size, Slowest: e.Slowest.String(), AtUnixMs: now})
+	case runtime.EventCheckpointAborted:
+		cs := &clusterpb.CheckpointStatus{Id: uint64(e.ID), State: "aborted", Reason: e.Reason.String(), AtUnixMs: now}
+		if e.Err != nil {
+			cs.Reason += ": " + e.Err.Error()
+		}
+		s.add(cs)
+	}
+}
+
+func (s *jobStatus) add(cs *clusterpb.CheckpointStatus) {
+	if len(s.checkpoints) == maxHistory {
+		s.checkpoints = slices.Delete(s.checkpoints, 0, 1)
+	}
+	s.checkpoints = append(s.checkpoints, cs)
+}
+
+// Status implements the control plane's Status.
+func (c *Coordinator) Status(ctx context.Context, _ *connect.Request[clusterpb.StatusRequest]) (*connect.Response[clusterpb.StatusResponse], error) {
+	c.mu.Lock()
+	members := c.members.All()
+	ex := c.exec
+	c.mu.Unlock()
+	tasks := map[string][]string{}
+	if ex != nil {
+		for id, w := range ex.place {
+			tasks[w] = append(tasks[w], id.String())
+		}
+	}
+	s := &c.status
+	s.mu.Lock()
+	resp := &clusterpb.StatusResponse{Job: c.cfg.Graph.Job, State: s.state, Attempt: uint64(s.attempt), RestoredFrom: s.restoredFrom, LastFailure: s.lastFailure,
+		Checkpoints: slices.Clone(s.checkpoints)}
+	s.mu.Unlock()
+	if resp.State == "" {
+		resp.State = "waiting for slots"
+	}
+	now := c.cfg.Now()
+	for _, m := range members {
+		ts := tasks[m.Name]
+		slices.Sort(ts)
+		resp.Workers = append(resp.Workers, &clusterpb.WorkerStatus{Worker: m.Name, Slots: int32(m.Slots), DataAddress: m.DataAddress, Session: m.Session,
+			Suspect: m.Suspect, SinceHeartbeatMs: now.Sub(m.Last).Milliseconds(), Tasks: ts})
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// FetchStatus asks the coordinator at addr how its job stands.
+func FetchStatus(ctx context.Context, addr string, tc *tls.Config) (*clusterpb.StatusResponse, error) {
+	tr := &http.Transport{TLSClientConfig: tc.Clone(), ForceAttemptHTTP2: true}
+	defer tr.CloseIdleConnections()
+	client := clusterpbconnect.NewCoordinatorServiceClient(&http.Client{Transport: tr}, "https://"+addr)
+	resp, err := client.Status(ctx, connect.NewRequest(&clusterpb.StatusRequest{}))
+	if err != nil {
+		return nil, fmt.Errorf("status of the coordinator at %s: %w", addr, err)
+	}
+	return resp.Msg, nil
+}
