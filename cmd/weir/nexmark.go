@@ -111,7 +111,7 @@ in the reference runs, or with --output as JSON lines to DIR/<query>.`,
 	fl.StringVar(&ckptDir, "checkpoint-dir", "", "directory for checkpoints (default: a temporary one, removed at the end)")
 	addStateFlags(nx, &backend, &stateDir, &incremental)
 	fl.StringVar(&output, "output", "", "write each query's results as JSON lines to DIR/<query> instead of a black hole")
-	bench.AddCommand(nx, newStateBench(), newWordCountBench())
+	bench.AddCommand(nx, newStateBench(), newWordCountBench(), newClusterBench())
 	return bench
 }
 

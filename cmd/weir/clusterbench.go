@@ -1,0 +1,373 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	goruntime "runtime"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/spf13/cobra"
+
+	"github.com/weirstream/weir/examples/wordcount"
+	"github.com/weirstream/weir/internal/transport"
+)
+
+func newClusterBench() *cobra.Command {
+	var files, lines, runs, recoveries int
+	cmd := &cobra.Command{
+		Use:   "cluster",
+		Short: "The word count on a coordinator and 2 worker processes against one process: words per CPU-second, checkpoint durations, recovery time",
+		Long: `Run the word count (checkpoints every second, exactly-once, parallelism 2) in
+one process, then on a coordinator and two worker processes of one slot each
+on loopback with mutual TLS, --runs times each, and print words per CPU-second
+(user plus system time of every process of the run, the best run) and
+checkpoint durations (p50, p99 over all runs). Then, --recoveries times, run it
+on three workers, kill one with SIGKILL after a checkpoint, and print the time
+from the kill to the tasks running again on the other two and to the first
+checkpoint after (when the file sink commits output again): with the default
+settings, and with a restart delay of 0. Outputs are checked by counting.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if files < 1 || lines < 1 || runs < 1 || recoveries < 0 {
+				return errors.New("--files, --lines and --runs must be at least 1, --recoveries at least 0")
+			}
+			self, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			return benchCluster(cmd.Context(), cmd.OutOrStdout(), self, files, lines, runs, recoveries)
+		},
+	}
+	cmd.Flags().IntVar(&files, "files", 4, "input files")
+	cmd.Flags().IntVar(&lines, "lines", 250_000, "lines per input file (8 words each)")
+	cmd.Flags().IntVar(&runs, "runs", 3, "runs of each mode; the best counts")
+	cmd.Flags().IntVar(&recoveries, "recoveries", 3, "kills to time, per setting")
+	return cmd
+}
+
+// benchProc is a process of a benchmark run.
+type benchProc struct {
+	cmd  *exec.Cmd
+	log  *syncBuf
+	done chan struct{}
+	err  error
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func startBenchProc(ctx context.Context, bin string, args ...string) (*benchProc, error) {
+	p := &benchProc{cmd: exec.CommandContext(ctx, bin, args...), log: &syncBuf{}, done: make(chan struct{})}
+	p.cmd.Stderr = p.log
+	if err := p.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// cpu is the process's user plus system time; it must have exited.
+func (p *benchProc) cpu() time.Duration {
+	return p.cmd.ProcessState.UserTime() + p.cmd.ProcessState.SystemTime()
+}
+
+func (p *benchProc) signal(s os.Signal) {
+	p.cmd.Process.Signal(s)
+	<-p.done
+}
+
+// waitLog waits until the process's log matches re, or it exits.
+func (p *benchProc) waitLog(ctx context.Context, re *regexp.Regexp) ([]string, error) {
+	for {
+		if m := re.FindStringSubmatch(p.log.String()); m != nil {
+			return m, nil
+		}
+		select {
+		case <-p.done:
+			return nil, fmt.Errorf("%s exited (%v) before its log said %q:\n%s", p.cmd.Args[1], p.err, re, p.log)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(10 * time.Millisecond): // polling a log
+		}
+	}
+}
+
+var (
+	coordAddrLine = regexp.MustCompile(`msg="coordinator listening" job=\S+ addr=(\S+)`)
+	durationLine  = regexp.MustCompile(`msg="checkpoint completed" .* duration=(\S+)`)
+)
+
+// checkpointDurations are the durations the log's completed checkpoints took.
+func checkpointDurations(log string) []time.Duration {
+	var ds []time.Duration
+	for _, m := range durationLine.FindAllStringSubmatch(log, -1) {
+		if d, err := time.ParseDuration(m[1]); err == nil {
+			ds = append(ds, d)
+		}
+	}
+	return ds
+}
+
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(p*float64(len(s))))]
+}
+
+type clusterBench struct {
+	ctx              context.Context
+	self, dir, certs string
+	input            string
+	want             map[string]int64
+	run              int
+}
+
+func (b *clusterBench) jobArgs(role, output, ckpt string, extra ...string) []string {
+	return append([]string{role, "wordcount", "--input", b.input, "--output", output, "--checkpoint-dir", ckpt,
+		"--parallelism", "2", "--checkpoint-interval", "1s", "--log-level", "info"}, extra...)
+}
+
+func (b *clusterBench) dirs() (output, ckpt string) {
+	b.run++
+	return filepath.Join(b.dir, fmt.Sprint("out-", b.run)), filepath.Join(b.dir, fmt.Sprint("ckpt-", b.run))
+}
+
+func (b *clusterBench) verify(output string) error {
+	rep, err := wordcount.Verify(vfs.Default, output, b.want, false)
+	if err == nil && !rep.OK() {
+		err = fmt.Errorf("output: %s", rep)
+	}
+	os.RemoveAll(output)
+	return err
+}
+
+// local runs the word count in one process: its CPU time and log.
+func (b *clusterBench) local() (time.Duration, string, error) {
+	output, ckpt := b.dirs()
+	defer os.RemoveAll(ckpt)
+	p, err := startBenchProc(b.ctx, b.self, b.jobArgs("run", output, ckpt, "--progress", "0")...)
+	if err != nil {
+		return 0, "", err
+	}
+	<-p.done
+	if p.err != nil {
+		return 0, "", fmt.Errorf("local run: %v\n%s", p.err, p.log)
+	}
+	return p.cpu(), p.log.String(), b.verify(output)
+}
+
+// cluster starts a coordinator and workers (extra: the coordinator's extra
+// flags).
+func (b *clusterBench) cluster(output, ckpt string, workers int, extra ...string) (*benchProc, []*benchProc, error) {
+	coord, err := startBenchProc(b.ctx, b.self, b.jobArgs("coordinator", output, ckpt, append([]string{"--listen", "127.0.0.1:0", "--certs", b.certs}, extra...)...)...)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := coord.waitLog(b.ctx, coordAddrLine)
+	if err != nil {
+		return nil, nil, err
+	}
+	var ws []*benchProc
+	for i := 1; i <= workers; i++ {
+		w, err := startBenchProc(b.ctx, b.self, b.jobArgs("worker", output, ckpt, "--join", m[1], "--name", fmt.Sprint("worker-", i), "--certs", b.certs)...)
+		if err != nil {
+			return nil, nil, err
+		}
+		ws = append(ws, w)
+	}
+	return coord, ws, nil
+}
+
+// clustered runs the word count on a coordinator and two workers: the CPU
+// time of all three, and the coordinator's log.
+func (b *clusterBench) clustered() (time.Duration, string, error) {
+	output, ckpt := b.dirs()
+	defer os.RemoveAll(ckpt)
+	coord, ws, err := b.cluster(output, ckpt, 2)
+	if err != nil {
+		return 0, "", err
+	}
+	<-coord.done
+	cpu := coord.cpu()
+	for _, w := range ws {
+		w.signal(syscall.SIGTERM)
+		cpu += w.cpu()
+	}
+	if coord.err != nil {
+		return 0, "", fmt.Errorf("coordinator: %v\n%s", coord.err, coord.log)
+	}
+	return cpu, coord.log.String(), b.verify(output)
+}
+
+var (
+	placedWorker   = regexp.MustCompile(`msg="placed tasks" attempt=1 worker=(\S+)`)
+	placedAttempt2 = regexp.MustCompile(`(?m)^time=(\S+) .*msg=deployed.* attempt=2 `)
+	afterRestore   = regexp.MustCompile(`(?m)^time=(\S+) .*msg="checkpoint completed"`)
+)
+
+// recovery kills a worker of three after the first checkpoint, and times
+// the recovery from the coordinator's log: to the tasks deployed again
+// (from the workers' logs) and to the first checkpoint after.
+func (b *clusterBench) recovery(extra ...string) (deployed, committed time.Duration, err error) {
+	output, ckpt := b.dirs()
+	defer os.RemoveAll(ckpt)
+	defer os.RemoveAll(output)
+	coord, ws, err := b.cluster(output, ckpt, 3, extra...)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() {
+		coord.signal(syscall.SIGKILL)
+		for _, w := range ws {
+			w.signal(syscall.SIGKILL)
+		}
+	}()
+	if _, err := coord.waitLog(b.ctx, durationLine); err != nil {
+		return 0, 0, err
+	}
+	// Kill a worker that runs tasks (two of the three do).
+	m, err := coord.waitLog(b.ctx, placedWorker)
+	if err != nil {
+		return 0, 0, err
+	}
+	victim := ws[0]
+	for i, w := range ws {
+		if m[1] == fmt.Sprint("worker-", i+1) {
+			victim = w
+		}
+	}
+	killed := time.Now()
+	victim.signal(syscall.SIGKILL)
+	logAt := func(p *benchProc, re *regexp.Regexp, after time.Time) (time.Time, bool) {
+		for _, m := range re.FindAllStringSubmatch(p.log.String(), -1) {
+			if t, err := time.Parse(time.RFC3339Nano, m[1]); err == nil && t.After(after) {
+				return t, true
+			}
+		}
+		return time.Time{}, false
+	}
+	var restored time.Time
+	for {
+		if restored.IsZero() {
+			for _, w := range ws {
+				if t, ok := logAt(w, placedAttempt2, killed); ok && t.After(restored) {
+					restored = t
+				}
+			}
+		}
+		if !restored.IsZero() {
+			if t, ok := logAt(coord, afterRestore, restored); ok {
+				return restored.Sub(killed), t.Sub(killed), nil
+			}
+		}
+		select {
+		case <-coord.done:
+			return 0, 0, fmt.Errorf("the job ended before it recovered:\n%s", coord.log)
+		case <-b.ctx.Done():
+			return 0, 0, b.ctx.Err()
+		case <-time.After(5 * time.Millisecond): // polling logs
+		}
+	}
+}
+
+func benchCluster(ctx context.Context, w io.Writer, self string, files, lines, runs, recoveries int) error {
+	dir, err := os.MkdirTemp("", "weir-bench-cluster-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	want, err := wordcount.WriteBenchCorpus(dir, files, lines)
+	if err != nil {
+		return err
+	}
+	b := &clusterBench{ctx: ctx, self: self, dir: dir, certs: filepath.Join(dir, "certs"), input: filepath.Join(dir, "in-*.txt"), want: want}
+	if err := transport.WriteCerts(b.certs, []string{"coordinator", "worker-1", "worker-2", "worker-3"}, []string{"127.0.0.1"}, time.Hour); err != nil {
+		return err
+	}
+	words := float64(files) * float64(lines) * 8
+	fmt.Fprintf(w, "weir bench cluster: %.0f words, parallelism 2, checkpoints every 1s, %d CPUs, best of %d runs\n\n", words, goruntime.NumCPU(), runs)
+	const row = "%-44s %12s %16s %10s %10s %7s\n"
+	fmt.Fprintf(w, row, "", "words/cpu-s", "all runs", "ckpt p50", "ckpt p99", "ckpts")
+	var perCPU [2]float64
+	for i, mode := range []struct {
+		name string
+		run  func() (time.Duration, string, error)
+	}{
+		{"one process", b.local},
+		{"coordinator + 2 workers (1 slot each), TLS", b.clustered},
+	} {
+		var best, worst time.Duration
+		var durs []time.Duration
+		for r := range runs {
+			cpu, log, err := mode.run()
+			if err != nil {
+				return fmt.Errorf("%s: %w", mode.name, err)
+			}
+			if r == 0 || cpu < best {
+				best = cpu
+			}
+			worst = max(worst, cpu)
+			durs = append(durs, checkpointDurations(log)...)
+		}
+		perCPU[i] = words / best.Seconds()
+		fmt.Fprintf(w, row, mode.name, si(perCPU[i]), si(words/worst.Seconds())+"–"+si(perCPU[i]),
+			percentile(durs, 0.5).Round(time.Millisecond), percentile(durs, 0.99).Round(time.Millisecond), fmt.Sprint(len(durs)))
+	}
+	fmt.Fprintf(w, "\ncluster / one process, per CPU-second: %.2f\n", perCPU[1]/perCPU[0])
+	if recoveries == 0 {
+		return nil
+	}
+	fmt.Fprintf(w, "\nrecovery from kill -9 of a worker (3 workers, 1 slot each; %d kills each):\n", recoveries)
+	const rrow = "%-44s %24s %28s\n"
+	fmt.Fprintf(w, rrow, "", "to tasks running (median)", "to first checkpoint (median)")
+	for _, s := range []struct {
+		name  string
+		extra []string
+	}{
+		{"defaults (restart delay 1s)", nil},
+		{"--restart-delay 0", []string{"--restart-delay", "0"}},
+	} {
+		var dep, com []time.Duration
+		for range recoveries {
+			d, c, err := b.recovery(s.extra...)
+			if err != nil {
+				return fmt.Errorf("recovery, %s: %w", s.name, err)
+			}
+			dep, com = append(dep, d), append(com, c)
+		}
+		fmt.Fprintf(w, rrow, s.name, fmt.Sprintf("%v (%v–%v)", percentile(dep, 0.5).Round(time.Millisecond), slices.Min(dep).Round(time.Millisecond), slices.Max(dep).Round(time.Millisecond)),
+			fmt.Sprintf("%v (%v–%v)", percentile(com, 0.5).Round(time.Millisecond), slices.Min(com).Round(time.Millisecond), slices.Max(com).Round(time.Millisecond)))
+	}
+	return nil
+}
