@@ -231,15 +231,15 @@ func (b *clusterBench) clustered() (time.Duration, string, error) {
 }
 
 var (
-	placedWorker   = regexp.MustCompile(`msg="placed tasks" attempt=1 worker=(\S+)`)
-	placedAttempt2 = regexp.MustCompile(`(?m)^time=(\S+) .*msg=deployed.* attempt=2 `)
-	afterRestore   = regexp.MustCompile(`(?m)^time=(\S+) .*msg="checkpoint completed"`)
+	placedWorker = regexp.MustCompile(`msg="placed tasks" attempt=1 worker=(\S+)`)
+	deployedAt   = regexp.MustCompile(`(?m)^time=(\S+) .*msg=deployed `)
+	checkpointAt = regexp.MustCompile(`(?m)^time=(\S+) .*msg="checkpoint completed"`)
 )
 
 // recovery kills a worker of three after the first checkpoint, and times
-// the recovery from the coordinator's log: to the tasks deployed again
-// (from the workers' logs) and to the first checkpoint after.
-func (b *clusterBench) recovery(extra ...string) (deployed, committed time.Duration, err error) {
+// the recovery from the processes' logs: to the tasks deployed again and
+// to the first checkpoint after.
+func (b *clusterBench) recovery(extra ...string) (toRunning, toCommitted time.Duration, err error) {
 	output, ckpt := b.dirs()
 	defer os.RemoveAll(ckpt)
 	defer os.RemoveAll(output)
@@ -269,34 +269,51 @@ func (b *clusterBench) recovery(extra ...string) (deployed, committed time.Durat
 	}
 	killed := time.Now()
 	victim.signal(syscall.SIGKILL)
-	logAt := func(p *benchProc, re *regexp.Regexp, after time.Time) (time.Time, bool) {
-		for _, m := range re.FindAllStringSubmatch(p.log.String(), -1) {
-			if t, err := time.Parse(time.RFC3339Nano, m[1]); err == nil && t.After(after) {
-				return t, true
-			}
-		}
-		return time.Time{}, false
+	// Output flows again at the first checkpoint after the kill; the
+	// tasks ran again from the last deploy before it.
+	committed, err := firstAfter(b.ctx, coord, checkpointAt, killed)
+	if err != nil {
+		return 0, 0, err
 	}
-	var restored time.Time
-	for {
-		if restored.IsZero() {
-			for _, w := range ws {
-				if t, ok := logAt(w, placedAttempt2, killed); ok && t.After(restored) {
-					restored = t
-				}
+	var running time.Time
+	for _, w := range ws {
+		for _, t := range logTimes(w.log.String(), deployedAt) {
+			if t.After(killed) && t.Before(committed) && t.After(running) {
+				running = t
 			}
 		}
-		if !restored.IsZero() {
-			if t, ok := logAt(coord, afterRestore, restored); ok {
-				return restored.Sub(killed), t.Sub(killed), nil
+	}
+	if running.IsZero() {
+		return 0, 0, fmt.Errorf("no worker deployed tasks between the kill and the next checkpoint:\n%s", coord.log)
+	}
+	return running.Sub(killed), committed.Sub(killed), nil
+}
+
+// logTimes are the times of the log's lines that match re.
+func logTimes(log string, re *regexp.Regexp) []time.Time {
+	var ts []time.Time
+	for _, m := range re.FindAllStringSubmatch(log, -1) {
+		if t, err := time.Parse(time.RFC3339Nano, m[1]); err == nil {
+			ts = append(ts, t)
+		}
+	}
+	return ts
+}
+
+// firstAfter waits for a line of p's log matching re logged after t.
+func firstAfter(ctx context.Context, p *benchProc, re *regexp.Regexp, t time.Time) (time.Time, error) {
+	for {
+		for _, at := range logTimes(p.log.String(), re) {
+			if at.After(t) {
+				return at, nil
 			}
 		}
 		select {
-		case <-coord.done:
-			return 0, 0, fmt.Errorf("the job ended before it recovered:\n%s", coord.log)
-		case <-b.ctx.Done():
-			return 0, 0, b.ctx.Err()
-		case <-time.After(5 * time.Millisecond): // polling logs
+		case <-p.done:
+			return time.Time{}, fmt.Errorf("%s ended before its log said %q:\n%s", p.cmd.Args[1], re, p.log)
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		case <-time.After(5 * time.Millisecond): // polling a log
 		}
 	}
 }

@@ -305,15 +305,22 @@ func (c *Coordinator) Report(ctx context.Context, req *connect.Request[clusterpb
 	}
 	c.mu.Lock()
 	ex := c.exec
+	live, _ := c.members.Workers()
 	c.mu.Unlock()
+	// A peer whose data connection failed is suspect even when the report
+	// comes too late for its attempt: the next one must not be placed on it.
+	for _, p := range m.GetReports() {
+		for _, w := range live {
+			if w.Name == p.GetPeerFailed() {
+				c.suspect(w, errors.New(p.GetError()))
+			}
+		}
+	}
 	if ex == nil || ex.attempt != m.GetAttempt() || ex.workers[m.GetWorker()].Session != m.GetSession() {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("attempt %d of session %d is not the job's current attempt", m.GetAttempt(), m.GetSession()))
 	}
 	rs := make([]runtime.Report, 0, len(m.GetReports()))
 	for _, p := range m.GetReports() {
-		if peer, ok := ex.workers[p.GetPeerFailed()]; ok {
-			c.suspect(peer, errors.New(p.GetError()))
-		}
 		r, err := reportFromProto(p)
 		if err != nil {
 			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("worker %s: %w", m.GetWorker(), err))

@@ -338,11 +338,12 @@ func (ex *execution) accept(ctx context.Context, worker string, rs []runtime.Rep
 	return nil
 }
 
-// unreachable reports whether a call failed to reach its worker (refused,
-// reset, timed out), rather than being answered with an error.
+// unreachable reports whether a call the coordinator did not cancel failed
+// to reach its worker (refused, reset, timed out), rather than being
+// answered with an error.
 func unreachable(err error) bool {
 	switch connect.CodeOf(err) {
-	case connect.CodeUnavailable, connect.CodeDeadlineExceeded, connect.CodeUnknown:
+	case connect.CodeUnavailable, connect.CodeDeadlineExceeded, connect.CodeUnknown, connect.CodeCanceled:
 		return true
 	}
 	return false
