@@ -188,6 +188,11 @@ its latest count), or standard output.`,
 			if err != nil {
 				return err
 			}
+			stopProfile, err := startProfile()
+			if err != nil {
+				return err
+			}
+			defer stopProfile()
 			var p progress
 			env, err := wordcount.Build(wordcount.Options{
 				Input: input, Output: output, Checkpoint: cc, Parallelism: parallelism,
@@ -239,6 +244,7 @@ its latest count), or standard output.`,
 	fl.StringVar(&output, "output", "", "an output directory (committed files are those not beginning with '.'), a Kafka topic ('kafka://host:port/topic[?delivery=exactly-once|at-least-once|none&txn-timeout=15m&create=true]'), a PostgreSQL table ('postgres://user@host:port/db?table=counts&mode=exactly-once|upsert'), or - (standard output, written when each checkpoint completes)")
 	fl.IntVar(&parallelism, "parallelism", 1, "subtasks per operator")
 	fl.DurationVar(&progressEvery, "progress", 5*time.Second, "print progress this often (0: never)")
+	fl.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of this process to this file (go tool pprof)")
 	cf.add(wc)
 	clf.add(wc, role)
 	return wc

@@ -227,3 +227,65 @@ func TestClusterRefusesUnsharedStorage(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// BenchmarkClusterWordCount runs the benchmark corpus on a coordinator and
+// two workers of one slot each in this process (loopback TCP, mutual TLS,
+// parallelism 2, checkpoints every second) and reports words per
+// CPU-second; weir bench cluster measures the same with a process each.
+//
+//	go test ./examples/wordcount -run '^$' -bench ClusterWordCount -benchtime 3x -cpuprofile cpu.out
+func BenchmarkClusterWordCount(b *testing.B) {
+	in := benchCorpus(b)
+	var cpu time.Duration
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		dir := b.TempDir()
+		certs := filepath.Join(dir, "certs")
+		if err := transport.WriteCerts(certs, []string{"coordinator", "worker-1", "worker-2"}, []string{"127.0.0.1"}, time.Hour); err != nil {
+			b.Fatal(err)
+		}
+		opts := func(role weir.Role, name, join string) Options {
+			return Options{Input: filepath.Join(in, "in-*.txt"), Output: filepath.Join(dir, "out"), Parallelism: 2,
+				Checkpoint: weir.CheckpointConfig{Interval: time.Second, Dir: filepath.Join(dir, "ckpt")}, Logger: testLogger(),
+				Cluster: weir.ClusterConfig{Role: role, Name: name, Join: join, Certs: certs, Listen: "127.0.0.1:0"}}
+		}
+		listening := make(chan string, 1)
+		o := opts(weir.Coordinator, "coordinator", "")
+		o.Cluster.OnListen = func(addr string) { listening <- addr }
+		coord, err := Build(o)
+		if err != nil {
+			b.Fatal(err)
+		}
+		c0 := cpuTime()
+		b.StartTimer()
+		done := make(chan error, 1)
+		go func() {
+			_, err := coord.Execute(context.Background())
+			done <- err
+		}()
+		addr := <-listening
+		ctx, cancel := context.WithCancel(context.Background())
+		stopped := make(chan struct{}, 2)
+		for _, name := range []string{"worker-1", "worker-2"} {
+			w, err := Build(opts(weir.Worker, name, addr))
+			if err != nil {
+				b.Fatal(err)
+			}
+			go func() {
+				w.Execute(ctx)
+				stopped <- struct{}{}
+			}()
+		}
+		err = <-done
+		cancel()
+		<-stopped
+		<-stopped
+		b.StopTimer()
+		cpu += cpuTime() - c0
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(benchWords)*float64(b.N)/cpu.Seconds(), "words/cpu-s")
+}

@@ -85,6 +85,7 @@ type Coordinator struct {
 	members *Members
 	changed chan struct{} // closed and replaced when membership changes
 	exec    *execution    // the attempt running, if any
+	ended   uint64        // the attempt that finished the job, if any
 	status  jobStatus
 
 	stop     chan struct{}
@@ -304,12 +305,16 @@ func (c *Coordinator) Report(ctx context.Context, req *connect.Request[clusterpb
 		return nil, err
 	}
 	c.mu.Lock()
-	ex := c.exec
+	ex, ended := c.exec, c.ended
 	live, _ := c.members.Workers()
 	c.mu.Unlock()
 	// A peer whose data connection failed is suspect even when the report
 	// comes too late for its attempt: the next one must not be placed on it.
+	// (After the job's last attempt, workers close their connections.)
 	for _, p := range m.GetReports() {
+		if m.GetAttempt() == ended {
+			break
+		}
 		for _, w := range live {
 			if w.Name == p.GetPeerFailed() {
 				c.suspect(w, errors.New(p.GetError()))

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -224,6 +225,8 @@ type execution struct {
 	cancel  context.CancelFunc
 	queues  map[string]chan *clusterpb.ControlMessage
 	wg      sync.WaitGroup
+	// finished counts the tasks that reported finishing.
+	finished atomic.Int64
 }
 
 // Send implements runtime.Execution.
@@ -300,6 +303,11 @@ func (ex *execution) Stop() {
 	if x.c.exec == ex {
 		x.c.exec = nil
 	}
+	if ex.finished.Load() == int64(len(ex.place)) {
+		// The job ended: workers closing their data connections now is
+		// no failure.
+		x.c.ended = ex.attempt
+	}
 	x.c.mu.Unlock()
 	live, _ := x.c.Workers()
 	var wg sync.WaitGroup
@@ -327,6 +335,9 @@ func (ex *execution) accept(ctx context.Context, worker string, rs []runtime.Rep
 		}
 	}
 	for _, r := range rs {
+		if r.Kind == runtime.ReportFinished {
+			ex.finished.Add(1)
+		}
 		select {
 		case ex.reports <- r:
 		case <-ex.ctx.Done():
