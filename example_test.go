@@ -140,3 +140,20 @@ func ExampleWindowAggregate() {
 	// p0 12:00:20–12:00:30: 1
 	// p1 12:00:20–12:00:30: 1
 }
+
+// A job program that is a whole Weir command line for its job: "run" in
+// one process, "coordinator" and "worker" on many machines, "status" for a
+// cluster. Every process runs the same binary and builds the same graph.
+// (Not run here: Main reads the command line and exits.)
+func ExampleMain() {
+	weir.Main(weir.Config{Job: "sensors", Parallelism: 2}, func(env *weir.Environment) error {
+		readings, err := generator.New(generator.Config[int64]{Count: 1000, Make: func(i int64) int64 { return i % 7 }})
+		if err != nil {
+			return err
+		}
+		counts := weir.Reduce(weir.KeyBy(weir.Map(weir.Source(env, "readings", readings), "one", func(v int64) [2]int64 { return [2]int64{v, 1} }),
+			func(c [2]int64) int64 { return c[0] }), "count", func(a, b [2]int64) [2]int64 { return [2]int64{a[0], a[1] + b[1]} })
+		weir.Sink(counts, "print", stdio.Print(os.Stdout, func(dst []byte, c [2]int64) []byte { return fmt.Appendf(dst, "%d %d\n", c[0], c[1]) }))
+		return nil
+	})
+}

@@ -12,6 +12,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/weirstream/weir/internal/cluster"
 )
 
 func main() {
@@ -53,6 +55,6 @@ func newRoot() *cobra.Command {
 		slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})))
 		return nil
 	}
-	root.AddCommand(newRun(), newDemo(), newKafka(), newBench(), newNexmark(), newCluster(), newCoordinator(), newWorker(), newStatus())
+	root.AddCommand(newRun(), newDemo(), newKafka(), newBench(), newNexmark(), newCluster(), newCoordinator(), newWorker(), cluster.StatusCommand())
 	return root
 }

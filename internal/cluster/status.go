@@ -4,9 +4,13 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
+	"text/tabwriter"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -102,4 +106,43 @@ func FetchStatus(ctx context.Context, addr string, tc *tls.Config) (*clusterpb.S
 		return nil, fmt.Errorf("status of the coordinator at %s: %w", addr, err)
 	}
 	return resp.Msg, nil
+}
+
+// PrintStatus writes a job's status for people.
+func PrintStatus(w io.Writer, st *clusterpb.StatusResponse) {
+	fmt.Fprintf(w, "job %s: %s, attempt %d", st.GetJob(), st.GetState(), st.GetAttempt())
+	if id := st.GetRestoredFrom(); id != 0 {
+		fmt.Fprintf(w, " (restored from checkpoint %d)", id)
+	}
+	fmt.Fprintln(w)
+	if f := st.GetLastFailure(); f != "" {
+		fmt.Fprintf(w, "last failure: %s\n", f)
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "WORKER\tSLOTS\tADDRESS\tSESSION\tHEARTBEAT\tTASKS")
+	for _, ws := range st.GetWorkers() {
+		hb := fmt.Sprintf("%.1fs ago", float64(ws.GetSinceHeartbeatMs())/1000)
+		if ws.GetSuspect() {
+			hb += " (suspect)"
+		}
+		tasks := strings.Join(ws.GetTasks(), " ")
+		if tasks == "" {
+			tasks = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\n", ws.GetWorker(), ws.GetSlots(), ws.GetDataAddress(), ws.GetSession(), hb, tasks)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CHECKPOINT\tSTATE\tAT\tDURATION\tBYTES\tSLOWEST TASK / REASON")
+	for _, c := range st.GetCheckpoints() {
+		at := time.UnixMilli(c.GetAtUnixMs()).Format("15:04:05.000")
+		what := c.GetSlowest()
+		if c.GetState() != "completed" {
+			what = c.GetReason()
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%dms\t%d\t%s\n", c.GetId(), c.GetState(), at, c.GetDurationMs(), c.GetBytes(), what)
+	}
+	tw.Flush()
 }

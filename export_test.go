@@ -1,0 +1,4 @@
+package weir
+
+// RunMain is Main's command line on args, for tests.
+var RunMain = runMain

@@ -1,0 +1,148 @@
+package weir
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/weirstream/weir/internal/cluster"
+)
+
+// Main makes a job program a complete Weir command line for its job, the
+// same in one process and on many machines:
+//
+//	myjob run --checkpoint-dir /data/ckpt
+//	myjob coordinator --listen 10.0.0.1:7700 --checkpoint-dir s3://bucket/ckpt --certs /etc/weir
+//	myjob worker --join 10.0.0.1:7700 --name worker-1 --slots 4 --checkpoint-dir s3://bucket/ckpt --certs /etc/weir
+//	myjob status --coordinator 10.0.0.1:7700 --certs /etc/weir
+//
+// cfg holds the program's defaults; flags override them. build adds the
+// job's sources, operators and sinks to env. Every process of a cluster
+// calls it and must build the same graph: the coordinator refuses a worker
+// that built another. Main exits the process: 0 when the job finished (or
+// a worker was stopped), 130 when interrupted, 1 on an error.
+func Main(cfg Config, build func(env *Environment) error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := runMain(ctx, os.Args[1:], cfg, build)
+	stop()
+	switch {
+	case err == nil:
+		os.Exit(0)
+	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+		fmt.Fprintln(os.Stderr, "interrupted")
+		os.Exit(130)
+	}
+	fmt.Fprintln(os.Stderr, filepath.Base(os.Args[0])+":", err)
+	os.Exit(1)
+}
+
+// runMain is Main's command line on args.
+func runMain(ctx context.Context, args []string, cfg Config, build func(*Environment) error) error {
+	root := &cobra.Command{Use: filepath.Base(os.Args[0]), Short: "Run the " + cfg.Job + " job with Weir", SilenceUsage: true, SilenceErrors: true}
+	var level string
+	root.PersistentFlags().StringVar(&level, "log-level", "info", "log level: debug, info, warn or error")
+	logger := func() (*slog.Logger, error) {
+		var l slog.Level
+		if err := l.UnmarshalText([]byte(level)); err != nil {
+			return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+		}
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+	}
+	for _, role := range []Role{Local, Coordinator, Worker} {
+		root.AddCommand(jobCommand(ctx, role, cfg, build, logger))
+	}
+	root.AddCommand(cluster.StatusCommand())
+	root.SetArgs(args)
+	return root.ExecuteContext(ctx)
+}
+
+// jobCommand runs the job in role; its flags override cfg.
+func jobCommand(ctx context.Context, role Role, cfg Config, build func(*Environment) error, logger func() (*slog.Logger, error)) *cobra.Command {
+	use := map[Role]string{Local: "run", Coordinator: "coordinator", Worker: "worker"}[role]
+	short := map[Role]string{
+		Local:       "Run the whole job in this process",
+		Coordinator: "Coordinate the job on workers: place its tasks, take its checkpoints, restart it when a worker is lost",
+		Worker:      "Run the job's tasks for its coordinator",
+	}[role]
+	c := cfg
+	var mode, backend string
+	if c.Checkpoint.Mode == 0 {
+		c.Checkpoint.Mode = ExactlyOnce
+	}
+	if c.Checkpoint.Interval == 0 {
+		c.Checkpoint.Interval = DefaultCheckpointInterval
+	}
+	cmd := &cobra.Command{
+		Use: use, Short: short, Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if c.Checkpoint.Mode, err = ParseMode(mode); err != nil {
+				return fmt.Errorf("--mode: %w", err)
+			}
+			switch backend {
+			case "heap":
+				c.StateBackend.Kind = HeapState
+			case "pebble":
+				c.StateBackend.Kind = PebbleState
+			default:
+				return fmt.Errorf("--state-backend %q: want heap or pebble", backend)
+			}
+			if c.Logger, err = logger(); err != nil {
+				return err
+			}
+			c.Cluster.Role = role
+			env := New(c)
+			if err := build(env); err != nil {
+				return fmt.Errorf("build the job: %w", err)
+			}
+			res, err := env.Execute(ctx)
+			if err != nil {
+				return err
+			}
+			if role != Worker {
+				c.Logger.Info("job finished", "job", c.Job, "checkpoints", res.Checkpoints, "attempts", res.Attempts)
+			}
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.IntVar(&c.Parallelism, "parallelism", max(c.Parallelism, 1), "subtasks per operator")
+	fl.StringVar(&c.Checkpoint.Dir, "checkpoint-dir", c.Checkpoint.Dir, "where checkpoints go: a directory, or s3://bucket/prefix?endpoint=…&region=…; in a cluster, one every process reaches")
+	fl.DurationVar(&c.Checkpoint.Interval, "checkpoint-interval", c.Checkpoint.Interval, "time between checkpoints")
+	fl.StringVar(&mode, "mode", c.Checkpoint.Mode.String(), "checkpoint mode: exactly-once, at-least-once or none")
+	fl.DurationVar(&c.Checkpoint.Timeout, "checkpoint-timeout", c.Checkpoint.Timeout, "abort a checkpoint not complete after this long (0: 10m)")
+	fl.IntVar(&c.Checkpoint.Retained, "checkpoints-retained", c.Checkpoint.Retained, "completed checkpoints kept (0: 1)")
+	fl.StringVar(&c.Restore, "restore", c.Restore, `start from a checkpoint: "latest" (in --checkpoint-dir), or in one process the path of a chk-<id> directory`)
+	fl.BoolVar(&c.Fresh, "fresh", c.Fresh, "start over: delete the job's checkpoints and the output of earlier runs")
+	fl.BoolVar(&c.AllowNonRestoredState, "allow-non-restored-state", c.AllowNonRestoredState, "let a restore drop the state of operators the job no longer has")
+	backendName := "heap"
+	if c.StateBackend.Kind == PebbleState {
+		backendName = "pebble"
+	}
+	fl.StringVar(&backend, "state-backend", backendName, "where keyed state lives: heap or pebble")
+	fl.StringVar(&c.StateBackend.Dir, "state-dir", c.StateBackend.Dir, "pebble: local working directory of its databases")
+	cl := &c.Cluster
+	switch role {
+	case Coordinator:
+		fl.StringVar(&cl.Listen, "listen", cl.Listen, "address to accept workers on (default 127.0.0.1:7700: loopback)")
+		fl.DurationVar(&cl.HeartbeatInterval, "heartbeat-interval", cl.HeartbeatInterval, "how often workers send heartbeats (0: 1s)")
+		fl.DurationVar(&cl.HeartbeatTimeout, "heartbeat-timeout", cl.HeartbeatTimeout, "a worker silent this long is lost (0: 5s)")
+	case Worker:
+		fl.StringVar(&cl.Join, "join", cl.Join, "the coordinator's host:port")
+		fl.StringVar(&cl.Name, "name", cl.Name, "this worker's name, which its certificate holds")
+		fl.IntVar(&cl.Slots, "slots", max(cl.Slots, 1), "task slots offered: a slot runs one subtask of every operator")
+		fl.StringVar(&cl.Listen, "listen", cl.Listen, "address to accept the coordinator's calls and other workers' data on (default 127.0.0.1, any port)")
+		fl.StringVar(&cl.Advertise, "advertise", cl.Advertise, "address others reach this worker at, if not --listen's")
+	}
+	if role != Local {
+		fl.StringVar(&cl.Certs, "certs", cl.Certs, "directory of the cluster's CA and certificates (weir cluster certs --out DIR)")
+	}
+	return cmd
+}

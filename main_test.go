@@ -1,0 +1,105 @@
+package weir_test
+
+import (
+	"context"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/weirstream/weir"
+	"github.com/weirstream/weir/connector/generator"
+	"github.com/weirstream/weir/internal/transport"
+)
+
+// sums is a job for Main: the sum of 0..n-1 per residue mod 10, whose
+// final values a sink records.
+type sums struct {
+	mu   sync.Mutex
+	last map[int64]int64
+}
+
+func (s *sums) build(n int64) func(env *weir.Environment) error {
+	return func(env *weir.Environment) error {
+		src, err := generator.New(generator.Config[int64]{Count: n, Make: func(i int64) int64 { return i }})
+		if err != nil {
+			return err
+		}
+		type sum struct{ Key, Total int64 }
+		nums := weir.Map(weir.Source(env, "numbers", src), "pair", func(i int64) sum { return sum{i % 10, i} })
+		totals := weir.Reduce(weir.KeyBy(nums, func(s sum) int64 { return s.Key }), "sum", func(a, b sum) sum { return sum{a.Key, a.Total + b.Total} })
+		weir.Sink(totals, "record", weir.SinkFunc(func(t sum) error {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.last[t.Key] = t.Total
+			return nil
+		}))
+		return nil
+	}
+}
+
+func (s *sums) check(t *testing.T, n int64) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range int64(10) {
+		var want int64
+		for i := k; i < n; i += 10 {
+			want += i
+		}
+		if s.last[k] != want {
+			t.Fatalf("sum of residue %d: %d, want %d (all: %v)", k, s.last[k], want, s.last)
+		}
+	}
+}
+
+// TestMainRun: a job program's run command runs the whole job.
+func TestMainRun(t *testing.T) {
+	s := &sums{last: map[int64]int64{}}
+	err := weir.RunMain(context.Background(), []string{"run", "--checkpoint-dir", t.TempDir(), "--parallelism", "2", "--checkpoint-interval", "50ms", "--log-level", "warn"},
+		weir.Config{Job: "sums"}, s.build(20_000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.check(t, 20_000)
+}
+
+// TestMainCluster: the same program as a coordinator and two workers, each
+// from its own command line.
+func TestMainCluster(t *testing.T) {
+	dir := t.TempDir()
+	certs := filepath.Join(dir, "certs")
+	if err := transport.WriteCerts(certs, []string{"coordinator", "worker-1", "worker-2"}, []string{"127.0.0.1"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	s := &sums{last: map[int64]int64{}}
+	common := []string{"--checkpoint-dir", filepath.Join(dir, "ckpt"), "--parallelism", "2", "--checkpoint-interval", "50ms", "--certs", certs, "--log-level", "warn"}
+	listening := make(chan string, 1)
+	cfg := weir.Config{Job: "sums", Cluster: weir.ClusterConfig{OnListen: func(addr string) { listening <- addr }}}
+	done := make(chan error, 1)
+	go func() {
+		done <- weir.RunMain(context.Background(), append([]string{"coordinator", "--listen", "127.0.0.1:0"}, common...), cfg, s.build(20_000))
+	}()
+	var addr string
+	select {
+	case addr = <-listening:
+	case err := <-done:
+		t.Fatalf("coordinator: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var workers sync.WaitGroup
+	for _, name := range []string{"worker-1", "worker-2"} {
+		workers.Go(func() {
+			err := weir.RunMain(ctx, append([]string{"worker", "--join", addr, "--name", name, "--listen", "127.0.0.1:0"}, common...), weir.Config{Job: "sums"}, s.build(20_000))
+			if err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+		})
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("coordinator: %v", err)
+	}
+	cancel()
+	workers.Wait()
+	s.check(t, 20_000)
+}
