@@ -21,7 +21,7 @@ job from the latest one when a worker is lost. Every process takes the same job
 flags (they build the same graph; a worker that built another is refused) and
 reaches the same checkpoint storage.`,
 	}
-	c.AddCommand(newWordCount(weir.Coordinator))
+	c.AddCommand(newWordCount(weir.Coordinator), newNexmarkJob(weir.Coordinator))
 	return c
 }
 
@@ -33,7 +33,7 @@ func newWorker() *cobra.Command {
 --slots slots and runs the tasks the coordinator places on it, until it is
 stopped. Take the same job flags as the coordinator.`,
 	}
-	c.AddCommand(newWordCount(weir.Worker))
+	c.AddCommand(newWordCount(weir.Worker), newNexmarkJob(weir.Worker))
 	return c
 }
 

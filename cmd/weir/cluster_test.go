@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -234,4 +236,89 @@ func TestClusterCoordinatorRestart(t *testing.T) {
 		t.Fatalf("%v\nsecond coordinator's log:\n%s", rep, j.coord.log)
 	}
 	t.Log(rep)
+}
+
+// committedSorted is the sorted lines of the committed files in dir.
+func committedSorted(t *testing.T, dir string) []string {
+	t.Helper()
+	names, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, n := range names {
+		if strings.HasPrefix(n.Name(), ".") {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(dir, n.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")...)
+	}
+	slices.Sort(lines)
+	return lines
+}
+
+// TestClusterKill9Nexmark runs Nexmark q5 (hot items: sliding windows) on a
+// coordinator and three worker processes, kills workers with SIGKILL
+// mid-run and starts them again, and requires exactly the results of a run
+// in one process.
+func TestClusterKill9Nexmark(t *testing.T) {
+	dir := t.TempDir()
+	job := func(role, out string, extra ...string) []string {
+		return append([]string{role, "nexmark", "--query", "q5", "--events", "300k", "--rate", "2000", "--throttle", "100000", "--output", filepath.Join(dir, out),
+			"--checkpoint-dir", filepath.Join(dir, "ckpt-"+out), "--parallelism", "3", "--checkpoint-interval", "100ms", "--log-level", "info"}, extra...)
+	}
+	if out, err := exec.Command(weirBin, job("run", "golden")...).CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	golden := committedSorted(t, filepath.Join(dir, "golden"))
+	if len(golden) == 0 {
+		t.Fatal("q5 found no hot items")
+	}
+	certs := filepath.Join(dir, "certs")
+	if out, err := exec.Command(weirBin, "cluster", "certs", "--out", certs).CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	j := &clusterJob{coord: startProc(t, job("coordinator", "cluster", "--listen", "127.0.0.1:0", "--certs", certs)...)}
+	waitFor(t, "coordinator address", func() bool {
+		m := listenLine.FindStringSubmatch(j.coord.log.String())
+		if m != nil {
+			j.addr = m[1]
+		}
+		return m != nil
+	})
+	worker := func(name string) *proc {
+		return startProc(t, job("worker", "cluster", "--join", j.addr, "--name", name, "--certs", certs)...)
+	}
+	workers := map[string]*proc{}
+	for i := 1; i <= 3; i++ {
+		name := fmt.Sprintf("worker-%d", i)
+		workers[name] = worker(name)
+	}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
+	killed := 0
+	for kill := range 2 {
+		waitFor(t, "a checkpoint of a new attempt", func() bool {
+			return j.attempt() > killed && j.checkpointedSinceRestart() || j.coord.hasExited()
+		})
+		if j.coord.hasExited() {
+			t.Fatalf("the job ended (%v) after %d kills; the test needs a longer run\n%s", j.coord.err, kill, j.coord.log)
+		}
+		killed = j.attempt()
+		name := fmt.Sprintf("worker-%d", 1+rng.IntN(3))
+		workers[name].kill()
+		t.Logf("kill %d: %s", kill+1, name)
+		workers[name] = worker(name)
+	}
+	<-j.coord.exited
+	if j.coord.err != nil {
+		t.Fatalf("coordinator: %v\n%s", j.coord.err, j.coord.log)
+	}
+	got := committedSorted(t, filepath.Join(dir, "cluster"))
+	if !slices.Equal(got, golden) {
+		t.Fatalf("%d results, the run in one process %d:\ncoordinator's log:\n%s", len(got), len(golden), j.coord.log)
+	}
+	t.Logf("%d results, as in one process, after %d attempts", len(got), j.attempt())
 }

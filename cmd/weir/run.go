@@ -144,7 +144,7 @@ func (f *checkpointFlags) config() (weir.CheckpointConfig, weir.RestartStrategy,
 
 func newRun() *cobra.Command {
 	run := &cobra.Command{Use: "run", Short: "Run a built-in job in this process"}
-	run.AddCommand(newWordCount(weir.Local))
+	run.AddCommand(newWordCount(weir.Local), newNexmarkJob(weir.Local))
 	return run
 }
 

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/weirstream/weir"
+	"github.com/weirstream/weir/examples/nexmark"
+)
+
+// newNexmarkJob is a Nexmark query as a job in a role: run (local),
+// coordinator or worker. Its results go to --output, exactly-once.
+func newNexmarkJob(role weir.Role) *cobra.Command {
+	var query, output string
+	var parallelism int
+	events := int64(1_000_000)
+	var throttle, rate float64
+	var cf checkpointFlags
+	var clf clusterFlags
+	cmd := &cobra.Command{
+		Use:   "nexmark",
+		Short: "Run a Nexmark query over the built-in generator; its results go to --output as JSON lines, exactly-once",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			qs, err := nexmark.Lookup(query)
+			if err != nil {
+				return err
+			}
+			if len(qs) != 1 {
+				return errors.New("--query: name one query")
+			}
+			switch {
+			case output == "":
+				return errors.New("--output is required: the directory the results go to")
+			case parallelism < 1:
+				return fmt.Errorf("--parallelism %d: must be at least 1", parallelism)
+			case events < 1:
+				return fmt.Errorf("--events %d: must be at least 1", events)
+			}
+			cc, restart, err := cf.config()
+			if err != nil {
+				return err
+			}
+			sb, err := stateBackend(cmd, cf.stateBackend, cf.stateDir, cf.incremental)
+			if err != nil {
+				return err
+			}
+			cl, err := clf.config(role)
+			if err != nil {
+				return err
+			}
+			env := weir.New(weir.Config{
+				Job: "nexmark-" + qs[0].Name, Parallelism: parallelism, Checkpoint: cc, Restore: cf.restore, Fresh: cf.fresh,
+				AllowNonRestoredState: cf.allowNonRestored, Restart: restart, Logger: slog.Default(), StateBackend: sb, Cluster: cl,
+			})
+			if err := nexmark.Add(env, nexmark.Config{Events: events, Rate: rate, Throttle: throttle}, qs[0], nexmark.Output{Dir: output}); err != nil {
+				return err
+			}
+			res, err := env.Execute(cmd.Context())
+			if err != nil || role == weir.Worker {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "weir: nexmark %s finished: %d checkpoints, %d attempts; results in %s\n", qs[0].Name, res.Checkpoints, res.Attempts, output)
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&query, "query", "q5", "the query: q0, q1, q2, q3, q4, q5, q7 or q8")
+	fl.Var((*count)(&events), "events", "events the generator makes (1000000, 1M, 500k)")
+	fl.Float64Var(&rate, "rate", nexmark.DefaultRate, "event-time rate: events per second of event time")
+	fl.Float64Var(&throttle, "throttle", 0, "generate at most this many events per second of wall time (0: as fast as it can)")
+	fl.StringVar(&output, "output", "", "the directory the results go to (committed files are those not beginning with '.')")
+	fl.IntVar(&parallelism, "parallelism", 1, "subtasks per operator")
+	cf.add(cmd)
+	clf.add(cmd, role)
+	return cmd
+}
