@@ -1,7 +1,7 @@
 package main
 
 import (
-	"bytes"
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,67 +20,23 @@ import (
 	"github.com/weirstream/weir/examples/wordcount"
 )
 
-// syncBuffer is a bytes.Buffer a process writes while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// proc is a process of a test cluster.
-type proc struct {
-	cmd    *exec.Cmd
-	log    *syncBuffer
-	exited chan struct{} // closed when it has exited; then err says how
-	err    error
-}
-
-func startProc(t *testing.T, args ...string) *proc {
+// startProc starts a weir process of a test cluster; the test kills it
+// when it ends.
+func startProc(t *testing.T, args ...string) *child {
 	t.Helper()
 	return startCmd(t, weirBin, args...)
 }
 
-// startCmd starts a process of the cluster (weir, or weir inside ip netns
-// exec, which execs it).
-func startCmd(t *testing.T, name string, args ...string) *proc {
+// startCmd starts a process of a test cluster (weir, or weir inside ip
+// netns exec, which execs it).
+func startCmd(t *testing.T, name string, args ...string) *child {
 	t.Helper()
-	p := &proc{cmd: exec.Command(name, args...), log: &syncBuffer{}, exited: make(chan struct{})}
-	p.cmd.Stderr = p.log
-	if err := p.cmd.Start(); err != nil {
+	p, err := startChild(context.Background(), name, args...)
+	if err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(p.kill)
+	t.Cleanup(func() { p.signal(syscall.SIGKILL) })
 	return p
-}
-
-func (p *proc) hasExited() bool {
-	select {
-	case <-p.exited:
-		return true
-	default:
-		return false
-	}
-}
-
-// kill kills the process with SIGKILL, if it still runs, and reaps it.
-func (p *proc) kill() {
-	p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.exited
 }
 
 var listenLine = regexp.MustCompile(`msg="coordinator listening" job=\S+ addr=(\S+)`)
@@ -91,7 +46,7 @@ var listenLine = regexp.MustCompile(`msg="coordinator listening" job=\S+ addr=(\
 type clusterJob struct {
 	*job
 	certs string
-	coord *proc
+	coord *child
 	addr  string
 }
 
@@ -100,7 +55,7 @@ func (j *clusterJob) args(role string, extra ...string) []string {
 		"--parallelism", "3", "--checkpoint-interval", "100ms", "--certs", j.certs, "--log-level", "info"}, extra...)
 }
 
-func (j *clusterJob) worker(t *testing.T, name string) *proc {
+func (j *clusterJob) worker(t *testing.T, name string) *child {
 	return startProc(t, j.args("worker", "--join", j.addr, "--name", name)...)
 }
 
@@ -141,6 +96,24 @@ func (j *clusterJob) checkpointedSinceRestart() bool {
 	return strings.LastIndex(log, `msg="checkpoint completed"`) > strings.LastIndex(log, `msg="restoring checkpoint"`)
 }
 
+// finish waits for the coordinator to end the job and checks the output
+// by counting; more is printed beside the coordinator's log on failure.
+func (j *clusterJob) finish(t *testing.T, more string) wordcount.Report {
+	t.Helper()
+	<-j.coord.done
+	if j.coord.err != nil {
+		t.Fatalf("coordinator: %v\n%s%s", j.coord.err, j.coord.log, more)
+	}
+	rep, err := wordcount.Verify(vfs.Default, j.output, j.want, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() {
+		t.Fatalf("%v\ncoordinator's log:\n%s%s", rep, j.coord.log, more)
+	}
+	return rep
+}
+
 func (j *clusterJob) checkpoints() int {
 	return strings.Count(j.coord.log.String(), `msg="checkpoint completed"`)
 }
@@ -151,12 +124,12 @@ func (j *clusterJob) checkpoints() int {
 // lost, none twice.
 func TestClusterKill9Workers(t *testing.T) {
 	j := startClusterJob(t, 4, 250_000)
-	workers := map[string]*proc{}
+	workers := map[string]*child{}
 	for i := 1; i <= 3; i++ {
 		name := fmt.Sprintf("worker-%d", i)
 		workers[name] = j.worker(t, name)
 	}
-	waitFor(t, "a checkpoint", func() bool { return j.checkpoints() > 0 || j.coord.hasExited() })
+	waitFor(t, "a checkpoint", func() bool { return j.checkpoints() > 0 || j.coord.exited() })
 	out, err := exec.Command(weirBin, "status", "--coordinator", j.addr, "--certs", j.certs).CombinedOutput()
 	if err != nil {
 		t.Fatalf("weir status: %v\n%s", err, out)
@@ -173,31 +146,21 @@ func TestClusterKill9Workers(t *testing.T) {
 		// A checkpoint of an attempt after the one the last kill failed:
 		// this kill fails that attempt.
 		waitFor(t, "a checkpoint of a new attempt", func() bool {
-			return j.attempt() > killed && j.checkpointedSinceRestart() || j.coord.hasExited()
+			return j.attempt() > killed && j.checkpointedSinceRestart() || j.coord.exited()
 		})
 		killed = j.attempt()
-		if j.coord.hasExited() {
+		if j.coord.exited() {
 			t.Fatalf("the job ended (%v) after %d kills; the test needs a larger input\n%s", j.coord.err, kill, j.coord.log)
 		}
 		// The moment of the kill is the fault being injected, not a wait
 		// for a condition.
 		time.Sleep(time.Duration(rng.IntN(150)) * time.Millisecond)
 		name := fmt.Sprintf("worker-%d", 1+rng.IntN(3))
-		workers[name].kill()
+		workers[name].signal(syscall.SIGKILL)
 		t.Logf("kill %d: %s", kill+1, name)
 		workers[name] = j.worker(t, name)
 	}
-	<-j.coord.exited
-	if j.coord.err != nil {
-		t.Fatalf("coordinator: %v\n%s", j.coord.err, j.coord.log)
-	}
-	rep, err := wordcount.Verify(vfs.Default, j.output, j.want, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !rep.OK() {
-		t.Fatalf("%v\ncoordinator's log:\n%s", rep, j.coord.log)
-	}
+	rep := j.finish(t, "")
 	restarts := strings.Count(j.coord.log.String(), `msg="job failed; restarting"`)
 	if restarts < 4 {
 		t.Fatalf("%d restarts for 4 kills:\n%s", restarts, j.coord.log)
@@ -214,26 +177,16 @@ func TestClusterCoordinatorRestart(t *testing.T) {
 	for i := 1; i <= 3; i++ {
 		j.worker(t, fmt.Sprintf("worker-%d", i))
 	}
-	waitFor(t, "two checkpoints", func() bool { return j.checkpoints() >= 2 || j.coord.hasExited() })
-	if j.coord.hasExited() {
+	waitFor(t, "two checkpoints", func() bool { return j.checkpoints() >= 2 || j.coord.exited() })
+	if j.coord.exited() {
 		t.Fatalf("the job ended (%v) before the kill; the test needs a larger input\n%s", j.coord.err, j.coord.log)
 	}
-	j.coord.kill()
+	j.coord.signal(syscall.SIGKILL)
 	first := j.coord.log.String()
 	j.coord = startProc(t, j.args("coordinator", "--listen", j.addr, "--restore", "latest", "--heartbeat-interval", "200ms", "--heartbeat-timeout", "2s")...)
-	<-j.coord.exited
-	if j.coord.err != nil {
-		t.Fatalf("second coordinator: %v\n%s\nfirst coordinator's log:\n%s", j.coord.err, j.coord.log, first)
-	}
+	rep := j.finish(t, "\nfirst coordinator's log:\n"+first)
 	if !strings.Contains(j.coord.log.String(), `msg="restoring checkpoint"`) {
 		t.Fatalf("the second coordinator restored nothing:\n%s", j.coord.log)
-	}
-	rep, err := wordcount.Verify(vfs.Default, j.output, j.want, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !rep.OK() {
-		t.Fatalf("%v\nsecond coordinator's log:\n%s", rep, j.coord.log)
 	}
 	t.Log(rep)
 }
@@ -289,10 +242,10 @@ func TestClusterKill9Nexmark(t *testing.T) {
 		}
 		return m != nil
 	})
-	worker := func(name string) *proc {
+	worker := func(name string) *child {
 		return startProc(t, job("worker", "cluster", "--join", j.addr, "--name", name, "--certs", certs)...)
 	}
-	workers := map[string]*proc{}
+	workers := map[string]*child{}
 	for i := 1; i <= 3; i++ {
 		name := fmt.Sprintf("worker-%d", i)
 		workers[name] = worker(name)
@@ -301,18 +254,18 @@ func TestClusterKill9Nexmark(t *testing.T) {
 	killed := 0
 	for kill := range 2 {
 		waitFor(t, "a checkpoint of a new attempt", func() bool {
-			return j.attempt() > killed && j.checkpointedSinceRestart() || j.coord.hasExited()
+			return j.attempt() > killed && j.checkpointedSinceRestart() || j.coord.exited()
 		})
-		if j.coord.hasExited() {
+		if j.coord.exited() {
 			t.Fatalf("the job ended (%v) after %d kills; the test needs a longer run\n%s", j.coord.err, kill, j.coord.log)
 		}
 		killed = j.attempt()
 		name := fmt.Sprintf("worker-%d", 1+rng.IntN(3))
-		workers[name].kill()
+		workers[name].signal(syscall.SIGKILL)
 		t.Logf("kill %d: %s", kill+1, name)
 		workers[name] = worker(name)
 	}
-	<-j.coord.exited
+	<-j.coord.done
 	if j.coord.err != nil {
 		t.Fatalf("coordinator: %v\n%s", j.coord.err, j.coord.log)
 	}

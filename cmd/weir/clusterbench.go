@@ -36,7 +36,8 @@ checkpoint durations (p50, p99 over all runs). Then, --recoveries times, run it
 on three workers, kill one with SIGKILL after a checkpoint, and print the time
 from the kill to the tasks running again on the other two and to the first
 checkpoint after (when the file sink commits output again): with the default
-settings, and with a restart delay of 0. Outputs are checked by counting.`,
+settings, with a restart delay of 0, and with that and checkpoints every
+100 ms. Outputs are checked by counting.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if files < 1 || lines < 1 || runs < 1 || recoveries < 0 {
@@ -56,14 +57,16 @@ settings, and with a restart delay of 0. Outputs are checked by counting.`,
 	return cmd
 }
 
-// benchProc is a process of a benchmark run.
-type benchProc struct {
+// child is a process of a benchmark run or a test, its standard error
+// kept.
+type child struct {
 	cmd  *exec.Cmd
 	log  *syncBuf
 	done chan struct{}
 	err  error
 }
 
+// syncBuf is a buffer a process writes while another goroutine reads it.
 type syncBuf struct {
 	mu sync.Mutex
 	b  bytes.Buffer
@@ -81,8 +84,8 @@ func (s *syncBuf) String() string {
 	return s.b.String()
 }
 
-func startBenchProc(ctx context.Context, bin string, args ...string) (*benchProc, error) {
-	p := &benchProc{cmd: exec.CommandContext(ctx, bin, args...), log: &syncBuf{}, done: make(chan struct{})}
+func startChild(ctx context.Context, bin string, args ...string) (*child, error) {
+	p := &child{cmd: exec.CommandContext(ctx, bin, args...), log: &syncBuf{}, done: make(chan struct{})}
 	p.cmd.Stderr = p.log
 	if err := p.cmd.Start(); err != nil {
 		return nil, err
@@ -94,18 +97,28 @@ func startBenchProc(ctx context.Context, bin string, args ...string) (*benchProc
 	return p, nil
 }
 
+// exited reports whether the process has exited (then err says how).
+func (p *child) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // cpu is the process's user plus system time; it must have exited.
-func (p *benchProc) cpu() time.Duration {
+func (p *child) cpu() time.Duration {
 	return p.cmd.ProcessState.UserTime() + p.cmd.ProcessState.SystemTime()
 }
 
-func (p *benchProc) signal(s os.Signal) {
+func (p *child) signal(s os.Signal) {
 	p.cmd.Process.Signal(s)
 	<-p.done
 }
 
 // waitLog waits until the process's log matches re, or it exits.
-func (p *benchProc) waitLog(ctx context.Context, re *regexp.Regexp) ([]string, error) {
+func (p *child) waitLog(ctx context.Context, re *regexp.Regexp) ([]string, error) {
 	for {
 		if m := re.FindStringSubmatch(p.log.String()); m != nil {
 			return m, nil
@@ -176,7 +189,7 @@ func (b *clusterBench) verify(output string) error {
 func (b *clusterBench) local() (time.Duration, string, error) {
 	output, ckpt := b.dirs()
 	defer os.RemoveAll(ckpt)
-	p, err := startBenchProc(b.ctx, b.self, b.jobArgs("run", output, ckpt, "--progress", "0")...)
+	p, err := startChild(b.ctx, b.self, b.jobArgs("run", output, ckpt, "--progress", "0")...)
 	if err != nil {
 		return 0, "", err
 	}
@@ -189,8 +202,8 @@ func (b *clusterBench) local() (time.Duration, string, error) {
 
 // cluster starts a coordinator and workers (extra: the coordinator's extra
 // flags).
-func (b *clusterBench) cluster(output, ckpt string, workers int, extra ...string) (*benchProc, []*benchProc, error) {
-	coord, err := startBenchProc(b.ctx, b.self, b.jobArgs("coordinator", output, ckpt, append([]string{"--listen", "127.0.0.1:0", "--certs", b.certs}, extra...)...)...)
+func (b *clusterBench) cluster(output, ckpt string, workers int, extra ...string) (*child, []*child, error) {
+	coord, err := startChild(b.ctx, b.self, b.jobArgs("coordinator", output, ckpt, append([]string{"--listen", "127.0.0.1:0", "--certs", b.certs}, extra...)...)...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -198,9 +211,9 @@ func (b *clusterBench) cluster(output, ckpt string, workers int, extra ...string
 	if err != nil {
 		return nil, nil, err
 	}
-	var ws []*benchProc
+	var ws []*child
 	for i := 1; i <= workers; i++ {
-		w, err := startBenchProc(b.ctx, b.self, b.jobArgs("worker", output, ckpt, "--join", m[1], "--name", fmt.Sprint("worker-", i), "--certs", b.certs)...)
+		w, err := startChild(b.ctx, b.self, b.jobArgs("worker", output, ckpt, "--join", m[1], "--name", fmt.Sprint("worker-", i), "--certs", b.certs)...)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -301,7 +314,7 @@ func logTimes(log string, re *regexp.Regexp) []time.Time {
 }
 
 // firstAfter waits for a line of p's log matching re logged after t.
-func firstAfter(ctx context.Context, p *benchProc, re *regexp.Regexp, t time.Time) (time.Time, error) {
+func firstAfter(ctx context.Context, p *child, re *regexp.Regexp, t time.Time) (time.Time, error) {
 	for {
 		for _, at := range logTimes(p.log.String(), re) {
 			if at.After(t) {
@@ -374,6 +387,7 @@ func benchCluster(ctx context.Context, w io.Writer, self string, files, lines, r
 	}{
 		{"defaults (restart delay 1s)", nil},
 		{"--restart-delay 0", []string{"--restart-delay", "0"}},
+		{"--restart-delay 0, checkpoints every 100ms", []string{"--restart-delay", "0", "--checkpoint-interval", "100ms"}},
 	} {
 		var dep, com []time.Duration
 		for range recoveries {

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,24 +19,6 @@ import (
 	"github.com/weirstream/weir/examples/wordcount"
 	"github.com/weirstream/weir/internal/pgtest"
 )
-
-// lockedBuffer is a buffer a process writes while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // serveKafka starts `weir kafka serve` as a process of its own, so that it
 // outlives the word counts the test kills, and returns its address.
@@ -196,7 +177,7 @@ func TestPostgresRestartsDuringTheJob(t *testing.T) {
 	j := newJob(t, 4, 100_000)
 	cmd, _ := j.command("--output", pg.URL+"&table=counts", "--checkpoint-interval", "30ms", "--restart-delay", "200ms", "--restart-attempts", "50")
 	// j.command's --output comes first; the later one wins.
-	stderr := &lockedBuffer{}
+	stderr := &syncBuf{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -19,8 +19,7 @@ func newNexmarkJob(role weir.Role) *cobra.Command {
 	var parallelism int
 	events := int64(1_000_000)
 	var throttle, rate float64
-	var cf checkpointFlags
-	var clf clusterFlags
+	jf := jobFlags{role: role}
 	cmd := &cobra.Command{
 		Use:   "nexmark",
 		Short: "Run a Nexmark query over the built-in generator; its results go to --output as JSON lines, exactly-once",
@@ -41,21 +40,13 @@ func newNexmarkJob(role weir.Role) *cobra.Command {
 			case events < 1:
 				return fmt.Errorf("--events %d: must be at least 1", events)
 			}
-			cc, restart, err := cf.config()
-			if err != nil {
-				return err
-			}
-			sb, err := stateBackend(cmd, cf.stateBackend, cf.stateDir, cf.incremental)
-			if err != nil {
-				return err
-			}
-			cl, err := clf.config(role)
+			js, err := jf.settings(cmd)
 			if err != nil {
 				return err
 			}
 			env := weir.New(weir.Config{
-				Job: "nexmark-" + qs[0].Name, Parallelism: parallelism, Checkpoint: cc, Restore: cf.restore, Fresh: cf.fresh,
-				AllowNonRestoredState: cf.allowNonRestored, Restart: restart, Logger: slog.Default(), StateBackend: sb, Cluster: cl,
+				Job: "nexmark-" + qs[0].Name, Parallelism: parallelism, Checkpoint: js.cc, Restore: jf.restore, Fresh: jf.fresh,
+				AllowNonRestoredState: jf.allowNonRestored, Restart: js.restart, Logger: slog.Default(), StateBackend: js.sb, Cluster: js.cl,
 			})
 			if err := nexmark.Add(env, nexmark.Config{Events: events, Rate: rate, Throttle: throttle}, qs[0], nexmark.Output{Dir: output}); err != nil {
 				return err
@@ -75,7 +66,6 @@ func newNexmarkJob(role weir.Role) *cobra.Command {
 	fl.Float64Var(&throttle, "throttle", 0, "generate at most this many events per second of wall time (0: as fast as it can)")
 	fl.StringVar(&output, "output", "", "the directory the results go to (committed files are those not beginning with '.')")
 	fl.IntVar(&parallelism, "parallelism", 1, "subtasks per operator")
-	cf.add(cmd)
-	clf.add(cmd, role)
+	jf.add(cmd)
 	return cmd
 }

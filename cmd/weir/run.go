@@ -142,6 +142,39 @@ func (f *checkpointFlags) config() (weir.CheckpointConfig, weir.RestartStrategy,
 	}, restart, nil
 }
 
+// jobFlags are the flags every job command takes: checkpoints, restarts,
+// state, and its cluster role's.
+type jobFlags struct {
+	checkpointFlags
+	cluster clusterFlags
+	role    weir.Role
+}
+
+func (f *jobFlags) add(cmd *cobra.Command) {
+	f.checkpointFlags.add(cmd)
+	f.cluster.add(cmd, f.role)
+}
+
+// jobSettings are jobFlags validated.
+type jobSettings struct {
+	cc      weir.CheckpointConfig
+	restart weir.RestartStrategy
+	sb      weir.StateBackend
+	cl      weir.ClusterConfig
+}
+
+// settings validates the flags once, at start; every error names the flag.
+func (f *jobFlags) settings(cmd *cobra.Command) (js jobSettings, err error) {
+	if js.cc, js.restart, err = f.config(); err != nil {
+		return js, err
+	}
+	if js.sb, err = stateBackend(cmd, f.stateBackend, f.stateDir, f.incremental); err != nil {
+		return js, err
+	}
+	js.cl, err = f.cluster.config(f.role)
+	return js, err
+}
+
 func newRun() *cobra.Command {
 	run := &cobra.Command{Use: "run", Short: "Run a built-in job in this process"}
 	run.AddCommand(newWordCount(weir.Local), newNexmarkJob(weir.Local))
@@ -154,8 +187,7 @@ func newWordCount(role weir.Role) *cobra.Command {
 	var input, output string
 	var parallelism int
 	var progressEvery time.Duration
-	var cf checkpointFlags
-	var clf clusterFlags
+	jf := jobFlags{role: role}
 	wc := &cobra.Command{
 		Use:   "wordcount",
 		Short: "Count words exactly-once: every occurrence writes word<TAB>count to the output directory",
@@ -176,18 +208,11 @@ its latest count), or standard output.`,
 			if progressEvery < 0 {
 				return fmt.Errorf("--progress %v: must not be negative (0 turns progress off)", progressEvery)
 			}
-			cc, restart, err := cf.config()
+			js, err := jf.settings(cmd)
 			if err != nil {
 				return err
 			}
-			sb, err := stateBackend(cmd, cf.stateBackend, cf.stateDir, cf.incremental)
-			if err != nil {
-				return err
-			}
-			cl, err := clf.config(role)
-			if err != nil {
-				return err
-			}
+			cf, cc := jf.checkpointFlags, js.cc
 			stopProfile, err := startProfile()
 			if err != nil {
 				return err
@@ -197,7 +222,7 @@ its latest count), or standard output.`,
 			env, err := wordcount.Build(wordcount.Options{
 				Input: input, Output: output, Checkpoint: cc, Parallelism: parallelism,
 				Restore: cf.restore, Fresh: cf.fresh, AllowNonRestoredState: cf.allowNonRestored,
-				Restart: restart, Logger: slog.Default(), StateBackend: sb, Cluster: cl,
+				Restart: js.restart, Logger: slog.Default(), StateBackend: js.sb, Cluster: js.cl,
 				OnEvent: func(e weir.JobEvent) {
 					switch e.Kind {
 					case weir.EventCheckpointCompleted:
@@ -245,8 +270,7 @@ its latest count), or standard output.`,
 	fl.IntVar(&parallelism, "parallelism", 1, "subtasks per operator")
 	fl.DurationVar(&progressEvery, "progress", 5*time.Second, "print progress this often (0: never)")
 	fl.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of this process to this file (go tool pprof)")
-	cf.add(wc)
-	clf.add(wc, role)
+	jf.add(wc)
 	return wc
 }
 

@@ -3,9 +3,7 @@
 // frames, with credit-based flow control per channel.
 //
 // A receiver grants credits: an Input of capacity c grants c when it opens
-// and, as its task takes events, grants their room back in one credit frame
-// each time c/2 are taken (fewer frames, fewer wake-ups on both sides; the
-// sender waits only when c events are unread or owed). A sender sends an event
+// and one more each time its task takes an event. A sender sends an event
 // only with a credit in hand, so a receiver never buffers more than c
 // events of a channel, and a channel whose task does not read (a channel
 // blocked by barrier alignment) stalls its own sender only: the connection's
@@ -309,9 +307,6 @@ type Input struct {
 	buf  []runtime.Event // ring
 	head int
 	n    int
-	// owed counts the events taken whose room is not granted back yet:
-	// it is granted in one credit frame once half the capacity is owed.
-	owed int
 }
 
 func (in *Input) put(e runtime.Event) error {
@@ -327,8 +322,8 @@ func (in *Input) put(e runtime.Event) error {
 	return nil
 }
 
-// TryPop takes the oldest event, if any, and grants the room of the events
-// taken back to the sender once they make half the capacity.
+// TryPop takes the oldest event, if any, and grants its room back to the
+// sender.
 func (in *Input) TryPop() (runtime.Event, bool) {
 	in.mu.Lock()
 	if in.n == 0 {
@@ -339,17 +334,10 @@ func (in *Input) TryPop() (runtime.Event, bool) {
 	in.buf[in.head] = runtime.Event{}
 	in.head = (in.head + 1) % len(in.buf)
 	in.n--
-	in.owed++
-	owed := in.owed
-	if owed < max(1, len(in.buf)/2) {
-		in.mu.Unlock()
-		return e, true
-	}
-	in.owed = 0
 	in.mu.Unlock()
 	c := in.c
 	c.mu.Lock()
-	c.grant[in.ch] += owed
+	c.grant[in.ch]++
 	c.mu.Unlock()
 	signal(c.wake)
 	return e, true
