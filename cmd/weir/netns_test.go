@@ -110,12 +110,20 @@ func TestClusterPartitionNetns(t *testing.T) {
 	if j.coord.exited() {
 		t.Fatalf("coordinator exited early (%v):\n%s", j.coord.err, j.coord.log)
 	}
-	// Cut worker-1 or worker-2, whichever runs tasks (worker-3 may have
-	// none: the job needs 3 slots of 6).
-	cut := 2
+	// Cut a worker that runs tasks (the job needs 3 slots of 6: one worker
+	// may have none, or may not have registered before the placement).
+	m := placedWorker.FindStringSubmatch(j.coord.log.String())
+	if m == nil {
+		t.Fatalf("no placement in the coordinator's log:\n%s", j.coord.log)
+	}
+	var k int
+	if _, err := fmt.Sscanf(m[1], "worker-%d", &k); err != nil {
+		t.Fatal(err)
+	}
+	cut, name := k+1, m[1] // worker-k runs on host k+1
 	before := strings.Count(j.coord.log.String(), "job failed; restarting")
 	net.cut(cut)
-	t.Logf("cut %s's link", net.ns(cut))
+	t.Logf("cut %s's link (%s)", net.ns(cut), name)
 	waitFor(t, "the partitioned worker to fence itself", func() bool {
 		return strings.Contains(workers[cut].log.String(), "fencing") || j.coord.exited()
 	})
@@ -124,8 +132,8 @@ func TestClusterPartitionNetns(t *testing.T) {
 		i := strings.LastIndex(log, "job failed; restarting")
 		return j.coord.exited() || strings.Count(log, "job failed; restarting") > before && strings.Contains(log[i:], `msg="checkpoint completed"`)
 	})
-	if !strings.Contains(j.coord.log.String(), `msg="worker lost: no heartbeat within the timeout" worker=worker-1`) {
-		t.Fatalf("the coordinator did not lose worker-1 during the cut:\n%s", j.coord.log)
+	if !strings.Contains(j.coord.log.String(), `msg="worker lost: no heartbeat within the timeout" worker=`+name+" ") {
+		t.Fatalf("the coordinator did not lose %s during the cut:\n%s", name, j.coord.log)
 	}
 	net.heal(cut)
 	waitFor(t, "the worker to register again", func() bool {
