@@ -141,6 +141,9 @@ func jobCommand(ctx context.Context, role Role, cfg Config, build func(*Environm
 		fl.StringVar(&cl.Listen, "listen", cl.Listen, "address to accept the coordinator's calls and other workers' data on (default 127.0.0.1, any port)")
 		fl.StringVar(&cl.Advertise, "advertise", cl.Advertise, "address others reach this worker at, if not --listen's")
 	}
+	if role != Worker {
+		fl.StringVar(&c.Web, "web", c.Web, "serve Prometheus metrics (/metrics) and the JSON API (/api/v1/) at this address, e.g. 127.0.0.1:8081")
+	}
 	if role != Local {
 		fl.StringVar(&cl.Certs, "certs", cl.Certs, "directory of the cluster's CA and certificates (weir cluster certs --out DIR)")
 	}

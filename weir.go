@@ -161,6 +161,13 @@ type Config struct {
 	// Cluster makes this process a cluster's coordinator or worker; by
 	// default it runs the whole job.
 	Cluster ClusterConfig
+	// Web, if set, is the address (host:port; 127.0.0.1:0 for any free
+	// port) where the process that runs the job's driver (this one, or a
+	// cluster's coordinator) serves Prometheus metrics at /metrics and a
+	// read-only JSON API under /api/v1/ (job, checkpoints, failures,
+	// operators, config). OnWeb, if set, hears the address it listens on.
+	Web   string
+	OnWeb func(addr string)
 }
 
 // CheckpointConfig holds the checkpoint settings.
@@ -457,6 +464,13 @@ func (e *Environment) Execute(ctx context.Context) (Result, error) {
 	spec, err := e.spec(plan)
 	if err != nil {
 		return Result{}, fmt.Errorf("job %s: %w", e.cfg.Job, err)
+	}
+	if e.cfg.Web != "" && e.cfg.Cluster.Role != Worker {
+		stop, err := e.serveWeb(&spec)
+		if err != nil {
+			return Result{}, fmt.Errorf("job %s: %w", e.cfg.Job, err)
+		}
+		defer stop()
 	}
 	if e.cfg.Cluster.Role != Local {
 		return e.executeClustered(ctx, plan, spec)

@@ -148,11 +148,15 @@ type jobFlags struct {
 	checkpointFlags
 	cluster clusterFlags
 	role    weir.Role
+	web     string
 }
 
 func (f *jobFlags) add(cmd *cobra.Command) {
 	f.checkpointFlags.add(cmd)
 	f.cluster.add(cmd, f.role)
+	if f.role != weir.Worker {
+		cmd.Flags().StringVar(&f.web, "web", "", "serve Prometheus metrics (/metrics) and the JSON API (/api/v1/) at this address, e.g. 127.0.0.1:8081")
+	}
 }
 
 // jobSettings are jobFlags validated.
@@ -222,7 +226,7 @@ its latest count), or standard output.`,
 			env, err := wordcount.Build(wordcount.Options{
 				Input: input, Output: output, Checkpoint: cc, Parallelism: parallelism,
 				Restore: cf.restore, Fresh: cf.fresh, AllowNonRestoredState: cf.allowNonRestored,
-				Restart: js.restart, Logger: slog.Default(), StateBackend: js.sb, Cluster: js.cl,
+				Restart: js.restart, Logger: slog.Default(), StateBackend: js.sb, Cluster: js.cl, Web: jf.web,
 				OnEvent: func(e weir.JobEvent) {
 					switch e.Kind {
 					case weir.EventCheckpointCompleted:

@@ -41,6 +41,8 @@ type Options struct {
 	BeforeCount func(word string)
 	// Cluster makes the process a cluster's coordinator or worker.
 	Cluster weir.ClusterConfig
+	// Web is where to serve metrics and the API (weir.Config.Web).
+	Web string
 }
 
 // Count is one output record: a word's count after one more occurrence.
@@ -69,7 +71,7 @@ func Build(o Options) (*weir.Environment, error) {
 	env := weir.New(weir.Config{
 		Job: "wordcount", Parallelism: o.Parallelism, Checkpoint: cc, Restore: o.Restore, Fresh: o.Fresh,
 		AllowNonRestoredState: o.AllowNonRestoredState, Restart: o.Restart, Logger: o.Logger, OnEvent: o.OnEvent,
-		StateBackend: o.StateBackend, Cluster: o.Cluster,
+		StateBackend: o.StateBackend, Cluster: o.Cluster, Web: o.Web,
 	})
 	lines, err := input(o)
 	if err != nil {

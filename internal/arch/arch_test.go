@@ -41,6 +41,7 @@ var layers = map[string]int{
 	"internal/sim":                                30,
 	"internal/transport":                          31,
 	"internal/cluster":                            40,
+	"internal/web":                                41,
 	".":                                           50,
 	"connector/file":                              51,
 	"connector/generator":                         51,

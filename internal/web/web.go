@@ -1,0 +1,269 @@
+// Package web serves what an operator looks at: Prometheus metrics at
+// /metrics and a read-only JSON API under /api/v1/, fed by the job's
+// events and its operators' counters. The process that runs the job's
+// driver serves it: the only process in local mode, the coordinator in a
+// cluster.
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/weirstream/weir/internal/runtime"
+)
+
+// maxHistory bounds the checkpoints and failures the API keeps.
+const maxHistory = 100
+
+// Operator is one operator's counters, summed over its subtasks.
+type Operator struct {
+	UID string `json:"uid"`
+	// Records counts records entering the operator at the head of a task,
+	// or leaving it as a source (operators chained behind others: 0).
+	Records int64 `json:"records"`
+	// Late counts records its windows or joins dropped as late.
+	Late int64 `json:"lateDropped"`
+}
+
+// Checkpoint is one checkpoint of the history.
+type Checkpoint struct {
+	ID       uint64    `json:"id"`
+	Status   string    `json:"status"` // completed or aborted
+	At       time.Time `json:"at"`     // completion or abort
+	Duration float64   `json:"durationSeconds,omitempty"`
+	Size     int64     `json:"sizeBytes,omitempty"`
+	Uploaded int64     `json:"uploadedBytes,omitempty"`
+	SyncPart float64   `json:"syncSeconds,omitempty"`
+	Slowest  string    `json:"slowestTask,omitempty"`
+	Reason   string    `json:"reason,omitempty"`
+	Attempt  int       `json:"attempt"`
+}
+
+// Failure is one failure that restarted the job.
+type Failure struct {
+	At       time.Time `json:"at"`
+	Attempt  int       `json:"attempt"`
+	Cause    string    `json:"cause"`
+	Restores uint64    `json:"restoresCheckpoint"` // 0: from the beginning
+	Delay    float64   `json:"delaySeconds"`
+}
+
+// Job is the job's state.
+type Job struct {
+	Name           string     `json:"name"`
+	State          string     `json:"state"` // created, running, restarting, finished
+	Started        time.Time  `json:"started"`
+	Attempt        int        `json:"attempt"`
+	RestoredFrom   uint64     `json:"restoredFrom,omitempty"`
+	Restarts       int        `json:"restarts"`
+	LastCheckpoint *time.Time `json:"lastCheckpoint,omitempty"`
+}
+
+// Server holds what the API tells and the metrics' collectors.
+type Server struct {
+	now       func() time.Time
+	operators func() []Operator
+	config    any
+	reg       *prometheus.Registry
+
+	mu          sync.Mutex
+	job         Job
+	checkpoints []Checkpoint
+	failures    []Failure
+
+	completed, aborted, restarts, restores prometheus.Counter
+	duration, size, sync                   prometheus.Histogram
+}
+
+// New returns a server for job; operators reads the operators' counters
+// at each request or scrape, and config is the effective configuration
+// /api/v1/config shows.
+func New(job string, operators func() []Operator, config any, now func() time.Time) *Server {
+	if now == nil {
+		now = time.Now
+	}
+	s := &Server{now: now, operators: operators, config: config, reg: prometheus.NewRegistry(), job: Job{Name: job, State: "created", Started: now()}}
+	labels := prometheus.Labels{"job": job}
+	counter := func(name, help string, l prometheus.Labels) prometheus.Counter {
+		c := prometheus.NewCounter(prometheus.CounterOpts{Namespace: "weir", Name: name, Help: help, ConstLabels: l})
+		s.reg.MustRegister(c)
+		return c
+	}
+	histogram := func(name, help string, buckets []float64) prometheus.Histogram {
+		h := prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "weir", Name: name, Help: help, ConstLabels: labels, Buckets: buckets})
+		s.reg.MustRegister(h)
+		return h
+	}
+	s.completed = counter("checkpoints_total", "Checkpoints by result.", prometheus.Labels{"job": job, "result": "completed"})
+	s.aborted = counter("checkpoints_total", "Checkpoints by result.", prometheus.Labels{"job": job, "result": "aborted"})
+	s.restarts = counter("restarts_total", "Restarts after a failure.", labels)
+	s.restores = counter("restores_total", "Attempts that restored a checkpoint.", labels)
+	s.duration = histogram("checkpoint_duration_seconds", "Completed checkpoints, trigger to completion.", prometheus.ExponentialBuckets(0.005, 2, 14))
+	s.size = histogram("checkpoint_size_bytes", "Completed checkpoints' state.", prometheus.ExponentialBuckets(1024, 4, 14))
+	s.sync = histogram("checkpoint_sync_duration_seconds", "Completed checkpoints' longest synchronous snapshot part (a task stopped for it).", prometheus.ExponentialBuckets(0.0001, 2, 16))
+	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "weir", Name: "last_checkpoint_age_seconds", ConstLabels: labels,
+		Help: "Time since the last completed checkpoint (since the start while there is none)."}, func() float64 {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		since := s.job.Started
+		if s.job.LastCheckpoint != nil {
+			since = *s.job.LastCheckpoint
+		}
+		return s.now().Sub(since).Seconds()
+	}))
+	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "weir", Name: "attempt", ConstLabels: labels,
+		Help: "The job's current attempt (1 until a restart)."}, func() float64 {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return float64(s.job.Attempt)
+	}))
+	s.reg.MustRegister(operatorCollector{s: s, job: job})
+	return s
+}
+
+// operatorCollector reads the operators' counters at each scrape.
+type operatorCollector struct {
+	s   *Server
+	job string
+}
+
+var (
+	recordsDesc = prometheus.NewDesc("weir_records_total", "Records entering an operator at the head of a task, or leaving a source.", []string{"job", "operator"}, nil)
+	lateDesc    = prometheus.NewDesc("weir_late_records_dropped_total", "Records an operator's windows or joins dropped as late.", []string{"job", "operator"}, nil)
+)
+
+func (c operatorCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- recordsDesc
+	ch <- lateDesc
+}
+
+func (c operatorCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, op := range c.s.operators() {
+		ch <- prometheus.MustNewConstMetric(recordsDesc, prometheus.CounterValue, float64(op.Records), c.job, op.UID)
+		ch <- prometheus.MustNewConstMetric(lateDesc, prometheus.CounterValue, float64(op.Late), c.job, op.UID)
+	}
+}
+
+// Observe records a job event; the driver calls it (Spec.OnEvent).
+func (s *Server) Observe(e runtime.JobEvent) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	s.job.Attempt = max(s.job.Attempt, e.Attempt)
+	switch e.Kind {
+	case runtime.EventRunning:
+		s.job.State, s.job.RestoredFrom = "running", uint64(e.RestoredFrom)
+		if e.RestoredFrom != 0 {
+			s.restores.Inc()
+		}
+	case runtime.EventRestarting:
+		s.job.State = "restarting"
+		s.job.Restarts++
+		s.restarts.Inc()
+		cause := ""
+		if e.Err != nil {
+			cause = e.Err.Error()
+		}
+		s.failures = appendBounded(s.failures, Failure{At: now, Attempt: e.Attempt, Cause: cause, Restores: uint64(e.RestoredFrom), Delay: e.Duration.Seconds()})
+	case runtime.EventFinished:
+		s.job.State = "finished"
+	case runtime.EventCheckpointCompleted:
+		s.completed.Inc()
+		s.duration.Observe(e.Duration.Seconds())
+		s.size.Observe(float64(e.Size))
+		s.sync.Observe(e.SyncPart.Seconds())
+		s.job.LastCheckpoint = &now
+		s.checkpoints = appendBounded(s.checkpoints, Checkpoint{ID: uint64(e.ID), Status: "completed", At: now, Duration: e.Duration.Seconds(), Size: e.Size,
+			Uploaded: e.Uploaded, SyncPart: e.SyncPart.Seconds(), Slowest: e.Slowest.String(), Attempt: e.Attempt})
+	case runtime.EventCheckpointAborted:
+		s.aborted.Inc()
+		reason := e.Reason.String()
+		if e.Err != nil {
+			reason += ": " + e.Err.Error()
+		}
+		s.checkpoints = appendBounded(s.checkpoints, Checkpoint{ID: uint64(e.ID), Status: "aborted", At: now, Reason: reason, Attempt: e.Attempt})
+	}
+}
+
+func appendBounded[T any](s []T, v T) []T {
+	if len(s) == maxHistory {
+		s = slices.Delete(s, 0, 1)
+	}
+	return append(s, v)
+}
+
+// Handler serves /metrics and the API:
+//
+//	GET /api/v1/job          the job's state
+//	GET /api/v1/checkpoints  the last 100 checkpoints, oldest first
+//	GET /api/v1/failures     the last 100 failures, oldest first
+//	GET /api/v1/operators    the operators' counters
+//	GET /api/v1/config       the effective configuration
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /api/v1/job", func(w http.ResponseWriter, _ *http.Request) {
+		s.mu.Lock()
+		j := s.job
+		s.mu.Unlock()
+		writeJSON(w, j)
+	})
+	mux.HandleFunc("GET /api/v1/checkpoints", func(w http.ResponseWriter, _ *http.Request) {
+		s.mu.Lock()
+		cs := slices.Clone(s.checkpoints)
+		s.mu.Unlock()
+		writeJSON(w, cs)
+	})
+	mux.HandleFunc("GET /api/v1/failures", func(w http.ResponseWriter, _ *http.Request) {
+		s.mu.Lock()
+		fs := slices.Clone(s.failures)
+		s.mu.Unlock()
+		writeJSON(w, fs)
+	})
+	mux.HandleFunc("GET /api/v1/operators", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, s.operators()) })
+	mux.HandleFunc("GET /api/v1/config", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, s.config) })
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+	}
+}
+
+// Serve listens on addr (host:port; loopback unless told otherwise) and
+// serves h until stop is called. It returns the address it listens on.
+func Serve(addr string, h http.Handler) (bound string, stop func(), err error) {
+	if addr == "" {
+		return "", nil, errors.New("web: an address to listen on is required (127.0.0.1:8081, or 127.0.0.1:0 for any port)")
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, fmt.Errorf("web: listen on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Serve(ln)
+	}()
+	return ln.Addr().String(), func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		<-done
+	}, nil
+}

@@ -1,0 +1,120 @@
+package web
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/runtime"
+)
+
+func get(t *testing.T, h http.Handler, path string) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", path, rec.Code, rec.Body)
+	}
+	body, _ := io.ReadAll(rec.Body)
+	return string(body)
+}
+
+// TestMetricsAndAPI feeds a story of events and reads it back from the
+// API and the metrics.
+func TestMetricsAndAPI(t *testing.T) {
+	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	ops := []Operator{{UID: "source", Records: 1000}, {UID: "window", Records: 900, Late: 3}}
+	s := New("demo", func() []Operator { return ops }, map[string]int{"parallelism": 2}, clock)
+	s.Observe(runtime.JobEvent{Kind: runtime.EventRunning, Attempt: 1})
+	s.Observe(runtime.JobEvent{Kind: runtime.EventCheckpointCompleted, Attempt: 1, ID: 1, Duration: 40 * time.Millisecond, Size: 2048, SyncPart: time.Millisecond,
+		Slowest: checkpoint.TaskID{Vertex: "window", Subtask: 1}})
+	s.Observe(runtime.JobEvent{Kind: runtime.EventCheckpointAborted, Attempt: 1, ID: 2, Reason: checkpoint.ReasonExpired})
+	s.Observe(runtime.JobEvent{Kind: runtime.EventRestarting, Attempt: 1, Err: errors.New("task window#1 panicked"), RestoredFrom: 1, Duration: time.Second})
+	s.Observe(runtime.JobEvent{Kind: runtime.EventRunning, Attempt: 2, RestoredFrom: 1})
+	now = now.Add(5 * time.Second)
+	h := s.Handler()
+
+	var job Job
+	if err := json.Unmarshal([]byte(get(t, h, "/api/v1/job")), &job); err != nil {
+		t.Fatal(err)
+	}
+	if job.State != "running" || job.Attempt != 2 || job.RestoredFrom != 1 || job.Restarts != 1 {
+		t.Fatalf("job: %+v", job)
+	}
+	var cs []Checkpoint
+	if err := json.Unmarshal([]byte(get(t, h, "/api/v1/checkpoints")), &cs); err != nil {
+		t.Fatal(err)
+	}
+	if len(cs) != 2 || cs[0].Status != "completed" || cs[0].Slowest != "window#1" || cs[1].Status != "aborted" || !strings.Contains(cs[1].Reason, "expired") {
+		t.Fatalf("checkpoints: %+v", cs)
+	}
+	var fs []Failure
+	if err := json.Unmarshal([]byte(get(t, h, "/api/v1/failures")), &fs); err != nil {
+		t.Fatal(err)
+	}
+	if len(fs) != 1 || fs[0].Restores != 1 || !strings.Contains(fs[0].Cause, "panicked") {
+		t.Fatalf("failures: %+v", fs)
+	}
+	if got := get(t, h, "/api/v1/config"); !strings.Contains(got, `"parallelism": 2`) {
+		t.Fatalf("config: %s", got)
+	}
+
+	metrics := get(t, h, "/metrics")
+	for _, want := range []string{
+		`weir_records_total{job="demo",operator="window"} 900`,
+		`weir_late_records_dropped_total{job="demo",operator="window"} 3`,
+		`weir_checkpoints_total{job="demo",result="completed"} 1`,
+		`weir_checkpoints_total{job="demo",result="aborted"} 1`,
+		`weir_restarts_total{job="demo"} 1`,
+		`weir_restores_total{job="demo"} 1`,
+		`weir_checkpoint_duration_seconds_count{job="demo"} 1`,
+		`weir_checkpoint_size_bytes_sum{job="demo"} 2048`,
+		`weir_last_checkpoint_age_seconds{job="demo"} 5`,
+		`weir_attempt{job="demo"} 2`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("no %s in:\n%s", want, metrics)
+		}
+	}
+	problems, err := testutil.GatherAndLint(s.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("metric %s: %s", p.Metric, p.Text)
+	}
+}
+
+// TestServeBindsWhereToldAndStops: Serve listens on the address given and
+// stops serving when told.
+func TestServeBindsWhereToldAndStops(t *testing.T) {
+	s := New("demo", func() []Operator { return nil }, nil, nil)
+	addr, stop, err := Serve("127.0.0.1:0", s.Handler())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(addr, "127.0.0.1:") {
+		t.Fatalf("listening on %s", addr)
+	}
+	resp, err := http.Get("http://" + addr + "/api/v1/job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	stop()
+	if _, err := http.Get("http://" + addr + "/api/v1/job"); err == nil {
+		t.Fatal("still serving after stop")
+	}
+	if _, _, err := Serve("", s.Handler()); err == nil {
+		t.Fatal("an empty address was accepted")
+	}
+}

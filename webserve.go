@@ -1,0 +1,78 @@
+package weir
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/weirstream/weir/internal/runtime"
+	"github.com/weirstream/weir/internal/web"
+)
+
+// effectiveConfig is the configuration /api/v1/config shows: the settings
+// the job runs with, defaults filled in where Weir knows them.
+type effectiveConfig struct {
+	Job               string        `json:"job"`
+	Parallelism       int           `json:"parallelism"`
+	MaxParallelism    int           `json:"maxParallelism"`
+	Mode              string        `json:"mode"`
+	Interval          time.Duration `json:"checkpointIntervalNanos"`
+	MinPause          time.Duration `json:"checkpointMinPauseNanos"`
+	Timeout           time.Duration `json:"checkpointTimeoutNanos"`
+	MaxConcurrent     int           `json:"maxConcurrentCheckpoints"`
+	TolerableFailures int           `json:"tolerableCheckpointFailures"`
+	Retained          int           `json:"checkpointsRetained"`
+	RetainOnCancel    bool          `json:"retainOnCancel"`
+	Storage           string        `json:"checkpointStorage"`
+	Restore           string        `json:"restore,omitempty"`
+	Fresh             bool          `json:"fresh,omitempty"`
+	StateBackend      string        `json:"stateBackend"`
+	Restart           string        `json:"restartStrategy"`
+	BatchSize         int           `json:"batchSize"`
+	WatermarkInterval time.Duration `json:"watermarkIntervalNanos"`
+	Role              string        `json:"role"`
+}
+
+// serveWeb starts the metrics and API server Config.Web asks for, feeding
+// it the driver's events; stop stops it.
+func (e *Environment) serveWeb(spec *runtime.Spec) (stop func(), err error) {
+	cc, _ := spec.Checkpoint.Normalize() // validated by spec()
+	storage := "memory"
+	if spec.Storage != nil {
+		storage = spec.Storage.Describe()
+	}
+	role := string(e.cfg.Cluster.Role)
+	if role == "" {
+		role = "local"
+	}
+	ec := effectiveConfig{
+		Job: e.cfg.Job, Parallelism: e.cfg.Parallelism, MaxParallelism: e.cfg.MaxParallelism, Mode: spec.Mode.String(),
+		Interval: cc.Interval, MinPause: cc.MinPause, Timeout: cc.Timeout, MaxConcurrent: cc.MaxConcurrent,
+		TolerableFailures: cc.TolerableFailures, Retained: cc.Retained, RetainOnCancel: cc.RetainOnCancel, Storage: storage,
+		Restore: e.cfg.Restore, Fresh: e.cfg.Fresh, StateBackend: fmt.Sprint(e.cfg.StateBackend.Kind), Restart: fmt.Sprint(spec.Restart),
+		BatchSize: spec.BatchSize, WatermarkInterval: spec.WatermarkInterval, Role: role,
+	}
+	srv := web.New(e.cfg.Job, func() []web.Operator {
+		ms := e.Metrics()
+		ops := make([]web.Operator, len(ms))
+		for i, m := range ms {
+			ops[i] = web.Operator{UID: m.UID, Records: m.Records, Late: m.Late}
+		}
+		return ops
+	}, ec, spec.Now)
+	addr, stop, err := web.Serve(e.cfg.Web, srv.Handler())
+	if err != nil {
+		return nil, err
+	}
+	spec.Logger.Info("serving metrics and the API", "job", e.cfg.Job, "metrics", "http://"+addr+"/metrics", "api", "http://"+addr+"/api/v1/job")
+	if e.cfg.OnWeb != nil {
+		e.cfg.OnWeb(addr)
+	}
+	onEvent := spec.OnEvent
+	spec.OnEvent = func(ev runtime.JobEvent) {
+		srv.Observe(ev)
+		if onEvent != nil {
+			onEvent(ev)
+		}
+	}
+	return stop, nil
+}
