@@ -1,6 +1,7 @@
 package weir
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/weirstream/weir/internal/cluster"
+	"github.com/weirstream/weir/internal/web"
 )
 
 // Main makes a job program a complete Weir command line for its job, the
@@ -59,6 +61,7 @@ func runMain(ctx context.Context, args []string, cfg Config, build func(*Environ
 		root.AddCommand(jobCommand(ctx, role, cfg, build, logger))
 	}
 	root.AddCommand(cluster.StatusCommand())
+	root.AddCommand(web.Commands()...)
 	root.SetArgs(args)
 	return root.ExecuteContext(ctx)
 }
@@ -143,6 +146,7 @@ func jobCommand(ctx context.Context, role Role, cfg Config, build func(*Environm
 	}
 	if role != Worker {
 		fl.StringVar(&c.Web, "web", c.Web, "serve Prometheus metrics (/metrics) and the JSON API (/api/v1/) at this address, e.g. 127.0.0.1:8081")
+		fl.StringVar(&c.WebToken, "web-token", cmp.Or(c.WebToken, os.Getenv("WEIR_WEB_TOKEN")), "the token the API's savepoint and cancel requests must carry (default $WEIR_WEB_TOKEN; none: refused)")
 	}
 	if role != Local {
 		fl.StringVar(&cl.Certs, "certs", cl.Certs, "directory of the cluster's CA and certificates (weir cluster certs --out DIR)")

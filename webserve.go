@@ -1,11 +1,15 @@
 package weir
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/internal/runtime"
 	"github.com/weirstream/weir/internal/web"
+	"github.com/weirstream/weir/storage"
 )
 
 // effectiveConfig is the configuration /api/v1/config shows: the settings
@@ -32,9 +36,13 @@ type effectiveConfig struct {
 	Role              string        `json:"role"`
 }
 
+// ErrCancelled is the error of a job cancelled through the API.
+var ErrCancelled = errors.New("job cancelled through the API")
+
 // serveWeb starts the metrics and API server Config.Web asks for, feeding
-// it the driver's events; stop stops it.
-func (e *Environment) serveWeb(spec *runtime.Spec) (stop func(), err error) {
+// it the driver's events and letting it trigger savepoints and cancel the
+// job (cancel); stop stops it.
+func (e *Environment) serveWeb(spec *runtime.Spec, cancel context.CancelCauseFunc) (stop func(), err error) {
 	cc, _ := spec.Checkpoint.Normalize() // validated by spec()
 	storage := "memory"
 	if spec.Storage != nil {
@@ -58,7 +66,7 @@ func (e *Environment) serveWeb(spec *runtime.Spec) (stop func(), err error) {
 			ops[i] = web.Operator{UID: m.UID, Records: m.Records, Late: m.Late}
 		}
 		return ops
-	}, ec, spec.Now)
+	}, ec, e.webControl(spec, cancel), spec.Now)
 	addr, stop, err := web.Serve(e.cfg.Web, srv.Handler())
 	if err != nil {
 		return nil, err
@@ -75,4 +83,36 @@ func (e *Environment) serveWeb(spec *runtime.Spec) (stop func(), err error) {
 		}
 	}
 	return stop, nil
+}
+
+// webControl is what the API's mutations do to this job.
+func (e *Environment) webControl(spec *runtime.Spec, cancel context.CancelCauseFunc) web.Control {
+	requests := make(chan chan<- runtime.SavepointReply)
+	spec.Savepoints = requests
+	st := spec.Storage
+	return web.Control{
+		Token:  e.cfg.WebToken,
+		Cancel: func() { cancel(ErrCancelled) },
+		Savepoint: func(ctx context.Context) (uint64, error) {
+			ctx, stop := context.WithTimeout(ctx, 10*time.Second)
+			defer stop()
+			reply := make(chan runtime.SavepointReply, 1)
+			select {
+			case requests <- reply:
+			case <-ctx.Done():
+				return 0, fmt.Errorf("savepoint: the job took no request within 10s (is it restarting?): %w", ctx.Err())
+			}
+			r := <-reply // the driver answers at once
+			return uint64(r.ID), r.Err
+		},
+		Location: func(id uint64) string {
+			if d, ok := st.(*storage.Dir); ok {
+				return d.CheckpointDir(checkpoint.ID(id))
+			}
+			if st == nil {
+				return ""
+			}
+			return fmt.Sprintf("%s/chk-%d", st.Describe(), id)
+		},
+	}
 }

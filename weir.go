@@ -165,9 +165,12 @@ type Config struct {
 	// port) where the process that runs the job's driver (this one, or a
 	// cluster's coordinator) serves Prometheus metrics at /metrics and a
 	// read-only JSON API under /api/v1/ (job, checkpoints, failures,
-	// operators, config). OnWeb, if set, hears the address it listens on.
-	Web   string
-	OnWeb func(addr string)
+	// operators, config), and takes savepoint and cancel requests that
+	// carry WebToken (none without it). OnWeb, if set, hears the address
+	// it listens on.
+	Web      string
+	WebToken string
+	OnWeb    func(addr string)
 }
 
 // CheckpointConfig holds the checkpoint settings.
@@ -466,7 +469,10 @@ func (e *Environment) Execute(ctx context.Context) (Result, error) {
 		return Result{}, fmt.Errorf("job %s: %w", e.cfg.Job, err)
 	}
 	if e.cfg.Web != "" && e.cfg.Cluster.Role != Worker {
-		stop, err := e.serveWeb(&spec)
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		stop, err := e.serveWeb(&spec, cancel)
 		if err != nil {
 			return Result{}, fmt.Errorf("job %s: %w", e.cfg.Job, err)
 		}

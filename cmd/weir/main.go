@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/weirstream/weir/internal/cluster"
+	"github.com/weirstream/weir/internal/web"
 )
 
 func main() {
@@ -56,5 +57,6 @@ func newRoot() *cobra.Command {
 		return nil
 	}
 	root.AddCommand(newRun(), newDemo(), newKafka(), newBench(), newNexmark(), newCluster(), newCoordinator(), newWorker(), cluster.StatusCommand())
+	root.AddCommand(web.Commands()...)
 	return root
 }

@@ -149,6 +149,7 @@ type jobFlags struct {
 	cluster clusterFlags
 	role    weir.Role
 	web     string
+	token   string
 }
 
 func (f *jobFlags) add(cmd *cobra.Command) {
@@ -156,6 +157,7 @@ func (f *jobFlags) add(cmd *cobra.Command) {
 	f.cluster.add(cmd, f.role)
 	if f.role != weir.Worker {
 		cmd.Flags().StringVar(&f.web, "web", "", "serve Prometheus metrics (/metrics) and the JSON API (/api/v1/) at this address, e.g. 127.0.0.1:8081")
+		cmd.Flags().StringVar(&f.token, "web-token", os.Getenv("WEIR_WEB_TOKEN"), "the token the API's savepoint and cancel requests must carry (default $WEIR_WEB_TOKEN; none: refused)")
 	}
 }
 
@@ -226,7 +228,7 @@ its latest count), or standard output.`,
 			env, err := wordcount.Build(wordcount.Options{
 				Input: input, Output: output, Checkpoint: cc, Parallelism: parallelism,
 				Restore: cf.restore, Fresh: cf.fresh, AllowNonRestoredState: cf.allowNonRestored,
-				Restart: js.restart, Logger: slog.Default(), StateBackend: js.sb, Cluster: js.cl, Web: jf.web,
+				Restart: js.restart, Logger: slog.Default(), StateBackend: js.sb, Cluster: js.cl, Web: jf.web, WebToken: jf.token,
 				OnEvent: func(e weir.JobEvent) {
 					switch e.Kind {
 					case weir.EventCheckpointCompleted:
@@ -256,7 +258,7 @@ its latest count), or standard output.`,
 			}
 			res, err := env.Execute(cmd.Context())
 			if err != nil {
-				if errors.Is(err, context.Canceled) && cmd.Context().Err() != nil {
+				if errors.Is(err, context.Canceled) && cmd.Context().Err() != nil || errors.Is(err, weir.ErrCancelled) {
 					return interrupted(cf, cmd)
 				}
 				return err

@@ -41,8 +41,9 @@ type Options struct {
 	BeforeCount func(word string)
 	// Cluster makes the process a cluster's coordinator or worker.
 	Cluster weir.ClusterConfig
-	// Web is where to serve metrics and the API (weir.Config.Web).
-	Web string
+	// Web is where to serve metrics and the API, WebToken what its
+	// mutations need (weir.Config.Web, WebToken).
+	Web, WebToken string
 }
 
 // Count is one output record: a word's count after one more occurrence.
@@ -71,7 +72,7 @@ func Build(o Options) (*weir.Environment, error) {
 	env := weir.New(weir.Config{
 		Job: "wordcount", Parallelism: o.Parallelism, Checkpoint: cc, Restore: o.Restore, Fresh: o.Fresh,
 		AllowNonRestoredState: o.AllowNonRestoredState, Restart: o.Restart, Logger: o.Logger, OnEvent: o.OnEvent,
-		StateBackend: o.StateBackend, Cluster: o.Cluster, Web: o.Web,
+		StateBackend: o.StateBackend, Cluster: o.Cluster, Web: o.Web, WebToken: o.WebToken,
 	})
 	lines, err := input(o)
 	if err != nil {

@@ -131,6 +131,17 @@ type Spec struct {
 	// OnEvent, if set, hears of checkpoints and restarts, from the driver
 	// goroutine; it must not block.
 	OnEvent func(JobEvent)
+	// Savepoints, if set, takes requests for a savepoint while the job
+	// runs: each is answered with the savepoint's id, or why none was
+	// triggered (the channel must have room for the answer); its
+	// completion is an EventCheckpointCompleted with Savepoint set.
+	Savepoints <-chan chan<- SavepointReply
+}
+
+// SavepointReply answers a savepoint request.
+type SavepointReply struct {
+	ID  checkpoint.ID
+	Err error
 }
 
 // EventKind is the kind of a JobEvent.
@@ -177,6 +188,9 @@ type JobEvent struct {
 	SyncPart time.Duration
 	// Slowest is the task that acknowledged a completed checkpoint last.
 	Slowest checkpoint.TaskID
+	// Savepoint: the checkpoint is a savepoint (kept until deleted by
+	// hand).
+	Savepoint bool
 	// RestoredFrom is the checkpoint an attempt started from (0: none).
 	RestoredFrom checkpoint.ID
 }
@@ -675,6 +689,14 @@ func (d *driver) runAttempt(parent context.Context) error {
 			if d.coord != nil {
 				d.coord.Tick(d.spec.Now())
 			}
+		case reply := <-d.spec.Savepoints:
+			var r SavepointReply
+			if d.coord == nil {
+				r.Err = errors.New("savepoint: the job takes no checkpoints (mode none)")
+			} else {
+				r.ID, r.Err = d.coord.TriggerSavepoint(d.spec.Now())
+			}
+			reply <- r
 		case r := <-reports:
 			switch r.Kind {
 			case ReportAck:
@@ -763,7 +785,7 @@ func (d *driver) carryOut(ctx context.Context, x Execution) error {
 					up := uploaded(m, d.lastShared)
 					d.lastShared = sharedPaths(m)
 					ack := d.acks[m.ID]
-					d.emit(JobEvent{Kind: EventCheckpointCompleted, ID: m.ID, Duration: dur, Size: m.SizeBytes(), Uploaded: up, SyncPart: ack.sync, Slowest: ack.last})
+					d.emit(JobEvent{Kind: EventCheckpointCompleted, ID: m.ID, Duration: dur, Size: m.SizeBytes(), Uploaded: up, SyncPart: ack.sync, Slowest: ack.last, Savepoint: m.Savepoint})
 					d.log.Info("checkpoint completed", "checkpoint", m.ID, "duration", dur, "bytes", m.SizeBytes(), "uploaded", up, "sync", ack.sync, "slowest", ack.last)
 					for id := range d.acks {
 						if id <= m.ID {

@@ -7,12 +7,14 @@ package web
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -47,6 +49,10 @@ type Checkpoint struct {
 	Slowest  string    `json:"slowestTask,omitempty"`
 	Reason   string    `json:"reason,omitempty"`
 	Attempt  int       `json:"attempt"`
+	// Savepoint: kept until deleted by hand.
+	Savepoint bool `json:"savepoint"`
+	// Location is where its metadata lives: what --restore takes.
+	Location string `json:"location,omitempty"`
 }
 
 // Failure is one failure that restarted the job.
@@ -69,11 +75,27 @@ type Job struct {
 	LastCheckpoint *time.Time `json:"lastCheckpoint,omitempty"`
 }
 
+// Control is what the API's mutations do; a nil field refuses its
+// mutation.
+type Control struct {
+	// Token authenticates mutations (Authorization: Bearer <token>);
+	// without one they are refused.
+	Token string
+	// Savepoint triggers a savepoint and returns its id.
+	Savepoint func(ctx context.Context) (uint64, error)
+	// Cancel cancels the job (its checkpoints are kept unless the job
+	// discards them on cancel).
+	Cancel func()
+	// Location is where checkpoint id lives, for --restore.
+	Location func(id uint64) string
+}
+
 // Server holds what the API tells and the metrics' collectors.
 type Server struct {
 	now       func() time.Time
 	operators func() []Operator
 	config    any
+	control   Control
 	reg       *prometheus.Registry
 
 	mu          sync.Mutex
@@ -88,11 +110,11 @@ type Server struct {
 // New returns a server for job; operators reads the operators' counters
 // at each request or scrape, and config is the effective configuration
 // /api/v1/config shows.
-func New(job string, operators func() []Operator, config any, now func() time.Time) *Server {
+func New(job string, operators func() []Operator, config any, control Control, now func() time.Time) *Server {
 	if now == nil {
 		now = time.Now
 	}
-	s := &Server{now: now, operators: operators, config: config, reg: prometheus.NewRegistry(), job: Job{Name: job, State: "created", Started: now()}}
+	s := &Server{now: now, operators: operators, config: config, control: control, reg: prometheus.NewRegistry(), job: Job{Name: job, State: "created", Started: now()}}
 	labels := prometheus.Labels{"job": job}
 	counter := func(name, help string, l prometheus.Labels) prometheus.Counter {
 		c := prometheus.NewCounter(prometheus.CounterOpts{Namespace: "weir", Name: name, Help: help, ConstLabels: l})
@@ -183,8 +205,12 @@ func (s *Server) Observe(e runtime.JobEvent) {
 		s.size.Observe(float64(e.Size))
 		s.sync.Observe(e.SyncPart.Seconds())
 		s.job.LastCheckpoint = &now
-		s.checkpoints = appendBounded(s.checkpoints, Checkpoint{ID: uint64(e.ID), Status: "completed", At: now, Duration: e.Duration.Seconds(), Size: e.Size,
-			Uploaded: e.Uploaded, SyncPart: e.SyncPart.Seconds(), Slowest: e.Slowest.String(), Attempt: e.Attempt})
+		c := Checkpoint{ID: uint64(e.ID), Status: "completed", At: now, Duration: e.Duration.Seconds(), Size: e.Size,
+			Uploaded: e.Uploaded, SyncPart: e.SyncPart.Seconds(), Slowest: e.Slowest.String(), Attempt: e.Attempt, Savepoint: e.Savepoint}
+		if s.control.Location != nil {
+			c.Location = s.control.Location(c.ID)
+		}
+		s.checkpoints = appendBounded(s.checkpoints, c)
 	case runtime.EventCheckpointAborted:
 		s.aborted.Inc()
 		reason := e.Reason.String()
@@ -209,6 +235,8 @@ func appendBounded[T any](s []T, v T) []T {
 //	GET /api/v1/failures     the last 100 failures, oldest first
 //	GET /api/v1/operators    the operators' counters
 //	GET /api/v1/config       the effective configuration
+//	POST /api/v1/savepoints  trigger a savepoint (202, its id; the token)
+//	POST /api/v1/cancel      cancel the job (202; the token)
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
@@ -232,7 +260,46 @@ func (s *Server) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /api/v1/operators", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, s.operators()) })
 	mux.HandleFunc("GET /api/v1/config", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, s.config) })
+	mux.HandleFunc("POST /api/v1/savepoints", s.mutation(func(w http.ResponseWriter, r *http.Request) {
+		if s.control.Savepoint == nil {
+			http.Error(w, "this process takes no savepoints", http.StatusNotImplemented)
+			return
+		}
+		id, err := s.control.Savepoint(r.Context())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusConflict)
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+		writeJSON(w, map[string]uint64{"id": id})
+	}))
+	mux.HandleFunc("POST /api/v1/cancel", s.mutation(func(w http.ResponseWriter, _ *http.Request) {
+		if s.control.Cancel == nil {
+			http.Error(w, "this process cannot cancel the job", http.StatusNotImplemented)
+			return
+		}
+		s.control.Cancel()
+		w.WriteHeader(http.StatusAccepted)
+		writeJSON(w, map[string]string{"job": s.job.Name, "state": "cancelling"})
+	}))
 	return mux
+}
+
+// mutation lets h run only for a request that carries the token.
+func (s *Server) mutation(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.control.Token == "" {
+			http.Error(w, "mutations are off: start the job with a token (--web-token) to allow them", http.StatusForbidden)
+			return
+		}
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.control.Token)) != 1 {
+			w.Header().Set("WWW-Authenticate", "Bearer")
+			http.Error(w, "a mutation needs the job's token: Authorization: Bearer <token>", http.StatusUnauthorized)
+			return
+		}
+		h(w, r)
+	}
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

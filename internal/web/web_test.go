@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -33,7 +34,7 @@ func TestMetricsAndAPI(t *testing.T) {
 	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
 	ops := []Operator{{UID: "source", Records: 1000}, {UID: "window", Records: 900, Late: 3}}
-	s := New("demo", func() []Operator { return ops }, map[string]int{"parallelism": 2}, clock)
+	s := New("demo", func() []Operator { return ops }, map[string]int{"parallelism": 2}, Control{}, clock)
 	s.Observe(runtime.JobEvent{Kind: runtime.EventRunning, Attempt: 1})
 	s.Observe(runtime.JobEvent{Kind: runtime.EventCheckpointCompleted, Attempt: 1, ID: 1, Duration: 40 * time.Millisecond, Size: 2048, SyncPart: time.Millisecond,
 		Slowest: checkpoint.TaskID{Vertex: "window", Subtask: 1}})
@@ -97,7 +98,7 @@ func TestMetricsAndAPI(t *testing.T) {
 // TestServeBindsWhereToldAndStops: Serve listens on the address given and
 // stops serving when told.
 func TestServeBindsWhereToldAndStops(t *testing.T) {
-	s := New("demo", func() []Operator { return nil }, nil, nil)
+	s := New("demo", func() []Operator { return nil }, nil, Control{}, nil)
 	addr, stop, err := Serve("127.0.0.1:0", s.Handler())
 	if err != nil {
 		t.Fatal(err)
@@ -116,5 +117,42 @@ func TestServeBindsWhereToldAndStops(t *testing.T) {
 	}
 	if _, _, err := Serve("", s.Handler()); err == nil {
 		t.Fatal("an empty address was accepted")
+	}
+}
+
+// TestMutationsNeedTheToken: without a token configured mutations are off;
+// with one, a request without it or with another is refused, and one with
+// it is carried out.
+func TestMutationsNeedTheToken(t *testing.T) {
+	post := func(h http.Handler, path, token string) int {
+		req := httptest.NewRequest(http.MethodPost, path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	cancelled := 0
+	ctl := Control{Cancel: func() { cancelled++ }, Savepoint: func(context.Context) (uint64, error) { return 7, nil }}
+	off := New("demo", func() []Operator { return nil }, nil, ctl, nil).Handler()
+	if code := post(off, "/api/v1/cancel", "anything"); code != http.StatusForbidden {
+		t.Fatalf("cancel without a configured token: %d", code)
+	}
+	ctl.Token = "s3cret"
+	on := New("demo", func() []Operator { return nil }, nil, ctl, nil).Handler()
+	for _, tok := range []string{"", "wrong"} {
+		if code := post(on, "/api/v1/cancel", tok); code != http.StatusUnauthorized {
+			t.Fatalf("cancel with token %q: %d", tok, code)
+		}
+	}
+	if cancelled != 0 {
+		t.Fatal("a refused cancel cancelled")
+	}
+	if code := post(on, "/api/v1/savepoints", "s3cret"); code != http.StatusAccepted {
+		t.Fatalf("savepoint with the token: %d", code)
+	}
+	if code := post(on, "/api/v1/cancel", "s3cret"); code != http.StatusAccepted || cancelled != 1 {
+		t.Fatalf("cancel with the token: %d, %d cancels", code, cancelled)
 	}
 }

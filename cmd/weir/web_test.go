@@ -1,0 +1,72 @@
+package main
+
+import (
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/weirstream/weir/examples/wordcount"
+)
+
+var webLine = regexp.MustCompile(`msg="serving metrics and the API" .* metrics=http://(\S+)/metrics`)
+
+// TestSavepointCancelAndRestore drives a running word count through its
+// API from the CLI: a savepoint without the token is refused, with it
+// completes and is listed; cancel stops the job; a run restored from the
+// savepoint finishes it, exactly-once by counting.
+func TestSavepointCancelAndRestore(t *testing.T) {
+	j := newJob(t, 4, 250_000)
+	args := []string{"run", "wordcount", "--input", j.input, "--output", j.output, "--checkpoint-dir", j.ckpt, "--parallelism", "2",
+		"--checkpoint-interval", "100ms", "--log-level", "info", "--progress", "0"}
+	run := startProc(t, append(args, "--web", "127.0.0.1:0", "--web-token", "s3cret")...)
+	var addr string
+	waitFor(t, "the API's address", func() bool {
+		if m := webLine.FindStringSubmatch(run.log.String()); m != nil {
+			addr = m[1]
+		}
+		return addr != "" || run.exited()
+	})
+	if addr == "" {
+		t.Fatalf("the job ended (%v) before it served its API:\n%s", run.err, run.log)
+	}
+	weir := func(args ...string) (string, error) {
+		out, err := exec.Command(weirBin, args...).CombinedOutput()
+		return string(out), err
+	}
+	if out, err := weir("savepoint", "--web", addr, "--token", "wrong"); err == nil || !strings.Contains(out, "401") {
+		t.Fatalf("a savepoint with the wrong token: %v\n%s", err, out)
+	}
+	out, err := weir("savepoint", "--web", addr, "--token", "s3cret")
+	if err != nil {
+		t.Fatalf("savepoint: %v\n%s\njob's log:\n%s", err, out, run.log)
+	}
+	m := regexp.MustCompile(`savepoint (\d+): (\S+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("savepoint said: %s", out)
+	}
+	if list, err := weir("checkpoints", "--web", addr); err != nil || !regexp.MustCompile(`(?m)^`+m[1]+` +savepoint +completed`).MatchString(list) {
+		t.Fatalf("checkpoints: %v\n%s", err, list)
+	}
+	if out, err := weir("cancel", "--web", addr, "--token", "s3cret"); err != nil {
+		t.Fatalf("cancel: %v\n%s", err, out)
+	}
+	<-run.done
+	if !strings.Contains(run.log.String(), "Resume with") {
+		t.Fatalf("the cancelled job (%v) did not say how to resume:\n%s", run.err, run.log)
+	}
+	out, err = weir(append(args, "--restore", m[2])...)
+	if err != nil {
+		t.Fatalf("restore from savepoint %s: %v\n%s", m[2], err, out)
+	}
+	rep, err := wordcount.Verify(vfs.Default, j.output, j.want, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() {
+		t.Fatalf("after restoring savepoint %s: %v\n%s", m[1], rep, out)
+	}
+	t.Logf("savepoint %s at %s; %v", m[1], m[2], rep)
+}

@@ -1,0 +1,152 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+// Commands are the CLI's commands on a running job's API: savepoint,
+// cancel, checkpoints. weir and job programs (weir.Main) add them.
+func Commands() []*cobra.Command {
+	var addr, token string
+	var timeout time.Duration
+	flags := func(cmd *cobra.Command, mutates bool) *cobra.Command {
+		cmd.Flags().StringVar(&addr, "web", "", "the job's --web address (host:port)")
+		if mutates {
+			cmd.Flags().StringVar(&token, "token", os.Getenv("WEIR_WEB_TOKEN"), "the job's --web-token (default $WEIR_WEB_TOKEN)")
+		}
+		cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, "give up after this long")
+		cmd.Args = cobra.NoArgs
+		return cmd
+	}
+	savepoint := flags(&cobra.Command{
+		Use:   "savepoint",
+		Short: "Take a savepoint of a running job and print where it is (for --restore); Weir never deletes it",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := newClient(cmd.Context(), addr, token, timeout)
+			if err != nil {
+				return err
+			}
+			defer c.cancel()
+			var started struct{ ID uint64 }
+			if err := c.do(http.MethodPost, "/api/v1/savepoints", http.StatusAccepted, &started); err != nil {
+				return err
+			}
+			for {
+				var cs []Checkpoint
+				if err := c.do(http.MethodGet, "/api/v1/checkpoints", http.StatusOK, &cs); err != nil {
+					return err
+				}
+				for _, cp := range cs {
+					if cp.ID != started.ID {
+						continue
+					}
+					if cp.Status != "completed" {
+						return fmt.Errorf("savepoint %d was aborted: %s", cp.ID, cp.Reason)
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "savepoint %d: %s\n", cp.ID, cp.Location)
+					return nil
+				}
+				select {
+				case <-c.ctx.Done():
+					return fmt.Errorf("savepoint %d: not complete within %v", started.ID, timeout)
+				case <-time.After(100 * time.Millisecond): // polling the job's history
+				}
+			}
+		},
+	}, true)
+	cancel := flags(&cobra.Command{
+		Use:   "cancel",
+		Short: "Cancel a running job (its checkpoints are kept, to resume with --restore latest)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := newClient(cmd.Context(), addr, token, timeout)
+			if err != nil {
+				return err
+			}
+			defer c.cancel()
+			return c.do(http.MethodPost, "/api/v1/cancel", http.StatusAccepted, nil)
+		},
+	}, true)
+	checkpoints := flags(&cobra.Command{
+		Use:   "checkpoints",
+		Short: "List a running job's last checkpoints",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := newClient(cmd.Context(), addr, "", timeout)
+			if err != nil {
+				return err
+			}
+			defer c.cancel()
+			var cs []Checkpoint
+			if err := c.do(http.MethodGet, "/api/v1/checkpoints", http.StatusOK, &cs); err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tKIND\tSTATUS\tAT\tDURATION\tBYTES\tSLOWEST TASK / REASON")
+			for _, cp := range cs {
+				kind, what := "checkpoint", cp.Slowest
+				if cp.Savepoint {
+					kind = "savepoint"
+				}
+				if cp.Status != "completed" {
+					what = cp.Reason
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%.0fms\t%d\t%s\n", cp.ID, kind, cp.Status, cp.At.Format("15:04:05.000"), cp.Duration*1000, cp.Size, what)
+			}
+			return tw.Flush()
+		},
+	}, false)
+	return []*cobra.Command{savepoint, cancel, checkpoints}
+}
+
+type client struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	base   string
+	token  string
+}
+
+func newClient(ctx context.Context, addr, token string, timeout time.Duration) (*client, error) {
+	if addr == "" {
+		return nil, errors.New("--web is required: the address the job serves its API at")
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	return &client{ctx: ctx, cancel: cancel, base: "http://" + addr, token: token}, nil
+}
+
+// do sends a request and decodes the answer into out (if set), which must
+// have status want.
+func (c *client) do(method, path string, want int, out any) error {
+	req, err := http.NewRequestWithContext(c.ctx, method, c.base+path, nil)
+	if err != nil {
+		return err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, c.base+path, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != want {
+		return fmt.Errorf("%s %s: %s: %s", method, c.base+path, resp.Status, strings.TrimSpace(string(body)))
+	}
+	if out == nil {
+		return nil
+	}
+	return json.Unmarshal(body, out)
+}
