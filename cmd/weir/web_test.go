@@ -70,3 +70,45 @@ func TestSavepointCancelAndRestore(t *testing.T) {
 	}
 	t.Logf("savepoint %s at %s; %v", m[1], m[2], rep)
 }
+
+// TestStopWithSavepoint: savepoint --stop takes a savepoint and stops the
+// job; a run restored from it finishes the job exactly-once.
+func TestStopWithSavepoint(t *testing.T) {
+	j := newJob(t, 4, 250_000)
+	args := []string{"run", "wordcount", "--input", j.input, "--output", j.output, "--checkpoint-dir", j.ckpt, "--parallelism", "2",
+		"--checkpoint-interval", "100ms", "--log-level", "info", "--progress", "0"}
+	run := startProc(t, append(args, "--web", "127.0.0.1:0", "--web-token", "s3cret")...)
+	var addr string
+	waitFor(t, "the API's address", func() bool {
+		if m := webLine.FindStringSubmatch(run.log.String()); m != nil {
+			addr = m[1]
+		}
+		return addr != "" || run.exited()
+	})
+	if addr == "" {
+		t.Fatalf("the job ended (%v) before it served its API:\n%s", run.err, run.log)
+	}
+	out, err := exec.Command(weirBin, "savepoint", "--stop", "--web", addr, "--token", "s3cret").CombinedOutput()
+	if err != nil {
+		t.Fatalf("savepoint --stop: %v\n%s", err, out)
+	}
+	m := regexp.MustCompile(`savepoint (\d+): (\S+)`).FindStringSubmatch(string(out))
+	if m == nil {
+		t.Fatalf("savepoint said: %s", out)
+	}
+	<-run.done // stopped by the savepoint
+	if !strings.Contains(run.log.String(), "Resume with") {
+		t.Fatalf("the stopped job (%v) did not say how to resume:\n%s", run.err, run.log)
+	}
+	if out, err := exec.Command(weirBin, append(args, "--restore", m[2])...).CombinedOutput(); err != nil {
+		t.Fatalf("restore from savepoint %s: %v\n%s", m[2], err, out)
+	}
+	rep, err := wordcount.Verify(vfs.Default, j.output, j.want, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() {
+		t.Fatalf("after stopping with savepoint %s: %v", m[1], rep)
+	}
+	t.Logf("stopped with savepoint %s; %v", m[1], rep)
+}

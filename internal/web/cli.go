@@ -20,6 +20,7 @@ import (
 func Commands() []*cobra.Command {
 	var addr, token string
 	var timeout time.Duration
+	var stop bool
 	flags := func(cmd *cobra.Command, mutates bool) *cobra.Command {
 		cmd.Flags().StringVar(&addr, "web", "", "the job's --web address (host:port)")
 		if mutates {
@@ -31,16 +32,24 @@ func Commands() []*cobra.Command {
 	}
 	savepoint := flags(&cobra.Command{
 		Use:   "savepoint",
-		Short: "Take a savepoint of a running job and print where it is (for --restore); Weir never deletes it",
+		Short: "Take a savepoint of a running job (--stop: then stop it) and print where it is, for --restore; Weir never deletes it",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := newClient(cmd.Context(), addr, token, timeout)
 			if err != nil {
 				return err
 			}
 			defer c.cancel()
-			var started struct{ ID uint64 }
-			if err := c.do(http.MethodPost, "/api/v1/savepoints", http.StatusAccepted, &started); err != nil {
+			var started Checkpoint
+			path := "/api/v1/savepoints"
+			if stop {
+				path += "?stop=true"
+			}
+			if err := c.do(http.MethodPost, path, http.StatusAccepted, &started); err != nil {
 				return err
+			}
+			if stop { // answered once complete; the job stops
+				fmt.Fprintf(cmd.OutOrStdout(), "savepoint %d: %s\n", started.ID, started.Location)
+				return nil
 			}
 			for {
 				var cs []Checkpoint
@@ -65,6 +74,7 @@ func Commands() []*cobra.Command {
 			}
 		},
 	}, true)
+	savepoint.Flags().BoolVar(&stop, "stop", false, "stop the job once the savepoint completes (resume it with --restore <the savepoint>)")
 	cancel := flags(&cobra.Command{
 		Use:   "cancel",
 		Short: "Cancel a running job (its checkpoints are kept, to resume with --restore latest)",

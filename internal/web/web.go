@@ -102,6 +102,9 @@ type Server struct {
 	job         Job
 	checkpoints []Checkpoint
 	failures    []Failure
+	// settled hears, per savepoint id waited for, the savepoint when it
+	// completes or aborts.
+	settled map[uint64]chan Checkpoint
 
 	completed, aborted, restarts, restores prometheus.Counter
 	duration, size, sync                   prometheus.Histogram
@@ -211,14 +214,41 @@ func (s *Server) Observe(e runtime.JobEvent) {
 			c.Location = s.control.Location(c.ID)
 		}
 		s.checkpoints = appendBounded(s.checkpoints, c)
+		s.settle(c)
 	case runtime.EventCheckpointAborted:
 		s.aborted.Inc()
 		reason := e.Reason.String()
 		if e.Err != nil {
 			reason += ": " + e.Err.Error()
 		}
-		s.checkpoints = appendBounded(s.checkpoints, Checkpoint{ID: uint64(e.ID), Status: "aborted", At: now, Reason: reason, Attempt: e.Attempt})
+		c := Checkpoint{ID: uint64(e.ID), Status: "aborted", At: now, Reason: reason, Attempt: e.Attempt}
+		s.checkpoints = appendBounded(s.checkpoints, c)
+		s.settle(c)
 	}
+}
+
+// settle tells whoever waits for c that it settled; s.mu is held.
+func (s *Server) settle(c Checkpoint) {
+	if ch, ok := s.settled[c.ID]; ok {
+		ch <- c
+		delete(s.settled, c.ID)
+	}
+}
+
+// await returns a channel that hears when savepoint id settles.
+func (s *Server) await(id uint64) <-chan Checkpoint {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch := make(chan Checkpoint, 1)
+	if i := slices.IndexFunc(s.checkpoints, func(c Checkpoint) bool { return c.ID == id }); i >= 0 {
+		ch <- s.checkpoints[i] // it settled already
+		return ch
+	}
+	if s.settled == nil {
+		s.settled = map[uint64]chan Checkpoint{}
+	}
+	s.settled[id] = ch
+	return ch
 }
 
 func appendBounded[T any](s []T, v T) []T {
@@ -235,7 +265,9 @@ func appendBounded[T any](s []T, v T) []T {
 //	GET /api/v1/failures     the last 100 failures, oldest first
 //	GET /api/v1/operators    the operators' counters
 //	GET /api/v1/config       the effective configuration
-//	POST /api/v1/savepoints  trigger a savepoint (202, its id; the token)
+//	POST /api/v1/savepoints  trigger a savepoint (202, its id; the token);
+//	                         ?stop=true answers when it completed, and
+//	                         then stops the job
 //	POST /api/v1/cancel      cancel the job (202; the token)
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -265,13 +297,35 @@ func (s *Server) Handler() http.Handler {
 			http.Error(w, "this process takes no savepoints", http.StatusNotImplemented)
 			return
 		}
+		stop := r.URL.Query().Get("stop") == "true"
+		if stop && s.control.Cancel == nil {
+			http.Error(w, "this process cannot stop the job", http.StatusNotImplemented)
+			return
+		}
 		id, err := s.control.Savepoint(r.Context())
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusConflict)
 			return
 		}
+		if !stop {
+			w.WriteHeader(http.StatusAccepted)
+			writeJSON(w, Checkpoint{ID: id, Status: "triggered", Savepoint: true})
+			return
+		}
+		// Stop with a savepoint: answer once it completed, then stop.
+		var c Checkpoint
+		select {
+		case c = <-s.await(id):
+		case <-r.Context().Done():
+			return
+		}
+		if c.Status != "completed" {
+			http.Error(w, fmt.Sprintf("savepoint %d was aborted (%s): the job runs on", id, c.Reason), http.StatusConflict)
+			return
+		}
 		w.WriteHeader(http.StatusAccepted)
-		writeJSON(w, map[string]uint64{"id": id})
+		writeJSON(w, c)
+		s.control.Cancel()
 	}))
 	mux.HandleFunc("POST /api/v1/cancel", s.mutation(func(w http.ResponseWriter, _ *http.Request) {
 		if s.control.Cancel == nil {
