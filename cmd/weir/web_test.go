@@ -13,14 +13,10 @@ import (
 
 var webLine = regexp.MustCompile(`msg="serving metrics and the API" .* metrics=http://(\S+)/metrics`)
 
-// TestSavepointCancelAndRestore drives a running word count through its
-// API from the CLI: a savepoint without the token is refused, with it
-// completes and is listed; cancel stops the job; a run restored from the
-// savepoint finishes it, exactly-once by counting.
-func TestSavepointCancelAndRestore(t *testing.T) {
-	j := newJob(t, 4, 250_000)
-	args := []string{"run", "wordcount", "--input", j.input, "--output", j.output, "--checkpoint-dir", j.ckpt, "--parallelism", "2",
-		"--checkpoint-interval", "100ms", "--log-level", "info", "--progress", "0"}
+// startWithAPI starts the job args describe with its API on a free port
+// and the token s3cret, and returns it and the API's address.
+func startWithAPI(t *testing.T, args []string) (*child, string) {
+	t.Helper()
 	run := startProc(t, append(args, "--web", "127.0.0.1:0", "--web-token", "s3cret")...)
 	var addr string
 	waitFor(t, "the API's address", func() bool {
@@ -32,6 +28,18 @@ func TestSavepointCancelAndRestore(t *testing.T) {
 	if addr == "" {
 		t.Fatalf("the job ended (%v) before it served its API:\n%s", run.err, run.log)
 	}
+	return run, addr
+}
+
+// TestSavepointCancelAndRestore drives a running word count through its
+// API from the CLI: a savepoint without the token is refused, with it
+// completes and is listed; cancel stops the job; a run restored from the
+// savepoint finishes it, exactly-once by counting.
+func TestSavepointCancelAndRestore(t *testing.T) {
+	j := newJob(t, 4, 250_000)
+	args := []string{"run", "wordcount", "--input", j.input, "--output", j.output, "--checkpoint-dir", j.ckpt, "--parallelism", "2",
+		"--checkpoint-interval", "100ms", "--log-level", "info", "--progress", "0"}
+	run, addr := startWithAPI(t, args)
 	weir := func(args ...string) (string, error) {
 		out, err := exec.Command(weirBin, args...).CombinedOutput()
 		return string(out), err
@@ -77,17 +85,7 @@ func TestStopWithSavepoint(t *testing.T) {
 	j := newJob(t, 4, 250_000)
 	args := []string{"run", "wordcount", "--input", j.input, "--output", j.output, "--checkpoint-dir", j.ckpt, "--parallelism", "2",
 		"--checkpoint-interval", "100ms", "--log-level", "info", "--progress", "0"}
-	run := startProc(t, append(args, "--web", "127.0.0.1:0", "--web-token", "s3cret")...)
-	var addr string
-	waitFor(t, "the API's address", func() bool {
-		if m := webLine.FindStringSubmatch(run.log.String()); m != nil {
-			addr = m[1]
-		}
-		return addr != "" || run.exited()
-	})
-	if addr == "" {
-		t.Fatalf("the job ended (%v) before it served its API:\n%s", run.err, run.log)
-	}
+	run, addr := startWithAPI(t, args)
 	out, err := exec.Command(weirBin, "savepoint", "--stop", "--web", addr, "--token", "s3cret").CombinedOutput()
 	if err != nil {
 		t.Fatalf("savepoint --stop: %v\n%s", err, out)
