@@ -479,7 +479,11 @@ func taskFromProto(t *clusterpb.TaskID) checkpoint.TaskID {
 }
 
 func reportToProto(r runtime.Report) *clusterpb.TaskReport {
-	p := &clusterpb.TaskReport{Task: taskToProto(r.Task), Kind: int32(r.Kind), Checkpoint: uint64(r.ID), SyncNanos: int64(r.Sync)}
+	p := &clusterpb.TaskReport{Task: taskToProto(r.Task), Kind: int32(r.Kind), Checkpoint: uint64(r.ID),
+		SyncNanos: int64(r.Sync), AlignNanos: int64(r.Align), AsyncNanos: int64(r.Async)}
+	for _, a := range r.Arrivals {
+		p.ArrivalNanos = append(p.ArrivalNanos, int64(a))
+	}
 	if len(r.Handles) > 0 {
 		p.HandlesJson, _ = json.Marshal(r.Handles) // plain data: cannot fail
 	}
@@ -496,7 +500,11 @@ func reportToProto(r runtime.Report) *clusterpb.TaskReport {
 }
 
 func reportFromProto(p *clusterpb.TaskReport) (runtime.Report, error) {
-	r := runtime.Report{Task: taskFromProto(p.GetTask()), Kind: runtime.ReportKind(p.GetKind()), ID: checkpoint.ID(p.GetCheckpoint()), Sync: time.Duration(p.GetSyncNanos())}
+	r := runtime.Report{Task: taskFromProto(p.GetTask()), Kind: runtime.ReportKind(p.GetKind()), ID: checkpoint.ID(p.GetCheckpoint()),
+		Sync: time.Duration(p.GetSyncNanos()), Align: time.Duration(p.GetAlignNanos()), Async: time.Duration(p.GetAsyncNanos())}
+	for _, a := range p.GetArrivalNanos() {
+		r.Arrivals = append(r.Arrivals, time.Duration(a))
+	}
 	if r.Kind < runtime.ReportAck || r.Kind > runtime.ReportFailed {
 		return r, fmt.Errorf("report of kind %d", p.GetKind())
 	}

@@ -191,6 +191,9 @@ type JobEvent struct {
 	// Savepoint: the checkpoint is a savepoint (kept until deleted by
 	// hand).
 	Savepoint bool
+	// Tasks are a completed checkpoint's tasks' parts, in the order they
+	// acknowledged.
+	Tasks []TaskTrace
 	// RestoredFrom is the checkpoint an attempt started from (0: none).
 	RestoredFrom checkpoint.ID
 }
@@ -198,8 +201,21 @@ type JobEvent struct {
 // ackStats are the acknowledgements of a checkpoint so far: the longest
 // synchronous part, and the task that acknowledged last.
 type ackStats struct {
-	sync time.Duration
-	last checkpoint.TaskID
+	sync  time.Duration
+	last  checkpoint.TaskID
+	tasks []TaskTrace
+}
+
+// TaskTrace is one task's part in a checkpoint: when it acknowledged
+// (after the trigger), how long it aligned, its snapshot's synchronous and
+// asynchronous parts, the bytes it wrote, and when each input channel's
+// barrier arrived after the first (-1: not before the snapshot).
+type TaskTrace struct {
+	Task               checkpoint.TaskID
+	Acked              time.Duration
+	Align, Sync, Async time.Duration
+	Bytes              int64
+	Arrivals           []time.Duration
 }
 
 // Result summarises a finished job.
@@ -700,7 +716,14 @@ func (d *driver) runAttempt(parent context.Context) error {
 		case r := <-reports:
 			switch r.Kind {
 			case ReportAck:
-				d.acks[r.ID] = ackStats{sync: max(d.acks[r.ID].sync, r.Sync), last: r.Task}
+				a := d.acks[r.ID]
+				a.sync, a.last = max(a.sync, r.Sync), r.Task
+				var bytes int64
+				for _, h := range r.Handles {
+					bytes += h.SizeBytes
+				}
+				a.tasks = append(a.tasks, TaskTrace{Task: r.Task, Acked: d.spec.Now().Sub(d.triggered[r.ID]), Align: r.Align, Sync: r.Sync, Async: r.Async, Bytes: bytes, Arrivals: r.Arrivals})
+				d.acks[r.ID] = a
 				d.res.MaxSyncSnapshot = max(d.res.MaxSyncSnapshot, r.Sync)
 				d.coord.Acknowledge(r.Task, r.ID, r.Handles)
 			case ReportDecline:
@@ -785,7 +808,7 @@ func (d *driver) carryOut(ctx context.Context, x Execution) error {
 					up := uploaded(m, d.lastShared)
 					d.lastShared = sharedPaths(m)
 					ack := d.acks[m.ID]
-					d.emit(JobEvent{Kind: EventCheckpointCompleted, ID: m.ID, Duration: dur, Size: m.SizeBytes(), Uploaded: up, SyncPart: ack.sync, Slowest: ack.last, Savepoint: m.Savepoint})
+					d.emit(JobEvent{Kind: EventCheckpointCompleted, ID: m.ID, Duration: dur, Size: m.SizeBytes(), Uploaded: up, SyncPart: ack.sync, Slowest: ack.last, Savepoint: m.Savepoint, Tasks: ack.tasks})
 					d.log.Info("checkpoint completed", "checkpoint", m.ID, "duration", dur, "bytes", m.SizeBytes(), "uploaded", up, "sync", ack.sync, "slowest", ack.last)
 					for id := range d.acks {
 						if id <= m.ID {

@@ -58,7 +58,12 @@ type Report struct {
 	ID      checkpoint.ID
 	Handles []checkpoint.Handle
 	Err     error
-	Sync    time.Duration
+	// An ack's snapshot parts: the synchronous and asynchronous parts,
+	// the alignment (from the first barrier to the snapshot), and when
+	// each input channel's barrier arrived after the first (-1: never,
+	// at least once).
+	Sync, Async, Align time.Duration
+	Arrivals           []time.Duration
 }
 
 // task runs one subtask of a vertex: a chain of operators, its input gate
@@ -105,6 +110,21 @@ type task struct {
 	// wmNext throttles a wmSource's watermarks to one per wmInterval.
 	wmNext     time.Time
 	wmInterval time.Duration
+
+	// traces time the barriers of the checkpoints this task aligns;
+	// snapshotted is the newest it snapshotted (later barriers of it, when
+	// not aligning, are not traced).
+	traces      map[checkpoint.ID]*trace
+	snapshotted checkpoint.ID
+}
+
+// maxTraces bounds the checkpoints a task traces at once.
+const maxTraces = 16
+
+// trace is when a task's barriers of one checkpoint arrived.
+type trace struct {
+	first    time.Time
+	arrivals []time.Duration // per input channel, after the first; -1: none yet
 }
 
 func (t *task) send(ctx context.Context, r Report) {
@@ -306,6 +326,7 @@ func (t *task) handle(ctx context.Context, ch int, ev Event) error {
 		t.chanIdle[ch] = true
 		return t.advance()
 	case KindBarrier:
+		t.traceBarrier(ch, ev.ID)
 		return t.aligned(ctx, t.aligner.OnBarrier(ch, ev.ID))
 	case KindCancel:
 		return t.aligned(ctx, t.aligner.OnCancel(ch, ev.ID))
@@ -322,6 +343,33 @@ func (t *task) handle(ctx context.Context, ch int, ev Event) error {
 	panic(fmt.Sprintf("runtime: event kind %d", ev.Kind))
 }
 
+// traceBarrier notes when checkpoint id's barrier arrived on channel ch.
+func (t *task) traceBarrier(ch int, id checkpoint.ID) {
+	if id <= t.snapshotted {
+		return
+	}
+	now := t.now()
+	if t.traces == nil {
+		t.traces = map[checkpoint.ID]*trace{}
+	}
+	tr, ok := t.traces[id]
+	if !ok {
+		tr = &trace{first: now, arrivals: make([]time.Duration, t.gate.Len())}
+		for i := range tr.arrivals {
+			tr.arrivals[i] = -1
+		}
+		t.traces[id] = tr
+		// Barriers of an aborted checkpoint may still arrive after its
+		// abort: keep the newest few traces only.
+		for old := range t.traces {
+			if old+maxTraces <= id {
+				delete(t.traces, old)
+			}
+		}
+	}
+	tr.arrivals[ch] = now.Sub(tr.first)
+}
+
 // aligned carries out the aligner's decisions.
 func (t *task) aligned(ctx context.Context, acts []barrier.Action) error {
 	for _, a := range slices.Clone(acts) {
@@ -331,6 +379,8 @@ func (t *task) aligned(ctx context.Context, acts []barrier.Action) error {
 			// The gate asks the aligner which channels it may read.
 		case barrier.Snapshot:
 			t.snapshot(ctx, a.ID)
+			delete(t.traces, a.ID)
+			t.snapshotted = max(t.snapshotted, a.ID)
 		case barrier.Forward:
 			err = t.broadcast(Event{Kind: KindBarrier, ID: a.ID})
 		case barrier.Decline:
@@ -372,6 +422,7 @@ func (t *task) control(ctx context.Context, m Control) error {
 			t.send(ctx, Report{Kind: ReportFinished})
 		}
 	case ControlAbort:
+		delete(t.traces, m.ID)
 		if t.aligner != nil {
 			if err := t.aligned(ctx, t.aligner.Abort(m.ID)); err != nil {
 				return err
@@ -389,6 +440,11 @@ func (t *task) control(ctx context.Context, m Control) error {
 // or declines. It reports whether the synchronous part succeeded.
 func (t *task) snapshot(ctx context.Context, id checkpoint.ID) bool {
 	start := t.now()
+	var align time.Duration
+	var arrivals []time.Duration
+	if tr := t.traces[id]; tr != nil {
+		align, arrivals = start.Sub(tr.first), tr.arrivals
+	}
 	asyncs := make([]operator.Async, 0, len(t.ops))
 	for i, op := range t.ops {
 		a, err := op.Snapshot(id)
@@ -403,6 +459,7 @@ func (t *task) snapshot(ctx context.Context, id checkpoint.ID) bool {
 	syncPart := t.now().Sub(start)
 	w := storageWriter{store: t.store, id: id}
 	t.pool.submit(ctx, func() {
+		asyncStart := t.now()
 		var handles []checkpoint.Handle
 		for _, a := range asyncs {
 			hs, err := a(w)
@@ -412,7 +469,7 @@ func (t *task) snapshot(ctx context.Context, id checkpoint.ID) bool {
 			}
 			handles = append(handles, hs...)
 		}
-		t.send(ctx, Report{Kind: ReportAck, ID: id, Handles: handles, Sync: syncPart})
+		t.send(ctx, Report{Kind: ReportAck, ID: id, Handles: handles, Sync: syncPart, Align: align, Async: t.now().Sub(asyncStart), Arrivals: arrivals})
 	})
 	return true
 }

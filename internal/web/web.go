@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -53,6 +54,24 @@ type Checkpoint struct {
 	Savepoint bool `json:"savepoint"`
 	// Location is where its metadata lives: what --restore takes.
 	Location string `json:"location,omitempty"`
+	// Tasks are the tasks' parts, in the order they acknowledged
+	// (/api/v1/checkpoints/{id} only).
+	Tasks []TaskTimeline `json:"tasks,omitempty"`
+}
+
+// TaskTimeline is one task's part in a completed checkpoint, in seconds
+// after the trigger or long: when it acknowledged, how long it aligned
+// (first barrier to snapshot), its snapshot's parts, the bytes it wrote,
+// and when each input channel's barrier arrived after the first (-1: not
+// before the snapshot).
+type TaskTimeline struct {
+	Task     string    `json:"task"`
+	Acked    float64   `json:"ackedSeconds"`
+	Align    float64   `json:"alignSeconds"`
+	Sync     float64   `json:"syncSeconds"`
+	Async    float64   `json:"asyncSeconds"`
+	Bytes    int64     `json:"bytes"`
+	Arrivals []float64 `json:"barrierArrivalsSeconds,omitempty"`
 }
 
 // Failure is one failure that restarted the job.
@@ -213,6 +232,13 @@ func (s *Server) Observe(e runtime.JobEvent) {
 		if s.control.Location != nil {
 			c.Location = s.control.Location(c.ID)
 		}
+		for _, tt := range e.Tasks {
+			tl := TaskTimeline{Task: tt.Task.String(), Acked: tt.Acked.Seconds(), Align: tt.Align.Seconds(), Sync: tt.Sync.Seconds(), Async: tt.Async.Seconds(), Bytes: tt.Bytes}
+			for _, a := range tt.Arrivals {
+				tl.Arrivals = append(tl.Arrivals, max(a, -1).Seconds())
+			}
+			c.Tasks = append(c.Tasks, tl)
+		}
 		s.checkpoints = appendBounded(s.checkpoints, c)
 		s.settle(c)
 	case runtime.EventCheckpointAborted:
@@ -262,6 +288,7 @@ func appendBounded[T any](s []T, v T) []T {
 //
 //	GET /api/v1/job          the job's state
 //	GET /api/v1/checkpoints  the last 100 checkpoints, oldest first
+//	GET /api/v1/checkpoints/{id}  one of them with its tasks' timeline
 //	GET /api/v1/failures     the last 100 failures, oldest first
 //	GET /api/v1/operators    the operators' counters
 //	GET /api/v1/config       the effective configuration
@@ -282,7 +309,29 @@ func (s *Server) Handler() http.Handler {
 		s.mu.Lock()
 		cs := slices.Clone(s.checkpoints)
 		s.mu.Unlock()
+		for i := range cs {
+			cs[i].Tasks = nil
+		}
 		writeJSON(w, cs)
+	})
+	mux.HandleFunc("GET /api/v1/checkpoints/{id}", func(w http.ResponseWriter, r *http.Request) {
+		id, err := strconv.ParseUint(r.PathValue("id"), 10, 64)
+		if err != nil {
+			http.Error(w, fmt.Sprintf("checkpoint id %q: want a number", r.PathValue("id")), http.StatusBadRequest)
+			return
+		}
+		s.mu.Lock()
+		i := slices.IndexFunc(s.checkpoints, func(c Checkpoint) bool { return c.ID == id })
+		var c Checkpoint
+		if i >= 0 {
+			c = s.checkpoints[i]
+		}
+		s.mu.Unlock()
+		if i < 0 {
+			http.Error(w, fmt.Sprintf("checkpoint %d is not among the last %d", id, maxHistory), http.StatusNotFound)
+			return
+		}
+		writeJSON(w, c)
 	})
 	mux.HandleFunc("GET /api/v1/failures", func(w http.ResponseWriter, _ *http.Request) {
 		s.mu.Lock()
@@ -323,6 +372,7 @@ func (s *Server) Handler() http.Handler {
 			http.Error(w, fmt.Sprintf("savepoint %d was aborted (%s): the job runs on", id, c.Reason), http.StatusConflict)
 			return
 		}
+		c.Tasks = nil
 		w.WriteHeader(http.StatusAccepted)
 		writeJSON(w, c)
 		s.control.Cancel()

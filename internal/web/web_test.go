@@ -37,7 +37,9 @@ func TestMetricsAndAPI(t *testing.T) {
 	s := New("demo", func() []Operator { return ops }, map[string]int{"parallelism": 2}, Control{}, clock)
 	s.Observe(runtime.JobEvent{Kind: runtime.EventRunning, Attempt: 1})
 	s.Observe(runtime.JobEvent{Kind: runtime.EventCheckpointCompleted, Attempt: 1, ID: 1, Duration: 40 * time.Millisecond, Size: 2048, SyncPart: time.Millisecond,
-		Slowest: checkpoint.TaskID{Vertex: "window", Subtask: 1}})
+		Slowest: checkpoint.TaskID{Vertex: "window", Subtask: 1},
+		Tasks: []runtime.TaskTrace{{Task: checkpoint.TaskID{Vertex: "window", Subtask: 1}, Acked: 40 * time.Millisecond, Align: 30 * time.Millisecond,
+			Sync: time.Millisecond, Async: 5 * time.Millisecond, Bytes: 2048, Arrivals: []time.Duration{0, 30 * time.Millisecond}}}})
 	s.Observe(runtime.JobEvent{Kind: runtime.EventCheckpointAborted, Attempt: 1, ID: 2, Reason: checkpoint.ReasonExpired})
 	s.Observe(runtime.JobEvent{Kind: runtime.EventRestarting, Attempt: 1, Err: errors.New("task window#1 panicked"), RestoredFrom: 1, Duration: time.Second})
 	s.Observe(runtime.JobEvent{Kind: runtime.EventRunning, Attempt: 2, RestoredFrom: 1})
@@ -57,6 +59,21 @@ func TestMetricsAndAPI(t *testing.T) {
 	}
 	if len(cs) != 2 || cs[0].Status != "completed" || cs[0].Slowest != "window#1" || cs[1].Status != "aborted" || !strings.Contains(cs[1].Reason, "expired") {
 		t.Fatalf("checkpoints: %+v", cs)
+	}
+	if cs[0].Tasks != nil {
+		t.Fatalf("the list carries the tasks' timelines: %+v", cs[0])
+	}
+	var one Checkpoint
+	if err := json.Unmarshal([]byte(get(t, h, "/api/v1/checkpoints/1")), &one); err != nil {
+		t.Fatal(err)
+	}
+	if len(one.Tasks) != 1 || one.Tasks[0].Task != "window#1" || one.Tasks[0].Align != 0.03 || len(one.Tasks[0].Arrivals) != 2 || one.Tasks[0].Arrivals[1] != 0.03 {
+		t.Fatalf("checkpoint 1: %+v", one)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/api/v1/checkpoints/999", nil))
+	if rec.Code != http.StatusNotFound {
+		t.Fatalf("an unknown checkpoint: %d", rec.Code)
 	}
 	var fs []Failure
 	if err := json.Unmarshal([]byte(get(t, h, "/api/v1/failures")), &fs); err != nil {

@@ -437,7 +437,13 @@ type TaskReport struct {
 	StateDamaged bool `protobuf:"varint,8,opt,name=state_damaged,json=stateDamaged,proto3" json:"state_damaged,omitempty"`
 	// peer_failed names the worker whose data connection failed, when that
 	// is the failure.
-	PeerFailed    string `protobuf:"bytes,9,opt,name=peer_failed,json=peerFailed,proto3" json:"peer_failed,omitempty"`
+	PeerFailed string `protobuf:"bytes,9,opt,name=peer_failed,json=peerFailed,proto3" json:"peer_failed,omitempty"`
+	// An ack's alignment and asynchronous part, and when each input
+	// channel's barrier arrived after the first (-1: not before the
+	// snapshot).
+	AlignNanos    int64   `protobuf:"varint,10,opt,name=align_nanos,json=alignNanos,proto3" json:"align_nanos,omitempty"`
+	AsyncNanos    int64   `protobuf:"varint,11,opt,name=async_nanos,json=asyncNanos,proto3" json:"async_nanos,omitempty"`
+	ArrivalNanos  []int64 `protobuf:"varint,12,rep,packed,name=arrival_nanos,json=arrivalNanos,proto3" json:"arrival_nanos,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -533,6 +539,27 @@ func (x *TaskReport) GetPeerFailed() string {
 		return x.PeerFailed
 	}
 	return ""
+}
+
+func (x *TaskReport) GetAlignNanos() int64 {
+	if x != nil {
+		return x.AlignNanos
+	}
+	return 0
+}
+
+func (x *TaskReport) GetAsyncNanos() int64 {
+	if x != nil {
+		return x.AsyncNanos
+	}
+	return 0
+}
+
+func (x *TaskReport) GetArrivalNanos() []int64 {
+	if x != nil {
+		return x.ArrivalNanos
+	}
+	return nil
 }
 
 type ReportRequest struct {
@@ -1534,7 +1561,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x11HeartbeatResponse\":\n" +
 	"\x06TaskID\x12\x16\n" +
 	"\x06vertex\x18\x01 \x01(\tR\x06vertex\x12\x18\n" +
-	"\asubtask\x18\x02 \x01(\x05R\asubtask\"\xa9\x02\n" +
+	"\asubtask\x18\x02 \x01(\x05R\asubtask\"\x90\x03\n" +
 	"\n" +
 	"TaskReport\x12+\n" +
 	"\x04task\x18\x01 \x01(\v2\x17.weir.cluster.v1.TaskIDR\x04task\x12\x12\n" +
@@ -1549,7 +1576,13 @@ const file_cluster_proto_rawDesc = "" +
 	"sync_nanos\x18\a \x01(\x03R\tsyncNanos\x12#\n" +
 	"\rstate_damaged\x18\b \x01(\bR\fstateDamaged\x12\x1f\n" +
 	"\vpeer_failed\x18\t \x01(\tR\n" +
-	"peerFailed\"\x92\x01\n" +
+	"peerFailed\x12\x1f\n" +
+	"\valign_nanos\x18\n" +
+	" \x01(\x03R\n" +
+	"alignNanos\x12\x1f\n" +
+	"\vasync_nanos\x18\v \x01(\x03R\n" +
+	"asyncNanos\x12#\n" +
+	"\rarrival_nanos\x18\f \x03(\x03R\farrivalNanos\"\x92\x01\n" +
 	"\rReportRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x04R\aattempt\x125\n" +
