@@ -58,6 +58,9 @@ func TestSavepointCancelAndRestore(t *testing.T) {
 	if list, err := weir("checkpoints", "--web", addr); err != nil || !regexp.MustCompile(`(?m)^`+m[1]+` +savepoint +completed`).MatchString(list) {
 		t.Fatalf("checkpoints: %v\n%s", err, list)
 	}
+	if out, err := weir("list", "--web", addr); err != nil || !regexp.MustCompile(`wordcount +running`).MatchString(out) {
+		t.Fatalf("list: %v\n%s", err, out)
+	}
 	if out, err := weir("cancel", "--web", addr, "--token", "s3cret"); err != nil {
 		t.Fatalf("cancel: %v\n%s", err, out)
 	}

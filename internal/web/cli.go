@@ -16,7 +16,7 @@ import (
 )
 
 // Commands are the CLI's commands on a running job's API: savepoint,
-// cancel, checkpoints. weir and job programs (weir.Main) add them.
+// cancel, checkpoints, list. weir and job programs (weir.Main) add them.
 func Commands() []*cobra.Command {
 	var addr, token string
 	var timeout time.Duration
@@ -115,7 +115,30 @@ func Commands() []*cobra.Command {
 			return tw.Flush()
 		},
 	}, false)
-	return []*cobra.Command{savepoint, cancel, checkpoints}
+	list := flags(&cobra.Command{
+		Use:   "list",
+		Short: "Show the job a process runs: its state, attempt, restarts and last checkpoint",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := newClient(cmd.Context(), addr, "", timeout)
+			if err != nil {
+				return err
+			}
+			defer c.cancel()
+			var j Job
+			if err := c.do(http.MethodGet, "/api/v1/job", http.StatusOK, &j); err != nil {
+				return err
+			}
+			last := "none yet"
+			if j.LastCheckpoint != nil {
+				last = fmt.Sprintf("%.1fs ago", time.Since(*j.LastCheckpoint).Seconds())
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "JOB\tSTATE\tUPTIME\tATTEMPT\tRESTARTS\tLAST CHECKPOINT")
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\n", j.Name, j.State, time.Since(j.Started).Round(time.Second), j.Attempt, j.Restarts, last)
+			return tw.Flush()
+		},
+	}, false)
+	return []*cobra.Command{savepoint, cancel, checkpoints, list}
 }
 
 type client struct {

@@ -126,7 +126,7 @@ type Server struct {
 	settled map[uint64]chan Checkpoint
 
 	completed, aborted, restarts, restores prometheus.Counter
-	duration, size, sync                   prometheus.Histogram
+	duration, size, sync, align            prometheus.Histogram
 }
 
 // New returns a server for job; operators reads the operators' counters
@@ -155,6 +155,7 @@ func New(job string, operators func() []Operator, config any, control Control, n
 	s.duration = histogram("checkpoint_duration_seconds", "Completed checkpoints, trigger to completion.", prometheus.ExponentialBuckets(0.005, 2, 14))
 	s.size = histogram("checkpoint_size_bytes", "Completed checkpoints' state.", prometheus.ExponentialBuckets(1024, 4, 14))
 	s.sync = histogram("checkpoint_sync_duration_seconds", "Completed checkpoints' longest synchronous snapshot part (a task stopped for it).", prometheus.ExponentialBuckets(0.0001, 2, 16))
+	s.align = histogram("checkpoint_alignment_duration_seconds", "Completed checkpoints' longest barrier alignment of a task (first barrier to snapshot).", prometheus.ExponentialBuckets(0.0001, 2, 18))
 	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "weir", Name: "last_checkpoint_age_seconds", ConstLabels: labels,
 		Help: "Time since the last completed checkpoint (since the start while there is none)."}, func() float64 {
 		s.mu.Lock()
@@ -226,6 +227,11 @@ func (s *Server) Observe(e runtime.JobEvent) {
 		s.duration.Observe(e.Duration.Seconds())
 		s.size.Observe(float64(e.Size))
 		s.sync.Observe(e.SyncPart.Seconds())
+		var align time.Duration
+		for _, tt := range e.Tasks {
+			align = max(align, tt.Align)
+		}
+		s.align.Observe(align.Seconds())
 		s.job.LastCheckpoint = &now
 		c := Checkpoint{ID: uint64(e.ID), Status: "completed", At: now, Duration: e.Duration.Seconds(), Size: e.Size,
 			Uploaded: e.Uploaded, SyncPart: e.SyncPart.Seconds(), Slowest: e.Slowest.String(), Attempt: e.Attempt, Savepoint: e.Savepoint}

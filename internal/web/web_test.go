@@ -96,6 +96,7 @@ func TestMetricsAndAPI(t *testing.T) {
 		`weir_restores_total{job="demo"} 1`,
 		`weir_checkpoint_duration_seconds_count{job="demo"} 1`,
 		`weir_checkpoint_size_bytes_sum{job="demo"} 2048`,
+		`weir_checkpoint_alignment_duration_seconds_sum{job="demo"} 0.03`,
 		`weir_last_checkpoint_age_seconds{job="demo"} 5`,
 		`weir_attempt{job="demo"} 2`,
 	} {
