@@ -280,12 +280,7 @@ func (ex *execution) deliver(worker string, q chan *clusterpb.ControlMessage) {
 
 // fail reports the attempt failed because of worker.
 func (ex *execution) fail(worker string, err error) {
-	var task checkpoint.TaskID
-	for id, w := range ex.place {
-		if w == worker && (task == (checkpoint.TaskID{}) || id.String() < task.String()) {
-			task = id
-		}
-	}
+	task := ex.place.First(worker)
 	select {
 	case ex.reports <- runtime.Report{Kind: runtime.ReportFailed, Task: task, Err: err}:
 	case <-ex.ctx.Done():

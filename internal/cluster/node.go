@@ -240,7 +240,7 @@ func (n *node) Deploy(ctx context.Context, req *connect.Request[clusterpb.Deploy
 	n.arr.forget(m.GetAttempt())
 
 	spec := n.cfg.Spec
-	place := map[checkpoint.TaskID]string{}
+	place := Placement{}
 	for _, a := range m.GetPlacement() {
 		place[taskFromProto(a.GetTask())] = a.GetWorker()
 	}
@@ -266,12 +266,7 @@ func (n *node) Deploy(ctx context.Context, req *connect.Request[clusterpb.Deploy
 	reports := make(chan runtime.Report, 1024)
 	r := &nodeRun{session: m.GetSession(), attempt: m.GetAttempt(), cancel: cancel, done: make(chan struct{})}
 	r.links = &links{self: n.cfg.Name, attempt: m.GetAttempt(), addrs: addrs, tls: n.cfg.TLS, arr: &n.arr, ctx: rctx, setup: ctx, conns: map[string]*transport.Conn{}}
-	var first checkpoint.TaskID
-	for id, w := range place {
-		if w == n.cfg.Name && (first == (checkpoint.TaskID{}) || id.String() < first.String()) {
-			first = id
-		}
-	}
+	first := place.First(n.cfg.Name)
 	r.links.failed = func(peer string, err error) {
 		select {
 		case reports <- runtime.Report{Kind: runtime.ReportFailed, Task: first, Err: fmt.Errorf("worker %s: %w", n.cfg.Name, peerError{peer, err})}:
@@ -419,7 +414,7 @@ func (n *node) Probe(ctx context.Context, req *connect.Request[clusterpb.ProbeRe
 type remote struct {
 	links *links
 	codec func(graph.Edge) transport.BatchCodec
-	place map[checkpoint.TaskID]string
+	place Placement
 }
 
 func (r remote) Output(ch uint64, e graph.Edge, to checkpoint.TaskID) (runtime.OutputChannel, error) {

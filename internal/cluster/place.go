@@ -12,6 +12,18 @@ import (
 // Placement says which worker runs each subtask.
 type Placement map[checkpoint.TaskID]string
 
+// First is the task of worker that sorts first, the one a failure of the
+// worker itself is reported for (zero when it runs none).
+func (p Placement) First(worker string) checkpoint.TaskID {
+	var first checkpoint.TaskID
+	for id, w := range p {
+		if w == worker && (first == (checkpoint.TaskID{}) || id.String() < first.String()) {
+			first = id
+		}
+	}
+	return first
+}
+
 // Place puts the plan's subtasks on the workers' slots, as Flink's slot
 // sharing does: slot i holds subtask i of every vertex that has one, so
 // the job needs as many slots as its largest parallelism, and a slot runs
