@@ -291,7 +291,7 @@ func (n *node) Deploy(ctx context.Context, req *connect.Request[clusterpb.Deploy
 	}
 	n.run = r
 	n.mu.Unlock()
-	n.log.Info("deployed", "attempt", r.attempt, "tasks", len(tasks.IDs()), "restore", m.GetCheckpoint())
+	n.log.Info("deployed", "attempt", r.attempt, "tasks", tasks.Len(), "restore", m.GetCheckpoint())
 	return connect.NewResponse(&clusterpb.DeployResponse{}), nil
 }
 

@@ -92,14 +92,8 @@ func StartTasks(parent context.Context, spec Spec, p Part, reports chan<- Report
 	return ts, nil
 }
 
-// IDs are the tasks'.
-func (ts *Tasks) IDs() []checkpoint.TaskID {
-	ids := make([]checkpoint.TaskID, len(ts.tasks))
-	for i, t := range ts.tasks {
-		ids[i] = t.id
-	}
-	return ids
-}
+// Len is how many tasks there are.
+func (ts *Tasks) Len() int { return len(ts.tasks) }
 
 // Send delivers m to task id, if it is one of these.
 func (ts *Tasks) Send(ctx context.Context, id checkpoint.TaskID, m Control) {

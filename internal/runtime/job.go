@@ -198,14 +198,6 @@ type JobEvent struct {
 	RestoredFrom checkpoint.ID
 }
 
-// ackStats are the acknowledgements of a checkpoint so far: the longest
-// synchronous part, and the task that acknowledged last.
-type ackStats struct {
-	sync  time.Duration
-	last  checkpoint.TaskID
-	tasks []TaskTrace
-}
-
 // TaskTrace is one task's part in a checkpoint: when it acknowledged
 // (after the trigger), how long it aligned, its snapshot's synchronous and
 // asynchronous parts, the bytes it wrote, and when each input channel's
@@ -266,10 +258,10 @@ type driver struct {
 	// persisted holds the metadata of checkpoints written but not yet
 	// announced complete; announced ones become point.
 	persisted map[checkpoint.ID]*checkpoint.Metadata
-	// acks holds, per checkpoint in flight, the longest synchronous
-	// part a task acknowledged; lastShared, the shared files of the newest
-	// completed checkpoint.
-	acks       map[checkpoint.ID]ackStats
+	// acks holds, per checkpoint in flight, its tasks' acknowledgements in
+	// order; lastShared, the shared files of the newest completed
+	// checkpoint.
+	acks       map[checkpoint.ID][]TaskTrace
 	lastShared map[string]bool
 	res        Result
 	resources  resources
@@ -312,7 +304,7 @@ func newDriver(spec Spec) (_ *driver, err error) {
 	}
 	d := &driver{
 		spec: spec, log: spec.Logger.With("job", spec.Name), tasks: spec.Plan.Tasks(), ops: spec.Plan.Graph.Operators(),
-		triggered: map[checkpoint.ID]time.Time{}, persisted: map[checkpoint.ID]*checkpoint.Metadata{}, acks: map[checkpoint.ID]ackStats{},
+		triggered: map[checkpoint.ID]time.Time{}, persisted: map[checkpoint.ID]*checkpoint.Metadata{}, acks: map[checkpoint.ID][]TaskTrace{},
 		resources: resources{held: map[string]resource{}},
 	}
 	defer func() {
@@ -716,14 +708,11 @@ func (d *driver) runAttempt(parent context.Context) error {
 		case r := <-reports:
 			switch r.Kind {
 			case ReportAck:
-				a := d.acks[r.ID]
-				a.sync, a.last = max(a.sync, r.Sync), r.Task
 				var bytes int64
 				for _, h := range r.Handles {
 					bytes += h.SizeBytes
 				}
-				a.tasks = append(a.tasks, TaskTrace{Task: r.Task, Acked: d.spec.Now().Sub(d.triggered[r.ID]), Align: r.Align, Sync: r.Sync, Async: r.Async, Bytes: bytes, Arrivals: r.Arrivals})
-				d.acks[r.ID] = a
+				d.acks[r.ID] = append(d.acks[r.ID], TaskTrace{Task: r.Task, Acked: d.spec.Now().Sub(d.triggered[r.ID]), Align: r.Align, Sync: r.Sync, Async: r.Async, Bytes: bytes, Arrivals: r.Arrivals})
 				d.res.MaxSyncSnapshot = max(d.res.MaxSyncSnapshot, r.Sync)
 				d.coord.Acknowledge(r.Task, r.ID, r.Handles)
 			case ReportDecline:
@@ -807,9 +796,15 @@ func (d *driver) carryOut(ctx context.Context, x Execution) error {
 					d.res.Durations = append(d.res.Durations, dur)
 					up := uploaded(m, d.lastShared)
 					d.lastShared = sharedPaths(m)
-					ack := d.acks[m.ID]
-					d.emit(JobEvent{Kind: EventCheckpointCompleted, ID: m.ID, Duration: dur, Size: m.SizeBytes(), Uploaded: up, SyncPart: ack.sync, Slowest: ack.last, Savepoint: m.Savepoint, Tasks: ack.tasks})
-					d.log.Info("checkpoint completed", "checkpoint", m.ID, "duration", dur, "bytes", m.SizeBytes(), "uploaded", up, "sync", ack.sync, "slowest", ack.last)
+					// Every task acknowledged: the last is the slowest.
+					tasks := d.acks[m.ID]
+					var sync time.Duration
+					for _, tt := range tasks {
+						sync = max(sync, tt.Sync)
+					}
+					slowest := tasks[len(tasks)-1].Task
+					d.emit(JobEvent{Kind: EventCheckpointCompleted, ID: m.ID, Duration: dur, Size: m.SizeBytes(), Uploaded: up, SyncPart: sync, Slowest: slowest, Savepoint: m.Savepoint, Tasks: tasks})
+					d.log.Info("checkpoint completed", "checkpoint", m.ID, "duration", dur, "bytes", m.SizeBytes(), "uploaded", up, "sync", sync, "slowest", slowest)
 					for id := range d.acks {
 						if id <= m.ID {
 							delete(d.acks, id)
