@@ -26,7 +26,6 @@ const maxHistory = 20
 // driver's events.
 type jobStatus struct {
 	mu           sync.Mutex
-	job          string
 	state        string
 	attempt      int
 	restoredFrom uint64
