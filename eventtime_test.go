@@ -31,12 +31,17 @@ func readings(i int64) reading {
 
 // windowJob sums each sensor's values in tumbling 1 s windows and counts
 // its readings in sliding 2 s windows every 500 ms, from a generator with
-// bounded out-of-orderness, into an exactly-once file sink in out. fail, if
-// set, is called with every reading before it is summed.
-func windowJob(t *testing.T, cfg weir.Config, out string, fail func(reading)) *weir.Environment {
+// bounded out-of-orderness, into an exactly-once file sink in out; a slow
+// generator runs at 1/25 of the rate. fail, if set, is called with every
+// reading before it is summed.
+func windowJob(t *testing.T, cfg weir.Config, out string, slow bool, fail func(reading)) *weir.Environment {
 	t.Helper()
 	e := env(cfg)
-	g, err := generator.New(generator.Config[reading]{Count: 20_000, Make: readings, BatchSize: 100, RatePerSecond: 50_000})
+	rate := 50_000.0
+	if slow {
+		rate /= 25
+	}
+	g, err := generator.New(generator.Config[reading]{Count: 20_000, Make: readings, BatchSize: 100, RatePerSecond: rate})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,8 +130,11 @@ func runOnce(t *testing.T, sb weir.StateBackend, failures bool, build func(cfg w
 // runRescaled runs a job built by build at each parallelism of ps in turn,
 // each restoring the latest checkpoint of the one before, which is
 // cancelled after two completed checkpoints; the last runs to the end. It
-// returns the committed lines, sorted.
-func runRescaled(t *testing.T, sb weir.StateBackend, ps []int, build func(cfg weir.Config, out string) *weir.Environment) []string {
+// returns the committed lines, sorted. The runs cancelled midway are built
+// slow (their sources at a fraction of the rate), so that their input
+// outlasts two checkpoints however loaded the machine; the last at full
+// speed.
+func runRescaled(t *testing.T, sb weir.StateBackend, ps []int, build func(cfg weir.Config, out string, slow bool) *weir.Environment) []string {
 	t.Helper()
 	dir := t.TempDir()
 	out := filepath.Join(dir, "out")
@@ -147,7 +155,7 @@ func runRescaled(t *testing.T, sb weir.StateBackend, ps []int, build func(cfg we
 				}
 			}
 		}
-		_, err := build(cfg, out).Execute(ctx)
+		_, err := build(cfg, out, i < len(ps)-1).Execute(ctx)
 		cancel()
 		if i < len(ps)-1 && !errors.Is(err, context.Canceled) {
 			t.Fatalf("run at parallelism %d: %v (the input must outlast two checkpoints)", p, err)
@@ -209,17 +217,17 @@ func TestEventTimeWindows(t *testing.T) {
 				t.Fatalf("%s: %d results, want %d; first %v, want %v", what, len(got), len(want), got[:min(3, len(got))], want[:3])
 			}
 		}
-		check("straight", runOnce(t, sb, false, func(cfg weir.Config, out string) *weir.Environment { return windowJob(t, cfg, out, nil) }))
+		check("straight", runOnce(t, sb, false, func(cfg weir.Config, out string) *weir.Environment { return windowJob(t, cfg, out, false, nil) }))
 		var n atomic.Int64
 		check("after failures", runOnce(t, sb, true, func(cfg weir.Config, out string) *weir.Environment {
-			return windowJob(t, cfg, out, func(reading) {
+			return windowJob(t, cfg, out, false, func(reading) {
 				if k := n.Add(1); k == 7000 || k == 15000 {
 					panic(errors.New("injected failure"))
 				}
 			})
 		}))
-		check("rescaled 2 → 3 → 1", runRescaled(t, sb, []int{2, 3, 1}, func(cfg weir.Config, out string) *weir.Environment {
-			return windowJob(t, cfg, out, nil)
+		check("rescaled 2 → 3 → 1", runRescaled(t, sb, []int{2, 3, 1}, func(cfg weir.Config, out string, slow bool) *weir.Environment {
+			return windowJob(t, cfg, out, slow, nil)
 		}))
 	})
 }

@@ -32,12 +32,17 @@ func eventAt(e event) time.Time { return time.UnixMilli(e.At) }
 // joinJob runs a window join (tumbling 1 s), an interval join (a click
 // from 50 ms before to 100 ms after a view) and a regular join (views and
 // clicks by ID modulo 400) of the same two streams into one exactly-once
-// file sink in out. fail, if set, sees every view before the joins.
-func joinJob(t *testing.T, cfg weir.Config, out string, fail func(event)) *weir.Environment {
+// file sink in out; slow sources run at 1/25 of the rate. fail, if set,
+// sees every view before the joins.
+func joinJob(t *testing.T, cfg weir.Config, out string, slow bool, fail func(event)) *weir.Environment {
 	t.Helper()
 	e := env(cfg)
+	rate := 20_000.0
+	if slow {
+		rate /= 25
+	}
 	source := func(name string, make func(int64) event) *weir.Stream[event] {
-		g, err := generator.New(generator.Config[event]{Count: joinEvents, Make: make, BatchSize: 4, RatePerSecond: 20_000})
+		g, err := generator.New(generator.Config[event]{Count: joinEvents, Make: make, BatchSize: 4, RatePerSecond: rate})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -125,12 +130,12 @@ func TestJoins(t *testing.T) {
 		return fmt.Sprintf("%d results, want %d (%v): %d missing, %d extra", len(got), len(want), kinds, missing, extra)
 	}
 	onBackends(t, func(t *testing.T, sb weir.StateBackend) {
-		if got := runOnce(t, sb, false, func(cfg weir.Config, out string) *weir.Environment { return joinJob(t, cfg, out, nil) }); !slices.Equal(got, want) {
+		if got := runOnce(t, sb, false, func(cfg weir.Config, out string) *weir.Environment { return joinJob(t, cfg, out, false, nil) }); !slices.Equal(got, want) {
 			t.Fatal(diff(got))
 		}
 		var n atomic.Int64
 		got := runOnce(t, sb, true, func(cfg weir.Config, out string) *weir.Environment {
-			return joinJob(t, cfg, out, func(event) {
+			return joinJob(t, cfg, out, false, func(event) {
 				if n.Add(1) == joinEvents/2 {
 					panic(errors.New("injected failure"))
 				}
@@ -139,7 +144,7 @@ func TestJoins(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Fatal("after a failure: " + diff(got))
 		}
-		got = runRescaled(t, sb, []int{2, 3, 1}, func(cfg weir.Config, out string) *weir.Environment { return joinJob(t, cfg, out, nil) })
+		got = runRescaled(t, sb, []int{2, 3, 1}, func(cfg weir.Config, out string, slow bool) *weir.Environment { return joinJob(t, cfg, out, slow, nil) })
 		if !slices.Equal(got, want) {
 			t.Fatal("rescaled 2 → 3 → 1: " + diff(got))
 		}
