@@ -103,6 +103,7 @@ func emitterOf[T any](e *Environment, b *runtime.TaskBuild, plan *graph.Plan, c 
 			route = func(T) int { return runtime.BroadcastRoute }
 		}
 		em := runtime.NewEmitter(b.Ctx, chans, route, b.BatchSize, now)
+		em.Stats = b.Stats
 		if keyRoute != nil {
 			em.CarryKeyGroups(keyRoute)
 		}
@@ -140,6 +141,7 @@ type head[In any] struct {
 func (h *head[In]) ProcessBatch(_ int, batch any, times []int64, groups []uint16) error {
 	b := batch.([]In)
 	h.n.records.Add(int64(len(b)))
+	h.c.stats.AddIn(len(b))
 	if times == nil {
 		h.c.now = operator.MinTime
 	}
@@ -301,6 +303,7 @@ func (s *sourceOp[T]) Poll() (operator.PollResult, error) {
 	}
 	res, err := s.Read(s.collector)
 	s.n.records.Add(count)
+	s.c.stats.AddIn(int(count))
 	if s.progress != nil {
 		left, total := s.progress.Progress()
 		s.n.remaining[s.c.subtask].Store(left)
@@ -409,6 +412,7 @@ func processTwo[A, B any](n *node, c *chain, input int, batch any, times []int64
 	case 0:
 		b := batch.([]A)
 		n.records.Add(int64(len(b)))
+		c.stats.AddIn(len(b))
 		for i, v := range b {
 			if times != nil {
 				c.now = times[i]
@@ -426,6 +430,7 @@ func processTwo[A, B any](n *node, c *chain, input int, batch any, times []int64
 	case 1:
 		b := batch.([]B)
 		n.records.Add(int64(len(b)))
+		c.stats.AddIn(len(b))
 		for i, v := range b {
 			if times != nil {
 				c.now = times[i]

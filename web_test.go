@@ -3,6 +3,7 @@ package weir_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -112,4 +113,126 @@ func TestWebServesMetricsAndAPI(t *testing.T) {
 	if _, err := http.Get("http://" + addr + "/metrics"); err == nil {
 		t.Fatal("still serving after the job ended")
 	}
+}
+
+// slowedJob starts a job that serves its API, in which one operator is
+// slowed on purpose: two sources (unbounded) send every record, by one
+// key, to one subtask of "slow", which sleeps 200µs a record; "count"
+// reads both subtasks of "slow". It returns the API's address and stops
+// the job when the test ends.
+func slowedJob(t *testing.T) string {
+	t.Helper()
+	src, err := newRateLimited(0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs := make(chan string, 1)
+	env := weir.New(weir.Config{Job: "slowed", Parallelism: 2, BatchSize: 16, Checkpoint: weir.CheckpointConfig{Interval: 100 * time.Millisecond},
+		Web: "127.0.0.1:0", OnWeb: func(addr string) { addrs <- addr }})
+	slow := weir.Reduce(weir.KeyBy(weir.Source(env, "numbers", src), func(int64) int64 { return 0 }), "slow", func(a, b int64) int64 {
+		time.Sleep(200 * time.Microsecond) // the slowness injected
+		return a + b
+	})
+	counts := weir.Reduce(weir.KeyBy(slow, func(i int64) int64 { return i % 7 }), "count", func(a, b int64) int64 { return a + b })
+	weir.Sink(counts, "discard", stdio.Print(io.Discard, func(dst []byte, i int64) []byte { return dst }))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := env.Execute(ctx)
+		done <- err
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("the slowed job ended with %v, want cancelled", err)
+		}
+	})
+	select {
+	case addr := <-addrs:
+		return addr
+	case err := <-done:
+		done <- err
+		t.Fatalf("the job ended (%v) before it served", err)
+	}
+	return ""
+}
+
+// getJSON decodes what GET url answers into v.
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("GET %s: %s %s", url, resp.Status, b)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+}
+
+// TestWebShowsTheSlowedOperator: with one subtask of an operator slowed,
+// the API shows that subtask busy, the sources feeding it back-pressured,
+// and, in a checkpoint's timeline, the tasks downstream blocking the
+// channel from the idle subtask while the slowed one's barrier comes late.
+func TestWebShowsTheSlowedOperator(t *testing.T) {
+	base := "http://" + slowedJob(t)
+	type subtask struct {
+		Task          string
+		RecordsIn     int64
+		Busy          float64 `json:"busyRatio"`
+		BackPressured float64 `json:"backPressuredRatio"`
+	}
+	type timeline struct {
+		Task     string
+		Align    float64   `json:"alignSeconds"`
+		Arrivals []float64 `json:"barrierArrivalsSeconds"`
+		Channels []string
+	}
+	var lastSubtasks []subtask
+	var lastTimeline []timeline
+	seenBusy, seenPressure, seenBlocked := false, false, false
+	deadline := time.Now().Add(time.Minute)
+	for !(seenBusy && seenPressure && seenBlocked) {
+		if time.Now().After(deadline) {
+			t.Fatalf("within a minute: busy %v, back-pressure %v, blocked channel %v\nsubtasks %+v\nlast timeline %+v", seenBusy, seenPressure, seenBlocked, lastSubtasks, lastTimeline)
+		}
+		getJSON(t, base+"/api/v1/subtasks", &lastSubtasks)
+		busy := ""
+		for _, s := range lastSubtasks {
+			if strings.HasPrefix(s.Task, "slow#") && s.RecordsIn > 0 && s.Busy > 0.5 {
+				seenBusy, busy = true, s.Task
+			}
+			if strings.HasPrefix(s.Task, "numbers#") && s.BackPressured > 0.3 {
+				seenPressure = true
+			}
+		}
+		var cs []struct {
+			ID     uint64
+			Status string
+		}
+		getJSON(t, base+"/api/v1/checkpoints", &cs)
+		if len(cs) > 0 && cs[len(cs)-1].Status == "completed" && busy != "" {
+			var c struct{ Tasks []timeline }
+			getJSON(t, fmt.Sprint(base, "/api/v1/checkpoints/", cs[len(cs)-1].ID), &c)
+			lastTimeline = c.Tasks
+			for _, tl := range c.Tasks {
+				if !strings.HasPrefix(tl.Task, "count#") || len(tl.Channels) != 2 || len(tl.Arrivals) != 2 {
+					continue
+				}
+				late := slices.Index(tl.Channels, busy)
+				// The channel from the idle subtask was blocked from its
+				// barrier (first) until the slowed one's came, 10 ms or more
+				// later.
+				if late >= 0 && tl.Arrivals[1-late] == 0 && tl.Arrivals[late] >= 0.01 && tl.Align >= tl.Arrivals[late] {
+					seenBlocked = true
+				}
+			}
+		}
+		time.Sleep(50 * time.Millisecond) // polling the running job's API
+	}
+	t.Logf("subtasks %+v\nlast timeline %+v", lastSubtasks, lastTimeline)
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/graph"
 	"github.com/weirstream/weir/internal/runtime"
 	"github.com/weirstream/weir/internal/web"
 	"github.com/weirstream/weir/storage"
@@ -59,14 +60,27 @@ func (e *Environment) serveWeb(spec *runtime.Spec, cancel context.CancelCauseFun
 		Restore: e.cfg.Restore, Fresh: e.cfg.Fresh, StateBackend: fmt.Sprint(e.cfg.StateBackend.Kind), Restart: fmt.Sprint(spec.Restart),
 		BatchSize: spec.BatchSize, WatermarkInterval: spec.WatermarkInterval, Role: role,
 	}
-	srv := web.New(e.cfg.Job, func() []web.Operator {
-		ms := e.Metrics()
-		ops := make([]web.Operator, len(ms))
-		for i, m := range ms {
-			ops[i] = web.Operator{UID: m.UID, Records: m.Records, Late: m.Late}
-		}
-		return ops
-	}, ec, e.webControl(spec, cancel), spec.Now)
+	now := spec.Now
+	if now == nil {
+		now = time.Now
+	}
+	stats := runtime.NewStats()
+	spec.Stats = stats
+	feeds := web.Feeds{
+		Operators: func() []web.Operator {
+			ms := e.Metrics()
+			ops := make([]web.Operator, len(ms))
+			for i, m := range ms {
+				ops[i] = web.Operator{UID: m.UID, Records: m.Records, Late: m.Late}
+			}
+			return ops
+		},
+		Subtasks: func() []runtime.SubtaskStats { return stats.Read(now()) },
+		Graph:    webGraph(spec.Plan),
+		Inputs:   inputNames(spec.Plan),
+		Config:   ec,
+	}
+	srv := web.New(e.cfg.Job, feeds, e.webControl(spec, cancel), now)
 	addr, stop, err := web.Serve(e.cfg.Web, srv.Handler())
 	if err != nil {
 		return nil, err
@@ -83,6 +97,42 @@ func (e *Environment) serveWeb(spec *runtime.Spec, cancel context.CancelCauseFun
 		}
 	}
 	return stop, nil
+}
+
+// webGraph is the plan as the API shows it.
+func webGraph(plan *graph.Plan) web.Graph {
+	var g web.Graph
+	for _, vx := range plan.Vertices {
+		v := web.Vertex{ID: vx.ID, Parallelism: vx.Parallelism, MaxParallelism: vx.MaxParallelism}
+		for _, i := range vx.Nodes {
+			n := plan.Graph.Nodes[i]
+			v.Operators = append(v.Operators, web.GraphOperator{UID: n.UID, Name: n.Name, Kind: n.Kind})
+		}
+		g.Vertices = append(g.Vertices, v)
+	}
+	for _, ed := range plan.Edges {
+		g.Edges = append(g.Edges, web.Edge{From: plan.Vertices[ed.From].ID, To: plan.Vertices[ed.To].ID, Partition: ed.Partition.String(), Port: ed.Port})
+	}
+	return g
+}
+
+// inputNames names the upstream subtask of each input channel of a task.
+func inputNames(plan *graph.Plan) func(checkpoint.TaskID) []string {
+	vertex := map[string]int{}
+	for v, vx := range plan.Vertices {
+		vertex[vx.ID] = v
+	}
+	return func(t checkpoint.TaskID) []string {
+		v, ok := vertex[t.Vertex]
+		if !ok {
+			return nil
+		}
+		var names []string
+		for _, u := range plan.InputChannels(v, t.Subtask) {
+			names = append(names, checkpoint.TaskID{Vertex: plan.Vertices[u.Vertex].ID, Subtask: u.Subtask}.String())
+		}
+		return names
+	}
 }
 
 // webControl is what the API's mutations do to this job.

@@ -314,6 +314,8 @@ type chain struct {
 	sides map[int]any
 	// state configures the keyed operators' state backends.
 	state backend.Config
+	// stats are the subtask's counters; the head counts what it takes.
+	stats *runtime.TaskStats
 }
 
 func (c *chain) fail(err error) {
@@ -563,7 +565,7 @@ func openStorage(cc CheckpointConfig, job string) (storage.Storage, error) {
 func (e *Environment) build(plan *graph.Plan) func(*runtime.TaskBuild) (*runtime.TaskParts, error) {
 	return func(b *runtime.TaskBuild) (*runtime.TaskParts, error) {
 		vx := b.Vertex
-		c := &chain{subtask: b.Subtask, now: operator.MinTime, group: -1, state: e.cfg.StateBackend}
+		c := &chain{subtask: b.Subtask, now: operator.MinTime, group: -1, state: e.cfg.StateBackend, stats: b.Stats}
 		tail := e.nodes[vx.Nodes[len(vx.Nodes)-1]]
 		var next any
 		var outputs []runtime.Output

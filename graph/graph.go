@@ -194,3 +194,22 @@ func (p *Plan) Connects(e Edge, i, j int) bool {
 	}
 	return true
 }
+
+// Upstream is the far end of an input channel: a subtask of a vertex.
+type Upstream struct{ Vertex, Subtask int }
+
+// InputChannels lists the input channels of subtask j of vertex v in the
+// order its input gate numbers them: by input edge, then by upstream
+// subtask (as the runtime adds them).
+func (p *Plan) InputChannels(v, j int) []Upstream {
+	var out []Upstream
+	for _, ei := range p.Vertices[v].Inputs {
+		e := p.Edges[ei]
+		for i := range p.Vertices[e.From].Parallelism {
+			if p.Connects(e, i, j) {
+				out = append(out, Upstream{Vertex: e.From, Subtask: i})
+			}
+		}
+	}
+	return out
+}

@@ -71,6 +71,9 @@ type OutputChannel interface {
 	// Push appends e, waiting while the channel is full (back-pressure),
 	// until ctx ends.
 	Push(ctx context.Context, e Event) error
+	// TryPush appends e if the channel has room for it now, without
+	// waiting; false: it did not (and e is not sent).
+	TryPush(e Event) (bool, error)
 }
 
 // InputChannel is the receiving side; one downstream task owns it.
@@ -97,21 +100,28 @@ func NewLocalChannel(capacity int, ready chan<- struct{}) *LocalChannel {
 
 func (c *LocalChannel) Push(ctx context.Context, e Event) error {
 	for {
-		c.mu.Lock()
-		if c.n < len(c.buf) {
-			c.buf[(c.head+c.n)%len(c.buf)] = e
-			c.n++
-			c.mu.Unlock()
-			signal(c.ready)
+		if ok, _ := c.TryPush(e); ok {
 			return nil
 		}
-		c.mu.Unlock()
 		select {
 		case <-c.space:
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
 	}
+}
+
+func (c *LocalChannel) TryPush(e Event) (bool, error) {
+	c.mu.Lock()
+	if c.n == len(c.buf) {
+		c.mu.Unlock()
+		return false, nil
+	}
+	c.buf[(c.head+c.n)%len(c.buf)] = e
+	c.n++
+	c.mu.Unlock()
+	signal(c.ready)
+	return true, nil
 }
 
 func (c *LocalChannel) TryPop() (Event, bool) {

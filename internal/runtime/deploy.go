@@ -136,7 +136,8 @@ func (ts *Tasks) build(ctx context.Context, spec Spec, p Part, reports chan<- Re
 			outs[v][s] = make([][]OutputChannel, len(vx.Outputs))
 		}
 	}
-	// Every channel of the plan gets the next number, here as in every
+	// A gate adds its channels in the order of plan.InputChannels. Every
+	// channel of the plan gets the next number, here as in every
 	// other process, whether or not it touches this one.
 	var ch uint64
 	for v, vx := range plan.Vertices {
@@ -200,7 +201,8 @@ func (ts *Tasks) build(ctx context.Context, spec Spec, p Part, reports chan<- Re
 			if !here(id(v, s)) {
 				continue
 			}
-			parts, err := spec.Build(&TaskBuild{Ctx: ctx, Vertex: vx, Subtask: s, Outputs: outs[v][s], BatchSize: spec.BatchSize})
+			stats := spec.Stats.start(id(v, s), p.Attempt, spec.Now())
+			parts, err := spec.Build(&TaskBuild{Ctx: ctx, Vertex: vx, Subtask: s, Outputs: outs[v][s], BatchSize: spec.BatchSize, Stats: stats})
 			if err != nil {
 				return operator.Permanent(fmt.Errorf("build %s subtask %d: %w", vx.ID, s, err))
 			}
@@ -209,7 +211,7 @@ func (ts *Tasks) build(ctx context.Context, spec Spec, p Part, reports chan<- Re
 				ops: parts.Ops, outputs: parts.Outputs, mailbox: make(chan Control, 1024),
 				reports: reports, pool: ts.pool, store: spec.Storage,
 				checkpointing: spec.Mode != None, now: spec.Now,
-				wmInterval: spec.WatermarkInterval,
+				wmInterval: spec.WatermarkInterval, stats: stats,
 			}
 			for _, node := range vx.Nodes {
 				t.contexts = append(t.contexts, operatorContext(spec, p, plan.Graph.Nodes[node], s))

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 // Output is one outgoing edge of a task, as the task loop sees it.
@@ -45,6 +46,9 @@ type Emitter[T any] struct {
 	times [][]int64
 	// Records counts records emitted (for metrics; read by the owner).
 	Records int64
+	// Stats, if set, counts the records pushed and the time spent waiting
+	// for room downstream.
+	Stats *TaskStats
 }
 
 // NewEmitter builds an emitter over outs. route nil sends every record to
@@ -122,9 +126,21 @@ func (e *Emitter[T]) push(i int) {
 		ev.Groups = e.groups[i]
 		e.groups[i] = make([]uint16, 0, e.size)
 	}
-	if err := e.outs[i].Push(e.ctx, ev); err != nil {
+	e.Stats.addOut(len(e.bufs[i]))
+	if err := e.send(e.outs[i], ev); err != nil {
 		e.err = err
 	}
+}
+
+// send pushes ev to o, timing the wait when o has no room for it.
+func (e *Emitter[T]) send(o OutputChannel, ev Event) error {
+	if ok, err := o.TryPush(ev); ok || err != nil {
+		return err
+	}
+	start := time.Now()
+	err := o.Push(e.ctx, ev)
+	e.Stats.addBackPressure(time.Since(start))
+	return err
 }
 
 // Err is the first push failure.
@@ -142,7 +158,7 @@ func (e *Emitter[T]) Broadcast(ev Event) error {
 		return err
 	}
 	for _, o := range e.outs {
-		if err := o.Push(e.ctx, ev); err != nil {
+		if err := e.send(o, ev); err != nil {
 			return err
 		}
 	}

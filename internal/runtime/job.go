@@ -91,6 +91,9 @@ type TaskBuild struct {
 	// edge, else one per downstream subtask, by index.
 	Outputs   [][]OutputChannel
 	BatchSize int
+	// Stats are the subtask's counters (nil: not kept): its head counts
+	// the records it takes, its emitters what they send.
+	Stats *TaskStats
 }
 
 // TaskParts is one built subtask.
@@ -136,6 +139,8 @@ type Spec struct {
 	// triggered (the channel must have room for the answer); its
 	// completion is an EventCheckpointCompleted with Savepoint set.
 	Savepoints <-chan chan<- SavepointReply
+	// Stats, if set, gets the counters of the subtasks this process runs.
+	Stats *Stats
 }
 
 // SavepointReply answers a savepoint request.

@@ -116,6 +116,8 @@ type task struct {
 	// not aligning, are not traced).
 	traces      map[checkpoint.ID]*trace
 	snapshotted checkpoint.ID
+
+	stats *TaskStats
 }
 
 // maxTraces bounds the checkpoints a task traces at once.
@@ -261,14 +263,17 @@ func (t *task) wait(ctx context.Context, ready <-chan struct{}, wakeAt time.Time
 		defer tm.Stop()
 		timeout = tm.C
 	}
+	start := time.Now()
 	select {
 	case <-ready:
 	case <-timeout:
 	case m := <-t.mailbox:
+		t.stats.addIdle(time.Since(start))
 		return t.control(ctx, m)
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
+	t.stats.addIdle(time.Since(start))
 	return nil
 }
 
@@ -597,6 +602,7 @@ func (t *task) advanceTo(wm int64) error {
 		return nil
 	}
 	t.wm, t.idle = wm, false
+	t.stats.setWatermark(wm)
 	if t.wmSource != nil {
 		t.wmNext = t.now().Add(t.wmInterval)
 	}

@@ -265,17 +265,9 @@ type Output struct {
 func (o *Output) Push(ctx context.Context, e runtime.Event) error {
 	c := o.c
 	for {
-		c.mu.Lock()
-		if c.err != nil {
-			c.mu.Unlock()
-			return c.err
+		if ok, err := o.TryPush(e); ok || err != nil {
+			return err
 		}
-		if o.credits > 0 {
-			o.credits--
-			c.mu.Unlock()
-			break
-		}
-		c.mu.Unlock()
 		select {
 		case <-o.granted:
 		case <-c.done:
@@ -283,6 +275,29 @@ func (o *Output) Push(ctx context.Context, e runtime.Event) error {
 			return context.Cause(ctx)
 		}
 	}
+}
+
+// TryPush sends e if the receiver has granted room for it.
+func (o *Output) TryPush(e runtime.Event) (bool, error) {
+	c := o.c
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return false, c.err
+	}
+	if o.credits == 0 {
+		c.mu.Unlock()
+		return false, nil
+	}
+	o.credits--
+	c.mu.Unlock()
+	return true, o.send(e)
+}
+
+// send encodes e and queues it for the connection's writer; its credit is
+// taken.
+func (o *Output) send(e runtime.Event) error {
+	c := o.c
 	f, err := finish(appendEvent(make([]byte, 0, o.sizeHint), o.ch, e, o.codec))
 	o.sizeHint = len(f) + len(f)/8
 	if err != nil {

@@ -22,7 +22,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/internal/runtime"
+	"github.com/weirstream/weir/operator"
 )
 
 // maxHistory bounds the checkpoints and failures the API keeps.
@@ -63,7 +65,7 @@ type Checkpoint struct {
 // after the trigger or long: when it acknowledged, how long it aligned
 // (first barrier to snapshot), its snapshot's parts, the bytes it wrote,
 // and when each input channel's barrier arrived after the first (-1: not
-// before the snapshot).
+// before the snapshot). Channels names each channel's upstream subtask.
 type TaskTimeline struct {
 	Task     string    `json:"task"`
 	Acked    float64   `json:"ackedSeconds"`
@@ -72,6 +74,63 @@ type TaskTimeline struct {
 	Async    float64   `json:"asyncSeconds"`
 	Bytes    int64     `json:"bytes"`
 	Arrivals []float64 `json:"barrierArrivalsSeconds,omitempty"`
+	Channels []string  `json:"channels,omitempty"`
+}
+
+// Graph is the job graph as it runs: its vertices (chains of operators,
+// one task per subtask) and the edges between them.
+type Graph struct {
+	Vertices []Vertex `json:"vertices"`
+	Edges    []Edge   `json:"edges"`
+}
+
+// Vertex is a chain of operators run as one task per subtask.
+type Vertex struct {
+	ID             string          `json:"id"` // its head operator's UID
+	Operators      []GraphOperator `json:"operators"`
+	Parallelism    int             `json:"parallelism"`
+	MaxParallelism int             `json:"maxParallelism"`
+}
+
+// GraphOperator is one operator of a vertex's chain, head first.
+type GraphOperator struct {
+	UID  string `json:"uid"`
+	Name string `json:"name"`
+	Kind string `json:"kind"`
+}
+
+// Edge joins two vertices: forward, hash (by key), rebalance or broadcast;
+// port 0 is the upstream's records, above 0 a side output.
+type Edge struct {
+	From      string `json:"from"`
+	To        string `json:"to"`
+	Partition string `json:"partition"`
+	Port      int    `json:"port,omitempty"`
+}
+
+// Subtask is one subtask's counters: totals since its attempt started,
+// and rates and time ratios over the last interval of about a second.
+type Subtask struct {
+	Task       string  `json:"task"`
+	Vertex     string  `json:"vertex"`
+	Subtask    int     `json:"subtask"`
+	Attempt    int     `json:"attempt"`
+	Uptime     float64 `json:"uptimeSeconds"`
+	RecordsIn  int64   `json:"recordsIn"`
+	RecordsOut int64   `json:"recordsOut"`
+	// Time worked, waiting for input or a timer, and waiting for room
+	// downstream, in seconds since the attempt started.
+	BusySeconds          float64 `json:"busySeconds"`
+	IdleSeconds          float64 `json:"idleSeconds"`
+	BackPressuredSeconds float64 `json:"backPressuredSeconds"`
+	InPerSecond          float64 `json:"recordsInPerSecond"`
+	OutPerSecond         float64 `json:"recordsOutPerSecond"`
+	Busy                 float64 `json:"busyRatio"`
+	Idle                 float64 `json:"idleRatio"`
+	BackPressured        float64 `json:"backPressuredRatio"`
+	// Watermark is the event-time watermark (ms since the epoch), absent
+	// while there is none.
+	Watermark *int64 `json:"watermark,omitempty"`
 }
 
 // Failure is one failure that restarted the job.
@@ -109,18 +168,41 @@ type Control struct {
 	Location func(id uint64) string
 }
 
+// Feeds are what the server reads besides the job's events.
+type Feeds struct {
+	// Operators reads the operators' counters, at each request or scrape.
+	Operators func() []Operator
+	// Subtasks reads the subtasks' counters; nil: none.
+	Subtasks func() []runtime.SubtaskStats
+	Graph    Graph
+	// Inputs names the upstream subtask of each input channel of a task,
+	// in its gate's order; nil: none named.
+	Inputs func(checkpoint.TaskID) []string
+	// Config is the effective configuration /api/v1/config shows.
+	Config any
+}
+
+// rateInterval is the least time between the two readings the subtasks'
+// rates and time ratios are computed from.
+const rateInterval = time.Second
+
 // Server holds what the API tells and the metrics' collectors.
 type Server struct {
-	now       func() time.Time
-	operators func() []Operator
-	config    any
-	control   Control
-	reg       *prometheus.Registry
+	now     func() time.Time
+	feeds   Feeds
+	control Control
+	reg     *prometheus.Registry
 
 	mu          sync.Mutex
 	job         Job
 	checkpoints []Checkpoint
 	failures    []Failure
+	// rates holds the subtasks as of the last reading, with their rates
+	// since the one before (at least rateInterval earlier), read at
+	// readAt; prev is that earlier reading.
+	rates  []Subtask
+	readAt time.Time
+	prev   map[checkpoint.TaskID]runtime.SubtaskStats
 	// settled hears, per savepoint id waited for, the savepoint when it
 	// completes or aborts.
 	settled map[uint64]chan Checkpoint
@@ -129,14 +211,15 @@ type Server struct {
 	duration, size, sync, align            prometheus.Histogram
 }
 
-// New returns a server for job; operators reads the operators' counters
-// at each request or scrape, and config is the effective configuration
-// /api/v1/config shows.
-func New(job string, operators func() []Operator, config any, control Control, now func() time.Time) *Server {
+// New returns a server for job.
+func New(job string, feeds Feeds, control Control, now func() time.Time) *Server {
 	if now == nil {
 		now = time.Now
 	}
-	s := &Server{now: now, operators: operators, config: config, control: control, reg: prometheus.NewRegistry(), job: Job{Name: job, State: "created", Started: now()}}
+	if feeds.Subtasks == nil {
+		feeds.Subtasks = func() []runtime.SubtaskStats { return nil }
+	}
+	s := &Server{now: now, feeds: feeds, control: control, reg: prometheus.NewRegistry(), job: Job{Name: job, State: "created", Started: now()}}
 	labels := prometheus.Labels{"job": job}
 	counter := func(name, help string, l prometheus.Labels) prometheus.Counter {
 		c := prometheus.NewCounter(prometheus.CounterOpts{Namespace: "weir", Name: name, Help: help, ConstLabels: l})
@@ -176,6 +259,44 @@ func New(job string, operators func() []Operator, config any, control Control, n
 	return s
 }
 
+// subtasks returns the subtasks' counters, with rates over the last
+// interval; a reading younger than rateInterval is not taken again.
+func (s *Server) subtasks() []Subtask {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	if s.rates != nil && now.Sub(s.readAt) < rateInterval {
+		return s.rates
+	}
+	reading := s.feeds.Subtasks()
+	rates := make([]Subtask, len(reading))
+	next := make(map[checkpoint.TaskID]runtime.SubtaskStats, len(reading))
+	for i, st := range reading {
+		next[st.Task] = st
+		r := Subtask{Task: st.Task.String(), Vertex: st.Task.Vertex, Subtask: st.Task.Subtask, Attempt: st.Attempt,
+			Uptime: st.Uptime.Seconds(), RecordsIn: st.In, RecordsOut: st.Out,
+			BusySeconds: st.Busy().Seconds(), IdleSeconds: st.Idle.Seconds(), BackPressuredSeconds: st.BackPressured.Seconds()}
+		if st.Watermark != operator.MinTime {
+			r.Watermark = &st.Watermark
+		}
+		// Rates against the previous reading of the same attempt, or
+		// since the subtask started.
+		var p runtime.SubtaskStats
+		if old, ok := s.prev[st.Task]; ok && old.Attempt == st.Attempt && old.Uptime < st.Uptime {
+			p = old
+		}
+		if dt := (st.Uptime - p.Uptime).Seconds(); dt > 0 {
+			r.InPerSecond, r.OutPerSecond = float64(st.In-p.In)/dt, float64(st.Out-p.Out)/dt
+			r.Idle = min((st.Idle-p.Idle).Seconds()/dt, 1)
+			r.BackPressured = min((st.BackPressured-p.BackPressured).Seconds()/dt, 1-r.Idle)
+			r.Busy = 1 - r.Idle - r.BackPressured
+		}
+		rates[i] = r
+	}
+	s.rates, s.readAt, s.prev = rates, now, next
+	return rates
+}
+
 // operatorCollector reads the operators' counters at each scrape.
 type operatorCollector struct {
 	s   *Server
@@ -187,15 +308,39 @@ var (
 	lateDesc    = prometheus.NewDesc("weir_late_records_dropped_total", "Records an operator's windows or joins dropped as late.", []string{"job", "operator"}, nil)
 )
 
+var (
+	subtaskLabels   = []string{"job", "vertex", "subtask"}
+	subtaskInDesc   = prometheus.NewDesc("weir_subtask_records_in_total", "Records a subtask read (a source) or took from its inputs, in its current attempt.", subtaskLabels, nil)
+	subtaskOutDesc  = prometheus.NewDesc("weir_subtask_records_out_total", "Records a subtask sent downstream, in its current attempt.", subtaskLabels, nil)
+	subtaskBusyDesc = prometheus.NewDesc("weir_subtask_busy_seconds_total", "Time a subtask worked, in its current attempt.", subtaskLabels, nil)
+	subtaskIdleDesc = prometheus.NewDesc("weir_subtask_idle_seconds_total", "Time a subtask waited for input or a timer, in its current attempt.", subtaskLabels, nil)
+	subtaskBPDesc   = prometheus.NewDesc("weir_subtask_backpressured_seconds_total", "Time a subtask waited for room downstream, in its current attempt.", subtaskLabels, nil)
+	subtaskBPRatio  = prometheus.NewDesc("weir_subtask_backpressure_ratio", "The share of the last second a subtask waited for room downstream.", subtaskLabels, nil)
+	subtaskWMDesc   = prometheus.NewDesc("weir_subtask_watermark_seconds", "A subtask's event-time watermark, in seconds since the epoch (absent while it has none).", subtaskLabels, nil)
+)
+
 func (c operatorCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- recordsDesc
-	ch <- lateDesc
+	for _, d := range []*prometheus.Desc{recordsDesc, lateDesc, subtaskInDesc, subtaskOutDesc, subtaskBusyDesc, subtaskIdleDesc, subtaskBPDesc, subtaskBPRatio, subtaskWMDesc} {
+		ch <- d
+	}
 }
 
 func (c operatorCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, op := range c.s.operators() {
+	for _, op := range c.s.feeds.Operators() {
 		ch <- prometheus.MustNewConstMetric(recordsDesc, prometheus.CounterValue, float64(op.Records), c.job, op.UID)
 		ch <- prometheus.MustNewConstMetric(lateDesc, prometheus.CounterValue, float64(op.Late), c.job, op.UID)
+	}
+	for _, st := range c.s.subtasks() {
+		l := []string{c.job, st.Vertex, strconv.Itoa(st.Subtask)}
+		ch <- prometheus.MustNewConstMetric(subtaskInDesc, prometheus.CounterValue, float64(st.RecordsIn), l...)
+		ch <- prometheus.MustNewConstMetric(subtaskOutDesc, prometheus.CounterValue, float64(st.RecordsOut), l...)
+		ch <- prometheus.MustNewConstMetric(subtaskBusyDesc, prometheus.CounterValue, st.BusySeconds, l...)
+		ch <- prometheus.MustNewConstMetric(subtaskIdleDesc, prometheus.CounterValue, st.IdleSeconds, l...)
+		ch <- prometheus.MustNewConstMetric(subtaskBPDesc, prometheus.CounterValue, st.BackPressuredSeconds, l...)
+		ch <- prometheus.MustNewConstMetric(subtaskBPRatio, prometheus.GaugeValue, st.BackPressured, l...)
+		if st.Watermark != nil {
+			ch <- prometheus.MustNewConstMetric(subtaskWMDesc, prometheus.GaugeValue, float64(*st.Watermark)/1000, l...)
+		}
 	}
 }
 
@@ -242,6 +387,9 @@ func (s *Server) Observe(e runtime.JobEvent) {
 			tl := TaskTimeline{Task: tt.Task.String(), Acked: tt.Acked.Seconds(), Align: tt.Align.Seconds(), Sync: tt.Sync.Seconds(), Async: tt.Async.Seconds(), Bytes: tt.Bytes}
 			for _, a := range tt.Arrivals {
 				tl.Arrivals = append(tl.Arrivals, max(a, -1).Seconds())
+			}
+			if s.feeds.Inputs != nil {
+				tl.Channels = s.feeds.Inputs(tt.Task)
 			}
 			c.Tasks = append(c.Tasks, tl)
 		}
@@ -297,6 +445,9 @@ func appendBounded[T any](s []T, v T) []T {
 //	GET /api/v1/checkpoints/{id}  one of them with its tasks' timeline
 //	GET /api/v1/failures     the last 100 failures, oldest first
 //	GET /api/v1/operators    the operators' counters
+//	GET /api/v1/graph        the job graph: vertices and edges
+//	GET /api/v1/subtasks     every subtask's counters, rates and time
+//	                         ratios (?vertex=ID: one vertex's)
 //	GET /api/v1/config       the effective configuration
 //	POST /api/v1/savepoints  trigger a savepoint (202, its id; the token);
 //	                         ?stop=true answers when it completed, and
@@ -345,8 +496,22 @@ func (s *Server) Handler() http.Handler {
 		s.mu.Unlock()
 		writeJSON(w, fs)
 	})
-	mux.HandleFunc("GET /api/v1/operators", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, s.operators()) })
-	mux.HandleFunc("GET /api/v1/config", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, s.config) })
+	mux.HandleFunc("GET /api/v1/operators", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, s.feeds.Operators()) })
+	mux.HandleFunc("GET /api/v1/graph", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, s.feeds.Graph) })
+	mux.HandleFunc("GET /api/v1/subtasks", func(w http.ResponseWriter, r *http.Request) {
+		all := s.subtasks()
+		v := r.URL.Query().Get("vertex")
+		if v == "" {
+			writeJSON(w, all)
+			return
+		}
+		if !slices.ContainsFunc(s.feeds.Graph.Vertices, func(x Vertex) bool { return x.ID == v }) {
+			http.Error(w, fmt.Sprintf("vertex %q is not in the job graph (GET /api/v1/graph lists them)", v), http.StatusNotFound)
+			return
+		}
+		writeJSON(w, slices.DeleteFunc(slices.Clone(all), func(x Subtask) bool { return x.Vertex != v }))
+	})
+	mux.HandleFunc("GET /api/v1/config", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, s.feeds.Config) })
 	mux.HandleFunc("POST /api/v1/savepoints", s.mutation(func(w http.ResponseWriter, r *http.Request) {
 		if s.control.Savepoint == nil {
 			http.Error(w, "this process takes no savepoints", http.StatusNotImplemented)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/internal/runtime"
+	"github.com/weirstream/weir/operator"
 )
 
 func get(t *testing.T, h http.Handler, path string) string {
@@ -34,7 +35,22 @@ func TestMetricsAndAPI(t *testing.T) {
 	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
 	ops := []Operator{{UID: "source", Records: 1000}, {UID: "window", Records: 900, Late: 3}}
-	s := New("demo", func() []Operator { return ops }, map[string]int{"parallelism": 2}, Control{}, clock)
+	// Two readings of the subtasks' counters, two seconds apart: the
+	// window's subtask worked half the time and waited for room downstream
+	// a quarter.
+	window := checkpoint.TaskID{Vertex: "window", Subtask: 1}
+	readings := [][]runtime.SubtaskStats{
+		{{Task: window, Attempt: 2, Uptime: 3 * time.Second, In: 1000, Out: 100, Idle: time.Second, BackPressured: time.Second, Watermark: operator.MinTime}},
+		{{Task: window, Attempt: 2, Uptime: 5 * time.Second, In: 3000, Out: 500, Idle: 1500 * time.Millisecond, BackPressured: 1500 * time.Millisecond, Watermark: 1_700_000_000_000}},
+	}
+	feeds := Feeds{
+		Operators: func() []Operator { return ops },
+		Subtasks:  func() []runtime.SubtaskStats { return readings[0] },
+		Graph: Graph{Vertices: []Vertex{{ID: "source", Parallelism: 1}, {ID: "window", Parallelism: 2}},
+			Edges: []Edge{{From: "source", To: "window", Partition: "hash"}}},
+		Config: map[string]int{"parallelism": 2},
+	}
+	s := New("demo", feeds, Control{}, clock)
 	s.Observe(runtime.JobEvent{Kind: runtime.EventRunning, Attempt: 1})
 	s.Observe(runtime.JobEvent{Kind: runtime.EventCheckpointCompleted, Attempt: 1, ID: 1, Duration: 40 * time.Millisecond, Size: 2048, SyncPart: time.Millisecond,
 		Slowest: checkpoint.TaskID{Vertex: "window", Subtask: 1},
@@ -43,8 +59,10 @@ func TestMetricsAndAPI(t *testing.T) {
 	s.Observe(runtime.JobEvent{Kind: runtime.EventCheckpointAborted, Attempt: 1, ID: 2, Reason: checkpoint.ReasonExpired})
 	s.Observe(runtime.JobEvent{Kind: runtime.EventRestarting, Attempt: 1, Err: errors.New("task window#1 panicked"), RestoredFrom: 1, Duration: time.Second})
 	s.Observe(runtime.JobEvent{Kind: runtime.EventRunning, Attempt: 2, RestoredFrom: 1})
-	now = now.Add(5 * time.Second)
 	h := s.Handler()
+	get(t, h, "/api/v1/subtasks") // the first reading
+	readings[0] = readings[1]
+	now = now.Add(5 * time.Second)
 
 	var job Job
 	if err := json.Unmarshal([]byte(get(t, h, "/api/v1/job")), &job); err != nil {
@@ -86,8 +104,37 @@ func TestMetricsAndAPI(t *testing.T) {
 		t.Fatalf("config: %s", got)
 	}
 
+	var g Graph
+	if err := json.Unmarshal([]byte(get(t, h, "/api/v1/graph")), &g); err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Vertices) != 2 || len(g.Edges) != 1 || g.Edges[0].Partition != "hash" {
+		t.Fatalf("graph: %+v", g)
+	}
+	var sts []Subtask
+	if err := json.Unmarshal([]byte(get(t, h, "/api/v1/subtasks?vertex=window")), &sts); err != nil {
+		t.Fatal(err)
+	}
+	if len(sts) != 1 || sts[0].Task != "window#1" || sts[0].InPerSecond != 1000 || sts[0].OutPerSecond != 200 ||
+		sts[0].Busy != 0.5 || sts[0].Idle != 0.25 || sts[0].BackPressured != 0.25 || sts[0].Watermark == nil || *sts[0].Watermark != 1_700_000_000_000 {
+		t.Fatalf("subtasks of window: %+v", sts)
+	}
+	if got := get(t, h, "/api/v1/subtasks?vertex=source"); strings.TrimSpace(got) != "[]" {
+		t.Fatalf("subtasks of the source: %s", got)
+	}
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/api/v1/subtasks?vertex=nope", nil))
+	if rec.Code != http.StatusNotFound || !strings.Contains(rec.Body.String(), "not in the job graph") {
+		t.Fatalf("an unknown vertex: %d %s", rec.Code, rec.Body)
+	}
+
 	metrics := get(t, h, "/metrics")
 	for _, want := range []string{
+		`weir_subtask_records_in_total{job="demo",subtask="1",vertex="window"} 3000`,
+		`weir_subtask_busy_seconds_total{job="demo",subtask="1",vertex="window"} 2`,
+		`weir_subtask_backpressured_seconds_total{job="demo",subtask="1",vertex="window"} 1.5`,
+		`weir_subtask_backpressure_ratio{job="demo",subtask="1",vertex="window"} 0.25`,
+		`weir_subtask_watermark_seconds{job="demo",subtask="1",vertex="window"} 1.7e+09`,
 		`weir_records_total{job="demo",operator="window"} 900`,
 		`weir_late_records_dropped_total{job="demo",operator="window"} 3`,
 		`weir_checkpoints_total{job="demo",result="completed"} 1`,
@@ -116,7 +163,7 @@ func TestMetricsAndAPI(t *testing.T) {
 // TestServeBindsWhereToldAndStops: Serve listens on the address given and
 // stops serving when told.
 func TestServeBindsWhereToldAndStops(t *testing.T) {
-	s := New("demo", func() []Operator { return nil }, nil, Control{}, nil)
+	s := New("demo", Feeds{Operators: func() []Operator { return nil }}, Control{}, nil)
 	addr, stop, err := Serve("127.0.0.1:0", s.Handler())
 	if err != nil {
 		t.Fatal(err)
@@ -153,12 +200,12 @@ func TestMutationsNeedTheToken(t *testing.T) {
 	}
 	cancelled := 0
 	ctl := Control{Cancel: func() { cancelled++ }, Savepoint: func(context.Context) (uint64, error) { return 7, nil }}
-	off := New("demo", func() []Operator { return nil }, nil, ctl, nil).Handler()
+	off := New("demo", Feeds{Operators: func() []Operator { return nil }}, ctl, nil).Handler()
 	if code := post(off, "/api/v1/cancel", "anything"); code != http.StatusForbidden {
 		t.Fatalf("cancel without a configured token: %d", code)
 	}
 	ctl.Token = "s3cret"
-	on := New("demo", func() []Operator { return nil }, nil, ctl, nil).Handler()
+	on := New("demo", Feeds{Operators: func() []Operator { return nil }}, ctl, nil).Handler()
 	for _, tok := range []string{"", "wrong"} {
 		if code := post(on, "/api/v1/cancel", tok); code != http.StatusUnauthorized {
 			t.Fatalf("cancel with token %q: %d", tok, code)

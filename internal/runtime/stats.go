@@ -1,0 +1,144 @@
+package runtime
+
+import (
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/operator"
+)
+
+// TaskStats are one subtask's counters in one attempt. Its goroutine
+// writes them once per batch or wait, never per record; the API reads them
+// at any time. A nil *TaskStats counts nothing.
+type TaskStats struct {
+	task    checkpoint.TaskID
+	attempt int
+	started time.Time
+
+	in, out             atomic.Int64
+	idle, backPressured atomic.Int64 // nanoseconds
+	watermark           atomic.Int64
+}
+
+// AddIn counts n records entering the task: read by its source, or taken
+// by its head from its inputs.
+func (s *TaskStats) AddIn(n int) {
+	if s != nil {
+		s.in.Add(int64(n))
+	}
+}
+
+func (s *TaskStats) addOut(n int) {
+	if s != nil {
+		s.out.Add(int64(n))
+	}
+}
+
+func (s *TaskStats) addIdle(d time.Duration) {
+	if s != nil {
+		s.idle.Add(int64(d))
+	}
+}
+
+func (s *TaskStats) addBackPressure(d time.Duration) {
+	if s != nil {
+		s.backPressured.Add(int64(d))
+	}
+}
+
+func (s *TaskStats) setWatermark(wm int64) {
+	if s != nil {
+		s.watermark.Store(wm)
+	}
+}
+
+// SubtaskStats is a reading of a subtask's counters since it started. Its
+// busy time is its Uptime less Idle (waiting for input or a timer) and
+// BackPressured (waiting for room downstream).
+type SubtaskStats struct {
+	Task    checkpoint.TaskID
+	Attempt int
+	Uptime  time.Duration
+	// In counts the records it read (a source) or took from its inputs;
+	// Out the records it sent downstream (a record broadcast to n channels
+	// counts n times).
+	In, Out             int64
+	Idle, BackPressured time.Duration
+	// Watermark is its event-time watermark in milliseconds since the
+	// epoch; operator.MinTime while it has none.
+	Watermark int64
+}
+
+// Busy is the time the subtask worked.
+func (s SubtaskStats) Busy() time.Duration { return max(s.Uptime-s.Idle-s.BackPressured, 0) }
+
+// Stats holds the counters of the subtasks of a job: those running in this
+// process (live), and those a cluster's workers reported (Report). A
+// subtask's entry stays, with its last values, until a later attempt
+// replaces it.
+type Stats struct {
+	mu       sync.Mutex
+	live     map[checkpoint.TaskID]*TaskStats
+	reported map[checkpoint.TaskID]SubtaskStats
+}
+
+// NewStats returns an empty registry.
+func NewStats() *Stats {
+	return &Stats{live: map[checkpoint.TaskID]*TaskStats{}, reported: map[checkpoint.TaskID]SubtaskStats{}}
+}
+
+// start registers task's counters for attempt; nil when r is nil.
+func (r *Stats) start(task checkpoint.TaskID, attempt int, now time.Time) *TaskStats {
+	if r == nil {
+		return nil
+	}
+	s := &TaskStats{task: task, attempt: attempt, started: now}
+	s.watermark.Store(operator.MinTime)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.live[task] = s
+	delete(r.reported, task)
+	return s
+}
+
+// Report records readings of subtasks running elsewhere.
+func (r *Stats) Report(ss []SubtaskStats) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range ss {
+		if old, ok := r.reported[s.Task]; ok && old.Attempt > s.Attempt {
+			continue // a late report of an earlier attempt
+		}
+		r.reported[s.Task] = s
+		delete(r.live, s.Task)
+	}
+}
+
+// Read returns a reading of every subtask, ordered by task, as of now.
+func (r *Stats) Read(now time.Time) []SubtaskStats {
+	r.mu.Lock()
+	out := make([]SubtaskStats, 0, len(r.live)+len(r.reported))
+	for _, s := range r.live {
+		out = append(out, SubtaskStats{
+			Task: s.task, Attempt: s.attempt, Uptime: now.Sub(s.started),
+			In: s.in.Load(), Out: s.out.Load(),
+			Idle: time.Duration(s.idle.Load()), BackPressured: time.Duration(s.backPressured.Load()),
+			Watermark: s.watermark.Load(),
+		})
+	}
+	for _, s := range r.reported {
+		out = append(out, s)
+	}
+	r.mu.Unlock()
+	slices.SortFunc(out, func(a, b SubtaskStats) int {
+		if c := strings.Compare(a.Task.Vertex, b.Task.Vertex); c != 0 {
+			return c
+		}
+		return a.Task.Subtask - b.Task.Subtask
+	})
+	return out
+}
