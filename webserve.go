@@ -85,7 +85,7 @@ func (e *Environment) serveWeb(spec *runtime.Spec, cancel context.CancelCauseFun
 	if err != nil {
 		return nil, err
 	}
-	spec.Logger.Info("serving metrics and the API", "job", e.cfg.Job, "metrics", "http://"+addr+"/metrics", "api", "http://"+addr+"/api/v1/job")
+	spec.Logger.Info("serving the web UI, metrics and the API", "job", e.cfg.Job, "ui", "http://"+addr+"/", "metrics", "http://"+addr+"/metrics", "api", "http://"+addr+"/api/v1/job")
 	if e.cfg.OnWeb != nil {
 		e.cfg.OnWeb(addr)
 	}
@@ -101,7 +101,7 @@ func (e *Environment) serveWeb(spec *runtime.Spec, cancel context.CancelCauseFun
 
 // webGraph is the plan as the API shows it.
 func webGraph(plan *graph.Plan) web.Graph {
-	var g web.Graph
+	g := web.Graph{Edges: []web.Edge{}}
 	for _, vx := range plan.Vertices {
 		v := web.Vertex{ID: vx.ID, Parallelism: vx.Parallelism, MaxParallelism: vx.MaxParallelism}
 		for _, i := range vx.Nodes {

@@ -1,6 +1,6 @@
-// Package web serves what an operator looks at: Prometheus metrics at
-// /metrics and a read-only JSON API under /api/v1/, fed by the job's
-// events and its operators' counters. The process that runs the job's
+// Package web serves what an operator looks at: a web UI at /, Prometheus
+// metrics at /metrics and a JSON API under /api/v1/, fed by the job's
+// events and its subtasks' counters. The process that runs the job's
 // driver serves it: the only process in local mode, the coordinator in a
 // cluster.
 package web
@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -438,7 +439,7 @@ func appendBounded[T any](s []T, v T) []T {
 	return append(s, v)
 }
 
-// Handler serves /metrics and the API:
+// Handler serves the web UI at /, /metrics and the API:
 //
 //	GET /api/v1/job          the job's state
 //	GET /api/v1/checkpoints  the last 100 checkpoints, oldest first
@@ -455,6 +456,7 @@ func appendBounded[T any](s []T, v T) []T {
 //	POST /api/v1/cancel      cancel the job (202; the token)
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
+	uiHandler(mux)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /api/v1/job", func(w http.ResponseWriter, _ *http.Request) {
 		s.mu.Lock()
@@ -577,7 +579,11 @@ func (s *Server) mutation(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
+// writeJSON answers v as JSON; an empty list is [], never null.
 func writeJSON(w http.ResponseWriter, v any) {
+	if rv := reflect.ValueOf(v); rv.Kind() == reflect.Slice && rv.IsNil() {
+		v = []struct{}{}
+	}
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

@@ -2,11 +2,15 @@ package web
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -219,5 +223,56 @@ func TestMutationsNeedTheToken(t *testing.T) {
 	}
 	if code := post(on, "/api/v1/cancel", "s3cret"); code != http.StatusAccepted || cancelled != 1 {
 		t.Fatalf("cancel with the token: %d, %d cancels", code, cancelled)
+	}
+}
+
+// TestServesTheUI: the page and its assets come from the binary.
+func TestServesTheUI(t *testing.T) {
+	h := New("demo", Feeds{Operators: func() []Operator { return nil }}, Control{}, nil).Handler()
+	page := get(t, h, "/")
+	if !strings.Contains(page, `<script src="assets/app.js">`) || !strings.Contains(page, `id="timeline"`) {
+		t.Fatalf("the page: %s", page)
+	}
+	if js := get(t, h, "/assets/app.js"); !strings.Contains(js, "api/v1/") {
+		t.Fatalf("app.js does not read the API (%d bytes)", len(js))
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/assets/nothing.js", nil))
+	if rec.Code != http.StatusNotFound {
+		t.Fatalf("a missing asset: %d", rec.Code)
+	}
+}
+
+// TestUIAssetsAreBuiltFromTheSources: the committed ui/dist was built from
+// ui/src as it is (the build records its sources' hashes in dist/SOURCES):
+// after changing the UI, run `npm ci && npm run build` in ui/.
+func TestUIAssetsAreBuiltFromTheSources(t *testing.T) {
+	list, err := os.ReadFile("ui/dist/SOURCES")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(string(list)), "\n") {
+		sum, name, ok := strings.Cut(line, "  ")
+		if !ok {
+			t.Fatalf("ui/dist/SOURCES: a line %q", line)
+		}
+		b, err := os.ReadFile(filepath.Join("ui", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprintf("%x", sha256.Sum256(b)); got != sum {
+			t.Errorf("ui/%s changed since ui/dist was built: run `npm ci && npm run build` in internal/web/ui", name)
+		}
+		listed[name] = true
+	}
+	srcs, err := filepath.Glob("ui/src/*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range srcs {
+		if name, _ := filepath.Rel("ui", s); !listed[name] {
+			t.Errorf("ui/%s is not among the sources ui/dist was built from: run `npm ci && npm run build` in internal/web/ui", name)
+		}
 	}
 }

@@ -1,0 +1,357 @@
+// Weir's web UI: one page over the JSON API (/api/v1/...), polled every
+// two seconds. No framework; the graph layout is dagre's.
+import { graphlib, layout } from '@dagrejs/dagre';
+
+const POLL_MS = 2000;
+const SVGNS = 'http://www.w3.org/2000/svg';
+
+const $ = (id) => document.getElementById(id);
+
+async function api(path) {
+  const r = await fetch('api/v1/' + path);
+  if (!r.ok) throw new Error(`GET /api/v1/${path}: ${r.status} ${await r.text()}`);
+  return r.json();
+}
+
+// h builds an HTML element: h('td', {class: 'num'}, 'text', child...).
+function h(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  setAttrs(e, attrs);
+  e.append(...children.filter((c) => c !== null && c !== undefined));
+  return e;
+}
+
+// s builds an SVG element.
+function s(tag, attrs, ...children) {
+  const e = document.createElementNS(SVGNS, tag);
+  setAttrs(e, attrs);
+  e.append(...children.filter((c) => c !== null && c !== undefined));
+  return e;
+}
+
+function setAttrs(e, attrs) {
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === 'onclick') e.addEventListener('click', v);
+    else if (v !== undefined && v !== null) e.setAttribute(k, v);
+  }
+}
+
+function fmtSeconds(x) {
+  if (x === undefined || x === null) return '';
+  if (x === 0) return '0';
+  if (x < 0.001) return `${(x * 1e6).toFixed(0)} µs`;
+  if (x < 1) return `${(x * 1000).toFixed(x < 0.01 ? 1 : 0)} ms`;
+  if (x < 120) return `${x.toFixed(2)} s`;
+  if (x < 7200) return `${(x / 60).toFixed(1)} min`;
+  return `${(x / 3600).toFixed(1)} h`;
+}
+
+function fmtBytes(n) {
+  if (!n) return '0 B';
+  const u = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  const i = Math.min(Math.floor(Math.log(n) / Math.log(1024)), u.length - 1);
+  return `${(n / 1024 ** i).toFixed(i ? 1 : 0)} ${u[i]}`;
+}
+
+function fmtCount(n) {
+  if (n >= 1e9) return `${(n / 1e9).toFixed(2)} G`;
+  if (n >= 1e6) return `${(n / 1e6).toFixed(2)} M`;
+  if (n >= 1e4) return `${(n / 1e3).toFixed(1)} k`;
+  return `${Math.round(n)}`;
+}
+
+const pct = (x) => `${Math.round((x || 0) * 100)}%`;
+
+// Back-pressure levels as Flink names them: ok below 10%, low to 50%, high.
+function pressureLevel(ratio) {
+  if (ratio > 0.5) return 'high';
+  if (ratio > 0.1) return 'low';
+  return 'ok';
+}
+const pressureColour = { ok: '#cdebd6', low: '#f7e3a1', high: '#f3b8b3' };
+
+const ui = {
+  graph: null, // the job graph, fetched once
+  config: null,
+  subtasks: [],
+  checkpoints: [],
+  selectedVertex: null,
+  // selectedCheckpoint: the id whose timeline shows; follow: pick the
+  // newest completed one until the user picks one.
+  selectedCheckpoint: null,
+  follow: true,
+  timelineVertex: '',
+};
+
+// ---- overview ----
+
+function renderOverview(job, cps) {
+  $('job-name').textContent = job.name;
+  const badge = $('job-state');
+  badge.textContent = job.state;
+  badge.className = `badge ${job.state}`;
+  const sources = new Set(ui.graph.vertices.filter((v) => !ui.graph.edges.some((e) => e.to === v.id)).map((v) => v.id));
+  const rate = ui.subtasks.filter((t) => sources.has(t.vertex)).reduce((a, t) => a + t.recordsInPerSecond, 0);
+  const completed = cps.filter((c) => c.status === 'completed');
+  const last = completed[completed.length - 1];
+  const uptime = (Date.now() - Date.parse(job.started)) / 1000;
+  const cards = [
+    ['State', job.state],
+    ['Uptime', fmtSeconds(uptime)],
+    ['Attempt', job.attempt],
+    ['Restarts', job.restarts],
+    ['Last checkpoint', last ? `${fmtSeconds((Date.now() - Date.parse(last.at)) / 1000)} ago` : 'none yet'],
+    ['Its duration', last ? fmtSeconds(last.durationSeconds) : ''],
+    ['Records read / s', fmtCount(rate)],
+    ['Checkpoints (last 100)', `${completed.length} ok, ${cps.length - completed.length} aborted`],
+  ];
+  $('overview').replaceChildren(...cards.map(([label, value]) =>
+    h('div', { class: 'card', 'data-card': label }, h('div', { class: 'label' }, label), h('div', { class: 'value' }, String(value)))));
+}
+
+// ---- job graph ----
+
+function vertexLabel(v) {
+  return v.operators.map((o) => o.name || o.uid).join(' → ');
+}
+
+const vertexDetail = (v, busy, bp) => `parallelism ${v.parallelism} · busy ${pct(busy)} · back-pressured ${pct(bp)}`;
+
+// layoutGraph places the vertices once; the graph does not change while
+// the job runs.
+function layoutGraph() {
+  const g = new graphlib.Graph({ multigraph: true });
+  g.setGraph({ rankdir: 'LR', nodesep: 30, ranksep: 70, marginx: 10, marginy: 10 });
+  g.setDefaultEdgeLabel(() => ({}));
+  for (const v of ui.graph.vertices) {
+    const width = 7 * Math.max(vertexLabel(v).length + 2, vertexDetail(v, 1, 1).length) + 24;
+    g.setNode(v.id, { width, height: 54 });
+  }
+  ui.graph.edges.forEach((e, i) => g.setEdge(e.from, e.to, { label: e.partition, width: 60, height: 14 }, `e${i}`));
+  layout(g);
+  return g;
+}
+
+function renderGraph() {
+  if (!ui.layout) ui.layout = layoutGraph();
+  const g = ui.layout;
+  const byVertex = groupBy(ui.subtasks, (t) => t.vertex);
+  const { width, height } = g.graph();
+  const root = s('svg', { viewBox: `0 0 ${width} ${height}`, height: Math.max(height, 80), 'data-vertices': ui.graph.vertices.length });
+  root.append(s('defs', {}, s('marker', { id: 'arrow', viewBox: '0 0 10 10', refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto' },
+    s('path', { d: 'M0,0 L10,5 L0,10 z', fill: '#69737e' }))));
+  ui.graph.edges.forEach((e, i) => {
+    const ed = g.edge({ v: e.from, w: e.to, name: `e${i}` });
+    const d = ed.points.map((p, j) => `${j ? 'L' : 'M'}${p.x},${p.y}`).join(' ');
+    root.append(s('g', { class: 'edge' }, s('path', { d, 'marker-end': 'url(#arrow)' }),
+      s('text', { x: ed.x, y: ed.y, 'text-anchor': 'middle' }, e.partition + (e.port ? ` (side ${e.port})` : ''))));
+  });
+  for (const v of ui.graph.vertices) {
+    const n = g.node(v.id);
+    const subs = byVertex.get(v.id) || [];
+    const bp = Math.max(0, ...subs.map((t) => t.backPressuredRatio));
+    const busy = subs.length ? subs.reduce((a, t) => a + t.busyRatio, 0) / subs.length : 0;
+    const level = pressureLevel(bp);
+    const x = n.x - n.width / 2;
+    const y = n.y - n.height / 2;
+    root.append(s('g', {
+      class: `vertex${ui.selectedVertex === v.id ? ' selected' : ''}`, 'data-id': v.id, 'data-backpressure': level,
+      onclick: () => { ui.selectedVertex = v.id; renderGraph(); renderVertex(); },
+    },
+    s('title', {}, `${v.id}: ${v.operators.map((o) => `${o.name || o.uid} (${o.kind})`).join(', ')}`),
+    s('rect', { x, y, width: n.width, height: n.height, fill: pressureColour[level] }),
+    s('text', { x: n.x, y: y + 20, 'text-anchor': 'middle', 'font-weight': 600 }, vertexLabel(v)),
+    s('text', { x: n.x, y: y + 40, 'text-anchor': 'middle' }, vertexDetail(v, busy, bp))));
+  }
+  $('graph').replaceChildren(root);
+}
+
+function renderVertex() {
+  const v = ui.graph.vertices.find((x) => x.id === ui.selectedVertex);
+  if (!v) {
+    $('vertex').replaceChildren();
+    return;
+  }
+  const cols = ['Subtask', 'Attempt', 'Records in', 'Records out', 'In / s', 'Out / s', 'Busy', 'Idle', 'Back-pressured', 'Watermark'];
+  const rows = ui.subtasks.filter((t) => t.vertex === v.id).map((t) => h('tr', { 'data-task': t.task },
+    h('td', {}, t.task), h('td', { class: 'num' }, t.attempt),
+    h('td', { class: 'num' }, fmtCount(t.recordsIn)), h('td', { class: 'num' }, fmtCount(t.recordsOut)),
+    h('td', { class: 'num' }, fmtCount(t.recordsInPerSecond)), h('td', { class: 'num' }, fmtCount(t.recordsOutPerSecond)),
+    h('td', { class: 'num' }, pct(t.busyRatio)), h('td', { class: 'num' }, pct(t.idleRatio)),
+    h('td', { class: 'num', style: `background:${pressureColour[pressureLevel(t.backPressuredRatio)]}` }, pct(t.backPressuredRatio)),
+    h('td', {}, t.watermark === undefined ? '—' : new Date(t.watermark).toISOString())));
+  $('vertex').replaceChildren(
+    h('h3', {}, `${vertexLabel(v)} — ${v.parallelism} subtasks (max parallelism ${v.maxParallelism})`),
+    h('div', { class: 'scroll' }, h('table', { id: 'subtasks' },
+      h('thead', {}, h('tr', {}, ...cols.map((c, i) => h('th', { class: i > 1 && i < 9 ? 'num' : '' }, c)))),
+      h('tbody', {}, ...rows))));
+}
+
+function groupBy(xs, key) {
+  const m = new Map();
+  for (const x of xs) {
+    const k = key(x);
+    if (!m.has(k)) m.set(k, []);
+    m.get(k).push(x);
+  }
+  return m;
+}
+
+// ---- checkpoints ----
+
+function renderCheckpoints(cps) {
+  const cols = ['ID', 'Kind', 'Status', 'Attempt', 'At', 'Duration', 'Size', 'Uploaded', 'Longest sync part', 'Slowest task', 'Reason'];
+  const rows = cps.slice().reverse().map((c) => h('tr', {
+    'data-id': c.id,
+    class: (c.status === 'completed' ? 'clickable' : '') + (c.id === ui.selectedCheckpoint ? ' selected' : ''),
+    onclick: c.status === 'completed' ? () => { ui.selectedCheckpoint = c.id; ui.follow = false; renderCheckpoints(ui.checkpoints); loadTimeline(); } : undefined,
+  },
+  h('td', { class: 'num' }, c.id), h('td', {}, c.savepoint ? 'savepoint' : 'checkpoint'),
+  h('td', { class: c.status === 'completed' ? '' : 'error' }, c.status), h('td', { class: 'num' }, c.attempt),
+  h('td', {}, new Date(c.at).toLocaleTimeString()), h('td', { class: 'num' }, fmtSeconds(c.durationSeconds)),
+  h('td', { class: 'num' }, c.status === 'completed' ? fmtBytes(c.sizeBytes) : ''),
+  h('td', { class: 'num' }, c.status === 'completed' ? fmtBytes(c.uploadedBytes) : ''),
+  h('td', { class: 'num' }, fmtSeconds(c.syncSeconds)), h('td', {}, c.slowestTask || ''), h('td', {}, c.reason || '')));
+  $('checkpoints').replaceChildren(
+    h('thead', {}, h('tr', {}, ...cols.map((c) => h('th', {}, c)))),
+    h('tbody', {}, ...rows));
+  renderChart($('chart-duration'), cps, (c) => c.durationSeconds, fmtSeconds);
+  renderChart($('chart-size'), cps, (c) => c.sizeBytes, fmtBytes);
+}
+
+// renderChart draws one bar per checkpoint, oldest left; aborted ones as
+// short red bars.
+function renderChart(into, cps, value, fmt) {
+  const W = 480, H = 130, L = 60, B = 16;
+  const max = Math.max(1e-9, ...cps.filter((c) => c.status === 'completed').map(value));
+  const bw = (W - L) / Math.max(cps.length, 1);
+  const root = s('svg', { class: 'chart', viewBox: `0 0 ${W} ${H}`, width: '100%', height: H });
+  root.append(s('line', { class: 'axis', x1: L, y1: H - B, x2: W, y2: H - B }), s('line', { class: 'axis', x1: L, y1: 4, x2: L, y2: H - B }),
+    s('text', { x: L - 4, y: 12, 'text-anchor': 'end' }, fmt(max)), s('text', { x: L - 4, y: H - B, 'text-anchor': 'end' }, '0'));
+  cps.forEach((c, i) => {
+    const ok = c.status === 'completed';
+    const hgt = ok ? Math.max(1, (value(c) / max) * (H - B - 8)) : 6;
+    root.append(s('rect', { class: `bar${ok ? (c.savepoint ? ' savepoint' : '') : ' aborted'}`, x: L + i * bw + 1, y: H - B - hgt, width: Math.max(1, bw - 2), height: hgt },
+      s('title', {}, `${c.savepoint ? 'savepoint' : 'checkpoint'} ${c.id}: ${ok ? fmt(value(c)) : c.status}`)));
+  });
+  if (cps.length) {
+    root.append(s('text', { x: L, y: H - 3 }, `#${cps[0].id}`), s('text', { x: W, y: H - 3, 'text-anchor': 'end' }, `#${cps[cps.length - 1].id}`));
+  }
+  into.replaceChildren(root);
+}
+
+// ---- the alignment timeline ----
+
+async function loadTimeline() {
+  if (ui.selectedCheckpoint === null) return;
+  try {
+    ui.timeline = await api(`checkpoints/${ui.selectedCheckpoint}`);
+  } catch (err) {
+    ui.timeline = null;
+    $('timeline').replaceChildren(h('p', { class: 'error' }, String(err)));
+    return;
+  }
+  renderTimeline();
+}
+
+function renderTimeline() {
+  const c = ui.timeline;
+  if (!c) return;
+  $('timeline-title').textContent = `— ${c.savepoint ? 'savepoint' : 'checkpoint'} ${c.id}, ${fmtSeconds(c.durationSeconds)}, ${(c.tasks || []).length} subtasks`;
+  const order = new Map(ui.graph.vertices.map((v, i) => [v.id, i]));
+  const select = $('timeline-vertex');
+  const options = [h('option', { value: '' }, 'all vertices'), ...ui.graph.vertices.map((v) => h('option', { value: v.id }, vertexLabel(v)))];
+  select.replaceChildren(...options);
+  select.value = ui.timelineVertex;
+  const blocks = !ui.config || ui.config.mode === 'exactly-once'; // at least once does not block channels
+  const tasks = (c.tasks || [])
+    .map((t) => ({ ...t, vertex: t.task.slice(0, t.task.lastIndexOf('#')), subtask: Number(t.task.slice(t.task.lastIndexOf('#') + 1)) }))
+    .filter((t) => !ui.timelineVertex || t.vertex === ui.timelineVertex)
+    .sort((a, b) => (order.get(a.vertex) - order.get(b.vertex)) || (a.subtask - b.subtask));
+  const end = Math.max(c.durationSeconds || 0, ...tasks.map((t) => t.ackedSeconds), 1e-6);
+  const W = 1000, L = 150, R = 10, top = 18;
+  const x = (sec) => L + (Math.max(0, sec) / end) * (W - L - R);
+  const rowHeight = (t) => 14 + 3 * Math.min((t.barrierArrivalsSeconds || []).length, 4);
+  const height = top + tasks.reduce((a, t) => a + rowHeight(t), 0) + 4;
+  const root = s('svg', { viewBox: `0 0 ${W} ${height}`, width: '100%', height });
+  for (let i = 0; i <= 4; i++) {
+    const sec = (end * i) / 4;
+    root.append(s('line', { class: 'tl-grid', x1: x(sec), y1: top - 4, x2: x(sec), y2: height }),
+      s('text', { x: x(sec), y: 11, 'text-anchor': i === 4 ? 'end' : 'middle' }, fmtSeconds(sec)));
+  }
+  let y = top;
+  for (const t of tasks) {
+    const acked = t.ackedSeconds;
+    const syncStart = Math.max(0, acked - t.asyncSeconds - t.syncSeconds);
+    const first = Math.max(0, syncStart - t.alignSeconds);
+    const arrivals = t.barrierArrivalsSeconds || [];
+    const channels = t.channels || [];
+    const lines = arrivals.map((a, i) => {
+      const name = channels[i] || `channel ${i}`;
+      if (a < 0) return `${name}: no barrier before the snapshot`;
+      const blocked = blocks ? syncStart - (first + a) : 0;
+      return `${name}: barrier +${fmtSeconds(a)}, blocked ${fmtSeconds(Math.max(0, blocked))}`;
+    });
+    const g = s('g', { class: 'tl-row', 'data-task': t.task },
+      s('title', {}, [`${t.task}: first barrier at ${fmtSeconds(first)}, acknowledged at ${fmtSeconds(acked)}, aligned ${fmtSeconds(t.alignSeconds)}, ` +
+        `sync ${fmtSeconds(t.syncSeconds)}, async ${fmtSeconds(t.asyncSeconds)}, ${fmtBytes(t.bytes)}`, ...lines].join('\n')),
+      s('text', { x: L - 6, y: y + 10, 'text-anchor': 'end' }, t.task),
+      s('rect', { class: 'tl-wait', x: x(0), y: y + 5, width: Math.max(0, x(first) - x(0)), height: 2 }),
+      s('rect', { class: 'tl-align', x: x(first), y: y + 2, width: Math.max(0, x(syncStart) - x(first)), height: 8 }),
+      s('rect', { class: 'tl-sync', x: x(syncStart), y: y + 2, width: Math.max(1, x(syncStart + t.syncSeconds) - x(syncStart)), height: 8 }),
+      s('rect', { class: 'tl-async', x: x(syncStart + t.syncSeconds), y: y + 2, width: Math.max(1, x(acked) - x(syncStart + t.syncSeconds)), height: 8 }));
+    arrivals.forEach((a, i) => {
+      if (a < 0) return;
+      const at = first + a;
+      g.append(s('line', { class: 'tl-tick', x1: x(at), y1: y, x2: x(at), y2: y + 12 }));
+      if (blocks && i < 4 && syncStart > at) {
+        g.append(s('rect', { class: 'tl-blocked', 'data-channel': channels[i] || i, x: x(at), y: y + 12 + 3 * i, width: x(syncStart) - x(at), height: 2 }));
+      }
+    });
+    root.append(g);
+    y += rowHeight(t);
+  }
+  $('timeline').replaceChildren(tasks.length ? root : h('p', { class: 'muted' }, 'No subtask of this vertex took part.'));
+}
+
+// ---- failures ----
+
+function renderFailures(fs) {
+  const cols = ['At', 'Attempt', 'Restored checkpoint', 'Restart delay', 'Cause'];
+  $('failures').replaceChildren(
+    h('thead', {}, h('tr', {}, ...cols.map((c) => h('th', {}, c)))),
+    h('tbody', {}, ...(fs.length ? fs.slice().reverse().map((f) => h('tr', {},
+      h('td', {}, new Date(f.at).toLocaleString()), h('td', { class: 'num' }, f.attempt),
+      h('td', { class: 'num' }, f.restoresCheckpoint || 'none (from the beginning)'), h('td', { class: 'num' }, fmtSeconds(f.delaySeconds)),
+      h('td', { style: 'white-space:pre-wrap' }, f.cause))) : [h('tr', {}, h('td', { colspan: cols.length, class: 'muted' }, 'No failures.'))])));
+}
+
+// ---- polling ----
+
+async function refresh() {
+  try {
+    if (!ui.graph) [ui.graph, ui.config] = await Promise.all([api('graph'), api('config')]);
+    const [job, cps, subtasks, failures] = await Promise.all([api('job'), api('checkpoints'), api('subtasks'), api('failures')]);
+    ui.subtasks = subtasks;
+    ui.checkpoints = cps;
+    renderOverview(job, cps);
+    renderGraph();
+    renderVertex();
+    if (ui.follow) {
+      const last = cps.filter((c) => c.status === 'completed').pop();
+      if (last && last.id !== ui.selectedCheckpoint) {
+        ui.selectedCheckpoint = last.id;
+        await loadTimeline();
+      }
+    }
+    renderCheckpoints(cps);
+    renderFailures(failures);
+    $('updated').textContent = `updated ${new Date().toLocaleTimeString()}`;
+  } catch (err) {
+    $('updated').textContent = `the job does not answer: ${err.message}`;
+  }
+}
+
+$('timeline-vertex').addEventListener('change', (e) => { ui.timelineVertex = e.target.value; renderTimeline(); });
+refresh();
+setInterval(refresh, POLL_MS);

@@ -1,0 +1,121 @@
+package weir_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// browser starts headless Chromium for the test. Without one it skips,
+// except under CI=true, where .ci/run installs it and its absence fails.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	var path string
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			path = p
+			break
+		}
+	}
+	if path == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("no Chromium on PATH under CI=true (.ci/run installs Debian's chromium)")
+		}
+		t.Skip("no Chromium on PATH: install Debian's chromium to run the browser test")
+	}
+	opts := append(slices.Clone(chromedp.DefaultExecAllocatorOptions[:]),
+		chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true), chromedp.WindowSize(1400, 1000))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelBrowser := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+	ctx, cancelTimeout := context.WithTimeout(ctx, 2*time.Minute)
+	t.Cleanup(func() {
+		cancelTimeout()
+		cancelBrowser()
+		cancelAlloc()
+	})
+	return ctx
+}
+
+// artifacts is where a test saves what a person should look at:
+// $WEIR_TEST_ARTIFACTS, else a directory of the test's own.
+func artifacts(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("WEIR_TEST_ARTIFACTS")
+	if dir == "" {
+		return t.TempDir()
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestWebUIInABrowser loads the UI of the running slowed job in headless
+// Chromium and finds in the DOM the job graph's vertices (the sources
+// coloured as back-pressured), the checkpoint table, the slowed
+// subtask's row after clicking its vertex, and an alignment timeline in
+// which the tasks downstream of the slowed subtask show a blocked
+// channel. It saves screenshots of the graph and the timeline.
+func TestWebUIInABrowser(t *testing.T) {
+	ctx := browser(t)
+	base := "http://" + slowedJob(t) + "/"
+	step := func(what string, err error) {
+		t.Helper()
+		if err == nil {
+			return
+		}
+		// What the page shows, to tell why.
+		text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
+		png, _ := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		shot := filepath.Join(artifacts(t), "ui-failure.png")
+		os.WriteFile(shot, png, 0o644)
+		t.Fatalf("the UI at %s: %s: %v\n(screenshot %s) the page says:\n%s", base, what, err, shot, text)
+	}
+	step("load it", chromedp.Do(ctx, chromedp.Navigate(base)))
+	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	step("wait for the graph, the checkpoint table and a timeline where the tasks downstream block the idle subtask's channel while the slowed one's barrier comes, and the sources marked back-pressured",
+		chromedp.Do(waitCtx,
+			chromedp.WaitVisible(`#graph .vertex[data-id="slow"]`),
+			chromedp.WaitVisible(`#checkpoints tbody tr[data-id]`),
+			chromedp.WaitVisible(`#timeline .tl-row[data-task^="count#"] .tl-blocked[data-channel^="slow#"]`),
+			chromedp.WaitVisible(`#graph .vertex[data-id="numbers"][data-backpressure="high"]`),
+		))
+	vertices, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#graph .vertex')].map(v => v.dataset.id)`))
+	step("list the vertices", err)
+	failures, err := chromedp.Run(ctx, chromedp.Text(`#failures tbody`))
+	step("read the failures table", err)
+	status, err := chromedp.Run(ctx, chromedp.Text(`#updated`))
+	step("read the page's status", err)
+	if !strings.HasPrefix(status, "updated") || !strings.Contains(failures, "No failures.") {
+		t.Fatalf("the page's status %q (its last refresh failed?); failures table %q", status, failures)
+	}
+	step("click the slowed vertex for its subtasks", chromedp.Do(ctx,
+		chromedp.Click(`#graph .vertex[data-id="slow"]`),
+		chromedp.WaitVisible(`#subtasks tbody tr[data-task="slow#1"]`)))
+	graphPNG, err := chromedp.Run(ctx, chromedp.Screenshot(`#graph`, chromedp.NodeVisible))
+	step("screenshot the graph", err)
+	timelinePNG, err := chromedp.Run(ctx, chromedp.Screenshot(`#timeline`, chromedp.NodeVisible))
+	step("screenshot the timeline", err)
+	pagePNG, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	step("screenshot the page", err)
+	slices.Sort(vertices)
+	if !slices.Equal(vertices, []string{"count", "numbers", "slow"}) {
+		t.Fatalf("graph vertices %v", vertices)
+	}
+	dir := artifacts(t)
+	for name, b := range map[string][]byte{"ui-graph.png": graphPNG, "ui-timeline.png": timelinePNG, "ui-page.png": pagePNG} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("screenshots in %s", dir)
+}
