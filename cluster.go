@@ -113,7 +113,7 @@ func (e *Environment) executeClustered(ctx context.Context, plan *graph.Plan, sp
 	if listen == "" {
 		listen = "127.0.0.1:7700"
 	}
-	c, err := cluster.StartCoordinator(cluster.CoordinatorConfig{Graph: cluster.GraphOf(spec), Listen: listen, TLS: tc, Liveness: live, Logger: spec.Logger})
+	c, err := cluster.StartCoordinator(cluster.CoordinatorConfig{Graph: cluster.GraphOf(spec), Listen: listen, TLS: tc, Liveness: live, Logger: spec.Logger, Stats: spec.Stats})
 	if err != nil {
 		return Result{}, err
 	}

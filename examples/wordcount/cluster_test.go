@@ -2,8 +2,10 @@ package wordcount
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -33,6 +35,8 @@ type testCluster struct {
 	result  chan error
 	// ownStorage gives each worker a checkpoint directory of its own.
 	ownStorage bool
+	// web is the address of the coordinator's API.
+	web string
 }
 
 type testWorker struct {
@@ -78,6 +82,8 @@ func startClusterWith(t *testing.T, c *testCluster, lines int, workers ...string
 		t.Fatal(err)
 	}
 	o := c.options(weir.Coordinator, "coordinator")
+	webs := make(chan string, 1)
+	o.Web, o.OnWeb = "127.0.0.1:0", func(addr string) { webs <- addr }
 	listening := make(chan string, 1)
 	o.Cluster.OnListen = func(addr string) { listening <- addr }
 	o.OnEvent = func(e weir.JobEvent) {
@@ -101,6 +107,7 @@ func startClusterWith(t *testing.T, c *testCluster, lines int, workers ...string
 	case err := <-c.result:
 		t.Fatalf("coordinator: %v", err)
 	}
+	c.web = <-webs // served before it listens for workers
 	for _, w := range workers {
 		c.startWorker(w)
 	}
@@ -186,6 +193,49 @@ func (c *testCluster) waitFor(what string, ok func(weir.JobEvent) bool) weir.Job
 // network, and checks every count exactly once.
 func TestClusterWordCount(t *testing.T) {
 	c := startCluster(t, 2000, 0, "worker-1", "worker-2", "worker-3")
+	c.wait()
+	c.verify()
+}
+
+// TestClusterSubtasksInTheAPI: the coordinator's API shows the counters of
+// the subtasks on the workers, which their heartbeats carry.
+func TestClusterSubtasksInTheAPI(t *testing.T) {
+	c := startCluster(t, 60_000, 200, "worker-1", "worker-2", "worker-3")
+	type subtask struct {
+		Task      string
+		RecordsIn int64
+	}
+	var got []subtask
+	deadline := time.Now().Add(time.Minute)
+	for {
+		resp, err := http.Get("http://" + c.web + "/api/v1/subtasks")
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = json.NewDecoder(resp.Body).Decode(&got)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		counting := 0
+		for _, s := range got {
+			if s.RecordsIn > 0 {
+				counting++
+			}
+		}
+		if len(got) == 6 && counting == 6 { // 3 reading and 3 counting subtasks
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the coordinator's API shows %+v, want 6 subtasks that took records", got)
+		}
+		select {
+		case err := <-c.result:
+			t.Fatalf("the job ended (%v) first; the API showed %+v", err, got)
+		case <-time.After(50 * time.Millisecond): // polling the API
+		}
+	}
+	t.Logf("%+v", got)
 	c.wait()
 	c.verify()
 }

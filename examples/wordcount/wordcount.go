@@ -41,9 +41,11 @@ type Options struct {
 	BeforeCount func(word string)
 	// Cluster makes the process a cluster's coordinator or worker.
 	Cluster weir.ClusterConfig
-	// Web is where to serve metrics and the API, WebToken what its
-	// mutations need (weir.Config.Web, WebToken).
+	// Web is where to serve the web UI, metrics and the API, WebToken what
+	// its mutations need, OnWeb hears the address it serves on
+	// (weir.Config.Web, WebToken, OnWeb).
 	Web, WebToken string
+	OnWeb         func(addr string)
 }
 
 // Count is one output record: a word's count after one more occurrence.
@@ -72,7 +74,7 @@ func Build(o Options) (*weir.Environment, error) {
 	env := weir.New(weir.Config{
 		Job: "wordcount", Parallelism: o.Parallelism, Checkpoint: cc, Restore: o.Restore, Fresh: o.Fresh,
 		AllowNonRestoredState: o.AllowNonRestoredState, Restart: o.Restart, Logger: o.Logger, OnEvent: o.OnEvent,
-		StateBackend: o.StateBackend, Cluster: o.Cluster, Web: o.Web, WebToken: o.WebToken,
+		StateBackend: o.StateBackend, Cluster: o.Cluster, Web: o.Web, WebToken: o.WebToken, OnWeb: o.OnWeb,
 	})
 	lines, err := input(o)
 	if err != nil {

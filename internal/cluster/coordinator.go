@@ -71,6 +71,9 @@ type CoordinatorConfig struct {
 	Logger   *slog.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Stats, if set, gets the subtasks' counters the workers' heartbeats
+	// carry.
+	Stats *runtime.Stats
 }
 
 // Coordinator accepts workers, tracks their liveness and slots, and
@@ -272,6 +275,9 @@ func (c *Coordinator) Heartbeat(ctx context.Context, req *connect.Request[cluste
 	c.mu.Unlock()
 	if err != nil {
 		return nil, connect.NewError(connect.CodeNotFound, err)
+	}
+	if c.cfg.Stats != nil {
+		c.cfg.Stats.Report(statsFromProto(req.Msg.GetStats()))
 	}
 	return connect.NewResponse(&clusterpb.HeartbeatResponse{}), nil
 }

@@ -95,6 +95,9 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 	if cfg.Listen == "" {
 		cfg.Listen = "127.0.0.1:0"
 	}
+	if cfg.Spec.Stats == nil {
+		cfg.Spec.Stats = runtime.NewStats() // its heartbeats carry them
+	}
 	n := &node{cfg: cfg, ctx: ctx, log: cfg.Logger.With("worker", cfg.Name), registered: make(chan struct{})}
 	tc := cfg.TLS.Clone()
 	tc.NextProtos = []string{"h2", dataProto}
@@ -126,7 +129,7 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 	n.client = clusterpbconnect.NewCoordinatorServiceClient(&http.Client{Transport: tr}, "https://"+cfg.Coordinator)
 	return RunWorker(ctx, WorkerConfig{
 		Coordinator: cfg.Coordinator, Name: cfg.Name, Slots: cfg.Slots, DataAddress: n.addr,
-		Graph: GraphOf(cfg.Spec), TLS: cfg.TLS, Logger: cfg.Logger, RetryInterval: cfg.RetryInterval,
+		Graph: GraphOf(cfg.Spec), TLS: cfg.TLS, Logger: cfg.Logger, RetryInterval: cfg.RetryInterval, Stats: cfg.Spec.Stats,
 		Registered: func(w Worker) {
 			n.mu.Lock()
 			n.session, n.attempt = w.Session, 0

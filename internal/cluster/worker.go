@@ -13,6 +13,7 @@ import (
 
 	"github.com/weirstream/weir/internal/cluster/clusterpb"
 	"github.com/weirstream/weir/internal/cluster/clusterpb/clusterpbconnect"
+	"github.com/weirstream/weir/internal/runtime"
 )
 
 // WorkerConfig configures a worker's side of the control plane.
@@ -37,6 +38,9 @@ type WorkerConfig struct {
 	// RetryInterval is the pause between attempts to reach the
 	// coordinator (default 1s).
 	RetryInterval time.Duration
+	// Stats, if set, are the counters of the subtasks the worker runs;
+	// each heartbeat carries them.
+	Stats *runtime.Stats
 }
 
 // RunWorker registers with the coordinator and keeps the registration
@@ -135,6 +139,9 @@ func heartbeats(ctx context.Context, client clusterpbconnect.CoordinatorServiceC
 		}
 		hctx, cancel := context.WithDeadline(ctx, l.fenceAt())
 		sent := time.Now()
+		if cfg.Stats != nil {
+			req.Stats = statsToProto(cfg.Stats.Read(sent))
+		}
 		_, err := client.Heartbeat(hctx, connect.NewRequest(req))
 		cancel()
 		switch {

@@ -281,9 +281,11 @@ func (x *RegisterResponse) GetTimeoutMs() int64 {
 }
 
 type HeartbeatRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Worker        string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
-	Session       uint64                 `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Worker  string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	Session uint64                 `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`
+	// stats are the counters of the subtasks the worker runs (for the API).
+	Stats         []*SubtaskStats `protobuf:"bytes,3,rep,name=stats,proto3" json:"stats,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -332,6 +334,114 @@ func (x *HeartbeatRequest) GetSession() uint64 {
 	return 0
 }
 
+func (x *HeartbeatRequest) GetStats() []*SubtaskStats {
+	if x != nil {
+		return x.Stats
+	}
+	return nil
+}
+
+// SubtaskStats is a runtime.SubtaskStats; durations in nanoseconds.
+type SubtaskStats struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Task            *TaskID                `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	Attempt         int64                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	UptimeNs        int64                  `protobuf:"varint,3,opt,name=uptime_ns,json=uptimeNs,proto3" json:"uptime_ns,omitempty"`
+	RecordsIn       int64                  `protobuf:"varint,4,opt,name=records_in,json=recordsIn,proto3" json:"records_in,omitempty"`
+	RecordsOut      int64                  `protobuf:"varint,5,opt,name=records_out,json=recordsOut,proto3" json:"records_out,omitempty"`
+	IdleNs          int64                  `protobuf:"varint,6,opt,name=idle_ns,json=idleNs,proto3" json:"idle_ns,omitempty"`
+	BackPressuredNs int64                  `protobuf:"varint,7,opt,name=back_pressured_ns,json=backPressuredNs,proto3" json:"back_pressured_ns,omitempty"`
+	Watermark       int64                  `protobuf:"varint,8,opt,name=watermark,proto3" json:"watermark,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *SubtaskStats) Reset() {
+	*x = SubtaskStats{}
+	mi := &file_cluster_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubtaskStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubtaskStats) ProtoMessage() {}
+
+func (x *SubtaskStats) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubtaskStats.ProtoReflect.Descriptor instead.
+func (*SubtaskStats) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *SubtaskStats) GetTask() *TaskID {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
+func (x *SubtaskStats) GetAttempt() int64 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *SubtaskStats) GetUptimeNs() int64 {
+	if x != nil {
+		return x.UptimeNs
+	}
+	return 0
+}
+
+func (x *SubtaskStats) GetRecordsIn() int64 {
+	if x != nil {
+		return x.RecordsIn
+	}
+	return 0
+}
+
+func (x *SubtaskStats) GetRecordsOut() int64 {
+	if x != nil {
+		return x.RecordsOut
+	}
+	return 0
+}
+
+func (x *SubtaskStats) GetIdleNs() int64 {
+	if x != nil {
+		return x.IdleNs
+	}
+	return 0
+}
+
+func (x *SubtaskStats) GetBackPressuredNs() int64 {
+	if x != nil {
+		return x.BackPressuredNs
+	}
+	return 0
+}
+
+func (x *SubtaskStats) GetWatermark() int64 {
+	if x != nil {
+		return x.Watermark
+	}
+	return 0
+}
+
 type HeartbeatResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -340,7 +450,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_cluster_proto_msgTypes[5]
+	mi := &file_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -352,7 +462,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[5]
+	mi := &file_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -365,7 +475,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{5}
+	return file_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 type TaskID struct {
@@ -378,7 +488,7 @@ type TaskID struct {
 
 func (x *TaskID) Reset() {
 	*x = TaskID{}
-	mi := &file_cluster_proto_msgTypes[6]
+	mi := &file_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -390,7 +500,7 @@ func (x *TaskID) String() string {
 func (*TaskID) ProtoMessage() {}
 
 func (x *TaskID) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[6]
+	mi := &file_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -403,7 +513,7 @@ func (x *TaskID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskID.ProtoReflect.Descriptor instead.
 func (*TaskID) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{6}
+	return file_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *TaskID) GetVertex() string {
@@ -450,7 +560,7 @@ type TaskReport struct {
 
 func (x *TaskReport) Reset() {
 	*x = TaskReport{}
-	mi := &file_cluster_proto_msgTypes[7]
+	mi := &file_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -462,7 +572,7 @@ func (x *TaskReport) String() string {
 func (*TaskReport) ProtoMessage() {}
 
 func (x *TaskReport) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[7]
+	mi := &file_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -475,7 +585,7 @@ func (x *TaskReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskReport.ProtoReflect.Descriptor instead.
 func (*TaskReport) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{7}
+	return file_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TaskReport) GetTask() *TaskID {
@@ -575,7 +685,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -587,7 +697,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -600,7 +710,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{8}
+	return file_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReportRequest) GetWorker() string {
@@ -639,7 +749,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -651,7 +761,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -664,7 +774,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{9}
+	return file_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 type Assignment struct {
@@ -677,7 +787,7 @@ type Assignment struct {
 
 func (x *Assignment) Reset() {
 	*x = Assignment{}
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -689,7 +799,7 @@ func (x *Assignment) String() string {
 func (*Assignment) ProtoMessage() {}
 
 func (x *Assignment) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -702,7 +812,7 @@ func (x *Assignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assignment.ProtoReflect.Descriptor instead.
 func (*Assignment) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{10}
+	return file_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Assignment) GetTask() *TaskID {
@@ -729,7 +839,7 @@ type Peer struct {
 
 func (x *Peer) Reset() {
 	*x = Peer{}
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -741,7 +851,7 @@ func (x *Peer) String() string {
 func (*Peer) ProtoMessage() {}
 
 func (x *Peer) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -754,7 +864,7 @@ func (x *Peer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Peer.ProtoReflect.Descriptor instead.
 func (*Peer) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{11}
+	return file_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Peer) GetWorker() string {
@@ -790,7 +900,7 @@ type DeployRequest struct {
 
 func (x *DeployRequest) Reset() {
 	*x = DeployRequest{}
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -802,7 +912,7 @@ func (x *DeployRequest) String() string {
 func (*DeployRequest) ProtoMessage() {}
 
 func (x *DeployRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -815,7 +925,7 @@ func (x *DeployRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployRequest.ProtoReflect.Descriptor instead.
 func (*DeployRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{12}
+	return file_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DeployRequest) GetAttempt() uint64 {
@@ -868,7 +978,7 @@ type DeployResponse struct {
 
 func (x *DeployResponse) Reset() {
 	*x = DeployResponse{}
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -880,7 +990,7 @@ func (x *DeployResponse) String() string {
 func (*DeployResponse) ProtoMessage() {}
 
 func (x *DeployResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -893,7 +1003,7 @@ func (x *DeployResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployResponse.ProtoReflect.Descriptor instead.
 func (*DeployResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{13}
+	return file_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 type ControlMessage struct {
@@ -909,7 +1019,7 @@ type ControlMessage struct {
 
 func (x *ControlMessage) Reset() {
 	*x = ControlMessage{}
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -921,7 +1031,7 @@ func (x *ControlMessage) String() string {
 func (*ControlMessage) ProtoMessage() {}
 
 func (x *ControlMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -934,7 +1044,7 @@ func (x *ControlMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlMessage.ProtoReflect.Descriptor instead.
 func (*ControlMessage) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{14}
+	return file_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ControlMessage) GetTask() *TaskID {
@@ -975,7 +1085,7 @@ type ControlRequest struct {
 
 func (x *ControlRequest) Reset() {
 	*x = ControlRequest{}
-	mi := &file_cluster_proto_msgTypes[15]
+	mi := &file_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -987,7 +1097,7 @@ func (x *ControlRequest) String() string {
 func (*ControlRequest) ProtoMessage() {}
 
 func (x *ControlRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[15]
+	mi := &file_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1000,7 +1110,7 @@ func (x *ControlRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlRequest.ProtoReflect.Descriptor instead.
 func (*ControlRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{15}
+	return file_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ControlRequest) GetAttempt() uint64 {
@@ -1025,7 +1135,7 @@ type ControlResponse struct {
 
 func (x *ControlResponse) Reset() {
 	*x = ControlResponse{}
-	mi := &file_cluster_proto_msgTypes[16]
+	mi := &file_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1037,7 +1147,7 @@ func (x *ControlResponse) String() string {
 func (*ControlResponse) ProtoMessage() {}
 
 func (x *ControlResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[16]
+	mi := &file_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1050,7 +1160,7 @@ func (x *ControlResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlResponse.ProtoReflect.Descriptor instead.
 func (*ControlResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{16}
+	return file_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 type CancelRequest struct {
@@ -1062,7 +1172,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_cluster_proto_msgTypes[17]
+	mi := &file_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1074,7 +1184,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[17]
+	mi := &file_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1087,7 +1197,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{17}
+	return file_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CancelRequest) GetAttempt() uint64 {
@@ -1105,7 +1215,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_cluster_proto_msgTypes[18]
+	mi := &file_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1117,7 +1227,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[18]
+	mi := &file_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1130,7 +1240,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{18}
+	return file_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 type ProbeRequest struct {
@@ -1142,7 +1252,7 @@ type ProbeRequest struct {
 
 func (x *ProbeRequest) Reset() {
 	*x = ProbeRequest{}
-	mi := &file_cluster_proto_msgTypes[19]
+	mi := &file_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1154,7 +1264,7 @@ func (x *ProbeRequest) String() string {
 func (*ProbeRequest) ProtoMessage() {}
 
 func (x *ProbeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[19]
+	mi := &file_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1167,7 +1277,7 @@ func (x *ProbeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeRequest.ProtoReflect.Descriptor instead.
 func (*ProbeRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{19}
+	return file_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ProbeRequest) GetToken() string {
@@ -1185,7 +1295,7 @@ type ProbeResponse struct {
 
 func (x *ProbeResponse) Reset() {
 	*x = ProbeResponse{}
-	mi := &file_cluster_proto_msgTypes[20]
+	mi := &file_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1197,7 +1307,7 @@ func (x *ProbeResponse) String() string {
 func (*ProbeResponse) ProtoMessage() {}
 
 func (x *ProbeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[20]
+	mi := &file_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1210,7 +1320,7 @@ func (x *ProbeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeResponse.ProtoReflect.Descriptor instead.
 func (*ProbeResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{20}
+	return file_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 type StatusRequest struct {
@@ -1221,7 +1331,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_cluster_proto_msgTypes[21]
+	mi := &file_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1233,7 +1343,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[21]
+	mi := &file_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1246,7 +1356,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{21}
+	return file_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 type WorkerStatus struct {
@@ -1266,7 +1376,7 @@ type WorkerStatus struct {
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_cluster_proto_msgTypes[22]
+	mi := &file_cluster_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1278,7 +1388,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[22]
+	mi := &file_cluster_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1291,7 +1401,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{22}
+	return file_cluster_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WorkerStatus) GetWorker() string {
@@ -1361,7 +1471,7 @@ type CheckpointStatus struct {
 
 func (x *CheckpointStatus) Reset() {
 	*x = CheckpointStatus{}
-	mi := &file_cluster_proto_msgTypes[23]
+	mi := &file_cluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1373,7 +1483,7 @@ func (x *CheckpointStatus) String() string {
 func (*CheckpointStatus) ProtoMessage() {}
 
 func (x *CheckpointStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[23]
+	mi := &file_cluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1386,7 +1496,7 @@ func (x *CheckpointStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointStatus.ProtoReflect.Descriptor instead.
 func (*CheckpointStatus) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{23}
+	return file_cluster_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CheckpointStatus) GetId() uint64 {
@@ -1455,7 +1565,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_cluster_proto_msgTypes[24]
+	mi := &file_cluster_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1467,7 +1577,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[24]
+	mi := &file_cluster_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1480,7 +1590,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{24}
+	return file_cluster_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StatusResponse) GetJob() string {
@@ -1554,10 +1664,22 @@ const file_cluster_proto_rawDesc = "" +
 	"\asession\x18\x01 \x01(\x04R\asession\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x02 \x01(\x03R\x13heartbeatIntervalMs\x12\x1d\n" +
 	"\n" +
-	"timeout_ms\x18\x03 \x01(\x03R\ttimeoutMs\"D\n" +
+	"timeout_ms\x18\x03 \x01(\x03R\ttimeoutMs\"y\n" +
 	"\x10HeartbeatRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x18\n" +
-	"\asession\x18\x02 \x01(\x04R\asession\"\x13\n" +
+	"\asession\x18\x02 \x01(\x04R\asession\x123\n" +
+	"\x05stats\x18\x03 \x03(\v2\x1d.weir.cluster.v1.SubtaskStatsR\x05stats\"\x95\x02\n" +
+	"\fSubtaskStats\x12+\n" +
+	"\x04task\x18\x01 \x01(\v2\x17.weir.cluster.v1.TaskIDR\x04task\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\x03R\aattempt\x12\x1b\n" +
+	"\tuptime_ns\x18\x03 \x01(\x03R\buptimeNs\x12\x1d\n" +
+	"\n" +
+	"records_in\x18\x04 \x01(\x03R\trecordsIn\x12\x1f\n" +
+	"\vrecords_out\x18\x05 \x01(\x03R\n" +
+	"recordsOut\x12\x17\n" +
+	"\aidle_ns\x18\x06 \x01(\x03R\x06idleNs\x12*\n" +
+	"\x11back_pressured_ns\x18\a \x01(\x03R\x0fbackPressuredNs\x12\x1c\n" +
+	"\twatermark\x18\b \x01(\x03R\twatermark\"\x13\n" +
 	"\x11HeartbeatResponse\":\n" +
 	"\x06TaskID\x12\x16\n" +
 	"\x06vertex\x18\x01 \x01(\tR\x06vertex\x12\x18\n" +
@@ -1675,67 +1797,70 @@ func file_cluster_proto_rawDescGZIP() []byte {
 	return file_cluster_proto_rawDescData
 }
 
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_cluster_proto_goTypes = []any{
 	(*Operator)(nil),          // 0: weir.cluster.v1.Operator
 	(*Graph)(nil),             // 1: weir.cluster.v1.Graph
 	(*RegisterRequest)(nil),   // 2: weir.cluster.v1.RegisterRequest
 	(*RegisterResponse)(nil),  // 3: weir.cluster.v1.RegisterResponse
 	(*HeartbeatRequest)(nil),  // 4: weir.cluster.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil), // 5: weir.cluster.v1.HeartbeatResponse
-	(*TaskID)(nil),            // 6: weir.cluster.v1.TaskID
-	(*TaskReport)(nil),        // 7: weir.cluster.v1.TaskReport
-	(*ReportRequest)(nil),     // 8: weir.cluster.v1.ReportRequest
-	(*ReportResponse)(nil),    // 9: weir.cluster.v1.ReportResponse
-	(*Assignment)(nil),        // 10: weir.cluster.v1.Assignment
-	(*Peer)(nil),              // 11: weir.cluster.v1.Peer
-	(*DeployRequest)(nil),     // 12: weir.cluster.v1.DeployRequest
-	(*DeployResponse)(nil),    // 13: weir.cluster.v1.DeployResponse
-	(*ControlMessage)(nil),    // 14: weir.cluster.v1.ControlMessage
-	(*ControlRequest)(nil),    // 15: weir.cluster.v1.ControlRequest
-	(*ControlResponse)(nil),   // 16: weir.cluster.v1.ControlResponse
-	(*CancelRequest)(nil),     // 17: weir.cluster.v1.CancelRequest
-	(*CancelResponse)(nil),    // 18: weir.cluster.v1.CancelResponse
-	(*ProbeRequest)(nil),      // 19: weir.cluster.v1.ProbeRequest
-	(*ProbeResponse)(nil),     // 20: weir.cluster.v1.ProbeResponse
-	(*StatusRequest)(nil),     // 21: weir.cluster.v1.StatusRequest
-	(*WorkerStatus)(nil),      // 22: weir.cluster.v1.WorkerStatus
-	(*CheckpointStatus)(nil),  // 23: weir.cluster.v1.CheckpointStatus
-	(*StatusResponse)(nil),    // 24: weir.cluster.v1.StatusResponse
+	(*SubtaskStats)(nil),      // 5: weir.cluster.v1.SubtaskStats
+	(*HeartbeatResponse)(nil), // 6: weir.cluster.v1.HeartbeatResponse
+	(*TaskID)(nil),            // 7: weir.cluster.v1.TaskID
+	(*TaskReport)(nil),        // 8: weir.cluster.v1.TaskReport
+	(*ReportRequest)(nil),     // 9: weir.cluster.v1.ReportRequest
+	(*ReportResponse)(nil),    // 10: weir.cluster.v1.ReportResponse
+	(*Assignment)(nil),        // 11: weir.cluster.v1.Assignment
+	(*Peer)(nil),              // 12: weir.cluster.v1.Peer
+	(*DeployRequest)(nil),     // 13: weir.cluster.v1.DeployRequest
+	(*DeployResponse)(nil),    // 14: weir.cluster.v1.DeployResponse
+	(*ControlMessage)(nil),    // 15: weir.cluster.v1.ControlMessage
+	(*ControlRequest)(nil),    // 16: weir.cluster.v1.ControlRequest
+	(*ControlResponse)(nil),   // 17: weir.cluster.v1.ControlResponse
+	(*CancelRequest)(nil),     // 18: weir.cluster.v1.CancelRequest
+	(*CancelResponse)(nil),    // 19: weir.cluster.v1.CancelResponse
+	(*ProbeRequest)(nil),      // 20: weir.cluster.v1.ProbeRequest
+	(*ProbeResponse)(nil),     // 21: weir.cluster.v1.ProbeResponse
+	(*StatusRequest)(nil),     // 22: weir.cluster.v1.StatusRequest
+	(*WorkerStatus)(nil),      // 23: weir.cluster.v1.WorkerStatus
+	(*CheckpointStatus)(nil),  // 24: weir.cluster.v1.CheckpointStatus
+	(*StatusResponse)(nil),    // 25: weir.cluster.v1.StatusResponse
 }
 var file_cluster_proto_depIdxs = []int32{
 	0,  // 0: weir.cluster.v1.Graph.operators:type_name -> weir.cluster.v1.Operator
 	1,  // 1: weir.cluster.v1.RegisterRequest.graph:type_name -> weir.cluster.v1.Graph
-	6,  // 2: weir.cluster.v1.TaskReport.task:type_name -> weir.cluster.v1.TaskID
-	7,  // 3: weir.cluster.v1.ReportRequest.reports:type_name -> weir.cluster.v1.TaskReport
-	6,  // 4: weir.cluster.v1.Assignment.task:type_name -> weir.cluster.v1.TaskID
-	10, // 5: weir.cluster.v1.DeployRequest.placement:type_name -> weir.cluster.v1.Assignment
-	11, // 6: weir.cluster.v1.DeployRequest.peers:type_name -> weir.cluster.v1.Peer
-	6,  // 7: weir.cluster.v1.ControlMessage.task:type_name -> weir.cluster.v1.TaskID
-	14, // 8: weir.cluster.v1.ControlRequest.messages:type_name -> weir.cluster.v1.ControlMessage
-	22, // 9: weir.cluster.v1.StatusResponse.workers:type_name -> weir.cluster.v1.WorkerStatus
-	23, // 10: weir.cluster.v1.StatusResponse.checkpoints:type_name -> weir.cluster.v1.CheckpointStatus
-	2,  // 11: weir.cluster.v1.CoordinatorService.Register:input_type -> weir.cluster.v1.RegisterRequest
-	4,  // 12: weir.cluster.v1.CoordinatorService.Heartbeat:input_type -> weir.cluster.v1.HeartbeatRequest
-	8,  // 13: weir.cluster.v1.CoordinatorService.Report:input_type -> weir.cluster.v1.ReportRequest
-	21, // 14: weir.cluster.v1.CoordinatorService.Status:input_type -> weir.cluster.v1.StatusRequest
-	12, // 15: weir.cluster.v1.WorkerService.Deploy:input_type -> weir.cluster.v1.DeployRequest
-	15, // 16: weir.cluster.v1.WorkerService.Control:input_type -> weir.cluster.v1.ControlRequest
-	17, // 17: weir.cluster.v1.WorkerService.Cancel:input_type -> weir.cluster.v1.CancelRequest
-	19, // 18: weir.cluster.v1.WorkerService.Probe:input_type -> weir.cluster.v1.ProbeRequest
-	3,  // 19: weir.cluster.v1.CoordinatorService.Register:output_type -> weir.cluster.v1.RegisterResponse
-	5,  // 20: weir.cluster.v1.CoordinatorService.Heartbeat:output_type -> weir.cluster.v1.HeartbeatResponse
-	9,  // 21: weir.cluster.v1.CoordinatorService.Report:output_type -> weir.cluster.v1.ReportResponse
-	24, // 22: weir.cluster.v1.CoordinatorService.Status:output_type -> weir.cluster.v1.StatusResponse
-	13, // 23: weir.cluster.v1.WorkerService.Deploy:output_type -> weir.cluster.v1.DeployResponse
-	16, // 24: weir.cluster.v1.WorkerService.Control:output_type -> weir.cluster.v1.ControlResponse
-	18, // 25: weir.cluster.v1.WorkerService.Cancel:output_type -> weir.cluster.v1.CancelResponse
-	20, // 26: weir.cluster.v1.WorkerService.Probe:output_type -> weir.cluster.v1.ProbeResponse
-	19, // [19:27] is the sub-list for method output_type
-	11, // [11:19] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	5,  // 2: weir.cluster.v1.HeartbeatRequest.stats:type_name -> weir.cluster.v1.SubtaskStats
+	7,  // 3: weir.cluster.v1.SubtaskStats.task:type_name -> weir.cluster.v1.TaskID
+	7,  // 4: weir.cluster.v1.TaskReport.task:type_name -> weir.cluster.v1.TaskID
+	8,  // 5: weir.cluster.v1.ReportRequest.reports:type_name -> weir.cluster.v1.TaskReport
+	7,  // 6: weir.cluster.v1.Assignment.task:type_name -> weir.cluster.v1.TaskID
+	11, // 7: weir.cluster.v1.DeployRequest.placement:type_name -> weir.cluster.v1.Assignment
+	12, // 8: weir.cluster.v1.DeployRequest.peers:type_name -> weir.cluster.v1.Peer
+	7,  // 9: weir.cluster.v1.ControlMessage.task:type_name -> weir.cluster.v1.TaskID
+	15, // 10: weir.cluster.v1.ControlRequest.messages:type_name -> weir.cluster.v1.ControlMessage
+	23, // 11: weir.cluster.v1.StatusResponse.workers:type_name -> weir.cluster.v1.WorkerStatus
+	24, // 12: weir.cluster.v1.StatusResponse.checkpoints:type_name -> weir.cluster.v1.CheckpointStatus
+	2,  // 13: weir.cluster.v1.CoordinatorService.Register:input_type -> weir.cluster.v1.RegisterRequest
+	4,  // 14: weir.cluster.v1.CoordinatorService.Heartbeat:input_type -> weir.cluster.v1.HeartbeatRequest
+	9,  // 15: weir.cluster.v1.CoordinatorService.Report:input_type -> weir.cluster.v1.ReportRequest
+	22, // 16: weir.cluster.v1.CoordinatorService.Status:input_type -> weir.cluster.v1.StatusRequest
+	13, // 17: weir.cluster.v1.WorkerService.Deploy:input_type -> weir.cluster.v1.DeployRequest
+	16, // 18: weir.cluster.v1.WorkerService.Control:input_type -> weir.cluster.v1.ControlRequest
+	18, // 19: weir.cluster.v1.WorkerService.Cancel:input_type -> weir.cluster.v1.CancelRequest
+	20, // 20: weir.cluster.v1.WorkerService.Probe:input_type -> weir.cluster.v1.ProbeRequest
+	3,  // 21: weir.cluster.v1.CoordinatorService.Register:output_type -> weir.cluster.v1.RegisterResponse
+	6,  // 22: weir.cluster.v1.CoordinatorService.Heartbeat:output_type -> weir.cluster.v1.HeartbeatResponse
+	10, // 23: weir.cluster.v1.CoordinatorService.Report:output_type -> weir.cluster.v1.ReportResponse
+	25, // 24: weir.cluster.v1.CoordinatorService.Status:output_type -> weir.cluster.v1.StatusResponse
+	14, // 25: weir.cluster.v1.WorkerService.Deploy:output_type -> weir.cluster.v1.DeployResponse
+	17, // 26: weir.cluster.v1.WorkerService.Control:output_type -> weir.cluster.v1.ControlResponse
+	19, // 27: weir.cluster.v1.WorkerService.Cancel:output_type -> weir.cluster.v1.CancelResponse
+	21, // 28: weir.cluster.v1.WorkerService.Probe:output_type -> weir.cluster.v1.ProbeResponse
+	21, // [21:29] is the sub-list for method output_type
+	13, // [13:21] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_cluster_proto_init() }
@@ -1749,7 +1874,7 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
