@@ -1,8 +1,11 @@
 package main
 
 import (
+	"errors"
+	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -11,7 +14,7 @@ import (
 	"github.com/weirstream/weir/examples/wordcount"
 )
 
-var webLine = regexp.MustCompile(`msg="serving metrics and the API" .* metrics=http://(\S+)/metrics`)
+var webLine = regexp.MustCompile(`msg="serving the web UI, metrics and the API" .* metrics=http://(\S+)/metrics`)
 
 // startWithAPI starts the job args describe with its API on a free port
 // and the token s3cret, and returns it and the API's address.
@@ -83,7 +86,8 @@ func TestSavepointCancelAndRestore(t *testing.T) {
 }
 
 // TestStopWithSavepoint: savepoint --stop takes a savepoint and stops the
-// job; a run restored from it finishes the job exactly-once.
+// job; a run restored from it at another parallelism finishes the job
+// exactly-once; savepoint dispose then deletes the savepoint.
 func TestStopWithSavepoint(t *testing.T) {
 	j := newJob(t, 4, 250_000)
 	args := []string{"run", "wordcount", "--input", j.input, "--output", j.output, "--checkpoint-dir", j.ckpt, "--parallelism", "2",
@@ -101,8 +105,10 @@ func TestStopWithSavepoint(t *testing.T) {
 	if !strings.Contains(run.log.String(), "Resume with") {
 		t.Fatalf("the stopped job (%v) did not say how to resume:\n%s", run.err, run.log)
 	}
-	if out, err := exec.Command(weirBin, append(args, "--restore", m[2])...).CombinedOutput(); err != nil {
-		t.Fatalf("restore from savepoint %s: %v\n%s", m[2], err, out)
+	rescaled := append(slices.Clone(args), "--restore", m[2])
+	rescaled[slices.Index(rescaled, "--parallelism")+1] = "3"
+	if out, err := exec.Command(weirBin, rescaled...).CombinedOutput(); err != nil {
+		t.Fatalf("restore from savepoint %s at parallelism 3: %v\n%s", m[2], err, out)
 	}
 	rep, err := wordcount.Verify(vfs.Default, j.output, j.want, false)
 	if err != nil {
@@ -112,4 +118,10 @@ func TestStopWithSavepoint(t *testing.T) {
 		t.Fatalf("after stopping with savepoint %s: %v", m[1], rep)
 	}
 	t.Logf("stopped with savepoint %s; %v", m[1], rep)
+	if out, err := exec.Command(weirBin, "savepoint", "dispose", m[2]).CombinedOutput(); err != nil || !strings.Contains(string(out), "savepoint "+m[1]+" disposed") {
+		t.Fatalf("savepoint dispose %s: %v\n%s", m[2], err, out)
+	}
+	if _, err := os.Stat(m[2]); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("savepoint %s after dispose: %v", m[2], err)
+	}
 }

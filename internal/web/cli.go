@@ -12,11 +12,14 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/spf13/cobra"
+
+	"github.com/weirstream/weir/storage"
 )
 
 // Commands are the CLI's commands on a running job's API: savepoint,
-// cancel, checkpoints, list. weir and job programs (weir.Main) add them.
+// cancel, checkpoints, list; and savepoint dispose, on storage. weir and job programs (weir.Main) add them.
 func Commands() []*cobra.Command {
 	var addr, token string
 	var timeout time.Duration
@@ -75,6 +78,22 @@ func Commands() []*cobra.Command {
 		},
 	}, true)
 	savepoint.Flags().BoolVar(&stop, "stop", false, "stop the job once the savepoint completes (resume it with --restore <the savepoint>)")
+	savepoint.AddCommand(&cobra.Command{
+		Use:   "dispose PATH",
+		Short: "Delete a savepoint (a chk-<id> directory or URL that `weir savepoint` printed); Weir never deletes one itself",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			d, err := storage.DisposeSavepoint(cmd.Context(), vfs.Default, args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "savepoint %d disposed: %s\n", d.ID, args[0])
+			if d.SharedKept {
+				fmt.Fprintf(cmd.OutOrStdout(), "the shared files only it used stay until the job's next start deletes them (%v)\n", d.Held)
+			}
+			return nil
+		},
+	})
 	cancel := flags(&cobra.Command{
 		Use:   "cancel",
 		Short: "Cancel a running job (its checkpoints are kept, to resume with --restore latest)",

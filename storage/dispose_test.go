@@ -1,0 +1,117 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/weirstream/weir/checkpoint"
+)
+
+// TestDisposeSavepoint: a checkpoint is refused; a savepoint goes with its
+// files and the shared files only it used, while those another checkpoint
+// uses stay; with the storage held by a running job, its shared files stay
+// for that job's next start to delete.
+func TestDisposeSavepoint(t *testing.T) {
+	fs := vfs.NewMem()
+	open := func() *Dir {
+		d, err := NewDir(fs, "/ckpt", "job", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Scan(); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	d := open()
+	// commit writes checkpoint id with the shared files named, reusing
+	// those given, and one state file of its own.
+	commit := func(id checkpoint.ID, savepoint bool, reuse []checkpoint.Handle, files ...string) []checkpoint.Handle {
+		t.Helper()
+		if err := d.Reserve(id); err != nil {
+			t.Fatal(err)
+		}
+		hs := slices.Clone(reuse)
+		for _, f := range files {
+			h, err := d.WriteShared(id, checkpoint.Handle{Operator: "count", Parallelism: 1, Kind: "pebble-data", File: f}, bytes.NewReader([]byte(f)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			hs = append(hs, h)
+		}
+		own, err := d.WriteState(id, handle(), stateOf(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := &checkpoint.Metadata{Job: "job", ID: id, Triggered: t0, Savepoint: savepoint, Operators: operators,
+			Tasks: []checkpoint.TaskState{{Task: task, Handles: append(hs, own)}}}
+		if err := d.Commit(m); err != nil {
+			t.Fatal(err)
+		}
+		return hs
+	}
+	one := commit(1, false, nil, "a.sst", "b.sst")
+	commit(2, true, one[:1], "c.sst")
+	ctx := context.Background()
+
+	if _, err := DisposeSavepoint(ctx, fs, d.CheckpointDir(1)); err == nil || !strings.Contains(err.Error(), "not a savepoint") {
+		t.Fatalf("disposing checkpoint 1: %v", err)
+	}
+	got, err := DisposeSavepoint(ctx, fs, d.CheckpointDir(2))
+	if err != nil || got.ID != 2 || got.SharedKept {
+		t.Fatalf("disposing savepoint 2: %+v, %v", got, err)
+	}
+	// names are the shared files' names, less the prefix storage adds.
+	names := func(d *Dir) string {
+		var out []string
+		for _, f := range dirShared(t, d) {
+			out = append(out, f[strings.LastIndex(f, "-")+1:])
+		}
+		slices.Sort(out)
+		return strings.Join(out, " ")
+	}
+	if got := names(d); got != "a.sst b.sst" {
+		t.Fatalf("shared files after disposing savepoint 2: %s (want checkpoint 1's a and b)", got)
+	}
+	if _, err := fs.Stat(d.CheckpointDir(2)); err == nil {
+		t.Fatal("savepoint 2's directory is still there")
+	}
+	scan, err := open().Scan()
+	if err != nil || len(scan.Completed) != 1 || scan.Completed[0].ID != 1 {
+		t.Fatalf("after disposing: %+v, %v", scan.Completed, err)
+	}
+	if _, err := DisposeSavepoint(ctx, fs, d.CheckpointDir(2)); err == nil {
+		t.Fatal("a savepoint disposed twice")
+	}
+
+	// A job holds the storage: savepoint 3 goes, its own shared file d
+	// stays until the job's next start.
+	lock, err := d.Lock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit(3, true, one[1:], "d.sst")
+	got, err = DisposeSavepoint(ctx, fs, d.CheckpointDir(3))
+	if err != nil || !got.SharedKept || got.Held == nil {
+		t.Fatalf("disposing savepoint 3 while the storage is held: %+v, %v", got, err)
+	}
+	if got := names(d); got != "a.sst b.sst d.sst" {
+		t.Fatalf("shared files while the storage is held: %s (want a, b and d)", got)
+	}
+	lock.Close()
+	next := open()
+	if err := next.RemoveOrphans(); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(next); got != "a.sst b.sst" {
+		t.Fatalf("shared files at the next start: %s (want a and b)", got)
+	}
+	if _, err := DisposeSavepoint(ctx, fs, "/ckpt/job/not-a-checkpoint"); err == nil {
+		t.Fatal("a path that is no checkpoint was accepted")
+	}
+}
