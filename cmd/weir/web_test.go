@@ -64,7 +64,10 @@ func TestSavepointCancelAndRestore(t *testing.T) {
 	if out, err := weir("list", "--web", addr); err != nil || !regexp.MustCompile(`wordcount +running`).MatchString(out) {
 		t.Fatalf("list: %v\n%s", err, out)
 	}
-	if out, err := weir("cancel", "--web", addr, "--token", "s3cret"); err != nil {
+	if out, err := weir("cancel", "nosuchjob", "--web", addr, "--token", "s3cret"); err == nil || !strings.Contains(out, `runs job "wordcount"`) {
+		t.Fatalf("cancel of a job the process does not run: %v\n%s", err, out)
+	}
+	if out, err := weir("cancel", "wordcount", "--web", addr, "--token", "s3cret"); err != nil {
 		t.Fatalf("cancel: %v\n%s", err, out)
 	}
 	<-run.done

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -30,14 +31,15 @@ func Commands() []*cobra.Command {
 			cmd.Flags().StringVar(&token, "token", os.Getenv("WEIR_WEB_TOKEN"), "the job's --web-token (default $WEIR_WEB_TOKEN)")
 		}
 		cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, "give up after this long")
-		cmd.Args = cobra.NoArgs
+		cmd.Args = cobra.MaximumNArgs(1)
+		cmd.Use += " [JOB]"
 		return cmd
 	}
 	savepoint := flags(&cobra.Command{
 		Use:   "savepoint",
 		Short: "Take a savepoint of a running job (--stop: then stop it) and print where it is, for --restore; Weir never deletes it",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := newClient(cmd.Context(), addr, token, timeout)
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := newClient(cmd.Context(), addr, token, timeout, args)
 			if err != nil {
 				return err
 			}
@@ -97,8 +99,8 @@ func Commands() []*cobra.Command {
 	cancel := flags(&cobra.Command{
 		Use:   "cancel",
 		Short: "Cancel a running job (its checkpoints are kept, to resume with --restore latest)",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := newClient(cmd.Context(), addr, token, timeout)
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := newClient(cmd.Context(), addr, token, timeout, args)
 			if err != nil {
 				return err
 			}
@@ -109,8 +111,8 @@ func Commands() []*cobra.Command {
 	checkpoints := flags(&cobra.Command{
 		Use:   "checkpoints",
 		Short: "List a running job's last checkpoints",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := newClient(cmd.Context(), addr, "", timeout)
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := newClient(cmd.Context(), addr, "", timeout, args)
 			if err != nil {
 				return err
 			}
@@ -137,8 +139,8 @@ func Commands() []*cobra.Command {
 	list := flags(&cobra.Command{
 		Use:   "list",
 		Short: "Show the job a process runs: its state, attempt, restarts and last checkpoint",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := newClient(cmd.Context(), addr, "", timeout)
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := newClient(cmd.Context(), addr, "", timeout, args)
 			if err != nil {
 				return err
 			}
@@ -167,12 +169,21 @@ type client struct {
 	token  string
 }
 
-func newClient(ctx context.Context, addr, token string, timeout time.Duration) (*client, error) {
+// newClient returns a client of the API at addr; with a job named (args),
+// it checks first that the process runs that job.
+func newClient(ctx context.Context, addr, token string, timeout time.Duration, args []string) (*client, error) {
 	if addr == "" {
 		return nil, errors.New("--web is required: the address the job serves its API at")
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
-	return &client{ctx: ctx, cancel: cancel, base: "http://" + addr, token: token}, nil
+	c := &client{ctx: ctx, cancel: cancel, base: "http://" + addr, token: token}
+	if len(args) == 1 {
+		if err := c.do(http.MethodGet, "/api/v1/jobs/"+url.PathEscape(args[0]), http.StatusOK, nil); err != nil {
+			cancel()
+			return nil, err
+		}
+	}
+	return c, nil
 }
 
 // do sends a request and decodes the answer into out (if set), which must

@@ -260,6 +260,12 @@ func New(job string, feeds Feeds, control Control, now func() time.Time) *Server
 	return s
 }
 
+func (s *Server) jobState() Job {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.job
+}
+
 // subtasks returns the subtasks' counters, with rates over the last
 // interval; a reading younger than rateInterval is not taken again.
 func (s *Server) subtasks() []Subtask {
@@ -442,6 +448,8 @@ func appendBounded[T any](s []T, v T) []T {
 // Handler serves the web UI at /, /metrics and the API:
 //
 //	GET /api/v1/job          the job's state
+//	GET /api/v1/jobs         the jobs this process runs (one)
+//	GET /api/v1/jobs/{job}   that job's state; 404 for another name
 //	GET /api/v1/checkpoints  the last 100 checkpoints, oldest first
 //	GET /api/v1/checkpoints/{id}  one of them with its tasks' timeline
 //	GET /api/v1/failures     the last 100 failures, oldest first
@@ -458,10 +466,14 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	uiHandler(mux)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /api/v1/job", func(w http.ResponseWriter, _ *http.Request) {
-		s.mu.Lock()
-		j := s.job
-		s.mu.Unlock()
+	mux.HandleFunc("GET /api/v1/job", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, s.jobState()) })
+	mux.HandleFunc("GET /api/v1/jobs", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, []Job{s.jobState()}) })
+	mux.HandleFunc("GET /api/v1/jobs/{job}", func(w http.ResponseWriter, r *http.Request) {
+		j := s.jobState()
+		if r.PathValue("job") != j.Name {
+			http.Error(w, fmt.Sprintf("no job %q here: this process runs job %q", r.PathValue("job"), j.Name), http.StatusNotFound)
+			return
+		}
 		writeJSON(w, j)
 	})
 	mux.HandleFunc("GET /api/v1/checkpoints", func(w http.ResponseWriter, _ *http.Request) {

@@ -75,6 +75,14 @@ func TestMetricsAndAPI(t *testing.T) {
 	if job.State != "running" || job.Attempt != 2 || job.RestoredFrom != 1 || job.Restarts != 1 {
 		t.Fatalf("job: %+v", job)
 	}
+	if got := get(t, h, "/api/v1/jobs/demo"); !strings.Contains(got, `"name": "demo"`) {
+		t.Fatalf("jobs/demo: %s", got)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/api/v1/jobs/other", nil))
+	if rec.Code != http.StatusNotFound || !strings.Contains(rec.Body.String(), `runs job "demo"`) {
+		t.Fatalf("an unknown job: %d %s", rec.Code, rec.Body)
+	}
 	var cs []Checkpoint
 	if err := json.Unmarshal([]byte(get(t, h, "/api/v1/checkpoints")), &cs); err != nil {
 		t.Fatal(err)
@@ -92,7 +100,7 @@ func TestMetricsAndAPI(t *testing.T) {
 	if len(one.Tasks) != 1 || one.Tasks[0].Task != "window#1" || one.Tasks[0].Align != 0.03 || len(one.Tasks[0].Arrivals) != 2 || one.Tasks[0].Arrivals[1] != 0.03 {
 		t.Fatalf("checkpoint 1: %+v", one)
 	}
-	rec := httptest.NewRecorder()
+	rec = httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/api/v1/checkpoints/999", nil))
 	if rec.Code != http.StatusNotFound {
 		t.Fatalf("an unknown checkpoint: %d", rec.Code)
