@@ -61,11 +61,11 @@ func TestWebServesMetricsAndAPI(t *testing.T) {
 		}
 		m := read("/metrics")
 		if len(cs) > 0 && cs[0].Status == "completed" && strings.Contains(m, `weir_checkpoints_total{job="observed",result="completed"}`) &&
-			sourceRecords.MatchString(m) {
+			sourceRecords.MatchString(m) && strings.Contains(m, `weir_sink_commit_duration_seconds_count{job="observed",subtask="0",vertex="sum"}`) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no completed checkpoint and records within a minute:\n%s", m)
+			t.Fatalf("no completed checkpoint, records and sink commits within a minute:\n%s", m)
 		}
 		select {
 		case err := <-done:

@@ -215,6 +215,7 @@ func (ts *Tasks) build(ctx context.Context, spec Spec, p Part, reports chan<- Re
 			}
 			for _, node := range vx.Nodes {
 				t.contexts = append(t.contexts, operatorContext(spec, p, plan.Graph.Nodes[node], s))
+				t.sink = t.sink || plan.Graph.Nodes[node].Kind == graph.KindSink
 			}
 			switch h := parts.Head.(type) {
 			case operator.Source:

@@ -22,6 +22,7 @@ type TaskStats struct {
 	in, out             atomic.Int64
 	idle, backPressured atomic.Int64 // nanoseconds
 	watermark           atomic.Int64
+	commits, commitTime atomic.Int64 // a sink's; nanoseconds
 }
 
 // AddIn counts n records entering the task: read by its source, or taken
@@ -50,6 +51,13 @@ func (s *TaskStats) addBackPressure(d time.Duration) {
 	}
 }
 
+func (s *TaskStats) addCommit(d time.Duration) {
+	if s != nil {
+		s.commits.Add(1)
+		s.commitTime.Add(int64(d))
+	}
+}
+
 func (s *TaskStats) setWatermark(wm int64) {
 	if s != nil {
 		s.watermark.Store(wm)
@@ -71,6 +79,10 @@ type SubtaskStats struct {
 	// Watermark is its event-time watermark in milliseconds since the
 	// epoch; operator.MinTime while it has none.
 	Watermark int64
+	// Commits counts the completed checkpoints a subtask ending in a sink
+	// committed, and CommitTime is the time they took.
+	Commits    int64
+	CommitTime time.Duration
 }
 
 // Busy is the time the subtask worked.
@@ -127,7 +139,7 @@ func (r *Stats) Read(now time.Time) []SubtaskStats {
 			Task: s.task, Attempt: s.attempt, Uptime: now.Sub(s.started),
 			In: s.in.Load(), Out: s.out.Load(),
 			Idle: time.Duration(s.idle.Load()), BackPressured: time.Duration(s.backPressured.Load()),
-			Watermark: s.watermark.Load(),
+			Watermark: s.watermark.Load(), Commits: s.commits.Load(), CommitTime: time.Duration(s.commitTime.Load()),
 		})
 	}
 	for _, s := range r.reported {

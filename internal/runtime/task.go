@@ -118,6 +118,8 @@ type task struct {
 	snapshotted checkpoint.ID
 
 	stats *TaskStats
+	// sink: the chain ends in a sink, whose commits are timed.
+	sink bool
 }
 
 // maxTraces bounds the checkpoints a task traces at once.
@@ -411,10 +413,14 @@ func (t *task) control(ctx context.Context, m Control) error {
 		}
 		return t.broadcast(Event{Kind: KindCancel, ID: m.ID})
 	case ControlComplete:
+		start := time.Now()
 		for i, op := range t.ops {
 			if err := op.NotifyComplete(m.ID); err != nil {
 				return fmt.Errorf("task %s: %s: checkpoint %d complete: %w", t.id, t.contexts[i].UID, m.ID, err)
 			}
+		}
+		if t.sink {
+			t.stats.addCommit(time.Since(start))
 		}
 		if err := t.outputErr(); err != nil {
 			return err

@@ -132,6 +132,11 @@ type Subtask struct {
 	// Watermark is the event-time watermark (ms since the epoch), absent
 	// while there is none.
 	Watermark *int64 `json:"watermark,omitempty"`
+	// A subtask ending in a sink: the checkpoints it committed, the time
+	// the commits took, and the last interval's mean commit time.
+	Commits       int64   `json:"sinkCommits,omitempty"`
+	CommitSeconds float64 `json:"sinkCommitSeconds,omitempty"`
+	CommitLatency float64 `json:"sinkCommitLatencySeconds,omitempty"`
 }
 
 // Failure is one failure that restarted the job.
@@ -282,7 +287,8 @@ func (s *Server) subtasks() []Subtask {
 		next[st.Task] = st
 		r := Subtask{Task: st.Task.String(), Vertex: st.Task.Vertex, Subtask: st.Task.Subtask, Attempt: st.Attempt,
 			Uptime: st.Uptime.Seconds(), RecordsIn: st.In, RecordsOut: st.Out,
-			BusySeconds: st.Busy().Seconds(), IdleSeconds: st.Idle.Seconds(), BackPressuredSeconds: st.BackPressured.Seconds()}
+			BusySeconds: st.Busy().Seconds(), IdleSeconds: st.Idle.Seconds(), BackPressuredSeconds: st.BackPressured.Seconds(),
+			Commits: st.Commits, CommitSeconds: st.CommitTime.Seconds()}
 		if st.Watermark != operator.MinTime {
 			r.Watermark = &st.Watermark
 		}
@@ -297,6 +303,9 @@ func (s *Server) subtasks() []Subtask {
 			r.Idle = min((st.Idle-p.Idle).Seconds()/dt, 1)
 			r.BackPressured = min((st.BackPressured-p.BackPressured).Seconds()/dt, 1-r.Idle)
 			r.Busy = 1 - r.Idle - r.BackPressured
+		}
+		if n := st.Commits - p.Commits; n > 0 {
+			r.CommitLatency = (st.CommitTime - p.CommitTime).Seconds() / float64(n)
 		}
 		rates[i] = r
 	}
@@ -323,11 +332,12 @@ var (
 	subtaskIdleDesc = prometheus.NewDesc("weir_subtask_idle_seconds_total", "Time a subtask waited for input or a timer, in its current attempt.", subtaskLabels, nil)
 	subtaskBPDesc   = prometheus.NewDesc("weir_subtask_backpressured_seconds_total", "Time a subtask waited for room downstream, in its current attempt.", subtaskLabels, nil)
 	subtaskBPRatio  = prometheus.NewDesc("weir_subtask_backpressure_ratio", "The share of the last second a subtask waited for room downstream.", subtaskLabels, nil)
+	sinkCommitDesc  = prometheus.NewDesc("weir_sink_commit_duration_seconds", "The time a subtask ending in a sink took to commit a completed checkpoint's output, in its current attempt.", subtaskLabels, nil)
 	subtaskWMDesc   = prometheus.NewDesc("weir_subtask_watermark_seconds", "A subtask's event-time watermark, in seconds since the epoch (absent while it has none).", subtaskLabels, nil)
 )
 
 func (c operatorCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{recordsDesc, lateDesc, subtaskInDesc, subtaskOutDesc, subtaskBusyDesc, subtaskIdleDesc, subtaskBPDesc, subtaskBPRatio, subtaskWMDesc} {
+	for _, d := range []*prometheus.Desc{recordsDesc, lateDesc, subtaskInDesc, subtaskOutDesc, subtaskBusyDesc, subtaskIdleDesc, subtaskBPDesc, subtaskBPRatio, subtaskWMDesc, sinkCommitDesc} {
 		ch <- d
 	}
 }
@@ -345,6 +355,9 @@ func (c operatorCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(subtaskIdleDesc, prometheus.CounterValue, st.IdleSeconds, l...)
 		ch <- prometheus.MustNewConstMetric(subtaskBPDesc, prometheus.CounterValue, st.BackPressuredSeconds, l...)
 		ch <- prometheus.MustNewConstMetric(subtaskBPRatio, prometheus.GaugeValue, st.BackPressured, l...)
+		if st.Commits > 0 {
+			ch <- prometheus.MustNewConstSummary(sinkCommitDesc, uint64(st.Commits), st.CommitSeconds, nil, l...)
+		}
 		if st.Watermark != nil {
 			ch <- prometheus.MustNewConstMetric(subtaskWMDesc, prometheus.GaugeValue, float64(*st.Watermark)/1000, l...)
 		}

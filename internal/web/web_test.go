@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -44,8 +45,10 @@ func TestMetricsAndAPI(t *testing.T) {
 	// a quarter.
 	window := checkpoint.TaskID{Vertex: "window", Subtask: 1}
 	readings := [][]runtime.SubtaskStats{
-		{{Task: window, Attempt: 2, Uptime: 3 * time.Second, In: 1000, Out: 100, Idle: time.Second, BackPressured: time.Second, Watermark: operator.MinTime}},
-		{{Task: window, Attempt: 2, Uptime: 5 * time.Second, In: 3000, Out: 500, Idle: 1500 * time.Millisecond, BackPressured: 1500 * time.Millisecond, Watermark: 1_700_000_000_000}},
+		{{Task: window, Attempt: 2, Uptime: 3 * time.Second, In: 1000, Out: 100, Idle: time.Second, BackPressured: time.Second, Watermark: operator.MinTime,
+			Commits: 4, CommitTime: 40 * time.Millisecond}},
+		{{Task: window, Attempt: 2, Uptime: 5 * time.Second, In: 3000, Out: 500, Idle: 1500 * time.Millisecond, BackPressured: 1500 * time.Millisecond, Watermark: 1_700_000_000_000,
+			Commits: 10, CommitTime: 100 * time.Millisecond}},
 	}
 	feeds := Feeds{
 		Operators: func() []Operator { return ops },
@@ -128,7 +131,8 @@ func TestMetricsAndAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(sts) != 1 || sts[0].Task != "window#1" || sts[0].InPerSecond != 1000 || sts[0].OutPerSecond != 200 ||
-		sts[0].Busy != 0.5 || sts[0].Idle != 0.25 || sts[0].BackPressured != 0.25 || sts[0].Watermark == nil || *sts[0].Watermark != 1_700_000_000_000 {
+		sts[0].Busy != 0.5 || sts[0].Idle != 0.25 || sts[0].BackPressured != 0.25 || sts[0].Watermark == nil || *sts[0].Watermark != 1_700_000_000_000 ||
+		sts[0].Commits != 10 || math.Abs(sts[0].CommitLatency-0.01) > 1e-9 {
 		t.Fatalf("subtasks of window: %+v", sts)
 	}
 	if got := get(t, h, "/api/v1/subtasks?vertex=source"); strings.TrimSpace(got) != "[]" {
@@ -147,6 +151,8 @@ func TestMetricsAndAPI(t *testing.T) {
 		`weir_subtask_backpressured_seconds_total{job="demo",subtask="1",vertex="window"} 1.5`,
 		`weir_subtask_backpressure_ratio{job="demo",subtask="1",vertex="window"} 0.25`,
 		`weir_subtask_watermark_seconds{job="demo",subtask="1",vertex="window"} 1.7e+09`,
+		`weir_sink_commit_duration_seconds_count{job="demo",subtask="1",vertex="window"} 10`,
+		`weir_sink_commit_duration_seconds_sum{job="demo",subtask="1",vertex="window"} 0.1`,
 		`weir_records_total{job="demo",operator="window"} 900`,
 		`weir_late_records_dropped_total{job="demo",operator="window"} 3`,
 		`weir_checkpoints_total{job="demo",result="completed"} 1`,

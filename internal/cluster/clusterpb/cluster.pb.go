@@ -352,6 +352,8 @@ type SubtaskStats struct {
 	IdleNs          int64                  `protobuf:"varint,6,opt,name=idle_ns,json=idleNs,proto3" json:"idle_ns,omitempty"`
 	BackPressuredNs int64                  `protobuf:"varint,7,opt,name=back_pressured_ns,json=backPressuredNs,proto3" json:"back_pressured_ns,omitempty"`
 	Watermark       int64                  `protobuf:"varint,8,opt,name=watermark,proto3" json:"watermark,omitempty"`
+	Commits         int64                  `protobuf:"varint,9,opt,name=commits,proto3" json:"commits,omitempty"`
+	CommitNs        int64                  `protobuf:"varint,10,opt,name=commit_ns,json=commitNs,proto3" json:"commit_ns,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -438,6 +440,20 @@ func (x *SubtaskStats) GetBackPressuredNs() int64 {
 func (x *SubtaskStats) GetWatermark() int64 {
 	if x != nil {
 		return x.Watermark
+	}
+	return 0
+}
+
+func (x *SubtaskStats) GetCommits() int64 {
+	if x != nil {
+		return x.Commits
+	}
+	return 0
+}
+
+func (x *SubtaskStats) GetCommitNs() int64 {
+	if x != nil {
+		return x.CommitNs
 	}
 	return 0
 }
@@ -1668,7 +1684,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x10HeartbeatRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x123\n" +
-	"\x05stats\x18\x03 \x03(\v2\x1d.weir.cluster.v1.SubtaskStatsR\x05stats\"\x95\x02\n" +
+	"\x05stats\x18\x03 \x03(\v2\x1d.weir.cluster.v1.SubtaskStatsR\x05stats\"\xcc\x02\n" +
 	"\fSubtaskStats\x12+\n" +
 	"\x04task\x18\x01 \x01(\v2\x17.weir.cluster.v1.TaskIDR\x04task\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x03R\aattempt\x12\x1b\n" +
@@ -1679,7 +1695,10 @@ const file_cluster_proto_rawDesc = "" +
 	"recordsOut\x12\x17\n" +
 	"\aidle_ns\x18\x06 \x01(\x03R\x06idleNs\x12*\n" +
 	"\x11back_pressured_ns\x18\a \x01(\x03R\x0fbackPressuredNs\x12\x1c\n" +
-	"\twatermark\x18\b \x01(\x03R\twatermark\"\x13\n" +
+	"\twatermark\x18\b \x01(\x03R\twatermark\x12\x18\n" +
+	"\acommits\x18\t \x01(\x03R\acommits\x12\x1b\n" +
+	"\tcommit_ns\x18\n" +
+	" \x01(\x03R\bcommitNs\"\x13\n" +
 	"\x11HeartbeatResponse\":\n" +
 	"\x06TaskID\x12\x16\n" +
 	"\x06vertex\x18\x01 \x01(\tR\x06vertex\x12\x18\n" +

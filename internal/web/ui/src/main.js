@@ -172,18 +172,20 @@ function renderVertex() {
     $('vertex').replaceChildren();
     return;
   }
-  const cols = ['Subtask', 'Attempt', 'Records in', 'Records out', 'In / s', 'Out / s', 'Busy', 'Idle', 'Back-pressured', 'Watermark'];
+  const cols = ['Subtask', 'Attempt', 'Records in', 'Records out', 'In / s', 'Out / s', 'Busy', 'Idle', 'Back-pressured', 'Sink commit', 'Watermark'];
   const rows = ui.subtasks.filter((t) => t.vertex === v.id).map((t) => h('tr', { 'data-task': t.task },
     h('td', {}, t.task), h('td', { class: 'num' }, t.attempt),
     h('td', { class: 'num' }, fmtCount(t.recordsIn)), h('td', { class: 'num' }, fmtCount(t.recordsOut)),
     h('td', { class: 'num' }, fmtCount(t.recordsInPerSecond)), h('td', { class: 'num' }, fmtCount(t.recordsOutPerSecond)),
     h('td', { class: 'num' }, pct(t.busyRatio)), h('td', { class: 'num' }, pct(t.idleRatio)),
     h('td', { class: 'num', style: `background:${pressureColour[pressureLevel(t.backPressuredRatio)]}` }, pct(t.backPressuredRatio)),
+    h('td', { class: 'num', title: t.sinkCommits ? `${t.sinkCommits} commits, ${fmtSeconds(t.sinkCommitSeconds)} in all` : '' },
+      t.sinkCommits ? fmtSeconds(t.sinkCommitLatencySeconds || t.sinkCommitSeconds / t.sinkCommits) : '—'),
     h('td', {}, t.watermark === undefined ? '—' : new Date(t.watermark).toISOString())));
   $('vertex').replaceChildren(
     h('h3', {}, `${vertexLabel(v)} — ${v.parallelism} subtasks (max parallelism ${v.maxParallelism})`),
     h('div', { class: 'scroll' }, h('table', { id: 'subtasks' },
-      h('thead', {}, h('tr', {}, ...cols.map((c, i) => h('th', { class: i > 1 && i < 9 ? 'num' : '' }, c)))),
+      h('thead', {}, h('tr', {}, ...cols.map((c, i) => h('th', { class: i > 1 && i < 10 ? 'num' : '' }, c)))),
       h('tbody', {}, ...rows))));
 }
 
