@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/weirstream/weir"
 	"github.com/weirstream/weir/checkpoint"
@@ -196,7 +197,7 @@ func (w *writer[T]) Open(ctx *operator.Context) error {
 		ctx.Logger.Info("kafka sink: no checkpoints, so records are written at least once and flushed when the input ends")
 	}
 	var err error
-	if w.plain, err = client(w.cfg.Brokers, w.cfg.ClientOpts, kgo.DefaultProduceTopic(w.cfg.Topic)); err != nil {
+	if w.plain, err = client(w.cfg.Brokers, w.cfg.ClientOpts, kgo.DefaultProduceTopic(w.cfg.Topic), transactionVersion1()); err != nil {
 		return err
 	}
 	if w.delivery != ExactlyOnce {
@@ -305,11 +306,29 @@ func (w *writer[T]) checkTimeout(ctx context.Context) error {
 	return nil
 }
 
+// transactionVersion1 caps the sink's clients below KIP-890 part 2
+// (transaction version 2). A restore commits a transaction a checkpoint
+// recorded by its producer id and epoch, and must tell a transaction
+// committed already (done) from one aborted (its records lost). Under
+// version 2 every EndTxn bumps the epoch, and franz-go opts in only once it
+// has seen a broker support it, re-initialising the producer id (another
+// bump) after a commit at version 1; the broker then answers the restore's
+// commit INVALID_TXN_STATE as if the transaction had been aborted, and the
+// job could not restore. Version 1 keeps a committed transaction's epoch
+// and answers a repeated commit as done.
+func transactionVersion1() kgo.Opt {
+	v := kversion.Stable()
+	v.SetMaxKeyVersion(int16(kmsg.Produce), 11)
+	v.SetMaxKeyVersion(int16(kmsg.EndTxn), 4)
+	v.SetMaxKeyVersion(int16(kmsg.TxnOffsetCommit), 4)
+	return kgo.MaxVersions(v)
+}
+
 // newTxn builds a transactional client for id and initialises its producer
 // id, which aborts a transaction a previous producer left open under it.
 func (w *writer[T]) newTxn(ctx context.Context, sub int, id string) (*txn, error) {
 	cl, err := client(w.cfg.Brokers, w.cfg.ClientOpts, kgo.DefaultProduceTopic(w.cfg.Topic),
-		kgo.TransactionalID(id), kgo.TransactionTimeout(w.cfg.TransactionTimeout))
+		kgo.TransactionalID(id), kgo.TransactionTimeout(w.cfg.TransactionTimeout), transactionVersion1())
 	if err != nil {
 		return nil, err
 	}
