@@ -3,7 +3,6 @@ package weir_test
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -11,52 +10,9 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/weirstream/weir/internal/browsertest"
 )
-
-// browser starts headless Chromium for the test. Without one it skips,
-// except under CI=true, where .ci/run installs it and its absence fails.
-func browser(t *testing.T) context.Context {
-	t.Helper()
-	var path string
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			path = p
-			break
-		}
-	}
-	if path == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("no Chromium on PATH under CI=true (.ci/run installs Debian's chromium)")
-		}
-		t.Skip("no Chromium on PATH: install Debian's chromium to run the browser test")
-	}
-	opts := append(slices.Clone(chromedp.DefaultExecAllocatorOptions[:]),
-		chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()),
-		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true), chromedp.WindowSize(1400, 1000))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelBrowser := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
-	ctx, cancelTimeout := context.WithTimeout(ctx, 2*time.Minute)
-	t.Cleanup(func() {
-		cancelTimeout()
-		cancelBrowser()
-		cancelAlloc()
-	})
-	return ctx
-}
-
-// artifacts is where a test saves what a person should look at:
-// $WEIR_TEST_ARTIFACTS, else a directory of the test's own.
-func artifacts(t *testing.T) string {
-	t.Helper()
-	dir := os.Getenv("WEIR_TEST_ARTIFACTS")
-	if dir == "" {
-		return t.TempDir()
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
 
 // TestWebUIInABrowser loads the UI of the running slowed job in headless
 // Chromium and finds in the DOM the job graph's vertices (the sources
@@ -65,7 +21,7 @@ func artifacts(t *testing.T) string {
 // which the tasks downstream of the slowed subtask show a blocked
 // channel. It saves screenshots of the graph and the timeline.
 func TestWebUIInABrowser(t *testing.T) {
-	ctx := browser(t)
+	ctx := browsertest.Start(t, 2*time.Minute)
 	base := "http://" + slowedJob(t) + "/"
 	step := func(what string, err error) {
 		t.Helper()
@@ -75,7 +31,7 @@ func TestWebUIInABrowser(t *testing.T) {
 		// What the page shows, to tell why.
 		text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
 		png, _ := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-		shot := filepath.Join(artifacts(t), "ui-failure.png")
+		shot := filepath.Join(browsertest.Artifacts(t), "ui-failure.png")
 		os.WriteFile(shot, png, 0o644)
 		t.Fatalf("the UI at %s: %s: %v\n(screenshot %s) the page says:\n%s", base, what, err, shot, text)
 	}
@@ -101,9 +57,9 @@ func TestWebUIInABrowser(t *testing.T) {
 	step("click the slowed vertex for its subtasks", chromedp.Do(ctx,
 		chromedp.Click(`#graph .vertex[data-id="slow"]`),
 		chromedp.WaitVisible(`#subtasks tbody tr[data-task="slow#1"]`)))
-	graphPNG, err := chromedp.Run(ctx, chromedp.Screenshot(`#graph`, chromedp.NodeVisible))
+	graphPNG, err := chromedp.Run(ctx, chromedp.Screenshot(`#graph-section`, chromedp.NodeVisible))
 	step("screenshot the graph", err)
-	timelinePNG, err := chromedp.Run(ctx, chromedp.Screenshot(`#timeline`, chromedp.NodeVisible))
+	timelinePNG, err := chromedp.Run(ctx, chromedp.Screenshot(`#timeline-section`, chromedp.NodeVisible))
 	step("screenshot the timeline", err)
 	pagePNG, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	step("screenshot the page", err)
@@ -111,7 +67,7 @@ func TestWebUIInABrowser(t *testing.T) {
 	if !slices.Equal(vertices, []string{"count", "numbers", "slow"}) {
 		t.Fatalf("graph vertices %v", vertices)
 	}
-	dir := artifacts(t)
+	dir := browsertest.Artifacts(t)
 	for name, b := range map[string][]byte{"ui-graph.png": graphPNG, "ui-timeline.png": timelinePNG, "ui-page.png": pagePNG} {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
 			t.Fatal(err)

@@ -22,6 +22,7 @@ var layers = map[string]int{
 	"internal/lockfile":                           0,
 	"internal/pgtest":                             0,
 	"internal/s3test":                             0,
+	"internal/browsertest":                        0,
 	"internal/cluster/clusterpb":                  0,
 	"internal/cluster/clusterpb/clusterpbconnect": 1,
 	"internal/arch":                               0,

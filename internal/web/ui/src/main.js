@@ -36,6 +36,14 @@ function setAttrs(e, attrs) {
   }
 }
 
+const esc = (v) => String(v).replace(/[&<>"]/g, (ch) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' })[ch]);
+
+// tag writes one element's markup.
+function tag(name, attrs, text) {
+  const as = Object.entries(attrs).map(([k, v]) => ` ${k}="${esc(v)}"`).join('');
+  return text === undefined ? `<${name}${as}/>` : `<${name}${as}>${esc(text)}</${name}>`;
+}
+
 function fmtSeconds(x) {
   if (x === undefined || x === null) return '';
   if (x === 0) return '0';
@@ -271,49 +279,109 @@ function renderTimeline() {
     .filter((t) => !ui.timelineVertex || t.vertex === ui.timelineVertex)
     .sort((a, b) => (order.get(a.vertex) - order.get(b.vertex)) || (a.subtask - b.subtask));
   const end = Math.max(c.durationSeconds || 0, ...tasks.map((t) => t.ackedSeconds), 1e-6);
-  const W = 1000, L = 150, R = 10, top = 18;
+  const box = $('timeline');
+  const W = Math.max(800, box.clientWidth - 20), L = 150, R = 10;
   const x = (sec) => L + (Math.max(0, sec) / end) * (W - L - R);
-  const rowHeight = (t) => 14 + 3 * Math.min((t.barrierArrivalsSeconds || []).length, 4);
-  const height = top + tasks.reduce((a, t) => a + rowHeight(t), 0) + 4;
-  const root = s('svg', { viewBox: `0 0 ${W} ${height}`, width: '100%', height });
-  for (let i = 0; i <= 4; i++) {
-    const sec = (end * i) / 4;
-    root.append(s('line', { class: 'tl-grid', x1: x(sec), y1: top - 4, x2: x(sec), y2: height }),
-      s('text', { x: x(sec), y: 11, 'text-anchor': i === 4 ? 'end' : 'middle' }, fmtSeconds(sec)));
-  }
-  let y = top;
+  // A row: the task's bar, then a line per input channel it blocked for
+  // 1% of the checkpoint or more (up to 4), labelled.
+  const timesOf = (t) => {
+    const syncStart = Math.max(0, t.ackedSeconds - t.asyncSeconds - t.syncSeconds);
+    return { syncStart, first: Math.max(0, syncStart - t.alignSeconds) };
+  };
+  const blockedOf = (t) => {
+    const { syncStart, first } = timesOf(t);
+    if (!blocks) return [];
+    return (t.barrierArrivalsSeconds || []).map((a, i) => ({ i, at: first + a, a }))
+      .filter((b) => b.a >= 0 && syncStart - b.at >= end / 100).slice(0, 4);
+  };
+  const offsets = [];
+  let total = 0;
   for (const t of tasks) {
+    offsets.push(total);
+    total += 16 + 11 * blockedOf(t).length;
+  }
+  const rowMarkup = (t, y) => {
     const acked = t.ackedSeconds;
-    const syncStart = Math.max(0, acked - t.asyncSeconds - t.syncSeconds);
-    const first = Math.max(0, syncStart - t.alignSeconds);
+    const { syncStart, first } = timesOf(t);
     const arrivals = t.barrierArrivalsSeconds || [];
     const channels = t.channels || [];
-    const lines = arrivals.map((a, i) => {
+    const out = [`<g class="tl-row" data-task="${esc(t.task)}">`,
+      tag('text', { x: L - 6, y: y + 10, 'text-anchor': 'end' }, t.task),
+      tag('rect', { class: 'tl-wait', x: x(0), y: y + 5, width: Math.max(0, x(first) - x(0)), height: 2 }),
+      tag('rect', { class: 'tl-align', x: x(first), y: y + 2, width: Math.max(0, x(syncStart) - x(first)), height: 8 }),
+      tag('rect', { class: 'tl-sync', x: x(syncStart), y: y + 2, width: Math.max(1, x(syncStart + t.syncSeconds) - x(syncStart)), height: 8 }),
+      tag('rect', { class: 'tl-async', x: x(syncStart + t.syncSeconds), y: y + 2, width: Math.max(1, x(acked) - x(syncStart + t.syncSeconds)), height: 8 })];
+    // Ticks at the first and the last barrier (a task may read hundreds
+    // of channels; the hover lists them all).
+    const came = arrivals.filter((a) => a >= 0);
+    for (const a of came.length ? [Math.min(...came), Math.max(...came)] : []) {
+      out.push(tag('line', { class: 'tl-tick', x1: x(first + a), y1: y, x2: x(first + a), y2: y + 12 }));
+    }
+    blockedOf(t).forEach(({ i, at }, k) => {
+      const ly = y + 21 + 11 * k;
+      const label = `${channels[i] || `channel ${i}`} blocked ${fmtSeconds(syncStart - at)}`;
+      out.push(tag('rect', { class: 'tl-blocked', 'data-channel': channels[i] || i, x: x(at), y: ly, width: x(syncStart) - x(at), height: 2 }),
+        tag('text', { class: 'tl-label', x: x(syncStart) - x(at) > 6 * label.length ? x(at) + 3 : x(syncStart) + 3, y: ly - 1 }, label));
+    });
+    out.push('</g>');
+    return out.join('');
+  };
+  // The axis, then the rows in a scrolling box that draws only the rows
+  // in view (and a screen's worth around them): a thousand subtasks would
+  // make tens of thousands of elements.
+  const ticks = [0, 1, 2, 3, 4].map((i) => (end * i) / 4);
+  const axis = s('svg', { width: W, height: 16 });
+  axis.innerHTML = ticks.map((sec, i) => tag('text', { x: x(sec), y: 12, 'text-anchor': i === 4 ? 'end' : 'middle' }, fmtSeconds(sec))).join('');
+  const rows = h('div', { class: 'tl-rows', style: `height:${total}px` });
+  const scroller = h('div', { class: 'tl-scroll' }, rows);
+  let drawnFrom = -1, drawnTo = -1;
+  const draw = () => {
+    const top = scroller.scrollTop, view = scroller.clientHeight || 600;
+    const from = Math.max(0, top - view), to = Math.min(total, top + 2 * view);
+    if (from >= drawnFrom && to <= drawnTo && drawnFrom >= 0) return;
+    let i = 0, lo = 0, hi = tasks.length; // the first row ending after from
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (offsets[mid] + 16 < from) lo = mid + 1; else hi = mid;
+    }
+    i = lo;
+    const out = ticks.map((sec) => tag('line', { class: 'tl-grid', x1: x(sec), y1: from, x2: x(sec), y2: to }));
+    for (; i < tasks.length && offsets[i] < to; i++) out.push(rowMarkup(tasks[i], offsets[i]));
+    const svg = s('svg', { width: W, height: to - from, viewBox: `0 ${from} ${W} ${to - from}`, style: `position:absolute;left:0;top:${from}px` });
+    svg.innerHTML = out.join('');
+    rows.replaceChildren(svg);
+    drawnFrom = from;
+    drawnTo = to;
+  };
+  let pending = false;
+  scroller.addEventListener('scroll', () => {
+    if (pending) return;
+    pending = true;
+    requestAnimationFrame(() => { pending = false; draw(); });
+  });
+  // The hover text, a line per channel, is built when a row is first
+  // hovered.
+  const byTask = new Map(tasks.map((t) => [t.task, t]));
+  scroller.addEventListener('mouseover', (e) => {
+    const g = e.target.closest('.tl-row');
+    if (!g || g.querySelector('title')) return;
+    const t = byTask.get(g.dataset.task);
+    const { syncStart, first } = timesOf(t);
+    const channels = t.channels || [];
+    g.prepend(s('title', {}, [`${t.task}: first barrier at ${fmtSeconds(first)}, acknowledged at ${fmtSeconds(t.ackedSeconds)}, ` +
+      `aligned ${fmtSeconds(t.alignSeconds)}, sync ${fmtSeconds(t.syncSeconds)}, async ${fmtSeconds(t.asyncSeconds)}, ${fmtBytes(t.bytes)}`,
+    ...(t.barrierArrivalsSeconds || []).map((a, i) => {
       const name = channels[i] || `channel ${i}`;
       if (a < 0) return `${name}: no barrier before the snapshot`;
-      const blocked = blocks ? syncStart - (first + a) : 0;
-      return `${name}: barrier +${fmtSeconds(a)}, blocked ${fmtSeconds(Math.max(0, blocked))}`;
-    });
-    const g = s('g', { class: 'tl-row', 'data-task': t.task },
-      s('title', {}, [`${t.task}: first barrier at ${fmtSeconds(first)}, acknowledged at ${fmtSeconds(acked)}, aligned ${fmtSeconds(t.alignSeconds)}, ` +
-        `sync ${fmtSeconds(t.syncSeconds)}, async ${fmtSeconds(t.asyncSeconds)}, ${fmtBytes(t.bytes)}`, ...lines].join('\n')),
-      s('text', { x: L - 6, y: y + 10, 'text-anchor': 'end' }, t.task),
-      s('rect', { class: 'tl-wait', x: x(0), y: y + 5, width: Math.max(0, x(first) - x(0)), height: 2 }),
-      s('rect', { class: 'tl-align', x: x(first), y: y + 2, width: Math.max(0, x(syncStart) - x(first)), height: 8 }),
-      s('rect', { class: 'tl-sync', x: x(syncStart), y: y + 2, width: Math.max(1, x(syncStart + t.syncSeconds) - x(syncStart)), height: 8 }),
-      s('rect', { class: 'tl-async', x: x(syncStart + t.syncSeconds), y: y + 2, width: Math.max(1, x(acked) - x(syncStart + t.syncSeconds)), height: 8 }));
-    arrivals.forEach((a, i) => {
-      if (a < 0) return;
-      const at = first + a;
-      g.append(s('line', { class: 'tl-tick', x1: x(at), y1: y, x2: x(at), y2: y + 12 }));
-      if (blocks && i < 4 && syncStart > at) {
-        g.append(s('rect', { class: 'tl-blocked', 'data-channel': channels[i] || i, x: x(at), y: y + 12 + 3 * i, width: x(syncStart) - x(at), height: 2 }));
-      }
-    });
-    root.append(g);
-    y += rowHeight(t);
+      return `${name}: barrier +${fmtSeconds(a)}, blocked ${fmtSeconds(blocks ? Math.max(0, syncStart - (first + a)) : 0)}`;
+    })].join('\n')));
+  });
+  if (!tasks.length) {
+    box.replaceChildren(h('p', { class: 'muted' }, 'No subtask of this vertex took part.'));
+    return;
   }
-  $('timeline').replaceChildren(tasks.length ? root : h('p', { class: 'muted' }, 'No subtask of this vertex took part.'));
+  box.replaceChildren(axis, scroller);
+  draw();
 }
 
 // ---- failures ----

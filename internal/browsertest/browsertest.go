@@ -1,0 +1,62 @@
+// Package browsertest starts headless Chromium for tests that load Weir's
+// web UI (chromedp), and says where they save screenshots.
+package browsertest
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// Start starts headless Chromium for the test and returns its context,
+// which ends with the test (or after timeout). Without Chromium the test
+// skips, except under CI=true, where .ci/run installs it and its absence
+// fails.
+func Start(t *testing.T, timeout time.Duration) context.Context {
+	t.Helper()
+	var path string
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			path = p
+			break
+		}
+	}
+	if path == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("no Chromium on PATH under CI=true (.ci/run installs Debian's chromium)")
+		}
+		t.Skip("no Chromium on PATH: install Debian's chromium to run the browser tests")
+	}
+	// The flags keep Chromium off the network: it reaches only the page.
+	opts := append(slices.Clone(chromedp.DefaultExecAllocatorOptions[:]),
+		chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true), chromedp.WindowSize(1400, 1000))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelBrowser := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+	ctx, cancelTimeout := context.WithTimeout(ctx, timeout)
+	t.Cleanup(func() {
+		cancelTimeout()
+		cancelBrowser()
+		cancelAlloc()
+	})
+	return ctx
+}
+
+// Artifacts is where a test saves what a person should look at:
+// $WEIR_TEST_ARTIFACTS, else a directory of the test's own.
+func Artifacts(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("WEIR_TEST_ARTIFACTS")
+	if dir == "" {
+		return t.TempDir()
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
