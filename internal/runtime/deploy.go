@@ -238,7 +238,7 @@ func operatorContext(spec Spec, p Part, n graph.Node, subtask int) *operator.Con
 	c := &operator.Context{
 		Job: spec.Name, UID: n.UID, Subtask: subtask, Parallelism: n.Parallelism,
 		MaxParallelism: n.MaxParallelism, KeyGroups: keygroup.ForSubtask(n.MaxParallelism, n.Parallelism, subtask),
-		CheckpointingEnabled: spec.Mode != None, Logger: spec.Logger.With("job", spec.Name, "operator", n.UID, "subtask", subtask), Now: spec.Now,
+		CheckpointingEnabled: spec.Mode != None, Logger: spec.Logger.With("job", spec.Name, "operator", n.UID, "subtask", subtask, "attempt", p.Attempt), Now: spec.Now,
 		Acquire: p.Acquire,
 	}
 	if spec.Mode != None {

@@ -809,7 +809,7 @@ func (d *driver) carryOut(ctx context.Context, x Execution) error {
 					}
 					slowest := tasks[len(tasks)-1].Task
 					d.emit(JobEvent{Kind: EventCheckpointCompleted, ID: m.ID, Duration: dur, Size: m.SizeBytes(), Uploaded: up, SyncPart: sync, Slowest: slowest, Savepoint: m.Savepoint, Tasks: tasks})
-					d.log.Info("checkpoint completed", "checkpoint", m.ID, "duration", dur, "bytes", m.SizeBytes(), "uploaded", up, "sync", sync, "slowest", slowest)
+					d.log.Info("checkpoint completed", "checkpoint", m.ID, "attempt", d.attempt, "duration", dur, "bytes", m.SizeBytes(), "uploaded", up, "sync", sync, "slowest", slowest)
 					for id := range d.acks {
 						if id <= m.ID {
 							delete(d.acks, id)
@@ -831,7 +831,7 @@ func (d *driver) carryOut(ctx context.Context, x Execution) error {
 				delete(d.triggered, act.ID)
 				d.emit(JobEvent{Kind: EventCheckpointAborted, ID: act.ID, Reason: act.Reason, Err: act.Cause})
 				if act.Reason.Counts() {
-					d.log.Warn("checkpoint aborted", "checkpoint", act.ID, "reason", act.Reason, "err", act.Cause)
+					d.log.Warn("checkpoint aborted", "checkpoint", act.ID, "attempt", d.attempt, "reason", act.Reason, "err", act.Cause)
 				}
 				for _, t := range d.tasks.All {
 					x.Send(ctx, t, Control{Kind: ControlAbort, ID: act.ID})
