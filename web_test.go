@@ -182,6 +182,7 @@ func TestWebShowsTheSlowedOperator(t *testing.T) {
 	base := "http://" + slowedJob(t)
 	type subtask struct {
 		Task          string
+		State         string
 		RecordsIn     int64
 		Busy          float64 `json:"busyRatio"`
 		BackPressured float64 `json:"backPressuredRatio"`
@@ -203,6 +204,9 @@ func TestWebShowsTheSlowedOperator(t *testing.T) {
 		getJSON(t, base+"/api/v1/subtasks", &lastSubtasks)
 		busy := ""
 		for _, s := range lastSubtasks {
+			if s.State != "running" {
+				t.Fatalf("subtask %s of the running job is %q", s.Task, s.State)
+			}
 			if strings.HasPrefix(s.Task, "slow#") && s.RecordsIn > 0 && s.Busy > 0.5 {
 				seenBusy, busy = true, s.Task
 			}

@@ -156,7 +156,7 @@ func (f *jobFlags) add(cmd *cobra.Command) {
 	f.checkpointFlags.add(cmd)
 	f.cluster.add(cmd, f.role)
 	if f.role != weir.Worker {
-		cmd.Flags().StringVar(&f.web, "web", "", "serve Prometheus metrics (/metrics) and the JSON API (/api/v1/) at this address, e.g. 127.0.0.1:8081")
+		cmd.Flags().StringVar(&f.web, "web", "", "serve the web UI (/), Prometheus metrics (/metrics) and the JSON API (/api/v1/) at this address, e.g. 127.0.0.1:8081 (:8081 is loopback too; 0.0.0.0:8081 every interface)")
 		cmd.Flags().StringVar(&f.token, "web-token", os.Getenv("WEIR_WEB_TOKEN"), "the token the API's savepoint and cancel requests must carry (default $WEIR_WEB_TOKEN; none: refused)")
 	}
 }

@@ -15,7 +15,7 @@ func statsToProto(ss []runtime.SubtaskStats) []*clusterpb.SubtaskStats {
 			Task:    &clusterpb.TaskID{Vertex: s.Task.Vertex, Subtask: int32(s.Task.Subtask)},
 			Attempt: int64(s.Attempt), UptimeNs: int64(s.Uptime), RecordsIn: s.In, RecordsOut: s.Out,
 			IdleNs: int64(s.Idle), BackPressuredNs: int64(s.BackPressured), Watermark: s.Watermark,
-			Commits: s.Commits, CommitNs: int64(s.CommitTime),
+			Commits: s.Commits, CommitNs: int64(s.CommitTime), State: int32(s.State),
 		}
 	}
 	return out
@@ -28,7 +28,7 @@ func statsFromProto(ps []*clusterpb.SubtaskStats) []runtime.SubtaskStats {
 			Task:    checkpoint.TaskID{Vertex: p.GetTask().GetVertex(), Subtask: int(p.GetTask().GetSubtask())},
 			Attempt: int(p.GetAttempt()), Uptime: time.Duration(p.GetUptimeNs()), In: p.GetRecordsIn(), Out: p.GetRecordsOut(),
 			Idle: time.Duration(p.GetIdleNs()), BackPressured: time.Duration(p.GetBackPressuredNs()), Watermark: p.GetWatermark(),
-			Commits: p.GetCommits(), CommitTime: time.Duration(p.GetCommitNs()),
+			Commits: p.GetCommits(), CommitTime: time.Duration(p.GetCommitNs()), State: runtime.TaskState(p.GetState()),
 		}
 	}
 	return out

@@ -84,7 +84,17 @@ func StartTasks(parent context.Context, spec Spec, p Part, reports chan<- Report
 	}
 	for _, t := range ts.tasks {
 		ts.wg.Go(func() {
-			if err := t.run(ctx); err != nil && !errors.Is(err, ErrStopped) && parent.Err() == nil {
+			err := t.run(ctx)
+			failed := err != nil && !errors.Is(err, ErrStopped) && parent.Err() == nil
+			switch {
+			case err == nil:
+				t.stats.setState(StateFinished)
+			case failed:
+				t.stats.setState(StateFailed)
+			default:
+				t.stats.setState(StateCancelled)
+			}
+			if failed {
 				t.send(ctx, Report{Kind: ReportFailed, Err: err})
 			}
 		})

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -23,6 +24,37 @@ type TaskStats struct {
 	idle, backPressured atomic.Int64 // nanoseconds
 	watermark           atomic.Int64
 	commits, commitTime atomic.Int64 // a sink's; nanoseconds
+	state               atomic.Int32 // a TaskState
+}
+
+// TaskState is where a subtask is in its life.
+type TaskState int32
+
+const (
+	StateRunning   TaskState = iota // built, running
+	StateFinished                   // its input ended and the final checkpoint completed
+	StateFailed                     // it failed: the attempt restarts
+	StateCancelled                  // its attempt was stopped
+)
+
+func (s TaskState) String() string {
+	switch s {
+	case StateRunning:
+		return "running"
+	case StateFinished:
+		return "finished"
+	case StateFailed:
+		return "failed"
+	case StateCancelled:
+		return "cancelled"
+	}
+	return fmt.Sprintf("state(%d)", int32(s))
+}
+
+func (s *TaskStats) setState(st TaskState) {
+	if s != nil {
+		s.state.Store(int32(st))
+	}
 }
 
 // AddIn counts n records entering the task: read by its source, or taken
@@ -70,6 +102,7 @@ func (s *TaskStats) setWatermark(wm int64) {
 type SubtaskStats struct {
 	Task    checkpoint.TaskID
 	Attempt int
+	State   TaskState
 	Uptime  time.Duration
 	// In counts the records it read (a source) or took from its inputs;
 	// Out the records it sent downstream (a record broadcast to n channels
@@ -136,7 +169,7 @@ func (r *Stats) Read(now time.Time) []SubtaskStats {
 	out := make([]SubtaskStats, 0, len(r.live)+len(r.reported))
 	for _, s := range r.live {
 		out = append(out, SubtaskStats{
-			Task: s.task, Attempt: s.attempt, Uptime: now.Sub(s.started),
+			Task: s.task, Attempt: s.attempt, State: TaskState(s.state.Load()), Uptime: now.Sub(s.started),
 			In: s.in.Load(), Out: s.out.Load(),
 			Idle: time.Duration(s.idle.Load()), BackPressured: time.Duration(s.backPressured.Load()),
 			Watermark: s.watermark.Load(), Commits: s.commits.Load(), CommitTime: time.Duration(s.commitTime.Load()),

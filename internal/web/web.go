@@ -116,6 +116,7 @@ type Subtask struct {
 	Vertex     string  `json:"vertex"`
 	Subtask    int     `json:"subtask"`
 	Attempt    int     `json:"attempt"`
+	State      string  `json:"state"` // running, finished, failed, cancelled
 	Uptime     float64 `json:"uptimeSeconds"`
 	RecordsIn  int64   `json:"recordsIn"`
 	RecordsOut int64   `json:"recordsOut"`
@@ -285,7 +286,7 @@ func (s *Server) subtasks() []Subtask {
 	next := make(map[checkpoint.TaskID]runtime.SubtaskStats, len(reading))
 	for i, st := range reading {
 		next[st.Task] = st
-		r := Subtask{Task: st.Task.String(), Vertex: st.Task.Vertex, Subtask: st.Task.Subtask, Attempt: st.Attempt,
+		r := Subtask{Task: st.Task.String(), Vertex: st.Task.Vertex, Subtask: st.Task.Subtask, Attempt: st.Attempt, State: st.State.String(),
 			Uptime: st.Uptime.Seconds(), RecordsIn: st.In, RecordsOut: st.Out,
 			BusySeconds: st.Busy().Seconds(), IdleSeconds: st.Idle.Seconds(), BackPressuredSeconds: st.BackPressured.Seconds(),
 			Commits: st.Commits, CommitSeconds: st.CommitTime.Seconds()}
@@ -617,11 +618,15 @@ func writeJSON(w http.ResponseWriter, v any) {
 	}
 }
 
-// Serve listens on addr (host:port; loopback unless told otherwise) and
-// serves h until stop is called. It returns the address it listens on.
+// Serve listens on addr and serves h until stop is called. It returns the
+// address it listens on. An address without a host (":8081") is loopback:
+// every interface must be asked for ("0.0.0.0:8081").
 func Serve(addr string, h http.Handler) (bound string, stop func(), err error) {
 	if addr == "" {
 		return "", nil, errors.New("web: an address to listen on is required (127.0.0.1:8081, or 127.0.0.1:0 for any port)")
+	}
+	if host, port, err := net.SplitHostPort(addr); err == nil && host == "" {
+		addr = net.JoinHostPort("127.0.0.1", port)
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

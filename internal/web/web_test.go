@@ -47,7 +47,7 @@ func TestMetricsAndAPI(t *testing.T) {
 	readings := [][]runtime.SubtaskStats{
 		{{Task: window, Attempt: 2, Uptime: 3 * time.Second, In: 1000, Out: 100, Idle: time.Second, BackPressured: time.Second, Watermark: operator.MinTime,
 			Commits: 4, CommitTime: 40 * time.Millisecond}},
-		{{Task: window, Attempt: 2, Uptime: 5 * time.Second, In: 3000, Out: 500, Idle: 1500 * time.Millisecond, BackPressured: 1500 * time.Millisecond, Watermark: 1_700_000_000_000,
+		{{Task: window, Attempt: 2, State: runtime.StateFailed, Uptime: 5 * time.Second, In: 3000, Out: 500, Idle: 1500 * time.Millisecond, BackPressured: 1500 * time.Millisecond, Watermark: 1_700_000_000_000,
 			Commits: 10, CommitTime: 100 * time.Millisecond}},
 	}
 	feeds := Feeds{
@@ -132,7 +132,7 @@ func TestMetricsAndAPI(t *testing.T) {
 	}
 	if len(sts) != 1 || sts[0].Task != "window#1" || sts[0].InPerSecond != 1000 || sts[0].OutPerSecond != 200 ||
 		sts[0].Busy != 0.5 || sts[0].Idle != 0.25 || sts[0].BackPressured != 0.25 || sts[0].Watermark == nil || *sts[0].Watermark != 1_700_000_000_000 ||
-		sts[0].Commits != 10 || math.Abs(sts[0].CommitLatency-0.01) > 1e-9 {
+		sts[0].Commits != 10 || sts[0].State != "failed" || math.Abs(sts[0].CommitLatency-0.01) > 1e-9 {
 		t.Fatalf("subtasks of window: %+v", sts)
 	}
 	if got := get(t, h, "/api/v1/subtasks?vertex=source"); strings.TrimSpace(got) != "[]" {
@@ -200,6 +200,14 @@ func TestServeBindsWhereToldAndStops(t *testing.T) {
 	}
 	if _, _, err := Serve("", s.Handler()); err == nil {
 		t.Fatal("an empty address was accepted")
+	}
+	addr, stop, err = Serve(":0", s.Handler())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if !strings.HasPrefix(addr, "127.0.0.1:") {
+		t.Fatalf("an address without a host listens on %s, want loopback", addr)
 	}
 }
 

@@ -354,8 +354,10 @@ type SubtaskStats struct {
 	Watermark       int64                  `protobuf:"varint,8,opt,name=watermark,proto3" json:"watermark,omitempty"`
 	Commits         int64                  `protobuf:"varint,9,opt,name=commits,proto3" json:"commits,omitempty"`
 	CommitNs        int64                  `protobuf:"varint,10,opt,name=commit_ns,json=commitNs,proto3" json:"commit_ns,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// state is a runtime.TaskState.
+	State         int32 `protobuf:"varint,11,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SubtaskStats) Reset() {
@@ -454,6 +456,13 @@ func (x *SubtaskStats) GetCommits() int64 {
 func (x *SubtaskStats) GetCommitNs() int64 {
 	if x != nil {
 		return x.CommitNs
+	}
+	return 0
+}
+
+func (x *SubtaskStats) GetState() int32 {
+	if x != nil {
+		return x.State
 	}
 	return 0
 }
@@ -1684,7 +1693,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x10HeartbeatRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x123\n" +
-	"\x05stats\x18\x03 \x03(\v2\x1d.weir.cluster.v1.SubtaskStatsR\x05stats\"\xcc\x02\n" +
+	"\x05stats\x18\x03 \x03(\v2\x1d.weir.cluster.v1.SubtaskStatsR\x05stats\"\xe2\x02\n" +
 	"\fSubtaskStats\x12+\n" +
 	"\x04task\x18\x01 \x01(\v2\x17.weir.cluster.v1.TaskIDR\x04task\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x03R\aattempt\x12\x1b\n" +
@@ -1698,7 +1707,8 @@ const file_cluster_proto_rawDesc = "" +
 	"\twatermark\x18\b \x01(\x03R\twatermark\x12\x18\n" +
 	"\acommits\x18\t \x01(\x03R\acommits\x12\x1b\n" +
 	"\tcommit_ns\x18\n" +
-	" \x01(\x03R\bcommitNs\"\x13\n" +
+	" \x01(\x03R\bcommitNs\x12\x14\n" +
+	"\x05state\x18\v \x01(\x05R\x05state\"\x13\n" +
 	"\x11HeartbeatResponse\":\n" +
 	"\x06TaskID\x12\x16\n" +
 	"\x06vertex\x18\x01 \x01(\tR\x06vertex\x12\x18\n" +

@@ -180,9 +180,9 @@ function renderVertex() {
     $('vertex').replaceChildren();
     return;
   }
-  const cols = ['Subtask', 'Attempt', 'Records in', 'Records out', 'In / s', 'Out / s', 'Busy', 'Idle', 'Back-pressured', 'Sink commit', 'Watermark'];
+  const cols = ['Subtask', 'State', 'Attempt', 'Records in', 'Records out', 'In / s', 'Out / s', 'Busy', 'Idle', 'Back-pressured', 'Sink commit', 'Watermark'];
   const rows = ui.subtasks.filter((t) => t.vertex === v.id).map((t) => h('tr', { 'data-task': t.task },
-    h('td', {}, t.task), h('td', { class: 'num' }, t.attempt),
+    h('td', {}, t.task), h('td', { class: t.state === 'failed' ? 'error' : '' }, t.state), h('td', { class: 'num' }, t.attempt),
     h('td', { class: 'num' }, fmtCount(t.recordsIn)), h('td', { class: 'num' }, fmtCount(t.recordsOut)),
     h('td', { class: 'num' }, fmtCount(t.recordsInPerSecond)), h('td', { class: 'num' }, fmtCount(t.recordsOutPerSecond)),
     h('td', { class: 'num' }, pct(t.busyRatio)), h('td', { class: 'num' }, pct(t.idleRatio)),
@@ -193,7 +193,7 @@ function renderVertex() {
   $('vertex').replaceChildren(
     h('h3', {}, `${vertexLabel(v)} — ${v.parallelism} subtasks (max parallelism ${v.maxParallelism})`),
     h('div', { class: 'scroll' }, h('table', { id: 'subtasks' },
-      h('thead', {}, h('tr', {}, ...cols.map((c, i) => h('th', { class: i > 1 && i < 10 ? 'num' : '' }, c)))),
+      h('thead', {}, h('tr', {}, ...cols.map((c, i) => h('th', { class: i > 2 && i < 11 ? 'num' : '' }, c)))),
       h('tbody', {}, ...rows))));
 }
 
