@@ -145,7 +145,7 @@ func jobCommand(ctx context.Context, role Role, cfg Config, build func(*Environm
 		fl.StringVar(&cl.Advertise, "advertise", cl.Advertise, "address others reach this worker at, if not --listen's")
 	}
 	if role != Worker {
-		fl.StringVar(&c.Web, "web", c.Web, "serve Prometheus metrics (/metrics) and the JSON API (/api/v1/) at this address, e.g. 127.0.0.1:8081")
+		fl.StringVar(&c.Web, "web", c.Web, "serve the web UI (/), Prometheus metrics (/metrics) and the JSON API (/api/v1/) at this address, e.g. 127.0.0.1:8081 (:8081 is loopback too; 0.0.0.0:8081 every interface)")
 		fl.StringVar(&c.WebToken, "web-token", cmp.Or(c.WebToken, os.Getenv("WEIR_WEB_TOKEN")), "the token the API's savepoint and cancel requests must carry (default $WEIR_WEB_TOKEN; none: refused)")
 	}
 	if role != Local {

@@ -162,9 +162,10 @@ type Config struct {
 	// default it runs the whole job.
 	Cluster ClusterConfig
 	// Web, if set, is the address (host:port; 127.0.0.1:0 for any free
-	// port) where the process that runs the job's driver (this one, or a
-	// cluster's coordinator) serves Prometheus metrics at /metrics and a
-	// read-only JSON API under /api/v1/ (job, checkpoints, failures,
+	// port; no host is loopback) where the process that runs the job's
+	// driver (this one, or a cluster's coordinator) serves the web UI at
+	// /, Prometheus metrics at /metrics and a JSON API under /api/v1/
+	// (job, graph, subtasks, checkpoints and their timelines, failures,
 	// operators, config), and takes savepoint and cancel requests that
 	// carry WebToken (none without it). OnWeb, if set, hears the address
 	// it listens on.
