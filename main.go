@@ -109,7 +109,11 @@ func jobCommand(ctx context.Context, role Role, cfg Config, build func(*Environm
 			if err != nil {
 				return err
 			}
-			if role != Worker {
+			switch {
+			case role == Worker:
+			case res.StoppedWith != 0:
+				c.Logger.Info("job stopped with a savepoint; resume it with --restore latest", "job", c.Job, "savepoint", res.StoppedWith)
+			default:
 				c.Logger.Info("job finished", "job", c.Job, "checkpoints", res.Checkpoints, "attempts", res.Attempts)
 			}
 			return nil

@@ -137,18 +137,18 @@ func inputNames(plan *graph.Plan) func(checkpoint.TaskID) []string {
 
 // webControl is what the API's mutations do to this job.
 func (e *Environment) webControl(spec *runtime.Spec, cancel context.CancelCauseFunc) web.Control {
-	requests := make(chan chan<- runtime.SavepointReply)
+	requests := make(chan runtime.SavepointRequest)
 	spec.Savepoints = requests
 	st := spec.Storage
 	return web.Control{
 		Token:  e.cfg.WebToken,
 		Cancel: func() { cancel(ErrCancelled) },
-		Savepoint: func(ctx context.Context) (uint64, error) {
+		Savepoint: func(ctx context.Context, stopJob bool) (uint64, error) {
 			ctx, stop := context.WithTimeout(ctx, 10*time.Second)
 			defer stop()
 			reply := make(chan runtime.SavepointReply, 1)
 			select {
-			case requests <- reply:
+			case requests <- runtime.SavepointRequest{Stop: stopJob, Reply: reply}:
 			case <-ctx.Done():
 				return 0, fmt.Errorf("savepoint: the job took no request within 10s (is it restarting?): %w", ctx.Err())
 			}

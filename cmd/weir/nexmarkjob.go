@@ -55,6 +55,11 @@ func newNexmarkJob(role weir.Role) *cobra.Command {
 			if err != nil || role == weir.Worker {
 				return err
 			}
+			if res.StoppedWith != 0 {
+				fmt.Fprintf(os.Stderr, "weir: nexmark %s stopped with savepoint %d. Resume with:\n  %s --restore %s\n",
+					qs[0].Name, res.StoppedWith, resumeCommand(), savepointPath(js.cc.Dir, "nexmark-"+qs[0].Name, res.StoppedWith))
+				return nil
+			}
 			fmt.Fprintf(os.Stderr, "weir: nexmark %s finished: %d checkpoints, %d attempts; results in %s\n", qs[0].Name, res.Checkpoints, res.Attempts, output)
 			return nil
 		},

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/weirstream/weir"
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/examples/wordcount"
+	"github.com/weirstream/weir/storage"
 )
 
 // checkpointFlags are the checkpoint, start and restart settings every job
@@ -263,10 +265,14 @@ its latest count), or standard output.`,
 				}
 				return err
 			}
-			if role == weir.Worker {
-				return nil
+			switch {
+			case role == weir.Worker:
+			case res.StoppedWith != 0:
+				fmt.Fprintf(os.Stderr, "weir: wordcount stopped with savepoint %d. Resume with:\n  %s --restore %s\n",
+					res.StoppedWith, resumeCommand(), savepointPath(cf.dir, "wordcount", res.StoppedWith))
+			default:
+				fmt.Fprintf(os.Stderr, "weir: wordcount finished: %d checkpoints, %d attempts; output in %s\n", res.Checkpoints, res.Attempts, output)
 			}
-			fmt.Fprintf(os.Stderr, "weir: wordcount finished: %d checkpoints, %d attempts; output in %s\n", res.Checkpoints, res.Attempts, output)
 			return nil
 		},
 	}
@@ -286,7 +292,22 @@ func interrupted(cf checkpointFlags, cmd *cobra.Command) error {
 	if cf.dir == "" || !cf.retainOnCancel || cf.mode == weir.NoCheckpoints.String() {
 		return exitError{code: 130, msg: "interrupted"}
 	}
-	// The same command, starting where it stopped.
+	return exitError{code: 130, msg: fmt.Sprintf("interrupted; the checkpoints are kept in %s. Resume with:\n  %s --restore latest",
+		cf.dir, resumeCommand())}
+}
+
+// savepointPath is where savepoint id of job is in checkpoint storage dir
+// (a directory or a URL), for --restore.
+func savepointPath(dir, job string, id checkpoint.ID) string {
+	if storage.IsURL(dir) {
+		return fmt.Sprintf("%s/%s/chk-%d", strings.TrimSuffix(dir, "/"), job, id)
+	}
+	return filepath.Join(dir, job, fmt.Sprintf("chk-%d", id))
+}
+
+// resumeCommand is this process's command line without its --restore and
+// --fresh: with a --restore, the same job where it stopped.
+func resumeCommand() string {
 	prog := os.Args[0]
 	if strings.Contains(prog, "go-build") {
 		prog = "go run ./cmd/weir" // a binary go run built and deleted
@@ -302,8 +323,7 @@ func interrupted(cf checkpointFlags, cmd *cobra.Command) error {
 			args = append(args, shellQuote(a))
 		}
 	}
-	return exitError{code: 130, msg: fmt.Sprintf("interrupted; the checkpoints are kept in %s. Resume with:\n  %s --restore latest",
-		cf.dir, strings.Join(args, " "))}
+	return strings.Join(args, " ")
 }
 
 // shellQuote quotes a for a POSIX shell when it holds anything but safe

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -89,8 +90,10 @@ func TestSavepointCancelAndRestore(t *testing.T) {
 }
 
 // TestStopWithSavepoint: savepoint --stop takes a savepoint and stops the
-// job; a run restored from it at another parallelism finishes the job
-// exactly-once; savepoint dispose then deletes the savepoint.
+// job, which commits it and ends (exit 0, no transaction of the file sink
+// left open, the output so far exactly-once); a run restored from it at
+// another parallelism finishes the job exactly-once; savepoint dispose
+// then deletes the savepoint.
 func TestStopWithSavepoint(t *testing.T) {
 	j := newJob(t, 4, 250_000)
 	args := []string{"run", "wordcount", "--input", j.input, "--output", j.output, "--checkpoint-dir", j.ckpt, "--parallelism", "2",
@@ -105,8 +108,16 @@ func TestStopWithSavepoint(t *testing.T) {
 		t.Fatalf("savepoint said: %s", out)
 	}
 	<-run.done // stopped by the savepoint
-	if !strings.Contains(run.log.String(), "Resume with") {
+	if run.err != nil || !strings.Contains(run.log.String(), "stopped with savepoint "+m[1]+". Resume with") {
 		t.Fatalf("the stopped job (%v) did not say how to resume:\n%s", run.err, run.log)
+	}
+	open, err := filepath.Glob(filepath.Join(j.output, ".*.inprogress"))
+	if err != nil || len(open) > 0 {
+		t.Fatalf("files the stopped job left uncommitted: %v %v", open, err)
+	}
+	so, err := wordcount.Verify(vfs.Default, j.output, j.want, false)
+	if err != nil || so.Lines == 0 || so.Lost == 0 || so.Duplicated > 0 || so.Unexpected > 0 {
+		t.Fatalf("the output of the stopped job: %v %v (want some of it, once)", so, err)
 	}
 	rescaled := append(slices.Clone(args), "--restore", m[2])
 	rescaled[slices.Index(rescaled, "--parallelism")+1] = "3"

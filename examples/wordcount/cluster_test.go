@@ -3,6 +3,7 @@ package wordcount
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -83,7 +84,7 @@ func startClusterWith(t *testing.T, c *testCluster, lines int, workers ...string
 	}
 	o := c.options(weir.Coordinator, "coordinator")
 	webs := make(chan string, 1)
-	o.Web, o.OnWeb = "127.0.0.1:0", func(addr string) { webs <- addr }
+	o.Web, o.WebToken, o.OnWeb = "127.0.0.1:0", "s3cret", func(addr string) { webs <- addr }
 	listening := make(chan string, 1)
 	o.Cluster.OnListen = func(addr string) { listening <- addr }
 	o.OnEvent = func(e weir.JobEvent) {
@@ -198,7 +199,9 @@ func TestClusterWordCount(t *testing.T) {
 }
 
 // TestClusterSubtasksInTheAPI: the coordinator's API shows the counters of
-// the subtasks on the workers, which their heartbeats carry.
+// the subtasks on the workers, which their heartbeats carry. Then the job
+// stops with a savepoint: the workers' sources stop at its barrier, every
+// task commits it and ends, and the output so far holds each count once.
 func TestClusterSubtasksInTheAPI(t *testing.T) {
 	c := startCluster(t, 60_000, 200, "worker-1", "worker-2", "worker-3")
 	type subtask struct {
@@ -236,8 +239,31 @@ func TestClusterSubtasksInTheAPI(t *testing.T) {
 		}
 	}
 	t.Logf("%+v", got)
-	c.wait()
-	c.verify()
+	req, _ := http.NewRequest(http.MethodPost, "http://"+c.web+"/api/v1/savepoints?stop=true", nil)
+	req.Header.Set("Authorization", "Bearer s3cret")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("stop with a savepoint: %s %s", resp.Status, body)
+	}
+	c.wait() // the coordinator returns: the job stopped
+	files, err := filepath.Glob(c.input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := Expected(vfs.Default, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Verify(vfs.Default, filepath.Join(c.dir, "out"), want, false)
+	if err != nil || rep.Lines == 0 || rep.Lost == 0 || rep.Duplicated > 0 || rep.Unexpected > 0 {
+		t.Fatalf("after stopping with savepoint (%s): %v %v (want some of the output, once)", body, rep, err)
+	}
+	t.Logf("stopped with a savepoint: %v", rep)
 }
 
 // TestClusterLostWorker stops a worker mid-run: the job restarts from its

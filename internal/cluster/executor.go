@@ -235,7 +235,7 @@ func (ex *execution) Send(ctx context.Context, id checkpoint.TaskID, m runtime.C
 	if q == nil {
 		return
 	}
-	msg := &clusterpb.ControlMessage{Task: taskToProto(id), Kind: int32(m.Kind), Checkpoint: uint64(m.ID), EndOfInput: m.EndOfInput}
+	msg := &clusterpb.ControlMessage{Task: taskToProto(id), Kind: int32(m.Kind), Checkpoint: uint64(m.ID), EndOfInput: m.EndOfInput, Stop: m.Stop}
 	select {
 	case q <- msg:
 	case <-ctx.Done():

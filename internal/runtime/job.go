@@ -136,11 +136,22 @@ type Spec struct {
 	OnEvent func(JobEvent)
 	// Savepoints, if set, takes requests for a savepoint while the job
 	// runs: each is answered with the savepoint's id, or why none was
-	// triggered (the channel must have room for the answer); its
-	// completion is an EventCheckpointCompleted with Savepoint set.
-	Savepoints <-chan chan<- SavepointReply
+	// triggered; its completion is an EventCheckpointCompleted with
+	// Savepoint set.
+	Savepoints <-chan SavepointRequest
 	// Stats, if set, gets the counters of the subtasks this process runs.
 	Stats *Stats
+}
+
+// SavepointRequest asks for a savepoint. With Stop, the job stops with it:
+// the sources emit nothing after its barrier, and once it completes every
+// task commits it (NotifyComplete) and ends, and Run returns with
+// Result.StoppedWith set. Should it abort, the sources go on and the job
+// runs on.
+type SavepointRequest struct {
+	Stop bool
+	// Reply hears the answer; it must have room for it.
+	Reply chan<- SavepointReply
 }
 
 // SavepointReply answers a savepoint request.
@@ -223,6 +234,9 @@ type Result struct {
 	// 10,000.
 	Durations       []time.Duration
 	MaxSyncSnapshot time.Duration
+	// StoppedWith is the savepoint the job stopped with (a SavepointRequest
+	// with Stop); 0 when its input ended.
+	StoppedWith checkpoint.ID
 }
 
 const maxDurations = 10_000
@@ -270,6 +284,8 @@ type driver struct {
 	lastShared map[string]bool
 	res        Result
 	resources  resources
+	// stopWith is the savepoint the job is to stop with, if any.
+	stopWith checkpoint.ID
 }
 
 // withDefaults fills in what spec leaves unset.
@@ -702,14 +718,20 @@ func (d *driver) runAttempt(parent context.Context) error {
 			if d.coord != nil {
 				d.coord.Tick(d.spec.Now())
 			}
-		case reply := <-d.spec.Savepoints:
+		case req := <-d.spec.Savepoints:
 			var r SavepointReply
-			if d.coord == nil {
+			switch {
+			case d.coord == nil:
 				r.Err = errors.New("savepoint: the job takes no checkpoints (mode none)")
-			} else {
+			case req.Stop && d.stopWith != 0:
+				r.Err = fmt.Errorf("savepoint: the job is stopping with savepoint %d already", d.stopWith)
+			default:
 				r.ID, r.Err = d.coord.TriggerSavepoint(d.spec.Now())
+				if r.Err == nil && req.Stop {
+					d.stopWith = r.ID
+				}
 			}
-			reply <- r
+			req.Reply <- r
 		case r := <-reports:
 			switch r.Kind {
 			case ReportAck:
@@ -755,6 +777,10 @@ func (d *driver) runAttempt(parent context.Context) error {
 		}
 		if finished == len(d.tasks.All) {
 			stop()
+			if d.stopWith != 0 {
+				d.res.StoppedWith = d.stopWith
+				d.log.Info("job stopped with a savepoint", "savepoint", d.stopWith, "attempt", d.attempt)
+			}
 			return nil
 		}
 	}
@@ -786,7 +812,7 @@ func (d *driver) carryOut(ctx context.Context, x Execution) error {
 					continue
 				}
 				for _, s := range d.tasks.Sources {
-					x.Send(ctx, s, Control{Kind: ControlTrigger, ID: act.ID})
+					x.Send(ctx, s, Control{Kind: ControlTrigger, ID: act.ID, Stop: act.ID == d.stopWith})
 				}
 			case checkpoint.Persist:
 				m := act.Metadata
@@ -825,10 +851,14 @@ func (d *driver) carryOut(ctx context.Context, x Execution) error {
 				d.point = &RestorePoint{Metadata: d.persisted[act.ID], Read: d.spec.Storage.ReadState, Open: d.spec.Storage.OpenState, Where: d.spec.Storage.Describe()}
 				delete(d.persisted, act.ID)
 				for _, t := range d.tasks.All {
-					x.Send(ctx, t, Control{Kind: ControlComplete, ID: act.ID, EndOfInput: act.EndOfInput})
+					x.Send(ctx, t, Control{Kind: ControlComplete, ID: act.ID, EndOfInput: act.EndOfInput, Stop: act.ID == d.stopWith})
 				}
 			case checkpoint.Abort:
 				delete(d.triggered, act.ID)
+				if act.ID == d.stopWith {
+					d.stopWith = 0 // the job runs on
+					d.log.Warn("the savepoint to stop with was aborted: the job runs on", "savepoint", act.ID, "reason", act.Reason, "err", act.Cause)
+				}
 				d.emit(JobEvent{Kind: EventCheckpointAborted, ID: act.ID, Reason: act.Reason, Err: act.Cause})
 				if act.Reason.Counts() {
 					d.log.Warn("checkpoint aborted", "checkpoint", act.ID, "attempt", d.attempt, "reason", act.Reason, "err", act.Cause)

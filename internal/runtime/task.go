@@ -18,10 +18,12 @@ import (
 type ControlKind int
 
 const (
-	// ControlTrigger starts checkpoint ID at a source task.
+	// ControlTrigger starts checkpoint ID at a source task; Stop: the
+	// source emits nothing after its barrier (unless it is aborted).
 	ControlTrigger ControlKind = iota + 1
 	// ControlComplete says checkpoint ID completed; EndOfInput, that it is
-	// the job's final one.
+	// the job's final one; Stop, that the job stops with it: the task
+	// commits it and ends.
 	ControlComplete
 	// ControlAbort says checkpoint ID was aborted.
 	ControlAbort
@@ -32,6 +34,7 @@ type Control struct {
 	Kind       ControlKind
 	ID         checkpoint.ID
 	EndOfInput bool
+	Stop       bool
 }
 
 // ReportKind is the kind of a Report.
@@ -96,6 +99,9 @@ type task struct {
 	// waits for the final checkpoint.
 	inputEnded bool
 	finished   bool
+	// suspendedAt is the savepoint a source stopped emitting at, to stop
+	// the job with it (0: none).
+	suspendedAt checkpoint.ID
 
 	// Event time. wmSource, if set, makes the task's watermark; else it is
 	// the least of the input channels' (chanWM) that are not idle. wm is
@@ -185,7 +191,7 @@ func (t *task) runSource(ctx context.Context) error {
 			return err
 		}
 		var wakeAt time.Time
-		if !t.inputEnded {
+		if !t.inputEnded && t.suspendedAt == 0 {
 			res, err := t.source.Poll()
 			if err != nil {
 				return fmt.Errorf("task %s: %w", t.id, err)
@@ -409,6 +415,9 @@ func (t *task) control(ctx context.Context, m Control) error {
 			return nil
 		}
 		if t.snapshot(ctx, m.ID) {
+			if m.Stop {
+				t.suspendedAt = m.ID // nothing after the savepoint's barrier
+			}
 			return t.broadcast(Event{Kind: KindBarrier, ID: m.ID})
 		}
 		return t.broadcast(Event{Kind: KindCancel, ID: m.ID})
@@ -425,15 +434,18 @@ func (t *task) control(ctx context.Context, m Control) error {
 		if err := t.outputErr(); err != nil {
 			return err
 		}
-		if m.EndOfInput {
-			if !t.inputEnded {
-				panic(fmt.Sprintf("runtime: task %s: checkpoint %d ends the job, but the task's input has not ended", t.id, m.ID))
-			}
+		if m.EndOfInput && !t.inputEnded {
+			panic(fmt.Sprintf("runtime: task %s: checkpoint %d ends the job, but the task's input has not ended", t.id, m.ID))
+		}
+		if m.EndOfInput || m.Stop {
 			t.finished = true
 			t.send(ctx, Report{Kind: ReportFinished})
 		}
 	case ControlAbort:
 		delete(t.traces, m.ID)
+		if t.suspendedAt == m.ID {
+			t.suspendedAt = 0 // the savepoint to stop with failed: go on
+		}
 		if t.aligner != nil {
 			if err := t.aligned(ctx, t.aligner.Abort(m.ID)); err != nil {
 				return err

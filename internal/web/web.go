@@ -166,8 +166,9 @@ type Control struct {
 	// Token authenticates mutations (Authorization: Bearer <token>);
 	// without one they are refused.
 	Token string
-	// Savepoint triggers a savepoint and returns its id.
-	Savepoint func(ctx context.Context) (uint64, error)
+	// Savepoint triggers a savepoint and returns its id; with stop, the
+	// job stops with it (runtime.SavepointRequest).
+	Savepoint func(ctx context.Context, stop bool) (uint64, error)
 	// Cancel cancels the job (its checkpoints are kept unless the job
 	// discards them on cancel).
 	Cancel func()
@@ -473,8 +474,9 @@ func appendBounded[T any](s []T, v T) []T {
 //	                         ratios (?vertex=ID: one vertex's)
 //	GET /api/v1/config       the effective configuration
 //	POST /api/v1/savepoints  trigger a savepoint (202, its id; the token);
-//	                         ?stop=true answers when it completed, and
-//	                         then stops the job
+//	                         ?stop=true: the job stops with it (its
+//	                         sources emit nothing after it; it commits
+//	                         and ends); answers when it completed
 //	POST /api/v1/cancel      cancel the job (202; the token)
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -545,12 +547,15 @@ func (s *Server) Handler() http.Handler {
 			http.Error(w, "this process takes no savepoints", http.StatusNotImplemented)
 			return
 		}
-		stop := r.URL.Query().Get("stop") == "true"
-		if stop && s.control.Cancel == nil {
-			http.Error(w, "this process cannot stop the job", http.StatusNotImplemented)
-			return
+		var stop bool
+		if v := r.URL.Query().Get("stop"); v != "" {
+			var err error
+			if stop, err = strconv.ParseBool(v); err != nil {
+				http.Error(w, fmt.Sprintf("stop=%q: want true or false", v), http.StatusBadRequest)
+				return
+			}
 		}
-		id, err := s.control.Savepoint(r.Context())
+		id, err := s.control.Savepoint(r.Context(), stop)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusConflict)
 			return
@@ -560,7 +565,8 @@ func (s *Server) Handler() http.Handler {
 			writeJSON(w, Checkpoint{ID: id, Status: "triggered", Savepoint: true})
 			return
 		}
-		// Stop with a savepoint: answer once it completed, then stop.
+		// Stop with a savepoint: answer once it completed; the job then
+		// commits it and ends.
 		var c Checkpoint
 		select {
 		case c = <-s.await(id):
@@ -574,7 +580,6 @@ func (s *Server) Handler() http.Handler {
 		c.Tasks = nil
 		w.WriteHeader(http.StatusAccepted)
 		writeJSON(w, c)
-		s.control.Cancel()
 	}))
 	mux.HandleFunc("POST /api/v1/cancel", s.mutation(func(w http.ResponseWriter, _ *http.Request) {
 		if s.control.Cancel == nil {

@@ -1038,6 +1038,7 @@ type ControlMessage struct {
 	Kind          int32  `protobuf:"varint,2,opt,name=kind,proto3" json:"kind,omitempty"`
 	Checkpoint    uint64 `protobuf:"varint,3,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
 	EndOfInput    bool   `protobuf:"varint,4,opt,name=end_of_input,json=endOfInput,proto3" json:"end_of_input,omitempty"`
+	Stop          bool   `protobuf:"varint,5,opt,name=stop,proto3" json:"stop,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1096,6 +1097,13 @@ func (x *ControlMessage) GetCheckpoint() uint64 {
 func (x *ControlMessage) GetEndOfInput() bool {
 	if x != nil {
 		return x.EndOfInput
+	}
+	return false
+}
+
+func (x *ControlMessage) GetStop() bool {
+	if x != nil {
+		return x.Stop
 	}
 	return false
 }
@@ -1757,7 +1765,7 @@ const file_cluster_proto_rawDesc = "" +
 	"start_over\x18\x03 \x01(\bR\tstartOver\x129\n" +
 	"\tplacement\x18\x04 \x03(\v2\x1b.weir.cluster.v1.AssignmentR\tplacement\x12+\n" +
 	"\x05peers\x18\x05 \x03(\v2\x15.weir.cluster.v1.PeerR\x05peers\"\x10\n" +
-	"\x0eDeployResponse\"\x93\x01\n" +
+	"\x0eDeployResponse\"\xa7\x01\n" +
 	"\x0eControlMessage\x12+\n" +
 	"\x04task\x18\x01 \x01(\v2\x17.weir.cluster.v1.TaskIDR\x04task\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\x05R\x04kind\x12\x1e\n" +
@@ -1765,7 +1773,8 @@ const file_cluster_proto_rawDesc = "" +
 	"checkpoint\x18\x03 \x01(\x04R\n" +
 	"checkpoint\x12 \n" +
 	"\fend_of_input\x18\x04 \x01(\bR\n" +
-	"endOfInput\"g\n" +
+	"endOfInput\x12\x12\n" +
+	"\x04stop\x18\x05 \x01(\bR\x04stop\"g\n" +
 	"\x0eControlRequest\x12\x18\n" +
 	"\aattempt\x18\x01 \x01(\x04R\aattempt\x12;\n" +
 	"\bmessages\x18\x02 \x03(\v2\x1f.weir.cluster.v1.ControlMessageR\bmessages\"\x11\n" +
