@@ -3,8 +3,8 @@ package wordcount
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
