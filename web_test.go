@@ -10,11 +10,15 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/weirstream/weir"
+	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/connector/stdio"
+	"github.com/weirstream/weir/operator"
 )
 
 var sourceRecords = regexp.MustCompile(`weir_records_total\{job="observed",operator="numbers"\} [1-9]`)
@@ -239,4 +243,74 @@ func TestWebShowsTheSlowedOperator(t *testing.T) {
 		time.Sleep(50 * time.Millisecond) // polling the running job's API
 	}
 	t.Logf("subtasks %+v\nlast timeline %+v", lastSubtasks, lastTimeline)
+}
+
+// decliningSink records the values it is given and declines the snapshot
+// after decline is set, once.
+type decliningSink struct {
+	operator.Base
+	seen    *sync.Map
+	decline *atomic.Bool
+}
+
+func (s *decliningSink) Write(v int64) error {
+	s.seen.Store(v, true)
+	return nil
+}
+
+func (s *decliningSink) Snapshot(checkpoint.ID) (operator.Async, error) {
+	if s.decline.CompareAndSwap(true, false) {
+		return nil, errors.New("declined on purpose")
+	}
+	return nil, nil
+}
+
+// TestStopWithAnAbortedSavepointRunsOn: when the savepoint to stop with is
+// aborted (a sink declines it), the API says so, the sources go on, and
+// the job reads all its input.
+func TestStopWithAnAbortedSavepointRunsOn(t *testing.T) {
+	const n = 4000
+	src, err := newRateLimited(2000, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen sync.Map
+	var decline atomic.Bool
+	addrs := make(chan string, 1)
+	env := weir.New(weir.Config{Job: "runs-on", Parallelism: 2, Checkpoint: weir.CheckpointConfig{Interval: time.Hour},
+		Web: "127.0.0.1:0", WebToken: "s3cret", OnWeb: func(addr string) { addrs <- addr }})
+	weir.Sink(weir.Source(env, "numbers", src), "record", func() weir.SinkWriter[int64] { return &decliningSink{seen: &seen, decline: &decline} })
+	type result struct {
+		res weir.Result
+		err error
+	}
+	done := make(chan result, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // the sources, stuck, would never end it
+	defer cancel()
+	go func() {
+		res, err := env.Execute(ctx)
+		done <- result{res, err}
+	}()
+	addr := <-addrs
+	decline.Store(true)
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/api/v1/savepoints?stop=true", nil)
+	req.Header.Set("Authorization", "Bearer s3cret")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusConflict || !strings.Contains(string(body), "the job runs on") {
+		t.Fatalf("stop with a savepoint a sink declines: %s %s", resp.Status, body)
+	}
+	r := <-done
+	if r.err != nil || r.res.StoppedWith != 0 {
+		t.Fatalf("the job ended with %v, stopped with savepoint %d: want it to read all its input", r.err, r.res.StoppedWith)
+	}
+	count := 0
+	seen.Range(func(any, any) bool { count++; return true })
+	if count != n {
+		t.Fatalf("the sink saw %d of the %d records", count, n)
+	}
 }
