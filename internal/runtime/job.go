@@ -685,6 +685,7 @@ func (r *resources) close() error {
 func (d *driver) runAttempt(parent context.Context) error {
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(ErrStopped)
+	d.stopWith = 0 // a stop an earlier attempt did not finish is not this one's
 	// The attempt's reports channel is its own, so nothing an earlier
 	// attempt sends reaches a later one.
 	reports := make(chan Report, 64*len(d.tasks.All)+64)
