@@ -224,7 +224,7 @@ func (ts *Tasks) build(ctx context.Context, spec Spec, p Part, reports chan<- Re
 				wmInterval: spec.WatermarkInterval, stats: stats,
 			}
 			for _, node := range vx.Nodes {
-				t.contexts = append(t.contexts, operatorContext(spec, p, plan.Graph.Nodes[node], s))
+				t.contexts = append(t.contexts, operatorContext(spec, p, vx.ID, plan.Graph.Nodes[node], s))
 				t.sink = t.sink || plan.Graph.Nodes[node].Kind == graph.KindSink
 			}
 			switch h := parts.Head.(type) {
@@ -244,11 +244,11 @@ func (ts *Tasks) build(ctx context.Context, spec Spec, p Part, reports chan<- Re
 	return nil
 }
 
-func operatorContext(spec Spec, p Part, n graph.Node, subtask int) *operator.Context {
+func operatorContext(spec Spec, p Part, vertex string, n graph.Node, subtask int) *operator.Context {
 	c := &operator.Context{
 		Job: spec.Name, UID: n.UID, Subtask: subtask, Parallelism: n.Parallelism,
 		MaxParallelism: n.MaxParallelism, KeyGroups: keygroup.ForSubtask(n.MaxParallelism, n.Parallelism, subtask),
-		CheckpointingEnabled: spec.Mode != None, Logger: spec.Logger.With("job", spec.Name, "operator", n.UID, "subtask", subtask, "attempt", p.Attempt), Now: spec.Now,
+		CheckpointingEnabled: spec.Mode != None, Logger: spec.Logger.With("job", spec.Name, "vertex", vertex, "operator", n.UID, "subtask", subtask, "attempt", p.Attempt), Now: spec.Now,
 		Acquire: p.Acquire,
 	}
 	if spec.Mode != None {
