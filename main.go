@@ -101,6 +101,13 @@ func jobCommand(ctx context.Context, role Role, cfg Config, build func(*Environm
 				return err
 			}
 			c.Cluster.Role = role
+			onWeb := c.OnWeb
+			c.OnWeb = func(addr string) {
+				fmt.Fprintf(cmd.ErrOrStderr(), "web UI at http://%s/ (metrics at /metrics, the API under /api/v1/)\n", addr)
+				if onWeb != nil {
+					onWeb(addr)
+				}
+			}
 			env := New(c)
 			if err := build(env); err != nil {
 				return fmt.Errorf("build the job: %w", err)

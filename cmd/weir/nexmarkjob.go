@@ -46,7 +46,7 @@ func newNexmarkJob(role weir.Role) *cobra.Command {
 			}
 			env := weir.New(weir.Config{
 				Job: "nexmark-" + qs[0].Name, Parallelism: parallelism, Checkpoint: js.cc, Restore: jf.restore, Fresh: jf.fresh,
-				AllowNonRestoredState: jf.allowNonRestored, Restart: js.restart, Logger: slog.Default(), StateBackend: js.sb, Cluster: js.cl, Web: jf.web, WebToken: jf.token,
+				AllowNonRestoredState: jf.allowNonRestored, Restart: js.restart, Logger: slog.Default(), StateBackend: js.sb, Cluster: js.cl, Web: jf.web, WebToken: jf.token, OnWeb: announceWeb,
 			})
 			if err := nexmark.Add(env, nexmark.Config{Events: events, Rate: rate, Throttle: throttle}, qs[0], nexmark.Output{Dir: output}); err != nil {
 				return err

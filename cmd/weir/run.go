@@ -230,7 +230,7 @@ its latest count), or standard output.`,
 			env, err := wordcount.Build(wordcount.Options{
 				Input: input, Output: output, Checkpoint: cc, Parallelism: parallelism,
 				Restore: cf.restore, Fresh: cf.fresh, AllowNonRestoredState: cf.allowNonRestored,
-				Restart: js.restart, Logger: slog.Default(), StateBackend: js.sb, Cluster: js.cl, Web: jf.web, WebToken: jf.token,
+				Restart: js.restart, Logger: slog.Default(), StateBackend: js.sb, Cluster: js.cl, Web: jf.web, WebToken: jf.token, OnWeb: announceWeb,
 				OnEvent: func(e weir.JobEvent) {
 					switch e.Kind {
 					case weir.EventCheckpointCompleted:
@@ -294,6 +294,11 @@ func interrupted(cf checkpointFlags, cmd *cobra.Command) error {
 	}
 	return exitError{code: 130, msg: fmt.Sprintf("interrupted; the checkpoints are kept in %s. Resume with:\n  %s --restore latest",
 		cf.dir, resumeCommand())}
+}
+
+// announceWeb prints where the job serves its UI, whatever the log level.
+func announceWeb(addr string) {
+	fmt.Fprintf(os.Stderr, "weir: web UI at http://%s/ (metrics at /metrics, the API under /api/v1/)\n", addr)
 }
 
 // savepointPath is where savepoint id of job is in checkpoint storage dir

@@ -15,7 +15,8 @@ import (
 	"github.com/weirstream/weir/examples/wordcount"
 )
 
-var webLine = regexp.MustCompile(`msg="serving the web UI, metrics and the API" .* metrics=http://(\S+)/metrics`)
+// webLine is what weir prints, whatever the log level, when it serves.
+var webLine = regexp.MustCompile(`weir: web UI at http://(\S+)/ `)
 
 // startWithAPI starts the job args describe with its API on a free port
 // and the token s3cret, and returns it and the API's address.
