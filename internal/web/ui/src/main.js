@@ -393,7 +393,14 @@ function renderFailures(fs) {
     h('tbody', {}, ...(fs.length ? fs.slice().reverse().map((f) => h('tr', {},
       h('td', {}, new Date(f.at).toLocaleString()), h('td', { class: 'num' }, f.attempt),
       h('td', { class: 'num' }, f.restoresCheckpoint || 'none (from the beginning)'), h('td', { class: 'num' }, fmtSeconds(f.delaySeconds)),
-      h('td', { style: 'white-space:pre-wrap' }, f.cause))) : [h('tr', {}, h('td', { colspan: cols.length, class: 'muted' }, 'No failures.'))])));
+      h('td', {}, cause(f.cause)))) : [h('tr', {}, h('td', { colspan: cols.length, class: 'muted' }, 'No failures.'))])));
+}
+
+// cause shows a failure's first line, and the rest (a stack, say) folded.
+function cause(text) {
+  const [first, ...rest] = (text || '').split('\n');
+  if (!rest.length) return first;
+  return h('details', {}, h('summary', {}, first), h('pre', {}, rest.join('\n')));
 }
 
 // ---- polling ----
