@@ -19,8 +19,9 @@ import (
 	"github.com/weirstream/weir/storage"
 )
 
-// Commands are the CLI's commands on a running job's API: savepoint,
-// cancel, checkpoints, list; and savepoint dispose, on storage. weir and job programs (weir.Main) add them.
+// Commands are the CLI's commands on a running job's API (savepoint,
+// cancel, checkpoints, list) and on its storage (savepoint dispose). weir
+// and job programs (weir.Main) add them.
 func Commands() []*cobra.Command {
 	var addr, token string
 	var timeout time.Duration
