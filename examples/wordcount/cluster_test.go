@@ -203,7 +203,9 @@ func TestClusterWordCount(t *testing.T) {
 // stops with a savepoint: the workers' sources stop at its barrier, every
 // task commits it and ends, and the output so far holds each count once.
 func TestClusterSubtasksInTheAPI(t *testing.T) {
-	c := startCluster(t, 60_000, 200, "worker-1", "worker-2", "worker-3")
+	// Counting sleeps a millisecond every 20 words: the job would run for
+	// about 8 s, long after the stop.
+	c := startCluster(t, 60_000, 20, "worker-1", "worker-2", "worker-3")
 	type subtask struct {
 		Task      string
 		RecordsIn int64
