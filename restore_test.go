@@ -45,24 +45,15 @@ func lineFormat(d []byte, s string) []byte { return append(append(d, s...), '\n'
 // committedLines counts the lines of the committed files in dir.
 func committedLines(t *testing.T, dir string) map[string]int {
 	t.Helper()
-	names, err := os.ReadDir(dir)
+	var err error
+	m := map[string]int{}
+	for l := range wordcount.CommittedLines(vfs.Default, dir, &err) {
+		if l != "" {
+			m[l]++
+		}
+	}
 	if err != nil {
 		t.Fatal(err)
-	}
-	m := map[string]int{}
-	for _, e := range names {
-		if strings.HasPrefix(e.Name(), ".") {
-			continue
-		}
-		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for l := range strings.SplitSeq(strings.TrimSuffix(string(data), "\n"), "\n") {
-			if l != "" {
-				m[l]++
-			}
-		}
 	}
 	return m
 }

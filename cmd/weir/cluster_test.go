@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -194,22 +193,11 @@ func TestClusterCoordinatorRestart(t *testing.T) {
 // committedSorted is the sorted lines of the committed files in dir.
 func committedSorted(t *testing.T, dir string) []string {
 	t.Helper()
-	names, err := os.ReadDir(dir)
+	var err error
+	lines := slices.Sorted(wordcount.CommittedLines(vfs.Default, dir, &err))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var lines []string
-	for _, n := range names {
-		if strings.HasPrefix(n.Name(), ".") {
-			continue
-		}
-		data, err := os.ReadFile(filepath.Join(dir, n.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines = append(lines, strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")...)
-	}
-	slices.Sort(lines)
 	return lines
 }
 

@@ -24,22 +24,11 @@ import (
 // committedLines is the sorted lines of the committed output files.
 func committedLines(t *testing.T, dir string) []string {
 	t.Helper()
-	names, err := os.ReadDir(dir)
+	var err error
+	lines := slices.Sorted(CommittedLines(vfs.Default, dir, &err))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var lines []string
-	for _, n := range names {
-		if strings.HasPrefix(n.Name(), ".") {
-			continue
-		}
-		data, err := os.ReadFile(filepath.Join(dir, n.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines = append(lines, strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")...)
-	}
-	slices.Sort(lines)
 	return lines
 }
 

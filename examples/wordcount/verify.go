@@ -61,22 +61,33 @@ func (r Report) String() string {
 	return s
 }
 
-// Verify reads the committed output in dir (files not beginning with ".")
-// and checks it with Check.
+// Verify reads the committed output in dir and checks it with Check.
 func Verify(fs vfs.FS, dir string, want map[string]int64, atLeastOnce bool) (Report, error) {
-	names, err := fs.List(dir)
-	if err != nil {
-		return Report{}, err
-	}
 	var readErr error
-	lines := func(yield func(string) bool) {
+	rep, err := Check(want, CommittedLines(fs, dir, &readErr), atLeastOnce)
+	if readErr != nil {
+		return rep, readErr
+	}
+	return rep, err
+}
+
+// CommittedLines yields the lines of the committed output of a file sink
+// in dir (the files not beginning with "."), file by file; *errp is set to
+// the first error reading them.
+func CommittedLines(fs vfs.FS, dir string, errp *error) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		names, err := fs.List(dir)
+		if err != nil {
+			*errp = err
+			return
+		}
 		for _, n := range names {
 			if strings.HasPrefix(n, ".") {
 				continue
 			}
 			data, err := readAll(fs, fs.PathJoin(dir, n))
 			if err != nil {
-				readErr = err
+				*errp = err
 				return
 			}
 			sc := bufio.NewScanner(bytes.NewReader(data))
@@ -87,16 +98,11 @@ func Verify(fs vfs.FS, dir string, want map[string]int64, atLeastOnce bool) (Rep
 				}
 			}
 			if err := sc.Err(); err != nil {
-				readErr = fmt.Errorf("output %s: %w", n, err)
+				*errp = fmt.Errorf("output %s: %w", n, err)
 				return
 			}
 		}
 	}
-	rep, err := Check(want, lines, atLeastOnce)
-	if readErr != nil {
-		return rep, readErr
-	}
-	return rep, err
 }
 
 // Check checks output lines "word<TAB>count": every word's counts must be
