@@ -120,6 +120,7 @@ func wcInput(t *testing.T, dir string) wordcount.Options {
 // cancels it (the checkpoints are retained).
 func cancelAfter(t *testing.T, o wordcount.Options, k int) {
 	t.Helper()
+	o.BeforeCount = wordcount.Paced(200) // to outlast k checkpoints
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	n := 0

@@ -314,7 +314,8 @@ func TestRestoreAtAnotherParallelism(t *testing.T) {
 		files = append(files, p)
 	}
 	opts := wordcount.Options{Input: filepath.Join(dir, "in-*.txt"), Output: filepath.Join(dir, "out"), Parallelism: 2,
-		Checkpoint: weir.CheckpointConfig{Interval: 5 * time.Millisecond, Dir: filepath.Join(dir, "ckpt")}}
+		Checkpoint:  weir.CheckpointConfig{Interval: 5 * time.Millisecond, Dir: filepath.Join(dir, "ckpt")},
+		BeforeCount: wordcount.Paced(200)} // the first run must outlast two checkpoints
 	ctx, cancel := context.WithCancel(context.Background())
 	completed := 0
 	opts.OnEvent = func(ev weir.JobEvent) {
@@ -331,7 +332,7 @@ func TestRestoreAtAnotherParallelism(t *testing.T) {
 	if _, err := e.Execute(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("first run: %v (the input must outlast two checkpoints)", err)
 	}
-	opts.OnEvent, opts.Parallelism, opts.Restore = nil, 3, "latest"
+	opts.OnEvent, opts.BeforeCount, opts.Parallelism, opts.Restore = nil, nil, 3, "latest"
 	if e, err = wordcount.Build(opts); err != nil {
 		t.Fatal(err)
 	}

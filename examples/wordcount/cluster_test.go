@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -60,12 +59,7 @@ func (c *testCluster) options(role weir.Role, name string) Options {
 		o.Checkpoint.Dir = filepath.Join(c.dir, name, "ckpt")
 	}
 	if c.slow > 0 {
-		var n atomic.Int64
-		o.BeforeCount = func(string) {
-			if n.Add(1)%int64(c.slow) == 0 {
-				time.Sleep(time.Millisecond)
-			}
-		}
+		o.BeforeCount = Paced(c.slow)
 	}
 	return o
 }

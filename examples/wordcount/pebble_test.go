@@ -34,6 +34,8 @@ func TestDamagedCheckpointFallsBack(t *testing.T) {
 				Checkpoint:   weir.CheckpointConfig{Interval: 20 * time.Millisecond, Dir: ckpt, Retained: 3},
 				StateBackend: weir.StateBackend{Kind: weir.PebbleState, Dir: filepath.Join(dir, "state")},
 				Logger:       slog.New(slog.NewTextHandler(&log, nil))}
+			// The first run is paced, to outlast four checkpoints.
+			opts.BeforeCount = Paced(200)
 			ctx, cancel := context.WithCancel(context.Background())
 			completed := 0
 			opts.OnEvent = func(e weir.JobEvent) {
@@ -77,7 +79,7 @@ func TestDamagedCheckpointFallsBack(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			opts.OnEvent, opts.Restore = nil, "latest"
+			opts.OnEvent, opts.BeforeCount, opts.Restore = nil, nil, "latest"
 			if env, err = Build(opts); err != nil {
 				t.Fatal(err)
 			}
