@@ -106,9 +106,48 @@ func Build(o Options) (*weir.Environment, error) {
 }
 
 // Split lower-cases line and emits its words: runs of letters and digits.
-// Words share the lower-cased line's memory.
+// Words share the lower-cased line's memory: an ASCII line is lower-cased
+// byte by byte into one new string (none when it has no upper case);
+// another goes through strings.ToLower.
 func Split(line string, out weir.Collector[string]) {
-	line = strings.ToLower(line)
+	var upper, other bool
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		upper = upper || 'A' <= c && c <= 'Z'
+		other = other || c >= utf8.RuneSelf
+	}
+	switch {
+	case other:
+		splitLower(strings.ToLower(line), out)
+		return
+	case upper && len(line) <= 512:
+		var buf [512]byte
+		for i := 0; i < len(line); i++ {
+			buf[i] = asciiLower[line[i]]
+		}
+		line = string(buf[:len(line)])
+	case upper:
+		line = strings.ToLower(line)
+	}
+	start := -1
+	for i := 0; i < len(line); i++ {
+		word := asciiWord[line[i]]
+		switch {
+		case word && start < 0:
+			start = i
+		case !word && start >= 0:
+			out.Collect(line[start:i])
+			start = -1
+		}
+	}
+	if start >= 0 {
+		out.Collect(line[start:])
+	}
+}
+
+// splitLower emits the words of a lower-cased line that may hold non-ASCII
+// text.
+func splitLower(line string, out weir.Collector[string]) {
 	start := -1
 	for i := 0; i < len(line); {
 		var word bool
@@ -133,6 +172,14 @@ func Split(line string, out weir.Collector[string]) {
 		out.Collect(line[start:])
 	}
 }
+
+// asciiLower maps every byte below 0x80 to its lower case.
+var asciiLower = func() (t [utf8.RuneSelf]byte) {
+	for c := range utf8.RuneSelf {
+		t[c] = byte(unicode.ToLower(rune(c)))
+	}
+	return t
+}()
 
 // asciiWord marks the ASCII letters and digits.
 var asciiWord = func() (t [utf8.RuneSelf]bool) {
