@@ -257,7 +257,10 @@ func nextBid(b *Bid, id int64, r *rng, ts int64) {
 }
 
 // nextPrice is round(10^(6U) × 100) cents: from 1 dollar to a million.
-func nextPrice(r *rng) int64 { return int64(math.Round(math.Pow(10, r.float()*6) * 100)) }
+// 10^x is computed as e^(x·ln 10), within a few units in the last place of
+// math.Pow(10, x) and at half its cost (a logarithm fewer); it was half the
+// generator's time.
+func nextPrice(r *rng) int64 { return int64(math.Round(math.Exp(r.float()*(6*math.Ln10)) * 100)) }
 
 // nextString is 3 to max−1 characters of a–z and spaces, trimmed.
 func nextString(r *rng, max int) string {
