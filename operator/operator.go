@@ -226,7 +226,9 @@ func (Base) Close() error                          { return nil }
 // Input is implemented by the head operator of a task that has inputs: it
 // takes a batch ([]T of the input's record type) from input number input,
 // with its records' event times (nil when the stream has none) and, from a
-// hash edge, their key groups (nil when the sender did not carry them).
+// hash edge, their key groups (nil when the sender did not carry them). It
+// must not hold batch, times or groups after it returns: the task hands
+// them back to the sender, which fills them with its next records.
 type Input interface {
 	ProcessBatch(input int, batch any, times []int64, groups []uint16) error
 }

@@ -30,8 +30,9 @@ const (
 	KindIdle
 )
 
-// Event is what travels in a channel. A batch is immutable once pushed: the
-// receiver may hold it.
+// Event is what travels in a channel. A batch is immutable once pushed, and
+// the receiver holds it only while it handles it: a local channel then
+// returns its slices to the sender for the next batch (Recycle, Spare).
 type Event struct {
 	Kind  Kind
 	Batch any
@@ -90,12 +91,53 @@ type LocalChannel struct {
 	n     int
 	space chan struct{} // signalled when an event is taken
 	ready chan<- struct{}
+	// spares holds handled batches, cleared, for the sender to fill again:
+	// records in batches then cost the collector nothing.
+	spares []Event
 }
 
 // NewLocalChannel returns a channel holding at most capacity events (each a
 // batch or a control event) that signals ready whenever it receives one.
 func NewLocalChannel(capacity int, ready chan<- struct{}) *LocalChannel {
-	return &LocalChannel{buf: make([]Event, capacity), space: make(chan struct{}, 1), ready: ready}
+	// Batches in use are at most those the channel holds, the one being
+	// handled and the one being filled: so many spares are never dropped.
+	return &LocalChannel{buf: make([]Event, capacity), space: make(chan struct{}, 1), ready: ready,
+		spares: make([]Event, 0, capacity+2)}
+}
+
+// Recycler is implemented by input channels whose handled batches go back
+// to their sender.
+type Recycler interface {
+	// Recycle takes a batch the receiver has handled and no longer holds.
+	Recycle(e Event)
+}
+
+// Spares is implemented by output channels that hand back handled batches.
+type Spares interface {
+	// Spare returns a handled batch, if there is one; the sender empties
+	// its slices and fills them again.
+	Spare() (Event, bool)
+}
+
+func (c *LocalChannel) Recycle(e Event) {
+	c.mu.Lock()
+	if len(c.spares) < cap(c.spares) {
+		c.spares = append(c.spares, e)
+	}
+	c.mu.Unlock()
+}
+
+func (c *LocalChannel) Spare() (Event, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := len(c.spares)
+	if n == 0 {
+		return Event{}, false
+	}
+	e := c.spares[n-1]
+	c.spares[n-1] = Event{}
+	c.spares = c.spares[:n-1]
+	return e, true
 }
 
 func (c *LocalChannel) Push(ctx context.Context, e Event) error {
@@ -169,6 +211,14 @@ func (g *Gate) Add(c InputChannel) int {
 
 // Len is the number of channels.
 func (g *Gate) Len() int { return len(g.chans) }
+
+// Recycle hands a batch channel i delivered back to its sender, if the
+// channel reuses batches.
+func (g *Gate) Recycle(i int, e Event) {
+	if r, ok := g.chans[i].(Recycler); ok {
+		r.Recycle(e)
+	}
+}
 
 // Poll takes the next event from a channel that is not blocked, if any.
 func (g *Gate) Poll(blocked func(int) bool) (int, Event, bool) {

@@ -117,19 +117,43 @@ func (e *Emitter[T]) push(i int) {
 		return
 	}
 	ev := Event{Kind: KindBatch, Batch: e.bufs[i]}
-	e.bufs[i] = make([]T, 0, e.size)
 	if e.now != nil {
 		ev.Times = e.times[i]
-		e.times[i] = make([]int64, 0, e.size)
 	}
 	if e.keyRoute != nil {
 		ev.Groups = e.groups[i]
-		e.groups[i] = make([]uint16, 0, e.size)
 	}
 	e.Stats.addOut(len(e.bufs[i]))
 	if err := e.send(e.outs[i], ev); err != nil {
 		e.err = err
 	}
+	e.next(i)
+}
+
+// next gives channel i empty slices for its next batch: those of a batch
+// the receiver has handled, if its channel hands them back, or new ones.
+func (e *Emitter[T]) next(i int) {
+	var spare Event
+	if s, ok := e.outs[i].(Spares); ok {
+		spare, _ = s.Spare()
+	}
+	b, _ := spare.Batch.([]T)
+	clear(b) // the records it held may be garbage now
+	e.bufs[i] = reuse(b, e.size)
+	if e.now != nil {
+		e.times[i] = reuse(spare.Times, e.size)
+	}
+	if e.keyRoute != nil {
+		e.groups[i] = reuse(spare.Groups, e.size)
+	}
+}
+
+// reuse returns s emptied if it holds n elements, else a new slice.
+func reuse[E any](s []E, n int) []E {
+	if cap(s) < n {
+		return make([]E, 0, n)
+	}
+	return s[:0]
 }
 
 // send pushes ev to o, timing the wait when o has no room for it.

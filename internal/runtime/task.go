@@ -321,7 +321,9 @@ func (t *task) fireTimers() error {
 func (t *task) handle(ctx context.Context, ch int, ev Event) error {
 	switch ev.Kind {
 	case KindBatch:
-		if err := t.input.ProcessBatch(t.inputOf[ch], ev.Batch, ev.Times, ev.Groups); err != nil {
+		err := t.input.ProcessBatch(t.inputOf[ch], ev.Batch, ev.Times, ev.Groups)
+		t.gate.Recycle(ch, ev)
+		if err != nil {
 			return fmt.Errorf("task %s: %w", t.id, err)
 		}
 		if err := t.outputErr(); err != nil {
