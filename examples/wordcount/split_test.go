@@ -29,3 +29,20 @@ func FuzzSplit(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkSplit splits lines of the benchmark corpus's shape: eight
+// capitalised words.
+//
+//	go test ./examples/wordcount -run '^$' -bench Split
+func BenchmarkSplit(b *testing.B) {
+	line := "Word1234 Word17 Word905 Word1999 Word3 Word44 Word1500 Word777"
+	var n countWords
+	for b.Loop() {
+		Split(line, &n)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/word")
+}
+
+type countWords int
+
+func (c *countWords) Collect(string) { *c++ }

@@ -110,23 +110,21 @@ func Build(o Options) (*weir.Environment, error) {
 // byte by byte into one new string (none when it has no upper case);
 // another goes through strings.ToLower.
 func Split(line string, out weir.Collector[string]) {
-	var upper, other bool
+	var class byte
 	for i := 0; i < len(line); i++ {
-		c := line[i]
-		upper = upper || 'A' <= c && c <= 'Z'
-		other = other || c >= utf8.RuneSelf
+		class |= byteClass[line[i]]
 	}
 	switch {
-	case other:
+	case class&nonASCII != 0:
 		splitLower(strings.ToLower(line), out)
 		return
-	case upper && len(line) <= 512:
+	case class&upper != 0 && len(line) <= 512:
 		var buf [512]byte
 		for i := 0; i < len(line); i++ {
 			buf[i] = asciiLower[line[i]]
 		}
 		line = string(buf[:len(line)])
-	case upper:
+	case class&upper != 0:
 		line = strings.ToLower(line)
 	}
 	start := -1
@@ -172,6 +170,24 @@ func splitLower(line string, out weir.Collector[string]) {
 		out.Collect(line[start:])
 	}
 }
+
+// byteClass marks the bytes that are ASCII upper case or not ASCII.
+var byteClass = func() (t [256]byte) {
+	for c := range 256 {
+		switch {
+		case c >= utf8.RuneSelf:
+			t[c] = nonASCII
+		case unicode.IsUpper(rune(c)):
+			t[c] = upper
+		}
+	}
+	return t
+}()
+
+const (
+	upper    = 1
+	nonASCII = 2
+)
 
 // asciiLower maps every byte below 0x80 to its lower case.
 var asciiLower = func() (t [utf8.RuneSelf]byte) {
