@@ -153,7 +153,8 @@ func (c *Conn) Input(ch uint64, bc BatchCodec, capacity int, ready chan<- struct
 	if len(c.inputs) >= maxChannels {
 		return nil, fmt.Errorf("transport: more than %d channels", maxChannels)
 	}
-	in := &Input{c: c, ch: ch, codec: bc, buf: make([]runtime.Event, capacity), ready: ready}
+	in := &Input{c: c, ch: ch, codec: bc, buf: make([]runtime.Event, capacity), ready: ready,
+		spares: make([]runtime.Event, 0, capacity+1)}
 	c.inputs[ch] = in
 	c.grant[ch] += capacity
 	signal(c.wake)
@@ -238,7 +239,7 @@ func (c *Conn) dispatch(f frame) error {
 		if in == nil {
 			return protocolErr("an event on channel %d, which was granted no credit", f.channel)
 		}
-		e, err := decodeEvent(f.payload, in.codec)
+		e, err := decodeEvent(f.payload, in.codec, in.spare())
 		if err != nil {
 			return fmt.Errorf("channel %d: %w", f.channel, err)
 		}
@@ -258,6 +259,16 @@ type Output struct {
 	credits  int           // guarded by c.mu
 	granted  chan struct{} // signalled when credits arrive
 	sizeHint int           // the last frame's size
+	// spare is the last batch sent: encoded, so the pushing task may fill
+	// it again.
+	spare runtime.Event
+}
+
+// Spare returns the last batch sent, if any, for the task to fill again.
+func (o *Output) Spare() (runtime.Event, bool) {
+	e := o.spare
+	o.spare = runtime.Event{}
+	return e, e.Batch != nil
 }
 
 // Push sends e once the receiver has granted room for it, waiting until
@@ -303,6 +314,9 @@ func (o *Output) send(e runtime.Event) error {
 	if err != nil {
 		return err // NB: the credit is lost with the connection's owner failing the job
 	}
+	if e.Kind == runtime.KindBatch {
+		o.spare = e
+	}
 	c.mu.Lock()
 	c.queue = append(c.queue, f)
 	c.mu.Unlock()
@@ -322,6 +336,32 @@ type Input struct {
 	buf  []runtime.Event // ring
 	head int
 	n    int
+	// spares holds batches the task has handled, for the connection's
+	// reader to decode the next ones into (as many as can be in use).
+	spares []runtime.Event
+}
+
+// Recycle takes a batch the task has handled and no longer holds.
+func (in *Input) Recycle(e runtime.Event) {
+	in.mu.Lock()
+	if len(in.spares) < cap(in.spares) {
+		in.spares = append(in.spares, e)
+	}
+	in.mu.Unlock()
+}
+
+// spare returns a handled batch, if there is one.
+func (in *Input) spare() runtime.Event {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	n := len(in.spares)
+	if n == 0 {
+		return runtime.Event{}
+	}
+	e := in.spares[n-1]
+	in.spares[n-1] = runtime.Event{}
+	in.spares = in.spares[:n-1]
+	return e
 }
 
 func (in *Input) put(e runtime.Event) error {

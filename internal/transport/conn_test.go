@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -276,14 +277,14 @@ func FuzzDecodeEvent(f *testing.F) {
 		f.Add(fr[6:]) // the payload: past length, type and a one-byte channel
 	}
 	f.Fuzz(func(t *testing.T, p []byte) {
-		e, err := decodeEvent(p, strings_)
+		e, err := decodeEvent(p, strings_, runtime.Event{})
 		if err != nil {
 			return
 		}
 		// What decodes re-encodes to the same bytes, but for varints that
 		// had several encodings.
 		again := appendEvent(nil, 1, e, strings_)[6:]
-		e2, err := decodeEvent(again, strings_)
+		e2, err := decodeEvent(again, strings_, runtime.Event{})
 		if err != nil || e2.Kind != e.Kind || e2.ID != e.ID || e2.Time != e.Time || !slices.Equal(e2.Times, e.Times) || !slices.Equal(e2.Groups, e.Groups) {
 			t.Fatalf("%+v re-encoded decodes as %+v, %v", e, e2, err)
 		}
@@ -337,4 +338,61 @@ func FuzzConn(f *testing.F) {
 		c.Close()
 		<-drained
 	})
+}
+
+// TestBatchesComeBackOverTheNetwork: the sending task fills the batch it
+// just sent again (it is encoded), and the receiving side decodes into the
+// batches its task has handled: a long stream needs no more batches than
+// can be in flight, and every record arrives once, in order.
+func TestBatchesComeBackOverTheNetwork(t *testing.T) {
+	const capacity, size, n = 4, 16, 20_000
+	a, b := pair(t)
+	ready := make(chan struct{}, 1)
+	in, err := b.Input(3, strings_, capacity, ready)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := a.Output(3, strings_)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := make(chan error, 1)
+	go func() {
+		e := runtime.NewEmitter[string](context.Background(), []runtime.OutputChannel{out}, nil, size, nil)
+		for v := range n {
+			e.Collect(strconv.Itoa(v))
+		}
+		sent <- e.Flush()
+	}()
+	arrays := map[*string]bool{}
+	for next := 0; next < n; {
+		ev := pop(t, in, ready)
+		batch := ev.Batch.([]string)
+		arrays[&batch[:1][0]] = true
+		for _, v := range batch {
+			if v != strconv.Itoa(next) {
+				t.Fatalf("got record %s, want %d", v, next)
+			}
+			next++
+		}
+		in.Recycle(ev)
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	if len(arrays) > capacity+2 {
+		t.Errorf("the receiver decoded %d records into %d batches of %d: want at most %d", n, len(arrays), size, capacity+2)
+	}
+
+	// The sender's side: a batch is the next one to fill once sent.
+	batch := []string{"x"}
+	if err := out.Push(context.Background(), runtime.Event{Kind: runtime.KindBatch, Batch: batch}); err != nil {
+		t.Fatal(err)
+	}
+	if spare, ok := out.Spare(); !ok || &spare.Batch.([]string)[0] != &batch[0] {
+		t.Errorf("Spare after a send = %v, %v: want the batch sent", spare.Batch, ok)
+	}
+	if _, ok := out.Spare(); ok {
+		t.Error("a sent batch was handed out twice")
+	}
 }

@@ -55,8 +55,10 @@ func protocolErr(format string, a ...any) error {
 // holds them).
 type BatchCodec interface {
 	Append(dst []byte, batch any) []byte
-	// Decode decodes a whole batch of n records; it may alias src.
-	Decode(src []byte) (batch any, n int, err error)
+	// Decode decodes a whole batch of n records; it may alias src. It may
+	// decode into reuse, a batch of the same type the receiver is done
+	// with (nil: none).
+	Decode(src []byte, reuse any) (batch any, n int, err error)
 }
 
 // Batches is the BatchCodec of []T with c for each record.
@@ -73,7 +75,7 @@ func (b batches[T]) Append(dst []byte, batch any) []byte {
 	return dst
 }
 
-func (b batches[T]) Decode(src []byte) (any, int, error) {
+func (b batches[T]) Decode(src []byte, reuse any) (any, int, error) {
 	n, k := binary.Uvarint(src)
 	if k <= 0 {
 		return nil, 0, errors.New("batch: bad record count")
@@ -84,7 +86,9 @@ func (b batches[T]) Decode(src []byte) (any, int, error) {
 	}
 	// NB: a count the bytes cannot hold must not allocate; the loop below
 	// fails on the first missing record.
-	recs := make([]T, 0, min(int(n), len(src)))
+	old, _ := reuse.([]T)
+	clear(old)
+	recs := reslice(old, min(int(n), len(src)))
 	for range n {
 		r, used, err := b.c.Decode(src)
 		if err != nil {
@@ -205,8 +209,17 @@ func decodeCredit(p []byte) (int, error) {
 	return int(n), nil
 }
 
-// decodeEvent decodes an event frame's payload.
-func decodeEvent(p []byte, bc BatchCodec) (runtime.Event, error) {
+// reslice returns s emptied if it has room for n elements, else a new slice.
+func reslice[E any](s []E, n int) []E {
+	if cap(s) < n {
+		return make([]E, 0, n)
+	}
+	return s[:0]
+}
+
+// decodeEvent decodes an event frame's payload, into the slices of reuse, a
+// batch the receiver is done with, where they are large enough.
+func decodeEvent(p []byte, bc BatchCodec, reuse runtime.Event) (runtime.Event, error) {
 	if len(p) == 0 {
 		return runtime.Event{}, protocolErr("empty event")
 	}
@@ -220,7 +233,7 @@ func decodeEvent(p []byte, bc BatchCodec) (runtime.Event, error) {
 		}
 		p = p[k:]
 		if n > 0 {
-			e.Times = make([]int64, n)
+			e.Times = reslice(reuse.Times, int(n))[:n]
 			var prev int64
 			for i := range e.Times {
 				d, k := binary.Varint(p)
@@ -238,7 +251,7 @@ func decodeEvent(p []byte, bc BatchCodec) (runtime.Event, error) {
 		}
 		p = p[k:]
 		if g > 0 {
-			e.Groups = make([]uint16, g)
+			e.Groups = reslice(reuse.Groups, int(g))[:g]
 			for i := range e.Groups {
 				v, k := binary.Uvarint(p)
 				if k <= 0 || v > 0xffff {
@@ -248,7 +261,7 @@ func decodeEvent(p []byte, bc BatchCodec) (runtime.Event, error) {
 				p = p[k:]
 			}
 		}
-		b, recs, err := bc.Decode(p)
+		b, recs, err := bc.Decode(p, reuse.Batch)
 		if err != nil {
 			return e, protocolErr("%v", err)
 		}
