@@ -115,37 +115,20 @@ func Split(line string, out weir.Collector[string]) {
 		class |= byteClass[line[i]]
 	}
 	switch {
-	case class&nonASCII != 0:
-		splitLower(strings.ToLower(line), out)
-		return
-	case class&upper != 0 && len(line) <= 512:
+	case class == upper && len(line) <= 512: // ASCII with upper case
 		var buf [512]byte
 		for i := 0; i < len(line); i++ {
 			buf[i] = asciiLower[line[i]]
 		}
 		line = string(buf[:len(line)])
-	case class&upper != 0:
+	case class != 0:
 		line = strings.ToLower(line)
 	}
-	start := -1
-	for i := 0; i < len(line); i++ {
-		word := asciiWord[line[i]]
-		switch {
-		case word && start < 0:
-			start = i
-		case !word && start >= 0:
-			out.Collect(line[start:i])
-			start = -1
-		}
-	}
-	if start >= 0 {
-		out.Collect(line[start:])
-	}
+	emitWords(line, out)
 }
 
-// splitLower emits the words of a lower-cased line that may hold non-ASCII
-// text.
-func splitLower(line string, out weir.Collector[string]) {
+// emitWords emits the words of a lower-cased line.
+func emitWords(line string, out weir.Collector[string]) {
 	start := -1
 	for i := 0; i < len(line); {
 		var word bool
