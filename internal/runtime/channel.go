@@ -31,8 +31,8 @@ const (
 )
 
 // Event is what travels in a channel. A batch is immutable once pushed, and
-// the receiver holds it only while it handles it: a local channel then
-// returns its slices to the sender for the next batch (Recycle, Spare).
+// the receiver holds it only while it handles it: the channel may then give
+// its slices back to the sender for a later batch (Recycler, Spares).
 type Event struct {
 	Kind  Kind
 	Batch any
@@ -91,8 +91,8 @@ type LocalChannel struct {
 	n     int
 	space chan struct{} // signalled when an event is taken
 	ready chan<- struct{}
-	// spares holds handled batches, cleared, for the sender to fill again:
-	// records in batches then cost the collector nothing.
+	// spares holds handled batches for the sender to fill again: records
+	// in batches then cost the garbage collector nothing.
 	spares []Event
 }
 

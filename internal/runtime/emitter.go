@@ -148,7 +148,7 @@ func (e *Emitter[T]) next(i int) {
 	}
 }
 
-// reuse returns s emptied if it holds n elements, else a new slice.
+// reuse returns s emptied if it has room for n elements, else a new slice.
 func reuse[E any](s []E, n int) []E {
 	if cap(s) < n {
 		return make([]E, 0, n)
