@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -32,9 +34,11 @@ func newWordCountBench() *cobra.Command {
 a 2,000-word vocabulary) with Weir's word count, with checkpoints off, every
 second and every 100 ms (exactly-once, heap state), and with wcfast, the
 fastest hand-written Go word count we know, built from --wcfast (its column is
-skipped when that directory is absent). Each figure is the best of --runs
-runs, and "all runs" gives the range; CPU time is user plus system time of
-the process (of wcfast's process for wcfast).`,
+skipped when that directory is absent). --runs rounds each run every
+configuration once, in turn, so that a slow spell of a shared machine does
+not fall on one of them only; a row gives the best run, the median, and the
+range of all runs. CPU time is user plus system time of the process (of
+wcfast's process for wcfast).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if files < 1 || lines < 1 || parallelism < 1 || runs < 1 {
@@ -51,16 +55,13 @@ the process (of wcfast's process for wcfast).`,
 	cmd.Flags().IntVar(&files, "files", 8, "input files")
 	cmd.Flags().IntVar(&lines, "lines", 250_000, "lines per input file (8 words each)")
 	cmd.Flags().IntVar(&parallelism, "parallelism", 2, "subtasks per operator (wcfast: output shards)")
-	cmd.Flags().IntVar(&runs, "runs", 3, "runs of each configuration; the best counts")
+	cmd.Flags().IntVar(&runs, "runs", 3, "rounds: runs of each configuration, taken in turn")
 	cmd.Flags().StringVar(&wcfast, "wcfast", "../shared/baselines/wcfast", "directory of wcfast's source (skipped when absent)")
 	return cmd
 }
 
 type wcResult struct {
-	name      string
-	cpu, wall time.Duration
-	// worst is the most CPU time a run took, for the spread between runs.
-	worst       time.Duration
+	cpu, wall   time.Duration
 	allocs      float64 // per word; -1: not measured
 	checkpoints int
 }
@@ -77,10 +78,14 @@ func benchWordCount(ctx context.Context, w io.Writer, files, lines, parallelism,
 	}
 	words := int64(files) * int64(lines) * 8
 	input := filepath.Join(dir, "in-*.txt")
-	fmt.Fprintf(w, "weir bench wordcount: %d words (%d files, 2,000 distinct), parallelism %d, %d CPUs, best of %d runs\n\n",
+	fmt.Fprintf(w, "weir bench wordcount: %d words (%d files, 2,000 distinct), parallelism %d, %d CPUs, %d rounds\n\n",
 		words, files, parallelism, goruntime.NumCPU(), runs)
 
-	var results []wcResult
+	type config struct {
+		name string
+		run  func(round int) (wcResult, error)
+	}
+	var configs []config
 	for _, c := range []struct {
 		name     string
 		mode     weir.Mode
@@ -90,43 +95,52 @@ func benchWordCount(ctx context.Context, w io.Writer, files, lines, parallelism,
 		{"weir, checkpoints every 1s", weir.ExactlyOnce, time.Second},
 		{"weir, checkpoints every 100ms", weir.ExactlyOnce, 100 * time.Millisecond},
 	} {
-		var best wcResult
-		for r := range runs {
-			res, err := runWeirWordCount(ctx, input, filepath.Join(dir, fmt.Sprintf("out-%s-%d", c.mode, r)), parallelism, c.mode, c.interval, want)
+		configs = append(configs, config{c.name, func(r int) (wcResult, error) {
+			return runWeirWordCount(ctx, input, filepath.Join(dir, fmt.Sprintf("out-%s-%d", c.mode, r)), parallelism, c.mode, c.interval, want)
+		}})
+	}
+	bin, why := buildWCFast(ctx, wcfastDir, dir)
+	if why == "" {
+		configs = append(configs, config{"wcfast", func(r int) (wcResult, error) {
+			return runWCFast(ctx, bin, filepath.Join(dir, fmt.Sprint("wcfast-out-", r)), input, parallelism, want)
+		}})
+	}
+	// Rounds take every configuration in turn, so that a slow spell of a
+	// shared machine does not fall on one configuration only.
+	results := make([][]wcResult, len(configs))
+	for r := range runs {
+		for i, c := range configs {
+			res, err := c.run(r)
 			if err != nil {
 				return fmt.Errorf("%s: %w", c.name, err)
 			}
-			worst := max(best.worst, res.cpu)
-			if r == 0 || res.cpu < best.cpu {
-				best = res
-			}
-			best.worst = worst
+			results[i] = append(results[i], res)
 		}
-		best.name = c.name
-		results = append(results, best)
-	}
-	fast, why := runWCFast(ctx, wcfastDir, dir, input, parallelism, runs, want)
-	if why == "" {
-		results = append(results, fast)
 	}
 
-	const row = "%-30s %12s %14s %8s %11s %12s %12s\n"
-	fmt.Fprintf(w, row, "", "words/cpu-s", "all runs", "ns/word", "cores used", "allocs/word", "checkpoints")
-	for _, r := range results {
-		perCPU := float64(words) / r.cpu.Seconds()
+	const row = "%-30s %12s %8s %14s %8s %11s %12s %12s\n"
+	fmt.Fprintf(w, row, "", "words/cpu-s", "median", "all runs", "ns/word", "cores used", "allocs/word", "checkpoints")
+	perCPU := func(r wcResult) float64 { return float64(words) / r.cpu.Seconds() }
+	best := make([]wcResult, len(configs))
+	median := make([]wcResult, len(configs))
+	for i, c := range configs {
+		rs := slices.SortedFunc(slices.Values(results[i]), func(a, b wcResult) int { return cmp.Compare(a.cpu, b.cpu) })
+		best[i], median[i] = rs[0], rs[len(rs)/2]
 		allocs, ckpts := "-", "-"
-		if r.allocs >= 0 {
-			allocs = fmt.Sprintf("%.4f", r.allocs)
-			ckpts = fmt.Sprint(r.checkpoints)
+		if best[i].allocs >= 0 {
+			allocs = fmt.Sprintf("%.4f", best[i].allocs)
+			ckpts = fmt.Sprint(best[i].checkpoints)
 		}
-		spread := si(float64(words)/r.worst.Seconds()) + "–" + si(perCPU)
-		fmt.Fprintf(w, row, r.name, si(perCPU), spread, fmt.Sprintf("%.1f", 1e9/perCPU), fmt.Sprintf("%.2f", r.cpu.Seconds()/r.wall.Seconds()), allocs, ckpts)
+		fmt.Fprintf(w, row, c.name, si(perCPU(best[i])), si(perCPU(median[i])), si(perCPU(rs[len(rs)-1]))+"–"+si(perCPU(best[i])),
+			fmt.Sprintf("%.1f", 1e9/perCPU(best[i])), fmt.Sprintf("%.2f", best[i].cpu.Seconds()/best[i].wall.Seconds()), allocs, ckpts)
 	}
 	if why != "" {
 		fmt.Fprintf(w, "\nwcfast: %s\n", why)
 		return nil
 	}
-	fmt.Fprintf(w, "\nweir (checkpoints every 1s) / wcfast, per CPU-second: %.3f\n", fast.cpu.Seconds()/results[1].cpu.Seconds())
+	fast := len(configs) - 1
+	fmt.Fprintf(w, "\nweir (checkpoints every 1s) / wcfast, per CPU-second: %.3f (medians: %.3f)\n",
+		best[fast].cpu.Seconds()/best[1].cpu.Seconds(), median[fast].cpu.Seconds()/median[1].cpu.Seconds())
 	return nil
 }
 
@@ -171,40 +185,35 @@ func runWeirWordCount(ctx context.Context, input, output string, parallelism int
 	return wcResult{cpu: cpu1 - cpu0, wall: wall, allocs: float64(ms.Mallocs-m0) / float64(words), checkpoints: res.Checkpoints}, nil
 }
 
-// runWCFast builds wcfast from dir and runs it; why says why it did not.
-func runWCFast(ctx context.Context, src, work, input string, parallelism, runs int, want map[string]int64) (wcResult, string) {
+// buildWCFast builds wcfast from src into work; why says why it did not.
+func buildWCFast(ctx context.Context, src, work string) (bin, why string) {
 	if _, err := os.Stat(filepath.Join(src, "main.go")); err != nil {
-		return wcResult{}, fmt.Sprintf("skipped: no source at %s (--wcfast)", src)
+		return "", fmt.Sprintf("skipped: no source at %s (--wcfast)", src)
 	}
-	bin := filepath.Join(work, "wcfast")
+	bin = filepath.Join(work, "wcfast")
 	build := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
 	build.Dir = src
 	if out, err := build.CombinedOutput(); err != nil {
-		return wcResult{}, fmt.Sprintf("skipped: go build in %s: %v\n%s", src, err, out)
+		return "", fmt.Sprintf("skipped: go build in %s: %v\n%s", src, err, out)
 	}
-	best := wcResult{name: "wcfast", allocs: -1}
-	for r := range runs {
-		out := filepath.Join(work, fmt.Sprint("wcfast-out-", r))
-		run := exec.CommandContext(ctx, bin, "-input", input, "-output", out, "-parallelism", fmt.Sprint(parallelism))
-		var stderr bytes.Buffer
-		run.Stderr = &stderr
-		start := time.Now()
-		if err := run.Run(); err != nil {
-			return wcResult{}, fmt.Sprintf("failed: %v\n%s", err, stderr.String())
-		}
-		wall := time.Since(start)
-		cpu := run.ProcessState.UserTime() + run.ProcessState.SystemTime()
-		err := verifyOutput(out, want)
-		os.RemoveAll(out)
-		if err != nil {
-			return wcResult{}, err.Error()
-		}
-		if r == 0 || cpu < best.cpu {
-			best.cpu, best.wall = cpu, wall
-		}
-		best.worst = max(best.worst, cpu)
+	return bin, ""
+}
+
+// runWCFast runs wcfast once and checks its output.
+func runWCFast(ctx context.Context, bin, out, input string, parallelism int, want map[string]int64) (wcResult, error) {
+	defer os.RemoveAll(out)
+	run := exec.CommandContext(ctx, bin, "-input", input, "-output", out, "-parallelism", fmt.Sprint(parallelism))
+	var stderr bytes.Buffer
+	run.Stderr = &stderr
+	start := time.Now()
+	if err := run.Run(); err != nil {
+		return wcResult{}, fmt.Errorf("%v\n%s", err, stderr.String())
 	}
-	return best, ""
+	wall := time.Since(start)
+	if err := verifyOutput(out, want); err != nil {
+		return wcResult{}, err
+	}
+	return wcResult{cpu: run.ProcessState.UserTime() + run.ProcessState.SystemTime(), wall: wall, allocs: -1}, nil
 }
 
 // verifyOutput checks that the output in dir holds every word's counts

@@ -15,7 +15,7 @@ func TestWordCountBench(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	s := string(out)
-	for _, want := range []string{"32000 words", "words/cpu-s", "weir, checkpoints off", "weir, checkpoints every 1s", "weir, checkpoints every 100ms", "wcfast: skipped: no source at"} {
+	for _, want := range []string{"32000 words", "words/cpu-s", "median", "weir, checkpoints off", "weir, checkpoints every 1s", "weir, checkpoints every 100ms", "wcfast: skipped: no source at"} {
 		if !strings.Contains(s, want) {
 			t.Fatalf("no %q in:\n%s", want, s)
 		}
