@@ -156,13 +156,10 @@ func (e *Environment) webControl(spec *runtime.Spec, cancel context.CancelCauseF
 			return uint64(r.ID), r.Err
 		},
 		Location: func(id uint64) string {
-			if d, ok := st.(*storage.Dir); ok {
-				return d.CheckpointDir(checkpoint.ID(id))
-			}
 			if st == nil {
 				return ""
 			}
-			return fmt.Sprintf("%s/chk-%d", st.Describe(), id)
+			return storage.CheckpointLocation(st.Describe(), "", checkpoint.ID(id))
 		},
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"maps"
 	"net/url"
 	"os"
+	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -50,6 +52,19 @@ type Blob struct {
 // serves.
 func IsURL(dir string) bool {
 	return strings.HasPrefix(dir, "s3://") || strings.HasPrefix(dir, "mem://")
+}
+
+// CheckpointLocation is where checkpoint id of job is in the checkpoint
+// storage at dir (a directory, or a URL whose query is kept; job may be
+// empty when dir is already the job's): what --restore takes.
+func CheckpointLocation(dir, job string, id checkpoint.ID) string {
+	if IsURL(dir) {
+		if u, err := url.Parse(dir); err == nil {
+			u.Path = strings.TrimSuffix(u.Path, "/") + "/" + path.Join(job, chkName(id))
+			return u.String()
+		}
+	}
+	return filepath.Join(dir, job, chkName(id))
 }
 
 // DefaultLease is how long a run's claim on object storage lasts unless

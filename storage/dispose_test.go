@@ -115,3 +115,23 @@ func TestDisposeSavepoint(t *testing.T) {
 		t.Fatal("a path that is no checkpoint was accepted")
 	}
 }
+
+// TestCheckpointLocation: a checkpoint's location joins the job and
+// chk-<id> to a directory, or to a URL's path before its query (which
+// OpenCheckpointURL needs; TestBlobRoundTrip opens one).
+func TestCheckpointLocation(t *testing.T) {
+	for _, c := range []struct {
+		dir, job string
+		want     string
+	}{
+		{"/var/ckpt", "wordcount", "/var/ckpt/wordcount/chk-7"},
+		{"/var/ckpt/wordcount", "", "/var/ckpt/wordcount/chk-7"},
+		{"s3://bucket/prefix?endpoint=http%3A%2F%2F127.0.0.1%3A9000&region=x", "wordcount", "s3://bucket/prefix/wordcount/chk-7?endpoint=http%3A%2F%2F127.0.0.1%3A9000&region=x"},
+		{"s3://bucket/prefix/wordcount/", "", "s3://bucket/prefix/wordcount/chk-7"},
+		{"mem://m", "job", "mem://m/job/chk-7"},
+	} {
+		if got := CheckpointLocation(c.dir, c.job, 7); got != c.want {
+			t.Errorf("CheckpointLocation(%q, %q, 7) = %q, want %q", c.dir, c.job, got, c.want)
+		}
+	}
+}

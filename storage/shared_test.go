@@ -309,7 +309,7 @@ func TestBlobRoundTrip(t *testing.T) {
 		t.Fatalf("scan %+v %v", s, err)
 	}
 	checkReadable(t, b, s.Latest())
-	m, st, err := OpenCheckpointURL(context.Background(), strings.Replace(url, "/weir?", "/weir/job/chk-1?", 1))
+	m, st, err := OpenCheckpointURL(context.Background(), CheckpointLocation(url, "job", 1))
 	if err != nil || m.ID != 1 {
 		t.Fatalf("open checkpoint 1 by URL: %v", err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/weirstream/weir"
 	"github.com/weirstream/weir/examples/nexmark"
+	"github.com/weirstream/weir/storage"
 )
 
 // newNexmarkJob is a Nexmark query as a job in a role: run (local),
@@ -57,7 +58,7 @@ func newNexmarkJob(role weir.Role) *cobra.Command {
 			}
 			if res.StoppedWith != 0 {
 				fmt.Fprintf(os.Stderr, "weir: nexmark %s stopped with savepoint %d. Resume with:\n  %s --restore %s\n",
-					qs[0].Name, res.StoppedWith, resumeCommand(), savepointPath(js.cc.Dir, "nexmark-"+qs[0].Name, res.StoppedWith))
+					qs[0].Name, res.StoppedWith, resumeCommand(), storage.CheckpointLocation(js.cc.Dir, "nexmark-"+qs[0].Name, res.StoppedWith))
 				return nil
 			}
 			fmt.Fprintf(os.Stderr, "weir: nexmark %s finished: %d checkpoints, %d attempts; results in %s\n", qs[0].Name, res.Checkpoints, res.Attempts, output)

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -269,7 +268,7 @@ its latest count), or standard output.`,
 			case role == weir.Worker:
 			case res.StoppedWith != 0:
 				fmt.Fprintf(os.Stderr, "weir: wordcount stopped with savepoint %d. Resume with:\n  %s --restore %s\n",
-					res.StoppedWith, resumeCommand(), savepointPath(cf.dir, "wordcount", res.StoppedWith))
+					res.StoppedWith, resumeCommand(), storage.CheckpointLocation(cf.dir, "wordcount", res.StoppedWith))
 			default:
 				fmt.Fprintf(os.Stderr, "weir: wordcount finished: %d checkpoints, %d attempts; output in %s\n", res.Checkpoints, res.Attempts, output)
 			}
@@ -299,15 +298,6 @@ func interrupted(cf checkpointFlags, cmd *cobra.Command) error {
 // announceWeb prints where the job serves its UI, whatever the log level.
 func announceWeb(addr string) {
 	fmt.Fprintf(os.Stderr, "weir: web UI at http://%s/ (metrics at /metrics, the API under /api/v1/)\n", addr)
-}
-
-// savepointPath is where savepoint id of job is in checkpoint storage dir
-// (a directory or a URL), for --restore.
-func savepointPath(dir, job string, id checkpoint.ID) string {
-	if storage.IsURL(dir) {
-		return fmt.Sprintf("%s/%s/chk-%d", strings.TrimSuffix(dir, "/"), job, id)
-	}
-	return filepath.Join(dir, job, fmt.Sprintf("chk-%d", id))
 }
 
 // resumeCommand is this process's command line without its --restore and
