@@ -278,8 +278,12 @@ function renderTimeline() {
     .map((t) => ({ ...t, vertex: t.task.slice(0, t.task.lastIndexOf('#')), subtask: Number(t.task.slice(t.task.lastIndexOf('#') + 1)) }))
     .filter((t) => !ui.timelineVertex || t.vertex === ui.timelineVertex)
     .sort((a, b) => (order.get(a.vertex) - order.get(b.vertex)) || (a.subtask - b.subtask));
-  const end = Math.max(c.durationSeconds || 0, ...tasks.map((t) => t.ackedSeconds), 1e-6);
   const box = $('timeline');
+  if (!tasks.length) {
+    box.replaceChildren(h('p', { class: 'muted' }, 'No subtask of this vertex took part.'));
+    return;
+  }
+  const end = Math.max(c.durationSeconds || 0, ...tasks.map((t) => t.ackedSeconds), 1e-6);
   const W = Math.max(800, box.clientWidth - 20), L = 150, R = 10;
   const x = (sec) => L + (Math.max(0, sec) / end) * (W - L - R);
   // A row: the task's bar, then a line per input channel it blocked for
@@ -339,14 +343,13 @@ function renderTimeline() {
     const top = scroller.scrollTop, view = scroller.clientHeight || 600;
     const from = Math.max(0, top - view), to = Math.min(total, top + 2 * view);
     if (from >= drawnFrom && to <= drawnTo && drawnFrom >= 0) return;
-    let i = 0, lo = 0, hi = tasks.length; // the first row ending after from
+    let lo = 0, hi = tasks.length; // the first row ending after from
     while (lo < hi) {
       const mid = (lo + hi) >> 1;
       if (offsets[mid] + 16 < from) lo = mid + 1; else hi = mid;
     }
-    i = lo;
     const out = ticks.map((sec) => tag('line', { class: 'tl-grid', x1: x(sec), y1: from, x2: x(sec), y2: to }));
-    for (; i < tasks.length && offsets[i] < to; i++) out.push(rowMarkup(tasks[i], offsets[i]));
+    for (let i = lo; i < tasks.length && offsets[i] < to; i++) out.push(rowMarkup(tasks[i], offsets[i]));
     const svg = s('svg', { width: W, height: to - from, viewBox: `0 ${from} ${W} ${to - from}`, style: `position:absolute;left:0;top:${from}px` });
     svg.innerHTML = out.join('');
     rows.replaceChildren(svg);
@@ -376,10 +379,6 @@ function renderTimeline() {
       return `${name}: barrier +${fmtSeconds(a)}, blocked ${fmtSeconds(blocks ? Math.max(0, syncStart - (first + a)) : 0)}`;
     })].join('\n')));
   });
-  if (!tasks.length) {
-    box.replaceChildren(h('p', { class: 'muted' }, 'No subtask of this vertex took part.'));
-    return;
-  }
   box.replaceChildren(axis, scroller);
   draw();
 }
