@@ -93,7 +93,7 @@ type LocalChannel struct {
 	ready chan<- struct{}
 	// spares holds handled batches for the sender to fill again: records
 	// in batches then cost the garbage collector nothing.
-	spares []Event
+	spares BatchPool
 }
 
 // NewLocalChannel returns a channel holding at most capacity events (each a
@@ -102,7 +102,7 @@ func NewLocalChannel(capacity int, ready chan<- struct{}) *LocalChannel {
 	// Batches in use are at most those the channel holds, the one being
 	// handled and the one being filled: so many spares are never dropped.
 	return &LocalChannel{buf: make([]Event, capacity), space: make(chan struct{}, 1), ready: ready,
-		spares: make([]Event, 0, capacity+2)}
+		spares: NewBatchPool(capacity + 2)}
 }
 
 // Recycler is implemented by input channels whose handled batches go back
@@ -119,24 +119,40 @@ type Spares interface {
 	Spare() (Event, bool)
 }
 
-func (c *LocalChannel) Recycle(e Event) {
-	c.mu.Lock()
-	if len(c.spares) < cap(c.spares) {
-		c.spares = append(c.spares, e)
-	}
-	c.mu.Unlock()
+func (c *LocalChannel) Recycle(e Event)      { c.spares.Put(e) }
+func (c *LocalChannel) Spare() (Event, bool) { return c.spares.Take() }
+
+// BatchPool holds handled batches for their sender to fill again, at most
+// as many as it was made for (more are dropped). A receiver puts, a
+// sender takes, each on its own goroutine.
+type BatchPool struct {
+	mu   sync.Mutex
+	free []Event
 }
 
-func (c *LocalChannel) Spare() (Event, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := len(c.spares)
+// NewBatchPool returns a pool of at most n batches.
+func NewBatchPool(n int) BatchPool { return BatchPool{free: make([]Event, 0, n)} }
+
+// Put keeps a batch its receiver no longer holds, if there is room.
+func (p *BatchPool) Put(e Event) {
+	p.mu.Lock()
+	if len(p.free) < cap(p.free) {
+		p.free = append(p.free, e)
+	}
+	p.mu.Unlock()
+}
+
+// Take returns a batch to fill again, if there is one.
+func (p *BatchPool) Take() (Event, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := len(p.free)
 	if n == 0 {
 		return Event{}, false
 	}
-	e := c.spares[n-1]
-	c.spares[n-1] = Event{}
-	c.spares = c.spares[:n-1]
+	e := p.free[n-1]
+	p.free[n-1] = Event{}
+	p.free = p.free[:n-1]
 	return e, true
 }
 

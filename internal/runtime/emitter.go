@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 )
 
@@ -139,21 +140,13 @@ func (e *Emitter[T]) next(i int) {
 	}
 	b, _ := spare.Batch.([]T)
 	clear(b) // the records it held may be garbage now
-	e.bufs[i] = reuse(b, e.size)
+	e.bufs[i] = slices.Grow(b[:0], e.size)
 	if e.now != nil {
-		e.times[i] = reuse(spare.Times, e.size)
+		e.times[i] = slices.Grow(spare.Times[:0], e.size)
 	}
 	if e.keyRoute != nil {
-		e.groups[i] = reuse(spare.Groups, e.size)
+		e.groups[i] = slices.Grow(spare.Groups[:0], e.size)
 	}
-}
-
-// reuse returns s emptied if it has room for n elements, else a new slice.
-func reuse[E any](s []E, n int) []E {
-	if cap(s) < n {
-		return make([]E, 0, n)
-	}
-	return s[:0]
 }
 
 // send pushes ev to o, timing the wait when o has no room for it.

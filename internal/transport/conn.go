@@ -154,7 +154,7 @@ func (c *Conn) Input(ch uint64, bc BatchCodec, capacity int, ready chan<- struct
 		return nil, fmt.Errorf("transport: more than %d channels", maxChannels)
 	}
 	in := &Input{c: c, ch: ch, codec: bc, buf: make([]runtime.Event, capacity), ready: ready,
-		spares: make([]runtime.Event, 0, capacity+1)}
+		spares: runtime.NewBatchPool(capacity + 1)}
 	c.inputs[ch] = in
 	c.grant[ch] += capacity
 	signal(c.wake)
@@ -239,7 +239,8 @@ func (c *Conn) dispatch(f frame) error {
 		if in == nil {
 			return protocolErr("an event on channel %d, which was granted no credit", f.channel)
 		}
-		e, err := decodeEvent(f.payload, in.codec, in.spare())
+		spare, _ := in.spares.Take()
+		e, err := decodeEvent(f.payload, in.codec, spare)
 		if err != nil {
 			return fmt.Errorf("channel %d: %w", f.channel, err)
 		}
@@ -338,31 +339,11 @@ type Input struct {
 	n    int
 	// spares holds batches the task has handled, for the connection's
 	// reader to decode the next ones into (as many as can be in use).
-	spares []runtime.Event
+	spares runtime.BatchPool
 }
 
 // Recycle takes a batch the task has handled and no longer holds.
-func (in *Input) Recycle(e runtime.Event) {
-	in.mu.Lock()
-	if len(in.spares) < cap(in.spares) {
-		in.spares = append(in.spares, e)
-	}
-	in.mu.Unlock()
-}
-
-// spare returns a handled batch, if there is one.
-func (in *Input) spare() runtime.Event {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	n := len(in.spares)
-	if n == 0 {
-		return runtime.Event{}
-	}
-	e := in.spares[n-1]
-	in.spares[n-1] = runtime.Event{}
-	in.spares = in.spares[:n-1]
-	return e
-}
+func (in *Input) Recycle(e runtime.Event) { in.spares.Put(e) }
 
 func (in *Input) put(e runtime.Event) error {
 	in.mu.Lock()

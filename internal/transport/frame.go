@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/codec"
@@ -88,7 +89,7 @@ func (b batches[T]) Decode(src []byte, reuse any) (any, int, error) {
 	// fails on the first missing record.
 	old, _ := reuse.([]T)
 	clear(old)
-	recs := reslice(old, min(int(n), len(src)))
+	recs := slices.Grow(old[:0], min(int(n), len(src)))
 	for range n {
 		r, used, err := b.c.Decode(src)
 		if err != nil {
@@ -209,14 +210,6 @@ func decodeCredit(p []byte) (int, error) {
 	return int(n), nil
 }
 
-// reslice returns s emptied if it has room for n elements, else a new slice.
-func reslice[E any](s []E, n int) []E {
-	if cap(s) < n {
-		return make([]E, 0, n)
-	}
-	return s[:0]
-}
-
 // decodeEvent decodes an event frame's payload, into the slices of reuse, a
 // batch the receiver is done with, where they are large enough.
 func decodeEvent(p []byte, bc BatchCodec, reuse runtime.Event) (runtime.Event, error) {
@@ -233,7 +226,7 @@ func decodeEvent(p []byte, bc BatchCodec, reuse runtime.Event) (runtime.Event, e
 		}
 		p = p[k:]
 		if n > 0 {
-			e.Times = reslice(reuse.Times, int(n))[:n]
+			e.Times = slices.Grow(reuse.Times[:0], int(n))[:n]
 			var prev int64
 			for i := range e.Times {
 				d, k := binary.Varint(p)
@@ -251,7 +244,7 @@ func decodeEvent(p []byte, bc BatchCodec, reuse runtime.Event) (runtime.Event, e
 		}
 		p = p[k:]
 		if g > 0 {
-			e.Groups = reslice(reuse.Groups, int(g))[:g]
+			e.Groups = slices.Grow(reuse.Groups[:0], int(g))[:g]
 			for i := range e.Groups {
 				v, k := binary.Uvarint(p)
 				if k <= 0 || v > 0xffff {
