@@ -62,6 +62,7 @@ func TestLinesReadEveryLineOnce(t *testing.T) {
 		"alpha\nbeta gamma\n\ndelta\r\nepsilon-without-newline",
 		"x\ny\n",
 		"a long line that crosses many small splits of a few bytes each\nshort\n",
+		strings.Repeat("a line longer than a shared block's eighth ", 20) + "\nend\n",
 	}
 	var want []string
 	for i, c := range contents {
@@ -71,23 +72,73 @@ func TestLinesReadEveryLineOnce(t *testing.T) {
 		}
 	}
 	slices.Sort(want)
-	for splitBytes := int64(1); splitBytes <= 40; splitBytes++ {
-		for p := 1; p <= 3; p++ {
-			newReader, err := Lines(LinesConfig{FS: fs, Pattern: "/in/*.txt", SplitBytes: splitBytes, BatchLines: 2})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got lines
-			for sub := range p {
-				r := newReader()
-				r.Open(opCtx(sub, p, nil))
-				drain(t, r, &got)
-			}
-			slices.Sort(got)
-			if !slices.Equal(got, want) {
-				t.Fatalf("split %d bytes, parallelism %d: read %q\nwant %q", splitBytes, p, got, want)
+	for _, shared := range []bool{false, true} {
+		for splitBytes := int64(1); splitBytes <= 40; splitBytes++ {
+			for p := 1; p <= 3; p++ {
+				newReader, err := Lines(LinesConfig{FS: fs, Pattern: "/in/*.txt", SplitBytes: splitBytes, BatchLines: 2, SharedBlocks: shared})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got lines
+				for sub := range p {
+					r := newReader()
+					r.Open(opCtx(sub, p, nil))
+					drain(t, r, &got)
+				}
+				slices.Sort(got)
+				if !slices.Equal(got, want) {
+					t.Fatalf("shared blocks %v, split %d bytes, parallelism %d: read %q\nwant %q", shared, splitBytes, p, got, want)
+				}
 			}
 		}
+	}
+}
+
+type counted int
+
+func (c *counted) Collect(string) { *c++ }
+
+// With SharedBlocks, reading costs an allocation per block of lines, not
+// one per line.
+func TestSharedBlocksAllocatePerBlock(t *testing.T) {
+	fs := vfs.NewMem()
+	var b strings.Builder
+	const n = 20000
+	for i := range n {
+		fmt.Fprintf(&b, "Line %d\n", i)
+	}
+	writeFile(t, fs, "/in.txt", b.String())
+	read := func(shared bool) float64 {
+		newReader, err := Lines(LinesConfig{FS: fs, Pattern: "/in.txt", SharedBlocks: shared})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return testing.AllocsPerRun(1, func() {
+			var c counted
+			r := newReader()
+			r.Open(opCtx(0, 1, nil))
+			for {
+				res, err := r.Read(&c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.Exhausted {
+					break
+				}
+			}
+			if c != n {
+				t.Fatalf("read %d lines, want %d", c, n)
+			}
+		})
+	}
+	own, shared := read(false), read(true)
+	blocks := b.Len()/4096 + 1
+	t.Logf("%d lines: %.0f allocations, %.0f with shared blocks (%d blocks)", n, own, shared, blocks)
+	if own < n {
+		t.Fatalf("a string per line is %.0f allocations for %d lines, want at least %d", own, n, n)
+	}
+	if shared > float64(blocks+20) { // the reader's own set-up: 20
+		t.Fatalf("shared blocks: %.0f allocations for %d lines in %d blocks", shared, n, blocks)
 	}
 }
 

@@ -5,6 +5,7 @@ package file
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"github.com/weirstream/weir"
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/codec"
+	"github.com/weirstream/weir/internal/arena"
 	"github.com/weirstream/weir/operator"
 	"github.com/weirstream/weir/state"
 )
@@ -40,6 +42,13 @@ type LinesConfig struct {
 	SplitBytes int64
 	// BatchLines is how many lines one Read emits at most; default 1024.
 	BatchLines int
+	// SharedBlocks cuts lines out of shared 4 KiB blocks instead of
+	// allocating a string per line (a line over 512 bytes gets its own).
+	// NB: a line kept alive, or any part of it, keeps its whole block
+	// alive. Heap state copies the keys it keeps; set SharedBlocks when the
+	// job keeps no other line text (in state values, windows, its own
+	// variables), or keeps strings.Clone of what it keeps.
+	SharedBlocks bool
 }
 
 // split is a byte range of a file; Next is where the next line starts.
@@ -204,7 +213,8 @@ type lineReader struct {
 	ctx    *operator.Context
 	f      vfs.File
 	r      *bufio.Reader
-	reader *split // the split r reads
+	reader *split        // the split r reads
+	blocks arena.Strings // where lines are cut from, with cfg.SharedBlocks
 }
 
 func (l *lineReader) Open(ctx *operator.Context) error {
@@ -271,8 +281,7 @@ func (l *lineReader) Read(out weir.Collector[string]) (operator.PollResult, erro
 		line, err := l.readLine(s)
 		if len(line) > 0 {
 			s.Pos += int64(len(line))
-			text := strings.TrimSuffix(strings.TrimSuffix(string(line), "\n"), "\r")
-			out.Collect(text)
+			out.Collect(l.text(bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r"))))
 			n++
 		}
 		if errors.Is(err, io.EOF) {
@@ -284,6 +293,14 @@ func (l *lineReader) Read(out weir.Collector[string]) (operator.PollResult, erro
 		}
 	}
 	return operator.PollResult{}, nil
+}
+
+// text is a line's string.
+func (l *lineReader) text(line []byte) string {
+	if l.cfg.SharedBlocks {
+		return l.blocks.Copy(line)
+	}
+	return string(line)
 }
 
 // readLine reads through the next newline; for a split that does not start

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode"
@@ -22,6 +23,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/weirstream/weir"
+	"github.com/weirstream/weir/internal/arena"
 )
 
 // Options configure the job; Restore, Fresh and AllowNonRestoredState are
@@ -106,9 +108,12 @@ func Build(o Options) (*weir.Environment, error) {
 }
 
 // Split lower-cases line and emits its words: runs of letters and digits.
-// Words share the lower-cased line's memory: an ASCII line is lower-cased
-// byte by byte into one new string (none when it has no upper case);
-// another goes through strings.ToLower.
+// Words share the lower-cased line's memory: an ASCII line of up to 512
+// bytes is lower-cased byte by byte into a chunk shared with other lines
+// (none when it has no upper case); another goes through strings.ToLower.
+// NB: a word kept alive keeps its chunk (4 KiB) alive; heap state copies
+// the keys it keeps, and a job keeping words elsewhere should keep
+// strings.Clone of them.
 func Split(line string, out weir.Collector[string]) {
 	var class byte
 	for i := 0; i < len(line); i++ {
@@ -120,12 +125,18 @@ func Split(line string, out weir.Collector[string]) {
 		for i := 0; i < len(line); i++ {
 			buf[i] = asciiLower[line[i]]
 		}
-		line = string(buf[:len(line)])
+		a := lowered.Get().(*arena.Strings)
+		line = a.Copy(buf[:len(line)])
+		lowered.Put(a)
 	case class != 0:
 		line = strings.ToLower(line)
 	}
 	emitWords(line, out)
 }
+
+// lowered holds the chunks Split lower-cases lines into; a pool, as Split
+// is a plain function every subtask calls.
+var lowered = sync.Pool{New: func() any { return new(arena.Strings) }}
 
 // emitWords emits the words of a lower-cased line.
 func emitWords(line string, out weir.Collector[string]) {

@@ -8,8 +8,14 @@
 // snapshot is being written. Map and list values are cloned per key on their
 // first change after a freeze.
 //
+// Keys are copied when first stored (see owner): a record's strings may
+// share a chunk with other records', which a kept key would keep alive.
+//
 // NB: values are copied by assignment. A value holding references (pointers,
 // slices, maps) must not be mutated after it was stored; store a new value.
+// A value's strings are kept as given, so a job that reads with shared
+// chunks (file.LinesConfig.SharedBlocks) and keeps a record's text as a
+// value should store strings.Clone of it.
 //
 // A Backend and its tables belong to one task goroutine; only the function
 // returned by Snapshot may run elsewhere.
@@ -222,43 +228,54 @@ func keyAndLen[K any](kc codec.Codec[K], src []byte) (k K, n, used int, err erro
 // lookup; an entry a snapshot may still read (of an earlier epoch) is
 // replaced instead.
 type Value[K comparable, V any] struct {
-	cow[K, *valueEntry[V]]
-	kc codec.Codec[K]
-	vc codec.Codec[V]
+	cow[K, *valueEntry[K, V]]
+	keys owner[K]
+	kc   codec.Codec[K]
+	vc   codec.Codec[V]
 	// lastKey's entry is last, as the latest Get found it (nil: none).
+	// lastKey is the caller's string, compared cheaply with the next
+	// Put's (often the same string).
 	lastKey K
-	last    *valueEntry[V]
+	last    *valueEntry[K, V]
 }
 
-type valueEntry[V any] struct {
+type valueEntry[K comparable, V any] struct {
 	v     V
 	epoch uint64 // the backend epoch it was written in; older ones are shared
+	key   K      // the table's own copy of the key (see owner)
 }
 
 // NewValue registers value state name.
 func NewValue[K comparable, V any](b *Backend, name string, kc codec.Codec[K], vc codec.Codec[V]) (*Value[K, V], error) {
-	t := &Value[K, V]{cow: newCow[K, *valueEntry[V]](b), kc: kc, vc: vc}
+	t := &Value[K, V]{cow: newCow[K, *valueEntry[K, V]](b), keys: ownerOf[K](), kc: kc, vc: vc}
 	return t, b.register(name, t)
 }
 
 func (t *Value[K, V]) Get(k K) (V, bool) {
 	e, ok := t.read()[k]
+	t.lastKey, t.last = k, e
 	if !ok {
-		t.last = nil
 		var zero V
 		return zero, false
 	}
-	t.lastKey, t.last = k, e
 	return e.v, true
 }
 
 func (t *Value[K, V]) Put(k K, v V) {
-	if e := t.last; e != nil && e.epoch == t.b.epoch && t.lastKey == k {
-		e.v = v
-		return
+	e := t.last
+	if e == nil || t.lastKey != k {
+		e = t.read()[k]
 	}
-	e := &valueEntry[V]{v: v, epoch: t.b.epoch}
-	t.write()[k] = e
+	switch {
+	case e == nil:
+		e = &valueEntry[K, V]{key: t.keys.own(k), v: v, epoch: t.b.epoch}
+		t.write()[e.key] = e
+	case e.epoch == t.b.epoch:
+		e.v = v
+	default:
+		e = &valueEntry[K, V]{key: e.key, v: v, epoch: t.b.epoch}
+		t.write()[e.key] = e
+	}
 	t.lastKey, t.last = k, e
 }
 
@@ -268,7 +285,7 @@ func (t *Value[K, V]) Delete(k K) {
 }
 
 func (t *Value[K, V]) freeze() func([]byte, int) []byte {
-	return t.freezeWith(func(dst []byte, k K, e *valueEntry[V]) []byte { return t.vc.Append(t.kc.Append(dst, k), e.v) })
+	return t.freezeWith(func(dst []byte, k K, e *valueEntry[K, V]) []byte { return t.vc.Append(t.kc.Append(dst, k), e.v) })
 }
 
 func (t *Value[K, V]) restore(g int, entries []byte) error {
@@ -283,36 +300,56 @@ func (t *Value[K, V]) restore(g int, entries []byte) error {
 		if err != nil {
 			return 0, err
 		}
-		m[k] = &valueEntry[V]{v: v, epoch: t.b.epoch}
+		m[k] = &valueEntry[K, V]{key: k, v: v, epoch: t.b.epoch}
 		return n1 + n2, nil
 	})
 }
 
 // List is keyed state holding a list per key.
 type List[K comparable, V any] struct {
-	cow[K, []V]
-	kc codec.Codec[K]
-	vc codec.Codec[V]
+	cow[K, *listEntry[K, V]]
+	keys owner[K]
+	kc   codec.Codec[K]
+	vc   codec.Codec[V]
+}
+
+type listEntry[K comparable, V any] struct {
+	key   K // the table's own copy of the key (see owner)
+	vs    []V
+	epoch uint64 // the backend epoch it was written in; older ones are shared
 }
 
 // NewList registers list state name.
 func NewList[K comparable, V any](b *Backend, name string, kc codec.Codec[K], vc codec.Codec[V]) (*List[K, V], error) {
-	t := &List[K, V]{cow: newCow[K, []V](b), kc: kc, vc: vc}
+	t := &List[K, V]{cow: newCow[K, *listEntry[K, V]](b), keys: ownerOf[K](), kc: kc, vc: vc}
 	return t, b.register(name, t)
 }
 
 // Get returns k's list; the caller must not modify it.
-func (t *List[K, V]) Get(k K) []V { return t.read()[k] }
+func (t *List[K, V]) Get(k K) []V {
+	if e := t.read()[k]; e != nil {
+		return e.vs
+	}
+	return nil
+}
 
 // All streams k's list.
-func (t *List[K, V]) All(k K) iter.Seq[V] { return slices.Values(t.read()[k]) }
+func (t *List[K, V]) All(k K) iter.Seq[V] { return slices.Values(t.Get(k)) }
 
 // Add appends v to k's list. NB: append may write into spare capacity of an
 // array a frozen snapshot shares, but only beyond the frozen length, which
 // the snapshot never reads.
 func (t *List[K, V]) Add(k K, v V) {
 	m := t.write()
-	m[k] = append(m[k], v)
+	switch e := m[k]; {
+	case e == nil:
+		k = t.keys.own(k)
+		m[k] = &listEntry[K, V]{key: k, vs: []V{v}, epoch: t.b.epoch}
+	case e.epoch == t.b.epoch:
+		e.vs = append(e.vs, v)
+	default:
+		m[e.key] = &listEntry[K, V]{key: e.key, vs: append(e.vs, v), epoch: t.b.epoch}
+	}
 }
 
 // Update replaces k's list.
@@ -321,15 +358,21 @@ func (t *List[K, V]) Update(k K, vs []V) {
 		t.Delete(k)
 		return
 	}
-	t.write()[k] = slices.Clip(slices.Clone(vs))
+	m := t.write()
+	if e := m[k]; e != nil {
+		k = e.key
+	} else {
+		k = t.keys.own(k)
+	}
+	m[k] = &listEntry[K, V]{key: k, vs: slices.Clip(slices.Clone(vs)), epoch: t.b.epoch}
 }
 
 func (t *List[K, V]) Delete(k K) { t.delete(k) }
 
 func (t *List[K, V]) freeze() func([]byte, int) []byte {
-	return t.freezeWith(func(dst []byte, k K, vs []V) []byte {
-		dst = codec.AppendLen(t.kc.Append(dst, k), len(vs))
-		for _, v := range vs {
+	return t.freezeWith(func(dst []byte, k K, e *listEntry[K, V]) []byte {
+		dst = codec.AppendLen(t.kc.Append(dst, k), len(e.vs))
+		for _, v := range e.vs {
 			dst = t.vc.Append(dst, v)
 		}
 		return dst
@@ -352,51 +395,73 @@ func (t *List[K, V]) restore(g int, entries []byte) error {
 			vs = append(vs, v)
 			used += k3
 		}
-		m[k] = vs
+		m[k] = &listEntry[K, V]{key: k, vs: vs, epoch: t.b.epoch}
 		return used, nil
 	})
 }
 
 // Map is keyed state holding a map per key.
 type Map[K, UK comparable, V any] struct {
-	cow[K, *inner[UK, V]]
-	kc  codec.Codec[K]
-	ukc codec.Codec[UK]
-	vc  codec.Codec[V]
+	cow[K, *inner[K, UK, V]]
+	keys     owner[K]
+	userKeys owner[UK]
+	kc       codec.Codec[K]
+	ukc      codec.Codec[UK]
+	vc       codec.Codec[V]
 }
 
-type inner[UK comparable, V any] struct {
-	m     map[UK]V
+type inner[K, UK comparable, V any] struct {
+	key   K // the table's own copy of the key (see owner)
+	m     map[UK]mapEntry[UK, V]
 	epoch uint64 // the backend epoch it was created in; older ones are shared
+}
+
+type mapEntry[UK comparable, V any] struct {
+	uk UK // the table's own copy of the user key
+	v  V
 }
 
 // NewMap registers map state name.
 func NewMap[K, UK comparable, V any](b *Backend, name string, kc codec.Codec[K], ukc codec.Codec[UK], vc codec.Codec[V]) (*Map[K, UK, V], error) {
-	t := &Map[K, UK, V]{cow: newCow[K, *inner[UK, V]](b), kc: kc, ukc: ukc, vc: vc}
+	t := &Map[K, UK, V]{cow: newCow[K, *inner[K, UK, V]](b), keys: ownerOf[K](), userKeys: ownerOf[UK](), kc: kc, ukc: ukc, vc: vc}
 	return t, b.register(name, t)
 }
 
 func (t *Map[K, UK, V]) Get(k K, uk UK) (V, bool) {
-	var v V
 	in := t.read()[k]
 	if in == nil {
+		var v V
 		return v, false
 	}
-	v, ok := in.m[uk]
-	return v, ok
+	e, ok := in.m[uk]
+	return e.v, ok
 }
 
 // All streams k's entries; entries may be removed meanwhile (a removal
 // copies the map first if a snapshot or this iteration may read it).
 func (t *Map[K, UK, V]) All(k K) iter.Seq2[UK, V] {
 	in := t.read()[k]
-	if in == nil {
-		return func(func(UK, V) bool) {}
+	return func(yield func(UK, V) bool) {
+		if in == nil {
+			return
+		}
+		for uk, e := range in.m {
+			if !yield(uk, e.v) {
+				return
+			}
+		}
 	}
-	return maps.All(in.m)
 }
 
-func (t *Map[K, UK, V]) Put(k K, uk UK, v V) { t.writable(k).m[uk] = v }
+func (t *Map[K, UK, V]) Put(k K, uk UK, v V) {
+	in := t.writable(k)
+	if e, ok := in.m[uk]; ok {
+		uk = e.uk
+	} else {
+		uk = t.userKeys.own(uk)
+	}
+	in.m[uk] = mapEntry[UK, V]{uk: uk, v: v}
+}
 
 func (t *Map[K, UK, V]) Remove(k K, uk UK) {
 	in := t.read()[k]
@@ -416,25 +481,25 @@ func (t *Map[K, UK, V]) Remove(k K, uk UK) {
 func (t *Map[K, UK, V]) Delete(k K) { t.delete(k) }
 
 // writable returns k's inner map, cloned if a snapshot may read it.
-func (t *Map[K, UK, V]) writable(k K) *inner[UK, V] {
+func (t *Map[K, UK, V]) writable(k K) *inner[K, UK, V] {
 	m := t.write()
 	in := m[k]
 	switch {
 	case in == nil:
-		in = &inner[UK, V]{m: map[UK]V{}, epoch: t.b.epoch}
-		m[k] = in
+		in = &inner[K, UK, V]{key: t.keys.own(k), m: map[UK]mapEntry[UK, V]{}, epoch: t.b.epoch}
+		m[in.key] = in
 	case in.epoch != t.b.epoch:
-		in = &inner[UK, V]{m: maps.Clone(in.m), epoch: t.b.epoch}
-		m[k] = in
+		in = &inner[K, UK, V]{key: in.key, m: maps.Clone(in.m), epoch: t.b.epoch}
+		m[in.key] = in
 	}
 	return in
 }
 
 func (t *Map[K, UK, V]) freeze() func([]byte, int) []byte {
-	return t.freezeWith(func(dst []byte, k K, in *inner[UK, V]) []byte {
+	return t.freezeWith(func(dst []byte, k K, in *inner[K, UK, V]) []byte {
 		dst = codec.AppendLen(t.kc.Append(dst, k), len(in.m))
-		for uk, v := range in.m {
-			dst = t.vc.Append(t.ukc.Append(dst, uk), v)
+		for uk, e := range in.m {
+			dst = t.vc.Append(t.ukc.Append(dst, uk), e.v)
 		}
 		return dst
 	})
@@ -447,7 +512,7 @@ func (t *Map[K, UK, V]) restore(g int, entries []byte) error {
 		if err != nil {
 			return 0, err
 		}
-		in := &inner[UK, V]{m: make(map[UK]V, n)}
+		in := &inner[K, UK, V]{key: k, m: make(map[UK]mapEntry[UK, V], n)}
 		for range n {
 			uk, a, err := t.ukc.Decode(src[used:])
 			if err != nil {
@@ -457,7 +522,7 @@ func (t *Map[K, UK, V]) restore(g int, entries []byte) error {
 			if err != nil {
 				return 0, err
 			}
-			in.m[uk] = v
+			in.m[uk] = mapEntry[UK, V]{uk: uk, v: v}
 			used += a + b
 		}
 		m[k] = in
@@ -469,6 +534,7 @@ func (t *Map[K, UK, V]) restore(g int, entries []byte) error {
 // are checkpointed with it.
 type Timers[K comparable] struct {
 	cow[timer[K], struct{}]
+	keys  owner[K]
 	kc    codec.Codec[K]
 	queue timerQueue[K]
 }
@@ -498,7 +564,7 @@ func (q *timerQueue[K]) Pop() any {
 
 // NewTimers registers a timer table named name.
 func NewTimers[K comparable](b *Backend, name string, kc codec.Codec[K]) (*Timers[K], error) {
-	t := &Timers[K]{cow: newCow[timer[K], struct{}](b), kc: kc}
+	t := &Timers[K]{cow: newCow[timer[K], struct{}](b), keys: ownerOf[K](), kc: kc}
 	return t, b.register(name, t)
 }
 
@@ -509,6 +575,7 @@ func (t *Timers[K]) Register(k K, at time.Time) {
 	if _, ok := t.read()[tm]; ok {
 		return
 	}
+	tm.key = t.keys.own(k)
 	t.write()[tm] = struct{}{}
 	heap.Push(&t.queue, queued[K]{timer: tm, group: t.b.current})
 }

@@ -203,6 +203,8 @@ func BenchmarkValueUpdate(b *testing.B) {
 	for i := range keys {
 		keys[i] = fmt.Sprint("word", i)
 		groups[i] = keygroup.Of(hasher.Hash(keys[i]), maxP)
+		be.SetGroup(groups[i])
+		v.Put(fmt.Sprint("word", i), 0) // another string than the lookups', as a record's word is
 	}
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {

@@ -1,0 +1,5 @@
+//go:build race
+
+package wordcount
+
+const raceEnabled = true
