@@ -19,6 +19,7 @@ const module = "github.com/weirstream/weir"
 // be added here.
 var layers = map[string]int{
 	"internal/keygroup":                           0,
+	"internal/arena":                              0,
 	"internal/lockfile":                           0,
 	"internal/pgtest":                             0,
 	"internal/s3test":                             0,
