@@ -455,10 +455,12 @@ func (t *Map[K, UK, V]) All(k K) iter.Seq2[UK, V] {
 
 func (t *Map[K, UK, V]) Put(k K, uk UK, v V) {
 	in := t.writable(k)
-	if e, ok := in.m[uk]; ok {
-		uk = e.uk
-	} else {
-		uk = t.userKeys.own(uk)
+	if t.userKeys.clone != nil { // keep the copy already there, or copy
+		if e, ok := in.m[uk]; ok {
+			uk = e.uk
+		} else {
+			uk = t.userKeys.clone(uk)
+		}
 	}
 	in.m[uk] = mapEntry[UK, V]{uk: uk, v: v}
 }
