@@ -24,7 +24,7 @@ type lines []string
 func (l *lines) Collect(s string) { *l = append(*l, s) }
 
 // drain reads r until it is exhausted.
-func drain(t *testing.T, r weir.SourceReader[string], out *lines) {
+func drain(t *testing.T, r weir.SourceReader[string], out weir.Collector[string]) {
 	t.Helper()
 	for {
 		res, err := r.Read(out)
@@ -117,15 +117,7 @@ func TestSharedBlocksAllocatePerBlock(t *testing.T) {
 			var c counted
 			r := newReader()
 			r.Open(opCtx(0, 1, nil))
-			for {
-				res, err := r.Read(&c)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if res.Exhausted {
-					break
-				}
-			}
+			drain(t, r, &c)
 			if c != n {
 				t.Fatalf("read %d lines, want %d", c, n)
 			}
