@@ -88,7 +88,12 @@ func OpenBlob(ctx context.Context, rawURL, job string) (*Blob, error) {
 	if job == "" || strings.ContainsAny(job, `/\`) || job == "." || job == ".." {
 		return nil, fmt.Errorf("checkpoint storage: job name %q cannot be a directory name", job)
 	}
-	q := u.Query()
+	// NB: not u.Query(), which drops what it cannot parse (a ';' and all
+	// after it) without a word.
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint storage %s: its query: %w: write it as name=value pairs joined by '&', with '%%' escapes", redact(u), err)
+	}
 	lease := DefaultLease
 	if l := q.Get("lease"); l != "" {
 		if lease, err = time.ParseDuration(l); err != nil || lease <= 0 {
@@ -236,7 +241,10 @@ func (b *Blob) Commit(m *checkpoint.Metadata) error {
 
 // Scan lists the checkpoints. It reads metadata by name, and probes the
 // ids after the highest listed, so a listing that lags writes does not
-// hide the newest.
+// hide the newest. Metadata that is not there makes a checkpoint
+// incomplete, metadata proven damaged (ProvenDamage) puts it in Damaged;
+// any other error (a 5xx, a timeout) fails Scan with ErrUnavailable,
+// naming the object.
 func (b *Blob) Scan() (Scan, error) {
 	var s Scan
 	ids := map[checkpoint.ID]bool{}
@@ -247,7 +255,7 @@ func (b *Blob) Scan() (Scan, error) {
 			break
 		}
 		if err != nil {
-			return s, fmt.Errorf("list %s: %w", b.where, err)
+			return Scan{}, fmt.Errorf("list %s: %w", b.where, unavailable(err))
 		}
 		if id, ok := parseChk(strings.TrimSuffix(o.Key, "/")); ok && o.IsDir {
 			ids[id] = true
@@ -259,7 +267,7 @@ func (b *Blob) Scan() (Scan, error) {
 	for next := s.MaxID + 1; ; next++ {
 		ok, err := b.bucket.Exists(bg(), chkName(next)+"/_reserved")
 		if err != nil {
-			return s, fmt.Errorf("scan %s: %w", b.where, err)
+			return Scan{}, fmt.Errorf("scan checkpoints: %s/%s: %w", b.where, chkName(next)+"/_reserved", unavailable(err))
 		}
 		if !ok {
 			break
@@ -273,10 +281,12 @@ func (b *Blob) Scan() (Scan, error) {
 			s.Incomplete = append(s.Incomplete, id)
 			continue
 		}
-		var m *checkpoint.Metadata
-		if err == nil {
-			m, err = checkpoint.Decode(data)
+		if err != nil {
+			// NB: not damage: skipping the checkpoint would restore an
+			// older one and delete this one.
+			return Scan{}, fmt.Errorf("scan checkpoints: checkpoint metadata %s/%s: %w", b.where, key, unavailable(err))
 		}
+		m, err := checkpoint.Decode(data)
 		if err == nil && m.ID != id {
 			err = fmt.Errorf("%w: it describes checkpoint %d", checkpoint.ErrCorrupt, m.ID)
 		}
@@ -445,8 +455,10 @@ func OpenCheckpointURL(ctx context.Context, rawURL string) (*checkpoint.Metadata
 		return nil, nil, err
 	}
 	data, err := b.bucket.ReadAll(bg(), chkName(id)+"/"+MetadataFile)
-	if err != nil {
+	if gcerrors.Code(err) == gcerrors.NotFound {
 		return nil, nil, fmt.Errorf("restore from %s: no %s: the checkpoint never completed (%w)", redact(u), MetadataFile, err)
+	} else if err != nil {
+		return nil, nil, fmt.Errorf("restore from %s: %s: %w", redact(u), MetadataFile, unavailable(err))
 	}
 	m, err := checkpoint.Decode(data)
 	if err != nil {

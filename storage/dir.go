@@ -263,38 +263,54 @@ func (d *Dir) Commit(m *checkpoint.Metadata) error {
 	return nil
 }
 
-// Scan lists chk-<id> directories. Metadata that cannot be read is reported
-// in Damaged by path and otherwise ignored, so Latest falls back to the
-// previous checkpoint.
+// Scan lists chk-<id> directories. Metadata proven damaged (ProvenDamage)
+// is reported in Damaged by path and otherwise ignored, so Latest falls
+// back to the previous checkpoint; any other error reading a checkpoint
+// fails Scan with ErrUnavailable, naming the file, since it proves
+// nothing about the checkpoint.
 func (d *Dir) Scan() (Scan, error) {
 	var s Scan
 	names, err := d.fs.List(d.jobDir)
 	if err != nil {
-		return s, fmt.Errorf("list checkpoint directory %s: %w", d.jobDir, err)
+		return Scan{}, fmt.Errorf("list checkpoint directory %s: %w", d.jobDir, unavailable(err))
 	}
 	for _, name := range names {
 		id, ok := parseChk(name)
 		if !ok {
 			continue
 		}
-		if st, err := d.fs.Stat(d.CheckpointDir(id)); err != nil || !st.IsDir() {
+		dir := d.CheckpointDir(id)
+		st, err := d.fs.Stat(dir)
+		if errors.Is(err, os.ErrNotExist) || err == nil && !st.IsDir() {
 			continue // not a checkpoint, whatever its name
 		}
+		if err != nil {
+			return Scan{}, fmt.Errorf("scan checkpoints: %s: %w", dir, unavailable(err))
+		}
 		s.MaxID = max(s.MaxID, id)
-		path := d.fs.PathJoin(d.CheckpointDir(id), MetadataFile)
+		path := d.fs.PathJoin(dir, MetadataFile)
 		if _, err := d.fs.Stat(path); errors.Is(err, os.ErrNotExist) {
 			s.Incomplete = append(s.Incomplete, id)
 			continue
+		} else if err != nil {
+			return Scan{}, fmt.Errorf("scan checkpoints: checkpoint metadata %s: %w", path, unavailable(err))
 		}
 		m, err := ReadMetadata(d.fs, path)
 		if err == nil && (m.ID != id || m.Job != d.fs.PathBase(d.jobDir)) {
 			err = fmt.Errorf("%s: %w: it describes checkpoint %d of job %q", path, checkpoint.ErrCorrupt, m.ID, m.Job)
 		}
-		if err != nil {
+		switch {
+		case err == nil:
+			s.Completed = append(s.Completed, m)
+		case ProvenDamage(err):
 			s.Damaged = append(s.Damaged, Damaged{ID: id, Path: path, Err: err})
-			continue
+		default:
+			// NB: an I/O error is not damage. Skipping the checkpoint
+			// would restore an older one and delete this one, and sinks
+			// whose commits cannot be taken back would write its
+			// interval again.
+			return Scan{}, fmt.Errorf("scan checkpoints: %w", unavailable(err))
 		}
-		s.Completed = append(s.Completed, m)
 	}
 	slices.SortFunc(s.Completed, byID)
 	slices.Sort(s.Incomplete)
@@ -318,8 +334,12 @@ func parseChk(name string) (checkpoint.ID, bool) {
 }
 
 // ReadMetadata reads and decodes a metadata file; every error names it.
+// A file too large to be metadata wraps checkpoint.ErrCorrupt.
 func ReadMetadata(fs vfs.FS, path string) (*checkpoint.Metadata, error) {
 	data, err := readFile(fs, path, checkpoint.MaxMetadataBytes+64)
+	if errors.Is(err, errFileTooLarge) {
+		err = fmt.Errorf("%w: %w", checkpoint.ErrCorrupt, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint metadata %s: %w", path, err)
 	}
@@ -423,10 +443,13 @@ func readFile(fs vfs.FS, path string, maxBytes int64) ([]byte, error) {
 		return nil, err
 	}
 	if int64(len(data)) > maxBytes {
-		return nil, fmt.Errorf("larger than the %d-byte limit", maxBytes)
+		return nil, fmt.Errorf("%w of %d bytes", errFileTooLarge, maxBytes)
 	}
 	return data, nil
 }
+
+// errFileTooLarge is a file read back that exceeds its bound.
+var errFileTooLarge = errors.New("larger than the limit")
 
 // OpenCheckpoint opens the completed checkpoint at path: a chk-<id>
 // directory or its _metadata file, anywhere. It returns the metadata and
@@ -434,6 +457,9 @@ func readFile(fs vfs.FS, path string, maxBytes int64) ([]byte, error) {
 // Every error names the path and says what is wrong.
 func OpenCheckpoint(fs vfs.FS, path string) (*checkpoint.Metadata, Storage, error) {
 	st, err := fs.Stat(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		err = unavailable(err)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("restore from %s: %w", path, err)
 	}
@@ -445,10 +471,15 @@ func OpenCheckpoint(fs vfs.FS, path string) (*checkpoint.Metadata, Storage, erro
 	if !ok {
 		return nil, nil, fmt.Errorf("restore from %s: not a checkpoint: expected a chk-<id> directory or its %s file", path, MetadataFile)
 	}
-	if _, err := fs.Stat(meta); err != nil {
+	if _, err := fs.Stat(meta); errors.Is(err, os.ErrNotExist) {
 		return nil, nil, fmt.Errorf("restore from %s: no %s: the checkpoint never completed (%w)", path, MetadataFile, err)
+	} else if err != nil {
+		return nil, nil, fmt.Errorf("restore from %s: %w", meta, unavailable(err))
 	}
 	m, err := ReadMetadata(fs, meta)
+	if err != nil && !ProvenDamage(err) {
+		err = unavailable(err)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("restore from %s: %w", path, err)
 	}

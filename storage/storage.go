@@ -44,7 +44,10 @@ type Storage interface {
 	// wrapping checkpoint.ErrTooLarge.
 	Commit(m *checkpoint.Metadata) error
 	// Scan reports what storage holds, and counts the shared files'
-	// references anew from the completed checkpoints.
+	// references anew from the completed checkpoints. An I/O error that
+	// proves nothing fails it with an error wrapping ErrUnavailable that
+	// names the file: it never makes a checkpoint look damaged,
+	// incomplete or absent.
 	Scan() (Scan, error)
 	// RemoveOrphans deletes the shared files no completed checkpoint
 	// references (a crash during a discard or an upload leaves such).
@@ -73,7 +76,10 @@ type Scan struct {
 	MaxID checkpoint.ID
 	// Completed lists the checkpoints with valid metadata, ascending.
 	Completed []*checkpoint.Metadata
-	// Damaged lists checkpoints whose metadata exists but cannot be read.
+	// Damaged lists checkpoints whose metadata exists but is proven
+	// damaged (ProvenDamage): a checksum, version or content that is
+	// wrong. Metadata that cannot be read for any other reason fails Scan
+	// with ErrUnavailable instead.
 	Damaged []Damaged
 	// Incomplete lists checkpoints reserved but never committed (a crash or
 	// an abort left them), ascending.
@@ -106,6 +112,30 @@ func (s Scan) Restored() checkpoint.Restored {
 
 // ErrStateTooLarge is returned by Memory.WriteState for state above its bound.
 var ErrStateTooLarge = errors.New("state too large for memory checkpoint storage")
+
+// ErrUnavailable marks a failed storage call that proves nothing about what
+// storage holds: an I/O error, a timeout, a store's 5xx answer. Retrying
+// may succeed. Scan fails with it rather than report a checkpoint damaged:
+// only proven damage (checkpoint.ErrCorrupt, checkpoint.ErrVersion,
+// checkpoint.ErrStateDamaged) may make a run skip a checkpoint, fall back
+// to an older one or delete one.
+var ErrUnavailable = errors.New("checkpoint storage unavailable (retrying may succeed)")
+
+// unavailable marks err, which proves nothing, as ErrUnavailable.
+func unavailable(err error) error {
+	if errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// ProvenDamage reports whether err proves a checkpoint unusable: its
+// metadata's checksum, version or content is wrong, or state it lists is
+// missing or not what was written. Any other error (ErrUnavailable among
+// them) proves nothing.
+func ProvenDamage(err error) bool {
+	return errors.Is(err, checkpoint.ErrCorrupt) || errors.Is(err, checkpoint.ErrVersion) || errors.Is(err, checkpoint.ErrStateDamaged)
+}
 
 func handleName(h checkpoint.Handle) string {
 	return fmt.Sprintf("%s subtask %d (%s state)", h.Operator, h.Subtask, h.Kind)

@@ -370,6 +370,14 @@ func newDriver(spec Spec) (_ *driver, err error) {
 func (d *driver) decideStart() (checkpoint.Restored, error) {
 	st, store := d.spec.Start, d.spec.Storage
 	scan, err := store.Scan()
+	if errors.Is(err, storage.ErrUnavailable) {
+		// NB: never start from what a partial scan saw: a checkpoint that
+		// could not be read would be skipped, an older one restored and
+		// the newer deleted, and sinks whose commits cannot be taken back
+		// would write its interval again.
+		return checkpoint.Restored{}, fmt.Errorf("job %s: checkpoint storage %s could not be read at start; nothing was restored or deleted, start again to retry: %w",
+			d.spec.Name, store.Describe(), err)
+	}
 	if err != nil {
 		return checkpoint.Restored{}, err
 	}
@@ -525,15 +533,24 @@ func (d *driver) run(ctx context.Context) (Result, error) {
 		}
 		if d.point != nil && DamagedState(err) {
 			// The restored checkpoint's state is missing or damaged: the
-			// previous retained checkpoint is the next best.
+			// previous retained checkpoint is the next best. Only proven
+			// damage gets here (DamagedState): an I/O error reading the
+			// state restarts from the same checkpoint below.
 			prev, perr := d.previous(d.point.Metadata.ID)
-			if perr != nil {
+			switch {
+			case errors.Is(perr, storage.ErrUnavailable):
+				// Which checkpoint comes before is not known: restart from
+				// the same one, and look again if it is still damaged.
+				err = fmt.Errorf("checkpoint %d in %s cannot be restored (%w), and the storage could not be read to find the previous one: %w",
+					d.point.Metadata.ID, d.point.Where, err, perr)
+			case perr != nil:
 				return d.res, fmt.Errorf("job %s: checkpoint %d in %s cannot be restored (%w), and no earlier one can be used: %w",
 					d.spec.Name, d.point.Metadata.ID, d.point.Where, err, perr)
+			default:
+				d.log.Error("checkpoint state is missing or damaged; restoring the previous checkpoint",
+					"checkpoint", d.point.Metadata.ID, "previous", prev.Metadata.ID, "dir", d.point.Where, "err", err)
+				d.point = prev
 			}
-			d.log.Error("checkpoint state is missing or damaged; restoring the previous checkpoint",
-				"checkpoint", d.point.Metadata.ID, "previous", prev.Metadata.ID, "dir", d.point.Where, "err", err)
-			d.point = prev
 		} else if isPermanent(err) {
 			return d.res, fmt.Errorf("job %s failed, and a restart cannot fix it: %w", d.spec.Name, err)
 		}
@@ -570,7 +587,10 @@ func (d *driver) stopped(ctx context.Context, last error) error {
 }
 
 // DamagedState reports whether err is a restore that found a checkpoint's
-// state missing or corrupt.
+// state missing or corrupt: proven damage, the only reason to fall back to
+// an older checkpoint. An I/O error reading the state is not damage
+// (storage wraps only a missing file or wrong bytes in
+// checkpoint.ErrStateDamaged).
 func DamagedState(err error) bool {
 	return errors.Is(err, checkpoint.ErrStateDamaged) || errors.Is(err, state.ErrCorrupt)
 }
