@@ -62,6 +62,9 @@ func (g *coGroup[K, A, B, Out]) Open(c *KeyedContext[K]) (err error) {
 func windowsOf[K comparable](c *KeyedContext[K], w WindowAssigner, add func(start int64)) {
 	ts := c.c.now
 	last := floorTo(ts, w.slide)
+	if last+w.size <= ts && ts > c.wm {
+		return // between two windows of a slide longer than the size: in none
+	}
 	if last+w.size-1 <= c.wm {
 		c.dropLate(ts)
 		return

@@ -433,11 +433,16 @@ func floorTo(t, unit int64) int64 {
 func (w *windowOp[K, In, Acc, Out]) addToPane(ts int64, v In) error {
 	a := w.a
 	lastStart := floorTo(ts, a.slide)
+	if lastStart+a.size <= ts {
+		// Between two windows of a slide longer than the size: in none.
+		// Late only if the record itself is (as in Flink).
+		if w.isLate(ts + 1) {
+			return w.lateRecord(ts, v)
+		}
+		return nil
+	}
 	if w.isLate(lastStart + a.size) {
 		return w.lateRecord(ts, v) // every window of the record is past
-	}
-	if lastStart+a.size <= ts {
-		return nil // between two windows of a slide longer than the size
 	}
 	pane := floorTo(ts, a.pane())
 	acc, had := w.panes.Get(w.kctx.key, pane)
