@@ -27,8 +27,18 @@ import (
 // DefaultSplitBytes is the size of the byte ranges large files are read in.
 const DefaultSplitBytes = 64 << 20
 
-// MaxLineBytes bounds one line.
-const MaxLineBytes = 16 << 20
+// DefaultMaxLineBytes is the longest line Lines reads unless told
+// otherwise (LinesConfig.MaxLineBytes).
+const DefaultMaxLineBytes = 16 << 20
+
+// MaxMaxLineBytes is the highest LinesConfig.MaxLineBytes may be: a line is
+// held whole in memory.
+const MaxMaxLineBytes = 1 << 30
+
+// ErrLineTooLong is what reading a line longer than
+// LinesConfig.MaxLineBytes fails with, marked permanent (operator.Permanent):
+// the same bytes are there after a restart, so the job fails at once.
+var ErrLineTooLong = errors.New("line too long")
 
 // LinesConfig configures Lines.
 type LinesConfig struct {
@@ -42,6 +52,11 @@ type LinesConfig struct {
 	SplitBytes int64
 	// BatchLines is how many lines one Read emits at most; default 1024.
 	BatchLines int
+	// MaxLineBytes is the longest line read, in bytes, not counting the
+	// \n or \r\n that ends it; 0 means DefaultMaxLineBytes, and at most
+	// MaxMaxLineBytes. A longer line fails the job at once with
+	// ErrLineTooLong, naming the file and the line's byte offset.
+	MaxLineBytes int
 	// SharedBlocks cuts lines out of shared 4 KiB blocks instead of
 	// allocating a string per line (a line over 512 bytes gets its own).
 	// NB: a line kept alive, or any part of it, keeps its whole block
@@ -109,6 +124,12 @@ func Lines(cfg LinesConfig) (func() weir.SourceReader[string], error) {
 	}
 	if cfg.BatchLines <= 0 {
 		cfg.BatchLines = 1024
+	}
+	switch {
+	case cfg.MaxLineBytes == 0:
+		cfg.MaxLineBytes = DefaultMaxLineBytes
+	case cfg.MaxLineBytes < 0 || cfg.MaxLineBytes > MaxMaxLineBytes:
+		return nil, fmt.Errorf("input %s: max line bytes %d: want 1 to %d (0: the default, %d)", cfg.Pattern, cfg.MaxLineBytes, MaxMaxLineBytes, DefaultMaxLineBytes)
 	}
 	files, err := glob(cfg.FS, cfg.Pattern)
 	if err != nil {
@@ -306,29 +327,43 @@ func (l *lineReader) text(line []byte) string {
 // readLine reads through the next newline; for a split that does not start
 // the file, the first call is made one byte before Start. The line aliases
 // the reader's buffer unless it is longer than the buffer: it is valid until
-// the next read.
+// the next read. A line longer than cfg.MaxLineBytes is a permanent error.
 func (l *lineReader) readLine(s *split) ([]byte, error) {
 	frag, err := l.r.ReadSlice('\n')
 	if !errors.Is(err, bufio.ErrBufferFull) {
-		if err != nil && !errors.Is(err, io.EOF) {
-			err = fmt.Errorf("input %s at byte %d: %w", s.Path, s.Pos, err)
-		}
-		return frag, err
+		return l.checkLine(s, frag, err)
 	}
 	line := append([]byte(nil), frag...)
 	for {
+		if len(line) > l.cfg.MaxLineBytes+1 { // +1: a \r may end it
+			return l.checkLine(s, line, nil)
+		}
 		frag, err := l.r.ReadSlice('\n')
 		line = append(line, frag...)
-		if len(line) > MaxLineBytes {
-			return nil, fmt.Errorf("input %s: line at byte %d is longer than %d bytes", s.Path, s.Pos, MaxLineBytes)
-		}
 		if !errors.Is(err, bufio.ErrBufferFull) {
-			if err != nil && !errors.Is(err, io.EOF) {
-				err = fmt.Errorf("input %s at byte %d: %w", s.Path, s.Pos, err)
-			}
-			return line, err
+			return l.checkLine(s, line, err)
 		}
 	}
+}
+
+// checkLine returns line, read from s, and err with the place in the input;
+// or, when line is over the limit, no line and a permanent ErrLineTooLong.
+func (l *lineReader) checkLine(s *split, line []byte, err error) ([]byte, error) {
+	if len(bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r"))) > l.cfg.MaxLineBytes {
+		where := fmt.Sprintf("the line at byte %d", s.Pos)
+		if !s.started && s.Start > 0 {
+			// NB: the skip of a split's partial first line starts
+			// anywhere in the line; the split before reads it whole, and
+			// fails with its start.
+			where = fmt.Sprintf("the line that crosses byte %d", s.Start)
+		}
+		return nil, operator.Permanent(fmt.Errorf("input %s: %s: %w: it is longer than %d bytes; raise the limit (--max-line-bytes, LinesConfig.MaxLineBytes) or split the line",
+			s.Path, where, ErrLineTooLong, l.cfg.MaxLineBytes))
+	}
+	if err != nil && !errors.Is(err, io.EOF) {
+		err = fmt.Errorf("input %s at byte %d: %w", s.Path, s.Pos, err)
+	}
+	return line, err
 }
 
 func (l *lineReader) openSplit(s *split) error {
