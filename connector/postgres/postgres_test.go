@@ -121,7 +121,7 @@ func TestTwoPhaseCommit(t *testing.T) {
 	snapshot(t, s, 3, w) // never completes
 	s.Close()
 	run.Close()
-	if gids := preparedGIDs(t, pg.URL); !slices.Equal(gids, []string{"weir:test:counts:0:2", "weir:test:counts:0:3"}) {
+	if gids := preparedGIDs(t, pg.URL); !slices.Equal(gids, []string{"weir2:4.test:6.counts:0:2", "weir2:4.test:6.counts:0:3"}) {
 		t.Fatalf("prepared transactions %v", gids)
 	}
 	pg.Restart() // prepared transactions survive it

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -18,9 +17,6 @@ import (
 	"github.com/weirstream/weir/operator"
 	"github.com/weirstream/weir/state"
 )
-
-// maxGIDBytes is PostgreSQL's bound on a prepared transaction's id.
-const maxGIDBytes = 200
 
 // prepared is a transaction of one checkpoint interval, handed over at the
 // snapshot: the asynchronous part prepares it, NotifyComplete commits it.
@@ -72,7 +68,8 @@ type txWriter[T any] struct {
 	ctx    *operator.Context
 	table  pgx.Identifier
 	pool   *pgxpool.Pool
-	prefix string // of this sink's transaction ids: weir:<job>:<uid>:
+	prefix string // of this sink's transaction ids (gidPrefix)
+	legacy string // of those of Weir before gidVersion, or "" (legacyPrefix)
 
 	conn    *pgxpool.Conn // holds the open transaction, if any
 	rows    [][]any
@@ -81,10 +78,7 @@ type txWriter[T any] struct {
 
 func (w *txWriter[T]) Open(ctx *operator.Context) error {
 	w.ctx, w.table = ctx, pgx.Identifier(strings.Split(w.cfg.Table, "."))
-	w.prefix = "weir:" + ctx.Job + ":" + ctx.UID + ":"
-	if len(w.prefix)+40 > maxGIDBytes {
-		return operator.Permanent(fmt.Errorf("postgres sink: job name and operator UID are too long for PostgreSQL's %d-byte transaction ids: shorten them", maxGIDBytes))
-	}
+	w.prefix, w.legacy = gidPrefix(ctx.Job, ctx.UID), legacyPrefix(ctx.Job, ctx.UID)
 	rctx, cancel := context.WithTimeout(context.Background(), w.cfg.Timeout)
 	defer cancel()
 	pc, err := pgxpool.ParseConfig(w.cfg.URL)
@@ -120,19 +114,28 @@ func (w *txWriter[T]) Open(ctx *operator.Context) error {
 		}
 	}
 	// Roll back what earlier attempts prepared and no checkpoint recorded.
-	rows, err := w.pool.Query(rctx, `SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND gid LIKE $1 ESCAPE '\'`, likePrefix(w.prefix))
-	if err != nil {
-		return classify("postgres sink: list prepared transactions", err)
-	}
-	gids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return classify("postgres sink: list prepared transactions", err)
-	}
-	for _, gid := range gids {
-		sub, _, ok := w.parse(gid)
-		if !ok || recorded[gid] || sub%ctx.Parallelism != ctx.Subtask {
+	var gids []string
+	for _, prefix := range []string{w.prefix, w.legacy} {
+		if prefix == "" {
 			continue
 		}
+		rows, err := w.pool.Query(rctx, `SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND gid LIKE $1 ESCAPE '\'`, likePrefix(prefix))
+		if err != nil {
+			return classify("postgres sink: list prepared transactions", err)
+		}
+		found, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return classify("postgres sink: list prepared transactions", err)
+		}
+		for _, gid := range found {
+			// NB: LIKE found gids that start with prefix; only those that
+			// parse are this sink's.
+			if sub, _, ok := parseGID(prefix, gid); ok && sub%ctx.Parallelism == ctx.Subtask && !recorded[gid] {
+				gids = append(gids, gid)
+			}
+		}
+	}
+	for _, gid := range gids {
 		if _, err := w.pool.Exec(rctx, "ROLLBACK PREPARED "+literal(gid)); err != nil && !undefined(err) {
 			return classify("postgres sink: roll back "+gid, err)
 		}
@@ -143,18 +146,6 @@ func (w *txWriter[T]) Open(ctx *operator.Context) error {
 
 func likePrefix(p string) string {
 	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(p) + "%"
-}
-
-func (w *txWriter[T]) gid(sub int, id checkpoint.ID) string {
-	return w.prefix + strconv.Itoa(sub) + ":" + strconv.FormatUint(uint64(id), 10)
-}
-
-// parse reads subtask and checkpoint from one of this sink's ids.
-func (w *txWriter[T]) parse(gid string) (int, checkpoint.ID, bool) {
-	subStr, idStr, ok := strings.Cut(strings.TrimPrefix(gid, w.prefix), ":")
-	sub, err1 := strconv.Atoi(subStr)
-	id, err2 := strconv.ParseUint(idStr, 10, 64)
-	return sub, checkpoint.ID(id), ok && strings.HasPrefix(gid, w.prefix) && err1 == nil && err2 == nil
 }
 
 // undefined reports PostgreSQL's "prepared transaction … does not exist".
@@ -211,7 +202,7 @@ func (w *txWriter[T]) Snapshot(id checkpoint.ID) (operator.Async, error) {
 		return nil, err
 	}
 	if w.conn != nil {
-		w.pending = append(w.pending, &prepared{GID: w.gid(w.ctx.Subtask, id), Sub: w.ctx.Subtask, At: id, conn: w.conn})
+		w.pending = append(w.pending, &prepared{GID: formatGID(w.prefix, w.ctx.Subtask, id), Sub: w.ctx.Subtask, At: id, conn: w.conn})
 		w.conn = nil
 	}
 	items := make([][]byte, len(w.pending))
