@@ -302,7 +302,7 @@ func (d *Dir) Scan() (Scan, error) {
 		switch {
 		case err == nil:
 			s.Completed = append(s.Completed, m)
-		case ProvenDamage(err):
+		case ProvenDamage(err) || plantedDefect3.Load():
 			s.Damaged = append(s.Damaged, Damaged{ID: id, Path: path, Err: err})
 		default:
 			// NB: an I/O error is not damage. Skipping the checkpoint

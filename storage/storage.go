@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 
 	"github.com/weirstream/weir/checkpoint"
 )
@@ -128,6 +129,12 @@ func unavailable(err error) error {
 	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
+
+// plantedDefect3, set only by the planted-bug test of the storage-fault
+// generator (export_test.go), brings issue 19's defect 3 back: Scan
+// reports a checkpoint whose metadata it could not read as damaged, so
+// that the test can show the generator catches it.
+var plantedDefect3 atomic.Bool
 
 // ProvenDamage reports whether err proves a checkpoint unusable: its
 // metadata's checksum, version or content is wrong, or state it lists is

@@ -536,12 +536,16 @@ func (d *driver) run(ctx context.Context) (Result, error) {
 			// previous retained checkpoint is the next best. Only proven
 			// damage gets here (DamagedState): an I/O error reading the
 			// state restarts from the same checkpoint below.
-			prev, perr := d.previous(d.point.Metadata.ID)
+			prev, abandoned, perr := d.previous(d.point.Metadata.ID)
+			if perr == nil {
+				perr = d.abandon(abandoned)
+			}
 			switch {
 			case errors.Is(perr, storage.ErrUnavailable):
-				// Which checkpoint comes before is not known: restart from
-				// the same one, and look again if it is still damaged.
-				err = fmt.Errorf("checkpoint %d in %s cannot be restored (%w), and the storage could not be read to find the previous one: %w",
+				// Which checkpoint comes before is not known, or the
+				// damaged one is not deleted yet: restart from the same
+				// one, and look again if it is still damaged.
+				err = fmt.Errorf("checkpoint %d in %s cannot be restored (%w), and the storage could not be read or written to fall back to the previous one: %w",
 					d.point.Metadata.ID, d.point.Where, err, perr)
 			case perr != nil:
 				return d.res, fmt.Errorf("job %s: checkpoint %d in %s cannot be restored (%w), and no earlier one can be used: %w",
@@ -596,29 +600,51 @@ func DamagedState(err error) bool {
 }
 
 // previous is the newest completed checkpoint in the job's storage older
-// than id that fits the job.
-func (d *driver) previous(id checkpoint.ID) (*RestorePoint, error) {
+// than id that fits the job, and the checkpoints it abandons: those after
+// it up to id, savepoints excepted.
+func (d *driver) previous(id checkpoint.ID) (*RestorePoint, []checkpoint.ID, error) {
 	store := d.spec.Storage
 	if store == nil {
-		return nil, errors.New("no checkpoint storage")
+		return nil, nil, errors.New("no checkpoint storage")
 	}
 	scan, err := store.Scan()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	var abandoned []checkpoint.ID
 	for i := len(scan.Completed) - 1; i >= 0; i-- {
 		m := scan.Completed[i]
 		if m.ID >= id {
+			if m.ID == id && !m.Savepoint {
+				abandoned = append(abandoned, m.ID)
+			}
 			continue
 		}
 		p := &RestorePoint{Metadata: m, Read: store.ReadState, Open: store.OpenState, Where: store.Describe()}
 		if err := d.fit(p); err != nil {
 			d.log.Warn("an earlier checkpoint does not fit the job either", "checkpoint", m.ID, "err", err)
+			if !m.Savepoint {
+				abandoned = append(abandoned, m.ID)
+			}
 			continue
 		}
-		return p, nil
+		return p, abandoned, nil
 	}
-	return nil, fmt.Errorf("%s holds no completed checkpoint older than %d (keep more with --checkpoints-retained)", store.Describe(), id)
+	return nil, nil, fmt.Errorf("%s holds no completed checkpoint older than %d (keep more with --checkpoints-retained)", store.Describe(), id)
+}
+
+// abandon deletes the checkpoints a fallback skips before the run
+// restores an older one. NB: the sinks roll back what they committed
+// after the older one, so a skipped checkpoint left in storage could later
+// be restored (as the latest at the next start, or as the previous of
+// another damaged one) with its output gone.
+func (d *driver) abandon(ids []checkpoint.ID) error {
+	for _, id := range ids {
+		if err := d.spec.Storage.Discard(id); err != nil {
+			return fmt.Errorf("delete checkpoint %d, which the fallback skips (%w): %w", id, storage.ErrUnavailable, err)
+		}
+	}
+	return nil
 }
 
 // sharedPaths are the shared files m references.
