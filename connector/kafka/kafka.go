@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"net"
 	"net/url"
 	"slices"
 	"strconv"
@@ -62,28 +63,97 @@ type URL struct {
 
 var urlOptions = []string{"bounded", "start", "group", "regex", "delivery", "txn-prefix", "txn-timeout", "create", "partitions", "skip-invalid"}
 
-// ParseURL parses a kafka:// URL; unknown options are an error.
+// ParseURL parses a kafka:// URL (the scheme in any case, as URL schemes
+// are). Its query is parsed strictly: a malformed query (a ';' among the
+// options), an unknown option or one given twice is an error, and so are
+// credentials, a fragment, an empty broker and a topic name Kafka would
+// refuse.
 func ParseURL(s string) (URL, error) {
 	u, err := url.Parse(s)
 	if err != nil {
 		return URL{}, fmt.Errorf("kafka URL %q: %w", s, err)
 	}
+	// url.Parse lower-cases the scheme.
 	if u.Scheme != "kafka" || u.Host == "" {
 		return URL{}, fmt.Errorf("kafka URL %q: want kafka://host:port/topic", s)
 	}
-	k := URL{Brokers: strings.Split(u.Host, ","), Query: u.Query()}
+	switch {
+	case u.User != nil:
+		return URL{}, fmt.Errorf("kafka URL %q: credentials in the URL are not supported", s)
+	case strings.Contains(s, "#"): // url.Parse cuts the fragment at the first #
+		return URL{}, fmt.Errorf("kafka URL %q: a fragment (#...) means nothing here: remove it, or write # as %%23 in an option", s)
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return URL{}, fmt.Errorf("kafka URL %q: options: %w (separate options with &, and write a literal ; as %%3B)", s, err)
+	}
+	k := URL{Brokers: strings.Split(u.Host, ","), Query: q}
+	for _, b := range k.Brokers {
+		if err := checkBroker(b); err != nil {
+			return URL{}, fmt.Errorf("kafka URL %q: broker %q: %w", s, b, err)
+		}
+	}
 	if t := strings.Trim(u.Path, "/"); t != "" {
 		k.Topics = strings.Split(t, ",")
 	}
-	for opt := range k.Query {
+	for _, t := range k.Topics {
+		if err := checkTopicName(t); err != nil {
+			return URL{}, fmt.Errorf("kafka URL %q: topic %q: %w", s, t, err)
+		}
+	}
+	for opt, vs := range k.Query {
 		if !slices.Contains(urlOptions, opt) {
 			return URL{}, fmt.Errorf("kafka URL %q: unknown option %q (known: %s)", s, opt, strings.Join(urlOptions, ", "))
+		}
+		if len(vs) > 1 {
+			return URL{}, fmt.Errorf("kafka URL %q: option %s given %d times: give it once", s, opt, len(vs))
 		}
 	}
 	if len(k.Topics) == 0 && k.Query.Get("regex") == "" {
 		return URL{}, fmt.Errorf("kafka URL %q: no topic: want kafka://host:port/topic (or ?regex=...)", s)
 	}
 	return k, nil
+}
+
+// checkBroker checks a broker's address: a host, and a port if given
+// (franz-go's default is 9092).
+func checkBroker(b string) error {
+	host, port := b, ""
+	if strings.Contains(b, ":") {
+		var err error
+		if host, port, err = net.SplitHostPort(b); err != nil {
+			return fmt.Errorf("want host:port: %w", err)
+		}
+		if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+			return fmt.Errorf("port %q: want a number from 1 to 65535", port)
+		}
+	}
+	if host == "" {
+		return errors.New("no host: separate brokers with one comma (host1:9092,host2:9092)")
+	}
+	return nil
+}
+
+// maxTopicNameBytes is the longest topic name Kafka takes.
+const maxTopicNameBytes = 249
+
+// checkTopicName checks a topic name as Kafka does: 1 to 249 of the
+// characters a-z, A-Z, 0-9, '.', '_' and '-', and neither "." nor "..".
+func checkTopicName(t string) error {
+	switch {
+	case t == "":
+		return errors.New("empty name: separate topics with one comma (a,b)")
+	case t == "." || t == "..":
+		return errors.New(`Kafka refuses "." and ".." as topic names`)
+	case len(t) > maxTopicNameBytes:
+		return fmt.Errorf("%d characters: Kafka takes at most %d", len(t), maxTopicNameBytes)
+	}
+	for _, c := range []byte(t) {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("character %q: Kafka topic names take only a-z, A-Z, 0-9, '.', '_' and '-'", c)
+		}
+	}
+	return nil
 }
 
 // Bool reads a boolean option (default false).
