@@ -98,7 +98,13 @@ func newCluster() *cobra.Command {
 		Long: `Create, in --out, a CA (ca.pem, ca-key.pem) and for every process name a
 certificate and key (<name>.pem, <name>-key.pem) signed by it, valid for the
 name and --hosts. Every process of the cluster gets ca.pem and its own pair;
-keep ca-key.pem away from them. For production, use your own PKI.`,
+keep ca-key.pem away from them. For production, use your own PKI.
+
+Each certificate holds a role (a URI SAN weir://role/<role>), which the
+cluster enforces: "coordinator" gets the coordinator's (only it commands
+workers), "admin" an admin's (it reads weir status, and cannot join as a
+worker), every other name a worker's. Write name=role to choose, e.g.
+--names coordinator,worker-1,ops=admin.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if out == "" {
@@ -115,7 +121,7 @@ keep ca-key.pem away from them. For production, use your own PKI.`,
 		},
 	}
 	certs.Flags().StringVar(&out, "out", "", "directory to write the certificates to (must not hold a CA yet)")
-	certs.Flags().StringSliceVar(&names, "names", []string{"coordinator", "worker-1", "worker-2", "worker-3", "admin"}, "process names, one certificate each (admin: for weir status)")
+	certs.Flags().StringSliceVar(&names, "names", []string{"coordinator", "worker-1", "worker-2", "worker-3", "admin"}, "process names, one certificate each, as name or name=role (coordinator, worker or admin; by default coordinator and admin are theirs, any other name a worker)")
 	certs.Flags().StringSliceVar(&hosts, "hosts", []string{"localhost", "127.0.0.1", "::1"}, "host names and IP addresses the processes are reached at")
 	certs.Flags().DurationVar(&validFor, "valid-for", 365*24*time.Hour, "how long the certificates are valid")
 	cluster.AddCommand(certs)

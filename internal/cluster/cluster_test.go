@@ -75,9 +75,22 @@ func TestMembers(t *testing.T) {
 	if err := m.Heartbeat("b", b.Session, t0.Add(6*time.Second)); !errors.Is(err, ErrSessionEnded) {
 		t.Fatalf("heartbeat of a lost worker: %v", err)
 	}
-	a2, replaced, err := m.Register(Worker{Name: "a", Slots: 2}, jobGraph, t0.Add(6*time.Second))
+	var held *NameHeldError
+	if _, _, err := m.Register(Worker{Name: "a", Slots: 2}, jobGraph, t0.Add(6*time.Second)); !errors.As(err, &held) || held.Held.Session != a.Session || !errors.Is(err, ErrNameHeld) {
+		t.Fatalf("a registered again while its session is live: %v", err)
+	}
+	a2, replaced, err := m.Register(Worker{Name: "a", Slots: 2}, jobGraph, t0.Add(9*time.Second))
 	if err != nil || replaced == nil || replaced.Session != a.Session || a2.Session <= b.Session {
-		t.Fatalf("a registered again: %+v, replacing %+v, %v", a2, replaced, err)
+		t.Fatalf("a registered again after its timeout: %+v, replacing %+v, %v", a2, replaced, err)
+	}
+	if _, ok := m.End("a", a.Session); ok {
+		t.Fatal("ended a replaced session")
+	}
+	if w, ok := m.End("a", a2.Session); !ok || w.Session != a2.Session {
+		t.Fatalf("end a's session: %+v %v", w, ok)
+	}
+	if _, _, err := m.Register(Worker{Name: "a", Slots: 2}, jobGraph, t0.Add(9*time.Second)); err != nil {
+		t.Fatalf("a registered after its session ended: %v", err)
 	}
 }
 

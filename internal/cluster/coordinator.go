@@ -86,6 +86,9 @@ type Coordinator struct {
 
 	mu      sync.Mutex
 	members *Members
+	// via is the connection each worker's session last used: when it
+	// closes, the process is gone (see Register).
+	via     map[string]*peerConn
 	changed chan struct{} // closed and replaced when membership changes
 	exec    *execution    // the attempt running, if any
 	ended   uint64        // the attempt that finished the job, if any
@@ -120,15 +123,16 @@ func StartCoordinator(cfg CoordinatorConfig) (*Coordinator, error) {
 	}
 	c := &Coordinator{
 		cfg: cfg, ln: ln, lost: make(chan Worker, 64),
-		members: NewMembers(cfg.Graph, cfg.Liveness.Timeout), changed: make(chan struct{}),
+		members: NewMembers(cfg.Graph, cfg.Liveness.Timeout), via: map[string]*peerConn{}, changed: make(chan struct{}),
 		stop: make(chan struct{}),
 	}
-	path, h := clusterpbconnect.NewCoordinatorServiceHandler(c)
+	path, h := clusterpbconnect.NewCoordinatorServiceHandler(c, readLimit)
 	mux := http.NewServeMux()
-	mux.Handle(path, withPeer(h))
+	mux.Handle(path, limitBody(withPeer(h)))
 	tc := cfg.TLS.Clone()
 	tc.NextProtos = []string{"h2"}
 	c.srv = &http.Server{Handler: mux, TLSConfig: tc, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug)}
+	trackConns(c.srv)
 	c.wg.Go(func() { c.srv.ServeTLS(ln, "", "") })
 	c.wg.Go(c.expire)
 	return c, nil
@@ -138,9 +142,9 @@ func StartCoordinator(cfg CoordinatorConfig) (*Coordinator, error) {
 func (c *Coordinator) Addr() string { return c.ln.Addr().String() }
 
 // Lost delivers the workers declared lost (no heartbeat within the
-// timeout, or registered again after a restart). The job restarts from its
-// latest checkpoint on the slots left. Undelivered reports beyond 64 block
-// the expiry: read them.
+// timeout, or a new process took the name after the old one's connection
+// closed). The job restarts from its latest checkpoint on the slots left.
+// Undelivered reports beyond 64 block the expiry: read them.
 func (c *Coordinator) Lost() <-chan Worker { return c.lost }
 
 // Workers returns the live workers and their slots in all.
@@ -204,6 +208,9 @@ func (c *Coordinator) expire() {
 		}
 		c.mu.Lock()
 		lost := c.members.Expire(c.cfg.Now())
+		for _, w := range lost {
+			delete(c.via, w.Name)
+		}
 		if len(lost) > 0 {
 			c.notify()
 		}
@@ -234,43 +241,123 @@ func (c *Coordinator) suspect(w Worker, why error) {
 }
 
 // Register implements the control plane's Register.
+//
+// A name that a live session holds is refused to a second process: two
+// processes given one name would otherwise end each other's session at
+// every registration. A restarted process must still get its name back,
+// so the claim waits until the held session is proven dead or alive:
+// dead when the connection it last used has closed (its process exited)
+// or it times out; alive when it answers a heartbeat one heartbeat interval
+// or more after the claim arrived. (NB: a process that lost its session
+// registers again only after its heartbeats stopped, so its own earlier
+// session never proves alive; the interval of grace covers a heartbeat it
+// sent before, still on its way. A connection can also close under a
+// live process, a network fault; then a duplicate may win the name once,
+// and the live process is refused when it registers again.)
 func (c *Coordinator) Register(ctx context.Context, req *connect.Request[clusterpb.RegisterRequest]) (*connect.Response[clusterpb.RegisterResponse], error) {
 	m := req.Msg
-	if err := checkPeer(ctx, m.GetWorker()); err != nil {
+	if err := checkWorker(ctx, m.GetWorker()); err != nil {
 		return nil, err
 	}
+	conn := peerOf(ctx).conn
+	want := Worker{Name: m.GetWorker(), Slots: int(m.GetSlots()), DataAddress: clipTo(m.GetDataAddress(), maxNameBytes)}
+	g := graphFromProto(m.GetGraph())
+	tick := time.NewTicker(c.cfg.Liveness.HeartbeatInterval / 2)
+	defer tick.Stop()
+	var claimed uint64 // the session the name was held by when the claim began
+	var arrived time.Time
+	for {
+		c.mu.Lock()
+		now := c.cfg.Now()
+		w, replaced, err := c.members.Register(want, g, now)
+		var held *NameHeldError
+		var why string
+		if errors.As(err, &held) {
+			h := held.Held
+			switch {
+			case c.via[h.Name].closed():
+				// Its process's connection is gone: a restarted process
+				// takes the name back.
+				c.members.End(h.Name, h.Session)
+				replaced, why = &h, "its connection closed and a process registered under its name (restarted)"
+				w, _, err = c.members.Register(want, g, now)
+			case h.Session != claimed:
+				claimed, arrived = h.Session, now
+			case held.Last.Sub(arrived) >= c.cfg.Liveness.HeartbeatInterval:
+				err = fmt.Errorf("%w: worker name %q is held by another live process (session %d, which answered a heartbeat %v after this registration arrived): two worker processes were given one name; give each its own --name (and a certificate of that name)",
+					ErrNameHeld, clip(h.Name), h.Session, held.Last.Sub(arrived).Round(time.Millisecond))
+				held = nil
+			}
+		} else if replaced != nil {
+			why = "it registered again after its timeout"
+		}
+		if err == nil {
+			delete(c.via, w.Name)
+			if conn != nil {
+				c.via[w.Name] = conn
+			}
+			c.notify()
+		}
+		changed := c.changed
+		c.mu.Unlock()
+		if replaced != nil {
+			c.cfg.Logger.Warn("worker lost: "+why, "worker", replaced.Name, "session", replaced.Session)
+			c.reportLost(*replaced)
+		}
+		if held != nil && err != nil {
+			var gone <-chan struct{}
+			if pc := c.viaOf(held.Held.Name); pc != nil {
+				gone = pc.gone
+			}
+			select {
+			case <-changed:
+			case <-tick.C:
+			case <-gone:
+			case <-ctx.Done():
+				return nil, connect.NewError(connect.CodeCanceled, fmt.Errorf("cluster: worker %q: registration abandoned while its name was held by session %d", clip(want.Name), held.Held.Session))
+			case <-c.stop:
+				return nil, connect.NewError(connect.CodeUnavailable, errors.New("cluster: the coordinator is stopping"))
+			}
+			continue
+		}
+		if err != nil {
+			c.cfg.Logger.Error("worker refused", "worker", clip(want.Name), "err", err)
+			code := connect.CodeFailedPrecondition
+			if errors.Is(err, ErrNameHeld) {
+				code = connect.CodeAlreadyExists
+			}
+			return nil, connect.NewError(code, err)
+		}
+		c.cfg.Logger.Info("worker registered", "worker", w.Name, "slots", w.Slots, "data", w.DataAddress, "session", w.Session)
+		return connect.NewResponse(&clusterpb.RegisterResponse{
+			Session:             w.Session,
+			HeartbeatIntervalMs: c.cfg.Liveness.HeartbeatInterval.Milliseconds(),
+			TimeoutMs:           c.cfg.Liveness.Timeout.Milliseconds(),
+		}), nil
+	}
+}
+
+func (c *Coordinator) viaOf(name string) *peerConn {
 	c.mu.Lock()
-	w, replaced, err := c.members.Register(Worker{Name: m.GetWorker(), Slots: int(m.GetSlots()), DataAddress: m.GetDataAddress()}, graphFromProto(m.GetGraph()), c.cfg.Now())
-	if err == nil {
-		c.notify()
-	}
-	c.mu.Unlock()
-	if err != nil {
-		c.cfg.Logger.Error("worker refused", "worker", m.GetWorker(), "err", err)
-		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
-	}
-	if replaced != nil {
-		c.cfg.Logger.Warn("worker lost: it registered again (restarted)", "worker", w.Name, "session", replaced.Session)
-		c.reportLost(*replaced)
-	}
-	c.cfg.Logger.Info("worker registered", "worker", w.Name, "slots", w.Slots, "data", w.DataAddress, "session", w.Session)
-	return connect.NewResponse(&clusterpb.RegisterResponse{
-		Session:             w.Session,
-		HeartbeatIntervalMs: c.cfg.Liveness.HeartbeatInterval.Milliseconds(),
-		TimeoutMs:           c.cfg.Liveness.Timeout.Milliseconds(),
-	}), nil
+	defer c.mu.Unlock()
+	return c.via[name]
 }
 
 // Heartbeat implements the control plane's Heartbeat.
 func (c *Coordinator) Heartbeat(ctx context.Context, req *connect.Request[clusterpb.HeartbeatRequest]) (*connect.Response[clusterpb.HeartbeatResponse], error) {
-	if err := checkPeer(ctx, req.Msg.GetWorker()); err != nil {
+	if err := checkWorker(ctx, req.Msg.GetWorker()); err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
 	suspect := c.members.Suspected(req.Msg.GetWorker())
 	err := c.members.Heartbeat(req.Msg.GetWorker(), req.Msg.GetSession(), c.cfg.Now())
-	if suspect && err == nil {
-		c.notify() // its slots count again
+	if err == nil {
+		if pc := peerOf(ctx).conn; pc != nil {
+			c.via[req.Msg.GetWorker()] = pc
+		}
+		if suspect {
+			c.notify() // its slots count again
+		}
 	}
 	c.mu.Unlock()
 	if err != nil {
@@ -282,32 +369,10 @@ func (c *Coordinator) Heartbeat(ctx context.Context, req *connect.Request[cluste
 	return connect.NewResponse(&clusterpb.HeartbeatResponse{}), nil
 }
 
-type peerKey struct{}
-
-// withPeer puts the name the client's certificate holds into the request's
-// context: a worker may speak only for itself.
-func withPeer(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
-			http.Error(w, "a client certificate is required", http.StatusUnauthorized)
-			return
-		}
-		name := r.TLS.PeerCertificates[0].Subject.CommonName
-		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), peerKey{}, name)))
-	})
-}
-
-func checkPeer(ctx context.Context, claimed string) error {
-	if name, _ := ctx.Value(peerKey{}).(string); name != claimed {
-		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("cluster: the certificate names %q, not worker %q", name, claimed))
-	}
-	return nil
-}
-
 // Report implements the control plane's Report.
 func (c *Coordinator) Report(ctx context.Context, req *connect.Request[clusterpb.ReportRequest]) (*connect.Response[clusterpb.ReportResponse], error) {
 	m := req.Msg
-	if err := checkPeer(ctx, m.GetWorker()); err != nil {
+	if err := checkWorker(ctx, m.GetWorker()); err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
@@ -323,7 +388,7 @@ func (c *Coordinator) Report(ctx context.Context, req *connect.Request[clusterpb
 		}
 		for _, w := range live {
 			if w.Name == p.GetPeerFailed() {
-				c.suspect(w, errors.New(p.GetError()))
+				c.suspect(w, errors.New(clipTo(p.GetError(), maxErrorBytes)))
 			}
 		}
 	}

@@ -57,10 +57,10 @@ func buildVersion() string {
 func (g Graph) Diff(other Graph) []string {
 	var d []string
 	if g.Job != other.Job {
-		d = append(d, fmt.Sprintf("job %q, not %q", other.Job, g.Job))
+		d = append(d, fmt.Sprintf("job %q, not %q", clip(other.Job), g.Job))
 	}
 	if g.Version != other.Version {
-		d = append(d, fmt.Sprintf("version %q, not %q", other.Version, g.Version))
+		d = append(d, fmt.Sprintf("version %q, not %q", clip(other.Version), g.Version))
 	}
 	mine := map[string]checkpoint.Operator{}
 	for _, op := range g.Operators {
@@ -72,9 +72,9 @@ func (g Graph) Diff(other Graph) []string {
 		m, ok := mine[op.UID]
 		switch {
 		case !ok:
-			d = append(d, fmt.Sprintf("operator %q, which this job lacks", op.UID))
+			d = append(d, fmt.Sprintf("operator %q, which this job lacks", clip(op.UID)))
 		case m.Kind != op.Kind:
-			d = append(d, fmt.Sprintf("operator %q is a %s, not a %s", op.UID, op.Kind, m.Kind))
+			d = append(d, fmt.Sprintf("operator %q is a %s, not a %s", op.UID, clip(op.Kind), m.Kind))
 		case m.MaxParallelism != op.MaxParallelism:
 			d = append(d, fmt.Sprintf("operator %q has max parallelism %d, not %d", op.UID, op.MaxParallelism, m.MaxParallelism))
 		}
@@ -93,8 +93,14 @@ func (g Graph) String() string {
 }
 
 func diffError(name string, d []string) error {
-	return fmt.Errorf("%w: worker %q built another job graph: it has %s; run the same job binary, with the same arguments, everywhere",
-		ErrOtherGraph, name, strings.Join(d, "; "))
+	const maxDiffs = 8 // a peer's graph may be of any size
+	more := ""
+	if len(d) > maxDiffs {
+		more = fmt.Sprintf("; and %d more differences", len(d)-maxDiffs)
+		d = d[:maxDiffs]
+	}
+	return fmt.Errorf("%w: worker %q built another job graph: it has %s%s; run the same job binary, with the same arguments, everywhere",
+		ErrOtherGraph, clip(name), strings.Join(d, "; "), more)
 }
 
 func graphToProto(g Graph) *clusterpb.Graph {

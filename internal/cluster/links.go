@@ -201,8 +201,15 @@ func verifyPeer(base *tls.Config, want string) func(tls.ConnectionState) error {
 		if _, err := verifyChain(base, cs); err != nil {
 			return err
 		}
-		if got := cs.PeerCertificates[0].Subject.CommonName; got != want {
-			return fmt.Errorf("the certificate at worker %q's address names %q", want, got)
+		p := peerOfCert(cs.PeerCertificates[0])
+		if p.name != want {
+			return fmt.Errorf("the certificate at worker %q's address names %q", want, clip(p.name))
+		}
+		if p.roleErr != nil {
+			return fmt.Errorf("the certificate at worker %q's address: %w", want, p.roleErr)
+		}
+		if p.role != transport.RoleWorker {
+			return fmt.Errorf("the certificate at worker %q's address holds the %s role, not a worker's", want, p.role)
 		}
 		return nil
 	}

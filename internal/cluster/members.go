@@ -15,7 +15,24 @@ var (
 	// longer knows: the worker was declared lost, or registered again, or
 	// the coordinator restarted.
 	ErrSessionEnded = errors.New("cluster: session ended; register again")
+	// ErrNameHeld refuses a registration under a name that a live session
+	// holds (see NameHeldError).
+	ErrNameHeld = errors.New("cluster: the worker name is held by a live session")
 )
+
+// NameHeldError is the refusal of a registration under a name that a
+// session not yet timed out holds.
+type NameHeldError struct {
+	Held Worker
+	// Last is the held session's last heartbeat or registration.
+	Last time.Time
+}
+
+func (e *NameHeldError) Error() string {
+	return fmt.Sprintf("cluster: worker name %q is held by session %d (last heartbeat at %s)", clip(e.Held.Name), e.Held.Session, e.Last.Format(time.RFC3339Nano))
+}
+
+func (e *NameHeldError) Is(target error) bool { return target == ErrNameHeld }
 
 // Worker is a registered worker process.
 type Worker struct {
@@ -50,10 +67,16 @@ func NewMembers(g Graph, timeout time.Duration) *Members {
 	return &Members{graph: g, timeout: timeout, workers: map[string]*member{}}
 }
 
-// Register adds worker w, built with graph g, under a new session. A worker
-// of the same name registered before is replaced: its process restarted or
-// lost its session, and its tasks are gone, so it is returned as lost.
+// Register adds worker w, built with graph g, under a new session. A name
+// that a session holds is refused with a *NameHeldError, unless that
+// session has timed out (Expire has not removed it yet): that one is
+// replaced and returned as lost, as its process died or lost its session
+// and its tasks are gone. The driver decides whether a held session is
+// dead (End) before its timeout.
 func (m *Members) Register(w Worker, g Graph, now time.Time) (Worker, *Worker, error) {
+	if len(w.Name) > maxNameBytes {
+		return Worker{}, nil, errNameTooLong(w.Name)
+	}
 	if d := m.graph.Diff(g); d != nil {
 		return Worker{}, nil, diffError(w.Name, d)
 	}
@@ -62,6 +85,9 @@ func (m *Members) Register(w Worker, g Graph, now time.Time) (Worker, *Worker, e
 	}
 	var replaced *Worker
 	if old, ok := m.workers[w.Name]; ok {
+		if now.Sub(old.last) < m.timeout {
+			return Worker{}, nil, &NameHeldError{Held: old.Worker, Last: old.last}
+		}
 		replaced = &old.Worker
 	}
 	m.session++
@@ -70,11 +96,30 @@ func (m *Members) Register(w Worker, g Graph, now time.Time) (Worker, *Worker, e
 	return w, replaced, nil
 }
 
+// End ends worker name's session if it is the given one, and returns it.
+func (m *Members) End(name string, session uint64) (Worker, bool) {
+	w, ok := m.workers[name]
+	if !ok || w.Session != session {
+		return Worker{}, false
+	}
+	delete(m.workers, name)
+	return w.Worker, true
+}
+
+// Held returns the member holding name, and its last heartbeat.
+func (m *Members) Held(name string) (Worker, time.Time, bool) {
+	w, ok := m.workers[name]
+	if !ok {
+		return Worker{}, time.Time{}, false
+	}
+	return w.Worker, w.last, true
+}
+
 // Heartbeat records that the worker's session is alive at now.
 func (m *Members) Heartbeat(name string, session uint64, now time.Time) error {
 	w, ok := m.workers[name]
 	if !ok || w.Session != session {
-		return fmt.Errorf("%w (worker %q, session %d)", ErrSessionEnded, name, session)
+		return fmt.Errorf("%w (worker %q, session %d)", ErrSessionEnded, clip(name), session)
 	}
 	w.last = now
 	w.suspect = false

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/graph"
@@ -109,9 +110,9 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 	if cfg.Advertise != "" {
 		n.addr = cfg.Advertise
 	}
-	path, h := clusterpbconnect.NewWorkerServiceHandler(n)
+	path, h := clusterpbconnect.NewWorkerServiceHandler(n, readLimit)
 	mux := http.NewServeMux()
-	mux.Handle(path, withPeer(h))
+	mux.Handle(path, limitBody(withPeer(h)))
 	calls := &chanListener{addr: ln.Addr(), conns: make(chan net.Conn), done: make(chan struct{})}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: handshakeTimeout, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug)}
 	var wg sync.WaitGroup
@@ -126,7 +127,7 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 	}()
 	tr := &http.Transport{TLSClientConfig: cfg.TLS.Clone(), ForceAttemptHTTP2: true}
 	defer tr.CloseIdleConnections()
-	n.client = clusterpbconnect.NewCoordinatorServiceClient(&http.Client{Transport: tr}, "https://"+cfg.Coordinator)
+	n.client = clusterpbconnect.NewCoordinatorServiceClient(&http.Client{Transport: tr}, "https://"+cfg.Coordinator, readLimit)
 	return RunWorker(ctx, WorkerConfig{
 		Coordinator: cfg.Coordinator, Name: cfg.Name, Slots: cfg.Slots, DataAddress: n.addr,
 		Graph: GraphOf(cfg.Spec), TLS: cfg.TLS, Logger: cfg.Logger, RetryInterval: cfg.RetryInterval, Stats: cfg.Spec.Stats,
@@ -168,6 +169,11 @@ func (n *node) accept(ln net.Listener, calls *chanListener) {
 				calls.offer(c)
 				return
 			}
+			if p := peerOfCert(cs.PeerCertificates[0]); p.roleErr != nil || p.role != transport.RoleWorker {
+				n.log.Warn("refused a data connection: only a worker's certificate may make one", "remote", c.RemoteAddr(), "name", clip(p.name), "role", p.role, "err", p.roleErr)
+				c.Close()
+				return
+			}
 			attempt, err := readAttempt(c)
 			if err != nil {
 				n.log.Warn("refused a data connection", "remote", c.RemoteAddr(), "err", err)
@@ -201,7 +207,7 @@ func (r *nodeRun) stop() {
 }
 
 func (n *node) callerIsCoordinator(ctx context.Context) error {
-	return checkPeer(ctx, CoordinatorName)
+	return checkCoordinator(ctx)
 }
 
 // Deploy implements WorkerService.
@@ -335,28 +341,68 @@ func (n *node) forward(ctx context.Context, run *nodeRun, reports <-chan runtime
 				break more
 			}
 		}
-		req := &clusterpb.ReportRequest{Worker: n.cfg.Name, Session: run.session, Attempt: attempt}
+		ps := make([]*clusterpb.TaskReport, 0, len(batch))
 		for _, r := range batch {
-			req.Reports = append(req.Reports, reportToProto(r))
+			ps = append(ps, reportToProto(r))
 		}
-		for {
-			_, err := n.client.Report(ctx, connect.NewRequest(req))
-			if err == nil || ctx.Err() != nil {
-				break
-			}
-			if connect.CodeOf(err) == connect.CodeFailedPrecondition {
-				n.log.Warn("the coordinator refused this attempt's reports; stopping its tasks", "attempt", attempt, "err", err)
-				go n.cancelAttempt(attempt)
-				return
-			}
-			n.log.Warn("cannot report to the coordinator; retrying", "attempt", attempt, "err", err)
-			select {
-			case <-time.After(200 * time.Millisecond):
-			case <-ctx.Done():
+		for _, part := range splitReports(ps, maxMessageBytes-1<<10) {
+			req := &clusterpb.ReportRequest{Worker: n.cfg.Name, Session: run.session, Attempt: attempt, Reports: part}
+			if !n.report(ctx, req) {
 				return
 			}
 		}
 	}
+}
+
+// report sends req until the coordinator takes it, and reports whether
+// the attempt goes on.
+func (n *node) report(ctx context.Context, req *clusterpb.ReportRequest) bool {
+	for {
+		_, err := n.client.Report(ctx, connect.NewRequest(req))
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		if connect.CodeOf(err) == connect.CodeFailedPrecondition {
+			n.log.Warn("the coordinator refused this attempt's reports; stopping its tasks", "attempt", req.GetAttempt(), "err", err)
+			go n.cancelAttempt(req.GetAttempt())
+			return false
+		}
+		n.log.Warn("cannot report to the coordinator; retrying", "attempt", req.GetAttempt(), "err", err)
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// splitReports splits reports, in order, into messages of at most
+// maxBytes. A report larger than that alone (a task's checkpoint handles)
+// becomes the task's failure: the coordinator could not read it.
+func splitReports(reports []*clusterpb.TaskReport, maxBytes int) [][]*clusterpb.TaskReport {
+	var parts [][]*clusterpb.TaskReport
+	var part []*clusterpb.TaskReport
+	size := 0
+	for _, p := range reports {
+		n := proto.Size(p) + 8 // with its tag and length
+		if n > maxBytes {
+			p = &clusterpb.TaskReport{Task: p.GetTask(), Kind: int32(runtime.ReportFailed),
+				Error: fmt.Sprintf("its report of checkpoint %d is %d bytes, over the control plane's limit of %d", p.GetCheckpoint(), n, maxBytes)}
+			n = proto.Size(p) + 8
+		}
+		if size+n > maxBytes {
+			parts, part, size = append(parts, part), nil, 0
+		}
+		part = append(part, p)
+		size += n
+	}
+	if len(part) > 0 {
+		parts = append(parts, part)
+	}
+	return parts
 }
 
 // cancelAttempt stops attempt's tasks if they still run.
@@ -512,7 +558,7 @@ func reportFromProto(p *clusterpb.TaskReport) (runtime.Report, error) {
 		}
 	}
 	if p.GetError() != "" {
-		r.Err = errors.New(p.GetError())
+		r.Err = errors.New(clipTo(p.GetError(), maxErrorBytes))
 		if p.GetStateDamaged() {
 			r.Err = fmt.Errorf("%w: %s", checkpoint.ErrStateDamaged, p.GetError())
 		}

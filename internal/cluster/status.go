@@ -67,6 +67,9 @@ func (s *jobStatus) add(cs *clusterpb.CheckpointStatus) {
 
 // Status implements the control plane's Status.
 func (c *Coordinator) Status(ctx context.Context, _ *connect.Request[clusterpb.StatusRequest]) (*connect.Response[clusterpb.StatusResponse], error) {
+	if err := checkAnyRole(ctx, "read the job's status"); err != nil {
+		return nil, err
+	}
 	c.mu.Lock()
 	members := c.members.All()
 	ex := c.exec
@@ -99,7 +102,7 @@ func (c *Coordinator) Status(ctx context.Context, _ *connect.Request[clusterpb.S
 func FetchStatus(ctx context.Context, addr string, tc *tls.Config) (*clusterpb.StatusResponse, error) {
 	tr := &http.Transport{TLSClientConfig: tc.Clone(), ForceAttemptHTTP2: true}
 	defer tr.CloseIdleConnections()
-	client := clusterpbconnect.NewCoordinatorServiceClient(&http.Client{Transport: tr}, "https://"+addr)
+	client := clusterpbconnect.NewCoordinatorServiceClient(&http.Client{Transport: tr}, "https://"+addr, readLimit)
 	resp, err := client.Status(ctx, connect.NewRequest(&clusterpb.StatusRequest{}))
 	if err != nil {
 		return nil, fmt.Errorf("status of the coordinator at %s: %w", addr, err)

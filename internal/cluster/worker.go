@@ -53,6 +53,8 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 		return errors.New("cluster: the worker needs TLS credentials (weir cluster certs creates a test cluster's)")
 	case cfg.Registered == nil || cfg.Fence == nil:
 		return errors.New("cluster: a worker needs Registered and Fence")
+	case len(cfg.Name) > maxNameBytes:
+		return errNameTooLong(cfg.Name)
 	case cfg.Slots < 1:
 		return fmt.Errorf("cluster: worker %q offers %d slots; it needs at least 1", cfg.Name, cfg.Slots)
 	}
@@ -64,7 +66,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	}
 	tr := &http.Transport{TLSClientConfig: cfg.TLS.Clone(), ForceAttemptHTTP2: true}
 	defer tr.CloseIdleConnections()
-	client := clusterpbconnect.NewCoordinatorServiceClient(&http.Client{Transport: tr}, "https://"+cfg.Coordinator)
+	client := clusterpbconnect.NewCoordinatorServiceClient(&http.Client{Transport: tr}, "https://"+cfg.Coordinator, readLimit)
 	for {
 		w, live, err := register(ctx, client, cfg)
 		if err != nil || ctx.Err() != nil {
@@ -98,7 +100,7 @@ func register(ctx context.Context, client clusterpbconnect.CoordinatorServiceCli
 			return w, &liveness{Liveness: l, lastSent: sent}, nil
 		}
 		switch connect.CodeOf(err) {
-		case connect.CodeFailedPrecondition, connect.CodePermissionDenied, connect.CodeUnauthenticated:
+		case connect.CodeFailedPrecondition, connect.CodePermissionDenied, connect.CodeUnauthenticated, connect.CodeAlreadyExists, connect.CodeInvalidArgument:
 			return Worker{}, nil, fmt.Errorf("cluster: the coordinator at %s refused worker %q: %w", cfg.Coordinator, cfg.Name, err)
 		}
 		if ctx.Err() != nil {

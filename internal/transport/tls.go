@@ -12,14 +12,73 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 )
 
 // Mutual TLS. Every process of a cluster holds a certificate signed by the
 // cluster's CA and accepts only peers that hold one too: a process without
 // one cannot join, send a frame or read one.
+
+// Role is what the holder of a cluster certificate may do. It is written
+// into the certificate as a URI SAN, weir://role/<role>, so that a
+// certificate of the cluster's CA grants no more than its role: a worker's
+// works, an admin's reads status, and only the coordinator's commands
+// workers.
+type Role string
+
+const (
+	RoleCoordinator Role = "coordinator"
+	RoleWorker      Role = "worker"
+	RoleAdmin       Role = "admin"
+)
+
+// ErrNoRole is the error of a certificate that holds no role (one made
+// before roles, or by another tool).
+var ErrNoRole = errors.New("certificate holds no weir role")
+
+// roleFor is the role of a certificate named name when WriteCerts is not
+// told one: the coordinator's name is the coordinator's, admin is an
+// admin's, every other name a worker's.
+func roleFor(name string) Role {
+	switch name {
+	case string(RoleCoordinator):
+		return RoleCoordinator
+	case string(RoleAdmin):
+		return RoleAdmin
+	}
+	return RoleWorker
+}
+
+func (r Role) valid() bool {
+	return r == RoleCoordinator || r == RoleWorker || r == RoleAdmin
+}
+
+func (r Role) uri() *url.URL { return &url.URL{Scheme: "weir", Host: "role", Path: "/" + string(r)} }
+
+// RoleOf is the role cert holds. A certificate with no role, or with more
+// than one, is refused with an error that says how to make one that works.
+func RoleOf(cert *x509.Certificate) (Role, error) {
+	var roles []Role
+	for _, u := range cert.URIs {
+		if u.Scheme == "weir" && u.Host == "role" {
+			roles = append(roles, Role(strings.TrimPrefix(u.Path, "/")))
+		}
+	}
+	switch {
+	case len(roles) == 0:
+		return "", fmt.Errorf("%w: create the cluster's certificates again with weir cluster certs, or add a URI SAN weir://role/<coordinator|worker|admin>", ErrNoRole)
+	case len(roles) > 1:
+		return "", fmt.Errorf("%w: it holds %d roles; a certificate holds one", ErrNoRole, len(roles))
+	case !roles[0].valid():
+		return "", fmt.Errorf("%w: unknown role %.32q (want coordinator, worker or admin)", ErrNoRole, roles[0])
+	}
+	return roles[0], nil
+}
 
 // CertFiles are the paths of one process's credentials in a directory that
 // WriteCerts made.
@@ -32,9 +91,28 @@ func CertFiles(dir, name string) (ca, cert, key string) {
 // for the given hosts (DNS names or IP addresses) and the name itself. It
 // refuses to overwrite an existing CA. Keys are written readable by the
 // owner only.
+//
+// Each certificate holds a role (see Role): a name written name=role gets
+// that role; otherwise "coordinator" is the coordinator's, "admin" an
+// admin's and every other name a worker's.
 func WriteCerts(dir string, names, hosts []string, validFor time.Duration) error {
 	if len(names) == 0 {
 		return errors.New("certs: no process names")
+	}
+	names = slices.Clone(names) // the caller's, unchanged
+	roles := make([]Role, len(names))
+	for i, n := range names {
+		name, role, ok := strings.Cut(n, "=")
+		if !ok {
+			role = string(roleFor(name))
+		}
+		if name == "" {
+			return fmt.Errorf("certs: process name %q is empty", n)
+		}
+		if !Role(role).valid() {
+			return fmt.Errorf("certs: %q: unknown role %q (want coordinator, worker or admin)", n, role)
+		}
+		names[i], roles[i] = name, Role(role)
 	}
 	caPath, _, _ := CertFiles(dir, "")
 	if _, err := os.Stat(caPath); err == nil {
@@ -64,7 +142,7 @@ func WriteCerts(dir string, names, hosts []string, validFor time.Duration) error
 	if err := writePEM(filepath.Join(dir, "ca-key.pem"), caKey); err != nil {
 		return err
 	}
-	for _, name := range names {
+	for i, name := range names {
 		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		if err != nil {
 			return err
@@ -75,6 +153,7 @@ func WriteCerts(dir string, names, hosts []string, validFor time.Duration) error
 			KeyUsage:    x509.KeyUsageDigitalSignature,
 			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 			DNSNames:    []string{name},
+			URIs:        []*url.URL{roles[i].uri()},
 		}
 		for _, h := range hosts {
 			if ip := net.ParseIP(h); ip != nil {

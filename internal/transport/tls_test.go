@@ -3,6 +3,8 @@ package transport
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -167,5 +169,27 @@ func BenchmarkChannel(b *testing.B) {
 			b.ReportMetric(float64(b.N*len(batch))/s, "records/s")
 			b.ReportMetric(float64(b.N*frameBytes)/s/1e6, "MB/s")
 		})
+	}
+}
+
+// Every certificate holds one role: the coordinator's name the
+// coordinator's, admin an admin's, any other name a worker's, unless told.
+func TestCertificateRoles(t *testing.T) {
+	dir := certs(t, "coordinator", "worker-1", "admin", "ops=admin", "lead=coordinator")
+	for name, want := range map[string]Role{"coordinator": RoleCoordinator, "worker-1": RoleWorker, "admin": RoleAdmin, "ops": RoleAdmin, "lead": RoleCoordinator} {
+		c := loadTLS(t, dir, name)
+		cert, err := x509.ParseCertificate(c.Certificates[0].Certificate[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := RoleOf(cert); got != want || err != nil {
+			t.Errorf("%s: role %q, %v; want %q", name, got, err, want)
+		}
+	}
+	if _, err := RoleOf(&x509.Certificate{}); !errors.Is(err, ErrNoRole) || !strings.Contains(err.Error(), "weir cluster certs") {
+		t.Errorf("a certificate without a role: %v", err)
+	}
+	if err := WriteCerts(t.TempDir(), []string{"x=root"}, nil, time.Hour); err == nil || !strings.Contains(err.Error(), `unknown role "root"`) {
+		t.Errorf("an unknown role: %v", err)
 	}
 }

@@ -1,0 +1,58 @@
+package cluster
+
+import (
+	"fmt"
+	"net/http"
+	"unicode/utf8"
+
+	"connectrpc.com/connect"
+)
+
+// Limits of the control plane. Every message a process reads from the
+// control plane is bounded, so a peer holding a certificate of the
+// cluster cannot make it read or hold more; every string a peer sent is
+// clipped before it is echoed in an error or a log.
+const (
+	// maxMessageBytes bounds a control-plane message, either way. The
+	// largest are reports of a checkpoint's handles, which the workers
+	// batch below it.
+	maxMessageBytes = 16 << 20
+	// maxNameBytes bounds a worker's name: a DNS name's length, as a
+	// certificate holds it as one.
+	maxNameBytes = 253
+	// maxEchoBytes is how much of a string a peer sent an error or a log
+	// repeats.
+	maxEchoBytes = 64
+	// maxErrorBytes bounds the text of a task's failure a worker reports.
+	maxErrorBytes = 4 << 10
+)
+
+// readLimit is the Connect option that bounds the messages a handler or a
+// client reads.
+var readLimit = connect.WithReadMaxBytes(maxMessageBytes)
+
+// limitBody bounds what h reads of a request's body: Connect's own limit
+// refuses a larger message but then reads the rest to its end.
+func limitBody(h http.Handler) http.Handler {
+	// NB: 5 bytes more for the envelope of the gRPC protocols.
+	return http.MaxBytesHandler(h, maxMessageBytes+5)
+}
+
+// clip shortens a string a peer sent for an error or a log.
+func clip(s string) string {
+	return clipTo(s, maxEchoBytes)
+}
+
+func clipTo(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return fmt.Sprintf("%s…(%d bytes)", s[:n], len(s))
+}
+
+func errNameTooLong(name string) error {
+	return fmt.Errorf("cluster: a worker name of %d bytes (%q): names are at most %d bytes; choose a shorter --name", len(name), clip(name), maxNameBytes)
+}
