@@ -12,7 +12,9 @@
 //     restart. Rows become visible once per checkpoint. It needs
 //     max_prepared_transactions above 0.
 //   - Upsert: INSERT … ON CONFLICT (key) DO UPDATE, in batches committed
-//     when a batch fills and at every snapshot. Rows become visible soon;
+//     when a batch fills and at every snapshot; of the rows of a batch that
+//     are one key to PostgreSQL (which may differ in Go: citext, char(n)),
+//     the last to arrive is written. Rows become visible soon;
 //     the effect is exactly-once when records carry deterministic values
 //     (such as a running count), since a replay writes the same rows again.
 //
@@ -204,7 +206,7 @@ func (cfg *SinkConfig[T]) check(ctx context.Context, conn *pgx.Conn) error {
 		}
 	case Upsert:
 		// Planning the upsert fails when no unique index matches the key.
-		if _, err := conn.Exec(ctx, fmt.Sprintf("CREATE TEMP TABLE weir_check_stage AS SELECT %s FROM %s LIMIT 0", columnList(cfg.Columns), cfg.Table)); err != nil {
+		if _, err := conn.Exec(ctx, stageSQL("weir_check_stage", cfg.Table, cfg.Columns, "")); err != nil {
 			return fmt.Errorf("postgres sink: table %s: %w", cfg.Table, err)
 		}
 		if _, err := conn.Exec(ctx, "EXPLAIN "+upsertSQL(cfg.Table, "weir_check_stage", cfg.Columns, cfg.Key)); err != nil {
@@ -222,8 +224,35 @@ func columnList(cols []string) string {
 	return strings.Join(quoted, ", ")
 }
 
-// upsertSQL moves the rows of stage into table, updating those whose key
-// exists.
+// arrivalColumn is the column of a staging table (stageSQL) that numbers its
+// rows in the order they arrived. It is named unlike every column of cols.
+func arrivalColumn(cols []string) string {
+	name := "weir_arrival"
+	for slices.Contains(cols, name) {
+		name += "_"
+	}
+	return name
+}
+
+// stageSQL creates the temporary table stage, of table's columns cols (of
+// their types and collations) and arrivalColumn(cols), a bigint. onCommit is
+// "" or an ON COMMIT clause.
+func stageSQL(stage, table string, cols []string, onCommit string) string {
+	return fmt.Sprintf("CREATE TEMP TABLE %s %s AS SELECT %s, 0::bigint AS %s FROM %s LIMIT 0",
+		stage, onCommit, columnList(cols), pgx.Identifier{arrivalColumn(cols)}.Sanitize(), table)
+}
+
+// upsertSQL moves the rows of stage (stageSQL) into table, updating those
+// whose key exists. Of the staged rows that are one key to PostgreSQL, only
+// the last to arrive is moved: one statement may not update a row twice
+// (SQLSTATE 21000), and only PostgreSQL knows which keys are one (citext,
+// a case-insensitive collation, char(n) padding, numeric scale: values that
+// differ in Go).
+//
+// NB: DISTINCT ON compares the key columns as the staging table holds them,
+// with their types' default equality and the columns' collations, which is
+// how a unique index on the columns compares them unless it was built with
+// another collation or operator class.
 func upsertSQL(table, stage string, cols, key []string) string {
 	var set []string
 	for _, c := range cols {
@@ -236,8 +265,9 @@ func upsertSQL(table, stage string, cols, key []string) string {
 	if len(set) > 0 {
 		action = "DO UPDATE SET " + strings.Join(set, ", ")
 	}
-	return fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM %s ON CONFLICT (%s) %s",
-		table, columnList(cols), columnList(cols), stage, columnList(key), action)
+	return fmt.Sprintf("INSERT INTO %s (%s) SELECT DISTINCT ON (%s) %s FROM %s ORDER BY %s, %s DESC ON CONFLICT (%s) %s",
+		table, columnList(cols), columnList(key), columnList(cols), stage, columnList(key), pgx.Identifier{arrivalColumn(cols)}.Sanitize(),
+		columnList(key), action)
 }
 
 // structColumns maps a struct's exported fields to columns.
@@ -288,20 +318,38 @@ func snake(s string) string {
 	return b.String()
 }
 
-// classify marks errors a restart cannot fix as permanent: a statement
-// PostgreSQL rejects (syntax, access, data), as opposed to a lost
-// connection or a server that is shutting down.
+// classify marks errors a restart cannot fix as permanent: those whose
+// SQLSTATE class says the statement or its data is wrong, which a replay of
+// the same records meets again (permanentClasses), as opposed to a lost
+// connection, a timeout, a deadlock or a server shutting down or out of
+// resources.
 func classify(what string, err error) error {
 	if err == nil {
 		return nil
 	}
 	err = fmt.Errorf("%s: %w", what, err)
 	var pg *pgconn.PgError
-	if errors.As(err, &pg) {
-		switch pg.Code[:2] {
-		case "22", "23", "42", "28": // data, integrity, syntax or access, authorization
-			return operator.Permanent(err)
-		}
+	if errors.As(err, &pg) && len(pg.Code) == 5 && permanentClasses[pg.Code[:2]] {
+		return operator.Permanent(err)
 	}
 	return err
+}
+
+// permanentClasses are the SQLSTATE classes of errors that do not go away
+// when the same statement runs again on the same data. Left out, as
+// retriable: 08 connection, 25 transaction state, 40 rollback (deadlock,
+// serialization), 53 insufficient resources, 55 object not in prerequisite
+// state (lock not available), 57 operator intervention (cancel, statement
+// timeout, shutdown), 58 system error (I/O), XX internal error.
+var permanentClasses = map[string]bool{
+	"0A": true, // feature not supported
+	"21": true, // cardinality violation (a statement updates a row twice)
+	"22": true, // data exception (out of range, invalid text, too long)
+	"23": true, // integrity constraint violation (not null, unique, check, foreign key)
+	"28": true, // invalid authorization (wrong password)
+	"3D": true, // invalid catalog name (no such database)
+	"3F": true, // invalid schema name
+	"42": true, // syntax error or access rule violation (no such table or column, no privilege)
+	"44": true, // WITH CHECK OPTION violation
+	"54": true, // program limit exceeded (row too big, too many columns)
 }

@@ -282,12 +282,14 @@ func (w *txWriter[T]) Close() error {
 // upsertWriter writes INSERT … ON CONFLICT DO UPDATE in batches, each
 // committed: at most BatchRows rows wait, and none past a snapshot.
 type upsertWriter[T any] struct {
-	cfg    SinkConfig[T]
-	conn   *pgx.Conn
-	stage  string
-	upsert string
-	keyAt  []int // indexes of the key columns in a row
-	rows   [][]any
+	cfg     SinkConfig[T]
+	conn    *pgx.Conn
+	stage   string
+	columns []string // of the staging table: cfg.Columns, then the arrival
+	upsert  string
+	rows    [][]any
+	arrival []any // int64(i) at i, kept to copy without an allocation per row
+	row     []any // the row being copied: rows[i], then arrival[i]
 }
 
 func (w *upsertWriter[T]) Open(ctx *operator.Context) error {
@@ -299,11 +301,8 @@ func (w *upsertWriter[T]) Open(ctx *operator.Context) error {
 	}
 	w.conn = conn
 	w.stage = "weir_stage"
-	for _, k := range w.cfg.Key {
-		w.keyAt = append(w.keyAt, slices.Index(w.cfg.Columns, k))
-	}
-	create := fmt.Sprintf("CREATE TEMP TABLE %s ON COMMIT DELETE ROWS AS SELECT %s FROM %s LIMIT 0", w.stage, columnList(w.cfg.Columns), w.cfg.Table)
-	if _, err := conn.Exec(rctx, create); err != nil {
+	w.columns = append(slices.Clone(w.cfg.Columns), arrivalColumn(w.cfg.Columns))
+	if _, err := conn.Exec(rctx, stageSQL(w.stage, w.cfg.Table, w.cfg.Columns, "ON COMMIT DELETE ROWS")); err != nil {
 		return classify("postgres sink: staging table", err)
 	}
 	w.upsert = upsertSQL(w.cfg.Table, w.stage, w.cfg.Columns, w.cfg.Key)
@@ -318,36 +317,26 @@ func (w *upsertWriter[T]) Write(v T) error {
 	return nil
 }
 
-// flush writes the buffered rows in one transaction: the last row of each
-// key (a statement cannot update a row twice), copied into the staging
-// table, then upserted.
+// flush writes the buffered rows in one transaction: copied into the
+// staging table with their order of arrival, then upserted, the last of each
+// key winning (upsertSQL).
 func (w *upsertWriter[T]) flush() error {
 	if len(w.rows) == 0 {
 		return nil
 	}
-	latest := make(map[string]int, len(w.rows))
-	var key strings.Builder
-	for i, r := range w.rows {
-		key.Reset()
-		for _, k := range w.keyAt {
-			fmt.Fprint(&key, r[k], "\x00")
-		}
-		latest[key.String()] = i
+	for i := len(w.arrival); i < len(w.rows); i++ {
+		w.arrival = append(w.arrival, int64(i))
 	}
-	rows := make([][]any, 0, len(latest))
-	for i, r := range w.rows {
-		key.Reset()
-		for _, k := range w.keyAt {
-			fmt.Fprint(&key, r[k], "\x00")
-		}
-		if latest[key.String()] == i {
-			rows = append(rows, r)
-		}
-	}
+	// NB: CopyFrom encodes a row's values before it asks for the next, so
+	// one slice serves every row.
+	staged := pgx.CopyFromSlice(len(w.rows), func(i int) ([]any, error) {
+		w.row = append(append(w.row[:0], w.rows[i]...), w.arrival[i])
+		return w.row, nil
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.Timeout)
 	defer cancel()
 	err := pgx.BeginFunc(ctx, w.conn, func(tx pgx.Tx) error {
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{w.stage}, w.cfg.Columns, pgx.CopyFromRows(rows)); err != nil {
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{w.stage}, w.columns, staged); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, w.upsert)
