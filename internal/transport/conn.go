@@ -21,10 +21,13 @@ package transport
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
+	"time"
 
 	"github.com/weirstream/weir/internal/runtime"
 )
@@ -39,11 +42,24 @@ const maxChannels = 1 << 16
 // ErrClosed is the error of a connection closed by its owner.
 var ErrClosed = errors.New("transport: connection closed")
 
+// FrameTimeout bounds how long a frame may take to arrive once its first
+// byte has, and the peer's greeting from the start: a peer that stops
+// half-way through a frame (or a planted connection that holds a partial
+// one) fails the connection instead of stalling its channels for ever. A
+// connection may idle between frames without limit.
+const FrameTimeout = 30 * time.Second
+
+// ErrFrameStalled is the error of a connection whose peer stopped sending
+// half-way through a frame, or never greeted.
+var ErrFrameStalled = errors.New("transport: a frame stalled")
+
 // Conn multiplexes channels over one network connection. Its methods are
 // safe for concurrent use.
 type Conn struct {
 	nc   net.Conn
 	peer string // for errors
+	// frameTimeout is FrameTimeout (shorter in tests).
+	frameTimeout time.Duration
 
 	mu      sync.Mutex
 	outputs map[uint64]*Output
@@ -60,9 +76,11 @@ type Conn struct {
 // New starts multiplexing over nc, which it owns from now on: it greets
 // the peer and runs a reader and a writer goroutine until the connection
 // fails or Close.
-func New(nc net.Conn) *Conn {
+func New(nc net.Conn) *Conn { return newConn(nc, FrameTimeout) }
+
+func newConn(nc net.Conn, frameTimeout time.Duration) *Conn {
 	c := &Conn{
-		nc: nc, peer: nc.RemoteAddr().String(),
+		nc: nc, peer: nc.RemoteAddr().String(), frameTimeout: frameTimeout,
 		outputs: map[uint64]*Output{}, inputs: map[uint64]*Input{}, grant: map[uint64]int{},
 		done: make(chan struct{}), wake: make(chan struct{}, 1),
 	}
@@ -198,19 +216,52 @@ func (c *Conn) write() {
 // waits for a task: credits bound what it buffers.
 func (c *Conn) read() {
 	r := bufio.NewReaderSize(c.nc, 64<<10)
+	c.nc.SetReadDeadline(time.Now().Add(c.frameTimeout))
 	f, err := readFrame(r)
 	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		err = fmt.Errorf("%w: the peer did not greet within %v", ErrFrameStalled, c.frameTimeout)
 	case errors.Is(err, ErrProtocol):
 		err = protocolErr("the peer did not greet as a Weir process (%v)", err)
 	case err == nil:
+		c.nc.SetReadDeadline(time.Time{})
 		err = checkHello(f)
 	}
 	for err == nil {
-		if f, err = readFrame(r); err == nil {
+		if f, err = c.readNext(r); err == nil {
 			err = c.dispatch(f)
 		}
 	}
 	c.fail(err)
+}
+
+// readNext reads the next frame: without limit until its first byte, then
+// within frameTimeout unless it is buffered whole already.
+func (c *Conn) readNext(r *bufio.Reader) (frame, error) {
+	if _, err := r.Peek(1); err != nil {
+		return frame{}, err
+	}
+	if !buffered(r) {
+		c.nc.SetReadDeadline(time.Now().Add(c.frameTimeout))
+		defer c.nc.SetReadDeadline(time.Time{})
+	}
+	f, err := readFrame(r)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		err = fmt.Errorf("%w: the rest of a frame did not arrive within %v of its start", ErrFrameStalled, c.frameTimeout)
+	}
+	return f, err
+}
+
+// buffered reports whether r holds the next frame whole.
+func buffered(r *bufio.Reader) bool {
+	if r.Buffered() < 4 {
+		return false // NB: before Peek, which would wait for more
+	}
+	head, err := r.Peek(4)
+	if err != nil {
+		return false
+	}
+	return uint64(r.Buffered()) >= 4+uint64(binary.BigEndian.Uint32(head))
 }
 
 func (c *Conn) dispatch(f frame) error {

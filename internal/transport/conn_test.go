@@ -396,3 +396,40 @@ func TestBatchesComeBackOverTheNetwork(t *testing.T) {
 		t.Error("a sent batch was handed out twice")
 	}
 }
+
+// A peer that stops half-way through a frame, or never greets, fails the
+// connection within the frame timeout instead of stalling its channels
+// (a planted connection holding a partial frame stalled an attempt).
+func TestStalledFrameFailsTheConnection(t *testing.T) {
+	hello, err := finish(appendHello(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		send []byte
+	}{
+		{"no greeting", nil},
+		{"half a greeting", hello[:3]},
+		{"half a frame header", append(slices.Clone(hello), 0, 0)},
+		{"half a frame", append(slices.Clone(hello), 0, 0, 1, 0, typeEvent, 1, 2)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := tcpPair(t)
+			defer b.Close()
+			if _, err := b.Write(tc.send); err != nil {
+				t.Fatal(err)
+			}
+			c := newConn(a, 200*time.Millisecond)
+			defer c.Close()
+			select {
+			case <-c.Done():
+			case <-time.After(10 * time.Second):
+				t.Fatal("the connection still waits after 10s")
+			}
+			if err := c.Err(); !errors.Is(err, ErrFrameStalled) {
+				t.Fatalf("error %v, want ErrFrameStalled", err)
+			}
+		})
+	}
+}
