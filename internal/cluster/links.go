@@ -30,54 +30,153 @@ type linkKey struct {
 	peer    string
 }
 
+// pendingTimeout bounds how long a peer's data connection waits for its
+// attempt to take it: the deploys of an attempt all end within
+// callTimeout, and a connection no attempt takes by then never will be.
+const pendingTimeout = callTimeout
+
 // arrivals holds the data connections peers made, until the attempt they
-// belong to takes them.
+// belong to takes them. It holds at most one untaken connection per peer,
+// each for at most pendingTimeout, and closes the rest (a certificate
+// holder could otherwise plant connections for future attempts, one file
+// descriptor each, for ever). Safe for concurrent use.
 type arrivals struct {
-	mu      sync.Mutex
-	waiting map[linkKey]chan net.Conn
+	// timeout is pendingTimeout (shorter in tests).
+	timeout time.Duration
+
+	mu    sync.Mutex
+	slots map[linkKey]*arrival
 }
 
-func (a *arrivals) slot(k linkKey) chan net.Conn {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.waiting == nil {
-		a.waiting = map[linkKey]chan net.Conn{}
+// arrival is the connection of one attempt and peer.
+type arrival struct {
+	ready     chan struct{} // closed once nc or err is set
+	signalled bool
+	nc        net.Conn // arrived, not yet taken
+	taken     net.Conn // taken by the attempt (its links own it)
+	err       error    // the slot is spoiled: see arrive
+	timer     *time.Timer
+}
+
+func (s *arrival) signal() {
+	if !s.signalled {
+		s.signalled = true
+		close(s.ready)
 	}
-	c, ok := a.waiting[k]
+}
+
+// slot returns k's slot, made if need be; a.mu is held.
+func (a *arrivals) slot(k linkKey) *arrival {
+	if a.slots == nil {
+		a.slots = map[linkKey]*arrival{}
+	}
+	s, ok := a.slots[k]
 	if !ok {
-		c = make(chan net.Conn, 1)
-		a.waiting[k] = c
+		s = &arrival{ready: make(chan struct{})}
+		a.slots[k] = s
 	}
-	return c
+	return s
 }
 
-// arrive hands a peer's connection to its attempt. A second one for the
-// same attempt, or one for an attempt older than current, is closed.
-func (a *arrivals) arrive(k linkKey, nc net.Conn, current uint64) {
+// arrive hands a peer's connection to its attempt. It closes the
+// connection, and says why, when it is for an attempt older than current
+// or than one the peer has connected for since; an untaken one of an
+// older attempt of the peer is closed (the peer has moved on). A second
+// connection for one attempt and peer closes both: one of them is not the
+// peer's, and the attempt's link to the peer fails rather than read from
+// a connection it cannot trust.
+func (a *arrivals) arrive(k linkKey, nc net.Conn, current uint64) error {
 	if k.attempt < current {
 		nc.Close()
-		return
+		return fmt.Errorf("a data connection of worker %q for attempt %d, older than this worker's %d", clip(k.peer), k.attempt, current)
 	}
-	select {
-	case a.slot(k) <- nc:
-	default:
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for ok, s := range a.slots {
+		if ok.peer != k.peer || ok.attempt == k.attempt || s.nc == nil {
+			continue
+		}
+		if ok.attempt > k.attempt {
+			nc.Close()
+			return fmt.Errorf("a data connection of worker %q for attempt %d, after one for attempt %d", clip(k.peer), k.attempt, ok.attempt)
+		}
+		s.nc.Close()
+		s.timer.Stop()
+		delete(a.slots, ok)
+	}
+	s := a.slot(k)
+	if s.err != nil || s.nc != nil || s.taken != nil {
 		nc.Close()
+		if s.nc != nil {
+			s.nc.Close()
+			s.timer.Stop()
+			s.nc = nil
+		}
+		if s.taken != nil {
+			s.taken.Close()
+		}
+		s.err = fmt.Errorf("worker %q made more than one data connection for attempt %d: closed them all, as one is not its own", clip(k.peer), k.attempt)
+		s.signal()
+		return s.err
+	}
+	timeout := a.timeout
+	if timeout == 0 {
+		timeout = pendingTimeout
+	}
+	s.nc = nc
+	s.timer = time.AfterFunc(timeout, func() { a.expire(k, nc) })
+	s.signal()
+	return nil
+}
+
+// expire closes nc if it is still k's untaken connection.
+func (a *arrivals) expire(k linkKey, nc net.Conn) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if s, ok := a.slots[k]; ok && s.nc == nc {
+		nc.Close()
+		delete(a.slots, k)
 	}
 }
 
-// forget closes the connections of attempts before current that no one took.
+// ready returns a channel closed when k's connection has arrived (or its
+// slot is spoiled).
+func (a *arrivals) ready(k linkKey) <-chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.slot(k).ready
+}
+
+// take takes k's connection.
+func (a *arrivals) take(k linkKey) (net.Conn, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s, ok := a.slots[k]
+	switch {
+	case !ok || s.nc == nil && s.err == nil:
+		return nil, fmt.Errorf("worker %q's data connection for attempt %d was closed: it waited longer than %v, or the worker connected for a later attempt", clip(k.peer), k.attempt, pendingTimeout)
+	case s.err != nil:
+		return nil, s.err
+	}
+	nc := s.nc
+	s.nc, s.taken = nil, nc
+	s.timer.Stop()
+	return nc, nil
+}
+
+// forget closes the connections of attempts before current that no one
+// took, and forgets those attempts.
 func (a *arrivals) forget(current uint64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for k, c := range a.waiting {
+	for k, s := range a.slots {
 		if k.attempt >= current {
 			continue
 		}
-		delete(a.waiting, k)
-		select {
-		case nc := <-c:
-			nc.Close()
-		default:
+		delete(a.slots, k)
+		if s.nc != nil {
+			s.nc.Close()
+			s.timer.Stop()
 		}
 	}
 }
@@ -160,9 +259,10 @@ func (l *links) dial(peer string) (net.Conn, error) {
 func (l *links) await(peer string) (net.Conn, error) {
 	t := time.NewTimer(handshakeTimeout)
 	defer t.Stop()
+	k := linkKey{l.attempt, peer}
 	select {
-	case nc := <-l.arr.slot(linkKey{l.attempt, peer}):
-		return nc, nil
+	case <-l.arr.ready(k):
+		return l.arr.take(k)
 	case <-t.C:
 		return nil, fmt.Errorf("worker %q did not connect within %v", peer, handshakeTimeout)
 	case <-l.setup.Done():

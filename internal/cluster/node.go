@@ -183,7 +183,9 @@ func (n *node) accept(ln net.Listener, calls *chanListener) {
 			n.mu.Lock()
 			current := n.attempt
 			n.mu.Unlock()
-			n.arr.arrive(linkKey{attempt, cs.PeerCertificates[0].Subject.CommonName}, c, current)
+			if err := n.arr.arrive(linkKey{attempt, cs.PeerCertificates[0].Subject.CommonName}, c, current); err != nil {
+				n.log.Warn("refused a data connection", "remote", c.RemoteAddr(), "err", err)
+			}
 		}()
 	}
 }
