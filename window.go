@@ -542,8 +542,8 @@ func (w *windowOp[K, In, Acc, Out]) addToSession(ts int64, v In) error {
 		acc = w.fold.add(acc, v)
 	}
 	w.sessions.Put(w.kctx.key, start, sessionState[Acc]{End: end, Acc: acc})
-	w.registerWindow(end)
 	w.unregister(ends)
+	w.registerWindow(end)
 	w.ends = ends
 	if w.fired(end) {
 		return w.emitSession(start, end, acc)
@@ -559,11 +559,12 @@ func (w *windowOp[K, In, Acc, Out]) emitSession(start, end int64, acc Acc) error
 	return w.emitWindow(start, end, acc)
 }
 
-// unregister deletes the timers of the current key's sessions that
-// ended at ends and merged into another, except the instants a session of the key still needs. Timers are kept per key
-// and instant, not per window: one session's clean-up can be the same
-// instant as another's firing, and deleting it would leave that session
-// never fired, or never cleaned up.
+// unregister deletes the timers of the current key's sessions that ended
+// at ends and merged into another, except the instants a session of the
+// key still needs, the merged one included. Timers are kept per key and
+// instant, not per window: one session's clean-up can be the same instant
+// as another's firing, and deleting it would leave that session never
+// fired, or never cleaned up.
 func (w *windowOp[K, In, Acc, Out]) unregister(ends []int64) {
 	del := w.kctx.eventTimers.Delete
 	if w.a.processing {
