@@ -1,31 +1,143 @@
 package wordcount
 
 import (
+	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"unicode"
+
+	"golang.org/x/text/cases"
+	"golang.org/x/text/unicode/norm"
 )
 
-// refSplit is the word's definition, written plainly: lower-case, then
-// maximal runs of Unicode letters and digits.
+// refSplit is the word's definition (see Split), written plainly: NFD,
+// full case folding (Cherokee to upper case), the dots above an i dropped,
+// NFC; then maximal runs
+// that start with a letter or decimal digit and go on with letters,
+// decimal digits and combining marks.
 func refSplit(line string) []string {
-	return strings.FieldsFunc(strings.ToLower(line), func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) })
+	s := cases.Fold().String(norm.NFD.String(line))
+	s = strings.Map(func(r rune) rune { // as Unicode folds Cherokee, which cases.Fold does not
+		if unicode.Is(unicode.Cherokee, r) {
+			return unicode.ToUpper(r)
+		}
+		return r
+	}, s)
+	s = dotsAfterI.ReplaceAllString(s, "i")
+	s = norm.NFC.String(s)
+	var words []string
+	var word []rune
+	for _, r := range s {
+		switch {
+		case unicode.IsLetter(r) || unicode.IsDigit(r),
+			len(word) > 0 && unicode.In(r, unicode.Mn, unicode.Mc, unicode.Me):
+			word = append(word, r)
+		case len(word) > 0:
+			words = append(words, string(word))
+			word = nil
+		}
+	}
+	if len(word) > 0 {
+		words = append(words, string(word))
+	}
+	return words
 }
+
+var dotsAfterI = regexp.MustCompile(`i\x{307}+`)
 
 type collect []string
 
 func (c *collect) Collect(w string) { *c = append(*c, w) }
 
+func split(line string) []string {
+	var got collect
+	Split(line, &got)
+	return got
+}
+
+// TestSplit pins down the definition where a plain lower-casing gets it
+// wrong or where there was a choice to make (the README says which).
+func TestSplit(t *testing.T) {
+	for _, tc := range []struct {
+		name, line string
+		want       []string
+	}{
+		{"ascii", "Hello, World! x1_y2-z3", []string{"hello", "world", "x1", "y2", "z3"}},
+		// Σ, σ and the final ς are one letter: folding maps all to σ.
+		{"greek final sigma", "ΟΔΟΣ οδος Οδός", []string{"οδοσ", "οδοσ", "οδόσ"}},
+		// Vowel signs and the virama are marks (Mc, Mn), not separators.
+		{"devanagari", "हिन्दी में", []string{"हिन्दी", "में"}},
+		{"tamil", "தமிழ்", []string{"தமிழ்"}},
+		// Canonically equivalent spellings are one word, written composed.
+		{"nfd", "Cafe\u0301 café CAFÉ", []string{"café", "café", "café"}},
+		{"mark without a precomposed form", "x\u0301y q\u0323\u0307", []string{"x\u0301y", "q\u0323\u0307"}},
+		// A mark after a separator belongs to the separator.
+		{"lone mark", "\u0301a -\u0301b \u0301", []string{"a", "b"}},
+		// Full folding: ß and ẞ are ss, as an upper-case German SS is.
+		{"sharp s", "Straße STRASSE straẞe", []string{"strasse", "strasse", "strasse"}},
+		// Cherokee folds to upper case.
+		{"cherokee", "ᏣᎳᎩ ꮳꮃꭹ Ꮳꮃꭹ", []string{"ᏣᎳᎩ", "ᏣᎳᎩ", "ᏣᎳᎩ"}},
+		{"ligature", "ﬁx", []string{"fix"}},
+		// İ is i (as Turkish lower-cases it) and so is I (as English
+		// does); ı stays ı. Precomposed or not, İ is the same.
+		{"turkish i", "İstanbul I\u0307stanbul istanbul ISTANBUL ırmak", []string{"istanbul", "istanbul", "istanbul", "istanbul", "ırmak"}},
+		{"i with dots above", "i\u0307\u0307 i\u0307\u0301", []string{"i", "í"}},
+		// Compatibility variants stay apart: that would be NFKC.
+		{"full-width", "ＡＢ１２ ab12 ①", []string{"ａｂ１２", "ab12"}},
+		{"arabic-indic digits", "٣٤ 34", []string{"٣٤", "34"}},
+		{"cjk", "日本語のテキスト、です", []string{"日本語のテキスト", "です"}},
+		{"invalid utf-8", "a\xffb \xc3", []string{"a", "b"}},
+		{"long ascii", strings.Repeat("Ab ", 200), slices.Repeat([]string{"ab"}, 200)},
+		{"empty", "", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := split(tc.line); !slices.Equal(got, tc.want) {
+				t.Errorf("Split(%q) = %q, want %q", tc.line, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestSplitConcurrent splits non-ASCII lines from several goroutines: the
+// folding Split shares must be safe for that (go test -race).
+func TestSplitConcurrent(t *testing.T) {
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 200 {
+				if got := split("ΟΔΟΣ Straße İstanbul"); !slices.Equal(got, []string{"οδοσ", "strasse", "istanbul"}) {
+					t.Errorf("Split = %q", got)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
 func FuzzSplit(f *testing.F) {
-	for _, s := range []string{"", "Hello, World!", "ÄÖÜ straße 42x", "a\xffb", "日本語のテキスト", "tab\tsep\r\n", "İstanbul", "x1_y2-z3"} {
+	for _, s := range []string{"", "Hello, World!", "ÄÖÜ straße 42x", "a\xffb", "日本語のテキスト", "tab\tsep\r\n", "İstanbul",
+		"x1_y2-z3", "ΟΔΟΣ οδος", "हिन्दी", "Cafe\u0301", "ᾼ\u0345ͅ", "I\u0323\u0307", "ＡＢ１２", "\u0301x", "ꮂ Ꮂ"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, line string) {
-		var got collect
-		Split(line, &got)
+		got := split(line)
 		if want := refSplit(line); !slices.Equal(got, want) {
 			t.Fatalf("Split(%q) = %q, want %q", line, got, want)
+		}
+		// Canonically equivalent lines have the same words.
+		for _, other := range []string{norm.NFC.String(line), norm.NFD.String(line)} {
+			if words := split(other); !slices.Equal(words, got) {
+				t.Fatalf("Split(%q) = %q, but Split(%q), its canonical equivalent, = %q", line, got, other, words)
+			}
+		}
+		// A word is its own canonical form.
+		for _, w := range got {
+			if again := split(w); !slices.Equal(again, []string{w}) {
+				t.Fatalf("Split(%q) has the word %q, whose own words are %q", line, w, again)
+			}
 		}
 	})
 }
@@ -36,6 +148,17 @@ func FuzzSplit(f *testing.F) {
 //	go test ./examples/wordcount -run '^$' -bench Split
 func BenchmarkSplit(b *testing.B) {
 	line := "Word1234 Word17 Word905 Word1999 Word3 Word44 Word1500 Word777"
+	var n countWords
+	for b.Loop() {
+		Split(line, &n)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/word")
+}
+
+// BenchmarkSplitNonASCII splits lines that take the folding path: eight
+// words of German, Greek and Hindi.
+func BenchmarkSplitNonASCII(b *testing.B) {
+	line := "Straße Über οδός ΟΔΟΣ हिन्दी में café Ärger"
 	var n countWords
 	for b.Loop() {
 		Split(line, &n)

@@ -1,6 +1,6 @@
-// Package wordcount is Weir's word count: read lines, lower-case and split
-// them into words, keep a count per word in keyed state, and write each
-// updated count, exactly-once.
+// Package wordcount is Weir's word count: read lines, split them into
+// words in one canonical form (case-folded, NFC: see Split), keep a count
+// per word in keyed state, and write each updated count, exactly-once.
 //
 // Input is files (a path or glob) or a Kafka topic (kafka://host:port/topic,
 // one line per record value). Output is a directory of files
@@ -21,6 +21,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"golang.org/x/text/cases"
+	"golang.org/x/text/unicode/norm"
 
 	"github.com/weirstream/weir"
 	"github.com/weirstream/weir/internal/arena"
@@ -40,6 +42,9 @@ type Options struct {
 	FS                    vfs.FS
 	Logger                *slog.Logger
 	OnEvent               func(weir.JobEvent)
+	// MaxLineBytes is the longest line of a file input
+	// (file.LinesConfig.MaxLineBytes); 0 means file.DefaultMaxLineBytes.
+	MaxLineBytes int
 	// BeforeCount, if set, is called with every word before it is counted,
 	// in the counting task; tests use it to fail the operator on purpose.
 	BeforeCount func(word string)
@@ -107,10 +112,32 @@ func Build(o Options) (*weir.Environment, error) {
 	return env, nil
 }
 
-// Split lower-cases line and emits its words: runs of letters and digits.
-// Words share the lower-cased line's memory: an ASCII line of up to 512
-// bytes is lower-cased byte by byte into a chunk shared with other lines
-// (none when it has no upper case); another goes through strings.ToLower.
+// Split emits the words of line, each in its one canonical form, which is
+// the form a word's count is kept and written under. The definition (the
+// README says it for users; split_test.go's refSplit writes it plainly):
+//
+//  1. the line is decomposed (NFD), case-folded with Unicode's full case
+//     folding (cases.Fold: "Straße", "STRASSE" → strasse; "ΟΔΟΣ", "οδος" →
+//     οδοσ, as folding maps both Σ and the final ς to σ), every U+0307
+//     COMBINING DOT ABOVE directly after an i is dropped (so that İ, whose
+//     folding is i + U+0307, folds to i: İstanbul is istanbul, as Turkish
+//     lower-cases it; I is i too, as English lower-cases it), and composed
+//     again (NFC);
+//  2. a word is then a maximal run that starts with a letter (Unicode L) or
+//     decimal digit (Nd) and goes on with letters, digits and combining
+//     marks (Mn, Mc, Me: हिन्दी is one word); everything else separates
+//     words, a mark after a separator included.
+//
+// Canonically equivalent lines (NFC "café", NFD "cafe\u0301") have the
+// same words, and a word's own words are itself. Compatibility variants
+// are kept apart: full-width "ＡＢ１２" is the word ａｂ１２, not ab12.
+//
+// An ASCII line takes a fast path (for ASCII, all of the above is
+// lower-casing A-Z), which allocates nothing: its words share the
+// lower-cased line's memory, an ASCII line of up to 512 bytes with upper
+// case being lower-cased byte by byte into a chunk shared with other lines.
+// Any other line is folded into a new string. Split may be called
+// concurrently.
 // NB: a word kept alive keeps its chunk (4 KiB) alive; heap state copies
 // the keys it keeps, and a job keeping words elsewhere should keep
 // strings.Clone of them.
@@ -120,7 +147,8 @@ func Split(line string, out weir.Collector[string]) {
 		class |= byteClass[line[i]]
 	}
 	switch {
-	case class == upper && len(line) <= 512: // ASCII with upper case
+	case class == 0: // ASCII without upper case
+	case class == upper && len(line) <= 512:
 		var buf [512]byte
 		for i := 0; i < len(line); i++ {
 			buf[i] = asciiLower[line[i]]
@@ -128,21 +156,83 @@ func Split(line string, out weir.Collector[string]) {
 		a := lowered.Get().(*arena.Strings)
 		line = a.Copy(buf[:len(line)])
 		lowered.Put(a)
-	case class != 0:
+	case class == upper:
 		line = strings.ToLower(line)
+	default:
+		emitWords(fold(line), out)
+		return
 	}
-	emitWords(line, out)
+	emitASCIIWords(line, out)
 }
 
 // lowered holds the chunks Split lower-cases lines into; a pool, as Split
 // is a plain function every subtask calls.
 var lowered = sync.Pool{New: func() any { return new(arena.Strings) }}
 
-// emitWords emits the words of a lower-cased line.
+// folder is Unicode's full case folding; cases.Fold's Caser is documented
+// as stateless and safe for concurrent use, so one serves every subtask.
+var folder = cases.Fold()
+
+// fold returns line in the canonical form of step 1 of Split's definition.
+func fold(line string) string {
+	s := folder.String(norm.NFD.String(line))
+	s = strings.Map(cherokeeUpper, s)
+	if strings.Contains(s, "i\u0307") {
+		var b strings.Builder
+		b.Grow(len(s))
+		for i := 0; i < len(s); {
+			if s[i] == 'i' {
+				j := i + 1
+				for strings.HasPrefix(s[j:], "\u0307") {
+					j += len("\u0307")
+				}
+				b.WriteByte('i')
+				i = j
+				continue
+			}
+			b.WriteByte(s[i])
+			i++
+		}
+		s = b.String()
+	}
+	return norm.NFC.String(s)
+}
+
+// cherokeeUpper returns the upper case of a Cherokee letter, r otherwise.
+// NB: Unicode folds Cherokee letters to upper case (the lower case ones
+// came later, and folding is stable), but cases.Fold swaps their case
+// (golang/go#46101): Ꮭ and ꮭ would be two words, each folded to the other.
+func cherokeeUpper(r rune) rune {
+	if r >= 0x13A0 && r <= 0x13FF || r >= 0xAB70 && r <= 0xABBF {
+		return unicode.ToUpper(r)
+	}
+	return r
+}
+
+// emitASCIIWords emits the words of a lower-cased ASCII line.
+func emitASCIIWords(line string, out weir.Collector[string]) {
+	start := -1
+	for i := 0; i < len(line); i++ {
+		word := asciiWord[line[i]&(utf8.RuneSelf-1)] // the mask is for the bounds check: line is ASCII
+		switch {
+		case word && start < 0:
+			start = i
+		case !word && start >= 0:
+			out.Collect(line[start:i])
+			start = -1
+		}
+	}
+	if start >= 0 {
+		out.Collect(line[start:])
+	}
+}
+
+// emitWords emits the words (step 2 of Split's definition) of a folded
+// line.
 func emitWords(line string, out weir.Collector[string]) {
 	start := -1
 	for i := 0; i < len(line); {
-		var word bool
+		var word, mark bool
 		size := 1
 		if b := line[i]; b < utf8.RuneSelf {
 			word = asciiWord[b] // what unicode.IsLetter || unicode.IsDigit say, without decoding
@@ -150,10 +240,12 @@ func emitWords(line string, out weir.Collector[string]) {
 			var r rune
 			r, size = utf8.DecodeRuneInString(line[i:])
 			word = unicode.IsLetter(r) || unicode.IsDigit(r)
+			mark = !word && unicode.In(r, unicode.Mn, unicode.Mc, unicode.Me)
 		}
 		switch {
 		case word && start < 0:
 			start = i
+		case mark && start >= 0: // a combining mark belongs to the letter or digit before it
 		case !word && start >= 0:
 			out.Collect(line[start:i])
 			start = -1
