@@ -34,7 +34,7 @@ import (
 )
 
 var (
-	windowSeeds = flag.Int("window.seeds", 400, "seeds the window generator runs")
+	windowSeeds = flag.Int("window.seeds", 0, "seeds the window generator runs (default 400, 100 under -race)")
 	windowFirst = flag.Uint64("window.first", 1, "the window generator's first seed")
 )
 
@@ -570,8 +570,14 @@ func runSeed(t *testing.T, seed uint64, knobs windowKnobs) (string, error) {
 // TestWindowGenerator runs -window.seeds seeds from -window.first.
 func TestWindowGenerator(t *testing.T) {
 	seeds := *windowSeeds
-	if testing.Short() {
-		seeds = min(seeds, 50)
+	switch {
+	case seeds > 0:
+	case testing.Short():
+		seeds = 50
+	case raceEnabled:
+		seeds = 100
+	default:
+		seeds = 400
 	}
 	failures := 0
 	for seed := *windowFirst; seed < *windowFirst+uint64(seeds); seed++ {
