@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -235,7 +238,7 @@ func runFaultSeed(seed uint64, trace func(string)) (faultStats, error) {
 		if final {
 			killAfter = 0
 		}
-		r := runOnce(data, fs, killAfter)
+		r := runOnce(data, fs, killAfter, nil)
 		f.set(schedules[0])
 		f.mu.Lock()
 		st.injected, st.slowed = f.injected, f.slowed
@@ -391,8 +394,8 @@ func (r runResult) warned(id checkpoint.ID) bool {
 
 // runOnce runs the word count with restore "latest" over checkpoint
 // storage on fs, and cancels it (a kill) after killAfter completed
-// checkpoints (0: never).
-func runOnce(data, fs vfs.FS, killAfter int) runResult {
+// checkpoints (0: never). onEvent, if set, hears every event too.
+func runOnce(data, fs vfs.FS, killAfter int, onEvent func(weir.JobEvent)) runResult {
 	var (
 		mu sync.Mutex
 		r  runResult
@@ -408,6 +411,9 @@ func runOnce(data, fs vfs.FS, killAfter int) runResult {
 		Restart:    weir.FixedDelay{Delay: time.Millisecond, MaxAttempts: 20},
 		Logger:     slog.New(logs),
 		OnEvent: func(ev weir.JobEvent) {
+			if onEvent != nil {
+				onEvent(ev)
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			switch ev.Kind {
@@ -508,15 +514,68 @@ func (l *logRecorder) all() []logRecord {
 // output gone ("pending file … is missing: its records are lost", found
 // by TestStorageFaults, seed 42).
 func TestFallbackDeletesTheDamagedCheckpoint(t *testing.T) {
+	data, mem, files, damagedID := withDamagedState(t)
+	r := runOnce(data, mem, 1, nil)
+	if len(r.restoredFrom) < 2 || r.restoredFrom[0] != damagedID || r.restoredFrom[1] >= damagedID || !r.warned(damagedID) {
+		t.Fatalf("restored %v (want %d, then an older one), logs %v", r.restoredFrom, damagedID, r.logs)
+	}
+	s, err := cleanScan(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(completedIDs(s), damagedID) {
+		t.Fatalf("checkpoint %d, damaged and fallen back from, is still there: %v", damagedID, completedIDs(s))
+	}
+	if r := runOnce(data, mem, 0, nil); r.err != nil {
+		t.Fatalf("the last run: %v", r.err)
+	}
+	checkOutput(t, data, files)
+}
+
+// An I/O error while a fallback from damaged state looks for the previous
+// checkpoint is not the end of the job: it restarts from the same
+// checkpoint and looks again. (It failed the job for good, saying that no
+// earlier checkpoint could be used.)
+func TestFallbackRetriesAnUnreadableStorage(t *testing.T) {
+	data, mem, files, damagedID := withDamagedState(t)
+	// The first _metadata read after the first attempt started is the
+	// fallback's scan: it fails once.
+	var started, failed atomic.Bool
+	fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if started.Load() && op.Kind == errorfs.OpOpen && strings.HasSuffix(op.Path, "/"+storage.MetadataFile) && failed.CompareAndSwap(false, true) {
+			return &os.PathError{Op: "open", Path: op.Path, Err: syscall.EIO}
+		}
+		return nil
+	}))
+	r := runOnce(data, fs, 0, func(ev weir.JobEvent) {
+		if ev.Kind == weir.EventRunning {
+			started.Store(true)
+		}
+	})
+	if !failed.Load() {
+		t.Fatal("no metadata was read after the first attempt started")
+	}
+	if r.err != nil {
+		t.Fatalf("restored %v: %v", r.restoredFrom, r.err)
+	}
+	if len(r.restoredFrom) < 3 || r.restoredFrom[0] != damagedID || r.restoredFrom[1] != damagedID || r.restoredFrom[2] >= damagedID {
+		t.Fatalf("restored %v; want %d twice (the first fallback could not read the storage), then an older one", r.restoredFrom, damagedID)
+	}
+	checkOutput(t, data, files)
+}
+
+// withDamagedState runs the word count, killed, until its newest
+// checkpoint has a state file, and truncates it.
+func withDamagedState(t *testing.T) (data, mem vfs.FS, files []string, damagedID checkpoint.ID) {
+	t.Helper()
 	rng := rand.New(rand.NewPCG(7, 19))
-	data, mem := vfs.NewMem(), vfs.NewMem()
+	data, mem = vfs.NewMem(), vfs.NewMem()
 	files, err := writeInput(data, rng)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var damagedID checkpoint.ID
 	for range 10 {
-		if r := runOnce(data, mem, 2); !r.killed {
+		if r := runOnce(data, mem, 2, nil); !r.killed {
 			t.Fatalf("the run ended before two checkpoints completed: %v", r.err)
 		}
 		s, err := cleanScan(mem)
@@ -531,27 +590,15 @@ func TestFallbackDeletesTheDamagedCheckpoint(t *testing.T) {
 			t.Fatal(err)
 		}
 		if ok {
-			damagedID = latestID(s)
-			break
+			return data, mem, files, latestID(s)
 		}
 	}
-	if damagedID == 0 {
-		t.Fatal("no checkpoint with a state file of its own in 10 runs")
-	}
-	r := runOnce(data, mem, 1)
-	if len(r.restoredFrom) < 2 || r.restoredFrom[0] != damagedID || r.restoredFrom[1] >= damagedID || !r.warned(damagedID) {
-		t.Fatalf("restored %v (want %d, then an older one), logs %v", r.restoredFrom, damagedID, r.logs)
-	}
-	s, err := cleanScan(mem)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if slices.Contains(completedIDs(s), damagedID) {
-		t.Fatalf("checkpoint %d, damaged and fallen back from, is still there: %v", damagedID, completedIDs(s))
-	}
-	if r := runOnce(data, mem, 0); r.err != nil {
-		t.Fatalf("the last run: %v", r.err)
-	}
+	t.Fatal("no checkpoint with a state file of its own in 10 runs")
+	return
+}
+
+func checkOutput(t *testing.T, data vfs.FS, files []string) {
+	t.Helper()
 	want, err := wordcount.Expected(data, files)
 	if err != nil {
 		t.Fatal(err)
