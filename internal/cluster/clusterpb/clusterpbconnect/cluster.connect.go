@@ -63,8 +63,11 @@ const (
 type CoordinatorServiceClient interface {
 	// Register joins a worker to the job with its slots. It is refused
 	// (FAILED_PRECONDITION, saying what differs) when the worker built
-	// another job graph, or (PERMISSION_DENIED) when the worker's name is not
-	// the one its certificate names.
+	// another job graph, (PERMISSION_DENIED) when the certificate does not
+	// hold the worker role or does not name the worker, (INVALID_ARGUMENT)
+	// when the name is over 253 bytes, or (ALREADY_EXISTS) when another live
+	// process holds the name. While the process that held the name may be
+	// dead, the call waits (at most the heartbeat timeout) to find out.
 	Register(context.Context, *connect.Request[clusterpb.RegisterRequest]) (*connect.Response[clusterpb.RegisterResponse], error)
 	// Heartbeat keeps a registration alive; both ends learn the other is
 	// alive from it. NOT_FOUND means the session ended (the worker was
@@ -79,7 +82,7 @@ type CoordinatorServiceClient interface {
 	Report(context.Context, *connect.Request[clusterpb.ReportRequest]) (*connect.Response[clusterpb.ReportResponse], error)
 	// Status says how the job stands: its workers and their tasks, the
 	// attempt, the last checkpoints. Any process with a certificate of the
-	// cluster may ask (weir status).
+	// cluster that holds a role may ask (weir status).
 	Status(context.Context, *connect.Request[clusterpb.StatusRequest]) (*connect.Response[clusterpb.StatusResponse], error)
 }
 
@@ -153,8 +156,11 @@ func (c *coordinatorServiceClient) Status(ctx context.Context, req *connect.Requ
 type CoordinatorServiceHandler interface {
 	// Register joins a worker to the job with its slots. It is refused
 	// (FAILED_PRECONDITION, saying what differs) when the worker built
-	// another job graph, or (PERMISSION_DENIED) when the worker's name is not
-	// the one its certificate names.
+	// another job graph, (PERMISSION_DENIED) when the certificate does not
+	// hold the worker role or does not name the worker, (INVALID_ARGUMENT)
+	// when the name is over 253 bytes, or (ALREADY_EXISTS) when another live
+	// process holds the name. While the process that held the name may be
+	// dead, the call waits (at most the heartbeat timeout) to find out.
 	Register(context.Context, *connect.Request[clusterpb.RegisterRequest]) (*connect.Response[clusterpb.RegisterResponse], error)
 	// Heartbeat keeps a registration alive; both ends learn the other is
 	// alive from it. NOT_FOUND means the session ended (the worker was
@@ -169,7 +175,7 @@ type CoordinatorServiceHandler interface {
 	Report(context.Context, *connect.Request[clusterpb.ReportRequest]) (*connect.Response[clusterpb.ReportResponse], error)
 	// Status says how the job stands: its workers and their tasks, the
 	// attempt, the last checkpoints. Any process with a certificate of the
-	// cluster may ask (weir status).
+	// cluster that holds a role may ask (weir status).
 	Status(context.Context, *connect.Request[clusterpb.StatusRequest]) (*connect.Response[clusterpb.StatusResponse], error)
 }
 
