@@ -4,11 +4,13 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -28,11 +30,12 @@ import (
 // cfg holds the program's defaults; flags override them. build adds the
 // job's sources, operators and sinks to env. Every process of a cluster
 // calls it and must build the same graph: the coordinator refuses a worker
-// that built another. Main exits the process: 0 when the job finished (or
-// a worker was stopped), 130 when interrupted, 1 on an error.
-func Main(cfg Config, build func(env *Environment) error) {
+// that built another. The program's own flags (its input, its output)
+// come with the Flags option. Main exits the process: 0 when the job
+// finished (or a worker was stopped), 130 when interrupted, 1 on an error.
+func Main(cfg Config, build func(env *Environment) error, opts ...MainOption) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := runMain(ctx, os.Args[1:], cfg, build)
+	err := runMain(ctx, os.Args[1:], cfg, build, opts...)
 	stop()
 	switch {
 	case err == nil:
@@ -45,8 +48,34 @@ func Main(cfg Config, build func(env *Environment) error) {
 	os.Exit(1)
 }
 
+// MainOption adds to the command line Main makes.
+type MainOption func(*mainOptions)
+
+type mainOptions struct {
+	flags []func(*flag.FlagSet)
+}
+
+// Flags lets a job program define flags of its own, as with the standard
+// flag package, beside Weir's:
+//
+//	var input string
+//	weir.Main(cfg, build, weir.Flags(func(fs *flag.FlagSet) {
+//		fs.StringVar(&input, "input", "in.txt", "the file to read")
+//	}))
+//
+// define is called for each job command (run, coordinator, worker), so
+// every process of a cluster takes them; their values are set before
+// build is called. A name Weir uses already fails at start.
+func Flags(define func(fs *flag.FlagSet)) MainOption {
+	return func(o *mainOptions) { o.flags = append(o.flags, define) }
+}
+
 // runMain is Main's command line on args.
-func runMain(ctx context.Context, args []string, cfg Config, build func(*Environment) error) error {
+func runMain(ctx context.Context, args []string, cfg Config, build func(*Environment) error, opts ...MainOption) error {
+	var o mainOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	root := &cobra.Command{Use: filepath.Base(os.Args[0]), Short: "Run the " + cfg.Job + " job with Weir", SilenceUsage: true, SilenceErrors: true}
 	var level string
 	root.PersistentFlags().StringVar(&level, "log-level", "info", "log level: debug, info, warn or error")
@@ -58,7 +87,22 @@ func runMain(ctx context.Context, args []string, cfg Config, build func(*Environ
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
 	}
 	for _, role := range []Role{Local, Coordinator, Worker} {
-		root.AddCommand(jobCommand(ctx, role, cfg, build, logger))
+		cmd := jobCommand(ctx, role, cfg, build, logger)
+		for _, define := range o.flags {
+			fs := flag.NewFlagSet(cmd.Name(), flag.ContinueOnError)
+			define(fs)
+			var taken []string
+			fs.VisitAll(func(f *flag.Flag) {
+				if cmd.Flags().Lookup(f.Name) != nil || root.PersistentFlags().Lookup(f.Name) != nil {
+					taken = append(taken, "--"+f.Name)
+				}
+			})
+			if len(taken) > 0 {
+				return fmt.Errorf("weir.Flags: %s %s Weir's own: give the program's flags other names", strings.Join(taken, ", "), map[bool]string{true: "is", false: "are"}[len(taken) == 1])
+			}
+			cmd.Flags().AddGoFlagSet(fs)
+		}
+		root.AddCommand(cmd)
 	}
 	root.AddCommand(cluster.StatusCommand())
 	root.AddCommand(web.Commands()...)

@@ -2,7 +2,9 @@ package weir_test
 
 import (
 	"context"
+	"flag"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -62,6 +64,29 @@ func TestMainRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.check(t, 20_000)
+}
+
+// TestMainFlags: a job program's own flags are parsed with Weir's and set
+// before build runs; a name Weir uses already is refused.
+func TestMainFlags(t *testing.T) {
+	var n int64
+	s := &sums{last: map[int64]int64{}}
+	define := weir.Flags(func(fs *flag.FlagSet) { fs.Int64Var(&n, "numbers", 100, "how many numbers") })
+	err := weir.RunMain(context.Background(), []string{"run", "--numbers", "3000", "--log-level", "warn", "--mode", "none"},
+		weir.Config{Job: "sums"}, func(env *weir.Environment) error { return s.build(n)(env) }, define)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 3000 {
+		t.Fatalf("--numbers 3000 set n to %d", n)
+	}
+	s.check(t, 3000)
+
+	taken := weir.Flags(func(fs *flag.FlagSet) { fs.String("parallelism", "", "") })
+	err = weir.RunMain(context.Background(), []string{"run"}, weir.Config{Job: "sums"}, s.build(10), taken)
+	if err == nil || !strings.Contains(err.Error(), "--parallelism is Weir's own") {
+		t.Fatalf("a program flag named --parallelism: %v, want a refusal naming it", err)
+	}
 }
 
 // TestMainCluster: the same program as a coordinator and two workers, each
