@@ -250,3 +250,17 @@ func TestOversizedMessageIsRefusedUnread(t *testing.T) {
 		t.Fatalf("%d slots", slots)
 	}
 }
+
+// Every process's certificate is valid for the cluster's hosts: clients of
+// the coordinator check that the server holds the coordinator's role.
+func TestOnlyTheCoordinatorsCertificateServesTheCoordinator(t *testing.T) {
+	c := newCluster(t, Liveness{HeartbeatInterval: 100 * time.Millisecond, Timeout: 5 * time.Second}, "worker-1", "admin")
+	fake, err := StartCoordinator(CoordinatorConfig{Graph: jobGraph, TLS: c.tls("worker-1"), Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fake.Close()
+	if _, err := FetchStatus(t.Context(), fake.Addr(), c.tls("admin")); err == nil || !strings.Contains(err.Error(), "holds the worker role, not the coordinator's") {
+		t.Fatalf("status from a server with a worker's certificate: %v", err)
+	}
+}

@@ -125,7 +125,7 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 		n.stop()
 		wg.Wait()
 	}()
-	tr := &http.Transport{TLSClientConfig: cfg.TLS.Clone(), ForceAttemptHTTP2: true}
+	tr := &http.Transport{TLSClientConfig: toCoordinator(cfg.TLS), ForceAttemptHTTP2: true}
 	defer tr.CloseIdleConnections()
 	n.client = clusterpbconnect.NewCoordinatorServiceClient(&http.Client{Transport: tr}, "https://"+cfg.Coordinator, readLimit)
 	return RunWorker(ctx, WorkerConfig{

@@ -2,7 +2,9 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -146,4 +148,25 @@ func trackConns(srv *http.Server) {
 			}
 		}
 	}
+}
+
+// toCoordinator returns tc for a client of the coordinator: the server
+// must hold the coordinator's certificate, not merely one of the cluster's
+// (every process's certificate is valid for the cluster's hosts).
+func toCoordinator(tc *tls.Config) *tls.Config {
+	tc = tc.Clone()
+	tc.VerifyConnection = func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return errors.New("the coordinator presented no certificate")
+		}
+		p := peerOfCert(cs.PeerCertificates[0])
+		if p.roleErr != nil {
+			return fmt.Errorf("the coordinator's certificate (of %q): %w", clip(p.name), p.roleErr)
+		}
+		if p.role != transport.RoleCoordinator {
+			return fmt.Errorf("the server's certificate (of %q) holds the %s role, not the coordinator's: is the address the coordinator's?", clip(p.name), p.role)
+		}
+		return nil
+	}
+	return tc
 }

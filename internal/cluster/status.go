@@ -100,7 +100,7 @@ func (c *Coordinator) Status(ctx context.Context, _ *connect.Request[clusterpb.S
 
 // FetchStatus asks the coordinator at addr how its job stands.
 func FetchStatus(ctx context.Context, addr string, tc *tls.Config) (*clusterpb.StatusResponse, error) {
-	tr := &http.Transport{TLSClientConfig: tc.Clone(), ForceAttemptHTTP2: true}
+	tr := &http.Transport{TLSClientConfig: toCoordinator(tc), ForceAttemptHTTP2: true}
 	defer tr.CloseIdleConnections()
 	client := clusterpbconnect.NewCoordinatorServiceClient(&http.Client{Transport: tr}, "https://"+addr, readLimit)
 	resp, err := client.Status(ctx, connect.NewRequest(&clusterpb.StatusRequest{}))

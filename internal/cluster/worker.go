@@ -64,7 +64,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	if cfg.RetryInterval == 0 {
 		cfg.RetryInterval = time.Second
 	}
-	tr := &http.Transport{TLSClientConfig: cfg.TLS.Clone(), ForceAttemptHTTP2: true}
+	tr := &http.Transport{TLSClientConfig: toCoordinator(cfg.TLS), ForceAttemptHTTP2: true}
 	defer tr.CloseIdleConnections()
 	client := clusterpbconnect.NewCoordinatorServiceClient(&http.Client{Transport: tr}, "https://"+cfg.Coordinator, readLimit)
 	for {
