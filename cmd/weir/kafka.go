@@ -35,7 +35,9 @@ stops. It is for trying Weir and for tests, not for production.`,
 			if partitions < 1 {
 				return fmt.Errorf("--partitions %d: must be at least 1", partitions)
 			}
-			opts := []kfake.Opt{kfake.NumBrokers(1), kfake.Ports(port), kfake.DefaultNumPartitions(int(partitions)),
+			// Topics are created when first produced to, as by a broker
+			// with Kafka's default auto.create.topics.enable.
+			opts := []kfake.Opt{kfake.NumBrokers(1), kfake.Ports(port), kfake.DefaultNumPartitions(int(partitions)), kfake.AllowAutoTopicCreation(),
 				kfake.ListenFn(func(network, _ string) (net.Listener, error) {
 					return net.Listen(network, net.JoinHostPort(host, strconv.Itoa(port)))
 				})}
@@ -56,7 +58,7 @@ stops. It is for trying Weir and for tests, not for production.`,
 	}
 	serve.Flags().StringVar(&listen, "listen", "127.0.0.1:9092", "address to listen on (port 0: any free port)")
 	serve.Flags().Int32Var(&partitions, "partitions", 3, "partitions of the topics it creates")
-	serve.Flags().StringSliceVar(&topics, "topic", nil, "topics to create at start (more are created on request)")
+	serve.Flags().StringSliceVar(&topics, "topic", nil, "topics to create at start (others are created when a client first produces to one, or asks to create it)")
 	kafka.AddCommand(serve)
 	return kafka
 }
