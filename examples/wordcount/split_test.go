@@ -117,9 +117,36 @@ func TestSplitConcurrent(t *testing.T) {
 	wg.Wait()
 }
 
+// TestSplitEveryCasedLetter compares Split with refSplit on every mark and
+// every character that case mapping, case folding or decomposition
+// changes, alone and in upper and lower case between a letter and a mark,
+// and checks that its word is its own canonical form: folding tables are
+// per character, and the fuzzer finds few of them.
+func TestSplitEveryCasedLetter(t *testing.T) {
+	for r := range unicode.MaxRune + 1 {
+		s := string(r)
+		if !unicode.In(r, unicode.L, unicode.M, unicode.N, unicode.So) || // So: Ⓐ folds to ⓐ
+			!unicode.In(r, unicode.M) && unicode.ToUpper(r) == r && unicode.ToLower(r) == r &&
+				folder.String(s) == s && norm.NFD.String(s) == s {
+			continue
+		}
+		for _, line := range []string{s, "A" + string(unicode.ToUpper(r)) + "\u0301", "x" + string(unicode.ToLower(r)) + "\u0323 "} {
+			got := split(line)
+			if want := refSplit(line); !slices.Equal(got, want) {
+				t.Fatalf("Split(%+q) = %+q, want %+q", line, got, want)
+			}
+			for _, w := range got {
+				if again := split(w); !slices.Equal(again, []string{w}) {
+					t.Fatalf("Split(%+q) has the word %+q, whose own words are %+q", line, w, again)
+				}
+			}
+		}
+	}
+}
+
 func FuzzSplit(f *testing.F) {
 	for _, s := range []string{"", "Hello, World!", "ÄÖÜ straße 42x", "a\xffb", "日本語のテキスト", "tab\tsep\r\n", "İstanbul",
-		"x1_y2-z3", "ΟΔΟΣ οδος", "हिन्दी", "Cafe\u0301", "ᾼ\u0345ͅ", "I\u0323\u0307", "ＡＢ１２", "\u0301x", "ꮂ Ꮂ"} {
+		"x1_y2-z3", "ΟΔΟΣ οδος", "हिन्दी", "Cafe\u0301", "ᾼ\u0345ͅ", "I\u0323\u0307", "ＡＢ１２", "\u0301x", "ꮂ Ꮂ", "i\u0307\u0323\u0301 ᾀ\u0301\u0345 ΐ\u0345"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, line string) {

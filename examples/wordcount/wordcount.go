@@ -11,6 +11,8 @@
 package wordcount
 
 import (
+	"bytes"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -22,6 +24,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"golang.org/x/text/cases"
+	"golang.org/x/text/transform"
 	"golang.org/x/text/unicode/norm"
 
 	"github.com/weirstream/weir"
@@ -173,40 +176,91 @@ var lowered = sync.Pool{New: func() any { return new(arena.Strings) }}
 // as stateless and safe for concurrent use, so one serves every subtask.
 var folder = cases.Fold()
 
-// fold returns line in the canonical form of step 1 of Split's definition.
+// fold returns line in the canonical form of step 1 of Split's definition,
+// cut from a chunk shared with other lines (see arena).
 func fold(line string) string {
-	s := folder.String(norm.NFD.String(line))
-	s = strings.Map(cherokeeUpper, s)
-	if strings.Contains(s, "i\u0307") {
-		var b strings.Builder
-		b.Grow(len(s))
-		for i := 0; i < len(s); {
-			if s[i] == 'i' {
-				j := i + 1
-				for strings.HasPrefix(s[j:], "\u0307") {
-					j += len("\u0307")
-				}
-				b.WriteByte('i')
-				i = j
-				continue
-			}
-			b.WriteByte(s[i])
-			i++
-		}
-		s = b.String()
+	f := foldings.Get().(*folding)
+	defer foldings.Put(f)
+	src := append(f.src[:0], line...)
+	if needsNFD(line) {
+		src = norm.NFD.AppendString(src[:0], line)
 	}
-	return norm.NFC.String(s)
+	f.src = src
+	folded := f.folded[:cap(f.folded)]
+	if len(folded) < 3*len(src)+utf8.UTFMax {
+		folded = make([]byte, 3*len(src)+utf8.UTFMax) // folding makes no rune more than three times longer
+	}
+	for {
+		n, _, err := folder.Transform(folded, src, true)
+		if err == nil {
+			folded = folded[:n]
+			break
+		}
+		if err != transform.ErrShortDst {
+			panic(fmt.Sprintf("wordcount: case folding %q: %v", line, err)) // at EOF, it takes any bytes
+		}
+		folded = make([]byte, 2*len(folded))
+	}
+	f.folded = folded
+	upperCherokee(folded)
+	out := norm.NFC.Append(f.out[:0], folded...)
+	if bytes.Contains(out, []byte("i\u0307")) {
+		undotted := dropDotsAfterI(f.src[:0], out)
+		f.src = undotted
+		out = norm.NFC.Append(out[:0], undotted...)
+	}
+	f.out = out
+	return f.words.Copy(out)
 }
 
-// cherokeeUpper returns the upper case of a Cherokee letter, r otherwise.
+// folding is fold's scratch space, and the chunk it cuts folded lines
+// from; pooled, as Split is a plain function every subtask calls.
+type folding struct {
+	src, folded, out []byte
+	words            arena.Strings
+}
+
+var foldings = sync.Pool{New: func() any { return new(folding) }}
+
+// needsNFD reports whether line may have U+0345 COMBINING GREEK
+// YPOGEGRAMMENI, or a letter whose decomposition has it (all are in
+// U+1F80-U+1FFF): for any other text, case folding gives the canonically
+// equivalent result without decomposing first (The Unicode Standard, 3.13,
+// on D145).
+func needsNFD(line string) bool {
+	return strings.Contains(line, "\u0345") || strings.Contains(line, "\xe1\xbe") || strings.Contains(line, "\xe1\xbf")
+}
+
+// upperCherokee upper-cases the Cherokee letters of the UTF-8 text b in
+// place: a Cherokee letter is three bytes long in either case.
 // NB: Unicode folds Cherokee letters to upper case (the lower case ones
 // came later, and folding is stable), but cases.Fold swaps their case
 // (golang/go#46101): Ꮭ and ꮭ would be two words, each folded to the other.
-func cherokeeUpper(r rune) rune {
-	if r >= 0x13A0 && r <= 0x13FF || r >= 0xAB70 && r <= 0xABBF {
-		return unicode.ToUpper(r)
+func upperCherokee(b []byte) {
+	for i, c := range b {
+		if c != 0xE1 && c != 0xEA { // the first bytes of U+1xxx and U+Axxx
+			continue
+		}
+		if r, _ := utf8.DecodeRune(b[i:]); r >= 0x13A0 && r <= 0x13FF || r >= 0xAB70 && r <= 0xABBF {
+			utf8.EncodeRune(b[i:], unicode.ToUpper(r))
+		}
 	}
-	return r
+}
+
+// dropDotsAfterI appends to dst the text b without the U+0307 COMBINING
+// DOT ABOVE right after an i.
+func dropDotsAfterI(dst, b []byte) []byte {
+	for i := 0; i < len(b); {
+		c := b[i]
+		dst = append(dst, c)
+		i++
+		if c == 'i' {
+			for bytes.HasPrefix(b[i:], []byte("\u0307")) {
+				i += len("\u0307")
+			}
+		}
+	}
+	return dst
 }
 
 // emitASCIIWords emits the words of a lower-cased ASCII line.
