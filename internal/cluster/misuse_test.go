@@ -86,9 +86,9 @@ func TestRestartedWorkerGetsItsNameAfterTheTimeout(t *testing.T) {
 	stop2, done := c.worker("worker-1", "worker-1", c.coord.Addr(), jobGraph)
 	defer stop2()
 	c.waitFor("registered worker-1", 2)
-	lost := c.waitFor("lost worker-1", 1)
-	if again := c.waitFor("registered worker-1", 2); again < lost {
-		t.Fatalf("registered before the old session was lost: %v", c.events)
+	c.waitFor("lost worker-1", 1)
+	if ws, _ := c.coord.Workers(); len(ws) != 1 || ws[0].Session != 2 {
+		t.Fatalf("workers %+v: want the restarted process's session 2", ws)
 	}
 	select {
 	case err := <-done:
