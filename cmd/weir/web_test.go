@@ -69,7 +69,7 @@ func TestSavepointCancelAndRestore(t *testing.T) {
 	if out, err := weir("cancel", "nosuchjob", "--web", addr, "--token", "s3cret"); err == nil || !strings.Contains(out, `runs job "wordcount"`) {
 		t.Fatalf("cancel of a job the process does not run: %v\n%s", err, out)
 	}
-	if out, err := weir("cancel", "wordcount", "--web", addr, "--token", "s3cret"); err != nil {
+	if out, err := weir("cancel", "wordcount", "--web", addr, "--token", "s3cret"); err != nil || !strings.Contains(out, "job wordcount: cancelling") {
 		t.Fatalf("cancel: %v\n%s", err, out)
 	}
 	<-run.done

@@ -106,7 +106,12 @@ func Commands() []*cobra.Command {
 				return err
 			}
 			defer c.cancel()
-			return c.do(http.MethodPost, "/api/v1/cancel", http.StatusAccepted, nil)
+			var ans struct{ Job, State string }
+			if err := c.do(http.MethodPost, "/api/v1/cancel", http.StatusAccepted, &ans); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "job %s: %s (its run exits with status 130; a run that keeps its checkpoints resumes with --restore latest)\n", ans.Job, ans.State)
+			return nil
 		},
 	}, true)
 	checkpoints := flags(&cobra.Command{
