@@ -56,13 +56,14 @@ const (
 	deleted                             // a completed checkpoint retention keeps is gone
 	unexpected                          // a run failed with an error no injected fault explains
 	refused                             // a start refused, as if every checkpoint were damaged
+	gaveUp                              // a fallback from damage failed for good, older checkpoints intact
 	silent                              // proven damage was not reported, or not fallen back from
 	output                              // output lost or duplicated
 	hung                                // a run did not end
 )
 
 func (k violationKind) String() string {
-	return [...]string{"", "fell back", "deleted", "unexpected error", "refused", "silent damage", "output", "hung"}[k]
+	return [...]string{"", "fell back", "deleted", "unexpected error", "refused", "gave up", "silent damage", "output", "hung"}[k]
 }
 
 // violation is a property a seed broke.
@@ -140,8 +141,9 @@ func TestStorageFaults(t *testing.T) {
 
 // TestStorageFaultsCatchDefect3 plants defect 3 back (an I/O error reading
 // a checkpoint's metadata at start makes it "damaged") and checks that the
-// generator catches it: as a fallback, a deleted checkpoint, or a start
-// refused because every checkpoint looked damaged.
+// generator catches it: as a fallback, a deleted checkpoint, a start
+// refused because every checkpoint looked damaged, or a fallback from
+// damaged state given up because every older checkpoint looked damaged.
 func TestStorageFaultsCatchDefect3(t *testing.T) {
 	storage.PlantDefect3(t)
 	// It is caught in about a third of the seeds: three catches are
@@ -155,8 +157,8 @@ func TestStorageFaultsCatchDefect3(t *testing.T) {
 			continue
 		}
 		var v *violation
-		if !errors.As(err, &v) || (v.kind != fellBack && v.kind != deleted && v.kind != refused) {
-			t.Fatalf("caught, but not as a fallback, a deleted checkpoint or a refused start: %v", err)
+		if !errors.As(err, &v) || (v.kind != fellBack && v.kind != deleted && v.kind != refused && v.kind != gaveUp) {
+			t.Fatalf("caught, but not as a fallback, a deleted checkpoint, a refused start or a fallback given up: %v", err)
 		}
 		caught++
 	}
@@ -276,13 +278,24 @@ func runFaultSeed(seed uint64, trace func(string)) (faultStats, error) {
 			if metadataDamaged && r.restoredFrom[0] < damaged {
 				fellBackFrom = damaged
 			}
-			if fellBackFrom == 0 {
-				return fail(silent, "run %d: checkpoint %d was damaged on purpose, but no attempt fell back from it: restored %v, err %v", run, damaged, r.restoredFrom, r.err)
+			failed := r.err != nil && !r.killed && !r.hung
+			switch {
+			case fellBackFrom != 0:
+				if !r.warned(damaged) {
+					return fail(silent, "run %d fell back from damaged checkpoint %d without a warning naming it; logs %v", run, damaged, r.logs)
+				}
+				st.fellBackOnDamage++
+			case failed && isInjected(r.err) && len(r.completed) == 0:
+				// Transient errors kept it from falling back (the scan
+				// for the previous checkpoint, or the deletion of the
+				// damaged one, failed every time): the next run will.
+			case failed && !isInjected(r.err):
+				return fail(gaveUp, "run %d (%s) failed for good over damaged checkpoint %d, with older ones %v intact: %v",
+					run, sched.name, damaged, completedIDs(before), r.err)
+			default:
+				return fail(silent, "run %d: checkpoint %d was damaged on purpose, but no attempt fell back from it: restored %v, completed %v, err %v",
+					run, damaged, r.restoredFrom, r.completed, r.err)
 			}
-			if !r.warned(damaged) {
-				return fail(silent, "run %d fell back from damaged checkpoint %d without a warning naming it; logs %v", run, damaged, r.logs)
-			}
-			st.fellBackOnDamage++
 		}
 
 		// No checkpoint retention keeps is gone.
