@@ -90,6 +90,7 @@ func TestSplit(t *testing.T) {
 		{"cjk", "日本語のテキスト、です", []string{"日本語のテキスト", "です"}},
 		{"invalid utf-8", "a\xffb \xc3", []string{"a", "b"}},
 		{"long ascii", strings.Repeat("Ab ", 200), slices.Repeat([]string{"ab"}, 200)},
+		{"long", strings.Repeat("Öl ", 30000), slices.Repeat([]string{"öl"}, 30000)},
 		{"empty", "", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

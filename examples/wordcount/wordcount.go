@@ -135,12 +135,11 @@ func Build(o Options) (*weir.Environment, error) {
 // same words, and a word's own words are itself. Compatibility variants
 // are kept apart: full-width "ＡＢ１２" is the word ａｂ１２, not ab12.
 //
-// An ASCII line takes a fast path (for ASCII, all of the above is
-// lower-casing A-Z), which allocates nothing: its words share the
-// lower-cased line's memory, an ASCII line of up to 512 bytes with upper
-// case being lower-cased byte by byte into a chunk shared with other lines.
-// Any other line is folded into a new string. Split may be called
-// concurrently.
+// Split allocates nothing per line of up to 512 bytes: its words share the
+// memory of the line or of its folded form, which is cut from a chunk
+// shared with other lines. An ASCII line takes a fast path (for ASCII, all
+// of the above is lower-casing A-Z); any other line is folded through
+// pooled buffers, several times slower. Split may be called concurrently.
 // NB: a word kept alive keeps its chunk (4 KiB) alive; heap state copies
 // the keys it keeps, and a job keeping words elsewhere should keep
 // strings.Clone of them.
@@ -180,7 +179,7 @@ var folder = cases.Fold()
 // cut from a chunk shared with other lines (see arena).
 func fold(line string) string {
 	f := foldings.Get().(*folding)
-	defer foldings.Put(f)
+	defer f.put()
 	src := append(f.src[:0], line...)
 	if needsNFD(line) {
 		src = norm.NFD.AppendString(src[:0], line)
@@ -221,6 +220,19 @@ type folding struct {
 }
 
 var foldings = sync.Pool{New: func() any { return new(folding) }}
+
+// maxPooledBytes bounds each buffer a pooled folding keeps: a long line's
+// buffers are left to the garbage collector.
+const maxPooledBytes = 64 << 10
+
+func (f *folding) put() {
+	for _, b := range []*[]byte{&f.src, &f.folded, &f.out} {
+		if cap(*b) > maxPooledBytes {
+			*b = nil
+		}
+	}
+	foldings.Put(f)
+}
 
 // needsNFD reports whether line may have U+0345 COMBINING GREEK
 // YPOGEGRAMMENI, or a letter whose decomposition has it (all are in
