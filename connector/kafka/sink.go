@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -146,19 +148,67 @@ func Sink[T any](cfg SinkConfig[T]) (func() weir.SinkWriter[T], error) {
 
 // txn is one transactional id of a subtask's pool, with its client.
 type txn struct {
-	ID    string        `json:"id"`
-	PID   int64         `json:"pid"`
-	Epoch int16         `json:"epoch"`
-	At    checkpoint.ID `json:"at"` // the checkpoint it was pre-committed at
-	Sub   int           `json:"sub"`
+	ID    string
+	PID   int64
+	Epoch int16
+	At    checkpoint.ID // the checkpoint it was pre-committed at
+	Sub   int
 	cl    *kgo.Client
 	// recorded is the newest checkpoint whose state lists the transaction:
 	// until a newer one completes, a restore may commit it again by its
 	// producer id and epoch, so the id must not start a new transaction.
 	recorded checkpoint.ID
+	// ack is the promise of the transaction's records: it notes the first
+	// one written, then passes errors on to the writer's.
+	ack func(*kgo.Record, error)
+
+	mu sync.Mutex
 	// flushed: the asynchronous part of a snapshot flushed it.
-	mu      sync.Mutex
 	flushed bool
+
+	// NB: not mu, which flush holds while the client calls ack.
+	markMu sync.Mutex
+	// mark is where the transaction's first record was written, reset
+	// when the id begins its next transaction.
+	mark *mark
+}
+
+// record is what a checkpoint records of a pre-committed transaction.
+type record struct {
+	ID    string        `json:"id"`
+	PID   int64         `json:"pid"`
+	Epoch int16         `json:"epoch"`
+	At    checkpoint.ID `json:"at"` // the checkpoint it was pre-committed at
+	Sub   int           `json:"sub"`
+	// Mark is where one of its records was written: a restore whose commit
+	// is refused looks there to tell a transaction committed earlier from
+	// one the broker aborted. Absent in checkpoints taken before it was
+	// recorded.
+	Mark *mark `json:"mark,omitempty"`
+}
+
+// mark is the place of one record in the log.
+type mark struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	Offset    int64  `json:"offset"`
+}
+
+func (m *mark) String() string {
+	return fmt.Sprintf("%s/%d at offset %d", m.Topic, m.Partition, m.Offset)
+}
+
+func (t *txn) record() record {
+	return record{ID: t.ID, PID: t.PID, Epoch: t.Epoch, At: t.At, Sub: t.Sub}
+}
+
+// noteMark keeps the place of the transaction's first acknowledged record.
+func (t *txn) noteMark(r *kgo.Record) {
+	t.markMu.Lock()
+	defer t.markMu.Unlock()
+	if t.mark == nil {
+		t.mark = &mark{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
+	}
 }
 
 // pool is what a subtask's state records besides its transactions, so a
@@ -214,16 +264,17 @@ func (w *writer[T]) Open(ctx *operator.Context) error {
 	}
 	oldP, oldSize := ctx.Parallelism, w.cfg.TransactionalIDs
 	recorded := map[string]bool{}
+	var refused []refusal
 	if ctx.Restore != nil {
 		items, err := state.RestoreList(ctx.Restore.Handles, ctx.Restore.Read, state.Union, "txns", ctx.Subtask, ctx.Parallelism)
 		if err != nil {
 			return err
 		}
-		var commit []*txn
+		var commit []record
 		for _, it := range items {
 			var rec struct {
-				Pool *pool `json:"pool"`
-				Txn  *txn  `json:"txn"`
+				Pool *pool   `json:"pool"`
+				Txn  *record `json:"txn"`
 			}
 			if err := json.Unmarshal(it, &rec); err != nil {
 				return operator.Permanent(fmt.Errorf("kafka sink: restore: %w", err))
@@ -234,15 +285,20 @@ func (w *writer[T]) Open(ctx *operator.Context) error {
 			case rec.Txn != nil:
 				recorded[rec.Txn.ID] = true
 				if rec.Txn.Sub%ctx.Parallelism == ctx.Subtask {
-					commit = append(commit, rec.Txn)
+					commit = append(commit, *rec.Txn)
 				}
 			}
 		}
 		// First commit what the checkpoint recorded: a producer that
 		// initialised one of these ids first would abort it.
-		slices.SortFunc(commit, func(a, b *txn) int { return int(a.At) - int(b.At) })
-		for _, t := range commit {
-			if err := w.commitRecorded(rctx, t); err != nil {
+		slices.SortFunc(commit, func(a, b record) int { return int(a.At) - int(b.At) })
+		for _, r := range commit {
+			err := w.commitRecorded(rctx, r)
+			if errors.Is(err, errEpochGone) {
+				refused = append(refused, refusal{r, err})
+				continue
+			}
+			if err != nil {
 				return err
 			}
 		}
@@ -252,10 +308,12 @@ func (w *writer[T]) Open(ctx *operator.Context) error {
 	// subtasks a smaller parallelism no longer runs) left open, so that
 	// read_committed consumers do not stall at them. The ids the checkpoint
 	// recorded get their clients later (unmade).
+	done := map[string]bool{}
 	for s := ctx.Subtask; s < max(oldP, ctx.Parallelism); s += ctx.Parallelism {
 		for k := range max(oldSize, w.cfg.TransactionalIDs) {
 			id := w.txnID(s, k)
 			mine := s == ctx.Subtask && k < w.cfg.TransactionalIDs
+			done[id] = true
 			if recorded[id] {
 				if mine {
 					w.unmade = append(w.unmade, id)
@@ -273,7 +331,29 @@ func (w *writer[T]) Open(ctx *operator.Context) error {
 			}
 		}
 	}
+	// A run that died before its first checkpoint may have used ids beyond
+	// the parallelism and pool size the restored checkpoint recorded (a
+	// rescale that failed): the broker lists those still open.
+	if err := w.abortListed(rctx, recorded, done); err != nil {
+		return err
+	}
+	// Last, a recorded transaction whose commit was refused because its id
+	// has a newer epoch: committed earlier, or aborted by the broker? Its
+	// records say, now that no transaction this job left open holds
+	// read_committed readers back before them.
+	for _, r := range refused {
+		if err := w.committedEarlier(rctx, r.rec, r.err); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// refusal is a recorded transaction whose commit the broker refused for a
+// newer epoch of its id.
+type refusal struct {
+	rec record
+	err error
 }
 
 func (w *writer[T]) txnID(sub, k int) string {
@@ -336,12 +416,27 @@ func (w *writer[T]) newTxn(ctx context.Context, sub int, id string) (*txn, error
 		cl.Close()
 		return nil, fatal("kafka sink: initialise transactional id "+id, err)
 	}
-	return &txn{ID: id, Sub: sub, cl: cl}, nil
+	t := &txn{ID: id, Sub: sub, cl: cl}
+	t.ack = func(r *kgo.Record, err error) {
+		if err == nil {
+			t.noteMark(r)
+		}
+		w.promise(r, err)
+	}
+	return t, nil
 }
 
+// errEpochGone marks a recorded transaction's commit that the broker
+// refused because its transactional id has moved on: a newer epoch (the id
+// was initialised again, or the broker aborted the transaction at its
+// timeout) or an expired producer id. The transaction ended before; whether
+// committed or aborted, the broker no longer says.
+var errEpochGone = errors.New("its transactional id has moved on to a newer epoch or producer id")
+
 // commitRecorded commits a transaction a checkpoint recorded, by its
-// producer id and epoch: committing one already committed is done.
-func (w *writer[T]) commitRecorded(ctx context.Context, t *txn) error {
+// producer id and epoch: committing one already committed is done. An
+// error wrapping errEpochGone leaves the verdict to committedEarlier.
+func (w *writer[T]) commitRecorded(ctx context.Context, t record) error {
 	req := kmsg.NewPtrEndTxnRequest()
 	req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Commit = t.ID, t.PID, t.Epoch, true
 	for attempt := 0; ; attempt++ {
@@ -357,10 +452,155 @@ func (w *writer[T]) commitRecorded(ctx context.Context, t *txn) error {
 		case kerr.IsRetriable(err) && attempt < 20:
 			time.Sleep(time.Duration(attempt+1) * 50 * time.Millisecond) // the coordinator is busy ending it
 			continue
+		case errors.Is(err, kerr.ProducerFenced), errors.Is(err, kerr.InvalidProducerEpoch),
+			errors.Is(err, kerr.InvalidProducerIDMapping), errors.Is(err, kerr.InvalidTxnState):
+			return fmt.Errorf("kafka sink: transaction %s (producer %d, epoch %d) of checkpoint %d cannot be committed: %w: %w",
+				t.ID, t.PID, t.Epoch, t.At, errEpochGone, err)
 		}
 		return operator.Permanent(fmt.Errorf("kafka sink: transaction %s (producer %d, epoch %d) of checkpoint %d cannot be committed: %w; if the broker aborted it (the job was down longer than the transaction timeout %v?), its records are lost",
 			t.ID, t.PID, t.Epoch, t.At, err, w.cfg.TransactionTimeout))
 	}
+}
+
+// committedEarlier decides about a recorded transaction whose commit was
+// refused with errEpochGone (refused). Its id is initialised again only
+// once a checkpoint newer than every one listing it has completed, which
+// happens only after it was committed — by the run that pre-committed it
+// or by an earlier restore — so a savepoint or retained checkpoint restored
+// a second time, or after a failover, meets ids that moved on. But the
+// broker also bumps the epoch when it aborts a transaction at its timeout,
+// and those records are lost. The log tells them apart: the record the
+// checkpoint marked is visible read_committed if and only if its
+// transaction was committed. Returns nil for committed, a permanent error
+// for aborted, and a retriable one if the log cannot be read yet.
+//
+// NB: a record the log no longer holds (retention, compaction, a topic
+// made again) can say nothing; no reader can see it either way, so the
+// restore goes on, with a warning.
+func (w *writer[T]) committedEarlier(ctx context.Context, r record, refused error) error {
+	m := r.Mark
+	if m == nil {
+		return operator.Permanent(fmt.Errorf("%w; the checkpoint does not record where the transaction wrote (it was taken by an older version of Weir), so whether it was committed earlier or aborted by the broker cannot be told: if aborted, its records are lost; restore a newer checkpoint, or one taken by this version", refused))
+	}
+	starts, err := kadm.NewClient(w.plain).ListStartOffsets(ctx, m.Topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("kafka sink: transaction %s of checkpoint %d: read the start of %s: %w", r.ID, r.At, m.Topic, err)
+	}
+	if o, ok := starts.Lookup(m.Topic, m.Partition); ok && o.Offset > m.Offset {
+		w.ctx.Logger.Warn("kafka sink: a transaction the restored checkpoint recorded ended long ago, and its records are no longer in the topic (retention): whether it was committed cannot be told; going on",
+			"txn", r.ID, "checkpoint", r.At, "record", m.String(), "log start", o.Offset)
+		return nil
+	}
+	written, err := w.firstFrom(ctx, *m, false)
+	if err != nil {
+		return fmt.Errorf("kafka sink: transaction %s of checkpoint %d: %w", r.ID, r.At, err)
+	}
+	if written.Offset != m.Offset || written.ProducerID != r.PID {
+		w.ctx.Logger.Warn("kafka sink: a transaction the restored checkpoint recorded ended long ago, and its marked record is no longer in the topic (compaction, or the topic was made again): whether it was committed cannot be told; going on",
+			"txn", r.ID, "checkpoint", r.At, "record", m.String())
+		return nil
+	}
+	visible, err := w.firstFrom(ctx, *m, true)
+	if err != nil {
+		return fmt.Errorf("kafka sink: transaction %s of checkpoint %d: is it committed? %w", r.ID, r.At, err)
+	}
+	if visible.Offset == m.Offset {
+		w.ctx.Logger.Info("kafka sink: a transaction the restored checkpoint recorded was committed earlier", "txn", r.ID, "checkpoint", r.At)
+		return nil
+	}
+	return operator.Permanent(fmt.Errorf("%w, and its record in %s is not visible read_committed: the broker aborted it (was the job down longer than the transaction timeout %v?), and its records are lost",
+		refused, m, w.cfg.TransactionTimeout))
+}
+
+// firstFrom returns the first record (control records included) at or
+// after m, read committed or uncommitted. It waits for one until ctx ends:
+// read_committed, a transaction open before m holds it back.
+func (w *writer[T]) firstFrom(ctx context.Context, m mark, committed bool) (*kgo.Record, error) {
+	iso, level := kgo.ReadUncommitted(), "read_uncommitted"
+	if committed {
+		iso, level = kgo.ReadCommitted(), "read_committed"
+	}
+	cl, err := client(w.cfg.Brokers, w.cfg.ClientOpts, kgo.FetchIsolationLevel(iso), kgo.KeepControlRecords(),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{m.Topic: {m.Partition: kgo.NewOffset().At(m.Offset)}}))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	for {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("read %s %s: %w; is a transaction open since before it?", &m, level, err)
+		}
+		var first *kgo.Record
+		fs.EachRecord(func(r *kgo.Record) {
+			if first == nil && r.Offset >= m.Offset {
+				first = r
+			}
+		})
+		if first != nil {
+			return first, nil
+		}
+	}
+}
+
+// abortListed aborts the transactions the broker lists open under the
+// sink's prefix that this subtask stands for (sub mod parallelism) and that
+// neither the restored checkpoint records nor Open initialised (done).
+// Brokers before Kafka 3.0 cannot list them (KIP-664): then only the ids up
+// to the recorded parallelism and pool size are aborted, with a warning.
+func (w *writer[T]) abortListed(ctx context.Context, recorded, done map[string]bool) error {
+	adm := kadm.NewClient(w.plain)
+	versions, err := adm.ApiVersions(ctx)
+	if err != nil {
+		return fmt.Errorf("kafka sink %s: ask the brokers' versions: %w", w.ctx.UID, err)
+	}
+	for _, v := range versions {
+		if _, ok := v.KeyMaxVersion(int16(kmsg.ListTransactions)); !ok || v.Err != nil {
+			w.ctx.Logger.Warn("kafka sink: a broker cannot list transactions (Kafka before 3.0): a transaction a failed run left open under an id beyond the restored checkpoint's parallelism and pool size stays open until its timeout",
+				"broker", v.NodeID)
+			return nil
+		}
+	}
+	pattern := "^" + regexp.QuoteMeta(w.prefix) + "-[0-9]+-[0-9]+$" // NB: brokers before 4.1 ignore it
+	listed, err := adm.ListTransactionsByTxPattern(ctx, nil, []string{"Ongoing"}, pattern)
+	if err != nil {
+		return fmt.Errorf("kafka sink %s: list the transactions open under %s-: %w", w.ctx.UID, w.prefix, err)
+	}
+	for _, id := range listed.TransactionalIDs() {
+		sub, ok := w.parseTxnID(id)
+		if !ok || sub%w.ctx.Parallelism != w.ctx.Subtask || recorded[id] || done[id] || listed[id].State != "Ongoing" {
+			continue
+		}
+		t, err := w.newTxn(ctx, sub, id)
+		if err != nil {
+			return err
+		}
+		t.cl.Close()
+		w.ctx.Logger.Info("kafka sink: aborted a transaction an earlier run left open beyond the restored checkpoint's ids", "txn", id)
+	}
+	return nil
+}
+
+// parseTxnID returns the subtask of one of the sink's transactional ids,
+// <prefix>-<sub>-<k>.
+func (w *writer[T]) parseTxnID(id string) (sub int, ok bool) {
+	rest, ok := strings.CutPrefix(id, w.prefix+"-")
+	if !ok {
+		return 0, false
+	}
+	s, k, ok := strings.Cut(rest, "-")
+	if !ok {
+		return 0, false
+	}
+	sub, err1 := strconv.Atoi(s)
+	_, err2 := strconv.Atoi(k)
+	if err1 != nil || err2 != nil || sub < 0 {
+		return 0, false
+	}
+	return sub, true
 }
 
 // take returns an id to begin a transaction with.
@@ -405,7 +645,7 @@ func (w *writer[T]) Write(v T) error {
 	if rec.Topic == "" {
 		rec.Topic = w.cfg.Topic
 	}
-	cl := w.plain
+	cl, promise := w.plain, w.promise
 	if w.delivery == ExactlyOnce {
 		if w.open == nil {
 			t, err := w.take()
@@ -415,11 +655,14 @@ func (w *writer[T]) Write(v T) error {
 			if err := t.cl.BeginTransaction(); err != nil {
 				return fatal("kafka sink: begin transaction "+t.ID, err)
 			}
+			t.markMu.Lock()
+			t.mark = nil
+			t.markMu.Unlock()
 			w.open = t
 		}
-		cl = w.open.cl
+		cl, promise = w.open.cl, w.open.ack
 	}
-	cl.Produce(context.Background(), rec, w.promise)
+	cl.Produce(context.Background(), rec, promise)
 	return w.produceErr()
 }
 
@@ -449,11 +692,11 @@ func (w *writer[T]) Snapshot(id checkpoint.ID) (operator.Async, error) {
 		w.open = nil
 	}
 	items := [][]byte{mustJSON(map[string]any{"pool": pool{Sub: w.ctx.Subtask, Parallelism: w.ctx.Parallelism, Size: w.cfg.TransactionalIDs}})}
-	for _, t := range w.pending {
-		items = append(items, mustJSON(map[string]any{"txn": t}))
+	recs := make([]record, len(w.pending))
+	for i, t := range w.pending {
+		recs[i] = t.record()
 		t.recorded = id
 	}
-	write := w.ctx.SnapshotList(state.Union, "txns", items)
 	// NB: a pending transaction whose flush never ran (another operator's
 	// asynchronous part failed first) is flushed by the next snapshot: a
 	// checkpoint completes only once every transaction it records is.
@@ -467,7 +710,11 @@ func (w *writer[T]) Snapshot(id checkpoint.ID) (operator.Async, error) {
 		if err := w.produceErr(); err != nil {
 			return nil, err
 		}
-		return write(wr)
+		for i, r := range recs {
+			r.Mark = todo[i].flushedMark()
+			items = append(items, mustJSON(map[string]any{"txn": r}))
+		}
+		return w.ctx.SnapshotList(state.Union, "txns", items)(wr)
 	}, nil
 }
 
@@ -482,6 +729,17 @@ func (t *txn) flush() error {
 	}
 	t.flushed = true
 	return nil
+}
+
+// flushedMark returns where the flushed transaction's first record is.
+func (t *txn) flushedMark() *mark {
+	t.markMu.Lock()
+	defer t.markMu.Unlock()
+	if t.mark == nil {
+		panic(fmt.Sprintf("kafka sink: transaction %s flushed without an acknowledged record", t.ID))
+	}
+	m := *t.mark
+	return &m
 }
 
 func mustJSON(v any) []byte {
@@ -518,7 +776,10 @@ func (w *writer[T]) NotifyComplete(id checkpoint.ID) error {
 		if err := t.cl.EndTransaction(context.Background(), kgo.TryCommit); err != nil {
 			return fatal(fmt.Sprintf("kafka sink: commit transaction %s of checkpoint %d", t.ID, t.At), err)
 		}
-		t.At, t.flushed = 0, false
+		t.At = 0
+		t.mu.Lock()
+		t.flushed = false
+		t.mu.Unlock()
 		w.cooling = append(w.cooling, t)
 	}
 	w.pending = keep
