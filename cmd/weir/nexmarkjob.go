@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/weirstream/weir"
+	"github.com/weirstream/weir/connector/file"
 	"github.com/weirstream/weir/examples/nexmark"
 	"github.com/weirstream/weir/storage"
 )
@@ -33,9 +34,13 @@ func newNexmarkJob(role weir.Role) *cobra.Command {
 			if len(qs) != 1 {
 				return errors.New("--query: name one query")
 			}
+			scheme, isURL := file.URLScheme(output)
 			switch {
 			case output == "":
 				return errors.New("--output is required: the directory the results go to")
+			case isURL:
+				// NB: not output itself, which may hold a password.
+				return fmt.Errorf("--output %s:…: nexmark writes its results to a local directory only, not to a %s: URL (a directory whose name begins like a URL is written with ./ before it)", scheme, scheme)
 			case parallelism < 1:
 				return fmt.Errorf("--parallelism %d: must be at least 1", parallelism)
 			case events < 1:

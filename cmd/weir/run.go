@@ -15,6 +15,7 @@ import (
 
 	"github.com/weirstream/weir"
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/connector/file"
 	"github.com/weirstream/weir/examples/wordcount"
 	"github.com/weirstream/weir/storage"
 )
@@ -192,7 +193,7 @@ func newRun() *cobra.Command {
 // coordinator or worker.
 func newWordCount(role weir.Role) *cobra.Command {
 	var input, output string
-	var parallelism int
+	var parallelism, maxLineBytes int
 	var progressEvery time.Duration
 	jf := jobFlags{role: role}
 	wc := &cobra.Command{
@@ -215,6 +216,9 @@ its latest count), or standard output.`,
 			if progressEvery < 0 {
 				return fmt.Errorf("--progress %v: must not be negative (0 turns progress off)", progressEvery)
 			}
+			if maxLineBytes < 1 || maxLineBytes > file.MaxMaxLineBytes {
+				return fmt.Errorf("--max-line-bytes %d: want 1 to %d", maxLineBytes, file.MaxMaxLineBytes)
+			}
 			js, err := jf.settings(cmd)
 			if err != nil {
 				return err
@@ -227,7 +231,7 @@ its latest count), or standard output.`,
 			defer stopProfile()
 			var p progress
 			env, err := wordcount.Build(wordcount.Options{
-				Input: input, Output: output, Checkpoint: cc, Parallelism: parallelism,
+				Input: input, Output: output, MaxLineBytes: maxLineBytes, Checkpoint: cc, Parallelism: parallelism,
 				Restore: cf.restore, Fresh: cf.fresh, AllowNonRestoredState: cf.allowNonRestored,
 				Restart: js.restart, Logger: slog.Default(), StateBackend: js.sb, Cluster: js.cl, Web: jf.web, WebToken: jf.token, OnWeb: announceWeb,
 				OnEvent: func(e weir.JobEvent) {
@@ -278,6 +282,7 @@ its latest count), or standard output.`,
 	fl := wc.Flags()
 	fl.StringVar(&input, "input", "", "input files (a path or glob: 'books/*.txt', 'logs/*/part-*'), or a Kafka topic: 'kafka://host:port/topic[?bounded=true&start=earliest|latest|committed|<RFC 3339 time>&group=<group>]'")
 	fl.StringVar(&output, "output", "", "an output directory (committed files are those not beginning with '.'), a Kafka topic ('kafka://host:port/topic[?delivery=exactly-once|at-least-once|none&txn-timeout=15m&create=true]'), a PostgreSQL table ('postgres://user@host:port/db?table=counts&mode=exactly-once|upsert'), or - (standard output, written when each checkpoint completes)")
+	fl.IntVar(&maxLineBytes, "max-line-bytes", file.DefaultMaxLineBytes, "the longest line of a file input, in bytes, not counting its line ending: a longer line fails the job at once")
 	fl.IntVar(&parallelism, "parallelism", 1, "subtasks per operator")
 	fl.DurationVar(&progressEvery, "progress", 5*time.Second, "print progress this often (0: never)")
 	fl.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of this process to this file (go tool pprof)")

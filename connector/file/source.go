@@ -66,6 +66,26 @@ type LinesConfig struct {
 	SharedBlocks bool
 }
 
+// URLScheme returns the scheme of s, lower-cased, if s begins as a URL
+// does: a scheme (RFC 3986: a letter, then letters, digits, '+', '-' or
+// '.') and a colon, as in kafka://host/topic, kafka:/host, Kafka://host or
+// s3:bucket. Commands that take a path or a URL in one argument use it to
+// tell them apart: a URL whose scheme they do not serve is an error, not a
+// directory named "mysql:" (a path that begins so is written ./mysql:x).
+func URLScheme(s string) (scheme string, ok bool) {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z':
+		case i > 0 && ('0' <= c && c <= '9' || c == '+' || c == '-' || c == '.'):
+		case i > 0 && c == ':':
+			return strings.ToLower(s[:i]), true
+		default:
+			return "", false
+		}
+	}
+	return "", false
+}
+
 // split is a byte range of a file; Next is where the next line starts.
 type split struct {
 	Path            string

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -22,10 +21,14 @@ import (
 
 // input is the source of lines o.Input names.
 func input(o Options) (func() weir.SourceReader[string], error) {
-	if !strings.HasPrefix(o.Input, "kafka://") {
+	scheme, isURL := file.URLScheme(o.Input)
+	switch {
+	case !isURL:
 		// The job keeps no line text but its state's keys, which heap
 		// state copies: lines may share blocks.
-		return file.Lines(file.LinesConfig{FS: o.FS, Pattern: o.Input, SharedBlocks: true})
+		return file.Lines(file.LinesConfig{FS: o.FS, Pattern: o.Input, SharedBlocks: true, MaxLineBytes: o.MaxLineBytes})
+	case scheme != "kafka":
+		return nil, unserved("input", o.Input, scheme, "kafka://host:port/topic, or a file path or glob")
 	}
 	u, err := kafka.ParseURL(o.Input)
 	if err != nil {
@@ -52,6 +55,7 @@ func KafkaRecord(c Count) *kgo.Record {
 
 // output is the sink o.Output names.
 func output(o Options, cc weir.CheckpointConfig) (func() weir.SinkWriter[Count], error) {
+	scheme, isURL := file.URLScheme(o.Output)
 	switch out := o.Output; {
 	case out == "-":
 		if cc.Dir == "" {
@@ -68,7 +72,9 @@ func output(o Options, cc weir.CheckpointConfig) (func() weir.SinkWriter[Count],
 				return err
 			},
 		})
-	case strings.HasPrefix(out, "kafka://"):
+	case !isURL:
+		return file.Sink(file.SinkConfig[Count]{FS: o.FS, Dir: o.Output, Format: Format})
+	case scheme == "kafka":
 		u, err := kafka.ParseURL(out)
 		if err != nil {
 			return nil, err
@@ -98,10 +104,28 @@ func output(o Options, cc weir.CheckpointConfig) (func() weir.SinkWriter[Count],
 			cfg.Partitions = int32(n)
 		}
 		return kafka.Sink(cfg)
-	case strings.HasPrefix(out, "postgres://") || strings.HasPrefix(out, "postgresql://"):
+	case scheme == "postgres" || scheme == "postgresql":
 		return postgresSink(out)
 	}
-	return file.Sink(file.SinkConfig[Count]{FS: o.FS, Dir: o.Output, Format: Format})
+	return nil, unserved("output", o.Output, scheme, "kafka://host:port/topic, postgres:// (or postgresql://) with ?table=, a local directory, or - (standard output)")
+}
+
+// unserved is the error of an input or output URL whose scheme the word
+// count does not serve.
+func unserved(what, s, scheme, served string) error {
+	return fmt.Errorf("%s %s: the word count reads or writes no %s: URL; it takes %s (a local path that begins like a URL is written with ./ before it)",
+		what, redacted(s), scheme, served)
+}
+
+// redacted is the URL s without its password, to be shown.
+func redacted(s string) string {
+	if u, err := url.Parse(s); err == nil {
+		return u.Redacted()
+	}
+	if i := strings.IndexByte(s, ':'); i >= 0 {
+		return s[:i] + ":…" // unparsed: only the scheme is safe to show
+	}
+	return s
 }
 
 func parseDuration(opt, v string) (d time.Duration, err error) {
@@ -111,22 +135,33 @@ func parseDuration(opt, v string) (d time.Duration, err error) {
 	return d, nil
 }
 
-var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$`)
-
 // postgresSink reads the word count's options (table, mode) off a
-// PostgreSQL URL and passes the rest to PostgreSQL.
+// PostgreSQL URL and passes the rest to PostgreSQL. Its query is parsed
+// strictly: "table=my;table" is an error, not the default table.
 func postgresSink(raw string) (func() weir.SinkWriter[Count], error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("postgres URL: %w", err)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // ue.URL is raw, password and all
+		}
+		return nil, fmt.Errorf("postgres URL %s: %w", redacted(raw), err)
 	}
-	q := u.Query()
-	table := q.Get("table")
-	if table == "" {
-		table = "counts"
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return nil, fmt.Errorf("postgres URL %s: options: %w (separate options with &, and write a literal ; as %%3B)", u.Redacted(), err)
 	}
-	if !tableName.MatchString(table) {
-		return nil, fmt.Errorf("postgres URL option table=%q: want a table name such as counts or schema.counts", table)
+	for opt, vs := range q {
+		if len(vs) > 1 {
+			return nil, fmt.Errorf("postgres URL %s: option %s given %d times: give it once", u.Redacted(), opt, len(vs))
+		}
+	}
+	table := "counts"
+	if q.Has("table") {
+		table = q.Get("table")
+	}
+	if err := checkTableName(table); err != nil {
+		return nil, fmt.Errorf("postgres URL option table=%q: %w", table, err)
 	}
 	mode := postgres.ExactlyOnce
 	if m := q.Get("mode"); m != "" {
@@ -147,3 +182,63 @@ func postgresSink(raw string) (func() weir.SinkWriter[Count], error) {
 	}
 	return postgres.Sink(cfg)
 }
+
+// maxIdentifierBytes is the longest identifier PostgreSQL keeps
+// (NAMEDATALEN-1); it cuts longer ones short, so that two long names
+// could be one table.
+const maxIdentifierBytes = 63
+
+// checkTableName checks a table name, table or schema.table, that
+// PostgreSQL reads the same with and without quotes: lower-case ASCII
+// letters, digits and '_', starting with a letter or '_', at most 63 bytes
+// each, and not a reserved key word. NB: the sink's SQL names the table
+// both ways (connector/postgres quotes it in some statements only), so a
+// name that quoting changes — Counts, select — would be two tables or a
+// syntax error.
+func checkTableName(name string) error {
+	parts := strings.Split(name, ".")
+	if len(parts) > 2 {
+		return errors.New("want a table name such as counts or schema.counts")
+	}
+	for _, p := range parts {
+		switch {
+		case p == "":
+			return errors.New("want a table name such as counts or schema.counts")
+		case len(p) > maxIdentifierBytes:
+			return fmt.Errorf("%q is %d bytes: PostgreSQL keeps at most %d", p, len(p), maxIdentifierBytes)
+		case '0' <= p[0] && p[0] <= '9':
+			return fmt.Errorf("%q starts with a digit: start with a letter or _", p)
+		case reservedWords[p]:
+			return fmt.Errorf("%q is a reserved key word of PostgreSQL's: choose another name", p)
+		}
+		for _, c := range []byte(p) {
+			switch {
+			case 'A' <= c && c <= 'Z':
+				return fmt.Errorf("%q has upper case: PostgreSQL folds unquoted names to lower case, and Weir takes names as written; give it in lower case (%s)", p, strings.ToLower(name))
+			case !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_'):
+				return fmt.Errorf("character %q: a table name takes only a-z, 0-9 and _ (and one . after a schema)", c)
+			}
+		}
+	}
+	return nil
+}
+
+// reservedWords are PostgreSQL's key words that cannot name a table
+// without quotes (pg_get_keywords() catcode R and T, PostgreSQL 14 to 18;
+// TestReservedWordsArePostgreSQLs compares them with the server's).
+var reservedWords = func() map[string]bool {
+	m := map[string]bool{}
+	for _, w := range strings.Fields(`
+		all analyse analyze and any array as asc asymmetric authorization binary both case cast check
+		collate collation column concurrently constraint create cross current_catalog current_date
+		current_role current_schema current_time current_timestamp current_user default deferrable
+		desc distinct do else end except false fetch for foreign freeze from full grant group having
+		ilike in initially inner intersect into is isnull join lateral leading left like limit
+		localtime localtimestamp natural not notnull null offset on only or order outer overlaps
+		placing primary references returning right select session_user similar some symmetric
+		system_user table tablesample then to trailing true union unique user using variadic verbose
+		when where window with`) {
+		m[w] = true
+	}
+	return m
+}()
