@@ -200,8 +200,9 @@ func newWordCount(role weir.Role) *cobra.Command {
 		Use:   "wordcount",
 		Short: "Count words exactly-once: every occurrence writes word<TAB>count to the output directory",
 		Long: `Count words exactly-once: every occurrence of a word writes word<TAB>count (its count
-so far) to the output. A word is a run of letters and digits (Unicode), lower-cased;
-everything else separates words. Input is files or a Kafka topic (a line per
+so far) to the output. A word is a run of Unicode letters and digits with their
+combining marks, case-folded (Unicode full folding: Straße and STRASSE are strasse)
+and in NFC; everything else separates words. Input is files or a Kafka topic (a line per
 record); output is files, a Kafka topic (key: the word, value: the count), a
 PostgreSQL table (exactly-once: a row per occurrence; upsert: a row per word with
 its latest count), or standard output.`,
