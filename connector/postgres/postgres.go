@@ -81,7 +81,9 @@ type SinkConfig[T any] struct {
 	// URL is the connection string (postgres://user@host:port/db?...).
 	// Required.
 	URL string
-	// Table is the table to write, optionally schema.table. Required.
+	// Table is the table to write, optionally schema.table. Required. It
+	// is quoted as an identifier everywhere (as pgx.Identifier does), so
+	// "Counts" is the table created as "Counts", not counts.
 	Table string
 	// Columns are the columns Row's values go to, in order. Default: the
 	// fields of T, a struct (tag `db:"name"`, "-" to skip; else the field
@@ -137,6 +139,8 @@ func (cfg *SinkConfig[T]) fill() error {
 		return errors.New("postgres sink: no URL")
 	case cfg.Table == "":
 		return errors.New("postgres sink: no table")
+	case !validTable(cfg.Table):
+		return fmt.Errorf("postgres sink: table %q: want table or schema.table, each part non-empty", cfg.Table)
 	case cfg.Mode != ExactlyOnce && cfg.Mode != Upsert:
 		return fmt.Errorf("postgres sink: %v", cfg.Mode)
 	case cfg.Mode == Upsert && len(cfg.Key) == 0:
@@ -179,7 +183,7 @@ func connect(ctx context.Context, url string) (*pgx.Conn, error) {
 // check checks at start what writing needs, creating the table if asked.
 func (cfg *SinkConfig[T]) check(ctx context.Context, conn *pgx.Conn) error {
 	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", cfg.Table).Scan(&exists); err != nil {
+	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", quoteTable(cfg.Table)).Scan(&exists); err != nil {
 		return fmt.Errorf("postgres sink: table %s: %w", cfg.Table, err)
 	}
 	if !exists {
@@ -192,7 +196,7 @@ func (cfg *SinkConfig[T]) check(ctx context.Context, conn *pgx.Conn) error {
 	}
 	// Every column must be there: a statement that reads them all fails
 	// otherwise, naming the missing one.
-	if _, err := conn.Exec(ctx, fmt.Sprintf("SELECT %s FROM %s LIMIT 0", columnList(cfg.Columns), cfg.Table)); err != nil {
+	if _, err := conn.Exec(ctx, fmt.Sprintf("SELECT %s FROM %s LIMIT 0", columnList(cfg.Columns), quoteTable(cfg.Table))); err != nil {
 		return fmt.Errorf("postgres sink: table %s: %w", cfg.Table, err)
 	}
 	switch cfg.Mode {
@@ -206,14 +210,28 @@ func (cfg *SinkConfig[T]) check(ctx context.Context, conn *pgx.Conn) error {
 		}
 	case Upsert:
 		// Planning the upsert fails when no unique index matches the key.
-		if _, err := conn.Exec(ctx, stageSQL("weir_check_stage", cfg.Table, cfg.Columns, "")); err != nil {
+		if _, err := conn.Exec(ctx, stageSQL("weir_check_stage", quoteTable(cfg.Table), cfg.Columns, "")); err != nil {
 			return fmt.Errorf("postgres sink: table %s: %w", cfg.Table, err)
 		}
-		if _, err := conn.Exec(ctx, "EXPLAIN "+upsertSQL(cfg.Table, "weir_check_stage", cfg.Columns, cfg.Key)); err != nil {
+		if _, err := conn.Exec(ctx, "EXPLAIN "+upsertSQL(quoteTable(cfg.Table), "weir_check_stage", cfg.Columns, cfg.Key)); err != nil {
 			return fmt.Errorf("postgres sink: upsert into %s on (%s) (a primary key or unique index on exactly these columns is needed): %w", cfg.Table, strings.Join(cfg.Key, ", "), err)
 		}
 	}
 	return nil
+}
+
+// validTable reports whether table is table or schema.table with no part
+// empty.
+func validTable(table string) bool {
+	parts := strings.Split(table, ".")
+	return len(parts) <= 2 && !slices.Contains(parts, "")
+}
+
+// quoteTable is table (or schema.table) as an SQL identifier. COPY names
+// the table the same way (pgx.Identifier), so every statement of the sink
+// means one table.
+func quoteTable(table string) string {
+	return pgx.Identifier(strings.Split(table, ".")).Sanitize()
 }
 
 func columnList(cols []string) string {

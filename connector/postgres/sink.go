@@ -302,10 +302,10 @@ func (w *upsertWriter[T]) Open(ctx *operator.Context) error {
 	w.conn = conn
 	w.stage = "weir_stage"
 	w.columns = append(slices.Clone(w.cfg.Columns), arrivalColumn(w.cfg.Columns))
-	if _, err := conn.Exec(rctx, stageSQL(w.stage, w.cfg.Table, w.cfg.Columns, "ON COMMIT DELETE ROWS")); err != nil {
+	if _, err := conn.Exec(rctx, stageSQL(w.stage, quoteTable(w.cfg.Table), w.cfg.Columns, "ON COMMIT DELETE ROWS")); err != nil {
 		return classify("postgres sink: staging table", err)
 	}
-	w.upsert = upsertSQL(w.cfg.Table, w.stage, w.cfg.Columns, w.cfg.Key)
+	w.upsert = upsertSQL(quoteTable(w.cfg.Table), w.stage, w.cfg.Columns, w.cfg.Key)
 	return nil
 }
 
