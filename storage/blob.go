@@ -3,18 +3,17 @@ package storage
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"net/url"
-	"os"
 	"path"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"gocloud.dev/blob"
@@ -36,6 +35,9 @@ import (
 //	chk-<id>/<state>     state of that checkpoint
 //	shared/<op>/<name>   files several checkpoints reference
 //	_lease               which run uses the job's checkpoints, until when
+//	                     (written only conditionally: lease.go)
+//	_lease.probe         written at Lock, to see that the store honours
+//	                     conditional writes
 //
 // Listings may lag writes (eventually consistent stores): a scan probes
 // the ids after the highest it listed, and reads metadata by name.
@@ -46,6 +48,10 @@ type Blob struct {
 	lease       time.Duration
 	gate        *writeGate
 	shared      *registry
+	cas         casStore              // writes _lease conditionally (lease.go)
+	held        atomic.Pointer[lease] // this run's lease, from Lock to Close
+	// owner names this run in its lease; "" is its pid, host and start.
+	owner string
 }
 
 // IsURL reports whether a checkpoint location is a URL Blob storage
@@ -103,6 +109,7 @@ func OpenBlob(ctx context.Context, rawURL, job string) (*Blob, error) {
 	}
 	prefix := strings.Trim(u.Path, "/")
 	var b *blob.Bucket
+	var cas func(*blob.Bucket) casStore
 	switch u.Scheme {
 	case "mem":
 		memMu.Lock()
@@ -111,11 +118,13 @@ func OpenBlob(ctx context.Context, rawURL, job string) (*Blob, error) {
 			memBuckets[u.Host] = b
 		}
 		memMu.Unlock()
+		cas = func(b *blob.Bucket) casStore { return memCAS{b} }
 	case "s3":
 		bu := url.URL{Scheme: u.Scheme, Host: u.Host, RawQuery: q.Encode()}
 		if b, err = blob.OpenBucket(ctx, bu.String()); err != nil {
 			return nil, fmt.Errorf("checkpoint storage %s: %w", redact(u), err)
 		}
+		cas = func(b *blob.Bucket) casStore { return s3CAS{b} }
 	default:
 		return nil, fmt.Errorf("checkpoint storage %q: want s3://bucket/prefix or mem://name", redact(u))
 	}
@@ -123,8 +132,9 @@ func OpenBlob(ctx context.Context, rawURL, job string) (*Blob, error) {
 		prefix += "/"
 	}
 	where := redact(u) + "/" + job
-	return &Blob{bucket: blob.PrefixedBucket(b, prefix+job+"/"), where: where, inlineBytes: DefaultInlineBytes, lease: lease,
-		gate: newWriteGate(), shared: newRegistry()}, nil
+	b = blob.PrefixedBucket(b, prefix+job+"/")
+	return &Blob{bucket: b, where: where, inlineBytes: DefaultInlineBytes, lease: lease,
+		gate: newWriteGate(), shared: newRegistry(), cas: cas(b)}, nil
 }
 
 // redact is u for people: scheme, host and path, no query (it may hold
@@ -140,6 +150,9 @@ func (b *Blob) Describe() string { return b.where }
 func bg() context.Context { return context.Background() }
 
 func (b *Blob) Reserve(id checkpoint.ID) error {
+	if err := b.fence(); err != nil {
+		return fmt.Errorf("checkpoint %d: reserve: %w", id, err)
+	}
 	if err := b.bucket.WriteAll(bg(), chkName(id)+"/_reserved", nil, nil); err != nil {
 		return fmt.Errorf("checkpoint %d: reserve in %s: %w", id, b.where, err)
 	}
@@ -164,6 +177,9 @@ func (b *Blob) WriteState(id checkpoint.ID, h checkpoint.Handle, data []byte) (c
 		name += "." + url.PathEscape(h.File)
 	}
 	key := chkName(id) + "/" + name
+	if err := b.fence(); err != nil {
+		return h, fmt.Errorf("checkpoint %d: write %s: %w", id, handleName(h), err)
+	}
 	err := b.gate.write(id, func() error { return b.bucket.WriteAll(bg(), key, data, nil) })
 	if err != nil {
 		return h, fmt.Errorf("checkpoint %d: write %s to %s: %w", id, handleName(h), b.where, err)
@@ -174,6 +190,9 @@ func (b *Blob) WriteState(id checkpoint.ID, h checkpoint.Handle, data []byte) (c
 
 func (b *Blob) WriteShared(id checkpoint.ID, h checkpoint.Handle, r io.Reader) (checkpoint.Handle, error) {
 	h.Inline, h.Path = nil, sharedName(h)
+	if err := b.fence(); err != nil {
+		return h, fmt.Errorf("checkpoint %d: write %s: %w", id, h.Path, err)
+	}
 	err := b.gate.write(id, func() error {
 		b.shared.wrote(id, h.Path)
 		w, err := b.bucket.NewWriter(bg(), h.Path, nil)
@@ -224,13 +243,24 @@ func (b *Blob) OpenState(h checkpoint.Handle) (io.ReadCloser, error) {
 	return r, nil
 }
 
-// Commit writes the metadata object: one PUT, the commit point.
+// Commit writes the metadata object: one PUT, the commit point. A run
+// that holds the lease first renews it on the condition that it is still
+// its own, and gives the PUT only the time before another run may take
+// the lease: a run that lost it fails with ErrLeaseLost and commits
+// nothing.
 func (b *Blob) Commit(m *checkpoint.Metadata) error {
 	data, err := checkpoint.Encode(m)
 	if err != nil {
 		return err
 	}
-	if err := b.bucket.WriteAll(bg(), chkName(m.ID)+"/"+MetadataFile, data, nil); err != nil {
+	ctx, cancel, err := b.commitWindow()
+	if err != nil {
+		return fmt.Errorf("checkpoint %d: not committed: %w", m.ID, err)
+	}
+	defer cancel()
+	if err := b.bucket.WriteAll(ctx, chkName(m.ID)+"/"+MetadataFile, data, nil); err != nil && ctx.Err() != nil {
+		return fmt.Errorf("checkpoint %d: write metadata to %s: not done before the lease could run out: %w", m.ID, b.where, unavailable(err))
+	} else if err != nil {
 		return fmt.Errorf("checkpoint %d: write metadata to %s: %w", m.ID, b.where, err)
 	}
 	if err := b.remove(b.shared.committed(m)); err != nil {
@@ -306,6 +336,9 @@ func (b *Blob) Scan() (Scan, error) {
 // Discard deletes the metadata first, then the checkpoint's own objects,
 // then the shared ones it was the last to reference.
 func (b *Blob) Discard(id checkpoint.ID) error {
+	if err := b.fence(); err != nil {
+		return fmt.Errorf("discard checkpoint %d: %w", id, err)
+	}
 	defer b.gate.discard(id)()
 	dir := chkName(id) + "/"
 	if err := b.bucket.Delete(bg(), dir+MetadataFile); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
@@ -351,6 +384,9 @@ func (b *Blob) remove(keys []string) error {
 }
 
 func (b *Blob) DiscardState(hs []checkpoint.Handle) error {
+	if err := b.fence(); err != nil {
+		return fmt.Errorf("delete state: %w", err)
+	}
 	errs := []error{b.remove(b.shared.unreferenced(hs))}
 	var keys []string
 	for _, h := range hs {
@@ -367,73 +403,14 @@ func (b *Blob) DiscardState(hs []checkpoint.Handle) error {
 }
 
 func (b *Blob) RemoveOrphans() error {
+	if err := b.fence(); err != nil {
+		return fmt.Errorf("delete orphaned shared files: %w", err)
+	}
 	all, err := b.list(SharedDir + "/")
 	if err != nil {
 		return err
 	}
 	return b.remove(b.shared.orphans(all))
-}
-
-// leaseRecord is the _lease object: which run uses the checkpoints.
-type leaseRecord struct {
-	Owner   string    `json:"owner"`
-	Expires time.Time `json:"expires"`
-}
-
-// Lock claims the job's checkpoints for this run with a lease it renews
-// until Close. A run whose lease is current holds them: Lock waits for
-// its lease to expire (a run that was killed renews it no more), and
-// fails, naming it, if it is still renewed after two lease periods.
-func (b *Blob) Lock() (io.Closer, error) {
-	host, _ := os.Hostname()
-	owner := fmt.Sprintf("pid %d on %s, since %s", os.Getpid(), host, time.Now().UTC().Format(time.RFC3339))
-	giveUp := time.Now().Add(2 * b.lease)
-	for {
-		data, err := b.bucket.ReadAll(bg(), "_lease")
-		var l leaseRecord
-		if err != nil || json.Unmarshal(data, &l) != nil || !time.Now().Before(l.Expires) {
-			break
-		}
-		if time.Now().After(giveUp) {
-			return nil, fmt.Errorf("checkpoint storage %s is in use by another run (%s), which keeps renewing its lease: stop that run first",
-				b.where, l.Owner)
-		}
-		time.Sleep(min(time.Until(l.Expires), b.lease) + 10*time.Millisecond) // the other run's lease runs out
-	}
-	renew := func() error {
-		data, _ := json.Marshal(leaseRecord{Owner: owner, Expires: time.Now().Add(b.lease)})
-		return b.bucket.WriteAll(bg(), "_lease", data, nil)
-	}
-	if err := renew(); err != nil {
-		return nil, fmt.Errorf("checkpoint storage %s: take the lease: %w", b.where, err)
-	}
-	l := &lease{stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(l.done)
-		t := time.NewTicker(b.lease / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				renew() // a failure is retried at the next tick; the lease outlives two
-			case <-l.stop:
-				b.bucket.Delete(bg(), "_lease")
-				return
-			}
-		}
-	}()
-	return l, nil
-}
-
-type lease struct {
-	stop, done chan struct{}
-	once       sync.Once
-}
-
-func (l *lease) Close() error {
-	l.once.Do(func() { close(l.stop) })
-	<-l.done
-	return nil
 }
 
 // OpenCheckpointURL opens the completed checkpoint at rawURL, the URL of a

@@ -286,6 +286,9 @@ type driver struct {
 	resources  resources
 	// stopWith is the savepoint the job is to stop with, if any.
 	stopWith checkpoint.ID
+	// lease is the storage's lock, if it can tell that another run took
+	// it over (storage.Blob's lease).
+	lease interface{ Held() error }
 }
 
 // withDefaults fills in what spec leaves unset.
@@ -343,6 +346,7 @@ func newDriver(spec Spec) (_ *driver, err error) {
 			return nil, err
 		}
 		d.resources.held["storage"] = resource{c: lock}
+		d.lease, _ = lock.(interface{ Held() error })
 		if restored, err = d.decideStart(); err != nil {
 			return nil, err
 		}
@@ -531,6 +535,13 @@ func (d *driver) run(ctx context.Context) (Result, error) {
 		if ctx.Err() != nil {
 			return d.res, d.stopped(ctx, err)
 		}
+		if d.lease != nil {
+			if lerr := d.lease.Held(); lerr != nil {
+				// NB: a restart would write and commit over the run that
+				// holds the storage now.
+				return d.res, fmt.Errorf("job %s failed, and must not restart: %w; the attempt's failure: %w", d.spec.Name, lerr, err)
+			}
+		}
 		if d.point != nil && DamagedState(err) {
 			// The restored checkpoint's state is missing or damaged: the
 			// previous retained checkpoint is the next best. Only proven
@@ -676,7 +687,7 @@ func uploaded(m *checkpoint.Metadata, before map[string]bool) int64 {
 
 // isPermanent reports whether err is one a restart cannot fix.
 func isPermanent(err error) bool {
-	return operator.IsPermanent(err) || errors.Is(err, state.ErrCorrupt) || errors.Is(err, checkpoint.ErrCorrupt) || errors.Is(err, checkpoint.ErrMismatch)
+	return operator.IsPermanent(err) || errors.Is(err, storage.ErrLeaseLost) || errors.Is(err, state.ErrCorrupt) || errors.Is(err, checkpoint.ErrCorrupt) || errors.Is(err, checkpoint.ErrMismatch)
 }
 
 func (d *driver) pointID() checkpoint.ID {
@@ -890,6 +901,9 @@ func (d *driver) carryOut(ctx context.Context, x Execution) error {
 					}
 				}
 				d.coord.Persisted(d.spec.Now(), m.ID, err)
+				if errors.Is(err, storage.ErrLeaseLost) {
+					failure = err // fenced: another run holds the storage
+				}
 			case checkpoint.NotifyComplete:
 				delete(d.triggered, act.ID)
 				d.failures.Consecutive = 0 // progress: restart attempts count afresh
