@@ -77,6 +77,15 @@ func TestExecuteRefusesBrokenGraphs(t *testing.T) {
 			timed := weir.KeyBy(weir.Source(e, "timed", gen(t, 10, func(i int64) int64 { return i }), weir.Watermarks(weir.Monotonous(at))), byV)
 			weir.Sink(weir.WindowJoin(timed, timed, weir.Session(time.Second), "j", sum), "out", out)
 		}, `operator "j": co-group and join windows must be tumbling or sliding, on event time`},
+		{"a window join with a slide of 0", func(e *weir.Environment) {
+			byV := func(v int64) int64 { return v }
+			timed := weir.KeyBy(weir.Source(e, "timed", gen(t, 10, func(i int64) int64 { return i }), weir.Watermarks(weir.Monotonous(at))), byV)
+			weir.Sink(weir.WindowJoin(timed, timed, weir.Sliding(10*time.Millisecond, 0), "j", sum), "out", out)
+		}, `operator "j": window size 10ms and slide 0s must be whole milliseconds above 0`},
+		{"allowed lateness on processing time", func(e *weir.Environment) {
+			w := weir.Window(weir.KeyBy(nums(e), func(v int64) int64 { return v }), weir.Tumbling(time.Second).ProcessingTime(), weir.AllowedLateness(time.Second))
+			weir.Sink(weir.Map(weir.WindowAggregate(w, "w", weir.Count[int64]()), "v", value), "out", out)
+		}, `operator "w": allowed lateness is for event-time windows`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

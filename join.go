@@ -11,7 +11,9 @@ import (
 func WindowCoGroup[K comparable, A, B, Out any](a KeyedStream[K, A], b KeyedStream[K, B], windows WindowAssigner, name string,
 	f func(key K, w TimeWindow, as []A, bs []B, out Collector[Out]) error, opts ...Option) *Stream[Out] {
 	env := a.s.env
-	if err := windows.check(); err != nil || windows.kind == sessions || windows.processing {
+	if err := windows.check(); err != nil {
+		env.fail(fmt.Errorf("operator %q: %w", name, err))
+	} else if windows.kind == sessions || windows.processing {
 		env.fail(fmt.Errorf("operator %q: co-group and join windows must be tumbling or sliding, on event time", name))
 	}
 	if f == nil {

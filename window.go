@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/codec"
 	"github.com/weirstream/weir/internal/transport"
 	"github.com/weirstream/weir/operator"
@@ -63,8 +64,9 @@ func Tumbling(size time.Duration) WindowAssigner {
 // record belongs to about size/slide of them. Incremental aggregates keep
 // one accumulator per slice of gcd(size, slide), not one per window. A
 // slide longer than the size samples the stream, as in Flink: a record
-// between two windows belongs to none and is dropped (it is not late, so
-// it is neither counted as late nor sent to LateTo).
+// between two windows belongs to none and is dropped (sent to LateTo, or
+// counted as late, only if it is itself behind the watermark by more than
+// the allowed lateness).
 func Sliding(size, slide time.Duration) WindowAssigner {
 	return WindowAssigner{kind: sliding, size: size.Milliseconds(), slide: slide.Milliseconds(), sizeD: size, slideD: slide}
 }
@@ -117,8 +119,10 @@ type windowConfig struct {
 // WindowOption configures a windowed stream.
 type WindowOption func(*windowConfig)
 
-// AllowedLateness keeps windows d past their end: a late record within
-// it updates its windows, which fire again with the updated result.
+// AllowedLateness keeps event-time windows d past their end: a late
+// record within it updates its windows, which fire again with the updated
+// result. Processing-time windows have no late records: the option is an
+// error for them.
 func AllowedLateness(d time.Duration) WindowOption {
 	return func(c *windowConfig) { c.lateness = d.Milliseconds() }
 }
@@ -199,7 +203,9 @@ func WindowReduce[K comparable, T any](ws WindowedStream[K, T], name string, f f
 }
 
 // WindowFunction sees a whole window: its key, span and records (in
-// arrival order); it emits any number of results. The records are kept in
+// arrival order within each pane of a sliding window and each merged
+// session, the panes and sessions in order of their starts); it emits any
+// number of results. The records are kept in
 // state until the window closes, which costs more than an
 // AggregateFunction.
 type WindowFunction[K comparable, In, Out any] func(key K, w TimeWindow, in []In, out Collector[Out]) error
@@ -232,6 +238,9 @@ func addWindow[K comparable, In, Acc, Out any](ws WindowedStream[K, In], name st
 	}
 	if ws.cfg.lateness < 0 {
 		env.fail(fmt.Errorf("operator %q: allowed lateness is negative", name))
+	}
+	if ws.cfg.lateness > 0 && ws.assigner.processing {
+		env.fail(fmt.Errorf("operator %q: allowed lateness is for event-time windows; processing-time windows fire once, when the clock passes their end: drop weir.AllowedLateness, or use event time", name))
 	}
 	var late **Stream[In]
 	if ws.cfg.lateTo != nil {
@@ -301,7 +310,10 @@ type windowOp[K comparable, In, Acc, Out any] struct {
 	// merged and ends hold the starts and ends of the sessions a record
 	// merges; reused.
 	merged, ends []int64
-	knobs        windowKnobs
+	// firedUpTo is the processing time up to which timers have fired
+	// (MinTime: none yet, or since the restore).
+	firedUpTo int64
+	knobs     windowKnobs
 }
 
 // windowKnobs put back defects that were fixed, for tests that show the
@@ -366,6 +378,12 @@ func (w *windowOp[K, In, Acc, Out]) Open(oc *operator.Context) error {
 	}
 	if w.hasLate {
 		w.late = w.c.sides[1].(Collector[In])
+	}
+	w.firedUpTo = operator.MinTime
+	if w.a.processing && oc.Restore != nil {
+		if err := w.restoreFired(oc.Restore); err != nil {
+			return err
+		}
 	}
 	var err error
 	if w.a.kind == sessions {
@@ -444,6 +462,24 @@ func (w *windowOp[K, In, Acc, Out]) addToPane(ts int64, v In) error {
 	if w.isLate(lastStart + a.size) {
 		return w.lateRecord(ts, v) // every window of the record is past
 	}
+	if a.processing {
+		// A window whose timer has fired has no state left to add to, in
+		// Flink: a record in its last millisecond, after it fired, starts
+		// it afresh. Its panes are shared with later windows here, so it
+		// fires at once with the record alone (for the windows that have
+		// not fired, the record goes to its pane as any other).
+		live := false
+		for start := lastStart; start > ts-a.size; start -= a.slide {
+			if end := start + a.size; end-1 > w.firedUpTo {
+				live = true
+			} else if err := w.emitWindow(start, end, w.alone(v)); err != nil {
+				return err
+			}
+		}
+		if !live {
+			return nil
+		}
+	}
 	pane := floorTo(ts, a.pane())
 	acc, had := w.panes.Get(w.kctx.key, pane)
 	switch {
@@ -459,7 +495,7 @@ func (w *windowOp[K, In, Acc, Out]) addToPane(ts int64, v In) error {
 	}
 	for start := lastStart; start > ts-a.size; start -= a.slide {
 		end := start + a.size
-		if w.isLate(end) {
+		if w.isLate(end) || (a.processing && end-1 <= w.firedUpTo) {
 			continue
 		}
 		if !had {
@@ -475,6 +511,54 @@ func (w *windowOp[K, In, Acc, Out]) addToPane(ts int64, v In) error {
 			}
 		}
 	}
+	return nil
+}
+
+// alone is the accumulator of a window holding v only.
+func (w *windowOp[K, In, Acc, Out]) alone(v In) Acc {
+	if w.fold.listing {
+		return any([]In{v}).(Acc)
+	}
+	return w.fold.first(v)
+}
+
+// Snapshot adds, for processing-time windows, the time up to which timers
+// have fired, so that a restore knows which windows fired.
+func (w *windowOp[K, In, Acc, Out]) Snapshot(id checkpoint.ID) (operator.Async, error) {
+	a, err := w.keyed.Snapshot(id)
+	if err != nil || !w.a.processing {
+		return a, err
+	}
+	oc := w.kctx.op
+	return both(a, nil)(oc.SnapshotList(state.Union, "_fired", [][]byte{binary.AppendVarint(nil, w.firedUpTo)}))
+}
+
+// restoreFired reads the time up to which timers had fired: the latest of
+// every subtask's, as all follow one clock (a window a subtask had not
+// fired yet then fires in two results rather than repeat what it had).
+func (w *windowOp[K, In, Acc, Out]) restoreFired(rs *operator.Restore) error {
+	oc := w.kctx.op
+	items, err := state.RestoreList(rs.Handles, rs.Read, state.Union, "_fired", oc.Subtask, oc.Parallelism)
+	if err != nil {
+		return fmt.Errorf("restore the windows' fired time: %w", err)
+	}
+	for _, it := range items {
+		t, n := binary.Varint(it)
+		if n <= 0 {
+			return fmt.Errorf("restore the windows' fired time: %w", codec.ErrShort)
+		}
+		w.firedUpTo = max(w.firedUpTo, t)
+	}
+	return nil
+}
+
+// FireTimers fires the processing-time timers due by now: every window
+// that ended by now has fired.
+func (w *windowOp[K, In, Acc, Out]) FireTimers(now time.Time) error {
+	if err := w.keyed.FireTimers(now); err != nil {
+		return err
+	}
+	w.firedUpTo = max(w.firedUpTo, now.UnixMilli())
 	return nil
 }
 
