@@ -496,6 +496,28 @@ func (g *genRun) step(s genStep) error {
 	}
 }
 
+// diffFirings says, a line per key and window, where the results of got
+// and want differ ("" when they agree).
+func diffFirings(got, want []genFiring) string {
+	g, w := byWindow(got), byWindow(want)
+	windows := slices.Collect(maps.Keys(g))
+	for win := range w {
+		if _, ok := g[win]; !ok {
+			windows = append(windows, win)
+		}
+	}
+	slices.SortFunc(windows, func(a, b windowOf) int {
+		return cmp.Or(strings.Compare(a.Key, b.Key), cmp.Compare(a.Start, b.Start), cmp.Compare(a.End, b.End))
+	})
+	var diff strings.Builder
+	for _, win := range windows {
+		if !slices.Equal(g[win], w[win]) {
+			fmt.Fprintf(&diff, "  %s [%d,%d): got %v, want %v\n", win.Key, win.Start, win.End, g[win], w[win])
+		}
+	}
+	return diff.String()
+}
+
 // runSeed runs a seed through the operator and the model and returns how
 // they differ ("" when they agree).
 func runSeed(t *testing.T, seed uint64, knobs windowKnobs) (string, error) {
@@ -536,21 +558,7 @@ func runSeed(t *testing.T, seed uint64, knobs windowKnobs) (string, error) {
 		return "", err
 	}
 	var diff strings.Builder
-	got, want := byWindow(g.out), byWindow(m.out)
-	windows := slices.Collect(maps.Keys(got))
-	for w := range want {
-		if _, ok := got[w]; !ok {
-			windows = append(windows, w)
-		}
-	}
-	slices.SortFunc(windows, func(a, b windowOf) int {
-		return cmp.Or(strings.Compare(a.Key, b.Key), cmp.Compare(a.Start, b.Start), cmp.Compare(a.End, b.End))
-	})
-	for _, w := range windows {
-		if !slices.Equal(got[w], want[w]) {
-			fmt.Fprintf(&diff, "  %s [%d,%d): got %v, want %v\n", w.Key, w.Start, w.End, got[w], want[w])
-		}
-	}
+	diff.WriteString(diffFirings(g.out, m.out))
 	if c.lateOutput && !c.timers {
 		if gl, wl := slices.Sorted(slices.Values(g.late)), slices.Sorted(slices.Values(m.late)); !slices.Equal(gl, wl) {
 			fmt.Fprintf(&diff, "  late output: got %v, want %v\n", gl, wl)
@@ -567,20 +575,24 @@ func runSeed(t *testing.T, seed uint64, knobs windowKnobs) (string, error) {
 	return b.String(), nil
 }
 
+// generatorSeeds is how many seeds the window generators run:
+// -window.seeds, else 400 (100 under -race, 50 with -short).
+func generatorSeeds() uint64 {
+	switch {
+	case *windowSeeds > 0:
+		return uint64(*windowSeeds)
+	case testing.Short():
+		return 50
+	case raceEnabled:
+		return 100
+	}
+	return 400
+}
+
 // TestWindowGenerator runs -window.seeds seeds from -window.first.
 func TestWindowGenerator(t *testing.T) {
-	seeds := *windowSeeds
-	switch {
-	case seeds > 0:
-	case testing.Short():
-		seeds = 50
-	case raceEnabled:
-		seeds = 100
-	default:
-		seeds = 400
-	}
 	failures := 0
-	for seed := *windowFirst; seed < *windowFirst+uint64(seeds); seed++ {
+	for seed := *windowFirst; seed < *windowFirst+generatorSeeds(); seed++ {
 		diff, err := runSeed(t, seed, windowKnobs{})
 		if err != nil {
 			t.Fatal(err)
@@ -673,15 +685,8 @@ func (m *procModel) advance(c int64) {
 // sliding window that lost a record arriving in its last millisecond after
 // it fired, or fired again with records it had emitted.
 func TestWindowGeneratorProcessingTime(t *testing.T) {
-	seeds := uint64(*windowSeeds)
-	if seeds == 0 {
-		seeds = 400
-		if raceEnabled {
-			seeds = 100
-		}
-	}
 	failures := 0
-	for seed := *windowFirst; seed < *windowFirst+seeds; seed++ {
+	for seed := *windowFirst; seed < *windowFirst+generatorSeeds(); seed++ {
 		rng := rand.New(rand.NewPCG(seed, 0xc10c))
 		ms := func(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
 		var a WindowAssigner
@@ -748,22 +753,9 @@ func TestWindowGeneratorProcessingTime(t *testing.T) {
 		}
 		m.advance(clock)
 		op.Close()
-		got, want := byWindow(out), byWindow(m.out)
-		var diff strings.Builder
-		for w := range maps.Keys(maps.Collect(func(yield func(windowOf, bool) bool) {
-			for w := range got {
-				yield(w, true)
-			}
-			for w := range want {
-				yield(w, true)
-			}
-		})) {
-			if !slices.Equal(got[w], want[w]) {
-				fmt.Fprintf(&diff, "  %s [%d,%d): got %v, want %v\n", w.Key, w.Start, w.End, got[w], want[w])
-			}
-		}
-		if diff.Len() > 0 {
-			t.Errorf("seed %d (size %d slide %d gap %d):\n%s  steps: %s", seed, a.size, a.slide, a.gap, diff.String(), strings.Join(steps, "; "))
+		diff := diffFirings(out, m.out)
+		if diff != "" {
+			t.Errorf("seed %d (size %d slide %d gap %d):\n%s  steps: %s", seed, a.size, a.slide, a.gap, diff, strings.Join(steps, "; "))
 			if failures++; failures == 3 {
 				t.FailNow()
 			}
