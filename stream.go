@@ -65,6 +65,7 @@ func Forward[T any](s *Stream[T]) *Stream[T] {
 func addOp[Out any](env *Environment, name, kind string, fn any, opts []Option, n *node, ups ...upstream) *Stream[Out] {
 	id := env.add(name, kind, fn, opts, n, ups...)
 	n.emitter = emitterOf[Out]
+	n.counting = countingOf[Out]
 	n.wire = map[int]transport.BatchCodec{0: transport.Batches(codec.For[Out]())}
 	return newStream[Out](env, id)
 }
@@ -116,6 +117,12 @@ func emitterOf[T any](e *Environment, b *runtime.TaskBuild, plan *graph.Plan, c 
 	return Collector[T](colls), outs
 }
 
+// countingOf wraps next, the Collector[T] of an operator chained after a
+// node of T records, so that it counts the records entering it in *count.
+func countingOf[T any](next any, count *int64) any {
+	return Collector[T](countingCollector[T]{next: next.(Collector[T]), count: count})
+}
+
 type fanout[T any] []Collector[T]
 
 func (f fanout[T]) Collect(v T) {
@@ -125,7 +132,8 @@ func (f fanout[T]) Collect(v T) {
 }
 
 // headOf adapts a single-input operator for the head of a task: it takes
-// batches of In and counts them.
+// batches of In and counts them, and publishes the counts of the operators
+// chained after it once per batch.
 func headOf[In any](n *node) func(operator.Operator, any, *chain) any {
 	return func(_ operator.Operator, in any, c *chain) any {
 		return &head[In]{in: in.(Collector[In]), c: c, n: n}
@@ -141,6 +149,7 @@ type head[In any] struct {
 func (h *head[In]) ProcessBatch(_ int, batch any, times []int64, groups []uint16) error {
 	b := batch.([]In)
 	h.n.records.Add(int64(len(b)))
+	defer h.c.publish()
 	h.c.stats.AddIn(len(b))
 	if times == nil {
 		h.c.now = operator.MinTime
@@ -303,6 +312,7 @@ func (s *sourceOp[T]) Poll() (operator.PollResult, error) {
 	}
 	res, err := s.Read(s.collector)
 	s.n.records.Add(count)
+	s.c.publish()
 	s.c.stats.AddIn(int(count))
 	if s.progress != nil {
 		left, total := s.progress.Progress()
@@ -404,6 +414,7 @@ func (o *coOp[A, B, Out]) ProcessBatch(input int, batch any, times []int64, grou
 // processTwo feeds a batch of a two-input operator to f1 or f2, stopping at
 // the first error of the function or of the chain after it.
 func processTwo[A, B any](n *node, c *chain, input int, batch any, times []int64, groups []uint16, f1 func(A) error, f2 func(B) error) error {
+	defer c.publish()
 	if times == nil {
 		c.now = operator.MinTime
 	}

@@ -266,6 +266,9 @@ type node struct {
 	// the chain, whose current event time the batches carry when the node
 	// has event time.
 	emitter emitterFunc
+	// counting wraps the Collector of an operator chained after this node
+	// (of this node's records) so that it counts them in *count.
+	counting func(next any, count *int64) any
 	// sides build the collectors of the node's side outputs, by port.
 	sides map[int]emitterFunc
 	// wire encodes the batches of each output port on the network.
@@ -275,8 +278,9 @@ type node struct {
 	timed bool
 	// watermarks is a Source's WatermarkStrategy[T] (Watermarks option).
 	watermarks any
-	// records counts records entering the node as a task head, or leaving
-	// it as a source.
+	// records counts records entering the node, or leaving it as a
+	// source. A head adds its batches; a chained node's count is kept in a
+	// plain counter of its chain and added once per batch (chain.publish).
 	records atomic.Int64
 	// late counts the records its windows or joins dropped as late.
 	late atomic.Int64
@@ -317,7 +321,36 @@ type chain struct {
 	state backend.Config
 	// stats are the subtask's counters; the head counts what it takes.
 	stats *runtime.TaskStats
+	// counted are the chained operators (all but the head), and counts
+	// the records that entered each since the last publish: a plain
+	// counter per operator, which only the task's goroutine touches, so
+	// that counting costs no atomic per record.
+	counted []*node
+	counts  []int64
 }
+
+// publish adds the records counted since the last call to the chained
+// operators' counters (node.records). The head calls it after each batch
+// (or poll), and the runtime, through the chain's publisher output, after
+// timers, watermarks and the end of input, which emit outside a batch.
+func (c *chain) publish() {
+	for i, n := range c.counted {
+		if c.counts[i] != 0 {
+			n.records.Add(c.counts[i])
+			c.counts[i] = 0
+		}
+	}
+}
+
+// publisher is a task's output that publishes its chain's counts
+// (chain.publish) whenever the runtime checks, flushes or broadcasts on
+// the task's outputs: after every batch, poll, timer, watermark and the
+// end of input, and before the task waits. It sends nothing.
+type publisher struct{ c *chain }
+
+func (p publisher) Flush() error                  { p.c.publish(); return nil }
+func (p publisher) Broadcast(runtime.Event) error { p.c.publish(); return nil }
+func (p publisher) Err() error                    { p.c.publish(); return nil }
 
 func (c *chain) fail(err error) {
 	if c.err == nil {
@@ -408,8 +441,10 @@ func isNil(v any) bool {
 // Metrics are live counts of one operator.
 type Metrics struct {
 	UID string
-	// Records entering the operator when it heads a task, or leaving it
-	// when it is a source.
+	// Records entering the operator (chained after another in a task or
+	// not), or leaving it when it is a source. Counts of a chained
+	// operator are added once per batch, and after timers, watermarks and
+	// the end of input: they lag by at most the batch being handled.
 	Records int64
 	// Remaining and Total measure a bounded source's input (in its unit:
 	// bytes for files) when its reader reports progress (ProgressReporter);
@@ -582,10 +617,22 @@ func (e *Environment) build(plan *graph.Plan) func(*runtime.TaskBuild) (*runtime
 			}
 		}
 		ops := make([]operator.Operator, len(vx.Nodes))
+		// Every operator after the head counts the records entering it
+		// (counts[i-1] is node i's).
+		c.counted = make([]*node, len(vx.Nodes)-1)
+		c.counts = make([]int64, len(vx.Nodes)-1)
 		for i := len(vx.Nodes) - 1; i >= 0; i-- {
 			var op operator.Operator
-			op, next = e.nodes[vx.Nodes[i]].instance(c, next)
+			n := e.nodes[vx.Nodes[i]]
+			op, next = n.instance(c, next)
 			ops[i] = op
+			if i > 0 {
+				c.counted[i-1] = n
+				next = e.nodes[vx.Nodes[i-1]].counting(next, &c.counts[i-1])
+			}
+		}
+		if len(c.counted) > 0 {
+			outputs = append(outputs, publisher{c})
 		}
 		head := e.nodes[vx.Nodes[0]].head(ops[0], next, c)
 		return &runtime.TaskParts{Ops: ops, Head: head, Outputs: outputs}, nil

@@ -34,8 +34,8 @@ const maxHistory = 100
 // Operator is one operator's counters, summed over its subtasks.
 type Operator struct {
 	UID string `json:"uid"`
-	// Records counts records entering the operator at the head of a task,
-	// or leaving it as a source (operators chained behind others: 0).
+	// Records counts records entering the operator, chained behind others
+	// in a task or not, or leaving it as a source.
 	Records int64 `json:"records"`
 	// Late counts records its windows or joins dropped as late.
 	Late int64 `json:"lateDropped"`
@@ -322,7 +322,7 @@ type operatorCollector struct {
 }
 
 var (
-	recordsDesc = prometheus.NewDesc("weir_records_total", "Records entering an operator at the head of a task, or leaving a source.", []string{"job", "operator"}, nil)
+	recordsDesc = prometheus.NewDesc("weir_records_total", "Records entering an operator (chained behind others in a task or not), or leaving a source.", []string{"job", "operator"}, nil)
 	lateDesc    = prometheus.NewDesc("weir_late_records_dropped_total", "Records an operator's windows or joins dropped as late.", []string{"job", "operator"}, nil)
 )
 
