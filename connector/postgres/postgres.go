@@ -213,7 +213,11 @@ func (cfg *SinkConfig[T]) check(ctx context.Context, conn *pgx.Conn) error {
 		if _, err := conn.Exec(ctx, stageSQL("weir_check_stage", quoteTable(cfg.Table), cfg.Columns, "")); err != nil {
 			return fmt.Errorf("postgres sink: table %s: %w", cfg.Table, err)
 		}
-		if _, err := conn.Exec(ctx, "EXPLAIN "+upsertSQL(quoteTable(cfg.Table), "weir_check_stage", cfg.Columns, cfg.Key)); err != nil {
+		coll, err := arbiterCollations(ctx, conn, quoteTable(cfg.Table), cfg.Key)
+		if err != nil {
+			return fmt.Errorf("postgres sink: table %s: collations of the key's unique index: %w", cfg.Table, err)
+		}
+		if _, err := conn.Exec(ctx, "EXPLAIN "+upsertSQL(quoteTable(cfg.Table), "weir_check_stage", cfg.Columns, cfg.Key, coll)); err != nil {
 			return fmt.Errorf("postgres sink: upsert into %s on (%s) (a primary key or unique index on exactly these columns is needed): %w", cfg.Table, strings.Join(cfg.Key, ", "), err)
 		}
 	}
@@ -267,11 +271,14 @@ func stageSQL(stage, table string, cols []string, onCommit string) string {
 // a case-insensitive collation, char(n) padding, numeric scale: values that
 // differ in Go).
 //
-// NB: DISTINCT ON compares the key columns as the staging table holds them,
-// with their types' default equality and the columns' collations, which is
-// how a unique index on the columns compares them unless it was built with
-// another collation or operator class.
-func upsertSQL(table, stage string, cols, key []string) string {
+// DISTINCT ON compares the key columns with the collations of the unique
+// index that decides conflicts where it has its own (coll, from
+// arbiterCollations), as in CREATE UNIQUE INDEX ON t (k COLLATE
+// case_insensitive) on a column of the default collation.
+//
+// NB: it still compares with the types' default equality: a unique index
+// built with another operator class can take distinct keys for one.
+func upsertSQL(table, stage string, cols, key []string, coll map[string]string) string {
 	var set []string
 	for _, c := range cols {
 		if !slices.Contains(key, c) {
@@ -284,8 +291,64 @@ func upsertSQL(table, stage string, cols, key []string) string {
 		action = "DO UPDATE SET " + strings.Join(set, ", ")
 	}
 	return fmt.Sprintf("INSERT INTO %s (%s) SELECT DISTINCT ON (%s) %s FROM %s ORDER BY %s, %s DESC ON CONFLICT (%s) %s",
-		table, columnList(cols), columnList(key), columnList(cols), stage, columnList(key), pgx.Identifier{arrivalColumn(cols)}.Sanitize(),
+		table, columnList(cols), keyList(key, coll), columnList(cols), stage, keyList(key, coll), pgx.Identifier{arrivalColumn(cols)}.Sanitize(),
 		columnList(key), action)
+}
+
+// keyList lists the key columns, each followed by COLLATE and its collation
+// in coll (a quoted, schema-qualified name) where it has one.
+func keyList(key []string, coll map[string]string) string {
+	out := make([]string, len(key))
+	for i, k := range key {
+		out[i] = pgx.Identifier{k}.Sanitize()
+		if c := coll[k]; c != "" {
+			out[i] += " COLLATE " + c
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// arbiterCollations returns, for the key columns of table (quoted, as by
+// quoteTable), the collations of a unique index on exactly those columns
+// where they differ from the columns' own: the index decides what
+// conflicts. It returns an empty map when no index has collations of its
+// own.
+//
+// NB: of several such indexes with different collations, that of lowest OID
+// counts, while ON CONFLICT takes them all as arbiters.
+func arbiterCollations(ctx context.Context, conn *pgx.Conn, table string, key []string) (map[string]string, error) {
+	rows, err := conn.Query(ctx, `
+SELECT i.indexrelid::bigint, a.attname::text, format('%I.%I', cn.nspname, co.collname)
+FROM pg_index i
+CROSS JOIN LATERAL unnest(i.indkey::int2[], i.indcollation::oid[]) AS k(attnum, coll)
+JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+JOIN pg_collation co ON co.oid = k.coll
+JOIN pg_namespace cn ON cn.oid = co.collnamespace
+WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indexprs IS NULL AND i.indpred IS NULL
+  AND k.coll <> a.attcollation
+  AND (SELECT array_agg(b.attname::text ORDER BY b.attname) FROM pg_attribute b
+       WHERE b.attrelid = i.indrelid AND b.attnum = ANY(i.indkey::int2[])) = $2::text[]
+ORDER BY i.indexrelid`, table, slices.Sorted(slices.Values(key)))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	coll := map[string]string{}
+	var first int64
+	for rows.Next() {
+		var idx int64
+		var col, c string
+		if err := rows.Scan(&idx, &col, &c); err != nil {
+			return nil, err
+		}
+		if first == 0 {
+			first = idx
+		}
+		if idx == first {
+			coll[col] = c
+		}
+	}
+	return coll, rows.Err()
 }
 
 // structColumns maps a struct's exported fields to columns.
@@ -350,7 +413,25 @@ func classify(what string, err error) error {
 	if errors.As(err, &pg) && len(pg.Code) == 5 && permanentClasses[pg.Code[:2]] {
 		return operator.Permanent(err)
 	}
+	if errors.As(err, &pg) && copyFailed(pg) {
+		return operator.Permanent(err)
+	}
 	return err
+}
+
+// copyFailed reports whether pg is the server's answer to a COPY the client
+// gave up (CopyFail). The sink's row sources never fail, so pgx gave it up
+// because it could not encode a value for its column (70000 for a smallint,
+// text for an integer): a data error that every replay meets again.
+//
+// NB: pgx (v5.12) keeps no error value for this: it sends the encode
+// error's text in CopyFail, and returns only the server's error, SQLSTATE
+// 57014 (query canceled) like a statement timeout or a cancel. The two are
+// told apart by the server function that raised it (Routine), which is not
+// translated as the message is; should a server name it otherwise, the
+// error stays retriable, as it was.
+func copyFailed(pg *pgconn.PgError) bool {
+	return pg.Code == "57014" && pg.Routine == "CopyGetData" // query_canceled
 }
 
 // permanentClasses are the SQLSTATE classes of errors that do not go away

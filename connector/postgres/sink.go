@@ -305,7 +305,11 @@ func (w *upsertWriter[T]) Open(ctx *operator.Context) error {
 	if _, err := conn.Exec(rctx, stageSQL(w.stage, quoteTable(w.cfg.Table), w.cfg.Columns, "ON COMMIT DELETE ROWS")); err != nil {
 		return classify("postgres sink: staging table", err)
 	}
-	w.upsert = upsertSQL(quoteTable(w.cfg.Table), w.stage, w.cfg.Columns, w.cfg.Key)
+	coll, err := arbiterCollations(rctx, conn, quoteTable(w.cfg.Table), w.cfg.Key)
+	if err != nil {
+		return classify("postgres sink: collations of the key's unique index", err)
+	}
+	w.upsert = upsertSQL(quoteTable(w.cfg.Table), w.stage, w.cfg.Columns, w.cfg.Key, coll)
 	return nil
 }
 
