@@ -302,6 +302,12 @@ func (w *writer[T]) Open(ctx *operator.Context) error {
 				return err
 			}
 		}
+		// A refused transaction is over (committed or aborted earlier):
+		// its id protects nothing, and a later run may have left a
+		// transaction open under it, which initialising it aborts.
+		for _, r := range refused {
+			delete(recorded, r.rec.ID)
+		}
 		w.reserved = recorded
 	}
 	// Then abort every other transaction this subtask's ids (and those of
@@ -489,6 +495,18 @@ func (w *writer[T]) committedEarlier(ctx context.Context, r record, refused erro
 	if err != nil {
 		return fmt.Errorf("kafka sink: transaction %s of checkpoint %d: read the start of %s: %w", r.ID, r.At, m.Topic, err)
 	}
+	ends, err := kadm.NewClient(w.plain).ListEndOffsets(ctx, m.Topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("kafka sink: transaction %s of checkpoint %d: read the end of %s: %w", r.ID, r.At, m.Topic, err)
+	}
+	if o, ok := ends.Lookup(m.Topic, m.Partition); !ok || o.Offset <= m.Offset {
+		w.ctx.Logger.Warn("kafka sink: a transaction the restored checkpoint recorded ended long ago, and its marked record is beyond the end of the topic's log (the topic was made again): whether it was committed cannot be told; going on",
+			"txn", r.ID, "checkpoint", r.At, "record", m.String())
+		return nil
+	}
 	if o, ok := starts.Lookup(m.Topic, m.Partition); ok && o.Offset > m.Offset {
 		w.ctx.Logger.Warn("kafka sink: a transaction the restored checkpoint recorded ended long ago, and its records are no longer in the topic (retention): whether it was committed cannot be told; going on",
 			"txn", r.ID, "checkpoint", r.At, "record", m.String(), "log start", o.Offset)
@@ -498,7 +516,7 @@ func (w *writer[T]) committedEarlier(ctx context.Context, r record, refused erro
 	if err != nil {
 		return fmt.Errorf("kafka sink: transaction %s of checkpoint %d: %w", r.ID, r.At, err)
 	}
-	if written.Offset != m.Offset || written.ProducerID != r.PID {
+	if written.Offset != m.Offset || written.ProducerID != r.PID || written.ProducerEpoch != r.Epoch {
 		w.ctx.Logger.Warn("kafka sink: a transaction the restored checkpoint recorded ended long ago, and its marked record is no longer in the topic (compaction, or the topic was made again): whether it was committed cannot be told; going on",
 			"txn", r.ID, "checkpoint", r.At, "record", m.String())
 		return nil
@@ -558,7 +576,10 @@ func (w *writer[T]) abortListed(ctx context.Context, recorded, done map[string]b
 		return fmt.Errorf("kafka sink %s: ask the brokers' versions: %w", w.ctx.UID, err)
 	}
 	for _, v := range versions {
-		if _, ok := v.KeyMaxVersion(int16(kmsg.ListTransactions)); !ok || v.Err != nil {
+		if v.Err != nil {
+			return fmt.Errorf("kafka sink %s: ask broker %d its versions: %w", w.ctx.UID, v.NodeID, v.Err)
+		}
+		if _, ok := v.KeyMaxVersion(int16(kmsg.ListTransactions)); !ok {
 			w.ctx.Logger.Warn("kafka sink: a broker cannot list transactions (Kafka before 3.0): a transaction a failed run left open under an id beyond the restored checkpoint's parallelism and pool size stays open until its timeout",
 				"broker", v.NodeID)
 			return nil
@@ -608,7 +629,17 @@ func (w *writer[T]) take() (*txn, error) {
 	if n := len(w.free); n > 0 {
 		t := w.free[n-1]
 		w.free = w.free[:n-1]
-		return t, nil
+		if t.PID == 0 {
+			return t, nil
+		}
+		// Used before: a checkpoint may record its last transaction by
+		// (producer id, epoch); a new transaction under the same epoch
+		// would be committed by a restore of that checkpoint. A new
+		// epoch makes that restore's commit refused, and the mark decides.
+		t.cl.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), w.cfg.Timeout)
+		defer cancel()
+		return w.newTxn(ctx, t.Sub, t.ID)
 	}
 	for i, id := range w.unmade {
 		if w.reserved[id] {
