@@ -413,8 +413,11 @@ func transactionVersion1() kgo.Opt {
 // newTxn builds a transactional client for id and initialises its producer
 // id, which aborts a transaction a previous producer left open under it.
 func (w *writer[T]) newTxn(ctx context.Context, sub int, id string) (*txn, error) {
+	// A client lives from one reuse of its id to the next (an interval or
+	// a few): no client metrics (KIP-714), whose last push Close would
+	// otherwise wait for on the write path.
 	cl, err := client(w.cfg.Brokers, w.cfg.ClientOpts, kgo.DefaultProduceTopic(w.cfg.Topic),
-		kgo.TransactionalID(id), kgo.TransactionTimeout(w.cfg.TransactionTimeout), transactionVersion1())
+		kgo.TransactionalID(id), kgo.TransactionTimeout(w.cfg.TransactionTimeout), transactionVersion1(), kgo.DisableClientMetrics())
 	if err != nil {
 		return nil, err
 	}
