@@ -30,8 +30,12 @@ func newWorker() *cobra.Command {
 		Use:   "worker",
 		Short: "Run a built-in job's tasks for its coordinator",
 		Long: `Run a worker of a built-in job: it joins the coordinator (--join), offers
---slots slots and runs the tasks the coordinator places on it, until it is
-stopped. Take the same job flags as the coordinator.`,
+--slots slots and runs the tasks the coordinator places on it. When the job
+finishes, the coordinator tells its workers, and they exit 0 ("the job
+finished; this worker exits"); a coordinator that is gone without saying so
+(killed, interrupted, the job failed or cancelled) may be started again with
+--restore latest, so until it is stopped the worker keeps looking for it.
+Take the same job flags as the coordinator.`,
 	}
 	c.AddCommand(newWordCount(weir.Worker), newNexmarkJob(weir.Worker))
 	return c

@@ -92,7 +92,11 @@ type Coordinator struct {
 	changed chan struct{} // closed and replaced when membership changes
 	exec    *execution    // the attempt running, if any
 	ended   uint64        // the attempt that finished the job, if any
-	status  jobStatus
+	// done: the job finished (Observe saw runtime.EventFinished); told are
+	// the workers that heard it (see Close).
+	done   bool
+	told   map[string]bool
+	status jobStatus
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -124,7 +128,7 @@ func StartCoordinator(cfg CoordinatorConfig) (*Coordinator, error) {
 	c := &Coordinator{
 		cfg: cfg, ln: ln, lost: make(chan Worker, 64),
 		members: NewMembers(cfg.Graph, cfg.Liveness.Timeout), via: map[string]*peerConn{}, changed: make(chan struct{}),
-		stop: make(chan struct{}),
+		told: map[string]bool{}, stop: make(chan struct{}),
 	}
 	path, h := clusterpbconnect.NewCoordinatorServiceHandler(c, readLimit)
 	mux := http.NewServeMux()
@@ -182,14 +186,85 @@ func (c *Coordinator) WaitForSlots(ctx context.Context, n int, logEvery time.Dur
 
 // Close stops serving and waits for the coordinator's goroutines. Closing
 // again does nothing.
+//
+// When the job has finished, Close first waits until every live worker has
+// heard so, from the answer to its next heartbeat (or registration): a
+// worker that hears it exits, while one that only loses the coordinator
+// keeps looking for it, as for a coordinator that will be started again.
+// It waits 3/4 of the heartbeat timeout at most: a live worker has sent a
+// heartbeat by then, or fenced itself.
 func (c *Coordinator) Close() error {
 	var err error
 	c.stopOnce.Do(func() {
-		close(c.stop)
+		if c.waitUntilTold(c.cfg.Liveness.fenceAfter()) {
+			// NB: a worker is told when its call is answered; Close
+			// would cut the answer off. Shutdown lets the answers out.
+			close(c.stop)
+			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Liveness.fenceAfter())
+			c.srv.Shutdown(ctx)
+			cancel()
+		} else {
+			close(c.stop)
+		}
 		err = c.srv.Close()
 		c.wg.Wait()
 	})
 	return err
+}
+
+// jobFinishedHeader, in the answer to a heartbeat or registration, says
+// that the job finished: the worker has nothing left to do and exits.
+// NB: a header rather than a field of the answers, so that the generated
+// messages (clusterpb) stay as they are.
+const jobFinishedHeader = "Weir-Job-Finished"
+
+// jobFinished records that the job finished: the workers are told so.
+func (c *Coordinator) jobFinished() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.done = true
+	c.notify()
+}
+
+// finished reports whether the job finished, and if so records that
+// worker heard it. c.mu must be held.
+func (c *Coordinator) finished(worker string) bool {
+	if !c.done {
+		return false
+	}
+	if !c.told[worker] {
+		c.told[worker] = true
+		c.notify()
+	}
+	return true
+}
+
+// waitUntilTold waits, for at most limit, until every live worker, suspect
+// or not, has heard that the job finished, if it did; it reports whether
+// the job finished.
+func (c *Coordinator) waitUntilTold(limit time.Duration) bool {
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	for {
+		c.mu.Lock()
+		ended, changed := c.done, c.changed
+		waiting := 0
+		for _, w := range c.members.All() {
+			if !c.told[w.Name] && !c.via[w.Name].closed() {
+				waiting++
+			}
+		}
+		c.mu.Unlock()
+		if !ended || waiting == 0 {
+			return ended
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			c.cfg.Logger.Warn("the job finished, and workers did not hear it before the coordinator exits; they go on looking for a coordinator until they are stopped", "workers", waiting)
+			return true
+		}
+	}
 }
 
 func (c *Coordinator) notify() {
@@ -260,6 +335,14 @@ func (c *Coordinator) Register(ctx context.Context, req *connect.Request[cluster
 		return nil, err
 	}
 	conn := peerOf(ctx).conn
+	c.mu.Lock()
+	finished := c.finished(m.GetWorker())
+	c.mu.Unlock()
+	if finished {
+		resp := connect.NewResponse(&clusterpb.RegisterResponse{})
+		resp.Header().Set(jobFinishedHeader, "true")
+		return resp, nil
+	}
 	want := Worker{Name: m.GetWorker(), Slots: int(m.GetSlots()), DataAddress: clipTo(m.GetDataAddress(), maxNameBytes)}
 	g := graphFromProto(m.GetGraph())
 	tick := time.NewTicker(c.cfg.Liveness.HeartbeatInterval / 2)
@@ -349,6 +432,12 @@ func (c *Coordinator) Heartbeat(ctx context.Context, req *connect.Request[cluste
 		return nil, err
 	}
 	c.mu.Lock()
+	if c.finished(req.Msg.GetWorker()) {
+		c.mu.Unlock()
+		resp := connect.NewResponse(&clusterpb.HeartbeatResponse{})
+		resp.Header().Set(jobFinishedHeader, "true")
+		return resp, nil
+	}
 	suspect := c.members.Suspected(req.Msg.GetWorker())
 	err := c.members.Heartbeat(req.Msg.GetWorker(), req.Msg.GetSession(), c.cfg.Now())
 	if err == nil {

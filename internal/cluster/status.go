@@ -33,8 +33,12 @@ type jobStatus struct {
 	checkpoints  []*clusterpb.CheckpointStatus
 }
 
-// Observe records a job event for Status; the driver calls it (Spec.OnEvent).
+// Observe records a job event for Status, and the end of the job, which
+// the workers are told (see Close); the driver calls it (Spec.OnEvent).
 func (c *Coordinator) Observe(e runtime.JobEvent) {
+	if e.Kind == runtime.EventFinished {
+		c.jobFinished()
+	}
 	s := &c.status
 	s.mu.Lock()
 	defer s.mu.Unlock()

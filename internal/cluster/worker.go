@@ -43,10 +43,15 @@ type WorkerConfig struct {
 	Stats *runtime.Stats
 }
 
+// errJobFinished says that the coordinator answered: the job finished.
+var errJobFinished = errors.New("the job finished")
+
 // RunWorker registers with the coordinator and keeps the registration
-// alive until ctx ends, fencing and registering again whenever it lapses.
-// It returns nil when ctx ends, or an error when the coordinator refuses
-// the worker.
+// alive until ctx ends or the coordinator says the job finished, fencing
+// and registering again whenever it lapses (a coordinator that is gone
+// without saying so may be started again, with --restore latest). It
+// returns nil when ctx ends or the job finished, or an error when the
+// coordinator refuses the worker.
 func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	switch {
 	case cfg.TLS == nil:
@@ -69,6 +74,10 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	client := clusterpbconnect.NewCoordinatorServiceClient(&http.Client{Transport: tr}, "https://"+cfg.Coordinator, readLimit)
 	for {
 		w, live, err := register(ctx, client, cfg)
+		if errors.Is(err, errJobFinished) {
+			cfg.Logger.Info("the job finished; this worker exits", "worker", cfg.Name, "coordinator", cfg.Coordinator)
+			return nil
+		}
 		if err != nil || ctx.Err() != nil {
 			return err
 		}
@@ -76,6 +85,13 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 		reason := heartbeats(ctx, client, cfg, w, live)
 		if ctx.Err() != nil {
 			cfg.Fence(context.Cause(ctx))
+			return nil
+		}
+		if errors.Is(reason, errJobFinished) {
+			// The coordinator cancelled the last attempt's tasks already;
+			// fencing makes sure none is left.
+			cfg.Fence(reason)
+			cfg.Logger.Info("the job finished; this worker exits", "worker", cfg.Name, "coordinator", cfg.Coordinator, "session", w.Session)
 			return nil
 		}
 		cfg.Logger.Warn("fencing: stopping this worker's tasks", "worker", cfg.Name, "session", w.Session, "reason", reason)
@@ -89,6 +105,9 @@ func register(ctx context.Context, client clusterpbconnect.CoordinatorServiceCli
 	for {
 		sent := time.Now()
 		resp, err := client.Register(ctx, connect.NewRequest(req))
+		if err == nil && resp.Header().Get(jobFinishedHeader) != "" {
+			return Worker{}, nil, errJobFinished
+		}
 		if err == nil {
 			m := resp.Msg
 			l := Liveness{HeartbeatInterval: time.Duration(m.GetHeartbeatIntervalMs()) * time.Millisecond, Timeout: time.Duration(m.GetTimeoutMs()) * time.Millisecond}
@@ -144,9 +163,11 @@ func heartbeats(ctx context.Context, client clusterpbconnect.CoordinatorServiceC
 		if cfg.Stats != nil {
 			req.Stats = statsToProto(cfg.Stats.Read(sent))
 		}
-		_, err := client.Heartbeat(hctx, connect.NewRequest(req))
+		resp, err := client.Heartbeat(hctx, connect.NewRequest(req))
 		cancel()
 		switch {
+		case err == nil && resp.Header().Get(jobFinishedHeader) != "":
+			return errJobFinished
 		case err == nil:
 			l.lastSent = sent
 		case connect.CodeOf(err) == connect.CodeNotFound:
