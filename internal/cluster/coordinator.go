@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -27,7 +28,9 @@ type Liveness struct {
 	// before it declares the worker lost (default 5s, at least twice the
 	// interval). A worker fences itself (stops its tasks) after 3/4 of it
 	// without an answered heartbeat, counted from when it sent the last
-	// one answered, so always before the coordinator declares it lost.
+	// one answered (or from when the coordinator took its registration:
+	// see heldForHeader), so always before the coordinator declares it
+	// lost.
 	Timeout time.Duration
 }
 
@@ -92,6 +95,8 @@ type Coordinator struct {
 	changed chan struct{} // closed and replaced when membership changes
 	exec    *execution    // the attempt running, if any
 	ended   uint64        // the attempt that finished the job, if any
+	// deployed is the last attempt deployed (or being deployed) so far.
+	deployed uint64
 	// done: the job finished (Observe saw runtime.EventFinished); told are
 	// the workers that heard it (see Close).
 	done   bool
@@ -329,8 +334,13 @@ func (c *Coordinator) suspect(w Worker, why error) {
 // sent before, still on its way. A connection can also close under a
 // live process, a network fault; then a duplicate may win the name once,
 // and the live process is refused when it registers again.)
+//
+// A claim can wait up to the heartbeat timeout, longer than the 3/4 of it
+// after which a worker fences: the answer says how long it was held (see
+// heldForHeader), and the worker counts its liveness from then.
 func (c *Coordinator) Register(ctx context.Context, req *connect.Request[clusterpb.RegisterRequest]) (*connect.Response[clusterpb.RegisterResponse], error) {
 	m := req.Msg
+	began := time.Now() // NB: not cfg.Now: the worker adds heldFor to its own clock's reading
 	if err := checkWorker(ctx, m.GetWorker()); err != nil {
 		return nil, err
 	}
@@ -412,11 +422,13 @@ func (c *Coordinator) Register(ctx context.Context, req *connect.Request[cluster
 			return nil, connect.NewError(code, err)
 		}
 		c.cfg.Logger.Info("worker registered", "worker", w.Name, "slots", w.Slots, "data", w.DataAddress, "session", w.Session)
-		return connect.NewResponse(&clusterpb.RegisterResponse{
+		resp := connect.NewResponse(&clusterpb.RegisterResponse{
 			Session:             w.Session,
 			HeartbeatIntervalMs: c.cfg.Liveness.HeartbeatInterval.Milliseconds(),
 			TimeoutMs:           c.cfg.Liveness.Timeout.Milliseconds(),
-		}), nil
+		})
+		setHeldFor(resp.Header(), time.Since(began))
+		return resp, nil
 	}
 }
 
@@ -465,14 +477,21 @@ func (c *Coordinator) Report(ctx context.Context, req *connect.Request[clusterpb
 		return nil, err
 	}
 	c.mu.Lock()
-	ex, ended := c.exec, c.ended
+	ex, ended, deployed := c.exec, c.ended, c.deployed
 	live, _ := c.members.Workers()
+	reporter, _, held := c.members.Held(m.GetWorker())
 	c.mu.Unlock()
 	// A peer whose data connection failed is suspect even when the report
 	// comes too late for its attempt: the next one must not be placed on it.
 	// (After the job's last attempt, workers close their connections.)
+	// NB: only a live session's report of an attempt deployed so far
+	// accuses a peer. Any holder of a worker certificate can send a
+	// Report, and a suspect worker's slots count for nothing until its next
+	// heartbeat: accusations sent faster than heartbeats would keep the
+	// job from ever getting its slots.
+	credible := held && reporter.Session == m.GetSession() && m.GetAttempt() >= 1 && m.GetAttempt() <= deployed && m.GetAttempt() != ended
 	for _, p := range m.GetReports() {
-		if m.GetAttempt() == ended {
+		if !credible {
 			break
 		}
 		for _, w := range live {
@@ -496,4 +515,28 @@ func (c *Coordinator) Report(ctx context.Context, req *connect.Request[clusterpb
 		return nil, err
 	}
 	return connect.NewResponse(&clusterpb.ReportResponse{}), nil
+}
+
+// heldForHeader, in the answer to a Register, says for how many whole
+// milliseconds the coordinator held the registration before it took it
+// (a claim of a held name waits for the holder's fate, up to the
+// heartbeat timeout). The coordinator registered the worker at or after
+// the time the worker sent Register plus that; the worker counts its
+// liveness from then, so a long claim does not fence it on arrival.
+// NB: part of the control-plane protocol, in a header rather than a field
+// of RegisterResponse because clusterpb is generated (by protoc, not at
+// hand); a worker that finds no header counts from when it sent Register.
+const heldForHeader = "Weir-Held-Ms"
+
+func setHeldFor(h http.Header, d time.Duration) {
+	h.Set(heldForHeader, strconv.FormatInt(d.Milliseconds(), 10))
+}
+
+// heldFor reads heldForHeader; zero if it is missing or malformed.
+func heldFor(h http.Header) time.Duration {
+	ms, err := strconv.ParseInt(h.Get(heldForHeader), 10, 64)
+	if err != nil || ms < 0 {
+		return 0
+	}
+	return time.Duration(ms) * time.Millisecond
 }

@@ -177,6 +177,7 @@ func (x *Executor) Start(ctx context.Context, spec runtime.Spec, p runtime.Part,
 	}
 	x.c.mu.Lock()
 	x.c.exec = ex
+	x.c.deployed = max(x.c.deployed, ex.attempt)
 	x.c.mu.Unlock()
 	// The first deploy that fails fails them all: the others would wait
 	// for data connections with its worker.

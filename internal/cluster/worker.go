@@ -69,11 +69,18 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	if cfg.RetryInterval == 0 {
 		cfg.RetryInterval = time.Second
 	}
-	tr := &http.Transport{TLSClientConfig: toCoordinator(cfg.TLS), ForceAttemptHTTP2: true}
+	tr := &http.Transport{
+		TLSClientConfig: toCoordinator(cfg.TLS), ForceAttemptHTTP2: true,
+		// A connection that went silent (a middlebox lost its state, the
+		// coordinator's host went without a FIN) is found dead by its
+		// unanswered pings, and the calls on it fail.
+		HTTP2: &http.HTTP2Config{SendPingTimeout: pingAfter, PingTimeout: pingTimeout},
+	}
 	defer tr.CloseIdleConnections()
 	client := clusterpbconnect.NewCoordinatorServiceClient(&http.Client{Transport: tr}, "https://"+cfg.Coordinator, readLimit)
+	wait := firstRegisterTimeout
 	for {
-		w, live, err := register(ctx, client, cfg)
+		w, live, err := register(ctx, client, cfg, wait, tr.CloseIdleConnections)
 		if errors.Is(err, errJobFinished) {
 			cfg.Logger.Info("the job finished; this worker exits", "worker", cfg.Name, "coordinator", cfg.Coordinator)
 			return nil
@@ -81,6 +88,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 		if err != nil || ctx.Err() != nil {
 			return err
 		}
+		wait = registerTimeout(live.Liveness)
 		cfg.Registered(w)
 		reason := heartbeats(ctx, client, cfg, w, live)
 		if ctx.Err() != nil {
@@ -96,11 +104,34 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 		}
 		cfg.Logger.Warn("fencing: stopping this worker's tasks", "worker", cfg.Name, "session", w.Session, "reason", reason)
 		cfg.Fence(reason)
+		// The connection that carried the lapsed session may be silent
+		// for good: register on a new one.
+		tr.CloseIdleConnections()
 	}
 }
 
-// register registers, retrying while the coordinator cannot be reached.
-func register(ctx context.Context, client clusterpbconnect.CoordinatorServiceClient, cfg WorkerConfig) (Worker, *liveness, error) {
+const (
+	// pingAfter and pingTimeout: a worker's connection to the coordinator
+	// on which nothing arrived for pingAfter is pinged, and closed if the
+	// ping is not answered within pingTimeout.
+	pingAfter   = 5 * time.Second
+	pingTimeout = 5 * time.Second
+	// firstRegisterTimeout bounds a worker's first Register, before it
+	// knows the coordinator's heartbeat timeout. A claim that waits longer
+	// is sent again, and waits only for the rest: the held session's
+	// timeout runs from its last heartbeat.
+	firstRegisterTimeout = time.Minute
+)
+
+// registerTimeout bounds a Register to a coordinator with liveness l: the
+// coordinator may hold it up to l.Timeout (a claim of a name whose
+// session is not yet proven dead), and a little more to answer.
+func registerTimeout(l Liveness) time.Duration { return 2 * l.Timeout }
+
+// register registers, retrying while the coordinator cannot be reached;
+// each Register may take timeout. Before it sends Register again, it calls
+// closeIdle, so that the retry does not go on a silent connection.
+func register(ctx context.Context, client clusterpbconnect.CoordinatorServiceClient, cfg WorkerConfig, timeout time.Duration, closeIdle func()) (Worker, *liveness, error) {
 	req := &clusterpb.RegisterRequest{Worker: cfg.Name, Slots: int32(cfg.Slots), DataAddress: cfg.DataAddress, Graph: graphToProto(cfg.Graph)}
 	for {
 		sent := time.Now()
@@ -116,7 +147,10 @@ func register(ctx context.Context, client clusterpbconnect.CoordinatorServiceCli
 			}
 			w := Worker{Name: cfg.Name, Slots: cfg.Slots, DataAddress: cfg.DataAddress, Session: m.GetSession()}
 			cfg.Logger.Info("registered", "worker", w.Name, "coordinator", cfg.Coordinator, "session", w.Session)
-			return w, &liveness{Liveness: l, lastSent: sent}, nil
+			// The coordinator registered this worker no earlier than it
+			// held the Register after it was sent (see heldForHeader).
+			held := min(heldFor(resp.Header()), time.Since(sent))
+			return w, &liveness{Liveness: l, lastSent: sent.Add(held)}, nil
 		}
 		switch connect.CodeOf(err) {
 		case connect.CodeFailedPrecondition, connect.CodePermissionDenied, connect.CodeUnauthenticated, connect.CodeAlreadyExists, connect.CodeInvalidArgument:
@@ -131,6 +165,7 @@ func register(ctx context.Context, client clusterpbconnect.CoordinatorServiceCli
 		case <-ctx.Done():
 			return Worker{}, nil, nil
 		}
+		closeIdle()
 	}
 }
 
