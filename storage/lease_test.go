@@ -118,7 +118,7 @@ var fenced atomic.Int64
 type startOutcome struct {
 	owner string // how the storage names this run
 	err   error  // Lock's
-	held  error  // while holding, at the end: nil, or why it lost
+	held  error  // its last commit, after every other run was done: nil, or why it may not
 	wrote error  // its checkpoint's
 }
 
@@ -166,9 +166,9 @@ func raceStart(t *testing.T, k startKind, seed uint64) error {
 			}
 			out[i].wrote = takeCheckpoint(stores[i], checkpoint.ID(100+i))
 			refused.Wait() // hold the storage until every other run is done
-			if h, ok := l.(interface{ Held() error }); ok {
-				out[i].held = h.Held()
-			}
+			// NB: Held reports only a loss a renewal found: a run whose
+			// renewals were late may not know yet. A commit proves it.
+			out[i].held = takeCheckpoint(stores[i], checkpoint.ID(200+i))
 			l.Close()
 		}()
 	}
@@ -188,7 +188,7 @@ func raceStart(t *testing.T, k startKind, seed uint64) error {
 			got[o.owner] = true
 			if o.held == nil {
 				holding = append(holding, i)
-			} else if !errors.Is(o.held, ErrLeaseLost) {
+			} else if !errors.Is(o.held, ErrLeaseLost) && !errors.Is(o.held, ErrUnavailable) {
 				errs = append(errs, fmt.Errorf("run %d: %w", i, o.held))
 			}
 			// A write may fail only because the lease could not be
