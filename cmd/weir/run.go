@@ -373,8 +373,8 @@ func (p *progress) report(w io.Writer, env *weir.Environment, period time.Durati
 func (p *progress) line(ms []weir.Metrics, last map[string]int64, elapsed, period time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "weir: %6.1fs", elapsed.Seconds())
-	// Records are counted where they enter a task (or leave a source);
-	// operators chained behind others have no count.
+	// Records are counted where they enter an operator (or leave a
+	// source); an operator that took none yet is left out.
 	for _, m := range ms {
 		if m.Records == 0 {
 			continue
