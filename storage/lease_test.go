@@ -207,7 +207,11 @@ func raceStart(t *testing.T, k startKind, seed uint64) error {
 		errs = append(errs, errors.New("no run got the storage"))
 	}
 	for i, o := range out {
-		if o.err != nil && !slices.ContainsFunc(slices.Collect(maps.Keys(got)), func(h string) bool { return strings.Contains(o.err.Error(), h) }) {
+		// A directory's lock names its holder's pid if the holder wrote it
+		// within lockfile's wait, else "another process": best effort on a
+		// loaded machine, and not what this generator checks.
+		unnamed := k.name == "dir" && strings.Contains(fmt.Sprint(o.err), "by another process")
+		if o.err != nil && !unnamed && !slices.ContainsFunc(slices.Collect(maps.Keys(got)), func(h string) bool { return strings.Contains(o.err.Error(), h) }) {
 			errs = append(errs, fmt.Errorf("run %d was refused without naming a run that got the storage (%v): %v", i, slices.Collect(maps.Keys(got)), o.err))
 		}
 	}

@@ -29,7 +29,7 @@ func holder(f *os.File) string {
 	}
 }
 
-const holderWait = 200 * time.Millisecond
+const holderWait = time.Second
 
 func lockOS(path, what string) (io.Closer, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
