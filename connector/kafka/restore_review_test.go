@@ -14,7 +14,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/weirstream/weir"
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/operator"
 	"github.com/weirstream/weir/operator/operatortest"
@@ -284,30 +283,7 @@ func TestSinkRestoreFailsRetriablyWhenABrokerDoesNotAnswerItsVersions(t *testing
 	defer c.Close()
 	brokers := c.ListenAddrs()
 	w := &operatortest.MemWriter{}
-	run := &operatortest.Run{}
-	s := sinkFor(t, run, brokers, 0, 1, nil)
-	hs := commitAt(t, s, 1, w, "a")
-	s.Close()
-	run.Close()
-
-	run = &operatortest.Run{}
-	var rescaled []weir.SinkWriter[string]
-	for sub := range 2 {
-		r, err := restoreSink(run, brokers, sub, 2, 1, hs, w, 0)
-		if err != nil {
-			t.Fatalf("restore at parallelism 2, subtask %d: %v", sub, err)
-		}
-		rescaled = append(rescaled, r)
-	}
-	rescaled[1].Write("lost")
-	snapshot(t, rescaled[1], 2, w) // flushed; checkpoint 2 never completes
-	for _, r := range rescaled {
-		r.Close()
-	}
-	run.Close()
-	if !stalled(t, brokers, "out") {
-		t.Fatal("no transaction left open by the failed rescale")
-	}
+	hs := failRescale(t, brokers, w)
 
 	// From now on, broker 2 does not answer an admin's ApiVersions (the
 	// clients' own handshakes, named kgo, still go through).
@@ -321,7 +297,7 @@ func TestSinkRestoreFailsRetriablyWhenABrokerDoesNotAnswerItsVersions(t *testing
 		return nil, nil, false
 	})
 
-	run = &operatortest.Run{}
+	run := &operatortest.Run{}
 	defer run.Close()
 	r, err := restoreSink(run, brokers, 0, 1, 1, hs, w, 0)
 	if err != nil {

@@ -174,6 +174,24 @@ func TestSinkRestoreReportsATransactionTheBrokerAborted(t *testing.T) {
 func TestSinkAbortsWhatAFailedRescaleLeftOpen(t *testing.T) {
 	brokers := broker(t, "out")
 	w := &operatortest.MemWriter{}
+	hs := failRescale(t, brokers, w)
+
+	run := &operatortest.Run{}
+	defer run.Close()
+	r, err := restoreSink(run, brokers, 0, 1, 1, hs, w, 0)
+	if err != nil {
+		t.Fatalf("restore at parallelism 1: %v", err)
+	}
+	defer r.Close()
+	wantCommitted(t, brokers, "after the restore at parallelism 1", []string{"a"})
+}
+
+// failRescale completes checkpoint 1 at parallelism 1, restores it at
+// parallelism 2, and lets subtask 1 write and flush a transaction whose
+// checkpoint never completes, as a run that died would: the broker holds
+// it open. It returns checkpoint 1's handles.
+func failRescale(t *testing.T, brokers []string, w *operatortest.MemWriter) []checkpoint.Handle {
+	t.Helper()
 	run := &operatortest.Run{}
 	s := sinkFor(t, run, brokers, 0, 1, nil)
 	hs := commitAt(t, s, 1, w, "a")
@@ -198,13 +216,5 @@ func TestSinkAbortsWhatAFailedRescaleLeftOpen(t *testing.T) {
 	if !stalled(t, brokers, "out") {
 		t.Fatal("no transaction left open by the failed rescale: the test does not test the abort")
 	}
-
-	run = &operatortest.Run{}
-	defer run.Close()
-	r, err := restoreSink(run, brokers, 0, 1, 1, hs, w, 0)
-	if err != nil {
-		t.Fatalf("restore at parallelism 1: %v", err)
-	}
-	defer r.Close()
-	wantCommitted(t, brokers, "after the restore at parallelism 1", []string{"a"})
+	return hs
 }
