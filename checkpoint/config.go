@@ -17,8 +17,9 @@ type Config struct {
 	// MaxConcurrent 1.
 	MinPause time.Duration
 	// Timeout aborts a checkpoint that has not been acknowledged by every task
-	// this long after its trigger. Default 5 minutes (Flink: 10), so that a Kafka sink's transaction, open
-	// up to two checkpoints before its commit, fits the broker's default cap.
+	// this long after its trigger. Default 5 minutes (Flink: 10), so that
+	// a Kafka sink's transaction, open up to two checkpoints before its
+	// commit, fits the broker's default cap of 15 minutes.
 	Timeout time.Duration
 	// MaxConcurrent is how many periodic checkpoints may be pending at once.
 	// Default 1.
