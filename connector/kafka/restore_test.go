@@ -218,3 +218,44 @@ func failRescale(t *testing.T, brokers []string, w *operatortest.MemWriter) []ch
 	}
 	return hs
 }
+
+// TestSinkChecksTheTimeoutFromTheTransactionsOpening (issue 19, defect 16):
+// a transaction opens with the first record after a snapshot, up to one
+// checkpoint interval plus one checkpoint timeout before the next snapshot
+// pre-commits it, and then waits for its commit: the timeout must cover
+// both. 15 minutes covers the wait after the pre-commit (10m6s), not the
+// whole (20m7s); the refusal says which checkpoint timeout would fit.
+func TestSinkChecksTheTimeoutFromTheTransactionsOpening(t *testing.T) {
+	brokers := broker(t, "out")
+	run := &operatortest.Run{}
+	defer run.Close()
+	minute := operator.CommitWait{Interval: time.Second, Timeout: time.Minute, RestartDelay: 5 * time.Second}
+	for _, c := range []struct {
+		timeout time.Duration
+		wait    operator.CommitWait
+		want    string // "": accepted
+	}{
+		{15 * time.Minute, operator.CommitWait{Interval: time.Second, Timeout: 10 * time.Minute, RestartDelay: 5 * time.Second},
+			"transaction timeout 15m0s is not above the longest a pre-committed transaction may wait for its commit, (checkpoint interval 1s + checkpoint timeout 10m0s) × (tolerable checkpoint failures 0 + 1) + the restart strategy's longest delay 5s = 10m6s, plus the time its transaction may be open before the pre-commit, checkpoint interval 1s + checkpoint timeout 10m0s = 10m1s: 20m7s in all"},
+		{15 * time.Minute, operator.CommitWait{Interval: time.Second, Timeout: 10 * time.Minute, RestartDelay: 5 * time.Second}, "a checkpoint timeout below 7m26s"},
+		{15 * time.Minute, operator.CommitWait{Interval: time.Second, Timeout: 7*time.Minute + 26*time.Second, RestartDelay: 5 * time.Second}, ""},
+		{3 * time.Minute, minute, ""},
+		{2*time.Minute + 7*time.Second, minute, "2m7s in all"},
+	} {
+		newSink, err := Sink(SinkConfig[string]{Brokers: brokers, Topic: "out", Encode: encode, TransactionTimeout: c.timeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := run.Context("out", 0, 1, nil)
+		ctx.CommitWait = c.wait
+		s := newSink()
+		err = s.Open(ctx)
+		s.Close()
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("timeout %v, %v: %v", c.timeout, c.wait, err)
+		case c.want != "" && (!operator.IsPermanent(err) || !strings.Contains(fmt.Sprint(err), c.want)):
+			t.Errorf("timeout %v, %v: %v, want %q", c.timeout, c.wait, err, c.want)
+		}
+	}
+}

@@ -90,9 +90,11 @@ type SinkConfig[T any] struct {
 	// checkpoint to complete. Default DefaultTransactionalIDs.
 	TransactionalIDs int
 	// TransactionTimeout is how long the broker keeps a transaction open
-	// before aborting it. It must exceed the longest a pre-committed
-	// transaction can wait for its commit (operator.CommitWait), which the
-	// job checks when it starts, and must not exceed the broker's
+	// before aborting it, counted from its first record. It must exceed
+	// the longest a transaction can be open before its pre-commit (one
+	// checkpoint interval plus one checkpoint timeout) plus the longest it
+	// can then wait for its commit (operator.CommitWait), which the job
+	// checks when it starts, and must not exceed the broker's
 	// transaction.max.timeout.ms. Default DefaultTransactionTimeout.
 	TransactionTimeout time.Duration
 	// CreateTopic creates a missing Topic with Partitions partitions
@@ -368,10 +370,19 @@ func (w *writer[T]) txnID(sub, k int) string {
 
 // checkTimeout refuses a transaction timeout that could abort a
 // pre-committed transaction before its commit, or that the broker caps.
+// NB: the broker counts the timeout from the transaction's first record,
+// which the sink writes with the first record after a snapshot: up to one
+// checkpoint interval plus one checkpoint timeout before the next snapshot
+// pre-commits it. The bound counts from there.
 func (w *writer[T]) checkTimeout(ctx context.Context) error {
-	if bound := w.ctx.CommitWait; w.cfg.TransactionTimeout <= bound.Total() {
-		return operator.Permanent(fmt.Errorf("kafka sink %s: transaction timeout %v is not above the longest a pre-committed transaction may wait for its commit, %s: the broker would abort it and its records would be lost; raise TransactionTimeout (txn-timeout in the URL), or lower those settings",
-			w.ctx.UID, w.cfg.TransactionTimeout, bound))
+	wait := w.ctx.CommitWait
+	if open := wait.Interval + wait.Timeout; w.cfg.TransactionTimeout <= open+wait.Total() {
+		lower := "lower those settings"
+		if fit := (w.cfg.TransactionTimeout-wait.RestartDelay)/time.Duration(wait.TolerableFailures+2) - wait.Interval; fit >= time.Second {
+			lower = fmt.Sprintf("lower those settings (the others as they are, a checkpoint timeout below %v)", fit.Truncate(time.Second))
+		}
+		return operator.Permanent(fmt.Errorf("kafka sink %s: transaction timeout %v is not above the longest a pre-committed transaction may wait for its commit, %s, plus the time its transaction may be open before the pre-commit, checkpoint interval %v + checkpoint timeout %v = %v: %v in all; the broker would abort it and its records would be lost; raise TransactionTimeout (txn-timeout in the URL; at most the broker's transaction.max.timeout.ms, 15 minutes unless set), or %s",
+			w.ctx.UID, w.cfg.TransactionTimeout, wait, wait.Interval, wait.Timeout, open, open+wait.Total(), lower))
 	}
 	configs, err := kadm.NewClient(w.plain).DescribeBrokerConfigs(ctx)
 	if err != nil {
