@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -277,6 +278,10 @@ type driver struct {
 	// persisted holds the metadata of checkpoints written but not yet
 	// announced complete; announced ones become point.
 	persisted map[checkpoint.ID]*checkpoint.Metadata
+	// unsure holds checkpoints whose commit failed and whose files could
+	// not be deleted since: their metadata may be in storage, where they
+	// look completed.
+	unsure map[checkpoint.ID]bool
 	// acks holds, per checkpoint in flight, its tasks' acknowledgements in
 	// order; lastShared, the shared files of the newest completed
 	// checkpoint.
@@ -328,7 +333,7 @@ func newDriver(spec Spec) (_ *driver, err error) {
 	}
 	d := &driver{
 		spec: spec, log: spec.Logger.With("job", spec.Name), tasks: spec.Plan.Tasks(), ops: spec.Plan.Graph.Operators(),
-		triggered: map[checkpoint.ID]time.Time{}, persisted: map[checkpoint.ID]*checkpoint.Metadata{}, acks: map[checkpoint.ID][]TaskTrace{},
+		triggered: map[checkpoint.ID]time.Time{}, persisted: map[checkpoint.ID]*checkpoint.Metadata{}, unsure: map[checkpoint.ID]bool{}, acks: map[checkpoint.ID][]TaskTrace{},
 		resources: resources{held: map[string]resource{}},
 	}
 	defer func() {
@@ -658,6 +663,23 @@ func (d *driver) abandon(ids []checkpoint.ID) error {
 	return nil
 }
 
+// deleteUnsure deletes the checkpoints whose commit failed and whose files
+// an abort could not delete, before an attempt restores an older one. NB:
+// the failed commit may have written the metadata, so such a checkpoint can
+// look completed in storage; the attempt rolls back the sinks' output after
+// the checkpoint it restores, and a later start restoring the unsure one as
+// the latest would find that output gone.
+func (d *driver) deleteUnsure() error {
+	for _, id := range slices.Sorted(maps.Keys(d.unsure)) {
+		if err := d.spec.Storage.Discard(id); err != nil {
+			return fmt.Errorf("the commit of checkpoint %d failed and its files could not be deleted (%w), so it may look completed in storage; the job restores an older one only once it is deleted: %w",
+				id, storage.ErrUnavailable, err)
+		}
+		delete(d.unsure, id)
+	}
+	return nil
+}
+
 // sharedPaths are the shared files m references.
 func sharedPaths(m *checkpoint.Metadata) map[string]bool {
 	out := map[string]bool{}
@@ -743,6 +765,9 @@ func (d *driver) runAttempt(parent context.Context) error {
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(ErrStopped)
 	d.stopWith = 0 // a stop an earlier attempt did not finish is not this one's
+	if err := d.deleteUnsure(); err != nil {
+		return err
+	}
 	// The attempt's reports channel is its own, so nothing an earlier
 	// attempt sends reaches a later one.
 	reports := make(chan Report, 64*len(d.tasks.All)+64)
@@ -900,6 +925,9 @@ func (d *driver) carryOut(ctx context.Context, x Execution) error {
 						}
 					}
 				}
+				if err != nil {
+					d.unsure[m.ID] = true // until the abort deletes it
+				}
 				d.coord.Persisted(d.spec.Now(), m.ID, err)
 				if errors.Is(err, storage.ErrLeaseLost) {
 					failure = err // fenced: another run holds the storage
@@ -929,6 +957,8 @@ func (d *driver) carryOut(ctx context.Context, x Execution) error {
 				}
 				if err := d.spec.Storage.Discard(act.ID); err != nil {
 					d.log.Warn("could not delete an aborted checkpoint's files", "checkpoint", act.ID, "err", err)
+				} else {
+					delete(d.unsure, act.ID)
 				}
 			case checkpoint.Discard:
 				delete(d.persisted, act.ID)
