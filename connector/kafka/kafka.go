@@ -17,6 +17,13 @@
 // them. It can also write at least once (flush at every snapshot) or without
 // guarantees.
 //
+// With a run's first output, in the same transaction, the sink writes an
+// ownership record (topic, job, sink UID) into the compacted OwnersTopic. A
+// later run of the job that neither restores nor starts over finds it and is
+// refused (ErrEarlierOutput) rather than add a second copy; one that starts
+// over writes after the earlier output, which Kafka cannot delete for one
+// writer alone.
+//
 // Both take a Config struct, validated when built (brokers reachable,
 // topics present) and again when the job starts (transaction timeouts
 // against the job's checkpoint settings). ParseURL reads the

@@ -145,6 +145,9 @@ func Sink[T any](cfg SinkConfig[T]) (func() weir.SinkWriter[T], error) {
 	if err := checkTopics(ctx, kadm.NewClient(cl), cfg.Brokers, []string{cfg.Topic}, cfg.CreateTopic, cfg.Partitions); err != nil {
 		return nil, err
 	}
+	if err := createOwnersTopic(ctx, kadm.NewClient(cl)); err != nil {
+		return nil, err
+	}
 	return func() weir.SinkWriter[T] { return &writer[T]{cfg: cfg} }, nil
 }
 
@@ -238,6 +241,10 @@ type writer[T any] struct {
 	// restore of the same checkpoint finds their epochs unchanged.
 	reserved map[string]bool
 
+	// owned: the run's ownership record went out with its first output.
+	owned   bool
+	topicID string // of cfg.Topic, for the ownership record
+
 	errMu    sync.Mutex
 	firstErr error
 }
@@ -253,7 +260,12 @@ func (w *writer[T]) Open(ctx *operator.Context) error {
 		return err
 	}
 	if w.delivery != ExactlyOnce {
-		return nil
+		rctx, cancel := context.WithTimeout(context.Background(), w.cfg.Timeout)
+		defer cancel()
+		if w.topicID, err = w.lookUpTopicID(rctx); err != nil {
+			return err
+		}
+		return w.checkOwner(rctx)
 	}
 	w.prefix = w.cfg.TransactionalIDPrefix
 	if w.prefix == "" {
@@ -262,6 +274,9 @@ func (w *writer[T]) Open(ctx *operator.Context) error {
 	rctx, cancel := context.WithTimeout(context.Background(), w.cfg.Timeout)
 	defer cancel()
 	if err := w.checkTimeout(rctx); err != nil {
+		return err
+	}
+	if w.topicID, err = w.lookUpTopicID(rctx); err != nil {
 		return err
 	}
 	oldP, oldSize := ctx.Parallelism, w.cfg.TransactionalIDs
@@ -354,7 +369,9 @@ func (w *writer[T]) Open(ctx *operator.Context) error {
 			return err
 		}
 	}
-	return nil
+	// Last, an earlier run's output: looked for once what this subtask's
+	// ids left open is aborted, so that what remains open is not committed.
+	return w.checkOwner(rctx)
 }
 
 // refusal is a recorded transaction whose commit the broker refused for a
@@ -706,6 +723,12 @@ func (w *writer[T]) Write(v T) error {
 			w.open = t
 		}
 		cl, promise = w.open.cl, w.open.ack
+	}
+	if !w.owned {
+		// NB: w.promise, not the transaction's ack, so that the mark is
+		// where the output is.
+		cl.Produce(context.Background(), w.ownerRecord(), w.promise)
+		w.owned = true
 	}
 	cl.Produce(context.Background(), rec, promise)
 	return w.produceErr()

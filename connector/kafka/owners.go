@@ -1,0 +1,258 @@
+package kafka
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/operator"
+)
+
+// OwnersTopic is the compacted topic in which Kafka sinks keep their
+// ownership records: one per (topic, job, sink UID) that has committed
+// output, so that a later run of the job that does not restore finds it and
+// refuses to add to it (issue 19, defect 4). The sink creates it (one
+// partition, cleanup.policy=compact) when it is missing.
+//
+// NB: Kafka's own internal topics begin with "__" (__consumer_offsets,
+// __transaction_state), a prefix applications leave alone, and "weir" in
+// it names the owner; a user's topic of this name would be read as
+// ownership records, and its other records ignored. Its key says what it
+// is (ownerKeyVersion), so a record of another kind never matches.
+const OwnersTopic = "__weir_sink_owners"
+
+// ownerKeyVersion begins every ownership record's key.
+const ownerKeyVersion = "weir-sink-owner/1"
+
+// ErrEarlierOutput marks the refusal of a run that does not restore, and
+// does not start over, to write into a topic that holds output an earlier
+// run of the same job's sink committed.
+var ErrEarlierOutput = errors.New("the topic holds output an earlier run of this job committed")
+
+// ownerKey is the key of the ownership record of the sink uid of job into
+// topic: a JSON array, which escapes every string, so that no two triples
+// share a key whatever characters job names and UIDs hold.
+func ownerKey(topic, job, uid string) []byte {
+	return mustJSON([]string{ownerKeyVersion, topic, job, uid})
+}
+
+// ownership is the value of an ownership record: which run wrote it, for
+// the people who read the topic.
+type ownership struct {
+	Topic string `json:"topic"`
+	// TopicID is the topic's ID (KIP-516): a topic deleted and made again
+	// has another, and holds none of the output the record speaks of.
+	TopicID     string `json:"topic_id,omitempty"`
+	Job         string `json:"job"`
+	UID         string `json:"uid"`
+	Subtask     int    `json:"subtask"`
+	Parallelism int    `json:"parallelism"`
+	// Restored is the checkpoint the run restored; 0: it started from
+	// nothing.
+	Restored checkpoint.ID `json:"restored,omitempty"`
+	// Fresh: the run started over (--fresh) after earlier output.
+	Fresh bool `json:"fresh,omitempty"`
+}
+
+// ownerRecord is the ownership record the writer's first output of a run
+// goes with: into the same transaction when exactly once, so that it is
+// committed if and only if some of the run's output is.
+func (w *writer[T]) ownerRecord() *kgo.Record {
+	o := ownership{Topic: w.cfg.Topic, TopicID: w.topicID, Job: w.ctx.Job, UID: w.ctx.UID, Subtask: w.ctx.Subtask, Parallelism: w.ctx.Parallelism, Fresh: w.ctx.StartOver}
+	if w.ctx.Restore != nil {
+		o.Restored = w.ctx.Restore.Checkpoint
+	}
+	return &kgo.Record{Topic: OwnersTopic, Key: ownerKey(w.cfg.Topic, w.ctx.Job, w.ctx.UID), Value: mustJSON(o)}
+}
+
+// createOwnersTopic creates OwnersTopic if it is missing.
+func createOwnersTopic(ctx context.Context, adm *kadm.Client) error {
+	details, err := adm.ListTopics(ctx, OwnersTopic)
+	if err != nil {
+		return fmt.Errorf("kafka sink: look up the ownership topic %s: %w", OwnersTopic, err)
+	}
+	if d, ok := details[OwnersTopic]; ok && d.Err == nil {
+		return nil
+	}
+	compact := "compact"
+	resp, err := adm.CreateTopics(ctx, 1, -1, map[string]*string{"cleanup.policy": &compact}, OwnersTopic)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		return fatal(fmt.Sprintf("kafka sink: create the ownership topic %s (compacted; the sink records there which job wrote into which topic, so that a run that does not restore is not added to an earlier run's output; create it, or let the job's principal create it)", OwnersTopic), err)
+	}
+	return nil
+}
+
+// found is a committed ownership record.
+type found struct {
+	partition int32
+	offset    int64
+	value     []byte
+}
+
+// findOwner reads OwnersTopic from its start to its end, read_uncommitted
+// with the transaction markers, and returns the last committed ownership
+// record of this sink's topic, job and UID, or nil.
+//
+// NB: not read_committed, which a transaction another job's sink has open
+// in the topic (its first interval) would hold back; a record whose
+// transaction is still open is not committed, and this run (which aborts
+// what its ids left open before it looks) cannot commit an earlier run's.
+func (w *writer[T]) findOwner(ctx context.Context) (*found, error) {
+	adm := kadm.NewClient(w.plain)
+	ends, err := adm.ListEndOffsets(ctx, OwnersTopic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kafka sink %s: read the end of the ownership topic %s: %w", w.ctx.UID, OwnersTopic, err)
+	}
+	from := map[int32]kgo.Offset{}
+	todo := map[int32]int64{} // partition: its end offset
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			from[o.Partition] = kgo.NewOffset().AtStart()
+			todo[o.Partition] = o.Offset
+		}
+	})
+	if len(todo) == 0 {
+		return nil, nil
+	}
+	cl, err := client(w.cfg.Brokers, w.cfg.ClientOpts, kgo.FetchIsolationLevel(kgo.ReadUncommitted()), kgo.KeepControlRecords(),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{OwnersTopic: from}))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	key := string(ownerKey(w.cfg.Topic, w.ctx.Job, w.ctx.UID))
+	var last *found
+	open := map[int64][]found{} // producer id: its matching records not yet ended
+	for len(todo) > 0 {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("kafka sink %s: read the ownership topic %s: %w", w.ctx.UID, OwnersTopic, err)
+		}
+		var ferr error
+		fs.EachError(func(_ string, _ int32, err error) {
+			if ferr == nil && !errors.Is(err, context.DeadlineExceeded) {
+				ferr = err
+			}
+		})
+		if ferr != nil {
+			return nil, fatal(fmt.Sprintf("kafka sink %s: read the ownership topic %s", w.ctx.UID, OwnersTopic), ferr)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			end, ok := todo[r.Partition]
+			if !ok || r.Offset >= end {
+				return
+			}
+			if r.Offset+1 >= end {
+				delete(todo, r.Partition)
+			}
+			at := found{r.Partition, r.Offset, r.Value}
+			switch {
+			case r.Attrs.IsControl():
+				// Key: version, then type (0 abort, 1 commit), int16 each.
+				if len(r.Key) >= 4 && binary.BigEndian.Uint16(r.Key[2:]) == 1 {
+					for _, f := range open[r.ProducerID] {
+						last = &f
+					}
+				}
+				delete(open, r.ProducerID)
+			case string(r.Key) != key:
+			case r.Attrs.IsTransactional():
+				open[r.ProducerID] = append(open[r.ProducerID], at)
+			default: // at least once, or without guarantees
+				last = &at
+			}
+		})
+	}
+	return last, nil
+}
+
+// checkOwner refuses a run that neither restores nor starts over if an
+// earlier run of this job's sink committed output into the topic, as its
+// ownership record says. Subtask 0 alone looks: the record is the sink's,
+// not a subtask's.
+func (w *writer[T]) checkOwner(ctx context.Context) error {
+	if w.ctx.Restore != nil || w.ctx.Subtask != 0 {
+		return nil
+	}
+	f, err := w.findOwner(ctx)
+	if err != nil || f == nil {
+		return err
+	}
+	if stale, err := w.stale(ctx, f); err != nil || stale {
+		return err
+	}
+	if w.ctx.StartOver {
+		ends, err := kadm.NewClient(w.plain).ListCommittedOffsets(ctx, w.cfg.Topic)
+		var at []string
+		if err == nil {
+			ends.Each(func(o kadm.ListedOffset) { at = append(at, fmt.Sprintf("%d:%d", o.Partition, o.Offset)) })
+		}
+		w.ctx.Logger.Warn("kafka sink: starting over: the output of earlier runs stays in the topic (Kafka cannot delete one writer's records), and this run's follows it",
+			"topic", w.cfg.Topic, "job", w.ctx.Job, "sink", w.ctx.UID, "from partition:offset", strings.Join(at, ","))
+		return nil
+	}
+	return operator.Permanent(fmt.Errorf("kafka sink %q of job %q: topic %s: %w (its ownership record is in %s, partition %d at offset %d): resume that run with --restore latest (Config.Restore \"latest\"), or start over with --fresh (Config.Fresh), which keeps the earlier output in the topic (Kafka cannot delete one writer's records; delete the topic's records, or make it again, to drop them) and writes this run's after it",
+		w.ctx.UID, w.ctx.Job, w.cfg.Topic, ErrEarlierOutput, OwnersTopic, f.partition, f.offset))
+}
+
+// lookUpTopicID returns the ID of the sink's topic (KIP-516), "" if the brokers
+// have none.
+func (w *writer[T]) lookUpTopicID(ctx context.Context) (string, error) {
+	details, err := kadm.NewClient(w.plain).ListTopics(ctx, w.cfg.Topic)
+	if err == nil {
+		err = details.Error()
+	}
+	if err != nil {
+		return "", fmt.Errorf("kafka sink %s: look up topic %s: %w", w.ctx.UID, w.cfg.Topic, err)
+	}
+	if id := details[w.cfg.Topic].ID; id != (kadm.TopicID{}) {
+		return id.String(), nil
+	}
+	return "", nil
+}
+
+// stale reports whether the topic no longer holds the output an ownership
+// record speaks of: the topic was made again since (another topic ID), or
+// every partition's records were deleted (its start is its end).
+func (w *writer[T]) stale(ctx context.Context, f *found) (bool, error) {
+	var o ownership
+	if json.Unmarshal(f.value, &o) == nil && o.TopicID != "" && w.topicID != "" && o.TopicID != w.topicID {
+		return true, nil
+	}
+	adm := kadm.NewClient(w.plain)
+	starts, err := adm.ListStartOffsets(ctx, w.cfg.Topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return false, fmt.Errorf("kafka sink %s: read the start of topic %s: %w", w.ctx.UID, w.cfg.Topic, err)
+	}
+	ends, err := adm.ListEndOffsets(ctx, w.cfg.Topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return false, fmt.Errorf("kafka sink %s: read the end of topic %s: %w", w.ctx.UID, w.cfg.Topic, err)
+	}
+	empty := true
+	ends.Each(func(e kadm.ListedOffset) {
+		if s, ok := starts.Lookup(e.Topic, e.Partition); !ok || s.Offset < e.Offset {
+			empty = false
+		}
+	})
+	return empty, nil
+}
