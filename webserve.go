@@ -142,7 +142,10 @@ func (e *Environment) webControl(spec *runtime.Spec, cancel context.CancelCauseF
 	st := spec.Storage
 	return web.Control{
 		Token:  e.cfg.WebToken,
-		Cancel: func() { cancel(ErrCancelled) },
+		Cancel: func(by string) {
+			e.cfg.Logger.Warn("job cancelled through the API", "by", by)
+			cancel(fmt.Errorf("%w by %s", ErrCancelled, by))
+		},
 		Savepoint: func(ctx context.Context, stopJob bool) (uint64, error) {
 			ctx, stop := context.WithTimeout(ctx, 10*time.Second)
 			defer stop()

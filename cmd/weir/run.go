@@ -265,7 +265,7 @@ its latest count), or standard output.`,
 			res, err := env.Execute(cmd.Context())
 			if err != nil {
 				if errors.Is(err, context.Canceled) && cmd.Context().Err() != nil || errors.Is(err, weir.ErrCancelled) {
-					return interrupted(cf, cmd)
+					return interrupted(cf, err, cmd)
 				}
 				return err
 			}
@@ -291,14 +291,24 @@ its latest count), or standard output.`,
 	return wc
 }
 
-// interrupted is the exit of a job cancelled by Ctrl-C (or SIGTERM): status
-// 130, and how to resume.
-func interrupted(cf checkpointFlags, cmd *cobra.Command) error {
-	if cf.dir == "" || !cf.retainOnCancel || cf.mode == weir.NoCheckpoints.String() {
-		return exitError{code: 130, msg: "interrupted"}
+// interrupted is the exit of a job cancelled by a signal (Ctrl-C, SIGTERM)
+// or through the API: status 130, who stopped it, and how to resume.
+func interrupted(cf checkpointFlags, err error, cmd *cobra.Command) error {
+	what := "interrupted"
+	switch cause := context.Cause(cmd.Context()); {
+	case errors.Is(err, weir.ErrCancelled):
+		what = err.Error()
+		if i := strings.Index(what, weir.ErrCancelled.Error()); i >= 0 {
+			what = what[i:] // "job cancelled through the API by …"
+		}
+	case cause != nil && !errors.Is(cause, context.Canceled):
+		what = "interrupted (" + cause.Error() + ")" // "interrupt signal received"
 	}
-	return exitError{code: 130, msg: fmt.Sprintf("interrupted; the checkpoints are kept in %s. Resume with:\n  %s --restore latest",
-		cf.dir, resumeCommand())}
+	if cf.dir == "" || !cf.retainOnCancel || cf.mode == weir.NoCheckpoints.String() {
+		return exitError{code: 130, msg: what}
+	}
+	return exitError{code: 130, msg: fmt.Sprintf("%s; the checkpoints are kept in %s. Resume with:\n  %s --restore latest",
+		what, cf.dir, resumeCommand())}
 }
 
 // announceWeb prints where the job serves its UI, whatever the log level.

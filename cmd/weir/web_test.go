@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -75,6 +76,15 @@ func TestSavepointCancelAndRestore(t *testing.T) {
 	<-run.done
 	if !strings.Contains(run.log.String(), "Resume with") {
 		t.Fatalf("the cancelled job (%v) did not say how to resume:\n%s", run.err, run.log)
+	}
+	// It says who cancelled it: the user and host that ran weir cancel,
+	// from the loopback address (issue 19, defect 20).
+	u, err := user.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if who := regexp.MustCompile(`weir: job cancelled through the API by ` + regexp.QuoteMeta(u.Username) + `@\S+ \(127\.0\.0\.1:\d+\); the checkpoints are kept`); !who.MatchString(run.log.String()) {
+		t.Fatalf("the cancelled job did not say who cancelled it (want %v):\n%s", who, run.log)
 	}
 	out, err = weir(append(args, "--restore", m[2])...)
 	if err != nil {

@@ -9,9 +9,11 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/user"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/spf13/cobra"
@@ -192,6 +194,42 @@ func newClient(ctx context.Context, addr, token string, timeout time.Duration, a
 	return c, nil
 }
 
+// requestedByHeader names the user and host that run a CLI command, so
+// that the job can say who cancelled it.
+const requestedByHeader = "Weir-Requested-By"
+
+// whoAmI is "user@host" of this process, as far as they are known.
+func whoAmI() string {
+	name := "unknown user"
+	if u, err := user.Current(); err == nil {
+		name = u.Username
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown host"
+	}
+	return name + "@" + host
+}
+
+// requester describes who sent r: the user and host the CLI names (at most
+// 64 printable characters; a claim, not authenticated, beyond the token)
+// and the address it came from.
+func requester(r *http.Request) string {
+	who := strings.Map(func(c rune) rune {
+		if !unicode.IsPrint(c) {
+			return -1
+		}
+		return c
+	}, r.Header.Get(requestedByHeader))
+	if who == "" {
+		return r.RemoteAddr
+	}
+	if rs := []rune(who); len(rs) > 64 {
+		who = string(rs[:64]) + "…"
+	}
+	return fmt.Sprintf("%s (%s)", who, r.RemoteAddr)
+}
+
 // do sends a request and decodes the answer into out (if set), which must
 // have status want.
 func (c *client) do(method, path string, want int, out any) error {
@@ -202,6 +240,7 @@ func (c *client) do(method, path string, want int, out any) error {
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
+	req.Header.Set(requestedByHeader, whoAmI())
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", method, c.base+path, err)

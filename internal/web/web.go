@@ -170,8 +170,9 @@ type Control struct {
 	// job stops with it (runtime.SavepointRequest).
 	Savepoint func(ctx context.Context, stop bool) (uint64, error)
 	// Cancel cancels the job (its checkpoints are kept unless the job
-	// discards them on cancel).
-	Cancel func()
+	// discards them on cancel); by names who asked, for the job's log and
+	// exit message.
+	Cancel func(by string)
 	// Location is where checkpoint id lives, for --restore.
 	Location func(id uint64) string
 }
@@ -581,12 +582,12 @@ func (s *Server) Handler() http.Handler {
 		w.WriteHeader(http.StatusAccepted)
 		writeJSON(w, c)
 	}))
-	mux.HandleFunc("POST /api/v1/cancel", s.mutation(func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("POST /api/v1/cancel", s.mutation(func(w http.ResponseWriter, r *http.Request) {
 		if s.control.Cancel == nil {
 			http.Error(w, "this process cannot cancel the job", http.StatusNotImplemented)
 			return
 		}
-		s.control.Cancel()
+		s.control.Cancel(requester(r))
 		w.WriteHeader(http.StatusAccepted)
 		writeJSON(w, map[string]string{"job": s.job.Name, "state": "cancelling"})
 	}))
