@@ -10,7 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -39,6 +41,13 @@ const MaxMaxLineBytes = 1 << 30
 // LinesConfig.MaxLineBytes fails with, marked permanent (operator.Permanent):
 // the same bytes are there after a restart, so the job fails at once.
 var ErrLineTooLong = errors.New("line too long")
+
+// ErrUnreadInputDropped is what a restore fails with, marked permanent, when
+// the input (LinesConfig.Pattern, --input) no longer matches a file that the
+// checkpoint has not read to its end: removed from the pattern, renamed or
+// deleted. Its unread lines would be lost; the error names the files, the
+// input the checkpoint was taken with and this run's.
+var ErrUnreadInputDropped = errors.New("no longer matches files the checkpoint has not read to the end")
 
 // LinesConfig configures Lines.
 type LinesConfig struct {
@@ -135,6 +144,15 @@ func decodeSplit(b []byte) (split, error) {
 // checkpointed, so a restore resumes at the line after the last one a
 // completed checkpoint covers. It fails now if the pattern matches no
 // readable file.
+//
+// The checkpoint also records every file the source has taken (by path) and
+// the pattern. A restore whose pattern matches files the checkpoint does not
+// know reads them from their start, as new splits (as Flink's FileSource
+// does with files it discovers); a file the checkpoint knows is never read
+// again, even when it was read to the end. A restore whose pattern no longer
+// matches a file the checkpoint has not read to the end fails with
+// ErrUnreadInputDropped. NB: files are taken as immutable: a known file that
+// grew is not read past the size it had when its splits were made.
 func Lines(cfg LinesConfig) (func() weir.SourceReader[string], error) {
 	if cfg.FS == nil {
 		cfg.FS = vfs.Default
@@ -176,7 +194,13 @@ func Lines(cfg LinesConfig) (func() weir.SourceReader[string], error) {
 	for _, sp := range splits {
 		total += sp.End - sp.Start
 	}
-	return func() weir.SourceReader[string] { return &lineReader{cfg: cfg, all: splits, total: total} }, nil
+	matched := make([]string, len(files))
+	for i, f := range files {
+		matched[i] = filepath.Clean(f)
+	}
+	return func() weir.SourceReader[string] {
+		return &lineReader{cfg: cfg, all: splits, files: matched, total: total}
+	}, nil
 }
 
 // glob lists the files matching pattern, sorted. Any path element may hold
@@ -247,9 +271,13 @@ func expand(fs vfs.FS, pattern string, dirs bool) ([]string, error) {
 
 type lineReader struct {
 	operator.Base
-	cfg    LinesConfig
-	all    []split // every split of the job, for a fresh start
-	total  int64   // bytes of every split
+	cfg   LinesConfig
+	all   []split  // every split of the job, for a fresh start
+	files []string // every file cfg.Pattern matches, empty ones too, cleaned
+	total int64    // bytes of every split
+	// known is every file the job has made splits of, in this run or the
+	// runs its checkpoint descends from, cleaned; subtask 0 checkpoints it.
+	known  map[string]bool
 	mine   []split // this subtask's, in order; mine[0] is being read
 	ctx    *operator.Context
 	f      vfs.File
@@ -260,26 +288,124 @@ type lineReader struct {
 
 func (l *lineReader) Open(ctx *operator.Context) error {
 	l.ctx = ctx
+	l.known = make(map[string]bool, len(l.files))
+	for _, f := range l.files {
+		l.known[f] = true
+	}
 	if ctx.Restore != nil {
-		items, err := state.RestoreList(ctx.Restore.Handles, ctx.Restore.Read, state.Split, "splits", ctx.Subtask, ctx.Parallelism)
-		if err != nil {
-			return err
+		return l.restore(ctx.Restore)
+	}
+	l.mine = deal(l.all, ctx.Subtask, ctx.Parallelism)
+	return nil
+}
+
+// deal returns subtask i of p's share of splits: every p-th, from the i-th.
+func deal(splits []split, i, p int) []split {
+	var mine []split
+	for j, s := range splits {
+		if j%p == i {
+			mine = append(mine, s)
 		}
-		for _, it := range items {
-			s, err := decodeSplit(it)
-			if err != nil {
-				return fmt.Errorf("restore file source position: %w", err)
+	}
+	return mine
+}
+
+// maxNamedFiles bounds the files an error or a log line names.
+const maxNamedFiles = 10
+
+// restore takes this subtask's share of the checkpointed splits and of the
+// splits of files the input now matches that the checkpoint does not know.
+// Every subtask reads every split and every known file, so all of them
+// decide alike, and rescaled (split state is dealt again round-robin).
+func (l *lineReader) restore(rs *operator.Restore) error {
+	items, err := state.RestoreList(rs.Handles, rs.Read, state.Split, "splits", 0, 1)
+	if err != nil {
+		return fmt.Errorf("input %s: restore positions: %w", l.cfg.Pattern, err)
+	}
+	recorded := make([]split, len(items))
+	for i, it := range items {
+		if recorded[i], err = decodeSplit(it); err != nil {
+			return fmt.Errorf("input %s: restore position: %w", l.cfg.Pattern, err)
+		}
+	}
+	known, err := state.RestoreList(rs.Handles, rs.Read, state.Union, "files", l.ctx.Subtask, l.ctx.Parallelism)
+	if err != nil {
+		return fmt.Errorf("input %s: restore the files read: %w", l.cfg.Pattern, err)
+	}
+	input, err := state.RestoreList(rs.Handles, rs.Read, state.Union, "input", l.ctx.Subtask, l.ctx.Parallelism)
+	if err != nil {
+		return fmt.Errorf("input %s: restore the input read: %w", l.cfg.Pattern, err)
+	}
+	var dropped []string
+	for _, s := range recorded {
+		if p := filepath.Clean(s.Path); !l.known[p] && !(s.started && s.Pos >= s.End) && !slices.Contains(dropped, p) {
+			dropped = append(dropped, p)
+		}
+	}
+	if len(dropped) > 0 {
+		was, fix := "", "restore with an input that matches them"
+		if len(input) == 1 {
+			was = fmt.Sprintf(" (the checkpoint was taken reading input %s)", input[0])
+			fix = fmt.Sprintf("restore with an input that matches them, such as %s", input[0])
+		}
+		return operator.Permanent(fmt.Errorf("restore checkpoint %d: input %s %w: %s%s; %s, or put them back: their unread lines would be lost",
+			rs.Checkpoint, l.cfg.Pattern, ErrUnreadInputDropped, nameFiles(dropped), was, fix))
+	}
+
+	if len(known) == 0 {
+		// NB: a checkpoint taken before files were recorded (by an earlier
+		// version of Weir) holds positions only: a matched file it holds
+		// none for may have been read to the end, so it is taken as read,
+		// as it was then.
+		positioned := make(map[string]bool, len(recorded))
+		for _, s := range recorded {
+			positioned[filepath.Clean(s.Path)] = true
+		}
+		var unknown []string
+		for _, f := range l.files {
+			if !positioned[f] {
+				unknown = append(unknown, f)
 			}
-			l.mine = append(l.mine, s)
 		}
+		if len(unknown) > 0 && l.ctx.Subtask == 0 {
+			l.ctx.Logger.Warn("file source: the checkpoint, taken by an earlier version of Weir, does not record which files it read to the end: matched files it holds no position for are taken as read, and not read",
+				"input", l.cfg.Pattern, "checkpoint", rs.Checkpoint, "files", len(unknown), "names", nameFiles(unknown))
+		}
+		l.mine = deal(recorded, l.ctx.Subtask, l.ctx.Parallelism)
 		return nil
 	}
-	for i, s := range l.all {
-		if i%ctx.Parallelism == ctx.Subtask {
-			l.mine = append(l.mine, s)
+
+	wasKnown := make(map[string]bool, len(known))
+	for _, f := range known {
+		wasKnown[string(f)] = true
+		l.known[string(f)] = true
+	}
+	var unread []string
+	for _, f := range l.files {
+		if !wasKnown[f] {
+			unread = append(unread, f)
 		}
 	}
+	all := recorded
+	for _, s := range l.all {
+		if !wasKnown[filepath.Clean(s.Path)] {
+			all = append(all, s)
+		}
+	}
+	if len(unread) > 0 && l.ctx.Subtask == 0 {
+		l.ctx.Logger.Info("file source: the input matches files the checkpoint did not read: reading them from the start",
+			"input", l.cfg.Pattern, "checkpoint", rs.Checkpoint, "files", len(unread), "names", nameFiles(unread))
+	}
+	l.mine = deal(all, l.ctx.Subtask, l.ctx.Parallelism)
 	return nil
+}
+
+// nameFiles lists files for a message, the first maxNamedFiles of them.
+func nameFiles(files []string) string {
+	if len(files) <= maxNamedFiles {
+		return strings.Join(files, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(files[:maxNamedFiles], ", "), len(files)-maxNamedFiles)
 }
 
 func (l *lineReader) Read(out weir.Collector[string]) (operator.PollResult, error) {
@@ -426,7 +552,29 @@ func (l *lineReader) Snapshot(checkpoint.ID) (operator.Async, error) {
 	for i, s := range l.mine {
 		items[i] = s.encode()
 	}
-	return l.ctx.SnapshotList(state.Split, "splits", items), nil
+	splits := l.ctx.SnapshotList(state.Split, "splits", items)
+	if l.ctx.Subtask != 0 {
+		return splits, nil
+	}
+	// Subtask 0 records the files and the input for every subtask (union
+	// state: each gets them all on restore, at any parallelism).
+	known := make([][]byte, 0, len(l.known))
+	for _, f := range slices.Sorted(maps.Keys(l.known)) {
+		known = append(known, []byte(f))
+	}
+	files := l.ctx.SnapshotList(state.Union, "files", known)
+	input := l.ctx.SnapshotList(state.Union, "input", [][]byte{[]byte(l.cfg.Pattern)})
+	return func(w operator.Writer) ([]checkpoint.Handle, error) {
+		var hs []checkpoint.Handle
+		for _, async := range []operator.Async{splits, files, input} {
+			more, err := async(w)
+			if err != nil {
+				return nil, err
+			}
+			hs = append(hs, more...)
+		}
+		return hs, nil
+	}, nil
 }
 
 func (l *lineReader) Close() error { return l.closeFile() }
