@@ -141,7 +141,7 @@ func (e *Environment) webControl(spec *runtime.Spec, cancel context.CancelCauseF
 	spec.Savepoints = requests
 	st := spec.Storage
 	return web.Control{
-		Token:  e.cfg.WebToken,
+		Token: e.cfg.WebToken,
 		Cancel: func(by string) {
 			e.cfg.Logger.Warn("job cancelled through the API", "by", by)
 			cancel(fmt.Errorf("%w by %s", ErrCancelled, by))

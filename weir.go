@@ -564,7 +564,7 @@ func (e *Environment) spec(plan *graph.Plan) (runtime.Spec, error) {
 			spec.Storage = storage.NewMemory(0)
 		}
 	} else {
-		st, err := openStorage(cc, e.cfg.Job)
+		st, err := openStorage(cc, e.cfg.Job, e.cfg.Logger)
 		if err != nil {
 			return spec, err
 		}
@@ -589,9 +589,14 @@ func (e *Environment) spec(plan *graph.Plan) (runtime.Spec, error) {
 
 // openStorage opens the checkpoint storage cc.Dir names: a directory (a
 // path, or file://path), or object storage (s3://bucket/prefix, mem://).
-func openStorage(cc CheckpointConfig, job string) (storage.Storage, error) {
+func openStorage(cc CheckpointConfig, job string, log *slog.Logger) (storage.Storage, error) {
 	if storage.IsURL(cc.Dir) {
-		return storage.OpenBlob(context.Background(), cc.Dir, job)
+		b, err := storage.OpenBlob(context.Background(), cc.Dir, job)
+		if err != nil {
+			return nil, err
+		}
+		b.SetLogger(log)
+		return b, nil
 	}
 	return storage.NewDir(cc.FS, strings.TrimPrefix(cc.Dir, "file://"), job, 0)
 }

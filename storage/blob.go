@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"net/url"
 	"path"
@@ -52,7 +53,12 @@ type Blob struct {
 	held        atomic.Pointer[lease] // this run's lease, from Lock to Close
 	// owner names this run in its lease; "" is its pid, host and start.
 	owner string
+	log   *slog.Logger // says what Lock waits for; nil: nothing
 }
+
+// SetLogger makes Lock say what it waits for while another run's lease is
+// current.
+func (b *Blob) SetLogger(l *slog.Logger) { b.log = l }
 
 // IsURL reports whether a checkpoint location is a URL Blob storage
 // serves.

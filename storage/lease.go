@@ -230,6 +230,7 @@ func (b *Blob) Lock() (io.Closer, error) {
 	rand.Read(token)
 	me := leaseRecord{Owner: cmp.Or(b.owner, fmt.Sprintf("pid %d on %s, since %s", os.Getpid(), host, time.Now().UTC().Format(time.RFC3339))), Token: hex.EncodeToString(token)}
 	giveUp := time.Now().Add(2 * b.lease)
+	waitedFor := "" // the holder whose lease Lock said it waits for
 	for {
 		data, etag, err := b.cas.get(ctx, leaseKey)
 		switch {
@@ -246,6 +247,11 @@ func (b *Blob) Lock() (io.Closer, error) {
 				if time.Now().After(giveUp) {
 					return nil, fmt.Errorf("checkpoint storage %s is %w by another run (%s), which keeps renewing its lease: stop that run first",
 						b.where, lockfile.ErrLocked, l.Owner)
+				}
+				if b.log != nil && l.Owner != waitedFor {
+					waitedFor = l.Owner
+					b.log.Warn("waiting for another run's lease on the checkpoint storage to expire (a run that was killed renews it no more); if it is renewed, giving up",
+						"storage", b.where, "holder", l.Owner, "expires", l.Expires.Local().Format(time.TimeOnly), "give-up", giveUp.Local().Format(time.TimeOnly))
 				}
 				// The other run's lease runs out, or it is time to give up.
 				time.Sleep(min(time.Until(l.Expires), time.Until(giveUp), b.lease) + 10*time.Millisecond)

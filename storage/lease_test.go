@@ -1,12 +1,14 @@
 package storage
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"os"
@@ -432,3 +434,33 @@ func TestLeaseReleasedEndsIt(t *testing.T) {
 }
 
 var _ io.Closer = (*lease)(nil)
+
+// TestLockSaysWhatItWaitsFor: a run that waits for a killed run's lease to
+// expire says so once, naming the holder, when the lease expires and when
+// it would give up (it printed only "no checkpoint yet" for 27 s; issue 19,
+// defect 20).
+func TestLockSaysWhatItWaitsFor(t *testing.T) {
+	s := s3test.Start(t)
+	// The lease of a run killed just now: current, never renewed again.
+	killed := blobWithLease(t, s.URL, "pid 7 on host-a")
+	rec, err := json.Marshal(leaseRecord{Owner: "pid 7 on host-a", Token: "killed", Expires: time.Now().Add(500 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := killed.bucket.WriteAll(context.Background(), leaseKey, rec, nil); err != nil {
+		t.Fatal(err)
+	}
+	var logged bytes.Buffer
+	b := blobWithLease(t, s.URL, "run b")
+	b.SetLogger(slog.New(slog.NewTextHandler(&logged, nil)))
+	l, err := b.Lock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	lines := strings.Split(strings.TrimSpace(logged.String()), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], "waiting for another run's lease") || !strings.Contains(lines[0], `holder="pid 7 on host-a"`) ||
+		!strings.Contains(lines[0], "expires=") || !strings.Contains(lines[0], "give-up=") {
+		t.Fatalf("Lock logged:\n%s", logged.String())
+	}
+}
