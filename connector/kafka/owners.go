@@ -105,9 +105,9 @@ type found struct {
 // record of this sink's topic, job and UID, or nil.
 //
 // NB: not read_committed, which a transaction another job's sink has open
-// in the topic (its first interval) would hold back; a record whose
-// transaction is still open is not committed, and this run (which aborts
-// what its ids left open before it looks) cannot commit an earlier run's.
+// in the topic (its first interval) would hold back. A record whose
+// transaction is still open is not committed, and a run that does not
+// restore never commits an earlier run's transaction: it aborts them.
 func (w *writer[T]) findOwner(ctx context.Context) (*found, error) {
 	adm := kadm.NewClient(w.plain)
 	ends, err := adm.ListEndOffsets(ctx, OwnersTopic)
@@ -182,8 +182,8 @@ func (w *writer[T]) findOwner(ctx context.Context) (*found, error) {
 
 // checkOwner refuses a run that neither restores nor starts over if an
 // earlier run of this job's sink committed output into the topic, as its
-// ownership record says. Subtask 0 alone looks: the record is the sink's,
-// not a subtask's.
+// ownership record says. Subtask 0 alone looks (the record is the sink's,
+// not a subtask's), before it aborts anything.
 func (w *writer[T]) checkOwner(ctx context.Context) error {
 	if w.ctx.Restore != nil || w.ctx.Subtask != 0 {
 		return nil
