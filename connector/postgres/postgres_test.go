@@ -155,14 +155,14 @@ func TestUpsert(t *testing.T) {
 	if got := rows(t, pg.URL); !slices.Equal(got, []string{"a=2", "b=1"}) {
 		t.Fatalf("after one full batch: %v", got)
 	}
-	snapshot(t, s, 1, nil)
+	snapshot(t, s, 1, &operatortest.MemWriter{})
 	if got := rows(t, pg.URL); !slices.Equal(got, []string{"a=3", "b=1", "c=1"}) {
 		t.Fatalf("after the snapshot: %v", got)
 	}
 	for _, c := range []count{{"a", 3}, {"c", 1}} { // replayed after a restore
 		s.Write(c)
 	}
-	snapshot(t, s, 2, nil)
+	snapshot(t, s, 2, &operatortest.MemWriter{})
 	if got := rows(t, pg.URL); !slices.Equal(got, []string{"a=3", "b=1", "c=1"}) {
 		t.Fatalf("after a replay: %v", got)
 	}

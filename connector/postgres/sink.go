@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -74,6 +75,10 @@ type txWriter[T any] struct {
 	conn    *pgxpool.Conn // holds the open transaction, if any
 	rows    [][]any
 	pending []*prepared // by checkpoint
+	// own is the subtask's session from Open to Close, which its ownership
+	// records name (owner).
+	own   *pgx.Conn
+	owner *owner
 }
 
 func (w *txWriter[T]) Open(ctx *operator.Context) error {
@@ -88,6 +93,21 @@ func (w *txWriter[T]) Open(ctx *operator.Context) error {
 	pc.MaxConns = 4 // the open transaction, those being prepared, commits
 	if w.pool, err = pgxpool.NewWithConfig(rctx, pc); err != nil {
 		return fmt.Errorf("postgres sink: %w", err)
+	}
+	if w.own, err = connect(rctx, w.cfg.URL); err != nil {
+		return err
+	}
+	// Without checkpoints a subtask commits at the end of its input, maybe
+	// before another opened.
+	if w.owner, err = openOwner(rctx, w.own, w.cfg.Table, ctx, !ctx.CheckpointingEnabled); err != nil {
+		return err
+	}
+	if ctx.Restore == nil && !ctx.StartOver {
+		// NB: before the roll-back: a run refused for want of --restore must
+		// leave what the restore will commit.
+		if err := w.owner.check(rctx, w.own, false, ctx.Logger.Warn); err != nil {
+			return err
+		}
 	}
 	recorded := map[string]bool{}
 	if ctx.Restore != nil {
@@ -141,6 +161,11 @@ func (w *txWriter[T]) Open(ctx *operator.Context) error {
 		}
 		ctx.Logger.Info("postgres sink: rolled back a transaction no completed checkpoint recorded", "gid", gid)
 	}
+	if ctx.StartOver {
+		// NB: after the roll-back: an earlier run's prepared transaction may
+		// hold a lock on its ownership record, which subtask 0 deletes.
+		return w.owner.check(rctx, w.own, true, ctx.Logger.Warn)
+	}
 	return nil
 }
 
@@ -187,6 +212,13 @@ func (w *txWriter[T]) flush(ctx context.Context) error {
 			return classify("postgres sink: begin", err)
 		}
 		w.conn = conn
+		if !w.owner.written {
+			sql, args := w.owner.writeSQL()
+			if _, err := conn.Exec(ctx, sql, args...); err != nil {
+				return classify("postgres sink: record the output in "+w.owner.records, err)
+			}
+			w.owner.written = true
+		}
 	}
 	if _, err := w.conn.CopyFrom(ctx, w.table, w.cfg.Columns, pgx.CopyFromRows(w.rows)); err != nil {
 		return classify("postgres sink: copy into "+w.cfg.Table, err)
@@ -276,6 +308,9 @@ func (w *txWriter[T]) Close() error {
 	if w.pool != nil {
 		w.pool.Close()
 	}
+	if w.own != nil {
+		w.own.Close(context.Background())
+	}
 	return nil
 }
 
@@ -290,6 +325,9 @@ type upsertWriter[T any] struct {
 	rows    [][]any
 	arrival []any // int64(i) at i, kept to copy without an allocation per row
 	row     []any // the row being copied: rows[i], then arrival[i]
+	ctx     *operator.Context
+	owner   *owner // its session is conn's
+	wrote   bool   // a batch was committed in this attempt
 }
 
 func (w *upsertWriter[T]) Open(ctx *operator.Context) error {
@@ -310,6 +348,13 @@ func (w *upsertWriter[T]) Open(ctx *operator.Context) error {
 		return classify("postgres sink: collations of the key's unique index", err)
 	}
 	w.upsert = upsertSQL(quoteTable(w.cfg.Table), w.stage, w.cfg.Columns, w.cfg.Key, coll)
+	w.ctx = ctx
+	if w.owner, err = openOwner(rctx, conn, w.cfg.Table, ctx, !ctx.CheckpointingEnabled); err != nil {
+		return err
+	}
+	if ctx.Restore == nil {
+		return w.owner.check(rctx, conn, ctx.StartOver, ctx.Logger.Warn)
+	}
 	return nil
 }
 
@@ -349,16 +394,51 @@ func (w *upsertWriter[T]) flush() error {
 	if err != nil {
 		return classify("postgres sink: upsert into "+w.cfg.Table, err)
 	}
+	w.wrote = true
 	w.rows = w.rows[:0]
 	return nil
 }
 
-// Snapshot writes what is buffered: the checkpoint then covers it.
-func (w *upsertWriter[T]) Snapshot(checkpoint.ID) (operator.Async, error) { return nil, w.flush() }
+// record writes the ownership record once the attempt committed output a
+// restore does not take back: at the first checkpoint completed after a
+// batch, or at the end of input without checkpoints. So "recorded" means
+// what it means in exactly-once mode, where output commits at those
+// moments: a run killed before them left no record, and a run that
+// replays its input from the start rewrites its rows with the same values.
+func (w *upsertWriter[T]) record() error {
+	if !w.wrote || w.owner.written {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.Timeout)
+	defer cancel()
+	sql, args := w.owner.writeSQL()
+	if _, err := w.conn.Exec(ctx, sql, args...); err != nil {
+		return classify("postgres sink: record the output in "+w.owner.records, err)
+	}
+	w.owner.written = true
+	return nil
+}
 
-func (w *upsertWriter[T]) NotifyComplete(checkpoint.ID) error { return nil }
+// Snapshot writes what is buffered: the checkpoint then covers it. Its
+// state is a marker, so that a restore gives the sink a Restore (the
+// runtime gives none to an operator without state) and the sink knows the
+// run resumes.
+func (w *upsertWriter[T]) Snapshot(checkpoint.ID) (operator.Async, error) {
+	if err := w.flush(); err != nil {
+		return nil, err
+	}
+	return w.ctx.SnapshotList(state.Union, "upsert", [][]byte{[]byte(strconv.Itoa(w.ctx.Subtask))}), nil
+}
+
+func (w *upsertWriter[T]) NotifyComplete(checkpoint.ID) error { return w.record() }
 func (w *upsertWriter[T]) NotifyAborted(checkpoint.ID)        {}
-func (w *upsertWriter[T]) Finish() error                      { return w.flush() }
+
+func (w *upsertWriter[T]) Finish() error {
+	if err := w.flush(); err != nil || w.ctx.CheckpointingEnabled {
+		return err
+	}
+	return w.record()
+}
 
 func (w *upsertWriter[T]) Close() error {
 	if w.conn != nil {

@@ -1,0 +1,272 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/weirstream/weir/operator"
+)
+
+// Ownership records. A sink that commits output into a table records it, in
+// the table's schema, in weir_sink_owner (created if missing): one row per
+// table, job, sink UID and subtask, written when the subtask first commits
+// output in an attempt that a restore would not take back:
+//
+//   - exactly-once: in the transaction that commits that output (the first
+//     of the attempt, prepared with it), so an attempt killed before its
+//     first commit leaves none. Rows are keyed per subtask so the prepared
+//     transactions of two subtasks never wait on each other, and only the
+//     first transaction writes one so later ones never wait on it;
+//   - upsert: batches commit at once, but the record is written at the
+//     first checkpoint completed after one (or at the end of input without
+//     checkpoints), when exactly-once mode would have committed them: a run
+//     killed before its first checkpoint leaves none, as in exactly-once
+//     mode, and the next run (--restore latest finds no checkpoint, so it
+//     starts from the beginning) rewrites its rows with the same values.
+//
+// A row also names the session of the subtask that wrote it (its backend pid
+// and start time): the subtask's own connection, held from Open to Close.
+// While that session lives, the row is the running attempt's; once it is
+// gone (the run ended, failed, or was killed: the server closes a dead
+// client's session), it is an earlier run's.
+//
+// At Open, a sink that restores no state (operator.Context.Restore nil):
+//
+//   - without StartOver, refuses to start when it finds a row of its own
+//     (table, job, UID) from an earlier run (ErrEarlierOutput): it would add
+//     a second copy of that output, or overwrite full counts with counts
+//     from 1;
+//   - with StartOver, deletes every row of the table and its earlier
+//     records, in one transaction, in subtask 0 (which every parallelism
+//     has); the other subtasks wait at Open until those records are gone,
+//     so that none commits a row (upsert commits every batch at once)
+//     before the deletion. It refuses (ErrSharedTable) when records of
+//     other jobs or sinks show that they write the table too: their output
+//     is not its own to delete.
+//
+// A sink that restores state checks nothing: the restore decides what is
+// committed (exactly-once) or written again (upsert), at any parallelism.
+//
+// Which records are an earlier run's: with checkpoints, every record found at
+// Open, since records are written only once a checkpoint completed, and that
+// needs every subtask's Open done. Without checkpoints (everything commits at
+// the end of input), a subtask may commit before another has opened, so the
+// records of other subtasks whose session lives are the running attempt's.
+//
+// NB: without checkpoints, an earlier run whose session the server has not
+// yet closed (its process killed a moment ago; a network partition until TCP
+// keepalive notices) counts as running.
+const ownerTable = "weir_sink_owner"
+
+// createOwnerSQL creates the table of ownership records; %s is its quoted
+// name. relation_name is for people: rows are matched by the table's OID, so
+// a table dropped and created again starts without records.
+const createOwnerSQL = `CREATE TABLE IF NOT EXISTS %s (
+	relation oid NOT NULL,
+	relation_name text NOT NULL,
+	job text NOT NULL,
+	uid text NOT NULL,
+	subtask int NOT NULL,
+	session_pid int NOT NULL,
+	session_start timestamptz NOT NULL,
+	committed_at timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (relation, job, uid, subtask))`
+
+// ErrEarlierOutput is the error (wrapped, and marked permanent) of a sink
+// that starts without state into a table holding output its job committed in
+// an earlier run.
+var ErrEarlierOutput = errors.New("the table holds output of an earlier run")
+
+// ErrSharedTable is the error (wrapped, and marked permanent) of a sink
+// asked to start over (--fresh) in a table other jobs or sinks write too.
+var ErrSharedTable = errors.New("other jobs or sinks write the table too")
+
+// owner is one subtask's view of the ownership records of its table.
+type owner struct {
+	table    string // as configured, for messages
+	records  string // quoted name of the records table
+	relation uint32 // the table's OID
+	job, uid string
+	sub, p   int
+	// early: a subtask may record before the others opened (no
+	// checkpoints), so live sessions' records are the running attempt's.
+	early bool
+	// pid, start name this subtask's session (pg_stat_activity).
+	pid   int32
+	start time.Time
+	// written: this attempt's first transaction wrote the record.
+	written bool
+}
+
+// openOwner creates the records table if need be and returns subtask ctx's
+// owner of table, on conn: the subtask's own connection, open until it
+// closes.
+func openOwner(rctx context.Context, conn *pgx.Conn, table string, ctx *operator.Context, early bool) (*owner, error) {
+	o := &owner{table: table, job: ctx.Job, uid: ctx.UID, sub: ctx.Subtask, p: ctx.Parallelism, early: early}
+	var schema string
+	err := conn.QueryRow(rctx, `SELECT c.oid, n.nspname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)`,
+		quoteTable(table)).Scan(&o.relation, &schema)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, operator.Permanent(fmt.Errorf("postgres sink: table %s does not exist (was it dropped after the job was built?)", table))
+	}
+	if err != nil {
+		return nil, classify("postgres sink: table "+table, err)
+	}
+	o.records = pgx.Identifier{schema, ownerTable}.Sanitize()
+	// NB: CREATE TABLE IF NOT EXISTS run by two sessions at once can fail
+	// with a unique violation in the catalog: the lock makes one wait.
+	err = pgx.BeginFunc(rctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(rctx, "SELECT pg_advisory_xact_lock(hashtext($1))", o.records); err != nil {
+			return err
+		}
+		_, err := tx.Exec(rctx, fmt.Sprintf(createOwnerSQL, o.records))
+		return err
+	})
+	if err != nil {
+		return nil, classify(fmt.Sprintf("postgres sink: create %s, where the sink records that it wrote into %s (create it by hand if the sink's user may not: %s)",
+			o.records, table, strings.Join(strings.Fields(fmt.Sprintf(createOwnerSQL, o.records)), " ")), err)
+	}
+	if err := conn.QueryRow(rctx, "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()").Scan(&o.pid, &o.start); err != nil {
+		return nil, classify("postgres sink: read the session's start", err)
+	}
+	return o, nil
+}
+
+// record is one row of the records table, as read at Open.
+type record struct {
+	job, uid string
+	sub      int
+	live     bool // its session still lives
+}
+
+func (r record) String() string { return fmt.Sprintf("job %q sink %q subtask %d", r.job, r.uid, r.sub) }
+
+// read returns the table's records: the earlier ones of this sink, and
+// those of other sinks.
+func (o *owner) read(ctx context.Context, conn *pgx.Conn) (earlier, others []record, err error) {
+	rows, err := conn.Query(ctx, fmt.Sprintf(`SELECT o.job, o.uid, o.subtask, EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = o.session_pid AND a.backend_start = o.session_start)
+FROM %s o WHERE o.relation = $1 ORDER BY o.job, o.uid, o.subtask`, o.records), o.relation)
+	if err != nil {
+		return nil, nil, classify("postgres sink: read "+o.records, err)
+	}
+	all, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (record, error) {
+		var r record
+		err := row.Scan(&r.job, &r.uid, &r.sub, &r.live)
+		return r, err
+	})
+	if err != nil {
+		return nil, nil, classify("postgres sink: read "+o.records, err)
+	}
+	for _, r := range all {
+		switch {
+		case r.job != o.job || r.uid != o.uid:
+			others = append(others, r)
+		case o.earlier(r):
+			earlier = append(earlier, r)
+		}
+	}
+	return earlier, others, nil
+}
+
+// earlier reports whether r, a record of this sink, is an earlier run's: a
+// record of the running attempt is another subtask's, in range, written by
+// a live session, and only where subtasks commit early.
+func (o *owner) earlier(r record) bool {
+	return !o.early || !r.live || r.sub == o.sub || r.sub >= o.p
+}
+
+// check is the check at Open of a sink that restores no state; see
+// ownerTable. ctx bounds how long a subtask other than 0 waits for subtask 0
+// to delete what an earlier run wrote. log logs the deletion.
+func (o *owner) check(ctx context.Context, conn *pgx.Conn, startOver bool, log func(msg string, args ...any)) error {
+	for {
+		earlier, others, err := o.read(ctx, conn)
+		if err != nil {
+			return err
+		}
+		if len(earlier) == 0 {
+			return nil
+		}
+		if !startOver {
+			return operator.Permanent(fmt.Errorf("postgres sink: table %s: %w: job %q, sink %q committed output into it (subtasks %s)%s: resume that run with --restore latest (Config.Restore \"latest\"), or start over with --fresh (Config.Fresh), which deletes every row of %s",
+				o.table, ErrEarlierOutput, o.job, o.uid, subtasks(earlier), othersNote(others), o.table))
+		}
+		if len(others) > 0 {
+			return operator.Permanent(fmt.Errorf("postgres sink: table %s: cannot start over (--fresh, Config.Fresh) by deleting the output earlier runs of job %q, sink %q committed: %w: %s; give this sink a table of its own, or delete the rows by hand and then the records in %s",
+				o.table, o.job, o.uid, ErrSharedTable, names(others), o.records))
+		}
+		if o.sub != 0 {
+			// Subtask 0 deletes; commit nothing before it did.
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("postgres sink: table %s: waiting for subtask 0 to delete the output of earlier runs (--fresh): %w", o.table, context.Cause(ctx))
+			case <-time.After(ownerPollInterval):
+			}
+			continue
+		}
+		var deleted int64
+		err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			tag, err := tx.Exec(ctx, "DELETE FROM "+quoteTable(o.table))
+			if err != nil {
+				return err
+			}
+			deleted = tag.RowsAffected()
+			for _, r := range earlier {
+				if _, err := tx.Exec(ctx, fmt.Sprintf("DELETE FROM %s WHERE relation = $1 AND job = $2 AND uid = $3 AND subtask = $4", o.records), o.relation, r.job, r.uid, r.sub); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return classify("postgres sink: start over: delete the rows of "+o.table, err)
+		}
+		log("postgres sink: starting over: deleted the output of earlier runs", "table", o.table, "rows", deleted, "subtasks", subtasks(earlier))
+		return nil
+	}
+}
+
+// ownerPollInterval is how often a subtask looks whether subtask 0 deleted
+// an earlier run's output.
+const ownerPollInterval = 20 * time.Millisecond
+
+// writeSQL is the statement, and its arguments, that records this subtask's
+// output in the transaction that commits it.
+func (o *owner) writeSQL() (string, []any) {
+	return fmt.Sprintf(`INSERT INTO %s (relation, relation_name, job, uid, subtask, session_pid, session_start) VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (relation, job, uid, subtask) DO UPDATE SET relation_name = EXCLUDED.relation_name, session_pid = EXCLUDED.session_pid, session_start = EXCLUDED.session_start, committed_at = now()`, o.records),
+		[]any{o.relation, o.table, o.job, o.uid, o.sub, o.pid, o.start}
+}
+
+func subtasks(rs []record) string {
+	var s []string
+	for _, r := range rs {
+		s = append(s, fmt.Sprint(r.sub))
+	}
+	return strings.Join(s, ", ")
+}
+
+// names names the sinks of rs, each once.
+func names(rs []record) string {
+	var s []string
+	for _, r := range rs {
+		n := fmt.Sprintf("job %q sink %q", r.job, r.uid)
+		if !slices.Contains(s, n) {
+			s = append(s, n)
+		}
+	}
+	return strings.Join(s, ", ")
+}
+
+func othersNote(others []record) string {
+	if len(others) == 0 {
+		return ""
+	}
+	return " (" + names(others) + " write it too, and --fresh refuses to delete their rows)"
+}
