@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"syscall"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -24,8 +25,14 @@ func Lock(fs vfs.FS, path, what string) (io.Closer, error) {
 		return lockOS(path, what)
 	}
 	l, err := fs.Lock(path)
-	if err != nil {
+	switch {
+	case errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EACCES):
+		// What vfs.MemFS answers for a held lock, as flock(2) does.
 		return nil, fmt.Errorf("%s is %w by another run of this process (lock file %s): %v", what, ErrLocked, path, err)
+	case err != nil:
+		// Not proof of another holder: an I/O error, or a missing
+		// directory.
+		return nil, fmt.Errorf("lock %s (%s): %w", what, path, err)
 	}
 	return l, nil
 }

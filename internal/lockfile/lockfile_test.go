@@ -7,9 +7,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
 
 // TestLockExcludesAndNamesTheHolder: a second lock on the same file fails,
@@ -82,4 +84,20 @@ func TestLockOnMemFS(t *testing.T) {
 		t.Fatalf("second lock on a MemFS: %v", err)
 	}
 	l.Close()
+}
+
+// An I/O error taking the lock is not another holder: it is reported as
+// itself, and not as ErrLocked (a run told the directory is in use would
+// look for a holder that does not exist).
+func TestLockErrorIsNotAHolder(t *testing.T) {
+	fs := errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if op.Kind == errorfs.OpLock {
+			return &os.PathError{Op: "lock", Path: op.Path, Err: syscall.EIO}
+		}
+		return nil
+	}))
+	_, err := Lock(fs, "/lock", "checkpoint directory /")
+	if err == nil || errors.Is(err, ErrLocked) || !errors.Is(err, syscall.EIO) {
+		t.Fatalf("a lock that fails with EIO: %v; want EIO, not ErrLocked", err)
+	}
 }
