@@ -275,8 +275,9 @@ type lineReader struct {
 	all   []split  // every split of the job, for a fresh start
 	files []string // every file cfg.Pattern matches, empty ones too, cleaned
 	total int64    // bytes of every split
-	// known is every file the job has made splits of, in this run or the
-	// runs its checkpoint descends from, cleaned; subtask 0 checkpoints it.
+	// known is every file the source has taken (cleaned): those this
+	// run's input matches and those the restored checkpoint records. It is
+	// never read again from its start; subtask 0 checkpoints it.
 	known  map[string]bool
 	mine   []split // this subtask's, in order; mine[0] is being read
 	ctx    *operator.Context
