@@ -122,7 +122,7 @@ func (w *txWriter[T]) Open(ctx *operator.Context) error {
 				return operator.Permanent(fmt.Errorf("postgres sink: restore: %w", err))
 			}
 			recorded[p.GID] = true
-			if p.Sub%ctx.Parallelism == ctx.Subtask {
+			if p.Sub%ctx.Parallelism == ctx.Subtask && (!planted.ownSubtaskOnly.Load() || p.Sub == ctx.Subtask) {
 				commit = append(commit, &p)
 			}
 		}
@@ -154,6 +154,9 @@ func (w *txWriter[T]) Open(ctx *operator.Context) error {
 				gids = append(gids, gid)
 			}
 		}
+	}
+	if planted.noRollBack.Load() {
+		gids = nil
 	}
 	for _, gid := range gids {
 		if _, err := w.pool.Exec(rctx, "ROLLBACK PREPARED "+literal(gid)); err != nil && !undefined(err) {

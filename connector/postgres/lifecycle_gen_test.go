@@ -1,0 +1,775 @@
+package postgres
+
+// The sink lifecycle generator: seeded random sequences of runs of the
+// PostgreSQL sink (write records, take checkpoints, some completing and
+// notified to all subtasks, some to a few, some never), kill -9 (the
+// server ends the run's sessions; nothing of the sink runs: no Close, no
+// roll-back), failover (Close), stop with a savepoint, the end of input
+// without checkpoints, and starts: fresh (--fresh), plain (no --restore),
+// restore latest, an older retained checkpoint or a savepoint, each at a
+// random parallelism (rescale up and down). It drives the sink by hand, as
+// the runtime does (Open, Write, Snapshot and its asynchronous part,
+// NotifyComplete, Finish, Close), against a real PostgreSQL, in both modes,
+// with and without checkpoints. After every step it compares the table
+// with a model of what must be committed (the multiset of rows in
+// exactly-once mode, the key -> value map in upsert mode) and the job's
+// prepared transactions with those the model holds prepared: after a start,
+// none. Issue 19 (section E) asked for it; it finds the defects it exists
+// for when they are put back (TestLifecycleGeneratorCatchesPlantedBugs).
+//
+//	go test -run TestLifecycleGenerator -pglife.seeds 10000            # more seeds
+//	go test -run TestLifecycleGenerator -pglife.first 4711 -pglife.seeds 1 -v  # one seed, its steps
+//
+// The model follows the README: restoring a checkpoint commits the
+// transactions it recorded and rolls back the job's other prepared ones;
+// restoring an older checkpoint than the latest deletes the newer retained
+// ones and, since PostgreSQL cannot take back a commit, repeats what they
+// committed (a second copy of those rows in exactly-once mode); a run
+// without --restore is refused by the runtime when checkpoints are retained,
+// and by the sink when output an earlier run committed is in the table;
+// --fresh deletes the checkpoints and that output.
+//
+// Why by hand rather than through weir jobs: a kill -9 lands exactly between
+// two calls the model knows of (after a snapshot whose checkpoint completed,
+// before its notification reached every subtask), a sequence runs in
+// milliseconds rather than a job's start-up, and a failing seed replays the
+// same calls.
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/weirstream/weir"
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/pgtest"
+	"github.com/weirstream/weir/operator"
+	"github.com/weirstream/weir/operator/operatortest"
+)
+
+var (
+	lifeSeeds = flag.Int("pglife.seeds", 0, "sequences (seeds) the PostgreSQL sink lifecycle generator runs (default 16, 8 with -short)")
+	lifeFirst = flag.Uint64("pglife.first", 1, "the PostgreSQL sink lifecycle generator's first seed")
+	lifeSteps = flag.Int("pglife.steps", 24, "steps of each sequence of the PostgreSQL sink lifecycle generator")
+)
+
+// lifeSettings make PostgreSQL skip the disk flushes a commit waits for
+// (fsync): a sequence commits hundreds of transactions, and a crash of the
+// server is not among its steps.
+var lifeSettings = []string{"fsync=off", "synchronous_commit=off", "full_page_writes=off"}
+
+func lifeSeedCount() uint64 {
+	switch {
+	case *lifeSeeds > 0:
+		return uint64(*lifeSeeds)
+	case testing.Short():
+		return 8
+	}
+	return 16
+}
+
+// lifeModes are the sink's modes, with and without checkpoints. Seed n runs
+// lifeModes[n % 8]: exactly-once with checkpoints, where most can go wrong,
+// half of the seeds.
+var lifeModes = []struct {
+	name         string
+	upsert, none bool
+}{
+	{"exactly-once", false, false},
+	{"upsert", true, false},
+	{"exactly-once", false, false},
+	{"exactly-once, no checkpoints", false, true},
+	{"exactly-once", false, false},
+	{"upsert", true, false},
+	{"exactly-once", false, false},
+	{"upsert, no checkpoints", true, true},
+}
+
+// TestLifecycleGenerator runs -pglife.seeds sequences from -pglife.first.
+func TestLifecycleGenerator(t *testing.T) {
+	pg := pgtest.Start(t, lifeSettings...)
+	failures := 0
+	for seed := *lifeFirst; seed < *lifeFirst+lifeSeedCount(); seed++ {
+		if diff := runLife(t, pg, seed); diff != "" {
+			t.Error(diff)
+			if failures++; failures == 3 {
+				t.Fatal("stopping after 3 failing seeds")
+			}
+		}
+	}
+}
+
+// TestLifecycleGeneratorCatchesPlantedBugs puts back each defect the
+// generator exists for and checks it finds it within the default seeds.
+func TestLifecycleGeneratorCatchesPlantedBugs(t *testing.T) {
+	pg := pgtest.Start(t, lifeSettings...)
+	for _, tc := range []struct {
+		name string
+		bug  *plantedBug
+	}{
+		{"a run without --restore adds to an earlier run's output, --fresh leaves it (issue 19, defect 4)", &planted.noOwnerCheck},
+		{"a restore leaves the prepared transactions no checkpoint recorded", &planted.noRollBack},
+		{"a restore at a lower parallelism commits only its own subtask's transactions", &planted.ownSubtaskOnly},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.bug.Store(true)
+			defer tc.bug.Store(false)
+			for seed := uint64(1); seed <= lifeSeedCount(); seed++ {
+				if diff := runLife(t, pg, seed); diff != "" {
+					t.Logf("found at seed %d: %s", seed, firstLine(diff))
+					return
+				}
+			}
+			t.Fatalf("the planted bug survived %d seeds", lifeSeedCount())
+		})
+	}
+}
+
+func firstLine(s string) string { l, _, _ := strings.Cut(s, "\n"); return l }
+
+// lifeTxn is the model of a prepared transaction: subtask sub's rows of the
+// interval its checkpoint id closed.
+type lifeTxn struct {
+	sub   int
+	id    checkpoint.ID
+	rows  []count
+	state string // prepared, committed, rolled back
+}
+
+// lifeCkpt is a completed checkpoint or savepoint.
+type lifeCkpt struct {
+	id        checkpoint.ID
+	pos       int // of the input: records before it are covered
+	p         int
+	handles   []checkpoint.Handle
+	recorded  []*lifeTxn // exactly-once: the transactions its state lists
+	savepoint bool
+}
+
+// lifeRun is a running attempt: its subtasks, and what each holds that is
+// not yet committed.
+type lifeRun struct {
+	sinks  []weir.SinkWriter[count]
+	open   [][]count // exactly-once: rows of the open transaction
+	buf    [][]count // upsert: rows not yet written
+	wrote  []bool    // upsert: a batch was committed in this attempt
+	oprun  *operatortest.Run
+	closed bool
+}
+
+// life is one sequence: the sink, PostgreSQL, and the model.
+type life struct {
+	seed               uint64
+	rng                *rand.Rand
+	upsert, none       bool
+	url, job, prefix   string
+	admin              *pgx.Conn
+	cfg                SinkConfig[count]
+	app                string // application_name of the sink's sessions
+	newSink            func() weir.SinkWriter[count]
+	words              []string // the input, word i at position i
+	pos                int
+	nextID             checkpoint.ID
+	mem                *operatortest.MemWriter
+	retained, savepts  []*lifeCkpt
+	run                *lifeRun
+	log                []string
+	committed          []count          // exactly-once: the rows committed
+	values             map[string]int64 // upsert: the table
+	txns               []*lifeTxn
+	recorded           bool // the table holds an ownership record of the job
+	batchRows, keepCkp int
+}
+
+const lifeRetained = 3
+
+func (l *life) logf(format string, args ...any) {
+	l.log = append(l.log, fmt.Sprintf(format, args...))
+}
+
+// runLife runs seed's sequence and returns "" or what went wrong, with the
+// sequence.
+func runLife(t *testing.T, pg *pgtest.Server, seed uint64) string {
+	t.Helper()
+	m := lifeModes[seed%uint64(len(lifeModes))]
+	l := &life{seed: seed, rng: rand.New(rand.NewPCG(seed, 0x9e11)), upsert: m.upsert, none: m.none,
+		url: pg.URL, job: fmt.Sprintf("life-%d", seed), mem: &operatortest.MemWriter{}, nextID: 1,
+		values: map[string]int64{}}
+	l.prefix = gidPrefix(l.job, "counts")
+	l.batchRows = 1 + l.rng.IntN(3)
+	ctx := context.Background()
+	var err error
+	if l.admin, err = pgx.Connect(ctx, pg.URL); err != nil {
+		t.Fatal(err)
+	}
+	defer l.admin.Close(ctx)
+	// Each sequence starts on an empty table, with no records and nothing
+	// prepared.
+	for _, sql := range []string{"DROP TABLE IF EXISTS counts", "DROP TABLE IF EXISTS " + ownerTable} {
+		if _, err := l.admin.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create := createAppend
+	if l.upsert {
+		create = createKeyed
+	}
+	l.cfg = SinkConfig[count]{Table: "counts", CreateTable: create, BatchRows: l.batchRows, Timeout: 10 * time.Second}
+	if l.upsert {
+		l.cfg.Mode, l.cfg.Key = Upsert, []string{"word"}
+	}
+	// One run is alive at a time: the sessions of this application name are
+	// its.
+	l.app = fmt.Sprintf("life-%d", seed)
+	l.cfg.URL = pg.URL + "&application_name=" + l.app
+	if l.newSink, err = Sink(l.cfg); err != nil {
+		t.Fatal(err)
+	}
+	l.logf("seed %d: %s, BatchRows %d", seed, m.name, l.batchRows)
+	var failure error
+	for step := 0; step < *lifeSteps && failure == nil; step++ {
+		failure = l.step()
+		if failure == nil {
+			failure = l.check()
+		}
+	}
+	if l.run != nil && !l.run.closed {
+		l.closeRun()
+	}
+	l.cleanUp()
+	if failure == nil {
+		if testing.Verbose() && *lifeSeeds == 1 {
+			t.Logf("sequence:\n  %s", strings.Join(l.log, "\n  "))
+		}
+		return ""
+	}
+	return fmt.Sprintf("seed %d: %v\nsequence (replay: -pglife.first %d -pglife.seeds 1):\n  %s", seed, failure, seed, strings.Join(l.log, "\n  "))
+}
+
+// cleanUp rolls back what the sequence left prepared.
+func (l *life) cleanUp() {
+	ctx := context.Background()
+	rows, err := l.admin.Query(ctx, "SELECT gid FROM pg_prepared_xacts")
+	if err != nil {
+		return
+	}
+	gids, _ := pgx.CollectRows(rows, pgx.RowTo[string])
+	for _, g := range gids {
+		l.admin.Exec(ctx, "ROLLBACK PREPARED "+literal(g))
+	}
+}
+
+// word is the input at position i.
+func (l *life) word(i int) string {
+	for len(l.words) <= i {
+		l.words = append(l.words, string(rune('a'+l.rng.IntN(5))))
+	}
+	return l.words[i]
+}
+
+// record is the row the job emits for input position i: (word, i) in
+// exactly-once mode, each row distinct; (word, its running count) in upsert
+// mode, the same value each time position i is replayed.
+func (l *life) record(i int) count {
+	w := l.word(i)
+	if !l.upsert {
+		return count{w, int64(i)}
+	}
+	n := int64(0)
+	for j := 0; j <= i; j++ {
+		if l.word(j) == w {
+			n++
+		}
+	}
+	return count{w, n}
+}
+
+func route(word string, p int) int {
+	h := fnv.New32a()
+	h.Write([]byte(word))
+	return int(h.Sum32() % uint32(p))
+}
+
+// step takes one random step.
+func (l *life) step() error {
+	if l.run == nil {
+		return l.start()
+	}
+	if l.none {
+		switch r := l.rng.IntN(16); {
+		case r < 12:
+			return l.write(1 + l.rng.IntN(6))
+		case r < 13:
+			return l.finish()
+		case r < 15:
+			return l.kill()
+		}
+		l.logf("failover: every subtask is closed")
+		return l.closeRun()
+	}
+	switch r := l.rng.IntN(21); {
+	case r < 10:
+		return l.write(1 + l.rng.IntN(6))
+	case r < 15:
+		return l.checkpoint(false)
+	case r < 17:
+		l.logf("the next checkpoint completes; the process is killed while it notifies the subtasks:")
+		if err := l.checkpointNotifying(false); err != nil {
+			return err
+		}
+		return l.kill()
+	case r < 18:
+		return l.stopWithSavepoint()
+	case r < 20:
+		return l.kill()
+	}
+	l.logf("failover: every subtask is closed")
+	return l.closeRun()
+}
+
+// start starts a run, of a kind the state allows, at a random parallelism.
+func (l *life) start() error {
+	kinds := []string{"fresh"}
+	if l.none || len(l.retained) == 0 {
+		kinds = append(kinds, "plain", "plain") // else the runtime refuses it
+	}
+	if len(l.retained)+len(l.savepts) > 0 {
+		kinds = append(kinds, "latest", "latest", "latest")
+	}
+	if len(l.retained) >= 2 {
+		kinds = append(kinds, "older")
+	}
+	if len(l.savepts) > 0 {
+		kinds = append(kinds, "savepoint")
+	}
+	kind := kinds[l.rng.IntN(len(kinds))]
+	p := 1 + l.rng.IntN(4)
+	var from *lifeCkpt
+	switch kind {
+	case "latest":
+		for _, c := range slices.Concat(l.retained, l.savepts) {
+			if from == nil || c.id > from.id {
+				from = c
+			}
+		}
+	case "older":
+		from = l.retained[l.rng.IntN(len(l.retained)-1)]
+	case "savepoint":
+		from = l.savepts[l.rng.IntN(len(l.savepts))]
+	}
+	refuse := kind == "plain" && l.recorded
+	desc := fmt.Sprintf("start %s at parallelism %d", kind, p)
+	if from != nil {
+		desc += fmt.Sprintf(" from checkpoint %d (position %d, parallelism %d)", from.id, from.pos, from.p)
+	}
+	if refuse {
+		desc += ": refused, an earlier run's output is in the table"
+	}
+	l.logf("%s", desc)
+
+	errs := l.open(p, kind == "fresh", from)
+	if refuse {
+		for sub, err := range errs {
+			if !errors.Is(err, ErrEarlierOutput) || !operator.IsPermanent(err) {
+				return fmt.Errorf("subtask %d: %v, want a permanent ErrEarlierOutput", sub, err)
+			}
+		}
+		return l.closeRun()
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("open: %w", err)
+	}
+	// The model of what the start did.
+	switch {
+	case from != nil:
+		for _, tx := range from.recorded {
+			if tx.state == "prepared" {
+				l.commitTxn(tx)
+			}
+		}
+		l.retained = slices.DeleteFunc(l.retained, func(c *lifeCkpt) bool { return c.id > from.id })
+		l.pos = from.pos
+	case kind == "fresh":
+		l.retained = nil
+		if l.recorded {
+			l.committed, l.values, l.recorded = nil, map[string]int64{}, false
+		}
+		l.pos = 0
+	default:
+		l.pos = 0
+	}
+	for _, tx := range l.txns {
+		if tx.state == "prepared" {
+			tx.state = "rolled back"
+		}
+	}
+	return nil
+}
+
+// open opens subtasks 0..p-1 at once, each in a session of its own, named
+// for the run.
+func (l *life) open(p int, fresh bool, from *lifeCkpt) []error {
+	r := &lifeRun{open: make([][]count, p), buf: make([][]count, p), wrote: make([]bool, p), oprun: &operatortest.Run{}}
+	l.run = r
+	errs := make([]error, p)
+	var wg sync.WaitGroup
+	for sub := range p {
+		s := l.newSink()
+		r.sinks = append(r.sinks, s)
+		var restore *operator.Restore
+		if from != nil {
+			restore = &operator.Restore{Checkpoint: from.id, Handles: from.handles, Read: l.mem.Read}
+		}
+		ctx := r.oprun.Context("counts", sub, p, restore)
+		ctx.Job, ctx.StartOver, ctx.CheckpointingEnabled = l.job, fresh, !l.none
+		wg.Go(func() { errs[sub] = s.Open(ctx) })
+	}
+	wg.Wait()
+	return errs
+}
+
+func (l *life) commitTxn(tx *lifeTxn) {
+	tx.state = "committed"
+	l.committed = append(l.committed, tx.rows...)
+	l.recorded = true
+}
+
+// write writes the next n records of the input.
+func (l *life) write(n int) error {
+	r := l.run
+	p := len(r.sinks)
+	l.logf("write positions %d..%d", l.pos, l.pos+n-1)
+	for range n {
+		c := l.record(l.pos)
+		l.pos++
+		sub := route(c.Word, p)
+		if err := r.sinks[sub].Write(c); err != nil {
+			return fmt.Errorf("subtask %d: write %v: %w", sub, c, err)
+		}
+		if !l.upsert {
+			r.open[sub] = append(r.open[sub], c)
+			continue
+		}
+		r.buf[sub] = append(r.buf[sub], c)
+		if len(r.buf[sub]) >= l.batchRows {
+			l.flushUpsert(sub)
+		}
+	}
+	return nil
+}
+
+func (l *life) flushUpsert(sub int) {
+	r := l.run
+	for _, c := range r.buf[sub] {
+		l.values[c.Word] = c.Count
+	}
+	if len(r.buf[sub]) > 0 {
+		r.wrote[sub] = true
+	}
+	r.buf[sub] = nil
+}
+
+// checkpoint snapshots every subtask; the checkpoint then completes and is
+// notified to every subtask, to some, or never completes.
+func (l *life) checkpoint(savepoint bool) error {
+	r := l.run
+	id := l.nextID
+	l.nextID++
+	var handles []checkpoint.Handle
+	for sub, s := range r.sinks {
+		async, err := s.Snapshot(id)
+		if err != nil {
+			return fmt.Errorf("subtask %d: snapshot %d: %w", sub, id, err)
+		}
+		if async != nil {
+			hs, err := async(l.mem)
+			if err != nil {
+				return fmt.Errorf("subtask %d: snapshot %d: %w", sub, id, err)
+			}
+			handles = append(handles, hs...)
+		}
+		if l.upsert {
+			l.flushUpsert(sub)
+		} else if len(r.open[sub]) > 0 {
+			l.txns = append(l.txns, &lifeTxn{sub: sub, id: id, rows: r.open[sub], state: "prepared"})
+			r.open[sub] = nil
+		}
+	}
+	how := l.rng.IntN(6)
+	if savepoint {
+		how = 0
+	}
+	if how == 5 {
+		l.logf("checkpoint %d at position %d: snapshots taken, never completes", id, l.pos)
+		return nil
+	}
+	c := &lifeCkpt{id: id, pos: l.pos, p: len(r.sinks), handles: handles, savepoint: savepoint}
+	for _, tx := range l.txns {
+		if tx.state == "prepared" {
+			c.recorded = append(c.recorded, tx)
+		}
+	}
+	if savepoint {
+		l.savepts = append(l.savepts, c)
+	} else {
+		l.retained = append(l.retained, c)
+		if len(l.retained) > lifeRetained {
+			l.retained = l.retained[1:]
+		}
+	}
+	notify := make([]bool, len(r.sinks))
+	for sub := range notify {
+		notify[sub] = how < 3 || l.rng.IntN(2) == 0
+	}
+	what := "checkpoint"
+	if savepoint {
+		what = "savepoint"
+	}
+	l.logf("%s %d at position %d completes, notified to subtasks %v", what, id, l.pos, notify)
+	return l.notify(id, notify)
+}
+
+func (l *life) notify(id checkpoint.ID, to []bool) error {
+	r := l.run
+	for sub, s := range r.sinks {
+		if !to[sub] {
+			continue
+		}
+		if err := s.NotifyComplete(id); err != nil {
+			return fmt.Errorf("subtask %d: notify %d: %w", sub, id, err)
+		}
+		for _, tx := range l.txns {
+			if tx.state == "prepared" && tx.sub == sub && tx.id <= id && l.ofThisRun(tx) {
+				l.commitTxn(tx)
+			}
+		}
+		if l.upsert && r.wrote[sub] {
+			l.recorded = true
+		}
+	}
+	return nil
+}
+
+// ofThisRun: every prepared transaction is the running attempt's, since a
+// start commits or rolls back all others.
+func (l *life) ofThisRun(*lifeTxn) bool { return true }
+
+// stopWithSavepoint takes a savepoint, commits it and stops; or is killed
+// before every subtask committed.
+func (l *life) stopWithSavepoint() error {
+	if l.rng.IntN(3) == 0 {
+		// The savepoint completes; the process dies while notifying.
+		l.logf("stop with a savepoint, killed before every subtask committed:")
+		if err := l.checkpointNotifying(true); err != nil {
+			return err
+		}
+		return l.kill()
+	}
+	if err := l.checkpoint(true); err != nil {
+		return err
+	}
+	l.logf("stopped")
+	return l.closeRun()
+}
+
+// checkpointNotifying is checkpoint(savepoint) notified to a random few.
+func (l *life) checkpointNotifying(savepoint bool) error {
+	r := l.run
+	id := l.nextID
+	l.nextID++
+	var handles []checkpoint.Handle
+	for sub, s := range r.sinks {
+		async, err := s.Snapshot(id)
+		if err != nil {
+			return err
+		}
+		if async != nil {
+			hs, err := async(l.mem)
+			if err != nil {
+				return err
+			}
+			handles = append(handles, hs...)
+		}
+		if l.upsert {
+			l.flushUpsert(sub)
+		} else if len(r.open[sub]) > 0 {
+			l.txns = append(l.txns, &lifeTxn{sub: sub, id: id, rows: r.open[sub], state: "prepared"})
+			r.open[sub] = nil
+		}
+	}
+	c := &lifeCkpt{id: id, pos: l.pos, p: len(r.sinks), handles: handles, savepoint: savepoint}
+	for _, tx := range l.txns {
+		if tx.state == "prepared" {
+			c.recorded = append(c.recorded, tx)
+		}
+	}
+	what := "savepoint"
+	if savepoint {
+		l.savepts = append(l.savepts, c)
+	} else {
+		what = "checkpoint"
+		l.retained = append(l.retained, c)
+		if len(l.retained) > lifeRetained {
+			l.retained = l.retained[1:]
+		}
+	}
+	notify := make([]bool, len(r.sinks))
+	for sub := range notify {
+		notify[sub] = l.rng.IntN(3) == 0
+	}
+	l.logf("%s %d at position %d completes, notified to subtasks %v", what, id, l.pos, notify)
+	return l.notify(id, notify)
+}
+
+// finish ends the input without checkpoints: every subtask commits.
+func (l *life) finish() error {
+	r := l.run
+	l.logf("end of input: every subtask commits")
+	for sub, s := range r.sinks {
+		if err := s.Finish(); err != nil {
+			return fmt.Errorf("subtask %d: finish: %w", sub, err)
+		}
+		if l.upsert {
+			l.flushUpsert(sub)
+			if r.wrote[sub] {
+				l.recorded = true
+			}
+		} else if len(r.open[sub]) > 0 {
+			l.committed = append(l.committed, r.open[sub]...)
+			l.recorded = true
+			r.open[sub] = nil
+		}
+	}
+	return l.closeRun()
+}
+
+// kill ends the run as kill -9 does: the server ends its sessions (open
+// transactions roll back, prepared ones stay); the sink runs no code. Its Go
+// objects are then closed, on dead connections.
+func (l *life) kill() error {
+	l.logf("kill -9")
+	ctx := context.Background()
+	if _, err := l.admin.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1", l.app); err != nil {
+		return fmt.Errorf("kill: %w", err)
+	}
+	if err := l.waitGone(); err != nil {
+		return err
+	}
+	return l.closeRun()
+}
+
+// closeRun closes every subtask and waits until the server ended their
+// sessions, as it has by the time another process starts.
+func (l *life) closeRun() error {
+	r := l.run
+	for _, s := range r.sinks {
+		s.Close()
+	}
+	r.oprun.Close()
+	r.closed = true
+	l.run = nil
+	return l.waitGone()
+}
+
+// waitGone waits until the server ended the sessions of the run.
+func (l *life) waitGone() error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		if err := l.admin.QueryRow(context.Background(), "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", l.app).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d sessions of the run still there after 10 s", n)
+		}
+		time.Sleep(5 * time.Millisecond) // polls the server for a condition
+	}
+}
+
+// check compares the table and the prepared transactions with the model.
+func (l *life) check() error {
+	ctx := context.Background()
+	rs, err := l.admin.Query(ctx, "SELECT word, count FROM counts")
+	if err != nil {
+		return err
+	}
+	got, err := pgx.CollectRows(rs, func(r pgx.CollectableRow) (string, error) {
+		var c count
+		err := r.Scan(&c.Word, &c.Count)
+		return fmt.Sprint(c.Word, "=", c.Count), err
+	})
+	if err != nil {
+		return err
+	}
+	var want []string
+	if l.upsert {
+		for w, v := range l.values {
+			want = append(want, fmt.Sprint(w, "=", v))
+		}
+	} else {
+		for _, c := range l.committed {
+			want = append(want, fmt.Sprint(c.Word, "=", c.Count))
+		}
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		return fmt.Errorf("table: %s", diffRows(got, want))
+	}
+	rs, err = l.admin.Query(ctx, `SELECT gid FROM pg_prepared_xacts WHERE gid LIKE $1 ESCAPE '\'`, likePrefix(l.prefix))
+	if err != nil {
+		return err
+	}
+	gids, err := pgx.CollectRows(rs, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	var wantGIDs []string
+	for _, tx := range l.txns {
+		if tx.state == "prepared" {
+			wantGIDs = append(wantGIDs, formatGID(l.prefix, tx.sub, tx.id))
+		}
+	}
+	slices.Sort(gids)
+	slices.Sort(wantGIDs)
+	if !slices.Equal(gids, wantGIDs) {
+		return fmt.Errorf("prepared transactions %v, want %v", gids, wantGIDs)
+	}
+	return nil
+}
+
+// diffRows says which rows are missing and which extra.
+func diffRows(got, want []string) string {
+	count := map[string]int{}
+	for _, g := range got {
+		count[g]++
+	}
+	for _, w := range want {
+		count[w]--
+	}
+	var missing, extra []string
+	for k, n := range count {
+		for ; n > 0; n-- {
+			extra = append(extra, k)
+		}
+		for ; n < 0; n++ {
+			missing = append(missing, k)
+		}
+	}
+	slices.Sort(missing)
+	slices.Sort(extra)
+	return fmt.Sprintf("missing %v, extra %v (%d rows, want %d)", missing, extra, len(got), len(want))
+}
