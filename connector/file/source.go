@@ -147,9 +147,10 @@ func decodeSplit(b []byte) (split, error) {
 //
 // The checkpoint also records every file the source has taken (by path) and
 // the pattern. A restore whose pattern matches files the checkpoint does not
-// know reads them from their start, as new splits (as Flink's FileSource
-// does with files it discovers); a file the checkpoint knows is never read
-// again, even when it was read to the end. A restore whose pattern no longer
+// know reads them from their start, as new splits of subtask 0 (as Flink's
+// FileSource does with files it discovers); a file the checkpoint knows is
+// never read again, even when it was read to the end. A file is known by its
+// absolute path with symbolic links resolved, and only once it has bytes. A restore whose pattern no longer
 // matches a file the checkpoint has not read to the end fails with
 // ErrUnreadInputDropped. NB: files are taken as immutable: a known file that
 // grew is not read past the size it had when its splits were made.
@@ -194,13 +195,30 @@ func Lines(cfg LinesConfig) (func() weir.SourceReader[string], error) {
 	for _, sp := range splits {
 		total += sp.End - sp.Start
 	}
-	matched := make([]string, len(files))
-	for i, f := range files {
-		matched[i] = filepath.Clean(f)
+	ids := make(map[string]string, len(files))
+	for _, f := range files {
+		ids[f] = fileID(cfg.FS, f)
 	}
 	return func() weir.SourceReader[string] {
-		return &lineReader{cfg: cfg, all: splits, files: matched, total: total}
+		return &lineReader{cfg: cfg, all: splits, ids: ids, total: total}
 	}, nil
+}
+
+// fileID names a file however the input spells it: on the real file system
+// its absolute path with symbolic links resolved (when it exists), so that
+// "data/a.txt", "./data/a.txt" and "$PWD/data/a.txt" are one file;
+// otherwise its cleaned path.
+func fileID(fs vfs.FS, path string) string {
+	if vfs.Root(fs) != vfs.Default {
+		return filepath.Clean(path)
+	}
+	if real, err := filepath.EvalSymlinks(path); err == nil {
+		path = real
+	}
+	if abs, err := filepath.Abs(path); err == nil {
+		return abs
+	}
+	return filepath.Clean(path)
 }
 
 // glob lists the files matching pattern, sorted. Any path element may hold
@@ -272,9 +290,9 @@ func expand(fs vfs.FS, pattern string, dirs bool) ([]string, error) {
 type lineReader struct {
 	operator.Base
 	cfg   LinesConfig
-	all   []split  // every split of the job, for a fresh start
-	files []string // every file cfg.Pattern matches, empty ones too, cleaned
-	total int64    // bytes of every split
+	all   []split           // every split of the job, for a fresh start
+	ids   map[string]string // every file cfg.Pattern matches, empty ones too: its fileID
+	total int64             // bytes of every split
 	// known is every file the source has taken (cleaned): those this
 	// run's input matches and those the restored checkpoint records. It is
 	// never read again from its start; subtask 0 checkpoints it.
@@ -289,9 +307,12 @@ type lineReader struct {
 
 func (l *lineReader) Open(ctx *operator.Context) error {
 	l.ctx = ctx
-	l.known = make(map[string]bool, len(l.files))
-	for _, f := range l.files {
-		l.known[f] = true
+	// NB: a file known is never read again, so an empty one is not known:
+	// it has no split, and the lines it may get later are read by the
+	// restore that finds it.
+	l.known = make(map[string]bool, len(l.ids))
+	for _, s := range l.all {
+		l.known[l.id(s.Path)] = true
 	}
 	if ctx.Restore != nil {
 		return l.restore(ctx.Restore)
@@ -314,10 +335,23 @@ func deal(splits []split, i, p int) []split {
 // maxNamedFiles bounds the files an error or a log line names.
 const maxNamedFiles = 10
 
-// restore takes this subtask's share of the checkpointed splits and of the
-// splits of files the input now matches that the checkpoint does not know.
-// Every subtask reads every split and every known file, so all of them
-// decide alike, and rescaled (split state is dealt again round-robin).
+// id is the fileID of path.
+func (l *lineReader) id(path string) string {
+	if id, ok := l.ids[path]; ok {
+		return id
+	}
+	return fileID(l.cfg.FS, path)
+}
+
+// restore takes this subtask's share of the checkpointed splits and, in
+// subtask 0, the splits of files the input now matches that the checkpoint
+// does not know. Every subtask reads every split and every known file, so
+// all of them decide alike, and rescaled (split state is dealt again
+// round-robin). NB: only subtask 0 takes the new files, which it alone
+// records as known: in a cluster every process matches the input itself,
+// and a file that appeared between two processes' starts would otherwise
+// be dealt by one and not by the other (lost), and be new again at the
+// next restore (read twice).
 func (l *lineReader) restore(rs *operator.Restore) error {
 	items, err := state.RestoreList(rs.Handles, rs.Read, state.Split, "splits", 0, 1)
 	if err != nil {
@@ -337,10 +371,14 @@ func (l *lineReader) restore(rs *operator.Restore) error {
 	if err != nil {
 		return fmt.Errorf("input %s: restore the input read: %w", l.cfg.Pattern, err)
 	}
+	matched := make(map[string]bool, len(l.ids))
+	for _, id := range l.ids {
+		matched[id] = true
+	}
 	var dropped []string
 	for _, s := range recorded {
-		if p := filepath.Clean(s.Path); !l.known[p] && !(s.started && s.Pos >= s.End) && !slices.Contains(dropped, p) {
-			dropped = append(dropped, p)
+		if id := l.id(s.Path); !matched[id] && !(s.started && s.Pos >= s.End) && !slices.Contains(dropped, id) {
+			dropped = append(dropped, id)
 		}
 	}
 	if len(dropped) > 0 {
@@ -360,14 +398,15 @@ func (l *lineReader) restore(rs *operator.Restore) error {
 		// as it was then.
 		positioned := make(map[string]bool, len(recorded))
 		for _, s := range recorded {
-			positioned[filepath.Clean(s.Path)] = true
+			positioned[l.id(s.Path)] = true
 		}
 		var unknown []string
-		for _, f := range l.files {
-			if !positioned[f] {
-				unknown = append(unknown, f)
+		for id := range matched {
+			if !positioned[id] {
+				unknown = append(unknown, id)
 			}
 		}
+		slices.Sort(unknown)
 		if len(unknown) > 0 && l.ctx.Subtask == 0 {
 			l.ctx.Logger.Warn("file source: the checkpoint, taken by an earlier version of Weir, does not record which files it read to the end: matched files it holds no position for are taken as read, and not read",
 				"input", l.cfg.Pattern, "checkpoint", rs.Checkpoint, "files", len(unknown), "names", nameFiles(unknown))
@@ -381,23 +420,21 @@ func (l *lineReader) restore(rs *operator.Restore) error {
 		wasKnown[string(f)] = true
 		l.known[string(f)] = true
 	}
-	var unread []string
-	for _, f := range l.files {
-		if !wasKnown[f] {
-			unread = append(unread, f)
-		}
+	l.mine = deal(recorded, l.ctx.Subtask, l.ctx.Parallelism)
+	if l.ctx.Subtask != 0 {
+		return nil
 	}
-	all := recorded
+	unread := map[string]bool{}
 	for _, s := range l.all {
-		if !wasKnown[filepath.Clean(s.Path)] {
-			all = append(all, s)
+		if id := l.id(s.Path); !wasKnown[id] {
+			l.mine = append(l.mine, s)
+			unread[id] = true
 		}
 	}
-	if len(unread) > 0 && l.ctx.Subtask == 0 {
+	if len(unread) > 0 {
 		l.ctx.Logger.Info("file source: the input matches files the checkpoint did not read: reading them from the start",
-			"input", l.cfg.Pattern, "checkpoint", rs.Checkpoint, "files", len(unread), "names", nameFiles(unread))
+			"input", l.cfg.Pattern, "checkpoint", rs.Checkpoint, "files", len(unread), "names", nameFiles(slices.Sorted(maps.Keys(unread))))
 	}
-	l.mine = deal(all, l.ctx.Subtask, l.ctx.Parallelism)
 	return nil
 }
 
