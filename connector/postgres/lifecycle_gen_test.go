@@ -58,7 +58,7 @@ import (
 )
 
 var (
-	lifeSeeds = flag.Int("pglife.seeds", 0, "sequences (seeds) the PostgreSQL sink lifecycle generator runs (default 16, 8 with -short)")
+	lifeSeeds = flag.Int("pglife.seeds", 0, "sequences (seeds) the PostgreSQL sink lifecycle generator runs (default 12, 6 with -short)")
 	lifeFirst = flag.Uint64("pglife.first", 1, "the PostgreSQL sink lifecycle generator's first seed")
 	lifeSteps = flag.Int("pglife.steps", 24, "steps of each sequence of the PostgreSQL sink lifecycle generator")
 )
@@ -73,9 +73,9 @@ func lifeSeedCount() uint64 {
 	case *lifeSeeds > 0:
 		return uint64(*lifeSeeds)
 	case testing.Short():
-		return 8
+		return 6
 	}
-	return 16
+	return 12
 }
 
 // lifeModes are the sink's modes, with and without checkpoints. Seed n runs
