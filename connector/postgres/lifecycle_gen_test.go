@@ -393,8 +393,17 @@ func (l *life) start() error {
 	switch {
 	case from != nil:
 		for _, tx := range from.recorded {
-			if tx.state == "prepared" {
+			switch tx.state {
+			case "prepared":
 				l.commitTxn(tx)
+			case "rolled back":
+				// NB: a savepoint whose notification did not reach every
+				// subtask, then a restore of an older checkpoint, which
+				// rolls back what it does not record: the sink cannot tell
+				// this transaction from one committed ("does not exist"),
+				// and its rows are lost. The model says what the sink does;
+				// the sequence says so.
+				l.logf("  NB: subtask %d's transaction of checkpoint %d, which checkpoint %d records, was rolled back by an earlier restore: its rows are lost", tx.sub, tx.id, from.id)
 			}
 		}
 		l.retained = slices.DeleteFunc(l.retained, func(c *lifeCkpt) bool { return c.id > from.id })
