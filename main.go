@@ -175,7 +175,7 @@ func jobCommand(ctx context.Context, role Role, cfg Config, build func(*Environm
 	fl.StringVar(&c.Checkpoint.Dir, "checkpoint-dir", c.Checkpoint.Dir, "where checkpoints go: a directory, or s3://bucket/prefix?endpoint=…&region=…; in a cluster, one every process reaches")
 	fl.DurationVar(&c.Checkpoint.Interval, "checkpoint-interval", c.Checkpoint.Interval, "time between checkpoints")
 	fl.StringVar(&mode, "mode", c.Checkpoint.Mode.String(), "checkpoint mode: exactly-once, at-least-once or none")
-	fl.DurationVar(&c.Checkpoint.Timeout, "checkpoint-timeout", c.Checkpoint.Timeout, "abort a checkpoint not complete after this long (0: 10m)")
+	fl.DurationVar(&c.Checkpoint.Timeout, "checkpoint-timeout", c.Checkpoint.Timeout, "abort a checkpoint not complete after this long (0: 5m)")
 	fl.IntVar(&c.Checkpoint.Retained, "checkpoints-retained", c.Checkpoint.Retained, "completed checkpoints kept (0: 1)")
 	fl.StringVar(&c.Restore, "restore", c.Restore, `start from a checkpoint: "latest" (in --checkpoint-dir), or in one process the path of a chk-<id> directory`)
 	fl.BoolVar(&c.Fresh, "fresh", c.Fresh, "start over: delete the job's checkpoints and the output of earlier runs")

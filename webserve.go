@@ -40,6 +40,16 @@ type effectiveConfig struct {
 // ErrCancelled is the error of a job cancelled through the API.
 var ErrCancelled = errors.New("job cancelled through the API")
 
+// CancelledError is the error of a job cancelled through the API, naming
+// who asked (as the request states it, and its address); it is
+// ErrCancelled to errors.Is.
+type CancelledError struct{ By string }
+
+func (e *CancelledError) Error() string { return ErrCancelled.Error() + " by " + e.By }
+
+// Is makes a CancelledError ErrCancelled.
+func (e *CancelledError) Is(target error) bool { return target == ErrCancelled }
+
 // serveWeb starts the metrics and API server Config.Web asks for, feeding
 // it the driver's events and letting it trigger savepoints and cancel the
 // job (cancel); stop stops it.
@@ -144,7 +154,7 @@ func (e *Environment) webControl(spec *runtime.Spec, cancel context.CancelCauseF
 		Token: e.cfg.WebToken,
 		Cancel: func(by string) {
 			e.cfg.Logger.Warn("job cancelled through the API", "by", by)
-			cancel(fmt.Errorf("%w by %s", ErrCancelled, by))
+			cancel(&CancelledError{By: by})
 		},
 		Savepoint: func(ctx context.Context, stopJob bool) (uint64, error) {
 			ctx, stop := context.WithTimeout(ctx, 10*time.Second)

@@ -184,7 +184,7 @@ type CheckpointConfig struct {
 	// MinPause is the least time from one checkpoint's completion to the
 	// next trigger (it needs MaxConcurrent 1). Default 0.
 	MinPause time.Duration
-	// Timeout aborts a checkpoint not complete by then. Default 10 minutes.
+	// Timeout aborts a checkpoint not complete by then. Default 5 minutes.
 	Timeout time.Duration
 	// MaxConcurrent is how many checkpoints may be in flight. Default 1.
 	MaxConcurrent int

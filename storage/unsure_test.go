@@ -1,7 +1,9 @@
 package storage_test
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path"
@@ -9,10 +11,13 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
+	"github.com/weirstream/weir"
+	"github.com/weirstream/weir/examples/wordcount"
 	"github.com/weirstream/weir/storage"
 )
 
@@ -80,4 +85,77 @@ func TestFailoverDeletesACheckpointWhoseCommitFailed(t *testing.T) {
 		t.Fatalf("the next run (restored %v): %v", r.restoredFrom, r.err)
 	}
 	checkOutput(t, data, files)
+}
+
+// A job that tolerates checkpoint failures does not fail over: the unsure
+// checkpoint is deleted at the next completed checkpoint (it was left in
+// storage for good, looking completed, for a later fallback or --restore to
+// pick; found by an outside review).
+func TestUnsureCheckpointDeletedWithoutAFailover(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 5))
+	data, mem := vfs.NewMem(), vfs.NewMem()
+	if _, err := writeInput(data, rng); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu     sync.Mutex
+		phase  int
+		unsure string
+	)
+	eio := func(op errorfs.Op) error { return &os.PathError{Op: "inject", Path: op.Path, Err: syscall.EIO} }
+	fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		mu.Lock()
+		defer mu.Unlock()
+		dir, name := path.Split(op.Path)
+		dir = strings.TrimSuffix(dir, "/")
+		switch {
+		case phase == 0 && op.Kind == errorfs.OpRename && name == storage.MetadataFile+".tmp" && !strings.HasSuffix(dir, "chk-1"):
+			phase, unsure = 1, dir
+		case phase == 1 && op.Kind == errorfs.OpFileSync && op.Path == unsure:
+			phase = 2
+			return eio(op) // the commit fails after the rename
+		case phase == 2 && op.Kind == errorfs.OpRemove && op.Path == path.Join(unsure, storage.MetadataFile):
+			phase = 3
+			return eio(op) // and so does the abort's delete
+		}
+		return nil
+	}))
+	var attempts []int
+	o := wordcount.Options{
+		Input: "/in/*.txt", Output: "/out", FS: data, Parallelism: 2, Restore: "latest",
+		Checkpoint: weir.CheckpointConfig{Interval: time.Millisecond, Dir: root, FS: fs, Retained: retained, TolerableFailures: 5},
+		Restart:    weir.FixedDelay{Delay: time.Millisecond, MaxAttempts: 20},
+		Logger:     slog.New(slog.DiscardHandler),
+		OnEvent: func(ev weir.JobEvent) {
+			if ev.Kind == weir.EventRunning {
+				mu.Lock()
+				attempts = append(attempts, ev.Attempt)
+				mu.Unlock()
+			}
+		},
+	}
+	e, err := wordcount.Build(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := e.Execute(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	reached := phase
+	mu.Unlock()
+	if reached != 3 {
+		t.Fatalf("the faults were not injected (phase %d)", reached)
+	}
+	s, err := cleanScan(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range s.Completed {
+		if path.Base(unsure) == fmt.Sprintf("chk-%d", m.ID) {
+			t.Errorf("checkpoint %s, whose commit failed, is still in storage as completed after the job finished (attempts %v; storage holds %v)", unsure, attempts, completedIDs(s))
+		}
+	}
 }

@@ -295,12 +295,10 @@ its latest count), or standard output.`,
 // or through the API: status 130, who stopped it, and how to resume.
 func interrupted(cf checkpointFlags, err error, cmd *cobra.Command) error {
 	what := "interrupted"
+	var byAPI *weir.CancelledError
 	switch cause := context.Cause(cmd.Context()); {
-	case errors.Is(err, weir.ErrCancelled):
-		what = err.Error()
-		if i := strings.Index(what, weir.ErrCancelled.Error()); i >= 0 {
-			what = what[i:] // "job cancelled through the API by …"
-		}
+	case errors.As(err, &byAPI):
+		what = byAPI.Error() // "job cancelled through the API by …"
 	case cause != nil && !errors.Is(cause, context.Canceled):
 		what = "interrupted (" + cause.Error() + ")" // "interrupt signal received"
 	}

@@ -26,7 +26,7 @@ func Lock(fs vfs.FS, path, what string) (io.Closer, error) {
 	}
 	l, err := fs.Lock(path)
 	switch {
-	case errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EACCES):
+	case errors.Is(err, syscall.EAGAIN):
 		// What vfs.MemFS answers for a held lock, as flock(2) does.
 		return nil, fmt.Errorf("%s is %w by another run of this process (lock file %s): %v", what, ErrLocked, path, err)
 	case err != nil:

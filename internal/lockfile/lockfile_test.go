@@ -90,14 +90,16 @@ func TestLockOnMemFS(t *testing.T) {
 // itself, and not as ErrLocked (a run told the directory is in use would
 // look for a holder that does not exist).
 func TestLockErrorIsNotAHolder(t *testing.T) {
-	fs := errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if op.Kind == errorfs.OpLock {
-			return &os.PathError{Op: "lock", Path: op.Path, Err: syscall.EIO}
+	for _, errno := range []syscall.Errno{syscall.EIO, syscall.EACCES} {
+		fs := errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
+			if op.Kind == errorfs.OpLock {
+				return &os.PathError{Op: "lock", Path: op.Path, Err: errno}
+			}
+			return nil
+		}))
+		_, err := Lock(fs, "/lock", "checkpoint directory /")
+		if err == nil || errors.Is(err, ErrLocked) || !errors.Is(err, errno) {
+			t.Errorf("a lock that fails with %v: %v; want that error, not ErrLocked", errno, err)
 		}
-		return nil
-	}))
-	_, err := Lock(fs, "/lock", "checkpoint directory /")
-	if err == nil || errors.Is(err, ErrLocked) || !errors.Is(err, syscall.EIO) {
-		t.Fatalf("a lock that fails with EIO: %v; want EIO, not ErrLocked", err)
 	}
 }

@@ -526,6 +526,12 @@ func (d *driver) emit(e JobEvent) {
 }
 
 func (d *driver) run(ctx context.Context) (Result, error) {
+	defer func() {
+		if err := d.deleteUnsure(); err != nil {
+			d.log.Error("a checkpoint whose commit failed is left in storage, where it looks completed: delete it by hand before a run restores it or one before it",
+				"storage", d.spec.Storage.Describe(), "err", err)
+		}
+	}()
 	for {
 		d.attempt++
 		if d.point != nil {
@@ -630,6 +636,10 @@ func (d *driver) previous(id checkpoint.ID) (*RestorePoint, []checkpoint.ID, err
 	var abandoned []checkpoint.ID
 	for i := len(scan.Completed) - 1; i >= 0; i-- {
 		m := scan.Completed[i]
+		if d.unsure[m.ID] {
+			abandoned = append(abandoned, m.ID) // its commit failed
+			continue
+		}
 		if m.ID >= id {
 			if m.ID == id && !m.Savepoint {
 				abandoned = append(abandoned, m.ID)
@@ -664,11 +674,12 @@ func (d *driver) abandon(ids []checkpoint.ID) error {
 }
 
 // deleteUnsure deletes the checkpoints whose commit failed and whose files
-// an abort could not delete, before an attempt restores an older one. NB:
-// the failed commit may have written the metadata, so such a checkpoint can
-// look completed in storage; the attempt rolls back the sinks' output after
-// the checkpoint it restores, and a later start restoring the unsure one as
-// the latest would find that output gone.
+// an abort could not delete. It runs before every attempt, at every
+// completed checkpoint and at the end of the run; an attempt does not start
+// while one is left. NB: the failed commit may have written the metadata,
+// so such a checkpoint can look completed in storage; an attempt rolls back
+// the sinks' output after the checkpoint it restores, and a later start (or
+// fallback) restoring the unsure one would find that output gone.
 func (d *driver) deleteUnsure() error {
 	for _, id := range slices.Sorted(maps.Keys(d.unsure)) {
 		if err := d.spec.Storage.Discard(id); err != nil {
@@ -939,6 +950,7 @@ func (d *driver) carryOut(ctx context.Context, x Execution) error {
 				// completed, never one an earlier run left in storage.
 				d.point = &RestorePoint{Metadata: d.persisted[act.ID], Read: d.spec.Storage.ReadState, Open: d.spec.Storage.OpenState, Where: d.spec.Storage.Describe()}
 				delete(d.persisted, act.ID)
+				_ = d.deleteUnsure() // retried before the next attempt, and at the end
 				for _, t := range d.tasks.All {
 					x.Send(ctx, t, Control{Kind: ControlComplete, ID: act.ID, EndOfInput: act.EndOfInput, Stop: act.ID == d.stopWith})
 				}
