@@ -58,23 +58,49 @@ type Context struct {
 
 // CommitWait is the longest a transaction pre-committed at checkpoint n
 // waits for its commit while the job stays within its settings: n and the
-// tolerated failures after it time out (each an interval plus a timeout),
-// then the job fails, waits for the restart strategy's longest delay, and
-// the restore commits it.
+// tolerated failures after it time out (each a cycle: an interval, a min
+// pause and a timeout), then the job fails, waits for the restart
+// strategy's longest delay, and the restore commits it.
 type CommitWait struct {
-	Interval, Timeout time.Duration
-	TolerableFailures int
-	RestartDelay      time.Duration
+	Interval, MinPause, Timeout time.Duration
+	TolerableFailures           int
+	RestartDelay                time.Duration
+}
+
+// cycle bounds the time from one checkpoint's trigger to the end of the
+// next one.
+func (w CommitWait) cycle() time.Duration { return w.Interval + w.MinPause + w.Timeout }
+
+func (w CommitWait) cycleTerms() string {
+	if w.MinPause > 0 {
+		return fmt.Sprintf("checkpoint interval %v + checkpoint min pause %v + checkpoint timeout %v", w.Interval, w.MinPause, w.Timeout)
+	}
+	return fmt.Sprintf("checkpoint interval %v + checkpoint timeout %v", w.Interval, w.Timeout)
 }
 
 // Total is the bound.
 func (w CommitWait) Total() time.Duration {
-	return time.Duration(w.TolerableFailures+1)*(w.Interval+w.Timeout) + w.RestartDelay
+	return time.Duration(w.TolerableFailures+1)*w.cycle() + w.RestartDelay
 }
 
 func (w CommitWait) String() string {
-	return fmt.Sprintf("(checkpoint interval %v + checkpoint timeout %v) × (tolerable checkpoint failures %d + 1) + the restart strategy's longest delay %v = %v",
-		w.Interval, w.Timeout, w.TolerableFailures, w.RestartDelay, w.Total())
+	return fmt.Sprintf("(%s) × (tolerable checkpoint failures %d + 1) + the restart strategy's longest delay %v = %v",
+		w.cycleTerms(), w.TolerableFailures, w.RestartDelay, w.Total())
+}
+
+// Open bounds how long a transaction opened with the first record after a
+// snapshot stays open before the next snapshot pre-commits it: one cycle.
+// A transaction that expires counted from its opening (Kafka's) must
+// outlast Open plus Total.
+func (w CommitWait) Open() time.Duration { return w.cycle() }
+
+// OpenString describes Open.
+func (w CommitWait) OpenString() string { return fmt.Sprintf("%s = %v", w.cycleTerms(), w.Open()) }
+
+// FitTimeout is the checkpoint timeout, the other settings as they are,
+// below which Open plus Total stays below limit; not positive if none.
+func (w CommitWait) FitTimeout(limit time.Duration) time.Duration {
+	return (limit-w.RestartDelay)/time.Duration(w.TolerableFailures+2) - w.Interval - w.MinPause
 }
 
 // Restore is the state an operator restarts from.

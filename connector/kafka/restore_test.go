@@ -241,6 +241,9 @@ func TestSinkChecksTheTimeoutFromTheTransactionsOpening(t *testing.T) {
 		{15 * time.Minute, operator.CommitWait{Interval: time.Second, Timeout: 7*time.Minute + 26*time.Second, RestartDelay: 5 * time.Second}, ""},
 		{3 * time.Minute, minute, ""},
 		{2*time.Minute + 7*time.Second, minute, "2m7s in all"},
+		// A min pause lengthens every cycle (found by an outside review).
+		{15 * time.Minute, operator.CommitWait{Interval: time.Second, MinPause: 20 * time.Minute, Timeout: time.Minute, RestartDelay: 5 * time.Second},
+			"checkpoint interval 1s + checkpoint min pause 20m0s + checkpoint timeout 1m0s = 21m1s: 42m7s in all"},
 	} {
 		newSink, err := Sink(SinkConfig[string]{Brokers: brokers, Topic: "out", Encode: encode, TransactionTimeout: c.timeout})
 		if err != nil {

@@ -408,13 +408,13 @@ func (w *writer[T]) txnID(sub, k int) string {
 // pre-commits it. The bound counts from there.
 func (w *writer[T]) checkTimeout(ctx context.Context) error {
 	wait := w.ctx.CommitWait
-	if open := wait.Interval + wait.Timeout; w.cfg.TransactionTimeout <= open+wait.Total() {
+	if bound := wait.Open() + wait.Total(); w.cfg.TransactionTimeout <= bound {
 		lower := "lower those settings"
-		if fit := (w.cfg.TransactionTimeout-wait.RestartDelay)/time.Duration(wait.TolerableFailures+2) - wait.Interval; fit >= time.Second {
+		if fit := wait.FitTimeout(w.cfg.TransactionTimeout); fit >= time.Second {
 			lower = fmt.Sprintf("lower those settings (the others as they are, a checkpoint timeout below %v)", fit.Truncate(time.Second))
 		}
-		return operator.Permanent(fmt.Errorf("kafka sink %s: transaction timeout %v is not above the longest a pre-committed transaction may wait for its commit, %s, plus the time its transaction may be open before the pre-commit, checkpoint interval %v + checkpoint timeout %v = %v: %v in all; the broker would abort it and its records would be lost; raise TransactionTimeout (txn-timeout in the URL; at most the broker's transaction.max.timeout.ms, 15 minutes unless set), or %s",
-			w.ctx.UID, w.cfg.TransactionTimeout, wait, wait.Interval, wait.Timeout, open, open+wait.Total(), lower))
+		return operator.Permanent(fmt.Errorf("kafka sink %s: transaction timeout %v is not above the longest a pre-committed transaction may wait for its commit, %s, plus the time its transaction may be open before the pre-commit, %s: %v in all; the broker would abort it and its records would be lost; raise TransactionTimeout (txn-timeout in the URL; at most the broker's transaction.max.timeout.ms, 15 minutes unless the broker raises it), or %s",
+			w.ctx.UID, w.cfg.TransactionTimeout, wait, wait.OpenString(), bound, lower))
 	}
 	configs, err := kadm.NewClient(w.plain).DescribeBrokerConfigs(ctx)
 	if err != nil {

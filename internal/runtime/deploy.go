@@ -253,7 +253,7 @@ func operatorContext(spec Spec, p Part, vertex string, n graph.Node, subtask int
 	}
 	if spec.Mode != None {
 		cc, _ := spec.Checkpoint.Normalize() // validated by the driver
-		c.CommitWait = operator.CommitWait{Interval: cc.Interval, Timeout: cc.Timeout, TolerableFailures: cc.TolerableFailures, RestartDelay: spec.Restart.MaxDelay()}
+		c.CommitWait = operator.CommitWait{Interval: cc.Interval, MinPause: cc.MinPause, Timeout: cc.Timeout, TolerableFailures: cc.TolerableFailures, RestartDelay: spec.Restart.MaxDelay()}
 	}
 	if p.Point != nil {
 		r := &operator.Restore{Checkpoint: p.Point.Metadata.ID, Read: p.Point.Read, Open: p.Point.Open}
