@@ -558,7 +558,9 @@ func (l *life) notify(id checkpoint.ID, to []bool) error {
 			return fmt.Errorf("subtask %d: notify %d: %w", sub, id, err)
 		}
 		for _, tx := range l.txns {
-			if tx.state == "prepared" && tx.sub == sub && tx.id <= id && l.ofThisRun(tx) {
+			if tx.state == "prepared" && tx.sub == sub && tx.id <= id {
+				// (Every prepared transaction is the running attempt's: a
+				// start commits or rolls back all others.)
 				l.commitTxn(tx)
 			}
 		}
@@ -568,10 +570,6 @@ func (l *life) notify(id checkpoint.ID, to []bool) error {
 	}
 	return nil
 }
-
-// ofThisRun: every prepared transaction is the running attempt's, since a
-// start commits or rolls back all others.
-func (l *life) ofThisRun(*lifeTxn) bool { return true }
 
 // stopWithSavepoint takes a savepoint, commits it and stops; or is killed
 // before every subtask committed.

@@ -29,6 +29,8 @@ import (
 //     killed before its first checkpoint leaves none, as in exactly-once
 //     mode, and the next run (--restore latest finds no checkpoint, so it
 //     starts from the beginning) rewrites its rows with the same values.
+//     NB: so --fresh after such a run deletes nothing, and keys the next
+//     run never writes again stay.
 //
 // A row also names the session of the subtask that wrote it (its backend pid
 // and start time): the subtask's own connection, held from Open to Close.
@@ -102,6 +104,25 @@ type owner struct {
 	start time.Time
 	// written: this attempt's first transaction wrote the record.
 	written bool
+	// kind is the table's pg_class.relkind; inherits, whether it has
+	// partitions, is one, or takes part in inheritance.
+	kind     string
+	inherits bool
+}
+
+// related says why deleting every row of the table may delete rows of
+// other tables, or rows other writers put there through other tables
+// (partitions, inheritance, a view's base table): "" if it cannot.
+func (o *owner) related() string {
+	switch {
+	case o.kind == "p":
+		return "a partitioned table (whose partitions other jobs may write directly)"
+	case o.kind != "r":
+		return "not a plain table (relkind " + o.kind + ")"
+	case o.inherits:
+		return "a partition, or a table with inheritance parents or children (which other jobs may write)"
+	}
+	return ""
 }
 
 // openOwner creates the records table if need be and returns subtask ctx's
@@ -110,8 +131,10 @@ type owner struct {
 func openOwner(rctx context.Context, conn *pgx.Conn, table string, ctx *operator.Context, early bool) (*owner, error) {
 	o := &owner{table: table, job: ctx.Job, uid: ctx.UID, sub: ctx.Subtask, p: ctx.Parallelism, early: early}
 	var schema string
-	err := conn.QueryRow(rctx, `SELECT c.oid, n.nspname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)`,
-		quoteTable(table)).Scan(&o.relation, &schema)
+	err := conn.QueryRow(rctx, `SELECT c.oid, n.nspname::text, c.relkind::text,
+	EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = c.oid OR i.inhparent = c.oid)
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)`,
+		quoteTable(table)).Scan(&o.relation, &schema, &o.kind, &o.inherits)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, operator.Permanent(fmt.Errorf("postgres sink: table %s does not exist (was it dropped after the job was built?)", table))
 	}
@@ -119,17 +142,24 @@ func openOwner(rctx context.Context, conn *pgx.Conn, table string, ctx *operator
 		return nil, classify("postgres sink: table "+table, err)
 	}
 	o.records = pgx.Identifier{schema, ownerTable}.Sanitize()
-	// NB: CREATE TABLE IF NOT EXISTS run by two sessions at once can fail
-	// with a unique violation in the catalog: the lock makes one wait.
-	err = pgx.BeginFunc(rctx, conn, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(rctx, "SELECT pg_advisory_xact_lock(hashtext($1))", o.records); err != nil {
+	// NB: CREATE TABLE IF NOT EXISTS needs the CREATE privilege on the
+	// schema even when the table exists, so a table an administrator made
+	// for a user without it is looked for first. Run by two sessions at
+	// once, it can fail with a unique violation in the catalog: the lock
+	// makes one wait.
+	var exists bool
+	err = conn.QueryRow(rctx, "SELECT to_regclass($1) IS NOT NULL", o.records).Scan(&exists)
+	if err == nil && !exists {
+		err = pgx.BeginFunc(rctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(rctx, "SELECT pg_advisory_xact_lock(hashtext($1))", o.records); err != nil {
+				return err
+			}
+			_, err := tx.Exec(rctx, fmt.Sprintf(createOwnerSQL, o.records))
 			return err
-		}
-		_, err := tx.Exec(rctx, fmt.Sprintf(createOwnerSQL, o.records))
-		return err
-	})
+		})
+	}
 	if err != nil {
-		return nil, classify(fmt.Sprintf("postgres sink: create %s, where the sink records that it wrote into %s (create it by hand if the sink's user may not: %s)",
+		return nil, classify(fmt.Sprintf("postgres sink: create %s, where the sink records that it wrote into %s (if the sink's user may not, create it by hand: %s; and grant the user SELECT, INSERT, UPDATE, DELETE on it)",
 			o.records, table, strings.Join(strings.Fields(fmt.Sprintf(createOwnerSQL, o.records)), " ")), err)
 	}
 	if err := conn.QueryRow(rctx, "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()").Scan(&o.pid, &o.start); err != nil {
@@ -199,6 +229,10 @@ func (o *owner) check(ctx context.Context, conn *pgx.Conn, startOver bool, log f
 		if !startOver {
 			return operator.Permanent(fmt.Errorf("postgres sink: table %s: %w: job %q, sink %q committed output into it (subtasks %s)%s: resume that run with --restore latest (Config.Restore \"latest\"), or start over with --fresh (Config.Fresh), which deletes every row of %s",
 				o.table, ErrEarlierOutput, o.job, o.uid, subtasks(earlier), othersNote(others), o.table))
+		}
+		if why := o.related(); why != "" {
+			return operator.Permanent(fmt.Errorf("postgres sink: table %s: cannot start over (--fresh, Config.Fresh) by deleting the output earlier runs of job %q, sink %q committed: %w: it is %s; delete those rows by hand, then their records (DELETE FROM %s WHERE job = '%s' AND uid = '%s'), and start without --fresh",
+				o.table, o.job, o.uid, ErrSharedTable, why, o.records, strings.ReplaceAll(o.job, "'", "''"), strings.ReplaceAll(o.uid, "'", "''")))
 		}
 		if len(others) > 0 {
 			return operator.Permanent(fmt.Errorf("postgres sink: table %s: cannot start over (--fresh, Config.Fresh) by deleting the output earlier runs of job %q, sink %q committed: %w: %s; give this sink a table of its own, or delete the rows by hand and then the records in %s",
