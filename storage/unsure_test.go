@@ -35,37 +35,10 @@ func TestFailoverDeletesACheckpointWhoseCommitFailed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var (
-		mu     sync.Mutex
-		phase  int    // 1: renamed, 2: the sync failed, 3: the delete failed
-		unsure string // the checkpoint directory whose commit fails
-	)
-	eio := func(op errorfs.Op) error { return &os.PathError{Op: "inject", Path: op.Path, Err: syscall.EIO} }
-	fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
-		mu.Lock()
-		defer mu.Unlock()
-		dir, name := path.Split(op.Path)
-		dir = strings.TrimSuffix(dir, "/")
-		switch {
-		case phase == 0 && op.Kind == errorfs.OpRename && name == storage.MetadataFile+".tmp" && !strings.HasSuffix(dir, "chk-1"):
-			phase, unsure = 1, dir
-		case phase == 1 && op.Kind == errorfs.OpFileSync && op.Path == unsure:
-			phase = 2
-			return eio(op) // the commit fails after the rename
-		case phase == 2 && op.Kind == errorfs.OpRemove && op.Path == path.Join(unsure, storage.MetadataFile):
-			phase = 3
-			return eio(op) // and so does the abort's delete
-		case phase == 3 && op.Kind == errorfs.OpRename && name == storage.MetadataFile+".tmp":
-			// No later checkpoint completes: the run gives up with the
-			// unsure one the newest in storage.
-			return eio(op)
-		}
-		return nil
-	}))
+	f := &failedCommit{blockLater: true}
+	fs := errorfs.Wrap(mem, f)
 	r := runOnce(data, fs, 0, nil)
-	mu.Lock()
-	reached := phase
-	mu.Unlock()
+	unsure, reached := f.state()
 	if reached != 3 {
 		t.Fatalf("the faults were not injected (phase %d); the run: %v", reached, r.err)
 	}
@@ -97,30 +70,12 @@ func TestUnsureCheckpointDeletedWithoutAFailover(t *testing.T) {
 	if _, err := writeInput(data, rng); err != nil {
 		t.Fatal(err)
 	}
+	f := &failedCommit{}
+	fs := errorfs.Wrap(mem, f)
 	var (
-		mu     sync.Mutex
-		phase  int
-		unsure string
+		attemptsMu sync.Mutex
+		attempts   []int
 	)
-	eio := func(op errorfs.Op) error { return &os.PathError{Op: "inject", Path: op.Path, Err: syscall.EIO} }
-	fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
-		mu.Lock()
-		defer mu.Unlock()
-		dir, name := path.Split(op.Path)
-		dir = strings.TrimSuffix(dir, "/")
-		switch {
-		case phase == 0 && op.Kind == errorfs.OpRename && name == storage.MetadataFile+".tmp" && !strings.HasSuffix(dir, "chk-1"):
-			phase, unsure = 1, dir
-		case phase == 1 && op.Kind == errorfs.OpFileSync && op.Path == unsure:
-			phase = 2
-			return eio(op) // the commit fails after the rename
-		case phase == 2 && op.Kind == errorfs.OpRemove && op.Path == path.Join(unsure, storage.MetadataFile):
-			phase = 3
-			return eio(op) // and so does the abort's delete
-		}
-		return nil
-	}))
-	var attempts []int
 	o := wordcount.Options{
 		Input: "/in/*.txt", Output: "/out", FS: data, Parallelism: 2, Restore: "latest",
 		Checkpoint: weir.CheckpointConfig{Interval: time.Millisecond, Dir: root, FS: fs, Retained: retained, TolerableFailures: 5},
@@ -128,9 +83,9 @@ func TestUnsureCheckpointDeletedWithoutAFailover(t *testing.T) {
 		Logger:     slog.New(slog.DiscardHandler),
 		OnEvent: func(ev weir.JobEvent) {
 			if ev.Kind == weir.EventRunning {
-				mu.Lock()
+				attemptsMu.Lock()
 				attempts = append(attempts, ev.Attempt)
-				mu.Unlock()
+				attemptsMu.Unlock()
 			}
 		},
 	}
@@ -143,9 +98,7 @@ func TestUnsureCheckpointDeletedWithoutAFailover(t *testing.T) {
 	if _, err := e.Execute(ctx); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	reached := phase
-	mu.Unlock()
+	unsure, reached := f.state()
 	if reached != 3 {
 		t.Fatalf("the faults were not injected (phase %d)", reached)
 	}
@@ -158,4 +111,47 @@ func TestUnsureCheckpointDeletedWithoutAFailover(t *testing.T) {
 			t.Errorf("checkpoint %s, whose commit failed, is still in storage as completed after the job finished (attempts %v; storage holds %v)", unsure, attempts, completedIDs(s))
 		}
 	}
+}
+
+// failedCommit is an errorfs injector: the commit of the first checkpoint
+// after the first fails after its metadata was renamed into place (the
+// directory sync fails), and so does the abort's delete of that metadata;
+// with blockLater, no later checkpoint's commit succeeds either.
+type failedCommit struct {
+	blockLater bool
+
+	mu     sync.Mutex
+	phase  int    // 1: renamed, 2: the sync failed, 3: the delete failed
+	unsure string // the checkpoint directory whose commit fails
+}
+
+func (f *failedCommit) state() (unsure string, phase int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.unsure, f.phase
+}
+
+func (f *failedCommit) String() string { return "a failed commit" }
+
+func (f *failedCommit) MaybeError(op errorfs.Op) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	eio := &os.PathError{Op: "inject", Path: op.Path, Err: syscall.EIO}
+	dir, name := path.Split(op.Path)
+	dir = strings.TrimSuffix(dir, "/")
+	switch {
+	case f.phase == 0 && op.Kind == errorfs.OpRename && name == storage.MetadataFile+".tmp" && !strings.HasSuffix(dir, "chk-1"):
+		f.phase, f.unsure = 1, dir
+	case f.phase == 1 && op.Kind == errorfs.OpFileSync && op.Path == f.unsure:
+		f.phase = 2
+		return eio // the commit fails after the rename
+	case f.phase == 2 && op.Kind == errorfs.OpRemove && op.Path == path.Join(f.unsure, storage.MetadataFile):
+		f.phase = 3
+		return eio // and so does the abort's delete
+	case f.blockLater && f.phase == 3 && op.Kind == errorfs.OpRename && name == storage.MetadataFile+".tmp":
+		// No later checkpoint completes: the run gives up with the
+		// unsure one the newest in storage.
+		return eio
+	}
+	return nil
 }

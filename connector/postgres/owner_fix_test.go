@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -93,16 +94,7 @@ func TestPrecreatedOwnerTableWithoutCreatePrivilege(t *testing.T) {
 	pg := pgtest.Start(t)
 	exec(t, pg.URL,
 		createAppend,
-		`CREATE TABLE weir_sink_owner (
-	relation oid NOT NULL,
-	relation_name text NOT NULL,
-	job text NOT NULL,
-	uid text NOT NULL,
-	subtask int NOT NULL,
-	session_pid int NOT NULL,
-	session_start timestamptz NOT NULL,
-	committed_at timestamptz NOT NULL DEFAULT now(),
-	PRIMARY KEY (relation, job, uid, subtask))`,
+		fmt.Sprintf(createOwnerSQL, ownerTable), // as the sink's error says
 		"CREATE ROLE weirsink LOGIN",
 		"REVOKE CREATE ON SCHEMA public FROM PUBLIC",
 		"GRANT USAGE ON SCHEMA public TO weirsink",
