@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,7 +31,16 @@ func TestS3FaultsDeclineCheckpoints(t *testing.T) {
 	var mu sync.Mutex
 	var aborted []string
 	completed, completedAfter := 0, 0
+	// The input must outlast the faults: it is paced until a checkpoint
+	// completed after them (unpaced, a fast run could end first).
+	var settled atomic.Bool
+	pace := Paced(100)
 	env, err := Build(Options{Input: filepath.Join(dir, "in-*.txt"), Output: out, Parallelism: 2,
+		BeforeCount: func(w string) {
+			if !settled.Load() {
+				pace(w)
+			}
+		},
 		Checkpoint:   weir.CheckpointConfig{Interval: 20 * time.Millisecond, Dir: s3.URL, TolerableFailures: 1000},
 		StateBackend: weir.StateBackend{Kind: weir.PebbleState, Dir: filepath.Join(dir, "state")},
 		OnEvent: func(e weir.JobEvent) {
@@ -50,6 +60,7 @@ func TestS3FaultsDeclineCheckpoints(t *testing.T) {
 				}
 				if len(aborted) > 0 {
 					completedAfter++
+					settled.Store(true)
 				}
 			}
 		}})
