@@ -491,19 +491,37 @@ func (l *life) flushUpsert(sub int) {
 // checkpoint snapshots every subtask; the checkpoint then completes and is
 // notified to every subtask, to some, or never completes.
 func (l *life) checkpoint(savepoint bool) error {
-	r := l.run
 	id := l.nextID
 	l.nextID++
+	handles, err := l.snapshotAll(id)
+	if err != nil {
+		return err
+	}
+	how := l.rng.IntN(6)
+	if savepoint {
+		how = 0
+	}
+	if how == 5 {
+		l.logf("checkpoint %d at position %d: snapshots taken, never completes", id, l.pos)
+		return nil
+	}
+	return l.complete(id, handles, savepoint, func() bool { return how < 3 || l.rng.IntN(2) == 0 })
+}
+
+// snapshotAll snapshots every subtask for checkpoint id: what the model
+// then holds prepared or upserted.
+func (l *life) snapshotAll(id checkpoint.ID) ([]checkpoint.Handle, error) {
+	r := l.run
 	var handles []checkpoint.Handle
 	for sub, s := range r.sinks {
 		async, err := s.Snapshot(id)
 		if err != nil {
-			return fmt.Errorf("subtask %d: snapshot %d: %w", sub, id, err)
+			return nil, fmt.Errorf("subtask %d: snapshot %d: %w", sub, id, err)
 		}
 		if async != nil {
 			hs, err := async(l.mem)
 			if err != nil {
-				return fmt.Errorf("subtask %d: snapshot %d: %w", sub, id, err)
+				return nil, fmt.Errorf("subtask %d: snapshot %d: %w", sub, id, err)
 			}
 			handles = append(handles, hs...)
 		}
@@ -514,23 +532,24 @@ func (l *life) checkpoint(savepoint bool) error {
 			r.open[sub] = nil
 		}
 	}
-	how := l.rng.IntN(6)
-	if savepoint {
-		how = 0
-	}
-	if how == 5 {
-		l.logf("checkpoint %d at position %d: snapshots taken, never completes", id, l.pos)
-		return nil
-	}
+	return handles, nil
+}
+
+// complete completes checkpoint id, retained or a savepoint, and notifies
+// the subtasks for which notified (drawn in subtask order) is true.
+func (l *life) complete(id checkpoint.ID, handles []checkpoint.Handle, savepoint bool, notified func() bool) error {
+	r := l.run
 	c := &lifeCkpt{id: id, pos: l.pos, p: len(r.sinks), handles: handles, savepoint: savepoint}
 	for _, tx := range l.txns {
 		if tx.state == "prepared" {
 			c.recorded = append(c.recorded, tx)
 		}
 	}
+	what := "savepoint"
 	if savepoint {
 		l.savepts = append(l.savepts, c)
 	} else {
+		what = "checkpoint"
 		l.retained = append(l.retained, c)
 		if len(l.retained) > lifeRetained {
 			l.retained = l.retained[1:]
@@ -538,11 +557,7 @@ func (l *life) checkpoint(savepoint bool) error {
 	}
 	notify := make([]bool, len(r.sinks))
 	for sub := range notify {
-		notify[sub] = how < 3 || l.rng.IntN(2) == 0
-	}
-	what := "checkpoint"
-	if savepoint {
-		what = "savepoint"
+		notify[sub] = notified()
 	}
 	l.logf("%s %d at position %d completes, notified to subtasks %v", what, id, l.pos, notify)
 	return l.notify(id, notify)
@@ -591,51 +606,13 @@ func (l *life) stopWithSavepoint() error {
 
 // checkpointNotifying is checkpoint(savepoint) notified to a random few.
 func (l *life) checkpointNotifying(savepoint bool) error {
-	r := l.run
 	id := l.nextID
 	l.nextID++
-	var handles []checkpoint.Handle
-	for sub, s := range r.sinks {
-		async, err := s.Snapshot(id)
-		if err != nil {
-			return err
-		}
-		if async != nil {
-			hs, err := async(l.mem)
-			if err != nil {
-				return err
-			}
-			handles = append(handles, hs...)
-		}
-		if l.upsert {
-			l.flushUpsert(sub)
-		} else if len(r.open[sub]) > 0 {
-			l.txns = append(l.txns, &lifeTxn{sub: sub, id: id, rows: r.open[sub], state: "prepared"})
-			r.open[sub] = nil
-		}
+	handles, err := l.snapshotAll(id)
+	if err != nil {
+		return err
 	}
-	c := &lifeCkpt{id: id, pos: l.pos, p: len(r.sinks), handles: handles, savepoint: savepoint}
-	for _, tx := range l.txns {
-		if tx.state == "prepared" {
-			c.recorded = append(c.recorded, tx)
-		}
-	}
-	what := "savepoint"
-	if savepoint {
-		l.savepts = append(l.savepts, c)
-	} else {
-		what = "checkpoint"
-		l.retained = append(l.retained, c)
-		if len(l.retained) > lifeRetained {
-			l.retained = l.retained[1:]
-		}
-	}
-	notify := make([]bool, len(r.sinks))
-	for sub := range notify {
-		notify[sub] = l.rng.IntN(3) == 0
-	}
-	l.logf("%s %d at position %d completes, notified to subtasks %v", what, id, l.pos, notify)
-	return l.notify(id, notify)
+	return l.complete(id, handles, savepoint, func() bool { return l.rng.IntN(3) == 0 })
 }
 
 // finish ends the input without checkpoints: every subtask commits.
