@@ -49,6 +49,12 @@ var ErrLineTooLong = errors.New("line too long")
 // input the checkpoint was taken with and this run's.
 var ErrUnreadInputDropped = errors.New("no longer matches files the checkpoint has not read to the end")
 
+// ErrInputShrank is what reading a file fails with, marked permanent, when
+// the file is now shorter than it was when the source took it: it was
+// truncated or replaced, and the lines the checkpointed position points
+// into are gone. The error names the file and both sizes.
+var ErrInputShrank = errors.New("is shorter than when the job took it")
+
 // LinesConfig configures Lines.
 type LinesConfig struct {
 	FS vfs.FS // default the real file system
@@ -153,7 +159,8 @@ func decodeSplit(b []byte) (split, error) {
 // absolute path with symbolic links resolved, and only once it has bytes. A restore whose pattern no longer
 // matches a file the checkpoint has not read to the end fails with
 // ErrUnreadInputDropped. NB: files are taken as immutable: a known file that
-// grew is not read past the size it had when its splits were made.
+// grew is not read past the size it had when its splits were made, and one
+// that shrank below it fails the read with ErrInputShrank.
 func Lines(cfg LinesConfig) (func() weir.SourceReader[string], error) {
 	if cfg.FS == nil {
 		cfg.FS = vfs.Default
@@ -565,6 +572,11 @@ func (l *lineReader) openSplit(s *split) error {
 	if err != nil {
 		f.Close()
 		return fmt.Errorf("input %s: %w", s.Path, err)
+	}
+	if st.Size() < s.End {
+		f.Close()
+		return operator.Permanent(fmt.Errorf("input %s %w: %d bytes, taken with at least %d; it was truncated or replaced, and the lines from byte %d on would be lost or be others; put the file back as it was, or start over (--fresh)",
+			s.Path, ErrInputShrank, st.Size(), s.End, s.Pos))
 	}
 	pos := s.Pos
 	if !s.started && s.Start > 0 {
