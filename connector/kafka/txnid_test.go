@@ -375,3 +375,28 @@ func TestSinkAbortsOldFormatIDsThatAreItsAlone(t *testing.T) {
 		t.Fatalf("open transactions %v, want only weir-word-count-out-0-1", open)
 	}
 }
+
+// FuzzTxnIDs: two sinks' default prefixes are equal only for equal names,
+// and the listing of one (parseTxnID and the pattern) takes an id of the
+// other only then.
+func FuzzTxnIDs(f *testing.F) {
+	f.Add("word-count", "out", "word", "count-out", uint16(0), uint16(2))
+	f.Add("a", "b-1", "a", "b", uint16(1), uint16(3))
+	f.Add("a:b", "c", "a", "b:c", uint16(3), uint16(0))
+	f.Add(strings.Repeat("x", 70), "1.a", "x", "", uint16(10), uint16(7))
+	f.Fuzz(func(t *testing.T, job1, uid1, job2, uid2 string, sub, k uint16) {
+		p1, p2 := txnIDPrefix(job1, uid1), txnIDPrefix(job2, uid2)
+		same := job1 == job2 && uid1 == uid2
+		if (p1 == p2) != same {
+			t.Fatalf("job %q UID %q: %q; job %q UID %q: %q", job1, uid1, p1, job2, uid2, p2)
+		}
+		id := formatTxnID(p2, int(sub), int(k))
+		got, ok := parseTxnID(p1, id)
+		if ok != same || ok && got != int(sub) {
+			t.Fatalf("the listing of %q takes %q: subtask %d, %v", p1, id, got, ok)
+		}
+		if regexp.MustCompile(txnIDPattern(p1)).MatchString(id) != same {
+			t.Fatalf("the pattern of %q matches %q: %v", p1, id, !same)
+		}
+	})
+}
