@@ -223,9 +223,10 @@ type pool struct {
 	Sub         int `json:"sub"`
 	Parallelism int `json:"parallelism"`
 	Size        int `json:"size"`
-	// IDs is the format of the default ids the subtask used (txnIDFormat);
-	// absent in checkpoints of Weir before it, whose ids were
-	// weir-<job>-<uid>-<s>-<k>.
+	// IDs is the format of the subtask's ids (txnIDFormat); absent in
+	// checkpoints of Weir before it, whose default ids were
+	// weir-<job>-<uid>-<s>-<k>. (Ids under a prefix the user set are the
+	// same in every format.)
 	IDs int `json:"ids,omitempty"`
 }
 
