@@ -5,10 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -84,7 +82,9 @@ type SinkConfig[T any] struct {
 	Delivery Delivery
 	// TransactionalIDPrefix names the sink's transactions: subtask s uses
 	// the ids <prefix>-<s>-<k> for k below TransactionalIDs. Default
-	// weir-<job>-<operator UID>. Two jobs must not share a prefix.
+	// weir2-<job>-<operator UID>, each name written <length>.<text> (or
+	// hashed, see txnIDVersion), so that no two sinks share an id. Two
+	// sinks must not share a prefix they set.
 	TransactionalIDPrefix string
 	// TransactionalIDs bounds the transactions a subtask has open at once:
 	// one being written plus those pre-committed, waiting for their
@@ -223,6 +223,11 @@ type pool struct {
 	Sub         int `json:"sub"`
 	Parallelism int `json:"parallelism"`
 	Size        int `json:"size"`
+	// IDs is the format of the subtask's ids (txnIDFormat); absent in
+	// checkpoints of Weir before it, whose default ids were
+	// weir-<job>-<uid>-<s>-<k>. (Ids under a prefix the user set are the
+	// same in every format.)
+	IDs int `json:"ids,omitempty"`
 }
 
 type writer[T any] struct {
@@ -230,7 +235,13 @@ type writer[T any] struct {
 	ctx      *operator.Context
 	delivery Delivery
 	prefix   string
-	plain    *kgo.Client // producer without transactions; raw requests
+	// legacy is the prefix of the ids Weir wrote before txnIDVersion, when
+	// the sink must abort what an earlier run left open under it: the
+	// restored checkpoint's ids were of that format, or that prefix is
+	// this sink's alone (legacyTxnIDPrefix). "" otherwise, and when the
+	// user set the prefix, whose ids did not change.
+	legacy string
+	plain  *kgo.Client // producer without transactions; raw requests
 
 	free    []*txn   // ids without a transaction
 	open    *txn     // the transaction records go into
@@ -269,8 +280,13 @@ func (w *writer[T]) Open(ctx *operator.Context) error {
 		return w.checkOwner(rctx)
 	}
 	w.prefix = w.cfg.TransactionalIDPrefix
+	legacy, alone := "", false
 	if w.prefix == "" {
-		w.prefix = "weir-" + ctx.Job + "-" + ctx.UID
+		w.prefix = txnIDPrefix(ctx.Job, ctx.UID)
+		legacy, alone = legacyTxnIDPrefix(ctx.Job, ctx.UID)
+		if alone {
+			w.legacy = legacy
+		}
 	}
 	rctx, cancel := context.WithTimeout(context.Background(), w.cfg.Timeout)
 	defer cancel()
@@ -286,6 +302,9 @@ func (w *writer[T]) Open(ctx *operator.Context) error {
 		return err
 	}
 	oldP, oldSize := ctx.Parallelism, w.cfg.TransactionalIDs
+	// legacyP and legacySize: the pools of the restored subtasks that used
+	// ids of the format before txnIDVersion; 0 if none did.
+	legacyP, legacySize := 0, 0
 	recorded := map[string]bool{}
 	var refused []refusal
 	if ctx.Restore != nil {
@@ -305,6 +324,9 @@ func (w *writer[T]) Open(ctx *operator.Context) error {
 			switch {
 			case rec.Pool != nil:
 				oldP, oldSize = max(oldP, rec.Pool.Parallelism), max(oldSize, rec.Pool.Size)
+				if rec.Pool.IDs < txnIDFormat {
+					legacyP, legacySize = max(legacyP, rec.Pool.Parallelism), max(legacySize, rec.Pool.Size)
+				}
 			case rec.Txn != nil:
 				recorded[rec.Txn.ID] = true
 				if rec.Txn.Sub%ctx.Parallelism == ctx.Subtask {
@@ -360,6 +382,29 @@ func (w *writer[T]) Open(ctx *operator.Context) error {
 			}
 		}
 	}
+	// The restored checkpoint was taken by Weir before txnIDVersion: its
+	// ids are of the old format, which a run of this version uses no more,
+	// and what they left open is aborted as the old version did. NB: the
+	// checkpoint says the sink used them, so they are aborted even when
+	// the old prefix is another sink's too (legacyTxnIDPrefix): those two
+	// sinks fenced each other's commits anyway.
+	if legacy != "" && legacyP > 0 {
+		w.legacy = legacy
+		for s := ctx.Subtask; s < legacyP; s += ctx.Parallelism {
+			for k := range legacySize {
+				id := formatTxnID(w.legacy, s, k)
+				done[id] = true
+				if recorded[id] {
+					continue // committed above; a second restore may commit it again
+				}
+				t, err := w.newTxn(rctx, s, id)
+				if err != nil {
+					return err
+				}
+				t.cl.Close()
+			}
+		}
+	}
 	// A run that died before its first checkpoint may have used ids beyond
 	// the parallelism and pool size the restored checkpoint recorded (a
 	// rescale that failed): the broker lists those still open.
@@ -397,7 +442,7 @@ type refusal struct {
 }
 
 func (w *writer[T]) txnID(sub, k int) string {
-	return w.prefix + "-" + strconv.Itoa(sub) + "-" + strconv.Itoa(k)
+	return formatTxnID(w.prefix, sub, k)
 }
 
 // checkTimeout refuses a transaction timeout that could abort a
@@ -611,8 +656,9 @@ func (w *writer[T]) firstFrom(ctx context.Context, m mark, committed bool) (*kgo
 }
 
 // abortListed aborts the transactions the broker lists open under the
-// sink's prefix that this subtask stands for (sub mod parallelism) and that
-// neither the restored checkpoint records nor Open initialised (done).
+// sink's prefix (and its legacy one) that this subtask stands for (sub mod
+// parallelism) and that neither the restored checkpoint records nor Open
+// initialised (done).
 // Brokers before Kafka 3.0 cannot list them (KIP-664): then only the ids up
 // to the recorded parallelism and pool size are aborted, with a warning.
 func (w *writer[T]) abortListed(ctx context.Context, recorded, done map[string]bool) error {
@@ -631,13 +677,19 @@ func (w *writer[T]) abortListed(ctx context.Context, recorded, done map[string]b
 			return nil
 		}
 	}
-	pattern := "^" + regexp.QuoteMeta(w.prefix) + "-[0-9]+-[0-9]+$" // NB: brokers before 4.1 ignore it
-	listed, err := adm.ListTransactionsByTxPattern(ctx, nil, []string{"Ongoing"}, pattern)
+	prefixes := []string{w.prefix}
+	if w.legacy != "" {
+		prefixes = append(prefixes, w.legacy)
+	}
+	listed, err := adm.ListTransactionsByTxPattern(ctx, nil, []string{"Ongoing"}, txnIDPattern(prefixes...))
 	if err != nil {
 		return fmt.Errorf("kafka sink %s: list the transactions open under %s-: %w", w.ctx.UID, w.prefix, err)
 	}
 	for _, id := range listed.TransactionalIDs() {
-		sub, ok := w.parseTxnID(id)
+		sub, ok := parseTxnID(w.prefix, id)
+		if !ok && w.legacy != "" {
+			sub, ok = parseTxnID(w.legacy, id)
+		}
 		if !ok || sub%w.ctx.Parallelism != w.ctx.Subtask || recorded[id] || done[id] || listed[id].State != "Ongoing" {
 			continue
 		}
@@ -649,25 +701,6 @@ func (w *writer[T]) abortListed(ctx context.Context, recorded, done map[string]b
 		w.ctx.Logger.Info("kafka sink: aborted a transaction an earlier run left open beyond the restored checkpoint's ids", "txn", id)
 	}
 	return nil
-}
-
-// parseTxnID returns the subtask of one of the sink's transactional ids,
-// <prefix>-<sub>-<k>.
-func (w *writer[T]) parseTxnID(id string) (sub int, ok bool) {
-	rest, ok := strings.CutPrefix(id, w.prefix+"-")
-	if !ok {
-		return 0, false
-	}
-	s, k, ok := strings.Cut(rest, "-")
-	if !ok {
-		return 0, false
-	}
-	sub, err1 := strconv.Atoi(s)
-	_, err2 := strconv.Atoi(k)
-	if err1 != nil || err2 != nil || sub < 0 {
-		return 0, false
-	}
-	return sub, true
 }
 
 // take returns an id to begin a transaction with.
@@ -774,7 +807,7 @@ func (w *writer[T]) Snapshot(id checkpoint.ID) (operator.Async, error) {
 		w.pending = append(w.pending, t)
 		w.open = nil
 	}
-	items := [][]byte{mustJSON(map[string]any{"pool": pool{Sub: w.ctx.Subtask, Parallelism: w.ctx.Parallelism, Size: w.cfg.TransactionalIDs}})}
+	items := [][]byte{mustJSON(map[string]any{"pool": pool{Sub: w.ctx.Subtask, Parallelism: w.ctx.Parallelism, Size: w.cfg.TransactionalIDs, IDs: txnIDFormat}})}
 	recs := make([]record, len(w.pending))
 	for i, t := range w.pending {
 		recs[i] = t.record()
