@@ -721,10 +721,17 @@ func (l *life) check() error {
 	if err != nil {
 		return err
 	}
+	// A gid names its attempt too (attemptTag), which the model does not
+	// know: compared are subtask and checkpoint.
+	for i, g := range gids {
+		if sub, id, ok := parseGID(l.prefix, g); ok {
+			gids[i] = fmt.Sprintf("subtask %d checkpoint %d", sub, id)
+		}
+	}
 	var wantGIDs []string
 	for _, tx := range l.txns {
 		if tx.state == "prepared" {
-			wantGIDs = append(wantGIDs, formatGID(l.prefix, tx.sub, tx.id))
+			wantGIDs = append(wantGIDs, fmt.Sprintf("subtask %d checkpoint %d", tx.sub, tx.id))
 		}
 	}
 	slices.Sort(gids)
