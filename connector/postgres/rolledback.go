@@ -42,8 +42,10 @@ import (
 // Crashes: a start killed between its insert and its roll-back leaves a row
 // for a transaction still prepared; a restore that records it finds it
 // prepared, deletes the row, then commits it. --fresh (operator.Context
-// StartOver) deletes the rows of its sink before it rolls anything back:
-// no checkpoint of the earlier runs is restored over its output.
+// StartOver) deletes the rows of its sink but those of what it rolled back
+// itself, once it deleted the table's rows: this bounds the table, and a
+// checkpoint of the runs before it that is restored over its output is
+// wrong anyway (found and left alone 4: it needs a run lineage).
 //
 // NB: a transaction an administrator rolls back by hand (ROLLBACK PREPARED)
 // leaves no row, and a restore that records it takes it for committed.
@@ -168,8 +170,9 @@ ON CONFLICT (gid) DO UPDATE SET restored = EXCLUDED.restored, rolled_back_at = n
 }
 
 // forget deletes the rows of the subtasks this subtask stands for (their
-// number modulo the parallelism is its own): a start over.
-func (r *rolledBack) forget(ctx context.Context, conn *pgx.Conn) error {
-	_, err := conn.Exec(ctx, fmt.Sprintf("DELETE FROM %s WHERE job = $1 AND uid = $2 AND subtask %% $3 = $4", r.name), r.job, r.uid, r.p, r.sub)
+// number modulo the parallelism is its own) but those of the gids kept,
+// which this start rolled back: a start over.
+func (r *rolledBack) forget(ctx context.Context, conn *pgx.Conn, kept []string) error {
+	_, err := conn.Exec(ctx, fmt.Sprintf("DELETE FROM %s WHERE job = $1 AND uid = $2 AND subtask %% $3 = $4 AND gid <> ALL($5)", r.name), r.job, r.uid, r.p, r.sub, kept)
 	return classify("postgres sink: start over: delete from "+r.name, err)
 }

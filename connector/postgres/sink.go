@@ -173,11 +173,6 @@ func (w *txWriter[T]) Open(ctx *operator.Context) error {
 	if planted.noRollBack.Load() {
 		gids = nil
 	}
-	if ctx.StartOver {
-		if err := w.rolled.forget(rctx, w.own); err != nil {
-			return err
-		}
-	}
 	for _, g := range gids {
 		// NB: recorded first: a start killed between the two leaves a row
 		// of a transaction still prepared, which a restore then deletes.
@@ -192,7 +187,15 @@ func (w *txWriter[T]) Open(ctx *operator.Context) error {
 	if ctx.StartOver {
 		// NB: after the roll-back: an earlier run's prepared transaction may
 		// hold a lock on its ownership record, which subtask 0 deletes.
-		return w.owner.check(rctx, w.own, true, ctx.Logger.Warn)
+		if err := w.owner.check(rctx, w.own, true, ctx.Logger.Warn); err != nil {
+			return err
+		}
+		// Only once the start over is sure: a refused one forgets nothing.
+		kept := make([]string, len(gids))
+		for i, g := range gids {
+			kept[i] = g.gid
+		}
+		return w.rolled.forget(rctx, w.own, kept)
 	}
 	return nil
 }
