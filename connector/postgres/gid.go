@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -12,9 +13,9 @@ import (
 )
 
 // A prepared transaction's global id (gid) names the job, the operator UID,
-// the subtask and the checkpoint:
+// the subtask, the checkpoint and the attempt that prepared it:
 //
-//	weir2:<job>:<uid>:<subtask>:<checkpoint>
+//	weir2:<job>:<uid>:<subtask>:<checkpoint>:<attempt>
 //
 // where <job> and <uid> are each written as <length in bytes>.<text>, or as
 // #<32 hex digits of its SHA-256> when the text is longer than
@@ -23,7 +24,12 @@ import (
 // weir2:3.a:b:1.c:…, job "a" with UID "b:c" is weir2:1.a:3.b:c:…, and
 // neither is a prefix of the other. (The first format, weir:<job>:<uid>:…,
 // gave these two one prefix, and each start rolled back the other's
-// transactions.)
+// transactions.) <attempt> is the subtask's session (attemptTag): a
+// checkpoint id can come again after a restore of an older checkpoint
+// (storage reserves ids after the highest it holds), and a gid must name one
+// transaction only, for a rolled-back gid (rolledBackTable) to say nothing of
+// a later transaction. Weir before the attempt wrote weir2 gids without it;
+// they are still read.
 const gidVersion = "weir2:"
 
 // maxGIDBytes is PostgreSQL's bound on a prepared transaction's id (GIDSIZE,
@@ -33,7 +39,8 @@ const maxGIDBytes = 199
 // maxGIDComponentBytes bounds a job name or UID as written into a gid; a
 // longer one is hashed. NB: it keeps every gid within maxGIDBytes: the
 // longest is len("weir2:") + 2*len("64.<64 bytes>:") + len("<subtask, below
-// 2^15>:<checkpoint, below 2^64>") = 6 + 2*68 + 5+1+20 = 168 bytes.
+// 2^15>:<checkpoint, below 2^64>:<attempt>") = 6 + 2*68 + 5+1+20+1+19 = 188
+// bytes (attemptTag: 6 and 12 base-36 digits and a dot).
 const maxGIDComponentBytes = 64
 
 // gidPrefix is the prefix of the gids of the sink of operator uid in job.
@@ -63,14 +70,24 @@ func printable(s string) bool {
 	return true
 }
 
-// formatGID is the id of subtask sub's transaction of checkpoint id.
-func formatGID(prefix string, sub int, id checkpoint.ID) string {
-	return prefix + strconv.Itoa(sub) + ":" + strconv.FormatUint(uint64(id), 10)
+// formatGID is the id of subtask sub's transaction of checkpoint id,
+// prepared by the attempt attemptTag names.
+func formatGID(prefix string, sub int, id checkpoint.ID, attempt string) string {
+	return prefix + strconv.Itoa(sub) + ":" + strconv.FormatUint(uint64(id), 10) + ":" + attempt
+}
+
+// attemptTag names a subtask's attempt by its session, which no other
+// session of the server shares: the backend's pid and start time (µs since
+// 1970), each in base 36, joined by a dot.
+func attemptTag(pid int32, start time.Time) string {
+	return strconv.FormatInt(int64(pid), 36) + "." + strconv.FormatInt(start.UnixMicro(), 36)
 }
 
 // parseGID reads subtask and checkpoint from a gid that starts with prefix.
-// It accepts only what formatGID writes (decimal numbers without sign or leading
-// zeros), so a gid of another sink is never taken for one of this one's.
+// It accepts only what formatGID writes (decimal numbers without sign or
+// leading zeros, then an attempt tag of base-36 digits and a dot), or the
+// same without the tag (Weir before it; and the legacy format, which never
+// had one), so a gid of another sink is never taken for one of this one's.
 func parseGID(prefix, gid string) (int, checkpoint.ID, bool) {
 	rest, ok := strings.CutPrefix(gid, prefix)
 	if !ok {
@@ -80,12 +97,34 @@ func parseGID(prefix, gid string) (int, checkpoint.ID, bool) {
 	if !ok {
 		return 0, 0, false
 	}
+	if idStr, tag, tagged := strings.Cut(idStr, ":"); tagged {
+		if !strings.HasPrefix(prefix, gidVersion) || !validTag(tag) {
+			return 0, 0, false
+		}
+		return parseGID(prefix, prefix+subStr+":"+idStr)
+	}
 	sub, err1 := strconv.Atoi(subStr)
 	id, err2 := strconv.ParseUint(idStr, 10, 64)
 	if err1 != nil || err2 != nil || sub < 0 || strconv.Itoa(sub) != subStr || strconv.FormatUint(id, 10) != idStr {
 		return 0, 0, false
 	}
 	return sub, checkpoint.ID(id), true
+}
+
+// validTag reports whether tag is what attemptTag writes: two non-empty
+// runs of base-36 digits, joined by a dot.
+func validTag(tag string) bool {
+	a, b, ok := strings.Cut(tag, ".")
+	return ok && base36(a) && base36(b)
+}
+
+func base36(s string) bool {
+	for _, r := range s {
+		if (r < '0' || r > '9') && (r < 'a' || r > 'z') {
+			return false
+		}
+	}
+	return s != "" && len(s) <= 13
 }
 
 // legacyPrefix is the prefix of the gids Weir wrote before gidVersion,

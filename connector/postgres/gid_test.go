@@ -2,9 +2,11 @@ package postgres
 
 import (
 	"context"
+	"math"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -28,7 +30,11 @@ func TestParseGID(t *testing.T) {
 		ok      bool
 		comment string
 	}{
-		{p + "0:17", 0, 17, true, ""},
+		{p + "0:17", 0, 17, true, "written before the attempt tag"},
+		{p + "0:17:zik0zj.hhcf7ljz4", 0, 17, true, "with the attempt tag"},
+		{p + "0:17:zik0zj", 0, 0, false, "half a tag"},
+		{p + "0:17:Zik0zj.1", 0, 0, false, "a capital in the tag"},
+		{p + "0:17:1.2:3", 0, 0, false, "more after the tag"},
 		{p + "12:18446744073709551615", 12, 1<<64 - 1, true, "the largest checkpoint id"},
 		{p + "0:18446744073709551616", 0, 0, false, "beyond uint64"},
 		{p + "01:17", 0, 0, false, "leading zero"},
@@ -46,6 +52,9 @@ func TestParseGID(t *testing.T) {
 			t.Errorf("parseGID(%q) = %d, %d, %v, want %d, %d, %v (%s)", c.gid, sub, id, ok, c.sub, c.id, c.ok, c.comment)
 		}
 	}
+	if _, _, ok := parseGID(legacyPrefix("wc", "out"), "weir:wc:out:0:17:1.2"); ok {
+		t.Error("a legacy gid with a tag parses: the legacy format never had one")
+	}
 }
 
 // FuzzGID: every gid is valid UTF-8 within PostgreSQL's bound and parses
@@ -60,7 +69,8 @@ func FuzzGID(f *testing.F) {
 			return
 		}
 		p := gidPrefix(job, uid)
-		g := formatGID(p, sub, checkpoint.ID(id))
+		// The longest tag: the largest pid, and a start time 10,000 years on.
+		g := formatGID(p, sub, checkpoint.ID(id), attemptTag(math.MaxInt32, time.Date(12026, 1, 1, 0, 0, 0, 0, time.UTC)))
 		if len(g) > maxGIDBytes || !utf8.ValidString(g) || strings.ContainsRune(g, 0) {
 			t.Fatalf("gid %q of job %q, UID %q: %d bytes (at most %d), or not valid UTF-8 without NUL", g, job, uid, len(g), maxGIDBytes)
 		}

@@ -27,7 +27,10 @@ package postgres
 // committed (a second copy of those rows in exactly-once mode); a run
 // without --restore is refused by the runtime when checkpoints are retained,
 // and by the sink when output an earlier run committed is in the table;
-// --fresh deletes the checkpoints and that output.
+// --fresh deletes the checkpoints and that output. A restore of a
+// checkpoint that records a transaction an earlier start rolled back (a
+// savepoint restored after an older checkpoint was) is refused, by the
+// subtasks whose share holds one (ErrRolledBack); the others commit theirs.
 //
 // Why by hand rather than through weir jobs: a kill -9 lands exactly between
 // two calls the model knows of (after a snapshot whose checkpoint completed,
@@ -120,6 +123,7 @@ func TestLifecycleGeneratorCatchesPlantedBugs(t *testing.T) {
 		{"a run without --restore adds to an earlier run's output, --fresh leaves it (issue 19, defect 4)", &planted.noOwnerCheck},
 		{"a restore leaves the prepared transactions no checkpoint recorded", &planted.noRollBack},
 		{"a restore at a lower parallelism commits only its own subtask's transactions", &planted.ownSubtaskOnly},
+		{"a restore takes a transaction an earlier start rolled back for committed, and loses its rows (issue 19, left alone 3)", &planted.rolledBackIsCommitted},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.bug.Store(true)
@@ -140,10 +144,13 @@ func firstLine(s string) string { l, _, _ := strings.Cut(s, "\n"); return l }
 // lifeTxn is the model of a prepared transaction: subtask sub's rows of the
 // interval its checkpoint id closed.
 type lifeTxn struct {
-	sub   int
-	id    checkpoint.ID
-	rows  []count
-	state string // prepared, committed, rolled back
+	sub  int
+	id   checkpoint.ID
+	rows []count
+	// state is prepared, committed, rolled back (by a start, which
+	// recorded it in weir_sink_rolled_back), or forgotten (rolled back, and
+	// its record deleted by a later --fresh).
+	state string
 }
 
 // lifeCkpt is a completed checkpoint or savepoint.
@@ -317,7 +324,7 @@ func (l *life) step() error {
 		l.logf("failover: every subtask is closed")
 		return l.closeRun()
 	}
-	switch r := l.rng.IntN(21); {
+	switch r := l.rng.IntN(23); {
 	case r < 10:
 		return l.write(1 + l.rng.IntN(6))
 	case r < 15:
@@ -328,9 +335,9 @@ func (l *life) step() error {
 			return err
 		}
 		return l.kill()
-	case r < 18:
-		return l.stopWithSavepoint()
 	case r < 20:
+		return l.stopWithSavepoint()
+	case r < 22:
 		return l.kill()
 	}
 	l.logf("failover: every subtask is closed")
@@ -346,34 +353,85 @@ func (l *life) start() error {
 	if len(l.retained)+len(l.savepts) > 0 {
 		kinds = append(kinds, "latest", "latest", "latest")
 	}
-	if len(l.retained) >= 2 {
+	// older are the retained checkpoints older than the latest checkpoint or
+	// savepoint.
+	var latest *lifeCkpt
+	for _, c := range slices.Concat(l.retained, l.savepts) {
+		if latest == nil || c.id > latest.id {
+			latest = c
+		}
+	}
+	var older []*lifeCkpt
+	for _, c := range l.retained {
+		if c.id < latest.id {
+			older = append(older, c)
+		}
+	}
+	if len(older) > 0 {
 		kinds = append(kinds, "older")
 	}
 	if len(l.savepts) > 0 {
 		kinds = append(kinds, "savepoint")
+	}
+	// Drawn more often when they lead to a savepoint restored after a start
+	// rolled back what it records (ErrRolledBack): an older checkpoint while
+	// a savepoint records a transaction no subtask committed, and a savepoint
+	// that records a transaction a start rolled back.
+	var lostSavepts []*lifeCkpt
+	uncommitted := false
+	for _, c := range l.savepts {
+		for _, tx := range c.recorded {
+			uncommitted = uncommitted || tx.state == "prepared"
+			if tx.state == "rolled back" && !slices.Contains(lostSavepts, c) {
+				lostSavepts = append(lostSavepts, c)
+			}
+		}
+	}
+	if uncommitted && len(older) > 0 {
+		kinds = append(kinds, "older", "older", "older", "older")
+	}
+	if uncommitted {
+		kinds = append(kinds, "fresh", "fresh")
+	}
+	if len(lostSavepts) > 0 {
+		kinds = append(kinds, "lost savepoint", "lost savepoint", "lost savepoint", "lost savepoint", "lost savepoint", "lost savepoint")
 	}
 	kind := kinds[l.rng.IntN(len(kinds))]
 	p := 1 + l.rng.IntN(4)
 	var from *lifeCkpt
 	switch kind {
 	case "latest":
-		for _, c := range slices.Concat(l.retained, l.savepts) {
-			if from == nil || c.id > from.id {
-				from = c
-			}
-		}
+		from = latest
 	case "older":
-		from = l.retained[l.rng.IntN(len(l.retained)-1)]
+		from = older[l.rng.IntN(len(older))]
 	case "savepoint":
 		from = l.savepts[l.rng.IntN(len(l.savepts))]
+	case "lost savepoint":
+		kind, from = "savepoint", lostSavepts[l.rng.IntN(len(lostSavepts))]
 	}
 	refuse := kind == "plain" && l.recorded
+	// lost are the subtasks whose share of the checkpoint's transactions
+	// holds one that an earlier start rolled back: they refuse the restore
+	// (ErrRolledBack), and commit and roll back nothing.
+	lost := map[int]*lifeTxn{}
+	if from != nil {
+		for _, tx := range from.recorded {
+			if tx.state == "rolled back" && lost[tx.sub%p] == nil {
+				lost[tx.sub%p] = tx
+			}
+		}
+	}
 	desc := fmt.Sprintf("start %s at parallelism %d", kind, p)
 	if from != nil {
 		desc += fmt.Sprintf(" from checkpoint %d (position %d, parallelism %d)", from.id, from.pos, from.p)
 	}
 	if refuse {
 		desc += ": refused, an earlier run's output is in the table"
+	}
+	for sub := range p {
+		if tx := lost[sub]; tx != nil {
+			desc += fmt.Sprintf("; subtask %d refuses: subtask %d's transaction of checkpoint %d, which checkpoint %d records, was rolled back by an earlier start", sub, tx.sub, tx.id, from.id)
+		}
 	}
 	l.logf("%s", desc)
 
@@ -386,24 +444,44 @@ func (l *life) start() error {
 		}
 		return l.closeRun()
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("open: %w", err)
+	for sub, err := range errs {
+		if lost[sub] == nil {
+			if err != nil {
+				return fmt.Errorf("open: subtask %d: %w", sub, err)
+			}
+			continue
+		}
+		if !errors.Is(err, ErrRolledBack) || !operator.IsPermanent(err) {
+			return fmt.Errorf("subtask %d: %v, want a permanent ErrRolledBack: subtask %d's transaction of checkpoint %d, which checkpoint %d records, was rolled back by an earlier start, and its rows are lost",
+				sub, err, lost[sub].sub, lost[sub].id, from.id)
+		}
 	}
 	// The model of what the start did.
+	if kind == "fresh" {
+		// Every subtask deletes the records of rolled-back transactions of
+		// the subtasks it stands for: all of them.
+		for _, tx := range l.txns {
+			if tx.state == "rolled back" {
+				tx.state = "forgotten"
+			}
+		}
+	}
 	switch {
 	case from != nil:
 		for _, tx := range from.recorded {
+			if lost[tx.sub%p] != nil {
+				continue
+			}
 			switch tx.state {
 			case "prepared":
 				l.commitTxn(tx)
-			case "rolled back":
-				// NB: a savepoint whose notification did not reach every
-				// subtask, then a restore of an older checkpoint, which
-				// rolls back what it does not record: the sink cannot tell
-				// this transaction from one committed ("does not exist"),
-				// and its rows are lost. The model says what the sink does;
-				// the sequence says so.
-				l.logf("  NB: subtask %d's transaction of checkpoint %d, which checkpoint %d records, was rolled back by an earlier restore: its rows are lost", tx.sub, tx.id, from.id)
+			case "forgotten":
+				// NB: rolled back by a start before a --fresh start, which
+				// deleted the record of it: the sink cannot tell this
+				// transaction from one committed ("does not exist"), and
+				// its rows are lost. This is a savepoint taken before
+				// --fresh; the model says what the sink does.
+				l.logf("  NB: subtask %d's transaction of checkpoint %d, which checkpoint %d records, was rolled back before a --fresh start: its rows are lost", tx.sub, tx.id, from.id)
 			}
 		}
 		l.retained = slices.DeleteFunc(l.retained, func(c *lifeCkpt) bool { return c.id > from.id })
@@ -418,9 +496,12 @@ func (l *life) start() error {
 		l.pos = 0
 	}
 	for _, tx := range l.txns {
-		if tx.state == "prepared" {
+		if tx.state == "prepared" && lost[tx.sub%p] == nil {
 			tx.state = "rolled back"
 		}
+	}
+	if len(lost) > 0 {
+		return l.closeRun()
 	}
 	return nil
 }
@@ -589,7 +670,7 @@ func (l *life) notify(id checkpoint.ID, to []bool) error {
 // stopWithSavepoint takes a savepoint, commits it and stops; or is killed
 // before every subtask committed.
 func (l *life) stopWithSavepoint() error {
-	if l.rng.IntN(3) == 0 {
+	if l.rng.IntN(2) == 0 {
 		// The savepoint completes; the process dies while notifying.
 		l.logf("stop with a savepoint, killed before every subtask committed:")
 		if err := l.checkpointNotifying(true); err != nil {
@@ -721,10 +802,17 @@ func (l *life) check() error {
 	if err != nil {
 		return err
 	}
+	// A gid names its attempt too (attemptTag), which the model does not
+	// know: compared are subtask and checkpoint.
+	for i, g := range gids {
+		if sub, id, ok := parseGID(l.prefix, g); ok {
+			gids[i] = fmt.Sprintf("subtask %d checkpoint %d", sub, id)
+		}
+	}
 	var wantGIDs []string
 	for _, tx := range l.txns {
 		if tx.state == "prepared" {
-			wantGIDs = append(wantGIDs, formatGID(l.prefix, tx.sub, tx.id))
+			wantGIDs = append(wantGIDs, fmt.Sprintf("subtask %d checkpoint %d", tx.sub, tx.id))
 		}
 	}
 	slices.Sort(gids)

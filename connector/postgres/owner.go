@@ -80,6 +80,32 @@ const createOwnerSQL = `CREATE TABLE IF NOT EXISTS %s (
 	committed_at timestamptz NOT NULL DEFAULT now(),
 	PRIMARY KEY (relation, job, uid, subtask))`
 
+// ensureTable creates the table quoted (createSQL, with %s for its name) if
+// it does not exist; why says what the sink keeps in it.
+func ensureTable(rctx context.Context, conn *pgx.Conn, quoted, createSQL, why string) error {
+	// NB: CREATE TABLE IF NOT EXISTS needs the CREATE privilege on the
+	// schema even when the table exists, so a table an administrator made
+	// for a user without it is looked for first. Run by two sessions at
+	// once, it can fail with a unique violation in the catalog: the lock
+	// makes one wait.
+	var exists bool
+	err := conn.QueryRow(rctx, "SELECT to_regclass($1) IS NOT NULL", quoted).Scan(&exists)
+	if err == nil && !exists {
+		err = pgx.BeginFunc(rctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(rctx, "SELECT pg_advisory_xact_lock(hashtext($1))", quoted); err != nil {
+				return err
+			}
+			_, err := tx.Exec(rctx, fmt.Sprintf(createSQL, quoted))
+			return err
+		})
+	}
+	if err != nil {
+		return classify(fmt.Sprintf("postgres sink: create %s, %s (if the sink's user may not, create it by hand: %s; and grant the user SELECT, INSERT, UPDATE, DELETE on it)",
+			quoted, why, strings.Join(strings.Fields(fmt.Sprintf(createSQL, quoted)), " ")), err)
+	}
+	return nil
+}
+
 // ErrEarlierOutput is the error (wrapped, and marked permanent) of a sink
 // that starts without state into a table holding output its job committed in
 // an earlier run.
@@ -92,6 +118,7 @@ var ErrSharedTable = errors.New("other jobs or sinks write the table too")
 // owner is one subtask's view of the ownership records of its table.
 type owner struct {
 	table    string // as configured, for messages
+	schema   string // the table's
 	records  string // quoted name of the records table
 	relation uint32 // the table's OID
 	job, uid string
@@ -141,26 +168,10 @@ FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_r
 	if err != nil {
 		return nil, classify("postgres sink: table "+table, err)
 	}
+	o.schema = schema
 	o.records = pgx.Identifier{schema, ownerTable}.Sanitize()
-	// NB: CREATE TABLE IF NOT EXISTS needs the CREATE privilege on the
-	// schema even when the table exists, so a table an administrator made
-	// for a user without it is looked for first. Run by two sessions at
-	// once, it can fail with a unique violation in the catalog: the lock
-	// makes one wait.
-	var exists bool
-	err = conn.QueryRow(rctx, "SELECT to_regclass($1) IS NOT NULL", o.records).Scan(&exists)
-	if err == nil && !exists {
-		err = pgx.BeginFunc(rctx, conn, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(rctx, "SELECT pg_advisory_xact_lock(hashtext($1))", o.records); err != nil {
-				return err
-			}
-			_, err := tx.Exec(rctx, fmt.Sprintf(createOwnerSQL, o.records))
-			return err
-		})
-	}
-	if err != nil {
-		return nil, classify(fmt.Sprintf("postgres sink: create %s, where the sink records that it wrote into %s (if the sink's user may not, create it by hand: %s; and grant the user SELECT, INSERT, UPDATE, DELETE on it)",
-			o.records, table, strings.Join(strings.Fields(fmt.Sprintf(createOwnerSQL, o.records)), " ")), err)
+	if err := ensureTable(rctx, conn, o.records, createOwnerSQL, "where the sink records that it wrote into "+table); err != nil {
+		return nil, err
 	}
 	if err := conn.QueryRow(rctx, "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()").Scan(&o.pid, &o.start); err != nil {
 		return nil, classify("postgres sink: read the session's start", err)

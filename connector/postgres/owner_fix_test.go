@@ -94,11 +94,12 @@ func TestPrecreatedOwnerTableWithoutCreatePrivilege(t *testing.T) {
 	pg := pgtest.Start(t)
 	exec(t, pg.URL,
 		createAppend,
-		fmt.Sprintf(createOwnerSQL, ownerTable), // as the sink's error says
+		fmt.Sprintf(createOwnerSQL, ownerTable), // as the sink's errors say
+		fmt.Sprintf(createRolledBackSQL, rolledBackTable),
 		"CREATE ROLE weirsink LOGIN",
 		"REVOKE CREATE ON SCHEMA public FROM PUBLIC",
 		"GRANT USAGE ON SCHEMA public TO weirsink",
-		"GRANT SELECT, INSERT, UPDATE, DELETE ON counts, weir_sink_owner TO weirsink")
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON counts, weir_sink_owner, weir_sink_rolled_back TO weirsink")
 	url := strings.Replace(pg.URL, "postgres@", "weirsink@", 1)
 	if url == pg.URL {
 		url = pg.URL + "&user=weirsink"

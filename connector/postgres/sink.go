@@ -79,6 +79,10 @@ type txWriter[T any] struct {
 	// records name (owner).
 	own   *pgx.Conn
 	owner *owner
+	// rolled records the transactions a start rolls back (rolledBackTable).
+	rolled *rolledBack
+	// attempt names this attempt in its gids (attemptTag).
+	attempt string
 }
 
 func (w *txWriter[T]) Open(ctx *operator.Context) error {
@@ -100,6 +104,10 @@ func (w *txWriter[T]) Open(ctx *operator.Context) error {
 	// Without checkpoints a subtask commits at the end of its input, maybe
 	// before another opened.
 	if w.owner, err = openOwner(rctx, w.own, w.cfg.Table, ctx, !ctx.CheckpointingEnabled); err != nil {
+		return err
+	}
+	w.attempt = attemptTag(w.owner.pid, w.owner.start)
+	if w.rolled, err = openRolledBack(rctx, w.own, w.owner, ctx); err != nil {
 		return err
 	}
 	if ctx.Restore == nil && !ctx.StartOver {
@@ -127,6 +135,9 @@ func (w *txWriter[T]) Open(ctx *operator.Context) error {
 			}
 		}
 		slices.SortFunc(commit, func(a, b *prepared) int { return int(a.At) - int(b.At) })
+		if err := w.rolled.check(rctx, w.own, commit); err != nil {
+			return err
+		}
 		for _, p := range commit {
 			if err := w.commit(rctx, p.GID); err != nil {
 				return err
@@ -134,7 +145,11 @@ func (w *txWriter[T]) Open(ctx *operator.Context) error {
 		}
 	}
 	// Roll back what earlier attempts prepared and no checkpoint recorded.
-	var gids []string
+	type unrecorded struct {
+		gid string
+		sub int
+	}
+	var gids []unrecorded
 	for _, prefix := range []string{w.prefix, w.legacy} {
 		if prefix == "" {
 			continue
@@ -151,23 +166,36 @@ func (w *txWriter[T]) Open(ctx *operator.Context) error {
 			// NB: LIKE found gids that start with prefix; only those that
 			// parse are this sink's.
 			if sub, _, ok := parseGID(prefix, gid); ok && sub%ctx.Parallelism == ctx.Subtask && !recorded[gid] {
-				gids = append(gids, gid)
+				gids = append(gids, unrecorded{gid, sub})
 			}
 		}
 	}
 	if planted.noRollBack.Load() {
 		gids = nil
 	}
-	for _, gid := range gids {
-		if _, err := w.pool.Exec(rctx, "ROLLBACK PREPARED "+literal(gid)); err != nil && !undefined(err) {
-			return classify("postgres sink: roll back "+gid, err)
+	for _, g := range gids {
+		// NB: recorded first: a start killed between the two leaves a row
+		// of a transaction still prepared, which a restore then deletes.
+		if err := w.rolled.record(rctx, w.own, g.gid, g.sub); err != nil {
+			return err
 		}
-		ctx.Logger.Info("postgres sink: rolled back a transaction no completed checkpoint recorded", "gid", gid)
+		if _, err := w.pool.Exec(rctx, "ROLLBACK PREPARED "+literal(g.gid)); err != nil && !undefined(err) {
+			return classify("postgres sink: roll back "+g.gid, err)
+		}
+		ctx.Logger.Info("postgres sink: rolled back a transaction no completed checkpoint recorded", "gid", g.gid)
 	}
 	if ctx.StartOver {
 		// NB: after the roll-back: an earlier run's prepared transaction may
 		// hold a lock on its ownership record, which subtask 0 deletes.
-		return w.owner.check(rctx, w.own, true, ctx.Logger.Warn)
+		if err := w.owner.check(rctx, w.own, true, ctx.Logger.Warn); err != nil {
+			return err
+		}
+		// Only once the start over is sure: a refused one forgets nothing.
+		kept := make([]string, len(gids))
+		for i, g := range gids {
+			kept[i] = g.gid
+		}
+		return w.rolled.forget(rctx, w.own, kept)
 	}
 	return nil
 }
@@ -237,7 +265,7 @@ func (w *txWriter[T]) Snapshot(id checkpoint.ID) (operator.Async, error) {
 		return nil, err
 	}
 	if w.conn != nil {
-		w.pending = append(w.pending, &prepared{GID: formatGID(w.prefix, w.ctx.Subtask, id), Sub: w.ctx.Subtask, At: id, conn: w.conn})
+		w.pending = append(w.pending, &prepared{GID: formatGID(w.prefix, w.ctx.Subtask, id, w.attempt), Sub: w.ctx.Subtask, At: id, conn: w.conn})
 		w.conn = nil
 	}
 	items := make([][]byte, len(w.pending))
