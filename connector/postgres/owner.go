@@ -292,7 +292,7 @@ FROM %s o WHERE o.relation = $1 ORDER BY o.job, o.uid, o.subtask`, run, o.record
 // not write again: an earlier run's, or with startOver also an earlier
 // attempt's of this run (see ownerTable).
 func (o *owner) earlier(r record, startOver bool) bool {
-	if r.run == "" || o.run == "" {
+	if r.run == "" || o.run == "" || planted.noRunID.Load() {
 		// Before run ids: a record of the running attempt is another
 		// subtask's, in range, written by a live session, and only where
 		// subtasks commit early.

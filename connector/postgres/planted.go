@@ -19,4 +19,7 @@ var planted struct {
 	// the subtask with its own number, not those of the subtasks a lower
 	// parallelism folds into it.
 	ownSubtaskOnly plantedBug
+	// noRunID: ownership records are told apart without their run ids, as
+	// before them: by the liveness of the session that wrote them.
+	noRunID plantedBug
 }
