@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -211,6 +212,11 @@ const (
 	earlierAttempt        // an earlier attempt's of this run
 )
 
+// plantedNoRunID, set only by the planted-bug test of the lifecycle
+// generator, puts back the defect run ids fixed: every committed record of
+// the key is an earlier run's.
+var plantedNoRunID atomic.Bool
+
 // earlier says whose a committed ownership record of this sink's key is.
 func (w *writer[T]) earlier(value []byte) int {
 	var o ownership
@@ -220,7 +226,7 @@ func (w *writer[T]) earlier(value []byte) int {
 	switch {
 	case o.TopicID != "" && w.topicID != "" && o.TopicID != w.topicID:
 		return ownAttempt // the topic was made again: that output is gone
-	case o.Run == "" || w.ctx.RunID == "" || o.Run != w.ctx.RunID:
+	case o.Run == "" || w.ctx.RunID == "" || o.Run != w.ctx.RunID || plantedNoRunID.Load():
 		return earlierRun
 	case o.Attempt != w.ctx.Attempt:
 		return earlierAttempt
