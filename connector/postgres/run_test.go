@@ -214,3 +214,25 @@ func TestPrecreatedOwnerTableWithoutRunColumns(t *testing.T) {
 		t.Fatalf("columns %v added by a user who may not", got)
 	}
 }
+
+// TestRunColumnsWaitBoundedForALock: a records table made before run ids,
+// and a prepared transaction (a run killed before its commit, left for the
+// restore) holding a lock on it. Adding the columns waits at most
+// addRunLockTimeout for the lock, instead of until the sink's timeout,
+// when it failed; the sink then goes on without them.
+func TestRunColumnsWaitBoundedForALock(t *testing.T) {
+	pg := pgtest.Start(t)
+	exec(t, pg.URL, createAppend, oldCreateOwnerSQL,
+		"BEGIN",
+		"INSERT INTO weir_sink_owner (relation, relation_name, job, uid, subtask, session_pid, session_start) VALUES ('counts'::regclass, 'counts', 'other', 'counts', 0, 0, now())",
+		"PREPARE TRANSACTION 'held'")
+	defer exec(t, pg.URL, "ROLLBACK PREPARED 'held'")
+	cfg := SinkConfig[count]{URL: pg.URL, Table: "counts", BatchRows: 2, Timeout: 30 * time.Second}
+	firstRun(t, cfg, "test") // else it waits until cfg.Timeout, and fails
+	if got := rows(t, pg.URL); !slices.Equal(got, []string{"hello=1", "world=1"}) {
+		t.Fatalf("rows %v", got)
+	}
+	if got := queryStrings(t, pg.URL, "SELECT attname::text FROM pg_attribute WHERE attrelid = 'weir_sink_owner'::regclass AND attname LIKE 'run%'"); len(got) != 0 {
+		t.Fatalf("columns %v added while a prepared transaction held the table", got)
+	}
+}
