@@ -58,9 +58,9 @@ import (
 //
 // Which records are an earlier run's: a row also names the run and the
 // attempt that wrote it (operator.Context.RunID, Attempt). Without
-// checkpoints, or in upsert mode, a subtask may commit, and even finish,
-// before another has opened: a row of this run is never an earlier run's,
-// so the check refuses only rows of other runs. With StartOver, the rows an
+// checkpoints a subtask may commit, and even finish, before another has
+// opened: a row of this run is never an earlier run's, so the check
+// refuses only rows of other runs. With StartOver, the rows an
 // earlier attempt of this run wrote are output this attempt writes again
 // from the start: subtask 0 deletes them as it deletes an earlier run's,
 // and the other subtasks wait for it; the rows of this attempt's subtasks
@@ -204,14 +204,10 @@ FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_r
 // without: it writes its records as before run ids, and says how to add
 // them.
 func addRun(ctx context.Context, conn *pgx.Conn, records string, octx *operator.Context) (bool, error) {
-	has := func() (bool, error) {
-		var n int
-		err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname IN ('run_id', 'run_attempt') AND NOT attisdropped`, records).Scan(&n)
-		return n == 2, err
-	}
-	ok, err := has()
-	if err != nil || ok {
-		return ok, classify("postgres sink: read the columns of "+records, err)
+	var n int
+	err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname IN ('run_id', 'run_attempt') AND NOT attisdropped`, records).Scan(&n)
+	if err != nil || n == 2 {
+		return n == 2, classify("postgres sink: read the columns of "+records, err)
 	}
 	alter := fmt.Sprintf(addRunSQL, records)
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
@@ -226,7 +222,7 @@ func addRun(ctx context.Context, conn *pgx.Conn, records string, octx *operator.
 	})
 	var pg *pgconn.PgError
 	if errors.As(err, &pg) && (pg.Code == "42501" || pg.Code == "55P03") { // insufficient_privilege, lock_not_available
-		octx.Logger.Warn("postgres sink: the ownership records table has no run columns, and the sink could not add them: records are written without this run's id, and a subtask that commits before another opened (without checkpoints, or in upsert mode) may have the run taken for an earlier one; have the table's owner add them",
+		octx.Logger.Warn("postgres sink: the ownership records table has no run columns, and the sink could not add them: records are written without this run's id, and without checkpoints a subtask that committed and closed before another opened has the run taken for an earlier one; have the table's owner add them",
 			"table", records, "statement", alter, "err", err)
 		return false, nil
 	}
