@@ -39,6 +39,19 @@ type Context struct {
 	// sink that finds committed output of an earlier run refuses to start
 	// rather than add to it.
 	StartOver bool
+	// RunID names the run: one value for every subtask and every attempt
+	// of a run, another for each run of the job (drawn at random where the
+	// run starts: by the driver, in a cluster the coordinator's). Sinks
+	// write it into the records of the output they commit, so that the
+	// running attempt's records are told from an earlier run's whatever
+	// order its subtasks open in. Empty: unknown (a context made by hand);
+	// a sink's records then look like those written before run ids.
+	RunID string
+	// Attempt numbers the run's attempts from 1, the same in every
+	// process. With RunID it tells the records an earlier attempt of this
+	// run wrote, whose output an attempt that starts over (StartOver)
+	// writes again, from those of this attempt's other subtasks.
+	Attempt int
 	// CheckpointingEnabled is false in mode none: sinks then commit at the
 	// end of input only.
 	CheckpointingEnabled bool

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -60,13 +61,20 @@ type ownership struct {
 	Restored checkpoint.ID `json:"restored,omitempty"`
 	// Fresh: the run started over (--fresh) after earlier output.
 	Fresh bool `json:"fresh,omitempty"`
+	// Run and Attempt are operator.Context.RunID and Attempt: a record of
+	// the running attempt is not an earlier run's, whatever order the
+	// subtasks open in. Empty in records written before run ids: those are
+	// an earlier run's.
+	Run     string `json:"run,omitempty"`
+	Attempt int    `json:"attempt,omitempty"`
 }
 
 // ownerRecord is the ownership record the writer's first output of a run
 // goes with: into the same transaction when exactly once, so that it is
 // committed if and only if some of the run's output is.
 func (w *writer[T]) ownerRecord() *kgo.Record {
-	o := ownership{Topic: w.cfg.Topic, TopicID: w.topicID, Job: w.ctx.Job, UID: w.ctx.UID, Subtask: w.ctx.Subtask, Parallelism: w.ctx.Parallelism, Fresh: w.ctx.StartOver}
+	o := ownership{Topic: w.cfg.Topic, TopicID: w.topicID, Job: w.ctx.Job, UID: w.ctx.UID, Subtask: w.ctx.Subtask, Parallelism: w.ctx.Parallelism, Fresh: w.ctx.StartOver,
+		Run: w.ctx.RunID, Attempt: w.ctx.Attempt}
 	if w.ctx.Restore != nil {
 		o.Restored = w.ctx.Restore.Checkpoint
 	}
@@ -101,21 +109,31 @@ type found struct {
 }
 
 // findOwner reads OwnersTopic from its start to its end, read_uncommitted
-// with the transaction markers, and returns the last committed ownership
-// record of this sink's topic, job and UID, or nil.
+// with the transaction markers, and returns, of the committed ownership
+// records of this sink's topic, job and UID that speak of the topic as it
+// is (its topic ID), the last one an earlier run wrote and the last one an
+// earlier attempt of this run wrote, or nil. Records of this attempt, which
+// its other subtasks write from their first output on (at least once, and
+// without checkpoints, before subtask 0 may have opened), are skipped.
+//
+// NB: every committed record, not only the last: a record of this attempt
+// may follow an earlier run's. The topic is compacted, but its cleaner
+// keeps the last record of a key and never touches the segment records
+// are being appended to, so an earlier run's record is gone only after
+// later ones of the key filled a segment.
 //
 // NB: not read_committed, which a transaction another job's sink has open
 // in the topic (its first interval) would hold back. A record whose
 // transaction is still open is not committed, and a run that does not
 // restore never commits an earlier run's transaction: it aborts them.
-func (w *writer[T]) findOwner(ctx context.Context) (*found, error) {
+func (w *writer[T]) findOwner(ctx context.Context) (run, attempt *found, err error) {
 	adm := kadm.NewClient(w.plain)
 	ends, err := adm.ListEndOffsets(ctx, OwnersTopic)
 	if err == nil {
 		err = ends.Error()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("kafka sink %s: read the end of the ownership topic %s: %w", w.ctx.UID, OwnersTopic, err)
+		return nil, nil, fmt.Errorf("kafka sink %s: read the end of the ownership topic %s: %w", w.ctx.UID, OwnersTopic, err)
 	}
 	from := map[int32]kgo.Offset{}
 	todo := map[int32]int64{} // partition: its end offset
@@ -126,21 +144,28 @@ func (w *writer[T]) findOwner(ctx context.Context) (*found, error) {
 		}
 	})
 	if len(todo) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	cl, err := client(w.cfg.Brokers, w.cfg.ClientOpts, kgo.FetchIsolationLevel(kgo.ReadUncommitted()), kgo.KeepControlRecords(),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{OwnersTopic: from}))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer cl.Close()
 	key := string(ownerKey(w.cfg.Topic, w.ctx.Job, w.ctx.UID))
-	var last *found
+	committed := func(f found) {
+		switch w.earlier(f.value) {
+		case earlierRun:
+			run = &f
+		case earlierAttempt:
+			attempt = &f
+		}
+	}
 	open := map[int64][]found{} // producer id: its matching records not yet ended
 	for len(todo) > 0 {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("kafka sink %s: read the ownership topic %s: %w", w.ctx.UID, OwnersTopic, err)
+			return nil, nil, fmt.Errorf("kafka sink %s: read the ownership topic %s: %w", w.ctx.UID, OwnersTopic, err)
 		}
 		var ferr error
 		fs.EachError(func(_ string, _ int32, err error) {
@@ -149,7 +174,7 @@ func (w *writer[T]) findOwner(ctx context.Context) (*found, error) {
 			}
 		})
 		if ferr != nil {
-			return nil, fatal(fmt.Sprintf("kafka sink %s: read the ownership topic %s", w.ctx.UID, OwnersTopic), ferr)
+			return nil, nil, fatal(fmt.Sprintf("kafka sink %s: read the ownership topic %s", w.ctx.UID, OwnersTopic), ferr)
 		}
 		fs.EachRecord(func(r *kgo.Record) {
 			end, ok := todo[r.Partition]
@@ -165,7 +190,7 @@ func (w *writer[T]) findOwner(ctx context.Context) (*found, error) {
 				// Key: version, then type (0 abort, 1 commit), int16 each.
 				if len(r.Key) >= 4 && binary.BigEndian.Uint16(r.Key[2:]) == 1 {
 					for _, f := range open[r.ProducerID] {
-						last = &f
+						committed(f)
 					}
 				}
 				delete(open, r.ProducerID)
@@ -173,26 +198,69 @@ func (w *writer[T]) findOwner(ctx context.Context) (*found, error) {
 			case r.Attrs.IsTransactional():
 				open[r.ProducerID] = append(open[r.ProducerID], at)
 			default: // at least once, or without guarantees
-				last = &at
+				committed(at)
 			}
 		})
 	}
-	return last, nil
+	return run, attempt, nil
+}
+
+// Kinds of committed ownership records, for this sink.
+const (
+	ownAttempt     = iota // this attempt's, or of a topic since made again
+	earlierRun            // an earlier run's, or one without a run
+	earlierAttempt        // an earlier attempt's of this run
+)
+
+// plantedNoRunID, set only by the planted-bug test of the lifecycle
+// generator, puts back the defect run ids fixed: every committed record of
+// the key is an earlier run's.
+var plantedNoRunID atomic.Bool
+
+// earlier says whose a committed ownership record of this sink's key is.
+func (w *writer[T]) earlier(value []byte) int {
+	var o ownership
+	if json.Unmarshal(value, &o) != nil {
+		return earlierRun // not ours to read: the safe side
+	}
+	switch {
+	case o.TopicID != "" && w.topicID != "" && o.TopicID != w.topicID:
+		return ownAttempt // the topic was made again: that output is gone
+	case o.Run == "" || w.ctx.RunID == "" || o.Run != w.ctx.RunID || plantedNoRunID.Load():
+		return earlierRun
+	case o.Attempt != w.ctx.Attempt:
+		return earlierAttempt
+	}
+	return ownAttempt
 }
 
 // checkOwner refuses a run that neither restores nor starts over if an
 // earlier run of this job's sink committed output into the topic, as its
-// ownership record says. Subtask 0 alone looks (the record is the sink's,
-// not a subtask's), before it aborts anything.
+// ownership records say. Subtask 0 alone looks (the record is the sink's,
+// not a subtask's), before it aborts anything. Records of this run are not
+// an earlier run's: an attempt that restores nothing and does not start
+// over (at least once, the sink keeps no state, so a restart after a
+// checkpoint has no Restore) goes on; one that starts over says that the
+// earlier attempts' output stays.
 func (w *writer[T]) checkOwner(ctx context.Context) error {
 	if w.ctx.Restore != nil || w.ctx.Subtask != 0 {
 		return nil
 	}
-	f, err := w.findOwner(ctx)
-	if err != nil || f == nil {
+	run, attempt, err := w.findOwner(ctx)
+	if err != nil {
 		return err
 	}
-	if stale, err := w.stale(ctx, f); err != nil || stale {
+	f := run
+	if f == nil && w.ctx.StartOver {
+		f = attempt
+	}
+	if f == nil {
+		return nil
+	}
+	// NB: a topic emptied by hand after an earlier run is not empty any more
+	// once another subtask of this attempt wrote: then the run is refused,
+	// as it would be without run ids.
+	if empty, err := w.emptied(ctx); err != nil || empty {
 		return err
 	}
 	if w.ctx.StartOver {
@@ -201,7 +269,7 @@ func (w *writer[T]) checkOwner(ctx context.Context) error {
 		if err == nil {
 			ends.Each(func(o kadm.ListedOffset) { at = append(at, fmt.Sprintf("%d:%d", o.Partition, o.Offset)) })
 		}
-		w.ctx.Logger.Warn("kafka sink: starting over: the output of earlier runs stays in the topic (Kafka cannot delete one writer's records), and this run's follows it",
+		w.ctx.Logger.Warn("kafka sink: starting over: the output of earlier runs (or of this run's earlier attempts) stays in the topic (Kafka cannot delete one writer's records), and this attempt's follows it",
 			"topic", w.cfg.Topic, "job", w.ctx.Job, "sink", w.ctx.UID, "from partition:offset", strings.Join(at, ","))
 		return nil
 	}
@@ -225,14 +293,11 @@ func (w *writer[T]) lookUpTopicID(ctx context.Context) (string, error) {
 	return "", nil
 }
 
-// stale reports whether the topic no longer holds the output an ownership
-// record speaks of: the topic was made again since (another topic ID), or
-// every partition's records were deleted (its start is its end).
-func (w *writer[T]) stale(ctx context.Context, f *found) (bool, error) {
-	var o ownership
-	if json.Unmarshal(f.value, &o) == nil && o.TopicID != "" && w.topicID != "" && o.TopicID != w.topicID {
-		return true, nil
-	}
+// emptied reports whether the topic no longer holds the output of earlier
+// runs because every partition's records were deleted (its start is its
+// end). A topic made again since a record was written has another topic
+// ID: findOwner skips that record.
+func (w *writer[T]) emptied(ctx context.Context) (bool, error) {
 	adm := kadm.NewClient(w.plain)
 	starts, err := adm.ListStartOffsets(ctx, w.cfg.Topic)
 	if err == nil {

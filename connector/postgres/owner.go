@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/weirstream/weir/operator"
 )
@@ -55,15 +56,24 @@ import (
 // A sink that restores state checks nothing: the restore decides what is
 // committed (exactly-once) or written again (upsert), at any parallelism.
 //
-// Which records are an earlier run's: with checkpoints, every record found at
-// Open, since records are written only once a checkpoint completed, and that
-// needs every subtask's Open done. Without checkpoints (everything commits at
-// the end of input), a subtask may commit before another has opened, so the
-// records of other subtasks whose session lives are the running attempt's.
+// Which records are an earlier run's: a row also names the run and the
+// attempt that wrote it (operator.Context.RunID, Attempt). Without
+// checkpoints a subtask may commit, and even finish, before another has
+// opened: a row of this run is never an earlier run's, so the check
+// refuses only rows of other runs. With StartOver, the rows an
+// earlier attempt of this run wrote are output this attempt writes again
+// from the start: subtask 0 deletes them as it deletes an earlier run's,
+// and the other subtasks wait for it; the rows of this attempt's subtasks
+// are neither deleted nor waited for.
 //
-// NB: without checkpoints, an earlier run whose session the server has not
-// yet closed (its process killed a moment ago; a network partition until TCP
-// keepalive notices) counts as running.
+// Rows without a run (written before run ids, or by a sink that could not
+// add the columns to a table an administrator made) are an earlier run's,
+// except, without checkpoints, those of other subtasks in range whose
+// session lives: those are taken for the running attempt's.
+//
+// NB: such a row whose session the server has not yet closed (its process
+// killed a moment ago; a network partition until TCP keepalive notices)
+// counts as running.
 const ownerTable = "weir_sink_owner"
 
 // createOwnerSQL creates the table of ownership records; %s is its quoted
@@ -78,6 +88,8 @@ const createOwnerSQL = `CREATE TABLE IF NOT EXISTS %s (
 	session_pid int NOT NULL,
 	session_start timestamptz NOT NULL,
 	committed_at timestamptz NOT NULL DEFAULT now(),
+	run_id text,
+	run_attempt int,
 	PRIMARY KEY (relation, job, uid, subtask))`
 
 // ensureTable creates the table quoted (createSQL, with %s for its name) if
@@ -106,6 +118,16 @@ func ensureTable(rctx context.Context, conn *pgx.Conn, quoted, createSQL, why st
 	return nil
 }
 
+// addRunSQL adds the run columns to a records table made before them; %s is
+// its quoted name. Rows written before have none: an earlier run's.
+const addRunSQL = `ALTER TABLE %s ADD COLUMN IF NOT EXISTS run_id text, ADD COLUMN IF NOT EXISTS run_attempt int`
+
+// addRunLockTimeout bounds how long adding the run columns waits for its
+// lock: a transaction that wrote a record and is prepared (a run killed
+// before its commit) holds one until a restore ends it, and every reader of
+// the table would queue behind the ALTER meanwhile.
+const addRunLockTimeout = 2 * time.Second
+
 // ErrEarlierOutput is the error (wrapped, and marked permanent) of a sink
 // that starts without state into a table holding output its job committed in
 // an earlier run.
@@ -123,6 +145,11 @@ type owner struct {
 	relation uint32 // the table's OID
 	job, uid string
 	sub, p   int
+	// run, attempt: operator.Context.RunID and Attempt; runs: the records
+	// table has their columns (else the sink writes none, as before them).
+	run     string
+	attempt int
+	runs    bool
 	// early: a subtask may record before the others opened (no
 	// checkpoints), so live sessions' records are the running attempt's.
 	early bool
@@ -156,7 +183,7 @@ func (o *owner) related() string {
 // owner of table, on conn: the subtask's own connection, open until it
 // closes.
 func openOwner(rctx context.Context, conn *pgx.Conn, table string, ctx *operator.Context, early bool) (*owner, error) {
-	o := &owner{table: table, job: ctx.Job, uid: ctx.UID, sub: ctx.Subtask, p: ctx.Parallelism, early: early}
+	o := &owner{table: table, job: ctx.Job, uid: ctx.UID, sub: ctx.Subtask, p: ctx.Parallelism, run: ctx.RunID, attempt: ctx.Attempt, early: early}
 	var schema string
 	err := conn.QueryRow(rctx, `SELECT c.oid, n.nspname::text, c.relkind::text,
 	EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = c.oid OR i.inhparent = c.oid)
@@ -173,10 +200,47 @@ FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_r
 	if err := ensureTable(rctx, conn, o.records, createOwnerSQL, "where the sink records that it wrote into "+table); err != nil {
 		return nil, err
 	}
+	if o.runs, err = addRun(rctx, conn, o.records, ctx); err != nil {
+		return nil, err
+	}
 	if err := conn.QueryRow(rctx, "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()").Scan(&o.pid, &o.start); err != nil {
 		return nil, classify("postgres sink: read the session's start", err)
 	}
 	return o, nil
+}
+
+// addRun adds the run columns to the records table if they are missing,
+// and reports whether it has them. A sink that may not (the table is an
+// administrator's) or that waited addRunLockTimeout for the lock goes on
+// without: it writes its records as before run ids, and says how to add
+// them.
+func addRun(ctx context.Context, conn *pgx.Conn, records string, octx *operator.Context) (bool, error) {
+	var n int
+	err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname IN ('run_id', 'run_attempt') AND NOT attisdropped`, records).Scan(&n)
+	if err != nil || n == 2 {
+		return n == 2, classify("postgres sink: read the columns of "+records, err)
+	}
+	alter := fmt.Sprintf(addRunSQL, records)
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", records); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", addRunLockTimeout.Milliseconds())); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, alter)
+		return err
+	})
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) && (pg.Code == "42501" || pg.Code == "55P03") { // insufficient_privilege, lock_not_available
+		octx.Logger.Warn("postgres sink: the ownership records table has no run columns, and the sink could not add them: records are written without this run's id, and without checkpoints a subtask that committed and closed before another opened has the run taken for an earlier one; have the table's owner add them",
+			"table", records, "statement", alter, "err", err)
+		return false, nil
+	}
+	if err != nil {
+		return false, classify("postgres sink: "+alter, err)
+	}
+	return true, nil
 }
 
 // record is one row of the records table, as read at Open.
@@ -184,21 +248,37 @@ type record struct {
 	job, uid string
 	sub      int
 	live     bool // its session still lives
+	// run and attempt wrote it; run "": before run ids.
+	run     string
+	attempt int
 }
 
 func (r record) String() string { return fmt.Sprintf("job %q sink %q subtask %d", r.job, r.uid, r.sub) }
 
-// read returns the table's records: the earlier ones of this sink, and
-// those of other sinks.
-func (o *owner) read(ctx context.Context, conn *pgx.Conn) (earlier, others []record, err error) {
-	rows, err := conn.Query(ctx, fmt.Sprintf(`SELECT o.job, o.uid, o.subtask, EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = o.session_pid AND a.backend_start = o.session_start)
-FROM %s o WHERE o.relation = $1 ORDER BY o.job, o.uid, o.subtask`, o.records), o.relation)
+// read returns the table's records: the earlier ones of this sink (with
+// startOver, those of this run's earlier attempts too), and those of other
+// sinks.
+func (o *owner) read(ctx context.Context, conn *pgx.Conn, startOver bool) (earlier, others []record, err error) {
+	run := "NULL::text, NULL::int"
+	if o.runs {
+		run = "o.run_id, o.run_attempt"
+	}
+	rows, err := conn.Query(ctx, fmt.Sprintf(`SELECT o.job, o.uid, o.subtask, EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = o.session_pid AND a.backend_start = o.session_start), %s
+FROM %s o WHERE o.relation = $1 ORDER BY o.job, o.uid, o.subtask`, run, o.records), o.relation)
 	if err != nil {
 		return nil, nil, classify("postgres sink: read "+o.records, err)
 	}
 	all, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (record, error) {
 		var r record
-		err := row.Scan(&r.job, &r.uid, &r.sub, &r.live)
+		var run *string
+		var attempt *int32
+		err := row.Scan(&r.job, &r.uid, &r.sub, &r.live, &run, &attempt)
+		if run != nil {
+			r.run = *run
+		}
+		if attempt != nil {
+			r.attempt = int(*attempt)
+		}
 		return r, err
 	})
 	if err != nil {
@@ -208,18 +288,27 @@ FROM %s o WHERE o.relation = $1 ORDER BY o.job, o.uid, o.subtask`, o.records), o
 		switch {
 		case r.job != o.job || r.uid != o.uid:
 			others = append(others, r)
-		case o.earlier(r):
+		case o.earlier(r, startOver):
 			earlier = append(earlier, r)
 		}
 	}
 	return earlier, others, nil
 }
 
-// earlier reports whether r, a record of this sink, is an earlier run's: a
-// record of the running attempt is another subtask's, in range, written by
-// a live session, and only where subtasks commit early.
-func (o *owner) earlier(r record) bool {
-	return !o.early || !r.live || r.sub == o.sub || r.sub >= o.p
+// earlier reports whether r, a record of this sink, is output this run does
+// not write again: an earlier run's, or with startOver also an earlier
+// attempt's of this run (see ownerTable).
+func (o *owner) earlier(r record, startOver bool) bool {
+	if r.run == "" || o.run == "" || planted.noRunID.Load() {
+		// Before run ids: a record of the running attempt is another
+		// subtask's, in range, written by a live session, and only where
+		// subtasks commit early.
+		return !o.early || !r.live || r.sub == o.sub || r.sub >= o.p
+	}
+	if r.run != o.run {
+		return true
+	}
+	return startOver && r.attempt != o.attempt
 }
 
 // check is the check at Open of a sink that restores no state; see
@@ -230,7 +319,7 @@ func (o *owner) check(ctx context.Context, conn *pgx.Conn, startOver bool, log f
 		return nil
 	}
 	for {
-		earlier, others, err := o.read(ctx, conn)
+		earlier, others, err := o.read(ctx, conn, startOver)
 		if err != nil {
 			return err
 		}
@@ -266,7 +355,14 @@ func (o *owner) check(ctx context.Context, conn *pgx.Conn, startOver bool, log f
 			}
 			deleted = tag.RowsAffected()
 			for _, r := range earlier {
-				if _, err := tx.Exec(ctx, fmt.Sprintf("DELETE FROM %s WHERE relation = $1 AND job = $2 AND uid = $3 AND subtask = $4", o.records), o.relation, r.job, r.uid, r.sub); err != nil {
+				del, args := fmt.Sprintf("DELETE FROM %s WHERE relation = $1 AND job = $2 AND uid = $3 AND subtask = $4", o.records), []any{o.relation, r.job, r.uid, r.sub}
+				if o.runs {
+					// NB: only the record read: not one a subtask of this
+					// attempt wrote since under the same key.
+					del += " AND run_id IS NOT DISTINCT FROM $5 AND run_attempt IS NOT DISTINCT FROM $6"
+					args = append(args, nullIfEmpty(r.run), nullIfZero(r.attempt))
+				}
+				if _, err := tx.Exec(ctx, del, args...); err != nil {
 					return err
 				}
 			}
@@ -287,9 +383,29 @@ const ownerPollInterval = 20 * time.Millisecond
 // writeSQL is the statement, and its arguments, that records this subtask's
 // output in the transaction that commits it.
 func (o *owner) writeSQL() (string, []any) {
-	return fmt.Sprintf(`INSERT INTO %s (relation, relation_name, job, uid, subtask, session_pid, session_start) VALUES ($1, $2, $3, $4, $5, $6, $7)
+	if !o.runs {
+		return fmt.Sprintf(`INSERT INTO %s (relation, relation_name, job, uid, subtask, session_pid, session_start) VALUES ($1, $2, $3, $4, $5, $6, $7)
 ON CONFLICT (relation, job, uid, subtask) DO UPDATE SET relation_name = EXCLUDED.relation_name, session_pid = EXCLUDED.session_pid, session_start = EXCLUDED.session_start, committed_at = now()`, o.records),
-		[]any{o.relation, o.table, o.job, o.uid, o.sub, o.pid, o.start}
+			[]any{o.relation, o.table, o.job, o.uid, o.sub, o.pid, o.start}
+	}
+	return fmt.Sprintf(`INSERT INTO %s (relation, relation_name, job, uid, subtask, session_pid, session_start, run_id, run_attempt) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+ON CONFLICT (relation, job, uid, subtask) DO UPDATE SET relation_name = EXCLUDED.relation_name, session_pid = EXCLUDED.session_pid, session_start = EXCLUDED.session_start, committed_at = now(), run_id = EXCLUDED.run_id, run_attempt = EXCLUDED.run_attempt`, o.records),
+		[]any{o.relation, o.table, o.job, o.uid, o.sub, o.pid, o.start, nullIfEmpty(o.run), nullIfZero(o.attempt)}
+}
+
+func nullIfEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func nullIfZero(n int) *int32 {
+	if n == 0 {
+		return nil
+	}
+	v := int32(n)
+	return &v
 }
 
 func subtasks(rs []record) string {

@@ -278,7 +278,11 @@ func TestWithoutCheckpointsSubtasksCommitEarly(t *testing.T) {
 			}
 			again := newSink()
 			defer again.Close()
-			if err := again.Open(none(0)); !errors.Is(err, ErrEarlierOutput) {
+			second := &operatortest.Run{} // a run of its own: another run id
+			defer second.Close()
+			ctx := second.Context("counts", 0, 2, nil)
+			ctx.CheckpointingEnabled = false
+			if err := again.Open(ctx); !errors.Is(err, ErrEarlierOutput) {
 				t.Fatalf("a second run: %v, want ErrEarlierOutput", err)
 			}
 		})

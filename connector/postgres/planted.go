@@ -23,4 +23,7 @@ var planted struct {
 	// earlier start rolled back for one committed earlier, and its rows are
 	// lost without a word (issue 19, found and left alone 3).
 	rolledBackIsCommitted plantedBug
+	// noRunID: ownership records are told apart without their run ids, as
+	// before them: by the liveness of the session that wrote them.
+	noRunID plantedBug
 }

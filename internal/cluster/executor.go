@@ -158,7 +158,7 @@ func (x *Executor) Start(ctx context.Context, spec runtime.Spec, p runtime.Part,
 	for id, w := range place {
 		byWorker[w] = append(byWorker[w], id.String())
 	}
-	req := &clusterpb.DeployRequest{Attempt: ex.attempt, StartOver: p.StartOver}
+	req := &clusterpb.DeployRequest{Attempt: ex.attempt, StartOver: p.StartOver, RunId: p.RunID}
 	if p.Point != nil {
 		req.Checkpoint = uint64(p.Point.Metadata.ID)
 	}
@@ -187,7 +187,7 @@ func (x *Executor) Start(ctx context.Context, spec runtime.Spec, p runtime.Part,
 	var wg sync.WaitGroup
 	for _, w := range ex.workers {
 		wg.Go(func() {
-			wreq := &clusterpb.DeployRequest{Attempt: req.Attempt, Session: w.Session, Checkpoint: req.Checkpoint, StartOver: req.StartOver, Placement: req.Placement, Peers: req.Peers}
+			wreq := &clusterpb.DeployRequest{Attempt: req.Attempt, Session: w.Session, Checkpoint: req.Checkpoint, StartOver: req.StartOver, RunId: req.RunId, Placement: req.Placement, Peers: req.Peers}
 			_, err := x.client(w).Deploy(dctx, connect.NewRequest(wreq))
 			if err == nil || dctx.Err() != nil && connect.CodeOf(err) == connect.CodeCanceled {
 				return

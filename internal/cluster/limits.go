@@ -25,6 +25,9 @@ const (
 	maxEchoBytes = 64
 	// maxErrorBytes bounds the text of a task's failure a worker reports.
 	maxErrorBytes = 4 << 10
+	// maxRunIDBytes bounds the run id of a deploy, which sinks write into
+	// their ownership records; the runtime draws 26.
+	maxRunIDBytes = 64
 )
 
 // readLimit is the Connect option that bounds the messages a handler or a

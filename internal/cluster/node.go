@@ -218,6 +218,9 @@ func (n *node) Deploy(ctx context.Context, req *connect.Request[clusterpb.Deploy
 		return nil, err
 	}
 	m := req.Msg
+	if len(m.GetRunId()) > maxRunIDBytes {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("a deploy with a run id of %d bytes: at most %d", len(m.GetRunId()), maxRunIDBytes))
+	}
 	n.mu.Lock()
 	// The coordinator may deploy before the answer to the registration
 	// reaches this worker.
@@ -260,7 +263,7 @@ func (n *node) Deploy(ctx context.Context, req *connect.Request[clusterpb.Deploy
 		addrs[p.GetWorker()] = p.GetDataAddress()
 	}
 	part := runtime.Part{
-		Attempt: int(m.GetAttempt()), StartOver: m.GetStartOver(),
+		RunID: m.GetRunId(), Attempt: int(m.GetAttempt()), StartOver: m.GetStartOver(),
 		Here: func(id checkpoint.TaskID) bool { return place[id] == n.cfg.Name },
 		// A run's resources are the coordinator's: the subtasks of one
 		// run share output directories across processes.

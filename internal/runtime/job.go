@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -109,7 +110,10 @@ type TaskParts struct {
 
 // Spec is a job for Run.
 type Spec struct {
-	Name  string
+	Name string
+	// RunID names this run of the job (operator.Context.RunID); Run draws
+	// one at random when it is empty, which it should be but in tests.
+	RunID string
 	Plan  *graph.Plan
 	Build func(*TaskBuild) (*TaskParts, error)
 
@@ -325,6 +329,11 @@ func newDriver(spec Spec) (_ *driver, err error) {
 		return nil, errors.New("runtime: a job needs a name, a plan and a builder")
 	}
 	spec = spec.withDefaults()
+	if spec.RunID == "" {
+		// NB: drawn here, where the run starts, not in withDefaults, which
+		// every worker of a cluster runs too.
+		spec.RunID = rand.Text()
+	}
 	if err := validateRestart(spec.Restart); err != nil {
 		return nil, err
 	}
@@ -783,7 +792,7 @@ func (d *driver) runAttempt(parent context.Context) error {
 	// attempt sends reaches a later one.
 	reports := make(chan Report, 64*len(d.tasks.All)+64)
 	part := Part{
-		Attempt: d.attempt, Point: d.point, Acquire: d.resources.acquire,
+		RunID: d.spec.RunID, Attempt: d.attempt, Point: d.point, Acquire: d.resources.acquire,
 		// Operators start over when the user asked for it, or when an
 		// earlier attempt of this run also started from nothing: what they
 		// wrote then is this run's own.

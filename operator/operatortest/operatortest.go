@@ -4,6 +4,7 @@ package operatortest
 
 import (
 	"bytes"
+	"crypto/rand"
 	"fmt"
 	"io"
 	"log/slog"
@@ -86,21 +87,36 @@ func (m *MemWriter) Remove(h checkpoint.Handle) {
 }
 
 // Run holds what a test's operators acquire for a run
-// (operator.Context.Acquire), as the runtime does. Close releases it.
+// (operator.Context.Acquire), as the runtime does, and the run's id. Close
+// releases it. A test models each run of a job with a Run of its own.
 type Run struct {
 	mu   sync.Mutex
 	held map[string]error
 	c    []io.Closer
+	id   string
 }
 
 // Context is the context of subtask sub of p of operator uid, with
-// checkpoints on and r to restore (nil: none), in run.
+// checkpoints on and r to restore (nil: none), in the first attempt of
+// run.
 func (run *Run) Context(uid string, sub, p int, r *operator.Restore) *operator.Context {
 	return &operator.Context{
 		Job: "test", UID: uid, Subtask: sub, Parallelism: p, MaxParallelism: keygroup.DefaultMaxParallelism,
 		KeyGroups: keygroup.ForSubtask(keygroup.DefaultMaxParallelism, p, sub), Restore: r,
+		RunID: run.ID(), Attempt: 1,
 		CheckpointingEnabled: true, Logger: slog.New(slog.DiscardHandler), Now: time.Now, Acquire: run.acquire,
 	}
+}
+
+// ID is the run's id (operator.Context.RunID), drawn at random at the
+// first call.
+func (run *Run) ID() string {
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	if run.id == "" {
+		run.id = rand.Text()
+	}
+	return run.id
 }
 
 func (run *Run) acquire(key string, open func() (io.Closer, error)) error {

@@ -915,10 +915,15 @@ type DeployRequest struct {
 	Session uint64 `protobuf:"varint,6,opt,name=session,proto3" json:"session,omitempty"`
 	// checkpoint is the completed checkpoint in the job's storage the
 	// attempt restores; 0: none.
-	Checkpoint    uint64        `protobuf:"varint,2,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
-	StartOver     bool          `protobuf:"varint,3,opt,name=start_over,json=startOver,proto3" json:"start_over,omitempty"`
-	Placement     []*Assignment `protobuf:"bytes,4,rep,name=placement,proto3" json:"placement,omitempty"`
-	Peers         []*Peer       `protobuf:"bytes,5,rep,name=peers,proto3" json:"peers,omitempty"`
+	Checkpoint uint64        `protobuf:"varint,2,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	StartOver  bool          `protobuf:"varint,3,opt,name=start_over,json=startOver,proto3" json:"start_over,omitempty"`
+	Placement  []*Assignment `protobuf:"bytes,4,rep,name=placement,proto3" json:"placement,omitempty"`
+	Peers      []*Peer       `protobuf:"bytes,5,rep,name=peers,proto3" json:"peers,omitempty"`
+	// run_id names the run (operator.Context.RunID): the coordinator draws
+	// it when the run starts and sends the same in every deploy of the run,
+	// to every worker and in every attempt. At most 64 bytes; empty: a
+	// coordinator without run ids.
+	RunId         string `protobuf:"bytes,7,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -993,6 +998,13 @@ func (x *DeployRequest) GetPeers() []*Peer {
 		return x.Peers
 	}
 	return nil
+}
+
+func (x *DeployRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
 }
 
 type DeployResponse struct {
@@ -1754,7 +1766,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x06worker\x18\x02 \x01(\tR\x06worker\"A\n" +
 	"\x04Peer\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12!\n" +
-	"\fdata_address\x18\x02 \x01(\tR\vdataAddress\"\xea\x01\n" +
+	"\fdata_address\x18\x02 \x01(\tR\vdataAddress\"\x81\x02\n" +
 	"\rDeployRequest\x12\x18\n" +
 	"\aattempt\x18\x01 \x01(\x04R\aattempt\x12\x18\n" +
 	"\asession\x18\x06 \x01(\x04R\asession\x12\x1e\n" +
@@ -1764,7 +1776,8 @@ const file_cluster_proto_rawDesc = "" +
 	"\n" +
 	"start_over\x18\x03 \x01(\bR\tstartOver\x129\n" +
 	"\tplacement\x18\x04 \x03(\v2\x1b.weir.cluster.v1.AssignmentR\tplacement\x12+\n" +
-	"\x05peers\x18\x05 \x03(\v2\x15.weir.cluster.v1.PeerR\x05peers\"\x10\n" +
+	"\x05peers\x18\x05 \x03(\v2\x15.weir.cluster.v1.PeerR\x05peers\x12\x15\n" +
+	"\x06run_id\x18\a \x01(\tR\x05runId\"\x10\n" +
 	"\x0eDeployResponse\"\xa7\x01\n" +
 	"\x0eControlMessage\x12+\n" +
 	"\x04task\x18\x01 \x01(\v2\x17.weir.cluster.v1.TaskIDR\x04task\x12\x12\n" +
