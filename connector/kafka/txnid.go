@@ -1,13 +1,11 @@
 package kafka
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"regexp"
 	"strconv"
 	"strings"
-	"unicode"
-	"unicode/utf8"
+
+	"github.com/weirstream/weir/internal/idpart"
 )
 
 // A sink's transactional ids are <prefix>-<subtask>-<k>, k below
@@ -16,10 +14,10 @@ import (
 //
 //	weir2-<job>-<uid>
 //
-// where <job> and <uid> are each written as <length in bytes>.<text>, or as
-// #<32 hex digits of its SHA-256> when the text is longer than
-// maxTxnIDComponentBytes or not printable UTF-8 (as the PostgreSQL sink
-// writes its gids). The length makes the prefixes of two sinks differ
+// where <job> and <uid> are each written by idpart.Of (as the PostgreSQL
+// sink writes its gids): <length in bytes>.<text>, or #<32 hex digits of its
+// SHA-256> when the text is longer than idpart.MaxBytes or not printable
+// UTF-8. The length makes the prefixes of two sinks differ
 // whatever their names hold: job "word-count" with UID "out" is
 // weir2-10.word-count-3.out, job "word" with UID "count-out" is
 // weir2-4.word-9.count-out. And since an id ends in exactly two decimal
@@ -34,37 +32,12 @@ const txnIDVersion = "weir2-"
 // 2 is txnIDVersion's.
 const txnIDFormat = 2
 
-// maxTxnIDComponentBytes bounds a job name or UID as written into an id; a
-// longer one is hashed. The longest id is then len("weir2-") +
+// NB: with idpart.MaxBytes, the longest id is len("weir2-") +
 // 2*len("64.<64 bytes>-") + two numbers, well within what brokers keep.
-const maxTxnIDComponentBytes = 64
-
 // txnIDPrefix is the default prefix of the ids of the sink of operator uid
 // in job.
 func txnIDPrefix(job, uid string) string {
-	return txnIDVersion + txnIDComponent(job) + "-" + txnIDComponent(uid)
-}
-
-// txnIDComponent writes s with its length, or its hash when it is long or
-// holds what an id should not (invalid UTF-8, control characters).
-func txnIDComponent(s string) string {
-	if len(s) <= maxTxnIDComponentBytes && printable(s) {
-		return strconv.Itoa(len(s)) + "." + s
-	}
-	h := sha256.Sum256([]byte(s))
-	return "#" + hex.EncodeToString(h[:16])
-}
-
-func printable(s string) bool {
-	if !utf8.ValidString(s) {
-		return false
-	}
-	for _, r := range s {
-		if unicode.IsControl(r) {
-			return false
-		}
-	}
-	return true
+	return txnIDVersion + idpart.Of(job) + "-" + idpart.Of(uid)
 }
 
 // legacyTxnIDPrefix is the default prefix of Weir before txnIDVersion,

@@ -12,6 +12,7 @@ import (
 
 	"github.com/weirstream/weir"
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/idpart"
 	"github.com/weirstream/weir/operator"
 	"github.com/weirstream/weir/operator/operatortest"
 	"github.com/weirstream/weir/state"
@@ -34,7 +35,7 @@ func TestTxnIDPrefixesAreUnambiguous(t *testing.T) {
 		}
 		from = to
 	}
-	long := strings.Repeat("x", maxTxnIDComponentBytes)
+	long := strings.Repeat("x", idpart.MaxBytes)
 	names = append(names, long, long+"x", long+"y", "a\nb", "a\x00", "\xff")
 	seen, legacy := map[string][2]string{}, map[string][2]string{}
 	legacyCollisions := 0

@@ -1,15 +1,12 @@
 package postgres
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/idpart"
 )
 
 // A prepared transaction's global id (gid) names the job, the operator UID,
@@ -17,9 +14,9 @@ import (
 //
 //	weir2:<job>:<uid>:<subtask>:<checkpoint>:<attempt>
 //
-// where <job> and <uid> are each written as <length in bytes>.<text>, or as
-// #<32 hex digits of its SHA-256> when the text is longer than
-// maxGIDComponentBytes or not printable UTF-8. The length makes the ids of
+// where <job> and <uid> are each written by idpart.Of: <length in
+// bytes>.<text>, or #<32 hex digits of its SHA-256> when the text is longer
+// than idpart.MaxBytes or not printable UTF-8. The length makes the ids of
 // two sinks differ whatever their names hold: job "a:b" with UID "c" is
 // weir2:3.a:b:1.c:…, job "a" with UID "b:c" is weir2:1.a:3.b:c:…, and
 // neither is a prefix of the other. (The first format, weir:<job>:<uid>:…,
@@ -36,38 +33,13 @@ const gidVersion = "weir2:"
 // 200 bytes with the terminating NUL).
 const maxGIDBytes = 199
 
-// maxGIDComponentBytes bounds a job name or UID as written into a gid; a
-// longer one is hashed. NB: it keeps every gid within maxGIDBytes: the
-// longest is len("weir2:") + 2*len("64.<64 bytes>:") + len("<subtask, below
+// NB: idpart.MaxBytes keeps every gid within maxGIDBytes: the longest is len("weir2:") + 2*len("64.<64 bytes>:") + len("<subtask, below
 // 2^15>:<checkpoint, below 2^64>:<attempt>") = 6 + 2*68 + 5+1+20+1+19 = 188
 // bytes (attemptTag: 6 and 12 base-36 digits and a dot).
-const maxGIDComponentBytes = 64
 
 // gidPrefix is the prefix of the gids of the sink of operator uid in job.
 func gidPrefix(job, uid string) string {
-	return gidVersion + gidComponent(job) + ":" + gidComponent(uid) + ":"
-}
-
-// gidComponent writes s with its length, or its hash when it is long or
-// holds what a gid should not (invalid UTF-8, control characters).
-func gidComponent(s string) string {
-	if len(s) <= maxGIDComponentBytes && printable(s) {
-		return strconv.Itoa(len(s)) + "." + s
-	}
-	h := sha256.Sum256([]byte(s))
-	return "#" + hex.EncodeToString(h[:16])
-}
-
-func printable(s string) bool {
-	if !utf8.ValidString(s) {
-		return false
-	}
-	for _, r := range s {
-		if unicode.IsControl(r) {
-			return false
-		}
-	}
-	return true
+	return gidVersion + idpart.Of(job) + ":" + idpart.Of(uid) + ":"
 }
 
 // formatGID is the id of subtask sub's transaction of checkpoint id,

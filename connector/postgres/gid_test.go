@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/idpart"
 	"github.com/weirstream/weir/internal/keygroup"
 	"github.com/weirstream/weir/internal/pgtest"
 	"github.com/weirstream/weir/operator"
@@ -77,7 +78,7 @@ func FuzzGID(f *testing.F) {
 		if s, i, ok := parseGID(p, g); !ok || s != sub || i != checkpoint.ID(id) {
 			t.Fatalf("parseGID(%q) = %d, %d, %v, want %d, %d", g, s, i, ok, sub, id)
 		}
-		if gidComponent(job) == gidComponent(job2) && gidComponent(uid) == gidComponent(uid2) {
+		if idpart.Of(job) == idpart.Of(job2) && idpart.Of(uid) == idpart.Of(uid2) {
 			return // one sink (or a SHA-256 collision)
 		}
 		if _, _, ok := parseGID(gidPrefix(job2, uid2), g); ok {
