@@ -68,11 +68,6 @@ var (
 	lifeSteps = flag.Int("pglife.steps", 24, "steps of each sequence of the PostgreSQL sink lifecycle generator")
 )
 
-// lifeSettings make PostgreSQL skip the disk flushes a commit waits for
-// (fsync): a sequence commits hundreds of transactions, and a crash of the
-// server is not among its steps.
-var lifeSettings = []string{"fsync=off", "synchronous_commit=off", "full_page_writes=off"}
-
 func lifeSeedCount() uint64 {
 	switch {
 	case *lifeSeeds > 0:
@@ -102,7 +97,7 @@ var lifeModes = []struct {
 
 // TestLifecycleGenerator runs -pglife.seeds sequences from -pglife.first.
 func TestLifecycleGenerator(t *testing.T) {
-	pg := pgtest.Start(t, lifeSettings...)
+	pg := pgtest.Start(t)
 	failures := 0
 	for seed := *lifeFirst; seed < *lifeFirst+lifeSeedCount(); seed++ {
 		if diff := runLife(t, pg, seed); diff != "" {
@@ -117,7 +112,7 @@ func TestLifecycleGenerator(t *testing.T) {
 // TestLifecycleGeneratorCatchesPlantedBugs puts back each defect the
 // generator exists for and checks it finds it within the default seeds.
 func TestLifecycleGeneratorCatchesPlantedBugs(t *testing.T) {
-	pg := pgtest.Start(t, lifeSettings...)
+	pg := pgtest.Start(t)
 	for _, tc := range []struct {
 		name string
 		bug  *plantedBug
