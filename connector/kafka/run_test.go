@@ -6,6 +6,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/operator"
 	"github.com/weirstream/weir/operator/operatortest"
 )
 
@@ -153,4 +155,56 @@ func TestEarlierRunsRecordBeforeThisRunsIsFound(t *testing.T) {
 	s1.Close()
 	_, err = openAs(run, brokers, "test", AtLeastOnce, 0, 2, false, true)
 	wantRefused(t, "subtask 0 after an earlier run's record and its sibling's", err)
+}
+
+// TestRestoreLatestWithoutTransactionsIsNotRefused: at least once or with
+// no guarantee, the sink keeps a marker in its state, so that a new run
+// that restores a checkpoint (--restore latest) gets a Restore and is not
+// refused for the output it resumes (the runtime gives an operator without
+// state none).
+func TestRestoreLatestWithoutTransactionsIsNotRefused(t *testing.T) {
+	for _, d := range []Delivery{AtLeastOnce, NoGuarantee} {
+		t.Run(d.String(), func(t *testing.T) {
+			brokers := broker(t, "out")
+			first := &operatortest.Run{}
+			defer first.Close()
+			s, err := openAs(first, brokers, "test", d, 0, 1, false, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Write("hello")
+			w := &operatortest.MemWriter{}
+			async, err := s.Snapshot(1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var hs []checkpoint.Handle
+			if async != nil {
+				if hs, err = async(w); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := s.Finish(); err != nil { // flushes what no guarantee has not yet
+				t.Fatal(err)
+			}
+			s.Close()
+			wantCommitted(t, brokers, "after the first run", []string{"hello"})
+
+			var restore *operator.Restore // as the runtime: none without state
+			if len(hs) > 0 {
+				restore = &operator.Restore{Checkpoint: 1, Handles: hs, Read: w.Read}
+			}
+			second := &operatortest.Run{}
+			defer second.Close()
+			newSink, err := Sink(SinkConfig[string]{Brokers: brokers, Topic: "out", Encode: encode, Delivery: d})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := newSink()
+			defer r.Close()
+			if err := r.Open(second.Context("out", 0, 1, restore)); err != nil {
+				t.Fatalf("a new run restoring checkpoint 1: %v", err)
+			}
+		})
+	}
 }
