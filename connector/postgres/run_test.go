@@ -185,18 +185,20 @@ func TestRecordsWithoutARunAreEarlierOutput(t *testing.T) {
 }
 
 // TestPrecreatedOwnerTableWithoutRunColumns: an administrator made
-// weir_sink_owner with the statement of a version before run ids, and the
-// sink's user may not alter it. The sink works as before run ids: a run
-// commits, and the next is refused.
+// weir_sink_owner with the statement of a version before run ids (and
+// weir_sink_rolled_back, as the README asks), and the sink's user may not
+// alter it. The sink works as before run ids: a run commits, and the next is
+// refused.
 func TestPrecreatedOwnerTableWithoutRunColumns(t *testing.T) {
 	pg := pgtest.Start(t)
 	exec(t, pg.URL,
 		createAppend,
 		oldCreateOwnerSQL,
+		fmt.Sprintf(createRolledBackSQL, rolledBackTable),
 		"CREATE ROLE weirsink LOGIN",
 		"REVOKE CREATE ON SCHEMA public FROM PUBLIC",
 		"GRANT USAGE ON SCHEMA public TO weirsink",
-		"GRANT SELECT, INSERT, UPDATE, DELETE ON counts, weir_sink_owner TO weirsink")
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON counts, weir_sink_owner, weir_sink_rolled_back TO weirsink")
 	url := strings.Replace(pg.URL, "postgres@", "weirsink@", 1)
 	if url == pg.URL {
 		t.Fatalf("cannot make the URL of user weirsink from %s", pg.URL)
