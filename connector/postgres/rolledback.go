@@ -103,11 +103,40 @@ func (r *rolledBack) check(ctx context.Context, conn *pgx.Conn, txns []*prepared
 	for i, p := range txns {
 		gids[i] = p.GID
 	}
+	x, err := r.lost(ctx, conn, txns, gids)
+	if err == nil && x != nil {
+		// NB: pg_prepared_xacts is not read in the query's snapshot: a
+		// sibling that deleted its stale row (below) and then committed the
+		// transaction in between looks rolled back. A second look, in a
+		// newer snapshot, does not see that row.
+		x, err = r.lost(ctx, conn, txns, gids)
+	}
+	if err != nil || x == nil {
+		return err
+	}
+	by := "a start that restored no checkpoint (--fresh, or a run without --restore)"
+	if x.restored != nil {
+		by = "a restore of checkpoint " + *x.restored
+	}
+	return operator.Permanent(fmt.Errorf("postgres sink: restore of checkpoint %s: subtask %d's transaction %s of checkpoint %d was rolled back at %s by %s, which did not record it (a start rolls back the prepared transactions the checkpoint it restores does not record): %w; restore a checkpoint or savepoint taken after that start, or start over with --fresh (Config.Fresh), which deletes every row of %s",
+		r.describeRestored(), x.p.Sub, x.p.GID, x.p.At, x.at.UTC().Format(time.RFC3339), by, ErrRolledBack, r.table))
+}
+
+// rollback is a recorded transaction that a start rolled back.
+type rollback struct {
+	p        *prepared
+	restored *string // the checkpoint that start restored, if any
+	at       time.Time
+}
+
+// lost returns the first of txns (gids, their ids) that a start rolled
+// back, or nil, deleting the rows of those still prepared.
+func (r *rolledBack) lost(ctx context.Context, conn *pgx.Conn, txns []*prepared, gids []string) (*rollback, error) {
 	rows, err := conn.Query(ctx, fmt.Sprintf(`SELECT r.gid, r.restored::text, r.rolled_back_at,
 	EXISTS (SELECT 1 FROM pg_prepared_xacts p WHERE p.gid = r.gid AND p.database = current_database())
 FROM %s r WHERE r.gid = ANY($1)`, r.name), gids)
 	if err != nil {
-		return classify("postgres sink: read "+r.name, err)
+		return nil, classify("postgres sink: read "+r.name, err)
 	}
 	type row struct {
 		gid      string
@@ -121,7 +150,7 @@ FROM %s r WHERE r.gid = ANY($1)`, r.name), gids)
 		return x, err
 	})
 	if err != nil {
-		return classify("postgres sink: read "+r.name, err)
+		return nil, classify("postgres sink: read "+r.name, err)
 	}
 	var stale []string
 	for _, p := range txns {
@@ -129,24 +158,18 @@ FROM %s r WHERE r.gid = ANY($1)`, r.name), gids)
 			if x.gid != p.GID {
 				continue
 			}
-			if x.prepared {
-				stale = append(stale, x.gid)
-				continue
+			if !x.prepared {
+				return &rollback{p, x.restored, x.at}, nil
 			}
-			by := "a start that restored no checkpoint (--fresh, or a run without --restore)"
-			if x.restored != nil {
-				by = "a restore of checkpoint " + *x.restored
-			}
-			return operator.Permanent(fmt.Errorf("postgres sink: restore of checkpoint %s: subtask %d's transaction %s of checkpoint %d was rolled back at %s by %s, which did not record it (a start rolls back the prepared transactions the checkpoint it restores does not record): %w; restore a checkpoint or savepoint taken after that start, or start over with --fresh (Config.Fresh), which deletes every row of %s",
-				r.describeRestored(), p.Sub, p.GID, p.At, x.at.UTC().Format(time.RFC3339), by, ErrRolledBack, r.table))
+			stale = append(stale, x.gid)
 		}
 	}
 	if len(stale) > 0 {
 		if _, err := conn.Exec(ctx, fmt.Sprintf("DELETE FROM %s WHERE gid = ANY($1)", r.name), stale); err != nil {
-			return classify("postgres sink: delete from "+r.name, err)
+			return nil, classify("postgres sink: delete from "+r.name, err)
 		}
 	}
-	return nil
+	return nil, nil
 }
 
 func (r *rolledBack) describeRestored() string {

@@ -123,19 +123,23 @@ func (w *txWriter[T]) Open(ctx *operator.Context) error {
 		if err != nil {
 			return err
 		}
-		var commit []*prepared
+		var all, commit []*prepared
 		for _, it := range items {
 			var p prepared
 			if err := json.Unmarshal(it, &p); err != nil {
 				return operator.Permanent(fmt.Errorf("postgres sink: restore: %w", err))
 			}
 			recorded[p.GID] = true
+			all = append(all, &p)
 			if p.Sub%ctx.Parallelism == ctx.Subtask && (!planted.ownSubtaskOnly.Load() || p.Sub == ctx.Subtask) {
 				commit = append(commit, &p)
 			}
 		}
 		slices.SortFunc(commit, func(a, b *prepared) int { return int(a.At) - int(b.At) })
-		if err := w.rolled.check(rctx, w.own, commit); err != nil {
+		// NB: every subtask checks every recorded transaction, before it
+		// rolls anything back: a refused restore must leave what a later
+		// checkpoint prepared, whichever subtask's transaction was lost.
+		if err := w.rolled.check(rctx, w.own, all); err != nil {
 			return err
 		}
 		for _, p := range commit {
