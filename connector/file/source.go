@@ -485,12 +485,21 @@ func (l *lineReader) Read(out weir.Collector[string]) (operator.PollResult, erro
 				if err != nil && !errors.Is(err, io.EOF) {
 					return operator.PollResult{}, err
 				}
+				if err != nil && s.Pos+int64(len(skipped)) < s.End {
+					return operator.PollResult{}, l.shrank(s)
+				}
 				s.Pos += int64(len(skipped))
 			}
 			s.started = true
 			continue
 		}
 		line, err := l.readLine(s)
+		if errors.Is(err, io.EOF) && s.Pos+int64(len(line)) < s.End {
+			// NB: the section read ends at the size the file had when the
+			// split was opened, at least End: the file shrank since, and
+			// line may be cut short.
+			return operator.PollResult{}, l.shrank(s)
+		}
 		if len(line) > 0 {
 			s.Pos += int64(len(line))
 			out.Collect(l.text(bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r"))))
@@ -575,8 +584,7 @@ func (l *lineReader) openSplit(s *split) error {
 	}
 	if st.Size() < s.End {
 		f.Close()
-		return operator.Permanent(fmt.Errorf("input %s %w: %d bytes, taken with at least %d; it was truncated or replaced, and the lines from byte %d on would be lost or be others; put the file back as it was, or start over (--fresh)",
-			s.Path, ErrInputShrank, st.Size(), s.End, s.Pos))
+		return shrankError(s, st.Size())
 	}
 	pos := s.Pos
 	if !s.started && s.Start > 0 {
@@ -586,6 +594,26 @@ func (l *lineReader) openSplit(s *split) error {
 	l.f, l.reader = f, s
 	l.r = bufio.NewReaderSize(io.NewSectionReader(f, pos, st.Size()-pos), 64<<10)
 	return nil
+}
+
+// shrank is the error of split s, open, whose file ended before its end.
+func (l *lineReader) shrank(s *split) error {
+	size := int64(-1)
+	if st, err := l.f.Stat(); err == nil {
+		size = st.Size()
+	}
+	return shrankError(s, size)
+}
+
+// shrankError is the error of split s whose file has size bytes now, -1 if
+// unknown.
+func shrankError(s *split, size int64) error {
+	now := fmt.Sprintf("%d bytes", size)
+	if size < 0 {
+		now = "shorter"
+	}
+	return operator.Permanent(fmt.Errorf("input %s %w: %s, taken with at least %d; it was truncated or replaced, and the lines from byte %d on would be lost or be others; put the file back as it was, or start over (--fresh)",
+		s.Path, ErrInputShrank, now, s.End, s.Pos))
 }
 
 func (l *lineReader) closeFile() error {
