@@ -126,7 +126,7 @@ const addRunSQL = `ALTER TABLE %s ADD COLUMN IF NOT EXISTS run_id text, ADD COLU
 // lock: a transaction that wrote a record and is prepared (a run killed
 // before its commit) holds one until a restore ends it, and every reader of
 // the table would queue behind the ALTER meanwhile.
-const addRunLockTimeout = 2 * time.Second
+const addRunLockTimeout = 500 * time.Millisecond
 
 // ErrEarlierOutput is the error (wrapped, and marked permanent) of a sink
 // that starts without state into a table holding output its job committed in
@@ -222,9 +222,10 @@ func addRun(ctx context.Context, conn *pgx.Conn, records string, octx *operator.
 	}
 	alter := fmt.Sprintf(addRunSQL, records)
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", records); err != nil {
-			return err
-		}
+		// NB: no advisory lock to take turns: the subtasks of a start wait
+		// for the table's lock side by side, each at most
+		// addRunLockTimeout (in turns, the waits added up past the sink's
+		// timeout), and a second ALTER finds the columns the first added.
 		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", addRunLockTimeout.Milliseconds())); err != nil {
 			return err
 		}
