@@ -33,6 +33,11 @@ type Context struct {
 	// without state (a fresh start, or a restored checkpoint that holds no
 	// state of this operator's UID).
 	Restore *Restore
+	// Resumed is the checkpoint the run restored, 0 if none: set for every
+	// operator, Restore or not. Output an earlier run of the job left is
+	// then what this run resumes: a checkpoint of an older version, or of a
+	// sink that keeps no state, gives a sink no Restore.
+	Resumed checkpoint.ID
 	// StartOver is set when Restore is nil and what earlier runs of the job
 	// wrote may be deleted: the user asked to start over (--fresh), or an
 	// earlier attempt of this run started from nothing too. Without it, a

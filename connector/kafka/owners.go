@@ -243,7 +243,7 @@ func (w *writer[T]) earlier(value []byte) int {
 // checkpoint has no Restore) goes on; one that starts over says that the
 // earlier attempts' output stays.
 func (w *writer[T]) checkOwner(ctx context.Context) error {
-	if w.ctx.Restore != nil || w.ctx.Subtask != 0 {
+	if w.ctx.Restore != nil || w.ctx.Resumed != 0 || w.ctx.Subtask != 0 {
 		return nil
 	}
 	run, attempt, err := w.findOwner(ctx)
@@ -273,7 +273,7 @@ func (w *writer[T]) checkOwner(ctx context.Context) error {
 			"topic", w.cfg.Topic, "job", w.ctx.Job, "sink", w.ctx.UID, "from partition:offset", strings.Join(at, ","))
 		return nil
 	}
-	return operator.Permanent(fmt.Errorf("kafka sink %q of job %q: topic %s: %w (its ownership record is in %s, partition %d at offset %d): resume that run with --restore latest (Config.Restore \"latest\"), or start over with --fresh (Config.Fresh), which keeps the earlier output in the topic (Kafka cannot delete one writer's records; delete the topic's records, or make it again, to drop them) and writes this run's after it",
+	return operator.Permanent(fmt.Errorf("kafka sink %q of job %q: topic %s: %w (its ownership record is in %s, partition %d at offset %d): resume that run with --restore latest (Config.Restore \"latest\") if it completed a checkpoint, or start over with --fresh (Config.Fresh), which keeps the earlier output in the topic (Kafka cannot delete one writer's records; delete the topic's records, or make it again, to drop them) and writes this run's after it",
 		w.ctx.UID, w.ctx.Job, w.cfg.Topic, ErrEarlierOutput, OwnersTopic, f.partition, f.offset))
 }
 

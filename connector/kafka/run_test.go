@@ -6,8 +6,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/weirstream/weir/checkpoint"
-	"github.com/weirstream/weir/operator"
 	"github.com/weirstream/weir/operator/operatortest"
 )
 
@@ -157,12 +155,13 @@ func TestEarlierRunsRecordBeforeThisRunsIsFound(t *testing.T) {
 	wantRefused(t, "subtask 0 after an earlier run's record and its sibling's", err)
 }
 
-// TestRestoreLatestWithoutTransactionsIsNotRefused: at least once or with
-// no guarantee, the sink keeps a marker in its state, so that a new run
-// that restores a checkpoint (--restore latest) gets a Restore and is not
-// refused for the output it resumes (the runtime gives an operator without
-// state none).
-func TestRestoreLatestWithoutTransactionsIsNotRefused(t *testing.T) {
+// TestRestoreWithoutStateIsNotRefused: at least once or with no guarantee
+// the sink keeps no state, so a new run that restores a checkpoint
+// (--restore latest; or one taken by an older version) gives it no Restore;
+// Resumed says that the run resumes, and the output it finds is not an
+// earlier run's (it was refused, with an error telling it to --restore
+// latest).
+func TestRestoreWithoutStateIsNotRefused(t *testing.T) {
 	for _, d := range []Delivery{AtLeastOnce, NoGuarantee} {
 		t.Run(d.String(), func(t *testing.T) {
 			brokers := broker(t, "out")
@@ -173,16 +172,8 @@ func TestRestoreLatestWithoutTransactionsIsNotRefused(t *testing.T) {
 				t.Fatal(err)
 			}
 			s.Write("hello")
-			w := &operatortest.MemWriter{}
-			async, err := s.Snapshot(1)
-			if err != nil {
+			if _, err := s.Snapshot(1); err != nil {
 				t.Fatal(err)
-			}
-			var hs []checkpoint.Handle
-			if async != nil {
-				if hs, err = async(w); err != nil {
-					t.Fatal(err)
-				}
 			}
 			if err := s.Finish(); err != nil { // flushes what no guarantee has not yet
 				t.Fatal(err)
@@ -190,10 +181,6 @@ func TestRestoreLatestWithoutTransactionsIsNotRefused(t *testing.T) {
 			s.Close()
 			wantCommitted(t, brokers, "after the first run", []string{"hello"})
 
-			var restore *operator.Restore // as the runtime: none without state
-			if len(hs) > 0 {
-				restore = &operator.Restore{Checkpoint: 1, Handles: hs, Read: w.Read}
-			}
 			second := &operatortest.Run{}
 			defer second.Close()
 			newSink, err := Sink(SinkConfig[string]{Brokers: brokers, Topic: "out", Encode: encode, Delivery: d})
@@ -202,7 +189,9 @@ func TestRestoreLatestWithoutTransactionsIsNotRefused(t *testing.T) {
 			}
 			r := newSink()
 			defer r.Close()
-			if err := r.Open(second.Context("out", 0, 1, restore)); err != nil {
+			ctx := second.Context("out", 0, 1, nil) // as the runtime: no Restore without state
+			ctx.Resumed = 1
+			if err := r.Open(ctx); err != nil {
 				t.Fatalf("a new run restoring checkpoint 1: %v", err)
 			}
 		})

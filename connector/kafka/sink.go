@@ -790,19 +790,13 @@ func (w *writer[T]) Snapshot(id checkpoint.ID) (operator.Async, error) {
 		return nil, err
 	}
 	switch w.delivery {
-	case NoGuarantee, AtLeastOnce:
-		if w.delivery == AtLeastOnce {
-			if err := w.plain.Flush(context.Background()); err != nil {
-				return nil, fatal("kafka sink: flush", err)
-			}
-			if err := w.produceErr(); err != nil {
-				return nil, err
-			}
+	case NoGuarantee:
+		return nil, nil
+	case AtLeastOnce:
+		if err := w.plain.Flush(context.Background()); err != nil {
+			return nil, fatal("kafka sink: flush", err)
 		}
-		// A marker: the runtime gives an operator without state no
-		// Restore, and a restore without one would be taken for a new run
-		// of the job and refused for the output it resumes.
-		return w.ctx.SnapshotList(state.Union, "resume", [][]byte{[]byte(strconv.Itoa(w.ctx.Subtask))}), nil
+		return nil, w.produceErr()
 	}
 	if t := w.open; t != nil {
 		pid, epoch, err := t.cl.ProducerID(context.Background())

@@ -110,7 +110,7 @@ func (w *txWriter[T]) Open(ctx *operator.Context) error {
 	if w.rolled, err = openRolledBack(rctx, w.own, w.owner, ctx); err != nil {
 		return err
 	}
-	if ctx.Restore == nil && !ctx.StartOver {
+	if ctx.Restore == nil && ctx.Resumed == 0 && !ctx.StartOver {
 		// NB: before the roll-back: a run refused for want of --restore must
 		// leave what the restore will commit.
 		if err := w.owner.check(rctx, w.own, false, ctx.Logger.Warn); err != nil {
@@ -387,7 +387,7 @@ func (w *upsertWriter[T]) Open(ctx *operator.Context) error {
 	if w.owner, err = openOwner(rctx, conn, w.cfg.Table, ctx, !ctx.CheckpointingEnabled); err != nil {
 		return err
 	}
-	if ctx.Restore == nil {
+	if ctx.Restore == nil && ctx.Resumed == 0 {
 		return w.owner.check(rctx, conn, ctx.StartOver, ctx.Logger.Warn)
 	}
 	return nil

@@ -259,6 +259,7 @@ func operatorContext(spec Spec, p Part, vertex string, n graph.Node, subtask int
 		c.CommitWait = operator.CommitWait{Interval: cc.Interval, MinPause: cc.MinPause, Timeout: cc.Timeout, TolerableFailures: cc.TolerableFailures, RestartDelay: spec.Restart.MaxDelay()}
 	}
 	if p.Point != nil {
+		c.Resumed = p.Point.Metadata.ID
 		r := &operator.Restore{Checkpoint: p.Point.Metadata.ID, Read: p.Point.Read, Open: p.Point.Open}
 		for _, ts := range p.Point.Metadata.Tasks {
 			for _, h := range ts.Handles {
