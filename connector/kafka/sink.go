@@ -277,6 +277,9 @@ func (w *writer[T]) Open(ctx *operator.Context) error {
 		if w.topicID, err = w.lookUpTopicID(rctx); err != nil {
 			return err
 		}
+		if err := w.refuseRecordedTransactions(); err != nil {
+			return err
+		}
 		return w.checkOwner(rctx)
 	}
 	w.prefix = w.cfg.TransactionalIDPrefix
@@ -421,6 +424,32 @@ func (w *writer[T]) Open(ctx *operator.Context) error {
 	for _, r := range refused {
 		if err := w.committedEarlier(rctx, r.rec, r.err); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// refuseRecordedTransactions refuses, at least once or with no guarantee,
+// to restore a checkpoint that records transactions of exactly-once
+// delivery: their records would be neither committed nor written again.
+func (w *writer[T]) refuseRecordedTransactions() error {
+	if w.ctx.Restore == nil {
+		return nil
+	}
+	items, err := state.RestoreList(w.ctx.Restore.Handles, w.ctx.Restore.Read, state.Union, "txns", w.ctx.Subtask, w.ctx.Parallelism)
+	if err != nil {
+		return err
+	}
+	for _, it := range items {
+		var rec struct {
+			Txn *record `json:"txn"`
+		}
+		if err := json.Unmarshal(it, &rec); err != nil {
+			return operator.Permanent(fmt.Errorf("kafka sink: restore: %w", err))
+		}
+		if rec.Txn != nil {
+			return operator.Permanent(fmt.Errorf("kafka sink %q: checkpoint %d records transactions of exactly-once delivery, which this run (delivery %s) would neither commit nor write again: restore it with delivery=exactly-once, and change the delivery after a checkpoint of that run completed",
+				w.ctx.UID, w.ctx.Restore.Checkpoint, w.delivery))
 		}
 	}
 	return nil
