@@ -244,6 +244,16 @@ func addRun(ctx context.Context, conn *pgx.Conn, records string, octx *operator.
 	return true, nil
 }
 
+// startingOver says why the sink starts over: the user asked (--fresh), or
+// a restart of a run that completed no checkpoint rewrites what its
+// earlier attempts committed.
+func (o *owner) startingOver() string {
+	if o.attempt > 1 {
+		return fmt.Sprintf("attempt %d of this run, which completed no checkpoint to restore, must delete what earlier attempts committed, or --fresh was given; with checkpoints enabled a restart restores instead", o.attempt)
+	}
+	return "--fresh, Config.Fresh"
+}
+
 // record is one row of the records table, as read at Open.
 type record struct {
 	job, uid string
@@ -332,12 +342,12 @@ func (o *owner) check(ctx context.Context, conn *pgx.Conn, startOver bool, log f
 				o.table, ErrEarlierOutput, o.job, o.uid, subtasks(earlier), othersNote(others), o.table))
 		}
 		if why := o.related(); why != "" {
-			return operator.Permanent(fmt.Errorf("postgres sink: table %s: cannot start over (--fresh, Config.Fresh) by deleting the output earlier runs of job %q, sink %q committed: %w: it is %s; delete those rows by hand, then their records (DELETE FROM %s WHERE job = '%s' AND uid = '%s'), and start without --fresh",
-				o.table, o.job, o.uid, ErrSharedTable, why, o.records, strings.ReplaceAll(o.job, "'", "''"), strings.ReplaceAll(o.uid, "'", "''")))
+			return operator.Permanent(fmt.Errorf("postgres sink: table %s: cannot start over (%s) by deleting the output earlier runs of job %q, sink %q committed: %w: it is %s; delete those rows by hand, then their records (DELETE FROM %s WHERE job = '%s' AND uid = '%s'), and start without --fresh",
+				o.table, o.startingOver(), o.job, o.uid, ErrSharedTable, why, o.records, strings.ReplaceAll(o.job, "'", "''"), strings.ReplaceAll(o.uid, "'", "''")))
 		}
 		if len(others) > 0 {
-			return operator.Permanent(fmt.Errorf("postgres sink: table %s: cannot start over (--fresh, Config.Fresh) by deleting the output earlier runs of job %q, sink %q committed: %w: %s; give this sink a table of its own, or delete the rows by hand and then the records in %s",
-				o.table, o.job, o.uid, ErrSharedTable, names(others), o.records))
+			return operator.Permanent(fmt.Errorf("postgres sink: table %s: cannot start over (%s) by deleting the output earlier runs of job %q, sink %q committed: %w: %s; give this sink a table of its own, or delete the rows by hand and then the records in %s",
+				o.table, o.startingOver(), o.job, o.uid, ErrSharedTable, names(others), o.records))
 		}
 		if o.sub != 0 {
 			// Subtask 0 deletes; commit nothing before it did.
