@@ -236,14 +236,17 @@ func (w *writer[T]) earlier(value []byte) int {
 
 // checkOwner refuses a run that neither restores nor starts over if an
 // earlier run of this job's sink committed output into the topic, as its
-// ownership records say. Subtask 0 alone looks (the record is the sink's,
-// not a subtask's), before it aborts anything. Records of this run are not
+// ownership records say. Every subtask looks, before it aborts or writes
+// anything. Records of this run are not
 // an earlier run's: an attempt that restores nothing and does not start
 // over (at least once, the sink keeps no state, so a restart after a
 // checkpoint has no Restore) goes on; one that starts over says that the
 // earlier attempts' output stays.
 func (w *writer[T]) checkOwner(ctx context.Context) error {
-	if w.ctx.Restore != nil || w.ctx.Resumed != 0 || w.ctx.Subtask != 0 {
+	// NB: not subtask 0 alone: a sibling may open, write and finish
+	// before it opens, and a refused run must write nothing. The records
+	// of this run are not an earlier run's, so all decide alike.
+	if w.ctx.Restore != nil || w.ctx.Resumed != 0 {
 		return nil
 	}
 	run, attempt, err := w.findOwner(ctx)
@@ -264,6 +267,9 @@ func (w *writer[T]) checkOwner(ctx context.Context) error {
 		return err
 	}
 	if w.ctx.StartOver {
+		if w.ctx.Subtask != 0 {
+			return nil
+		}
 		ends, err := kadm.NewClient(w.plain).ListCommittedOffsets(ctx, w.cfg.Topic)
 		var at []string
 		if err == nil {

@@ -123,9 +123,11 @@ func TestOwnershipRecordWithoutARunIsAnEarlierRuns(t *testing.T) {
 }
 
 // TestEarlierRunsRecordBeforeThisRunsIsFound: an earlier run's record,
-// followed by the record of this run's subtask 1 (at least once, written
-// before subtask 0 opened): the last record of the key is this run's, and
-// subtask 0 must still refuse for the one before it.
+// followed by a record of this run (written by a subtask that did not look:
+// here one told the run resumes, as every subtask of a restore is): the
+// last record of the key is this run's, and a subtask that looks must still
+// refuse for the one before it. Subtask 1 of a plain start, which looks
+// too, is refused before it writes.
 func TestEarlierRunsRecordBeforeThisRunsIsFound(t *testing.T) {
 	brokers := broker(t, "out")
 	earlier := &operatortest.Run{}
@@ -142,8 +144,16 @@ func TestEarlierRunsRecordBeforeThisRunsIsFound(t *testing.T) {
 
 	run := &operatortest.Run{}
 	defer run.Close()
-	s1, err := openAs(run, brokers, "test", AtLeastOnce, 1, 2, false, true)
+	_, err = openAs(run, brokers, "test", AtLeastOnce, 1, 2, false, true)
+	wantRefused(t, "subtask 1 after an earlier run's record", err)
+	newSink, err := Sink(SinkConfig[string]{Brokers: brokers, Topic: "out", Encode: encode, Delivery: AtLeastOnce})
 	if err != nil {
+		t.Fatal(err)
+	}
+	s1 := newSink()
+	ctx := run.Context("out", 1, 2, nil)
+	ctx.Resumed = 1
+	if err := s1.Open(ctx); err != nil {
 		t.Fatal(err)
 	}
 	s1.Write("world")
