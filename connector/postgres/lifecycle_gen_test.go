@@ -31,8 +31,8 @@ package postgres
 // and by the sink when output an earlier run committed is in the table;
 // --fresh deletes the checkpoints and that output. A restore of a
 // checkpoint that records a transaction an earlier start rolled back (a
-// savepoint restored after an older checkpoint was) is refused, by the
-// subtasks whose share holds one (ErrRolledBack); the others commit theirs.
+// savepoint restored after an older checkpoint was) is refused by every
+// subtask (ErrRolledBack), before any commits or rolls back anything.
 //
 // Why by hand rather than through weir jobs: a kill -9 lands exactly between
 // two calls the model knows of (after a snapshot whose checkpoint completed,
@@ -411,14 +411,17 @@ func (l *life) start() error {
 		kind, from = "savepoint", lostSavepts[l.rng.IntN(len(lostSavepts))]
 	}
 	refuse := kind == "plain" && l.recorded
-	// lost are the subtasks whose share of the checkpoint's transactions
-	// holds one that an earlier start rolled back: they refuse the restore
-	// (ErrRolledBack), and commit and roll back nothing.
+	// lost are the subtasks that refuse the restore (ErrRolledBack), and
+	// commit and roll back nothing: all of them, when any transaction the
+	// checkpoint records was rolled back by an earlier start.
 	lost := map[int]*lifeTxn{}
 	if from != nil {
 		for _, tx := range from.recorded {
-			if tx.state == "rolled back" && lost[tx.sub%p] == nil {
-				lost[tx.sub%p] = tx
+			if tx.state == "rolled back" {
+				for sub := range p {
+					lost[sub] = tx
+				}
+				break
 			}
 		}
 	}
