@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,6 +21,7 @@ import (
 	"github.com/weirstream/weir"
 	"github.com/weirstream/weir/connector/file"
 	"github.com/weirstream/weir/examples/wordcount"
+	"github.com/weirstream/weir/operator"
 )
 
 // The regression tests of the restore-safety issue: each case there is a
@@ -341,6 +343,44 @@ func TestRerunOverAnEarlierRunIsRefused(t *testing.T) {
 	}
 	if rep := report(t, o); !rep.OK() || res.Attempts != 1 {
 		t.Fatalf("after --fresh: %v in %d attempts", rep, res.Attempts)
+	}
+}
+
+// Issue 19 (defect 4, gap 4): a checkpoint taken before a --fresh run, kept
+// elsewhere as a savepoint would be, is refused afterwards: --fresh deleted
+// the files its output builds on, and the restore would leave them missing.
+// The refusal changes nothing, and the fresh run's own checkpoints restore.
+func TestRestoreFromBeforeFreshIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	o := wcInput(t, dir)
+	cancelAfter(t, o, 2)
+	chks := completedCheckpoints(dir)
+	saved := filepath.Join(dir, "saved", filepath.Base(chks[len(chks)-1]))
+	if err := os.CopyFS(saved, os.DirFS(chks[len(chks)-1])); err != nil {
+		t.Fatal(err)
+	}
+	o.Fresh = true
+	cancelAfter(t, o, 2)
+	o.Fresh = false
+	before := committedLines(t, o.Output)
+	for _, from := range []string{saved, "latest"} {
+		o.Restore = from
+		_, err := executeErr(t, o)
+		if from == "latest" {
+			if err != nil {
+				t.Fatalf("restore of the fresh run's latest checkpoint: %v", err)
+			}
+			break
+		}
+		if !errors.Is(err, weir.ErrStartedOver) || !operator.IsPermanent(err) || !strings.Contains(err.Error(), "--fresh") {
+			t.Fatalf("restore of a checkpoint from before --fresh: %v, want a permanent weir.ErrStartedOver", err)
+		}
+		if after := committedLines(t, o.Output); !maps.Equal(after, before) {
+			t.Fatal("the refused restore changed the output")
+		}
+	}
+	if rep := report(t, o); !rep.OK() {
+		t.Fatalf("after the fresh run and its restore: %v", rep)
 	}
 }
 

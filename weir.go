@@ -107,6 +107,12 @@ func Permanent(err error) error { return operator.Permanent(err) }
 // Restore "latest", or start over with Fresh.
 var ErrEarlierRun = runtime.ErrEarlierRun
 
+// ErrStartedOver matches (errors.Is) the error of a restore of a checkpoint
+// or savepoint taken before a run that started over (Fresh): that run
+// deleted or wrote the output the checkpoint's output builds on. Restore a
+// checkpoint of that run, or start over again.
+var ErrStartedOver = operator.ErrStartedOver
+
 // DefaultCheckpointInterval is the time between checkpoints when
 // CheckpointConfig.Interval is zero, in the API and the CLI alike.
 const DefaultCheckpointInterval = time.Second

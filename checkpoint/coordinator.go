@@ -14,6 +14,8 @@ type Job struct {
 	Tasks Tasks
 	// Operators fingerprint the job in every checkpoint's metadata.
 	Operators []Operator
+	// Lineage is written into every checkpoint's metadata (Metadata.Lineage).
+	Lineage string
 }
 
 // Tasks is the set of tasks a job runs.
@@ -72,6 +74,7 @@ type pending struct {
 // the driver's duties. The zero value is not usable; build one with New.
 type Coordinator struct {
 	job     string
+	lineage string
 	ops     []Operator
 	cfg     Config
 	tasks   []TaskID // sorted
@@ -118,6 +121,7 @@ func New(job Job, cfg Config, r Restored) (*Coordinator, error) {
 	}
 	c := &Coordinator{
 		job:       job.Name,
+		lineage:   job.Lineage,
 		ops:       slices.Clone(job.Operators),
 		cfg:       cfg,
 		tasks:     slices.Clone(tasks.All),
@@ -510,7 +514,7 @@ func (c *Coordinator) abortUnpersisted(reason Reason, cause error) {
 }
 
 func (c *Coordinator) metadata(p *pending) *Metadata {
-	m := &Metadata{Job: c.job, ID: p.id, Savepoint: p.savepoint, Triggered: p.triggered, Operators: c.ops, Tasks: make([]TaskState, len(c.tasks))}
+	m := &Metadata{Job: c.job, Lineage: c.lineage, ID: p.id, Savepoint: p.savepoint, Triggered: p.triggered, Operators: c.ops, Tasks: make([]TaskState, len(c.tasks))}
 	for i, t := range c.tasks {
 		m.Tasks[i] = TaskState{Task: t, Handles: p.handles[i]}
 	}

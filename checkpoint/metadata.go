@@ -17,7 +17,12 @@ import (
 // Metadata describes one completed checkpoint: which tasks wrote which state.
 // Its durable write is the checkpoint's commit point.
 type Metadata struct {
-	Job       string    `json:"job"`
+	Job string `json:"job"`
+	// Lineage names the chain of runs the checkpoint belongs to: the run id
+	// (operator.Context.RunID) of the run that started it without
+	// restoring anything; every run that restores a checkpoint of the chain
+	// carries it on. Empty in checkpoints of Weir before lineages.
+	Lineage   string    `json:"lineage,omitempty"`
 	ID        ID        `json:"id"`
 	Savepoint bool      `json:"savepoint,omitempty"`
 	Triggered time.Time `json:"triggered"`

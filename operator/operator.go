@@ -57,6 +57,14 @@ type Context struct {
 	// run wrote, whose output an attempt that starts over (StartOver)
 	// writes again, from those of this attempt's other subtasks.
 	Attempt int
+	// Lineage names the chain of runs whose output this run continues: its
+	// RunID when it restores no checkpoint, else the restored checkpoint's
+	// (checkpoint.Metadata.Lineage; empty for a checkpoint of Weir before
+	// lineages). A sink that starts a lineage in its output (restores no
+	// state) records it there; one that restores state checks that no later
+	// lineage has written (and maybe deleted, with --fresh) the output its
+	// checkpoint counts on since.
+	Lineage string
 	// CheckpointingEnabled is false in mode none: sinks then commit at the
 	// end of input only.
 	CheckpointingEnabled bool
@@ -172,6 +180,15 @@ type Operator interface {
 	// Close releases resources, after Finish or on failure.
 	Close() error
 }
+
+// ErrStartedOver is the error (wrapped, and marked permanent) of a restore
+// of a checkpoint from before a run that started over: a run that restored
+// no checkpoint (--fresh, or a first run) has since written the output the
+// checkpoint's output builds on, deleting it (--fresh) or writing beside it.
+// The runtime refuses such a restore when that run's checkpoints are in the
+// job's storage (restoring would delete them); a sink that records its
+// output's lineage (operator.Context.Lineage) refuses it in any case.
+var ErrStartedOver = errors.New("a run that started over has written the output since the checkpoint")
 
 // Permanent marks err as one a restart cannot fix (bad input, bad
 // configuration, a bug in a user function): the job fails at once instead

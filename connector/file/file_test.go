@@ -271,7 +271,7 @@ func TestSinkTwoPhaseCommit(t *testing.T) {
 	}
 	all, _ := fs.List("/out")
 	for _, n := range all {
-		if strings.HasPrefix(n, ".") && n != LockFile {
+		if strings.HasPrefix(n, ".") && n != LockFile && n != ".lineage-sink" {
 			t.Fatalf("stray %s left after restore", n)
 		}
 	}

@@ -57,7 +57,10 @@ const LockFile = ".weir.lock"
 // A running sink holds a lock in the directory (LockFile): a second run
 // writing there fails at start. A sink that starts from nothing refuses a
 // directory holding its committed files from an earlier run, unless the
-// run starts over (operator.Context.StartOver).
+// run starts over (operator.Context.StartOver). It then records the run's
+// lineage (operator.Context.Lineage) in .lineage-<uid>, before it deletes
+// anything; a run that resumes a checkpoint of another lineage is refused
+// (operator.ErrStartedOver).
 //
 // Sink fails now if the directory cannot be created or written.
 func Sink[T any](cfg SinkConfig[T]) (func() weir.SinkWriter[T], error) {
@@ -203,6 +206,13 @@ func (s *fileSink[T]) Open(ctx *operator.Context) error {
 	}); err != nil {
 		return operator.Permanent(err)
 	}
+	if ctx.Resumed != 0 {
+		// NB: before the restore commits anything: a refused one leaves the
+		// directory as it is.
+		if err := s.checkLineage(); err != nil {
+			return err
+		}
+	}
 	recorded := map[string]bool{}
 	if ctx.Restore != nil {
 		items, err := state.RestoreList(ctx.Restore.Handles, ctx.Restore.Read, state.Union, "pending", ctx.Subtask, ctx.Parallelism)
@@ -253,6 +263,14 @@ func (s *fileSink[T]) Open(ctx *operator.Context) error {
 		return operator.Permanent(fmt.Errorf("output directory %s holds %d files sink %q committed in an earlier run (%s): resume that run with --restore latest (Config.Restore \"latest\"), or start over with --fresh (Config.Fresh), which deletes them",
 			s.cfg.Dir, len(earlier), ctx.UID, strings.Join(earlier[:min(3, len(earlier))], ", ")))
 	}
+	if ctx.Restore == nil {
+		// NB: before the deletions: a start killed between the two leaves
+		// output a restore of an earlier lineage refuses, not one with
+		// files missing.
+		if err := s.writeLineage(); err != nil {
+			return err
+		}
+	}
 	if len(earlier) > 0 {
 		ctx.Logger.Warn("starting over: deleting the output of earlier runs", "dir", s.cfg.Dir, "files", len(earlier))
 	}
@@ -266,6 +284,76 @@ func (s *fileSink[T]) Open(ctx *operator.Context) error {
 		}
 	}
 	return s.syncDir()
+}
+
+// lineagePath is the file that names the lineage (operator.Context.Lineage)
+// of the sink's output in the directory: written by every start that
+// restores no state, before it deletes or writes anything.
+func (s *fileSink[T]) lineagePath() string { return s.path(".lineage-" + s.uid) }
+
+// writeLineage records the run's lineage as the directory's, if it is not
+// already.
+func (s *fileSink[T]) writeLineage() error {
+	if s.ctx.Lineage == "" {
+		return nil
+	}
+	if got, _ := s.readLineage(); got == s.ctx.Lineage {
+		return nil
+	}
+	// NB: each subtask through a file of its own, renamed into place: they
+	// write the same lineage.
+	tmp := s.path(fmt.Sprintf(".lineage-%s-%d.tmp", s.uid, s.ctx.Subtask))
+	f, err := s.cfg.FS.Create(tmp, vfs.WriteCategoryUnspecified)
+	if err == nil {
+		_, err = f.Write([]byte(s.ctx.Lineage))
+		err = errors.Join(err, f.Sync(), f.Close())
+	}
+	if err == nil {
+		err = s.cfg.FS.Rename(tmp, s.lineagePath())
+	}
+	if err != nil {
+		return fmt.Errorf("file sink: record the output's lineage in %s: %w", s.lineagePath(), err)
+	}
+	return s.syncDir()
+}
+
+// readLineage reads the directory's lineage: "" if none is recorded.
+func (s *fileSink[T]) readLineage() (string, error) {
+	f, err := s.cfg.FS.Open(s.lineagePath())
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 1<<10))
+	return string(b), err
+}
+
+// checkLineage refuses a restore into output a run of another lineage has
+// written since the checkpoint: --fresh deleted the files it counts on, or
+// a first run added its own beside them. Output without a recorded lineage
+// (written before lineages) and checkpoints without one are taken as they
+// are, unless a lineage was recorded since.
+func (s *fileSink[T]) checkLineage() error {
+	got, err := s.readLineage()
+	if err != nil {
+		return fmt.Errorf("file sink: read the output's lineage: %w", err)
+	}
+	if got == "" || got == s.ctx.Lineage {
+		return nil
+	}
+	return operator.Permanent(fmt.Errorf("output directory %s: sink %q: %w: checkpoint %d continues the runs of lineage %s, but a run that started without a restore since (lineage %s: --fresh, which deleted this sink's earlier files, or a first run) writes the directory now: restoring it would lose or mix output. Restore a checkpoint or savepoint that run took, if it took one, or start over with --fresh",
+		s.cfg.Dir, s.ctx.UID, operator.ErrStartedOver, s.ctx.Resumed, orUnknown(s.ctx.Lineage), got))
+}
+
+// orUnknown names an empty lineage.
+func orUnknown(lineage string) string {
+	if lineage == "" {
+		return "(none recorded: an older version of Weir)"
+	}
+	return lineage
 }
 
 func encodePending(sub int, id checkpoint.ID) []byte {

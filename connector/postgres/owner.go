@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/operator"
 )
 
@@ -74,7 +75,19 @@ import (
 // NB: such a row whose session the server has not yet closed (its process
 // killed a moment ago; a network partition until TCP keepalive notices)
 // counts as running.
+//
+// Lineages. Beside its records, a sink keeps one row per (table, job, UID)
+// with subtask lineageSubtask: the lineage (operator.Context.Lineage) of the
+// output in the table, in run_id. Subtask 0 of a start that restores
+// nothing writes it, before any subtask commits (with StartOver, in the
+// transaction that deletes). A restore whose lineage is not the table's is
+// refused (operator.ErrStartedOver): a run that started over since the
+// checkpoint deleted the rows it builds on, or wrote its own beside them.
+// Without the run columns there is no lineage row, and no such check.
 const ownerTable = "weir_sink_owner"
+
+// lineageSubtask is the subtask of a lineage row.
+const lineageSubtask = -1
 
 // createOwnerSQL creates the table of ownership records; %s is its quoted
 // name. relation_name is for people: rows are matched by the table's OID, so
@@ -150,6 +163,8 @@ type owner struct {
 	run     string
 	attempt int
 	runs    bool
+	// lineage is operator.Context.Lineage.
+	lineage string
 	// early: a subtask may record before the others opened (no
 	// checkpoints), so live sessions' records are the running attempt's.
 	early bool
@@ -183,7 +198,7 @@ func (o *owner) related() string {
 // owner of table, on conn: the subtask's own connection, open until it
 // closes.
 func openOwner(rctx context.Context, conn *pgx.Conn, table string, ctx *operator.Context, early bool) (*owner, error) {
-	o := &owner{table: table, job: ctx.Job, uid: ctx.UID, sub: ctx.Subtask, p: ctx.Parallelism, run: ctx.RunID, attempt: ctx.Attempt, early: early}
+	o := &owner{table: table, job: ctx.Job, uid: ctx.UID, sub: ctx.Subtask, p: ctx.Parallelism, run: ctx.RunID, attempt: ctx.Attempt, lineage: ctx.Lineage, early: early}
 	var schema string
 	err := conn.QueryRow(rctx, `SELECT c.oid, n.nspname::text, c.relkind::text,
 	EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = c.oid OR i.inhparent = c.oid)
@@ -275,7 +290,7 @@ func (o *owner) read(ctx context.Context, conn *pgx.Conn, startOver bool) (earli
 		run = "o.run_id, o.run_attempt"
 	}
 	rows, err := conn.Query(ctx, fmt.Sprintf(`SELECT o.job, o.uid, o.subtask, EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = o.session_pid AND a.backend_start = o.session_start), %s
-FROM %s o WHERE o.relation = $1 ORDER BY o.job, o.uid, o.subtask`, run, o.records), o.relation)
+FROM %s o WHERE o.relation = $1 AND o.subtask <> %d ORDER BY o.job, o.uid, o.subtask`, run, o.records, lineageSubtask), o.relation)
 	if err != nil {
 		return nil, nil, classify("postgres sink: read "+o.records, err)
 	}
@@ -335,6 +350,9 @@ func (o *owner) check(ctx context.Context, conn *pgx.Conn, startOver bool, log f
 			return err
 		}
 		if len(earlier) == 0 {
+			if o.sub == 0 {
+				return o.markLineage(ctx, conn)
+			}
 			return nil
 		}
 		if !startOver {
@@ -377,7 +395,7 @@ func (o *owner) check(ctx context.Context, conn *pgx.Conn, startOver bool, log f
 					return err
 				}
 			}
-			return nil
+			return o.markLineage(ctx, tx)
 		})
 		if err != nil {
 			return classify("postgres sink: start over: delete the rows of "+o.table, err)
@@ -385,6 +403,44 @@ func (o *owner) check(ctx context.Context, conn *pgx.Conn, startOver bool, log f
 		log("postgres sink: starting over: deleted the output of earlier runs", "table", o.table, "rows", deleted, "subtasks", subtasks(earlier))
 		return nil
 	}
+}
+
+// markLineage records the run's lineage as the table's (see ownerTable).
+func (o *owner) markLineage(ctx context.Context, q interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}) error {
+	if !o.runs || o.lineage == "" {
+		return nil
+	}
+	_, err := q.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (relation, relation_name, job, uid, subtask, session_pid, session_start, run_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+ON CONFLICT (relation, job, uid, subtask) DO UPDATE SET relation_name = EXCLUDED.relation_name, session_pid = EXCLUDED.session_pid, session_start = EXCLUDED.session_start, committed_at = now(), run_id = EXCLUDED.run_id`, o.records),
+		o.relation, o.table, o.job, o.uid, lineageSubtask, o.pid, o.start, o.lineage)
+	return classify("postgres sink: record the lineage of the output in "+o.records, err)
+}
+
+// checkLineage refuses to resume checkpoint id when the table's output is
+// of another lineage than the run's (see ownerTable). A table without a
+// recorded lineage (written before lineages) is taken as it is.
+func (o *owner) checkLineage(ctx context.Context, conn *pgx.Conn, id checkpoint.ID) error {
+	if !o.runs || planted.noLineage.Load() {
+		return nil
+	}
+	var lineage string
+	var at time.Time
+	err := conn.QueryRow(ctx, fmt.Sprintf("SELECT run_id, committed_at FROM %s WHERE relation = $1 AND job = $2 AND uid = $3 AND subtask = $4 AND run_id IS NOT NULL", o.records),
+		o.relation, o.job, o.uid, lineageSubtask).Scan(&lineage, &at)
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && lineage == o.lineage {
+		return nil
+	}
+	if err != nil {
+		return classify("postgres sink: read the lineage of the output in "+o.records, err)
+	}
+	was := o.lineage
+	if was == "" {
+		was = "(none recorded: a checkpoint of an older version of Weir)"
+	}
+	return operator.Permanent(fmt.Errorf("postgres sink: table %s: %w: checkpoint %d continues the runs of lineage %s, but a run that started over at %s (lineage %s: --fresh, which deleted every row of the table, or a first run) writes the table now: restoring it would lose or mix rows. Restore a checkpoint or savepoint that run took, if it took one, or start over with --fresh",
+		o.table, operator.ErrStartedOver, id, was, at.Format(time.RFC3339), lineage))
 }
 
 // ownerPollInterval is how often a subtask looks whether subtask 0 deleted

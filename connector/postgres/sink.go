@@ -110,6 +110,13 @@ func (w *txWriter[T]) Open(ctx *operator.Context) error {
 	if w.rolled, err = openRolledBack(rctx, w.own, w.owner, ctx); err != nil {
 		return err
 	}
+	if ctx.Resumed != 0 {
+		// NB: before anything commits or rolls back: a refused restore
+		// leaves the table and its prepared transactions as they are.
+		if err := w.owner.checkLineage(rctx, w.own, ctx.Resumed); err != nil {
+			return err
+		}
+	}
 	if ctx.Restore == nil && ctx.Resumed == 0 && !ctx.StartOver {
 		// NB: before the roll-back: a run refused for want of --restore must
 		// leave what the restore will commit.
@@ -387,7 +394,10 @@ func (w *upsertWriter[T]) Open(ctx *operator.Context) error {
 	if w.owner, err = openOwner(rctx, conn, w.cfg.Table, ctx, !ctx.CheckpointingEnabled); err != nil {
 		return err
 	}
-	if ctx.Restore == nil && ctx.Resumed == 0 {
+	if ctx.Resumed != 0 {
+		return w.owner.checkLineage(rctx, conn, ctx.Resumed)
+	}
+	if ctx.Restore == nil {
 		return w.owner.check(rctx, conn, ctx.StartOver, ctx.Logger.Warn)
 	}
 	return nil

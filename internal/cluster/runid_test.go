@@ -16,8 +16,8 @@ import (
 
 // openedOn is what a probe saw at Open, on which worker.
 type openedOn struct {
-	worker, run      string
-	attempt, subtask int
+	worker, run, lineage string
+	attempt, subtask     int
 }
 
 // probe is a source that records its context and idles until released.
@@ -29,7 +29,7 @@ type probe struct {
 }
 
 func (p *probe) Open(ctx *operator.Context) error {
-	p.seen(openedOn{p.worker, ctx.RunID, ctx.Attempt, ctx.Subtask})
+	p.seen(openedOn{p.worker, ctx.RunID, ctx.Lineage, ctx.Attempt, ctx.Subtask})
 	return nil
 }
 
@@ -41,7 +41,8 @@ func (p *probe) Poll() (operator.PollResult, error) {
 }
 
 // TestRunIDReachesEveryWorkerAndOutlivesARedeploy: the coordinator's run
-// id reaches the operator contexts on every worker, and is the same after
+// id reaches the operator contexts on every worker, as their lineage too
+// (the run restores nothing), and is the same after
 // a worker's process died, was started again, and the coordinator
 // deployed the next attempt on it.
 func TestRunIDReachesEveryWorkerAndOutlivesARedeploy(t *testing.T) {
@@ -171,6 +172,9 @@ func TestRunIDReachesEveryWorkerAndOutlivesARedeploy(t *testing.T) {
 	for _, o := range seen {
 		if o.run == "" || o.run != seen[0].run {
 			t.Fatalf("opened %v: want one run id, in every context", seen)
+		}
+		if o.lineage != o.run {
+			t.Fatalf("opened %v: want the run's id as the lineage of a run that restores nothing, in every context", seen)
 		}
 		workers[o.worker] = true
 	}

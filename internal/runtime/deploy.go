@@ -252,7 +252,7 @@ func operatorContext(spec Spec, p Part, vertex string, n graph.Node, subtask int
 		Job: spec.Name, UID: n.UID, Subtask: subtask, Parallelism: n.Parallelism,
 		MaxParallelism: n.MaxParallelism, KeyGroups: keygroup.ForSubtask(n.MaxParallelism, n.Parallelism, subtask),
 		CheckpointingEnabled: spec.Mode != None, Logger: spec.Logger.With("job", spec.Name, "vertex", vertex, "operator", n.UID, "subtask", subtask, "attempt", p.Attempt), Now: spec.Now,
-		RunID: p.RunID, Attempt: p.Attempt, Acquire: p.Acquire,
+		RunID: p.RunID, Attempt: p.Attempt, Lineage: lineage(p.RunID, p.Point), Acquire: p.Acquire,
 	}
 	if spec.Mode != None {
 		cc, _ := spec.Checkpoint.Normalize() // validated by the driver

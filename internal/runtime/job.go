@@ -374,11 +374,36 @@ func newDriver(spec Spec) (_ *driver, err error) {
 	if spec.Mode == None {
 		return d, nil
 	}
-	d.coord, err = checkpoint.New(checkpoint.Job{Name: spec.Name, Tasks: d.tasks, Operators: d.ops}, spec.Checkpoint, restored)
+	d.coord, err = checkpoint.New(checkpoint.Job{Name: spec.Name, Tasks: d.tasks, Operators: d.ops, Lineage: lineage(spec.RunID, d.start)}, spec.Checkpoint, restored)
 	if err != nil {
 		return nil, err
 	}
 	return d, nil
+}
+
+// lineage is the lineage (operator.Context.Lineage) of a run with id run
+// that starts at p: p's, or the run's own when it restores nothing.
+func lineage(run string, p *RestorePoint) string {
+	if p == nil {
+		return run
+	}
+	return p.Metadata.Lineage
+}
+
+// startedOverSince refuses to restore m when completed holds a newer
+// checkpoint of another lineage: a run started over since m was taken, and
+// its output is not what m's output builds on (--fresh deleted that, or it
+// wrote beside it). Restoring m would delete that run's checkpoints, and
+// sinks would take its output for m's. Checkpoints without a lineage (of
+// Weir before lineages) are not compared.
+func startedOverSince(m *checkpoint.Metadata, completed []*checkpoint.Metadata) error {
+	for _, c := range completed {
+		if c.ID > m.ID && c.Lineage != "" && c.Lineage != m.Lineage {
+			return operator.Permanent(fmt.Errorf("job %s: %w: checkpoint %d was taken before a run that started over (--fresh, or a start without checkpoints), whose checkpoint %d (taken %s) is in the job's storage: restoring it would delete that run's checkpoints and take its output for this checkpoint's. Restore a checkpoint of that run (--restore latest), or start over with --fresh",
+				m.Job, operator.ErrStartedOver, m.ID, c.ID, c.Triggered.Format(time.RFC3339)))
+		}
+	}
+	return nil
 }
 
 // decideStart reads what the job's storage holds, tidies it, and decides
@@ -448,6 +473,9 @@ func (d *driver) decideStart() (checkpoint.Restored, error) {
 	}
 	if d.start != nil {
 		if err := d.fit(d.start); err != nil {
+			return checkpoint.Restored{}, err
+		}
+		if err := startedOverSince(d.start.Metadata, scan.Completed); err != nil {
 			return checkpoint.Restored{}, err
 		}
 		// Checkpoints newer than the restored one describe output that the

@@ -4,6 +4,7 @@ package operatortest
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/rand"
 	"fmt"
 	"io"
@@ -90,6 +91,11 @@ func (m *MemWriter) Remove(h checkpoint.Handle) {
 // (operator.Context.Acquire), as the runtime does, and the run's id. Close
 // releases it. A test models each run of a job with a Run of its own.
 type Run struct {
+	// Lineage is operator.Context.Lineage in the run's contexts; empty:
+	// DefaultLineage, so every run of a test continues one lineage unless
+	// the test says otherwise.
+	Lineage string
+
 	mu   sync.Mutex
 	held map[string]error
 	c    []io.Closer
@@ -97,16 +103,23 @@ type Run struct {
 }
 
 // Context is the context of subtask sub of p of operator uid, with
-// checkpoints on and r to restore (nil: none), in the first attempt of
-// run.
+// checkpoints on and r to restore (nil: none; else the run resumed r's
+// checkpoint), in the first attempt of run.
 func (run *Run) Context(uid string, sub, p int, r *operator.Restore) *operator.Context {
+	var resumed checkpoint.ID
+	if r != nil {
+		resumed = r.Checkpoint
+	}
 	return &operator.Context{
 		Job: "test", UID: uid, Subtask: sub, Parallelism: p, MaxParallelism: keygroup.DefaultMaxParallelism,
-		KeyGroups: keygroup.ForSubtask(keygroup.DefaultMaxParallelism, p, sub), Restore: r,
-		RunID: run.ID(), Attempt: 1,
+		KeyGroups: keygroup.ForSubtask(keygroup.DefaultMaxParallelism, p, sub), Restore: r, Resumed: resumed,
+		RunID: run.ID(), Attempt: 1, Lineage: cmp.Or(run.Lineage, DefaultLineage),
 		CheckpointingEnabled: true, Logger: slog.New(slog.DiscardHandler), Now: time.Now, Acquire: run.acquire,
 	}
 }
+
+// DefaultLineage is the lineage of a Run that sets none.
+const DefaultLineage = "operatortest"
 
 // ID is the run's id (operator.Context.RunID), drawn at random at the
 // first call.
