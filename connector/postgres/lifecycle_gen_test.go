@@ -413,7 +413,10 @@ func (l *life) start() error {
 	}
 	kind := kinds[l.rng.IntN(len(kinds))]
 	p := 1 + l.rng.IntN(4)
-	if l.none && kind != "latest" && !l.recorded && l.rng.IntN(2) == 0 {
+	// Staggered: subtasks other than 0 must not wait for subtask 0 to
+	// delete, as it opens after they close.
+	deletes := l.recorded || kind == "fresh" && l.upsert && l.lineage != ""
+	if l.none && kind != "latest" && !deletes && l.rng.IntN(2) == 0 {
 		return l.staggered(p, kind == "fresh")
 	}
 	var from *lifeCkpt
@@ -524,11 +527,13 @@ func (l *life) start() error {
 		l.retained = slices.DeleteFunc(l.retained, func(c *lifeCkpt) bool { return c.id > from.id })
 		l.pos = from.pos
 	case kind == "fresh":
-		l.lineage = l.run.oprun.Lineage
-		l.retained = nil
-		if l.recorded {
+		// Upsert: an earlier lineage may have left rows without a record
+		// (killed before its first checkpoint); they go too.
+		if l.recorded || l.upsert && l.lineage != "" {
 			l.committed, l.values, l.recorded = nil, map[string]int64{}, false
 		}
+		l.lineage = l.run.oprun.Lineage
+		l.retained = nil
 		l.pos = 0
 	default:
 		l.lineage = l.run.oprun.Lineage

@@ -3,6 +3,7 @@ package postgres
 import (
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/weirstream/weir"
@@ -93,5 +94,50 @@ func TestRestoreFromBeforeFreshIsRefused(t *testing.T) {
 				t.Fatalf("after restoring the --fresh run's checkpoint: %v", got)
 			}
 		})
+	}
+}
+
+// TestFreshDeletesTheRowsOfAnUpsertRunKilledBeforeItsFirstCheckpoint (issue
+// 19, gap 5): such a run leaves rows and no ownership record, but its
+// lineage: --fresh deletes every row, as after a run that recorded its
+// output. Before, keys the fresh run never wrote again stayed (a=1).
+func TestFreshDeletesTheRowsOfAnUpsertRunKilledBeforeItsFirstCheckpoint(t *testing.T) {
+	pg := pgtest.Start(t)
+	cfg := modeConfigs(pg.URL)["upsert"]
+	exec(t, pg.URL, "DROP TABLE IF EXISTS counts", "DROP TABLE IF EXISTS "+ownerTable)
+	first := &operatortest.Run{Lineage: "A"}
+	s := openSink(t, first, cfg, 0, 1, nil)
+	s.Write(count{"a", 1})
+	s.Write(count{"b", 1}) // a batch of 2: committed
+	first.Close()          // killed before its first checkpoint
+	if got := rows(t, pg.URL); !slices.Equal(got, []string{"a=1", "b=1"}) {
+		t.Fatalf("the first run left %v", got)
+	}
+	fresh := &operatortest.Run{Lineage: "B"}
+	defer fresh.Close()
+	newSink, err := Sink(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sinks []weir.SinkWriter[count]
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for sub := range 2 {
+		sinks = append(sinks, newSink())
+		ctx := fresh.Context("counts", sub, 2, nil)
+		ctx.StartOver = true
+		wg.Go(func() { errs[sub] = sinks[sub].Open(ctx) })
+	}
+	wg.Wait()
+	for sub, err := range errs {
+		if err != nil {
+			t.Fatalf("--fresh: subtask %d: %v", sub, err)
+		}
+		defer sinks[sub].Close()
+	}
+	sinks[1].Write(count{"c", 1})
+	sinks[1].Write(count{"b", 2})
+	if got := rows(t, pg.URL); !slices.Equal(got, []string{"b=2", "c=1"}) {
+		t.Fatalf("after --fresh: %v, want b=2 c=1 (the killed run's a=1 deleted)", got)
 	}
 }

@@ -163,8 +163,10 @@ type owner struct {
 	run     string
 	attempt int
 	runs    bool
-	// lineage is operator.Context.Lineage.
-	lineage string
+	// lineage is operator.Context.Lineage; unrecorded: the sink commits
+	// rows before it records them (upsert).
+	lineage    string
+	unrecorded bool
 	// early: a subtask may record before the others opened (no
 	// checkpoints), so live sessions' records are the running attempt's.
 	early bool
@@ -349,6 +351,17 @@ func (o *owner) check(ctx context.Context, conn *pgx.Conn, startOver bool, log f
 		if err != nil {
 			return err
 		}
+		if len(earlier) == 0 && startOver && o.unrecorded && len(others) == 0 && o.related() == "" {
+			// An upsert run killed before its first checkpoint left rows
+			// and no record, but its lineage: --fresh deletes them too.
+			other, _, err := o.tableLineage(ctx, conn)
+			if err != nil {
+				return err
+			}
+			if other != "" && other != o.lineage {
+				earlier = append(earlier, record{job: o.job, uid: o.uid, sub: lineageSubtask})
+			}
+		}
 		if len(earlier) == 0 {
 			if o.sub == 0 {
 				return o.markLineage(ctx, conn)
@@ -384,6 +397,9 @@ func (o *owner) check(ctx context.Context, conn *pgx.Conn, startOver bool, log f
 			}
 			deleted = tag.RowsAffected()
 			for _, r := range earlier {
+				if r.sub == lineageSubtask {
+					continue // markLineage replaces it
+				}
 				del, args := fmt.Sprintf("DELETE FROM %s WHERE relation = $1 AND job = $2 AND uid = $3 AND subtask = $4", o.records), []any{o.relation, r.job, r.uid, r.sub}
 				if o.runs {
 					// NB: only the record read: not one a subtask of this
@@ -418,22 +434,32 @@ ON CONFLICT (relation, job, uid, subtask) DO UPDATE SET relation_name = EXCLUDED
 	return classify("postgres sink: record the lineage of the output in "+o.records, err)
 }
 
-// checkLineage refuses to resume checkpoint id when the table's output is
-// of another lineage than the run's (see ownerTable). A table without a
-// recorded lineage (written before lineages) is taken as it is.
-func (o *owner) checkLineage(ctx context.Context, conn *pgx.Conn, id checkpoint.ID) error {
-	if !o.runs || planted.noLineage.Load() {
-		return nil
+// tableLineage reads the lineage of the table's output, and when it was
+// recorded: "" if none is.
+func (o *owner) tableLineage(ctx context.Context, conn *pgx.Conn) (string, time.Time, error) {
+	if !o.runs {
+		return "", time.Time{}, nil
 	}
 	var lineage string
 	var at time.Time
 	err := conn.QueryRow(ctx, fmt.Sprintf("SELECT run_id, committed_at FROM %s WHERE relation = $1 AND job = $2 AND uid = $3 AND subtask = $4 AND run_id IS NOT NULL", o.records),
 		o.relation, o.job, o.uid, lineageSubtask).Scan(&lineage, &at)
-	if errors.Is(err, pgx.ErrNoRows) || err == nil && lineage == o.lineage {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", time.Time{}, nil
+	}
+	return lineage, at, classify("postgres sink: read the lineage of the output in "+o.records, err)
+}
+
+// checkLineage refuses to resume checkpoint id when the table's output is
+// of another lineage than the run's (see ownerTable). A table without a
+// recorded lineage (written before lineages) is taken as it is.
+func (o *owner) checkLineage(ctx context.Context, conn *pgx.Conn, id checkpoint.ID) error {
+	if planted.noLineage.Load() {
 		return nil
 	}
-	if err != nil {
-		return classify("postgres sink: read the lineage of the output in "+o.records, err)
+	lineage, at, err := o.tableLineage(ctx, conn)
+	if err != nil || lineage == "" || lineage == o.lineage {
+		return err
 	}
 	was := o.lineage
 	if was == "" {

@@ -394,6 +394,7 @@ func (w *upsertWriter[T]) Open(ctx *operator.Context) error {
 	if w.owner, err = openOwner(rctx, conn, w.cfg.Table, ctx, !ctx.CheckpointingEnabled); err != nil {
 		return err
 	}
+	w.owner.unrecorded = true
 	if ctx.Resumed != 0 {
 		return w.owner.checkLineage(rctx, conn, ctx.Resumed)
 	}
