@@ -312,6 +312,7 @@ func (s *fileSink[T]) writeLineage() error {
 		err = s.cfg.FS.Rename(tmp, s.lineagePath())
 	}
 	if err != nil {
+		s.cfg.FS.Remove(tmp) // best effort: a start at another parallelism would not reuse its name
 		return fmt.Errorf("file sink: record the output's lineage in %s: %w", s.lineagePath(), err)
 	}
 	return s.syncDir()

@@ -276,6 +276,9 @@ type driver struct {
 	// start is where the run started; point is where the next attempt
 	// starts: start, or the newest checkpoint this run completed.
 	start, point *RestorePoint
+	// lineage is the run's (operator.Context.Lineage): a fallback to an
+	// older checkpoint stays in it.
+	lineage string
 	attempt      int
 	failures     Failures
 	triggered    map[checkpoint.ID]time.Time
@@ -370,11 +373,11 @@ func newDriver(spec Spec) (_ *driver, err error) {
 		}
 		d.start = p
 	}
-	d.point = d.start
+	d.point, d.lineage = d.start, lineage(spec.RunID, d.start)
 	if spec.Mode == None {
 		return d, nil
 	}
-	d.coord, err = checkpoint.New(checkpoint.Job{Name: spec.Name, Tasks: d.tasks, Operators: d.ops, Lineage: lineage(spec.RunID, d.start)}, spec.Checkpoint, restored)
+	d.coord, err = checkpoint.New(checkpoint.Job{Name: spec.Name, Tasks: d.tasks, Operators: d.ops, Lineage: d.lineage}, spec.Checkpoint, restored)
 	if err != nil {
 		return nil, err
 	}
@@ -390,15 +393,17 @@ func lineage(run string, p *RestorePoint) string {
 	return p.Metadata.Lineage
 }
 
-// startedOverSince refuses to restore m when completed holds a newer
-// checkpoint of another lineage: a run started over since m was taken, and
-// its output is not what m's output builds on (--fresh deleted that, or it
-// wrote beside it). Restoring m would delete that run's checkpoints, and
-// sinks would take its output for m's. Checkpoints without a lineage (of
-// Weir before lineages) are not compared.
+// startedOverSince refuses to restore m when completed holds a checkpoint
+// of another lineage taken after it: a run started over since m was taken,
+// and its output is not what m's output builds on (--fresh deleted that, or
+// it wrote beside it). Restoring m would delete that run's checkpoints, and
+// sinks would take its output for m's. NB: "after" by the time they were
+// triggered, not by id: ids start again at 1 in an emptied storage, while m
+// may have been kept elsewhere. Checkpoints without a lineage (of Weir
+// before lineages) are not compared.
 func startedOverSince(m *checkpoint.Metadata, completed []*checkpoint.Metadata) error {
 	for _, c := range completed {
-		if c.ID > m.ID && c.Lineage != "" && c.Lineage != m.Lineage {
+		if c.Triggered.After(m.Triggered) && c.Lineage != "" && c.Lineage != m.Lineage {
 			return operator.Permanent(fmt.Errorf("job %s: %w: checkpoint %d was taken before a run that started over (--fresh, or a start without checkpoints), whose checkpoint %d (taken %s) is in the job's storage: restoring it would delete that run's checkpoints and take its output for this checkpoint's. Restore a checkpoint of that run (--restore latest), or start over with --fresh",
 				m.Job, operator.ErrStartedOver, m.ID, c.ID, c.Triggered.Format(time.RFC3339)))
 		}
@@ -683,6 +688,11 @@ func (d *driver) previous(id checkpoint.ID) (*RestorePoint, []checkpoint.ID, err
 			}
 			continue
 		}
+		if m.Lineage != d.lineage {
+			// Taken before a run that started over (savepoints survive
+			// --fresh): its output is gone or written over.
+			continue
+		}
 		p := &RestorePoint{Metadata: m, Read: store.ReadState, Open: store.OpenState, Where: store.Describe()}
 		if err := d.fit(p); err != nil {
 			d.log.Warn("an earlier checkpoint does not fit the job either", "checkpoint", m.ID, "err", err)
@@ -693,7 +703,7 @@ func (d *driver) previous(id checkpoint.ID) (*RestorePoint, []checkpoint.ID, err
 		}
 		return p, abandoned, nil
 	}
-	return nil, nil, fmt.Errorf("%s holds no completed checkpoint older than %d (keep more with --checkpoints-retained)", store.Describe(), id)
+	return nil, nil, fmt.Errorf("%s holds no completed checkpoint of this run's lineage older than %d (keep more with --checkpoints-retained)", store.Describe(), id)
 }
 
 // abandon deletes the checkpoints a fallback skips before the run
