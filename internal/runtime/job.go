@@ -278,10 +278,10 @@ type driver struct {
 	start, point *RestorePoint
 	// lineage is the run's (operator.Context.Lineage): a fallback to an
 	// older checkpoint stays in it.
-	lineage string
-	attempt      int
-	failures     Failures
-	triggered    map[checkpoint.ID]time.Time
+	lineage   string
+	attempt   int
+	failures  Failures
+	triggered map[checkpoint.ID]time.Time
 	// persisted holds the metadata of checkpoints written but not yet
 	// announced complete; announced ones become point.
 	persisted map[checkpoint.ID]*checkpoint.Metadata
