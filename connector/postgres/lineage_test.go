@@ -119,11 +119,10 @@ func TestFreshDeletesTheRowsOfAnUpsertRunKilledBeforeItsFirstCheckpoint(t *testi
 	if err != nil {
 		t.Fatal(err)
 	}
-	var sinks []weir.SinkWriter[count]
-	errs := make([]error, 2)
+	sinks, errs := make([]weir.SinkWriter[count], 2), make([]error, 2)
 	var wg sync.WaitGroup
 	for sub := range 2 {
-		sinks = append(sinks, newSink())
+		sinks[sub] = newSink()
 		ctx := fresh.Context("counts", sub, 2, nil)
 		ctx.StartOver = true
 		wg.Go(func() { errs[sub] = sinks[sub].Open(ctx) })
