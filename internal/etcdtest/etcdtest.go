@@ -1,0 +1,206 @@
+// Package etcdtest starts real etcd servers for tests: Debian's etcd-server
+// (the etcd binary), one process per member, on free loopback ports, in a
+// temporary directory. A test can kill a member (SIGKILL) and start it
+// again, to see what etcd's own failures do to its clients.
+package etcdtest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Cluster is a running etcd cluster. Its methods are for the test's
+// goroutine.
+type Cluster struct {
+	Members []*Member
+	t       testing.TB
+}
+
+// Member is one etcd process of a cluster.
+type Member struct {
+	Name string
+	// ClientURL is where clients reach it (http://127.0.0.1:port).
+	ClientURL string
+	peerURL   string
+	dir       string
+	args      []string
+	cmd       *exec.Cmd
+	exited    chan struct{} // closed when cmd has been waited for
+}
+
+// Bin is the etcd binary, or "" when none is installed.
+func Bin() string {
+	if p, err := exec.LookPath("etcd"); err == nil {
+		return p
+	}
+	return ""
+}
+
+// Start starts a cluster of n members (1 or 3 in Weir's tests) and stops it
+// when the test ends. Without etcd installed the test is skipped, saying
+// how to install it; under CI=true it fails instead, since CI installs it.
+func Start(t testing.TB, n int) *Cluster {
+	t.Helper()
+	bin := Bin()
+	if bin == "" {
+		msg := "etcd is not installed: apt-get install -y etcd-server (the tests run the etcd binary)"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	dir, err := os.MkdirTemp("", "weir-etcd-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Cluster{t: t}
+	t.Cleanup(func() {
+		for _, m := range c.Members {
+			m.stop()
+		}
+		if t.Failed() {
+			for _, m := range c.Members {
+				t.Logf("etcd member %s logged to %s", m.Name, filepath.Join(m.dir, "log"))
+			}
+			return
+		}
+		os.RemoveAll(dir)
+	})
+	var initial []string
+	for i := range n {
+		m := &Member{Name: fmt.Sprintf("m%d", i), ClientURL: "http://" + freeAddr(t), peerURL: "http://" + freeAddr(t),
+			dir: filepath.Join(dir, fmt.Sprintf("m%d", i))}
+		c.Members = append(c.Members, m)
+		initial = append(initial, m.Name+"="+m.peerURL)
+	}
+	for _, m := range c.Members {
+		m.args = []string{"--name", m.Name, "--data-dir", filepath.Join(m.dir, "data"),
+			"--listen-client-urls", m.ClientURL, "--advertise-client-urls", m.ClientURL,
+			"--listen-peer-urls", m.peerURL, "--initial-advertise-peer-urls", m.peerURL,
+			"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-state", "new",
+			"--initial-cluster-token", filepath.Base(dir), "--logger", "zap", "--log-level", "warn"}
+		if err := os.MkdirAll(m.dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		m.start(t, bin)
+	}
+	c.WaitReady(30 * time.Second)
+	return c
+}
+
+// freeAddr returns a loopback address with a port free just now.
+func freeAddr(t testing.TB) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func (m *Member) start(t testing.TB, bin string) {
+	log, err := os.OpenFile(filepath.Join(m.dir, "log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	m.cmd = exec.Command(bin, m.args...)
+	m.cmd.Stdout, m.cmd.Stderr = log, log
+	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := m.cmd.Start(); err != nil {
+		t.Fatalf("start etcd member %s: %v", m.Name, err)
+	}
+	m.exited = make(chan struct{})
+	go func(cmd *exec.Cmd, exited chan struct{}) {
+		cmd.Wait()
+		close(exited)
+	}(m.cmd, m.exited)
+}
+
+// Kill kills the member's process (SIGKILL) and waits until it is gone.
+func (c *Cluster) Kill(i int) { c.Members[i].stop() }
+
+// Restart starts a killed member again on its data and ports.
+func (c *Cluster) Restart(i int) {
+	c.t.Helper()
+	m := c.Members[i]
+	m.stop()
+	m.start(c.t, Bin())
+}
+
+func (m *Member) stop() {
+	if m.cmd == nil {
+		return
+	}
+	m.cmd.Process.Kill()
+	<-m.exited
+	m.cmd = nil
+}
+
+// Endpoints are the members' client URLs.
+func (c *Cluster) Endpoints() []string {
+	var eps []string
+	for _, m := range c.Members {
+		eps = append(eps, m.ClientURL)
+	}
+	return eps
+}
+
+// Hosts are the members' client addresses (host:port), as an etcd:// URL
+// lists them.
+func (c *Cluster) Hosts() []string {
+	var hosts []string
+	for _, m := range c.Members {
+		u, err := url.Parse(m.ClientURL)
+		if err != nil {
+			panic(err)
+		}
+		hosts = append(hosts, u.Host)
+	}
+	return hosts
+}
+
+// WaitReady waits until the cluster takes a write (a quorum is up), or
+// fails the test after limit.
+func (c *Cluster) WaitReady(limit time.Duration) {
+	c.t.Helper()
+	cl, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer cl.Close()
+	deadline := time.Now().Add(limit)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := cl.Put(ctx, "etcdtest/ready", "")
+		cancel()
+		if err == nil {
+			return
+		}
+		for _, m := range c.Members {
+			if m.cmd == nil {
+				continue // killed by the test
+			}
+			select {
+			case <-m.exited:
+				c.t.Fatalf("etcd member %s exited: see %s", m.Name, filepath.Join(m.dir, "log"))
+			default:
+			}
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("etcd took no write within %v: %v", limit, err)
+		}
+	}
+}

@@ -1,0 +1,452 @@
+// Package ha makes a job's coordinator highly available on etcd (issue 20):
+// coordinator processes of one job campaign for its leadership on an etcd
+// lease, one leads at a time, and the job's checkpoint ids and the pointers
+// to its completed checkpoints are kept in etcd, written only in
+// transactions that compare the leader's key. A deposed leader (its lease
+// ran out while it was paused or cut off) can write files, but it can never
+// hand out a checkpoint id or make a checkpoint the job's restore point.
+//
+// Keys, under Config.Prefix and the job's name (path-escaped):
+//
+//	<prefix>/<job>/leader/<lease>   a candidate; its value names it (its address); the oldest leads
+//	<prefix>/<job>/checkpoint-id    the last checkpoint id handed out
+//	<prefix>/<job>/completed/<id>   a completed checkpoint's Pointer (JSON), id in 20 digits
+//
+// The epoch of a term is its leader key's create revision. etcd's revisions
+// only grow, so each term of any candidate has a larger epoch than every
+// term before it: whoever receives commands can refuse an older epoch's.
+//
+// A leader steps down on its own clock, before etcd could let another in:
+// it renews its lease every sixth of the lease's time to live, and counts
+// the lease as ending one time to live after it sent its last renewal that
+// etcd answered (etcd counts from when it received it, which is later).
+// Three quarters of the way there, with no renewal answered, Lost is
+// closed: the rest is the slack for this process's own delays.
+package ha
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+
+	"github.com/weirstream/weir/checkpoint"
+)
+
+// Defaults of Config.
+const (
+	DefaultPrefix      = "/weir"
+	DefaultTTL         = 5 * time.Second
+	DefaultDialTimeout = 5 * time.Second
+)
+
+// ErrDeposed marks what a leader may no longer do: its term ended (its
+// lease ran out or was revoked, or it was cut off from etcd for longer than
+// the lease allows).
+var ErrDeposed = errors.New("no longer the job's leader")
+
+// Config says how to reach etcd and how long a leadership outlives its
+// leader's silence.
+type Config struct {
+	// Endpoints are etcd's client addresses (host:port).
+	Endpoints []string
+	// Prefix is where the jobs' keys are. Default DefaultPrefix.
+	Prefix string
+	// TLS, if set, is used to reach etcd (its CA, a client certificate).
+	TLS *tls.Config
+	// TTL is the leader's lease: a standby takes over at most TTL after
+	// the leader's last renewal. Whole seconds (etcd's leases count
+	// seconds); etcd raises a TTL below its minimum (1.5 election
+	// timeouts, 2 s by default). NB: the leader steps down after three
+	// quarters of it without an answer, and etcd answers nothing while
+	// it elects a raft leader (1 to 2 s with its default election
+	// timeout, after a member is killed): below 5 s, losing etcd's raft
+	// leader can depose the job's. Default DefaultTTL.
+	TTL time.Duration
+	// DialTimeout bounds connecting to etcd. Default DefaultDialTimeout.
+	DialTimeout time.Duration
+}
+
+// ParseURL reads etcd://host:port[,host:port…][/prefix], the form of the
+// --ha flag.
+func ParseURL(s string) (Config, error) {
+	rest, ok := strings.CutPrefix(s, "etcd://")
+	if !ok {
+		return Config{}, fmt.Errorf("ha %q: want etcd://host:port[,host:port…][/prefix]", s)
+	}
+	hosts, prefix, _ := strings.Cut(rest, "/")
+	var cfg Config
+	for h := range strings.SplitSeq(hosts, ",") {
+		host, port, ok := strings.Cut(h, ":")
+		if n, err := strconv.Atoi(port); !ok || host == "" || err != nil || n <= 0 || n > 65535 {
+			return Config{}, fmt.Errorf("ha %q: %q is not host:port", s, h)
+		}
+		cfg.Endpoints = append(cfg.Endpoints, h)
+	}
+	if prefix != "" {
+		cfg.Prefix = "/" + strings.TrimSuffix(prefix, "/")
+	}
+	return cfg, cfg.Validate()
+}
+
+// Validate says which setting is wrong.
+func (c Config) Validate() error {
+	switch {
+	case len(c.Endpoints) == 0:
+		return errors.New("ha: no etcd endpoints")
+	case c.TTL < 0 || c.TTL%time.Second != 0:
+		return fmt.Errorf("ha: lease time to live %v: want whole seconds (etcd's leases count seconds)", c.TTL)
+	case c.DialTimeout < 0:
+		return fmt.Errorf("ha: dial timeout %v is negative", c.DialTimeout)
+	case strings.ContainsAny(c.Prefix, "\x00") || c.Prefix != "" && !strings.HasPrefix(c.Prefix, "/"):
+		return fmt.Errorf("ha: prefix %q: want a path that starts with /", c.Prefix)
+	}
+	return nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.Prefix == "" {
+		c.Prefix = DefaultPrefix
+	}
+	if c.TTL == 0 {
+		c.TTL = DefaultTTL
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = DefaultDialTimeout
+	}
+	return c
+}
+
+// Client is a connection to etcd. Safe for concurrent use.
+type Client struct {
+	cl  *clientv3.Client
+	cfg Config
+}
+
+// Dial connects to etcd (lazily: a first request may wait up to
+// Config.DialTimeout).
+func Dial(cfg Config) (*Client, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	cl, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, TLS: cfg.TLS, DialTimeout: cfg.DialTimeout,
+		Logger: zap.NewNop(), DialKeepAliveTime: cfg.TTL / 3, DialKeepAliveTimeout: cfg.TTL / 3})
+	if err != nil {
+		return nil, fmt.Errorf("ha: etcd at %v: %w", cfg.Endpoints, err)
+	}
+	return &Client{cl: cl, cfg: cfg}, nil
+}
+
+// Close closes the connection. A leadership still held ends with its lease.
+func (c *Client) Close() error { return c.cl.Close() }
+
+func (c *Client) key(job, rest string) string {
+	return c.cfg.Prefix + "/" + url.PathEscape(job) + "/" + rest
+}
+
+// Candidate is a coordinator that campaigns for a job's leadership.
+type Candidate struct {
+	// Name is what the candidate campaigned as (its address).
+	Name string
+	// Epoch is its term's epoch if it leads, or will be if it comes to.
+	Epoch int64
+}
+
+// Candidates returns the job's candidates, the leader first (none: no
+// coordinator campaigns).
+func (c *Client) Candidates(ctx context.Context, job string) ([]Candidate, error) {
+	resp, err := c.cl.Get(ctx, c.key(job, "leader/"), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		return nil, fmt.Errorf("ha: candidates of job %s: %w", job, err)
+	}
+	var cs []Candidate
+	for _, kv := range resp.Kvs {
+		cs = append(cs, Candidate{Name: string(kv.Value), Epoch: kv.CreateRevision})
+	}
+	return cs, nil
+}
+
+// Leadership is a term of a job's leadership. Its methods are safe for
+// concurrent use.
+type Leadership struct {
+	// Epoch is the term's epoch: larger than every earlier term's.
+	Epoch int64
+	// Candidate is the name the leader campaigned as.
+	Candidate string
+
+	c     *Client
+	job   string
+	key   string
+	lease clientv3.LeaseID
+
+	lost     chan struct{}
+	loseOnce sync.Once
+	err      error     // why it was lost; set before lost is closed
+	lostTime time.Time // when; set before lost is closed
+	stop     chan struct{}
+	kept     chan struct{} // closed when the renewals stopped
+	stopOnce sync.Once
+}
+
+// Campaign waits until candidate leads job, or ctx ends. While it waits,
+// it is a standby: Candidates lists it.
+func (c *Client) Campaign(ctx context.Context, job, candidate string) (*Leadership, error) {
+	sent := time.Now()
+	g, err := c.cl.Grant(ctx, int64(c.cfg.TTL/time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("ha: campaign for job %s: grant a lease: %w", job, err)
+	}
+	l := &Leadership{Candidate: candidate, c: c, job: job, lease: g.ID,
+		lost: make(chan struct{}), stop: make(chan struct{}), kept: make(chan struct{})}
+	// NB: the lease is renewed by the leadership's own loop, which knows
+	// when a renewal was sent; the session's would keep the lease alive
+	// after the loop gave it up.
+	go l.renew(sent, time.Duration(g.TTL)*time.Second)
+	s, err := concurrency.NewSession(c.cl, concurrency.WithLease(g.ID))
+	if err != nil {
+		l.end()
+		return nil, fmt.Errorf("ha: campaign for job %s: %w", job, err)
+	}
+	s.Orphan()
+	e := concurrency.NewElection(s, c.key(job, "leader/"))
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-l.lost:
+			cancel()
+		case <-cctx.Done():
+		}
+	}()
+	if err := e.Campaign(cctx, candidate); err != nil {
+		l.end()
+		select {
+		case <-l.lost:
+			return nil, fmt.Errorf("ha: campaign for job %s: %w", job, l.err)
+		default:
+		}
+		return nil, fmt.Errorf("ha: campaign for job %s: %w", job, err)
+	}
+	l.key, l.Epoch = e.Key(), e.Rev()
+	return l, nil
+}
+
+// renew renews the lease until the leadership ends or is lost. sent is
+// when the request that granted (or last renewed) it was sent, ttl what
+// etcd granted. It renews every sixth of the time to live, each try
+// bounded by as long: when etcd elects a new raft leader (a second or two
+// unavailable), a renewal gets through soon after it does.
+func (l *Leadership) renew(sent time.Time, ttl time.Duration) {
+	defer close(l.kept)
+	for {
+		// NB: etcd counts the lease from when it received the renewal,
+		// which is after it was sent.
+		deadline := sent.Add(ttl - ttl/4)
+		every := ttl / 6
+		wait := time.NewTimer(min(every, time.Until(deadline)))
+		select {
+		case <-l.stop:
+			wait.Stop()
+			return
+		case <-wait.C:
+		}
+		if time.Now().After(deadline) {
+			l.lose(fmt.Errorf("%w: etcd answered no renewal of its lease for %v (time to live %v)", ErrDeposed, time.Since(sent).Round(time.Millisecond), ttl))
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), min(every, time.Until(deadline)))
+		at := time.Now()
+		resp, err := l.c.cl.KeepAliveOnce(ctx, l.lease)
+		cancel()
+		switch {
+		case errors.Is(err, rpctypes.ErrLeaseNotFound) || err == nil && resp.TTL <= 0:
+			l.lose(fmt.Errorf("%w: its lease ran out or was revoked", ErrDeposed))
+			return
+		case err == nil:
+			sent, ttl = at, time.Duration(resp.TTL)*time.Second
+		}
+	}
+}
+
+func (l *Leadership) lose(why error) {
+	l.loseOnce.Do(func() {
+		l.err, l.lostTime = why, time.Now()
+		close(l.lost)
+	})
+}
+
+// end stops the renewals.
+func (l *Leadership) end() {
+	l.stopOnce.Do(func() { close(l.stop) })
+	<-l.kept
+}
+
+// Lost is closed when the term ended without Resign: the lease ran out or
+// was revoked, or etcd answered no renewal for three quarters of its time
+// to live. Then Err says why, and the leader must stop acting: another may
+// lead soon.
+func (l *Leadership) Lost() <-chan struct{} { return l.lost }
+
+// Err says why the term was lost, nil while it was not.
+func (l *Leadership) Err() error {
+	select {
+	case <-l.lost:
+		return l.err
+	default:
+		return nil
+	}
+}
+
+// Resign ends the term at once (a standby takes over without waiting for
+// the lease to run out) and stops the renewals.
+func (l *Leadership) Resign(ctx context.Context) error {
+	l.end()
+	l.lose(fmt.Errorf("%w: it resigned", ErrDeposed))
+	if _, err := l.c.cl.Revoke(ctx, l.lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return fmt.Errorf("ha: resign the leadership of job %s: %w", l.job, err)
+	}
+	return nil
+}
+
+// guard holds while this term lasts: the leader key is still the one it
+// created.
+func (l *Leadership) guard() clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.Epoch)
+}
+
+// deposed says who leads instead, for an error.
+func (l *Leadership) deposed(ctx context.Context) error {
+	cs, err := l.c.Candidates(ctx, l.job)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w (epoch %d): %v", ErrDeposed, l.Epoch, err)
+	case len(cs) == 0 || cs[0].Epoch == l.Epoch:
+		return fmt.Errorf("%w (epoch %d): its lease ended, and no one leads yet", ErrDeposed, l.Epoch)
+	}
+	return fmt.Errorf("%w (epoch %d): %s leads, epoch %d", ErrDeposed, l.Epoch, cs[0].Name, cs[0].Epoch)
+}
+
+// NextCheckpointID hands out the job's next checkpoint id: one more than
+// the last handed out by any term, and at least atLeast (one more than the
+// newest checkpoint in storage, for a job whose counter etcd does not hold
+// yet). Only the leader can.
+func (l *Leadership) NextCheckpointID(ctx context.Context, atLeast checkpoint.ID) (checkpoint.ID, error) {
+	key := l.c.key(l.job, "checkpoint-id")
+	for range 8 {
+		resp, err := l.c.cl.Get(ctx, key)
+		if err != nil {
+			return 0, fmt.Errorf("ha: next checkpoint id of job %s: %w", l.job, err)
+		}
+		next, rev := atLeast, int64(0)
+		if len(resp.Kvs) == 1 {
+			last, err := strconv.ParseUint(string(resp.Kvs[0].Value), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("ha: %s holds %q, not a checkpoint id: %w", key, resp.Kvs[0].Value, err)
+			}
+			next, rev = max(atLeast, checkpoint.ID(last)+1), resp.Kvs[0].ModRevision
+		}
+		next = max(next, 1)
+		txn, err := l.c.cl.Txn(ctx).If(l.guard(), clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+			Then(clientv3.OpPut(key, strconv.FormatUint(uint64(next), 10))).Commit()
+		if err != nil {
+			return 0, fmt.Errorf("ha: next checkpoint id of job %s: %w", l.job, err)
+		}
+		if txn.Succeeded {
+			return next, nil
+		}
+		if err := l.check(ctx); err != nil {
+			return 0, err
+		}
+		// The counter moved between the read and the write: this term's
+		// own earlier call, which timed out on the way back.
+	}
+	return 0, fmt.Errorf("ha: next checkpoint id of job %s: %s moved 8 times under its only writer: is another process writing it?", l.job, key)
+}
+
+// check returns ErrDeposed if the term ended.
+func (l *Leadership) check(ctx context.Context) error {
+	resp, err := l.c.cl.Get(ctx, l.key)
+	if err != nil {
+		return fmt.Errorf("ha: job %s: %w", l.job, err)
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != l.Epoch {
+		return l.deposed(ctx)
+	}
+	return nil
+}
+
+// Pointer says that a checkpoint completed, and where it is.
+type Pointer struct {
+	ID checkpoint.ID `json:"id"`
+	// Where is where its metadata is (the storage's chk-<id>).
+	Where     string `json:"where"`
+	Savepoint bool   `json:"savepoint,omitempty"`
+	// Epoch is the epoch of the term that completed it (set by Complete).
+	Epoch int64 `json:"epoch"`
+}
+
+func (l *Leadership) pointerKey(id checkpoint.ID) string {
+	return l.c.key(l.job, fmt.Sprintf("completed/%020d", id))
+}
+
+// Complete records that checkpoint p.ID completed: the job's restore point
+// from now on. Only the leader can: a checkpoint whose Complete failed did
+// not complete, whatever its files say.
+func (l *Leadership) Complete(ctx context.Context, p Pointer) error {
+	p.Epoch = l.Epoch
+	v, err := json.Marshal(p)
+	if err != nil {
+		panic(err)
+	}
+	return l.fenced(ctx, fmt.Sprintf("complete checkpoint %d", p.ID), clientv3.OpPut(l.pointerKey(p.ID), string(v)))
+}
+
+// Forget deletes the pointers of checkpoints that are no longer kept.
+// Only the leader can.
+func (l *Leadership) Forget(ctx context.Context, ids ...checkpoint.ID) error {
+	var ops []clientv3.Op
+	for _, id := range ids {
+		ops = append(ops, clientv3.OpDelete(l.pointerKey(id)))
+	}
+	return l.fenced(ctx, fmt.Sprintf("forget checkpoints %v", ids), ops...)
+}
+
+func (l *Leadership) fenced(ctx context.Context, what string, ops ...clientv3.Op) error {
+	txn, err := l.c.cl.Txn(ctx).If(l.guard()).Then(ops...).Commit()
+	if err != nil {
+		return fmt.Errorf("ha: job %s: %s: %w", l.job, what, err)
+	}
+	if !txn.Succeeded {
+		return fmt.Errorf("ha: job %s: %s: %w", l.job, what, l.deposed(ctx))
+	}
+	return nil
+}
+
+// Completed returns the job's completed checkpoints, oldest first.
+func (c *Client) Completed(ctx context.Context, job string) ([]Pointer, error) {
+	resp, err := c.cl.Get(ctx, c.key(job, "completed/"), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	if err != nil {
+		return nil, fmt.Errorf("ha: completed checkpoints of job %s: %w", job, err)
+	}
+	ps := make([]Pointer, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		var p Pointer
+		if err := json.Unmarshal(kv.Value, &p); err != nil {
+			return nil, fmt.Errorf("ha: %s is not a checkpoint pointer: %w", kv.Key, err)
+		}
+		ps = append(ps, p)
+	}
+	return ps, nil
+}
