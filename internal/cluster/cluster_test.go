@@ -212,7 +212,7 @@ func (c *testCluster) worker(name, certName, addr string, g Graph) (stop func(),
 		errc <- RunWorker(ctx, WorkerConfig{
 			Coordinator: addr, Name: name, Slots: 2, DataAddress: "127.0.0.1:1", Graph: g, TLS: tc, Logger: quiet(),
 			RetryInterval: 50 * time.Millisecond,
-			Registered: func(w Worker) {
+			Registered: func(w Worker, _ Liveness) {
 				c.record("registered " + name)
 			},
 			Fence: func(error) { c.record("fenced " + name) },
@@ -397,4 +397,49 @@ func TestWorkersRegisterWithARestartedCoordinator(t *testing.T) {
 		t.Fatalf("the new coordinator's workers: %v, %v", ws, err)
 	}
 	c.waitFor("registered worker-1", 2)
+}
+
+// TestMembersKeepACutPairApart: two workers whose data connection failed
+// while both answer heartbeats (a data path cut between them) are not both
+// placeable for cutTimeouts heartbeat timeouts, or until one registers anew.
+func TestMembersKeepACutPairApart(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	m := NewMembers(jobGraph, time.Second)
+	for _, n := range []string{"a", "b", "c"} {
+		if _, _, err := m.Register(Worker{Name: n, Slots: 2}, jobGraph, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names := func(ws []Worker) string {
+		var s []string
+		for _, w := range ws {
+			s = append(s, w.Name)
+		}
+		return strings.Join(s, " ")
+	}
+	m.Cut("b", "a", t0)
+	m.Cut("a", "a", t0) // not a pair
+	if ws, slots := m.Placeable(t0.Add(cutTimeouts*time.Second - 1)); names(ws) != "a c" || slots != 4 {
+		t.Fatalf("placeable %s (%d slots), want a c (4)", names(ws), slots)
+	}
+	if ws, _ := m.Workers(); names(ws) != "a b c" {
+		t.Fatalf("live workers %s: a cut pair is alive", names(ws))
+	}
+	if ws, slots := m.Placeable(t0.Add(cutTimeouts * time.Second)); names(ws) != "a b c" || slots != 6 {
+		t.Fatalf("after the cut's time: placeable %s (%d slots)", names(ws), slots)
+	}
+	m.Cut("a", "b", t0)
+	m.Cut("b", "c", t0)
+	if ws, _ := m.Placeable(t0); names(ws) != "a c" {
+		t.Fatalf("with a-b and b-c cut: placeable %s, want a c (b goes, and both its cuts with it)", names(ws))
+	}
+	if w, ok := m.End("b", 2); !ok || w.Name != "b" {
+		t.Fatal("end b")
+	}
+	if _, _, err := m.Register(Worker{Name: "b", Slots: 2}, jobGraph, t0); err != nil {
+		t.Fatal(err)
+	}
+	if ws, _ := m.Placeable(t0); names(ws) != "a b c" {
+		t.Fatalf("after b registered anew: placeable %s", names(ws))
+	}
 }

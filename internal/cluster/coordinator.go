@@ -173,7 +173,7 @@ func (c *Coordinator) WaitForSlots(ctx context.Context, n int, logEvery time.Dur
 	defer tick.Stop()
 	for {
 		c.mu.Lock()
-		ws, slots := c.members.Workers()
+		ws, slots := c.members.Placeable(c.cfg.Now())
 		changed := c.changed
 		c.mu.Unlock()
 		if slots >= n {
@@ -318,6 +318,16 @@ func (c *Coordinator) suspect(w Worker, why error) {
 	if ok {
 		c.cfg.Logger.Warn("worker suspect: it gets no tasks until it answers a heartbeat", "worker", w.Name, "session", w.Session, "why", why)
 	}
+}
+
+// cut keeps workers a and b apart for a while (see Members.Cut): a's data
+// connection to b failed.
+func (c *Coordinator) cut(a, b Worker) {
+	c.mu.Lock()
+	c.members.Cut(a.Name, b.Name, c.cfg.Now())
+	c.mu.Unlock()
+	c.cfg.Logger.Warn("data connection failed between two workers: the next attempts place tasks on one of them only, for a while",
+		"worker", a.Name, "peer", b.Name, "for", cutTimeouts*c.cfg.Liveness.Timeout)
 }
 
 // Register implements the control plane's Register.
@@ -497,6 +507,7 @@ func (c *Coordinator) Report(ctx context.Context, req *connect.Request[clusterpb
 		for _, w := range live {
 			if w.Name == p.GetPeerFailed() {
 				c.suspect(w, errors.New(clipTo(p.GetError(), maxErrorBytes)))
+				c.cut(reporter, w)
 			}
 		}
 	}

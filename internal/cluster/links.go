@@ -191,6 +191,9 @@ type links struct {
 	// ctx ends with the attempt; setup, when the deploy that makes the
 	// connections gives up.
 	ctx, setup context.Context
+	// idle is the coordinator's heartbeat timeout: a data connection whose
+	// peer is silent for as long fails the attempt, as a lost worker would.
+	idle time.Duration
 
 	mu    sync.Mutex
 	conns map[string]*transport.Conn
@@ -216,7 +219,7 @@ func (l *links) conn(peer string) (*transport.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := transport.New(nc)
+	c := transport.New(nc, l.idle)
 	l.conns[peer] = c
 	go func() {
 		select {

@@ -1,8 +1,10 @@
 package cluster
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -51,6 +53,10 @@ type Members struct {
 	timeout time.Duration
 	session uint64
 	workers map[string]*member
+	// cuts are the pairs of workers whose data connection failed while
+	// both went on answering heartbeats (a data path cut between them),
+	// and until when placements keep them apart.
+	cuts map[[2]string]time.Time
 }
 
 type member struct {
@@ -64,7 +70,7 @@ type member struct {
 // NewMembers returns an empty membership for job graph g, declaring a
 // worker lost after timeout without a heartbeat.
 func NewMembers(g Graph, timeout time.Duration) *Members {
-	return &Members{graph: g, timeout: timeout, workers: map[string]*member{}}
+	return &Members{graph: g, timeout: timeout, workers: map[string]*member{}, cuts: map[[2]string]time.Time{}}
 }
 
 // Register adds worker w, built with graph g, under a new session. A name
@@ -93,6 +99,11 @@ func (m *Members) Register(w Worker, g Graph, now time.Time) (Worker, *Worker, e
 	m.session++
 	w.Session = m.session
 	m.workers[w.Name] = &member{Worker: w, last: now}
+	for pair := range m.cuts {
+		if pair[0] == w.Name || pair[1] == w.Name {
+			delete(m.cuts, pair) // a process of its own, on a path of its own
+		}
+	}
 	return w, replaced, nil
 }
 
@@ -173,6 +184,47 @@ func (m *Members) Workers() ([]Worker, int) {
 		slots += w.Slots
 	}
 	slices.SortFunc(ws, func(a, b Worker) int { return strings.Compare(a.Name, b.Name) })
+	return ws, slots
+}
+
+// Cut records at now that the data connection between workers a and b
+// failed: for cutTimeouts heartbeat timeouts, Placeable keeps them apart.
+// NB: a worker that cannot reach another while both reach the coordinator
+// answers every heartbeat, so Suspect, which a heartbeat clears, would put
+// the next attempt on both again, to fail again. After that, an attempt
+// may try the pair again: a cut heals without telling anyone.
+func (m *Members) Cut(a, b string, now time.Time) {
+	if a == b {
+		return
+	}
+	pair := [2]string{min(a, b), max(a, b)}
+	if until := now.Add(cutTimeouts * m.timeout); until.After(m.cuts[pair]) {
+		m.cuts[pair] = until
+	}
+}
+
+// cutTimeouts: see Cut.
+const cutTimeouts = 10
+
+// Placeable returns the workers an attempt may be placed on at now, by
+// name, and their slots in all: the live ones that are not suspect, less,
+// for each pair cut before now, the one whose name sorts last.
+func (m *Members) Placeable(now time.Time) ([]Worker, int) {
+	ws, slots := m.Workers()
+	for _, pair := range slices.SortedFunc(maps.Keys(m.cuts), func(a, b [2]string) int {
+		return cmp.Or(strings.Compare(a[0], b[0]), strings.Compare(a[1], b[1]))
+	}) {
+		if !now.Before(m.cuts[pair]) {
+			delete(m.cuts, pair)
+			continue
+		}
+		a := slices.IndexFunc(ws, func(w Worker) bool { return w.Name == pair[0] })
+		b := slices.IndexFunc(ws, func(w Worker) bool { return w.Name == pair[1] })
+		if a >= 0 && b >= 0 {
+			slots -= ws[b].Slots
+			ws = slices.Delete(ws, b, b+1)
+		}
+	}
 	return ws, slots
 }
 

@@ -69,7 +69,10 @@ type node struct {
 	// newest attempt deployed in it.
 	session uint64
 	attempt uint64
-	run     *nodeRun
+	// idle is the coordinator's heartbeat timeout, for the data
+	// connections (links.idle).
+	idle time.Duration
+	run  *nodeRun
 	// registered is closed and replaced when a registration takes effect.
 	registered chan struct{}
 }
@@ -131,9 +134,9 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 	return RunWorker(ctx, WorkerConfig{
 		Coordinator: cfg.Coordinator, Name: cfg.Name, Slots: cfg.Slots, DataAddress: n.addr,
 		Graph: GraphOf(cfg.Spec), TLS: cfg.TLS, Logger: cfg.Logger, RetryInterval: cfg.RetryInterval, Stats: cfg.Spec.Stats,
-		Registered: func(w Worker) {
+		Registered: func(w Worker, l Liveness) {
 			n.mu.Lock()
-			n.session, n.attempt = w.Session, 0
+			n.session, n.attempt, n.idle = w.Session, 0, l.Timeout
 			close(n.registered)
 			n.registered = make(chan struct{})
 			n.mu.Unlock()
@@ -245,7 +248,7 @@ func (n *node) Deploy(ctx context.Context, req *connect.Request[clusterpb.Deploy
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("attempt %d is stale: this worker runs attempt %d", m.GetAttempt(), cur))
 	}
 	n.attempt = m.GetAttempt()
-	old := n.run
+	old, idle := n.run, n.idle
 	n.run = nil
 	n.mu.Unlock()
 	if old != nil {
@@ -279,7 +282,7 @@ func (n *node) Deploy(ctx context.Context, req *connect.Request[clusterpb.Deploy
 	rctx, cancel := context.WithCancel(n.ctx)
 	reports := make(chan runtime.Report, 1024)
 	r := &nodeRun{session: m.GetSession(), attempt: m.GetAttempt(), cancel: cancel, done: make(chan struct{})}
-	r.links = &links{self: n.cfg.Name, attempt: m.GetAttempt(), addrs: addrs, tls: n.cfg.TLS, arr: &n.arr, ctx: rctx, setup: ctx, conns: map[string]*transport.Conn{}}
+	r.links = &links{self: n.cfg.Name, attempt: m.GetAttempt(), addrs: addrs, tls: n.cfg.TLS, arr: &n.arr, ctx: rctx, setup: ctx, idle: idle, conns: map[string]*transport.Conn{}}
 	first := place.First(n.cfg.Name)
 	r.links.failed = func(peer string, err error) {
 		select {

@@ -28,9 +28,9 @@ type WorkerConfig struct {
 	// TLS is the mutual TLS configuration (transport.LoadTLS); required.
 	TLS    *tls.Config
 	Logger *slog.Logger
-	// Registered is called with each new registration: the worker may
-	// take tasks.
-	Registered func(Worker)
+	// Registered is called with each new registration, and the
+	// coordinator's liveness settings: the worker may take tasks.
+	Registered func(Worker, Liveness)
 	// Fence stops the worker's tasks, when the worker has lost the
 	// coordinator (before the coordinator declares it lost) or its session
 	// ended. It returns when they are stopped.
@@ -89,7 +89,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 			return err
 		}
 		wait = registerTimeout(live.Liveness)
-		cfg.Registered(w)
+		cfg.Registered(w, live.Liveness)
 		reason := heartbeats(ctx, client, cfg, w, live)
 		if ctx.Err() != nil {
 			cfg.Fence(context.Cause(ctx))

@@ -13,7 +13,9 @@
 // ones.
 //
 // A connection fails as a whole, on the first error: a malformed frame (an
-// ErrProtocol, naming what was wrong), a lost peer, Close. A failed
+// ErrProtocol, naming what was wrong), a lost peer, a peer silent for the
+// idle timeout (ErrPeerSilent: a cut network loses no connection by itself,
+// and TCP may take minutes to notice), Close. A failed
 // connection's pending pushes return the error; its owner watches Done and
 // fails the tasks it served.
 package transport
@@ -53,6 +55,11 @@ const FrameTimeout = 30 * time.Second
 // half-way through a frame, or never greeted.
 var ErrFrameStalled = errors.New("transport: a frame stalled")
 
+// ErrPeerSilent is the error of a connection whose peer sent nothing, not
+// even a keep-alive, for the idle timeout, or did not take what this side
+// wrote for as long: the network between them is cut, or the peer hangs.
+var ErrPeerSilent = errors.New("transport: the peer went silent")
+
 // Conn multiplexes channels over one network connection. Its methods are
 // safe for concurrent use.
 type Conn struct {
@@ -60,6 +67,9 @@ type Conn struct {
 	peer string // for errors
 	// frameTimeout is FrameTimeout (shorter in tests).
 	frameTimeout time.Duration
+	// idleTimeout bounds the peer's silence and a write's wait; the
+	// writer sends a keep-alive after a quarter of it without writing.
+	idleTimeout time.Duration
 
 	mu      sync.Mutex
 	outputs map[uint64]*Output
@@ -75,12 +85,21 @@ type Conn struct {
 
 // New starts multiplexing over nc, which it owns from now on: it greets
 // the peer and runs a reader and a writer goroutine until the connection
-// fails or Close.
-func New(nc net.Conn) *Conn { return newConn(nc, FrameTimeout) }
+// fails or Close. The peer must be heard from at least every idleTimeout
+// (it sends keep-alives when it has nothing else to say, as this side
+// does), else the connection fails with ErrPeerSilent; a cluster passes
+// its heartbeat timeout, so that a cut data path fails the attempt as soon
+// as a lost worker would.
+func New(nc net.Conn, idleTimeout time.Duration) *Conn {
+	if idleTimeout <= 0 {
+		panic(fmt.Sprintf("transport: idle timeout %v", idleTimeout))
+	}
+	return newConn(nc, min(FrameTimeout, idleTimeout), idleTimeout)
+}
 
-func newConn(nc net.Conn, frameTimeout time.Duration) *Conn {
+func newConn(nc net.Conn, frameTimeout, idleTimeout time.Duration) *Conn {
 	c := &Conn{
-		nc: nc, peer: nc.RemoteAddr().String(), frameTimeout: frameTimeout,
+		nc: nc, peer: nc.RemoteAddr().String(), frameTimeout: frameTimeout, idleTimeout: idleTimeout,
 		outputs: map[uint64]*Output{}, inputs: map[uint64]*Input{}, grant: map[uint64]int{},
 		done: make(chan struct{}), wake: make(chan struct{}, 1),
 	}
@@ -180,13 +199,21 @@ func (c *Conn) Input(ch uint64, bc BatchCodec, capacity int, ready chan<- struct
 }
 
 // write sends queued frames and granted credits, coalescing what piled up
-// while it wrote.
+// while it wrote, and a keep-alive when it wrote nothing for a quarter of
+// the idle timeout. A write the peer does not take within the idle timeout
+// fails the connection: credits bound what this side sends, and the peer's
+// reader never waits for a task, so only a cut or a hung peer holds it.
 func (c *Conn) write() {
 	w := bufio.NewWriterSize(c.nc, 64<<10)
 	var credit []byte
+	quiet := time.NewTimer(c.idleTimeout / 4)
+	defer quiet.Stop()
 	for {
+		keepAlive := false
 		select {
 		case <-c.wake:
+		case <-quiet.C:
+			keepAlive = true
 		case <-c.done:
 			return
 		}
@@ -201,14 +228,26 @@ func (c *Conn) write() {
 		}
 		clear(c.grant)
 		c.mu.Unlock()
+		if keepAlive && len(frames) == 0 && len(credit) == 0 {
+			credit = appendKeepAlive(credit)
+			finish(credit)
+		}
+		if len(frames) == 0 && len(credit) == 0 {
+			continue
+		}
 		for _, f := range frames {
 			w.Write(f)
 		}
 		w.Write(credit)
+		c.nc.SetWriteDeadline(time.Now().Add(c.idleTimeout))
 		if err := w.Flush(); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				err = fmt.Errorf("%w: it took nothing this side wrote for %v", ErrPeerSilent, c.idleTimeout)
+			}
 			c.fail(err)
 			return
 		}
+		quiet.Reset(c.idleTimeout / 4)
 	}
 }
 
@@ -235,15 +274,22 @@ func (c *Conn) read() {
 	c.fail(err)
 }
 
-// readNext reads the next frame: without limit until its first byte, then
-// within frameTimeout unless it is buffered whole already.
+// readNext reads the next frame: its first byte within idleTimeout, then
+// the rest within frameTimeout unless it is buffered whole already. NB: a
+// deadline matters only to a read that waits for the network, and each
+// such read is given a fresh one: a stale deadline is never cleared.
 func (c *Conn) readNext(r *bufio.Reader) (frame, error) {
+	if r.Buffered() == 0 {
+		c.nc.SetReadDeadline(time.Now().Add(c.idleTimeout))
+	}
 	if _, err := r.Peek(1); err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			err = fmt.Errorf("%w: it sent nothing, not even a keep-alive, for %v", ErrPeerSilent, c.idleTimeout)
+		}
 		return frame{}, err
 	}
 	if !buffered(r) {
 		c.nc.SetReadDeadline(time.Now().Add(c.frameTimeout))
-		defer c.nc.SetReadDeadline(time.Time{})
 	}
 	f, err := readFrame(r)
 	if errors.Is(err, os.ErrDeadlineExceeded) {
@@ -296,6 +342,8 @@ func (c *Conn) dispatch(f frame) error {
 			return fmt.Errorf("channel %d: %w", f.channel, err)
 		}
 		return in.put(e)
+	case typeKeepAlive:
+		return nil
 	case typeHello:
 		return protocolErr("a second hello")
 	}

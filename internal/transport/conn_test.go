@@ -25,7 +25,7 @@ var strings_ = Batches(codec.For[string]())
 func pair(t testing.TB) (*Conn, *Conn) {
 	t.Helper()
 	a, b := tcpPair(t)
-	ca, cb := New(a), New(b)
+	ca, cb := New(a, time.Minute), New(b, time.Minute)
 	t.Cleanup(func() { ca.Close(); cb.Close() })
 	return ca, cb
 }
@@ -240,7 +240,7 @@ func TestMalformedFramesFailTheConnection(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			mine, theirs := tcpPair(t)
 			defer theirs.Close()
-			c := New(mine)
+			c := New(mine, time.Minute)
 			defer c.Close()
 			ready := make(chan struct{}, 1)
 			if _, err := c.Input(5, strings_, 1, ready); err != nil {
@@ -299,7 +299,7 @@ func FuzzConn(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 1})
 	f.Fuzz(func(t *testing.T, stream []byte) {
 		mine, theirs := net.Pipe()
-		c := New(mine)
+		c := New(mine, time.Minute)
 		ready := make(chan struct{}, 1)
 		in, err := c.Input(5, strings_, 2, ready)
 		if err != nil {
@@ -420,7 +420,7 @@ func TestStalledFrameFailsTheConnection(t *testing.T) {
 			if _, err := b.Write(tc.send); err != nil {
 				t.Fatal(err)
 			}
-			c := newConn(a, 200*time.Millisecond)
+			c := newConn(a, 200*time.Millisecond, time.Minute)
 			defer c.Close()
 			select {
 			case <-c.Done():

@@ -30,17 +30,21 @@ import (
 //	end-of-data, idle: nothing
 //
 // A credit frame's payload is a uvarint: how many more events the receiver
-// of the channel buffers.
+// of the channel buffers. A keep-alive frame (channel 0) has none: a
+// connection that wrote nothing else for a while sends one, so that its
+// peer can tell a quiet connection from a cut one.
 const (
-	typeHello  byte = 1
-	typeEvent  byte = 2
-	typeCredit byte = 3
+	typeHello     byte = 1
+	typeEvent     byte = 2
+	typeCredit    byte = 3
+	typeKeepAlive byte = 4
 )
 
 // MaxFrameBytes bounds a frame: a batch must encode within it.
 const MaxFrameBytes = 16 << 20
 
-const version = 1
+// version 2: keep-alive frames.
+const version = 2
 
 var magic = []byte("weir")
 
@@ -120,6 +124,8 @@ func finish(frame []byte) ([]byte, error) {
 	binary.BigEndian.PutUint32(frame, uint32(n))
 	return frame, nil
 }
+
+func appendKeepAlive(dst []byte) []byte { return appendHeader(dst, typeKeepAlive, 0) }
 
 func appendHello(dst []byte) []byte {
 	dst = appendHeader(dst, typeHello, 0)

@@ -77,7 +77,7 @@ func TestMutualTLSCarriesChannels(t *testing.T) {
 	if got := sc.(*tls.Conn).ConnectionState().PeerCertificates[0].Subject.CommonName; got != "coordinator" {
 		t.Fatalf("the server sees %q", got)
 	}
-	a, b := New(cc), New(sc)
+	a, b := New(cc, time.Minute), New(sc, time.Minute)
 	defer a.Close()
 	defer b.Close()
 	ready := make(chan struct{}, 1)
@@ -135,7 +135,7 @@ func BenchmarkChannel(b *testing.B) {
 			} else {
 				cc, sc = tcpPair(b)
 			}
-			a, r := New(cc), New(sc)
+			a, r := New(cc, time.Minute), New(sc, time.Minute)
 			defer a.Close()
 			defer r.Close()
 			ready := make(chan struct{}, 1)
