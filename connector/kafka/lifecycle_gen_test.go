@@ -177,7 +177,8 @@ func (l *lifecycle) logf(format string, args ...any) {
 }
 
 // clientLog keeps what the sink's clients log (kgo's info level: producer
-// ids, transactions begun and ended, with epochs). A failing sequence
+// ids, transactions begun and ended, with epochs; and its debug messages
+// about transactions). A failing sequence
 // writes it to a file its report names.
 type clientLog struct {
 	mu sync.Mutex
@@ -190,8 +191,17 @@ func (c *clientLog) Write(p []byte) (int, error) {
 	return c.b.Write(p)
 }
 
-func (c *clientLog) opt() kgo.Opt {
-	return kgo.WithLogger(kgo.BasicLogger(c, kgo.LogLevelInfo, func() string { return time.Now().Format("15:04:05.000000 ") }))
+func (c *clientLog) opt() kgo.Opt { return kgo.WithLogger(c) }
+
+// Level asks for debug messages, of which Log keeps those about
+// transactions (kgo says at debug level when EndTransaction ends nothing).
+func (c *clientLog) Level() kgo.LogLevel { return kgo.LogLevelDebug }
+
+func (c *clientLog) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+	if level == kgo.LogLevelDebug && !strings.Contains(msg, "transaction") {
+		return
+	}
+	fmt.Fprintf(c, "%s [%s] %s %v\n", time.Now().Format("15:04:05.000000"), level, msg, keyvals)
 }
 
 // save writes the log to a file and returns its name, or why not.

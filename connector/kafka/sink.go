@@ -349,6 +349,7 @@ func (w *writer[T]) Open(ctx *operator.Context) error {
 			if err != nil {
 				return err
 			}
+			w.ctx.Logger.Info("kafka sink: committed a transaction the restored checkpoint recorded", "txn", r.ID, "checkpoint", r.At)
 		}
 		// A refused transaction is over (committed or aborted earlier):
 		// its id protects nothing, and a later run may have left a
@@ -573,7 +574,6 @@ func (w *writer[T]) commitRecorded(ctx context.Context, t record) error {
 		err = kerr.ErrorForCode(resp.ErrorCode)
 		switch {
 		case err == nil:
-			w.ctx.Logger.Info("kafka sink: committed a transaction the restored checkpoint recorded", "txn", t.ID, "checkpoint", t.At)
 			return nil
 		case kerr.IsRetriable(err) && attempt < 20:
 			time.Sleep(time.Duration(attempt+1) * 50 * time.Millisecond) // the coordinator is busy ending it
@@ -919,6 +919,18 @@ func (w *writer[T]) NotifyComplete(id checkpoint.ID) error {
 			continue
 		}
 		if err := t.cl.EndTransaction(context.Background(), kgo.TryCommit); err != nil {
+			return fatal(fmt.Sprintf("kafka sink: commit transaction %s of checkpoint %d", t.ID, t.At), err)
+		}
+		// NB: kgo's EndTransaction has answered nil without committing:
+		// in 2 of about 7,000 generated sequences the transaction stayed
+		// open (its client logged no EndTxn), and the next start aborted
+		// it. The commit a restore sends, by producer id and epoch, is
+		// answered success for a transaction committed already, so it
+		// follows every commit (cause in kgo not found; design note 70).
+		ctx, cancel := context.WithTimeout(context.Background(), w.cfg.Timeout)
+		err := w.commitRecorded(ctx, t.record())
+		cancel()
+		if err != nil {
 			return fatal(fmt.Sprintf("kafka sink: commit transaction %s of checkpoint %d", t.ID, t.At), err)
 		}
 		t.At = 0
