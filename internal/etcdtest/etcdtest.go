@@ -72,6 +72,7 @@ func Start(t testing.TB, n int) *Cluster {
 		}
 		if t.Failed() {
 			for _, m := range c.Members {
+				os.RemoveAll(filepath.Join(m.dir, "data")) // NB: about 120 MB each; the log is what tells
 				t.Logf("etcd member %s logged to %s", m.Name, filepath.Join(m.dir, "log"))
 			}
 			return

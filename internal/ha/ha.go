@@ -6,11 +6,12 @@
 // ran out while it was paused or cut off) can write files, but it can never
 // hand out a checkpoint id or make a checkpoint the job's restore point.
 //
-// Keys, under Config.Prefix and the job's name (path-escaped):
+// Keys, under Config.Prefix and the job's name (path-escaped; "jobs/"
+// keeps the keys of a prefix apart from those of a prefix below it):
 //
-//	<prefix>/<job>/leader/<lease>   a candidate; its value names it (its address); the oldest leads
-//	<prefix>/<job>/checkpoint-id    the last checkpoint id handed out
-//	<prefix>/<job>/completed/<id>   a completed checkpoint's Pointer (JSON), id in 20 digits
+//	<prefix>/jobs/<job>/leader/<lease>   a candidate; its value names it (its address); the oldest leads
+//	<prefix>/jobs/<job>/checkpoint-id    the last checkpoint id handed out
+//	<prefix>/jobs/<job>/completed/<id>   a completed checkpoint's Pointer (JSON), id in 20 digits
 //
 // The epoch of a term is its leader key's create revision. etcd's revisions
 // only grow, so each term of any candidate has a larger epoch than every
@@ -21,7 +22,10 @@
 // the lease as ending one time to live after it sent its last renewal that
 // etcd answered (etcd counts from when it received it, which is later).
 // Three quarters of the way there, with no renewal answered, Lost is
-// closed: the rest is the slack for this process's own delays.
+// closed: the rest is the slack for this process's own delays. The leader
+// also watches its key: revoked or deleted (an operator forcing a
+// failover), it steps down at once. Once Lost is closed, the leadership's
+// writes are refused here, before they reach etcd.
 package ha
 
 import (
@@ -30,7 +34,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,6 +62,12 @@ const (
 // lease ran out or was revoked, or it was cut off from etcd for longer than
 // the lease allows).
 var ErrDeposed = errors.New("no longer the job's leader")
+
+// ErrUnknownOutcome marks a write whose answer did not arrive (a timeout,
+// a lost connection): etcd may have applied it or not. A coordinator must
+// not take a Complete that failed so for a checkpoint that did not
+// complete (Completed says which it was).
+var ErrUnknownOutcome = errors.New("its outcome is unknown")
 
 // Config says how to reach etcd and how long a leadership outlives its
 // leader's silence.
@@ -88,8 +101,11 @@ func ParseURL(s string) (Config, error) {
 	hosts, prefix, _ := strings.Cut(rest, "/")
 	var cfg Config
 	for h := range strings.SplitSeq(hosts, ",") {
-		host, port, ok := strings.Cut(h, ":")
-		if n, err := strconv.Atoi(port); !ok || host == "" || err != nil || n <= 0 || n > 65535 {
+		host, port, err := net.SplitHostPort(h)
+		n, perr := strconv.Atoi(port)
+		if err != nil || perr != nil || n <= 0 || n > 65535 || host == "" || strings.ContainsFunc(host, func(r rune) bool {
+			return r <= ' ' || r == '@' || r == '/' || r == '?' || r == '#' || r == '%'
+		}) {
 			return Config{}, fmt.Errorf("ha %q: %q is not host:port", s, h)
 		}
 		cfg.Endpoints = append(cfg.Endpoints, h)
@@ -153,7 +169,7 @@ func Dial(cfg Config) (*Client, error) {
 func (c *Client) Close() error { return c.cl.Close() }
 
 func (c *Client) key(job, rest string) string {
-	return c.cfg.Prefix + "/" + url.PathEscape(job) + "/" + rest
+	return c.cfg.Prefix + "/jobs/" + url.PathEscape(job) + "/" + rest
 }
 
 // Candidate is a coordinator that campaigns for a job's leadership.
@@ -191,17 +207,22 @@ type Leadership struct {
 	key   string
 	lease clientv3.LeaseID
 
+	idMu sync.Mutex // one NextCheckpointID at a time
+
 	lost     chan struct{}
 	loseOnce sync.Once
 	err      error     // why it was lost; set before lost is closed
 	lostTime time.Time // when; set before lost is closed
 	stop     chan struct{}
 	kept     chan struct{} // closed when the renewals stopped
+	watched  chan struct{} // closed when the watch of the key stopped
 	stopOnce sync.Once
 }
 
 // Campaign waits until candidate leads job, or ctx ends. While it waits,
-// it is a standby: Candidates lists it.
+// it is a standby: Candidates lists it. A campaign that fails or is
+// cancelled revokes its lease (its key goes with it) in the background,
+// so that it returns at once even when etcd cannot be reached.
 func (c *Client) Campaign(ctx context.Context, job, candidate string) (*Leadership, error) {
 	sent := time.Now()
 	g, err := c.cl.Grant(ctx, int64(c.cfg.TTL/time.Second))
@@ -209,38 +230,108 @@ func (c *Client) Campaign(ctx context.Context, job, candidate string) (*Leadersh
 		return nil, fmt.Errorf("ha: campaign for job %s: grant a lease: %w", job, err)
 	}
 	l := &Leadership{Candidate: candidate, c: c, job: job, lease: g.ID,
-		lost: make(chan struct{}), stop: make(chan struct{}), kept: make(chan struct{})}
+		lost: make(chan struct{}), stop: make(chan struct{}), kept: make(chan struct{}), watched: make(chan struct{})}
 	// NB: the lease is renewed by the leadership's own loop, which knows
 	// when a renewal was sent; the session's would keep the lease alive
 	// after the loop gave it up.
 	go l.renew(sent, time.Duration(g.TTL)*time.Second)
 	s, err := concurrency.NewSession(c.cl, concurrency.WithLease(g.ID))
 	if err != nil {
-		l.end()
+		close(l.watched)
+		l.giveUp(nil)
 		return nil, fmt.Errorf("ha: campaign for job %s: %w", job, err)
 	}
 	s.Orphan()
 	e := concurrency.NewElection(s, c.key(job, "leader/"))
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	done := make(chan error, 1)
+	// NB: a cancelled Campaign deletes its key under the client's context,
+	// which has no deadline: cut off from etcd, it would not return.
+	go func() { done <- e.Campaign(cctx, candidate) }()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		err = context.Cause(ctx)
+	case <-l.lost:
+		err = l.err
+	}
+	if err == nil && ctx.Err() == nil && l.Err() == nil {
+		l.key, l.Epoch = e.Key(), e.Rev()
+		go l.watch(e.Header().Revision + 1)
+		return l, nil
+	}
+	close(l.watched)
+	l.giveUp(done)
+	return nil, fmt.Errorf("ha: campaign for job %s: %w", job, err)
+}
+
+// giveUp ends a campaign that did not lead: once the election returned
+// (done, if it runs), it stops the renewals and revokes the lease, within
+// a time to live, in the background.
+func (l *Leadership) giveUp(done <-chan error) {
+	go func() {
+		if done != nil {
+			<-done
+		}
+		l.end()
+		ctx, cancel := context.WithTimeout(l.c.cl.Ctx(), l.c.cfg.TTL)
+		defer cancel()
+		l.c.cl.Revoke(ctx, l.lease) // NB: else it runs out, within a time to live
+	}()
+}
+
+// watch watches the leader key from revision from (after its creation)
+// until the leadership ends: deleted (its lease revoked, or by hand), the
+// term is lost at once.
+func (l *Leadership) watch(from int64) {
+	defer close(l.watched)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	go func() {
 		select {
+		case <-l.stop:
 		case <-l.lost:
-			cancel()
-		case <-cctx.Done():
 		}
+		cancel()
 	}()
-	if err := e.Campaign(cctx, candidate); err != nil {
-		l.end()
-		select {
-		case <-l.lost:
-			return nil, fmt.Errorf("ha: campaign for job %s: %w", job, l.err)
-		default:
+	for ctx.Err() == nil {
+		for resp := range l.c.cl.Watch(clientv3.WithRequireLeader(ctx), l.key, clientv3.WithRev(from)) {
+			for _, ev := range resp.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					l.lose(fmt.Errorf("%w: its key was deleted (its lease revoked, or by hand)", ErrDeposed))
+					return
+				}
+			}
+			if resp.CompactRevision > 0 {
+				from = resp.CompactRevision // NB: the key's history before is gone; a Get below settles it
+			} else if resp.Header.Revision > 0 {
+				from = resp.Header.Revision + 1
+			}
+			if resp.Err() != nil {
+				break
+			}
 		}
-		return nil, fmt.Errorf("ha: campaign for job %s: %w", job, err)
+		if ctx.Err() != nil {
+			return
+		}
+		// The watch ended (etcd lost its raft leader, or compacted): look
+		// at the key itself, then watch again.
+		gctx, gcancel := context.WithTimeout(ctx, l.c.cfg.TTL/6)
+		resp, err := l.c.cl.Get(gctx, l.key)
+		gcancel()
+		if err == nil && (len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != l.Epoch) {
+			l.lose(fmt.Errorf("%w: its key is gone (its lease revoked, or deleted by hand)", ErrDeposed))
+			return
+		}
+		if err == nil {
+			from = resp.Header.Revision + 1
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(l.c.cfg.TTL / 6): // NB: etcd cannot be reached; the renewals decide
+		}
 	}
-	l.key, l.Epoch = e.Key(), e.Rev()
-	return l, nil
 }
 
 // renew renews the lease until the leadership ends or is lost. sent is
@@ -287,15 +378,16 @@ func (l *Leadership) lose(why error) {
 	})
 }
 
-// end stops the renewals.
+// end stops the renewals and the watch.
 func (l *Leadership) end() {
 	l.stopOnce.Do(func() { close(l.stop) })
 	<-l.kept
+	<-l.watched
 }
 
-// Lost is closed when the term ended without Resign: the lease ran out or
-// was revoked, or etcd answered no renewal for three quarters of its time
-// to live. Then Err says why, and the leader must stop acting: another may
+// Lost is closed when the term ended: the lease ran out or was revoked,
+// the key was deleted, etcd answered no renewal for three quarters of its
+// time to live, or Resign. Then Err says why, and the leader must stop acting: another may
 // lead soon.
 func (l *Leadership) Lost() <-chan struct{} { return l.lost }
 
@@ -326,6 +418,19 @@ func (l *Leadership) guard() clientv3.Cmp {
 	return clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.Epoch)
 }
 
+// refused returns why the term was lost, and who leads now if etcd says,
+// or nil while the term lasts.
+func (l *Leadership) refused(ctx context.Context) error {
+	why := l.Err()
+	if why == nil {
+		return nil
+	}
+	if cs, err := l.c.Candidates(ctx, l.job); err == nil && len(cs) > 0 && cs[0].Epoch != l.Epoch {
+		return fmt.Errorf("%w; %s leads, epoch %d", why, cs[0].Name, cs[0].Epoch)
+	}
+	return why
+}
+
 // deposed says who leads instead, for an error.
 func (l *Leadership) deposed(ctx context.Context) error {
 	cs, err := l.c.Candidates(ctx, l.job)
@@ -343,8 +448,13 @@ func (l *Leadership) deposed(ctx context.Context) error {
 // newest checkpoint in storage, for a job whose counter etcd does not hold
 // yet). Only the leader can.
 func (l *Leadership) NextCheckpointID(ctx context.Context, atLeast checkpoint.ID) (checkpoint.ID, error) {
+	l.idMu.Lock()
+	defer l.idMu.Unlock()
 	key := l.c.key(l.job, "checkpoint-id")
 	for range 8 {
+		if err := l.refused(ctx); err != nil {
+			return 0, fmt.Errorf("ha: next checkpoint id of job %s: %w", l.job, err)
+		}
 		resp, err := l.c.cl.Get(ctx, key)
 		if err != nil {
 			return 0, fmt.Errorf("ha: next checkpoint id of job %s: %w", l.job, err)
@@ -355,13 +465,16 @@ func (l *Leadership) NextCheckpointID(ctx context.Context, atLeast checkpoint.ID
 			if err != nil {
 				return 0, fmt.Errorf("ha: %s holds %q, not a checkpoint id: %w", key, resp.Kvs[0].Value, err)
 			}
+			if last == math.MaxUint64 {
+				return 0, fmt.Errorf("ha: %s: the job used every checkpoint id", key)
+			}
 			next, rev = max(atLeast, checkpoint.ID(last)+1), resp.Kvs[0].ModRevision
 		}
 		next = max(next, 1)
 		txn, err := l.c.cl.Txn(ctx).If(l.guard(), clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
 			Then(clientv3.OpPut(key, strconv.FormatUint(uint64(next), 10))).Commit()
 		if err != nil {
-			return 0, fmt.Errorf("ha: next checkpoint id of job %s: %w", l.job, err)
+			return 0, fmt.Errorf("ha: next checkpoint id of job %s: %w (%w)", l.job, err, ErrUnknownOutcome)
 		}
 		if txn.Succeeded {
 			return next, nil
@@ -370,7 +483,7 @@ func (l *Leadership) NextCheckpointID(ctx context.Context, atLeast checkpoint.ID
 			return 0, err
 		}
 		// The counter moved between the read and the write: this term's
-		// own earlier call, which timed out on the way back.
+		// own earlier call, whose answer did not arrive.
 	}
 	return 0, fmt.Errorf("ha: next checkpoint id of job %s: %s moved 8 times under its only writer: is another process writing it?", l.job, key)
 }
@@ -402,8 +515,9 @@ func (l *Leadership) pointerKey(id checkpoint.ID) string {
 }
 
 // Complete records that checkpoint p.ID completed: the job's restore point
-// from now on. Only the leader can: a checkpoint whose Complete failed did
-// not complete, whatever its files say.
+// from now on. Only the leader can. A checkpoint whose Complete failed
+// with ErrDeposed did not complete, whatever its files say; one whose
+// Complete failed with ErrUnknownOutcome may have (Completed says).
 func (l *Leadership) Complete(ctx context.Context, p Pointer) error {
 	p.Epoch = l.Epoch
 	v, err := json.Marshal(p)
@@ -414,19 +528,28 @@ func (l *Leadership) Complete(ctx context.Context, p Pointer) error {
 }
 
 // Forget deletes the pointers of checkpoints that are no longer kept.
-// Only the leader can.
+// Only the leader can. NB: etcd takes at most 128 operations in one
+// transaction (its --max-txn-ops): many ids take several.
 func (l *Leadership) Forget(ctx context.Context, ids ...checkpoint.ID) error {
-	var ops []clientv3.Op
-	for _, id := range ids {
-		ops = append(ops, clientv3.OpDelete(l.pointerKey(id)))
+	for chunk := range slices.Chunk(ids, 100) {
+		var ops []clientv3.Op
+		for _, id := range chunk {
+			ops = append(ops, clientv3.OpDelete(l.pointerKey(id)))
+		}
+		if err := l.fenced(ctx, fmt.Sprintf("forget checkpoints %d to %d", chunk[0], chunk[len(chunk)-1]), ops...); err != nil {
+			return err
+		}
 	}
-	return l.fenced(ctx, fmt.Sprintf("forget checkpoints %v", ids), ops...)
+	return nil
 }
 
 func (l *Leadership) fenced(ctx context.Context, what string, ops ...clientv3.Op) error {
+	if err := l.refused(ctx); err != nil {
+		return fmt.Errorf("ha: job %s: %s: %w", l.job, what, err)
+	}
 	txn, err := l.c.cl.Txn(ctx).If(l.guard()).Then(ops...).Commit()
 	if err != nil {
-		return fmt.Errorf("ha: job %s: %s: %w", l.job, what, err)
+		return fmt.Errorf("ha: job %s: %s: %w (%w)", l.job, what, err, ErrUnknownOutcome)
 	}
 	if !txn.Succeeded {
 		return fmt.Errorf("ha: job %s: %s: %w", l.job, what, l.deposed(ctx))
