@@ -343,6 +343,9 @@ func (c *Conn) dispatch(f frame) error {
 		}
 		return in.put(e)
 	case typeKeepAlive:
+		if f.channel != 0 || len(f.payload) != 0 {
+			return protocolErr("a keep-alive on channel %d with %d bytes: it has neither", f.channel, len(f.payload))
+		}
 		return nil
 	case typeHello:
 		return protocolErr("a second hello")

@@ -234,6 +234,8 @@ func TestMalformedFramesFailTheConnection(t *testing.T) {
 		{"groups without records", "key groups for", [][]byte{hello, event(5, runtime.KindBatch, 0, 2, 1, 1, 1, 0)}},
 		{"group out of range", "bad key group", [][]byte{hello, event(5, runtime.KindBatch, 0, 1, 0xff, 0xff, 0x7f, 1, 0)}},
 		{"second hello", "second hello", [][]byte{hello, hello}},
+		{"keep-alive with a payload", "a keep-alive on channel 0 with 1 bytes", [][]byte{hello, raw(typeKeepAlive, 0), raw(typeKeepAlive, 0, 7)}},
+		{"keep-alive on a channel", "a keep-alive on channel 3", [][]byte{hello, raw(typeKeepAlive, 3)}},
 		{"cut short", "unexpected EOF", [][]byte{hello, raw(typeCredit, 5, 1)[:5]}},
 	}
 	for _, tc := range cases {
@@ -297,6 +299,7 @@ func FuzzConn(f *testing.F) {
 	f.Add(raw(typeEvent, 5, byte(runtime.KindBarrier), 1))
 	f.Add(append(raw(typeCredit, 5, 3), raw(typeEvent, 5, byte(runtime.KindBatch), 0, 0, 1, 1, 'a')...))
 	f.Add([]byte{0, 0, 0, 1})
+	f.Add(append(raw(typeKeepAlive, 0), raw(typeKeepAlive, 3, 1)...))
 	f.Fuzz(func(t *testing.T, stream []byte) {
 		mine, theirs := net.Pipe()
 		c := New(mine, time.Minute)
