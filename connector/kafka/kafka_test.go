@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
@@ -461,6 +462,40 @@ func TestSinkTwoPhaseCommit(t *testing.T) {
 	}
 	if got := consumeWhen(t, brokers, "out", func(got []string) bool { return len(got) == 11 }); len(got) != 11 || got[10] != "d" {
 		t.Fatalf("after checkpoint 4: %v", got)
+	}
+}
+
+// TestSinkCommitsWhatItsClientLeftOpen: kgo's EndTransaction was seen to
+// answer nil without sending EndTxn (design note 70): the transaction
+// stayed open, read_committed readers stalled, and the next start aborted
+// it. The sink sees that its client wrote no EndTxn and commits the
+// transaction by producer id and epoch.
+func TestSinkCommitsWhatItsClientLeftOpen(t *testing.T) {
+	brokers := broker(t, "out")
+	w := &operatortest.MemWriter{}
+	var log strings.Builder
+	run := &operatortest.Run{Logger: slog.New(slog.NewTextHandler(&log, nil))}
+	defer run.Close()
+	s := sinkFor(t, run, brokers, 0, 1, nil)
+	defer s.Close()
+	for _, v := range values("a", 5) {
+		s.Write(v)
+	}
+	snapshot(t, s, 1, w)
+	plantedEndSkipped.Store(true)
+	err := s.NotifyComplete(1)
+	plantedEndSkipped.Store(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(log.String(), "ended a transaction without committing it") {
+		t.Errorf("the sink's log does not say what it repaired:\n%s", log.String())
+	}
+	if stalled(t, brokers, "out") {
+		t.Fatal("the transaction its client left open is still open")
+	}
+	if got := consumeWhen(t, brokers, "out", func(got []string) bool { return slices.Equal(got, values("a", 5)) }); !slices.Equal(got, values("a", 5)) {
+		t.Fatalf("after checkpoint 1: %v", got)
 	}
 }
 

@@ -95,6 +95,9 @@ type Run struct {
 	// DefaultLineage, so every run of a test continues one lineage unless
 	// the test says otherwise.
 	Lineage string
+	// Logger is operator.Context.Logger in the run's contexts; nil:
+	// discarded.
+	Logger *slog.Logger
 
 	mu   sync.Mutex
 	held map[string]error
@@ -114,7 +117,7 @@ func (run *Run) Context(uid string, sub, p int, r *operator.Restore) *operator.C
 		Job: "test", UID: uid, Subtask: sub, Parallelism: p, MaxParallelism: keygroup.DefaultMaxParallelism,
 		KeyGroups: keygroup.ForSubtask(keygroup.DefaultMaxParallelism, p, sub), Restore: r, Resumed: resumed,
 		RunID: run.ID(), Attempt: 1, Lineage: cmp.Or(run.Lineage, DefaultLineage),
-		CheckpointingEnabled: true, Logger: slog.New(slog.DiscardHandler), Now: time.Now, Acquire: run.acquire,
+		CheckpointingEnabled: true, Logger: cmp.Or(run.Logger, slog.New(slog.DiscardHandler)), Now: time.Now, Acquire: run.acquire,
 	}
 }
 
