@@ -592,9 +592,17 @@ func (w *writer[T]) commitRecorded(ctx context.Context, t record) error {
 		switch {
 		case err == nil:
 			return nil
-		case kerr.IsRetriable(err) && attempt < 20:
-			time.Sleep(time.Duration(attempt+1) * 50 * time.Millisecond) // the coordinator is busy ending it
-			continue
+		case kerr.IsRetriable(err) || errors.Is(err, kerr.ConcurrentTransactions):
+			// NB: CONCURRENT_TRANSACTIONS, which kerr does not call
+			// retriable, is what a coordinator answers while it writes
+			// the markers of the commit it accepted (PrepareCommit): a
+			// restore just after a crash meets it.
+			select {
+			case <-time.After(min(time.Duration(attempt+1)*50*time.Millisecond, time.Second)):
+				continue
+			case <-ctx.Done():
+				return fmt.Errorf("kafka sink: commit transaction %s of checkpoint %d: %w (last answer: %w)", t.ID, t.At, context.Cause(ctx), err)
+			}
 		case errors.Is(err, kerr.ProducerFenced), errors.Is(err, kerr.InvalidProducerEpoch),
 			errors.Is(err, kerr.InvalidProducerIDMapping), errors.Is(err, kerr.InvalidTxnState):
 			return fmt.Errorf("kafka sink: transaction %s (producer %d, epoch %d) of checkpoint %d cannot be committed: %w: %w",
