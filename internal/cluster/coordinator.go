@@ -173,13 +173,20 @@ func (c *Coordinator) WaitForSlots(ctx context.Context, n int, logEvery time.Dur
 	defer tick.Stop()
 	for {
 		c.mu.Lock()
-		ws, slots := c.members.Placeable(c.cfg.Now())
+		now := c.cfg.Now()
+		ws, slots := c.members.Placeable(now)
+		until, cut := c.members.NextCutEnd(now)
 		changed := c.changed
 		c.mu.Unlock()
 		if slots >= n {
 			return ws, nil
 		}
+		var cutEnds <-chan time.Time // a cut's end makes a worker placeable
+		if cut {
+			cutEnds = time.After(until.Sub(now))
+		}
 		select {
+		case <-cutEnds:
 		case <-changed:
 		case <-tick.C:
 			c.cfg.Logger.Warn("waiting for slots", "need", n, "have", slots, "workers", len(ws), "join", c.Addr())
@@ -507,7 +514,14 @@ func (c *Coordinator) Report(ctx context.Context, req *connect.Request[clusterpb
 		for _, w := range live {
 			if w.Name == p.GetPeerFailed() {
 				c.suspect(w, errors.New(clipTo(p.GetError(), maxErrorBytes)))
-				c.cut(reporter, w)
+				// NB: a cut only from a connection that went silent (a
+				// peer that closes it, as every attempt's end does, is
+				// none), in the attempt running, between two of its
+				// workers.
+				if p.GetPeerSilent() && ex != nil && ex.attempt == m.GetAttempt() &&
+					ex.workers[reporter.Name].Session == reporter.Session && ex.workers[w.Name].Session == w.Session {
+					c.cut(reporter, w)
+				}
 			}
 		}
 	}

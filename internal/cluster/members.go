@@ -1,10 +1,8 @@
 package cluster
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -207,25 +205,50 @@ func (m *Members) Cut(a, b string, now time.Time) {
 const cutTimeouts = 10
 
 // Placeable returns the workers an attempt may be placed on at now, by
-// name, and their slots in all: the live ones that are not suspect, less,
-// for each pair cut before now, the one whose name sorts last.
+// name, and their slots in all: the live ones that are not suspect, less
+// enough of them that no two left were cut apart before now. It drops the
+// worker in the most such pairs first (one cut off from all others goes,
+// not all others), the one whose name sorts last among equals.
 func (m *Members) Placeable(now time.Time) ([]Worker, int) {
 	ws, slots := m.Workers()
-	for _, pair := range slices.SortedFunc(maps.Keys(m.cuts), func(a, b [2]string) int {
-		return cmp.Or(strings.Compare(a[0], b[0]), strings.Compare(a[1], b[1]))
-	}) {
-		if !now.Before(m.cuts[pair]) {
+	for pair, until := range m.cuts {
+		if !now.Before(until) {
 			delete(m.cuts, pair)
-			continue
-		}
-		a := slices.IndexFunc(ws, func(w Worker) bool { return w.Name == pair[0] })
-		b := slices.IndexFunc(ws, func(w Worker) bool { return w.Name == pair[1] })
-		if a >= 0 && b >= 0 {
-			slots -= ws[b].Slots
-			ws = slices.Delete(ws, b, b+1)
 		}
 	}
-	return ws, slots
+	for {
+		degree := map[string]int{}
+		for pair := range m.cuts {
+			a := slices.ContainsFunc(ws, func(w Worker) bool { return w.Name == pair[0] })
+			b := slices.ContainsFunc(ws, func(w Worker) bool { return w.Name == pair[1] })
+			if a && b {
+				degree[pair[0]]++
+				degree[pair[1]]++
+			}
+		}
+		if len(degree) == 0 {
+			return ws, slots
+		}
+		drop := -1
+		for i, w := range ws {
+			if d := degree[w.Name]; d > 0 && (drop < 0 || d >= degree[ws[drop].Name]) {
+				drop = i // NB: ws is sorted by name: the last of the most cut
+			}
+		}
+		slots -= ws[drop].Slots
+		ws = slices.Delete(ws, drop, drop+1)
+	}
+}
+
+// NextCutEnd returns when the first cut still in force at now ends.
+func (m *Members) NextCutEnd(now time.Time) (time.Time, bool) {
+	var first time.Time
+	for _, until := range m.cuts {
+		if now.Before(until) && (first.IsZero() || until.Before(first)) {
+			first = until
+		}
+	}
+	return first, !first.IsZero()
 }
 
 // Member is a worker as the membership sees it.

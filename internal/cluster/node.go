@@ -546,6 +546,7 @@ func reportToProto(r runtime.Report) *clusterpb.TaskReport {
 		var pe peerError
 		if errors.As(r.Err, &pe) {
 			p.PeerFailed = pe.peer
+			p.PeerSilent = errors.Is(pe.err, transport.ErrPeerSilent)
 		}
 	}
 	return p

@@ -184,26 +184,15 @@ func TestReportSuspectsAPeerOnlyFromALiveSessionOfADeployedAttempt(t *testing.T)
 		}
 	}
 	// A live session's report of an attempt deployed (and stopped since:
-	// reports come late) makes its peer suspect until its next heartbeat,
-	// and keeps the two apart in placements for a while (Members.Cut).
+	// reports come late) makes its peer suspect until its next heartbeat.
+	// (It does not keep the two apart: that takes a silent connection in
+	// the attempt running; see Members.Cut.)
 	err = c.reportAs("worker-2", &clusterpb.ReportRequest{Worker: "worker-2", Session: w2, Attempt: 3, Reports: accuse})
 	if ws, slots := c.coord.Workers(); slots != 2 || len(ws) != 1 || ws[0].Name != "worker-2" {
 		t.Fatalf("after worker-2's report of attempt 3 (answered %v) that its data connection to worker-1 failed: workers %+v, %d slots; want worker-1 suspect", err, ws, slots)
 	}
-	for {
-		if _, slots := c.coord.Workers(); slots == 4 {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatal("worker-1 never answered a heartbeat again")
-		}
-		time.Sleep(10 * time.Millisecond) // polls for a condition
-	}
-	c.coord.mu.Lock()
-	ws, slots := c.coord.members.Placeable(c.coord.cfg.Now())
-	c.coord.mu.Unlock()
-	if slots != 2 || len(ws) != 1 || ws[0].Name != "worker-1" {
-		t.Fatalf("placeable after the report: %+v, %d slots; want worker-1 only (worker-2 kept apart from it)", ws, slots)
+	if _, err := c.coord.WaitForSlots(ctx, 4, time.Second); err != nil {
+		t.Fatalf("worker-1 never answered a heartbeat again: %v", err)
 	}
 }
 

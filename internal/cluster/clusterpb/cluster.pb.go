@@ -576,9 +576,12 @@ type TaskReport struct {
 	// An ack's alignment and asynchronous part, and when each input
 	// channel's barrier arrived after the first (-1: not before the
 	// snapshot).
-	AlignNanos    int64   `protobuf:"varint,10,opt,name=align_nanos,json=alignNanos,proto3" json:"align_nanos,omitempty"`
-	AsyncNanos    int64   `protobuf:"varint,11,opt,name=async_nanos,json=asyncNanos,proto3" json:"async_nanos,omitempty"`
-	ArrivalNanos  []int64 `protobuf:"varint,12,rep,packed,name=arrival_nanos,json=arrivalNanos,proto3" json:"arrival_nanos,omitempty"`
+	AlignNanos   int64   `protobuf:"varint,10,opt,name=align_nanos,json=alignNanos,proto3" json:"align_nanos,omitempty"`
+	AsyncNanos   int64   `protobuf:"varint,11,opt,name=async_nanos,json=asyncNanos,proto3" json:"async_nanos,omitempty"`
+	ArrivalNanos []int64 `protobuf:"varint,12,rep,packed,name=arrival_nanos,json=arrivalNanos,proto3" json:"arrival_nanos,omitempty"`
+	// peer_silent: the data connection to peer_failed went silent (a cut
+	// path), rather than closed by the peer.
+	PeerSilent    bool `protobuf:"varint,13,opt,name=peer_silent,json=peerSilent,proto3" json:"peer_silent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -695,6 +698,13 @@ func (x *TaskReport) GetArrivalNanos() []int64 {
 		return x.ArrivalNanos
 	}
 	return nil
+}
+
+func (x *TaskReport) GetPeerSilent() bool {
+	if x != nil {
+		return x.PeerSilent
+	}
+	return false
 }
 
 type ReportRequest struct {
@@ -1732,7 +1742,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x11HeartbeatResponse\":\n" +
 	"\x06TaskID\x12\x16\n" +
 	"\x06vertex\x18\x01 \x01(\tR\x06vertex\x12\x18\n" +
-	"\asubtask\x18\x02 \x01(\x05R\asubtask\"\x90\x03\n" +
+	"\asubtask\x18\x02 \x01(\x05R\asubtask\"\xb1\x03\n" +
 	"\n" +
 	"TaskReport\x12+\n" +
 	"\x04task\x18\x01 \x01(\v2\x17.weir.cluster.v1.TaskIDR\x04task\x12\x12\n" +
@@ -1753,7 +1763,9 @@ const file_cluster_proto_rawDesc = "" +
 	"alignNanos\x12\x1f\n" +
 	"\vasync_nanos\x18\v \x01(\x03R\n" +
 	"asyncNanos\x12#\n" +
-	"\rarrival_nanos\x18\f \x03(\x03R\farrivalNanos\"\x92\x01\n" +
+	"\rarrival_nanos\x18\f \x03(\x03R\farrivalNanos\x12\x1f\n" +
+	"\vpeer_silent\x18\r \x01(\bR\n" +
+	"peerSilent\"\x92\x01\n" +
 	"\rReportRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x04R\aattempt\x125\n" +
