@@ -20,6 +20,8 @@ type netns struct {
 	t      *testing.T
 	id     string
 	subnet string // "10.213.N"
+	// workers are the processes netnsCluster started, by name.
+	workers map[string]*child
 }
 
 // newNetns makes the network, or skips the test where it cannot (not root,
@@ -81,13 +83,11 @@ func (n *netns) remove() {
 	exec.Command("ip", "link", "delete", n.bridge()).Run()
 }
 
-// TestClusterPartitionNetns runs the word count on a coordinator and three
-// workers, each in a network namespace of its own, and cuts one worker's
-// link mid-run. The coordinator loses the worker and restarts the job on
-// the others' slots; the cut-off worker fences itself, so its old tasks
-// commit nothing; when the link is back it registers again. The output
-// holds every count exactly once.
-func TestClusterPartitionNetns(t *testing.T) {
+// netnsCluster makes four namespaces and runs the word count's coordinator
+// in the first (heartbeats every 200 ms, timeout 2 s) and worker-1 to
+// worker-3 in the others, two slots each (the job, at parallelism 3, runs
+// on two or three of them).
+func netnsCluster(t *testing.T) (*netns, *clusterJob) {
 	net := newNetns(t)
 	for h := 1; h <= 4; h++ {
 		net.host(h)
@@ -102,13 +102,27 @@ func TestClusterPartitionNetns(t *testing.T) {
 		return append([]string{"netns", "exec", net.ns(host), weirBin}, args...)
 	}
 	j.addr = net.addr(1) + ":7700"
-	timing := []string{"--heartbeat-interval", "200ms", "--heartbeat-timeout", "2s"}
-	j.coord = startCmd(t, "ip", in(1, j.args("coordinator", append([]string{"--listen", j.addr}, timing...)...)...)...)
+	j.coord = startCmd(t, "ip", in(1, j.args("coordinator", "--listen", j.addr, "--heartbeat-interval", "200ms", "--heartbeat-timeout", "2s")...)...)
+	net.workers = map[string]*child{}
+	for h := 2; h <= 4; h++ {
+		name := fmt.Sprintf("worker-%d", h-1)
+		net.workers[name] = startCmd(t, "ip", in(h, j.args("worker", "--join", j.addr, "--name", name,
+			"--listen", net.addr(h)+":0", "--slots", "2")...)...)
+	}
+	return net, j
+}
+
+// TestClusterPartitionNetns runs the word count on a coordinator and three
+// workers, each in a network namespace of its own, and cuts one worker's
+// link mid-run. The coordinator loses the worker and restarts the job on
+// the others' slots; the cut-off worker fences itself, so its old tasks
+// commit nothing; when the link is back it registers again. The output
+// holds every count exactly once.
+func TestClusterPartitionNetns(t *testing.T) {
+	net, j := netnsCluster(t)
 	workers := map[int]*child{}
 	for h := 2; h <= 4; h++ {
-		// Two slots each: the job (parallelism 3) runs on two workers.
-		workers[h] = startCmd(t, "ip", in(h, j.args("worker", "--join", j.addr, "--name", fmt.Sprintf("worker-%d", h-1),
-			"--listen", net.addr(h)+":0", "--slots", "2")...)...)
+		workers[h] = net.workers[fmt.Sprintf("worker-%d", h-1)]
 	}
 	waitFor(t, "a checkpoint", func() bool { return j.checkpoints() >= 2 || j.coord.exited() })
 	if j.coord.exited() {
@@ -174,27 +188,7 @@ func placed(log string) (int, []string) {
 // the job restarts on workers that can reach each other; after the heal it
 // finishes with every count exactly once.
 func TestDataPathPartitionNetns(t *testing.T) {
-	net := newNetns(t)
-	for h := 1; h <= 4; h++ {
-		net.host(h)
-	}
-	j := &clusterJob{job: newJob(t, 4, 400_000)}
-	j.certs = filepath.Join(j.dir, "certs")
-	hosts := []string{net.addr(1), net.addr(2), net.addr(3), net.addr(4)}
-	if out, err := exec.Command(weirBin, "cluster", "certs", "--out", j.certs, "--hosts", strings.Join(hosts, ",")).CombinedOutput(); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
-	in := func(host int, args ...string) []string {
-		return append([]string{"netns", "exec", net.ns(host), weirBin}, args...)
-	}
-	j.addr = net.addr(1) + ":7700"
-	j.coord = startCmd(t, "ip", in(1, j.args("coordinator", "--listen", j.addr, "--heartbeat-interval", "200ms", "--heartbeat-timeout", "2s")...)...)
-	workers := map[string]*child{}
-	for h := 2; h <= 4; h++ {
-		name := fmt.Sprintf("worker-%d", h-1)
-		workers[name] = startCmd(t, "ip", in(h, j.args("worker", "--join", j.addr, "--name", name,
-			"--listen", net.addr(h)+":0", "--slots", "2")...)...)
-	}
+	net, j := netnsCluster(t)
 	waitFor(t, "a checkpoint", func() bool { return j.checkpoints() >= 2 || j.coord.exited() })
 	if j.coord.exited() {
 		t.Fatalf("coordinator exited early (%v):\n%s", j.coord.err, j.coord.log)
