@@ -216,7 +216,7 @@ func TestDataPathPartitionNetns(t *testing.T) {
 		i := strings.LastIndex(log, `msg="placed tasks" attempt=`+strconv.Itoa(n))
 		return j.coord.exited() || n > attempt && !(slices.Contains(now, a) && slices.Contains(now, b)) && strings.Contains(log[i:], `msg="checkpoint completed"`)
 	})
-	if !strings.Contains(j.coord.log.String(), "data connection failed between two workers") {
+	if !strings.Contains(j.coord.log.String(), "a data connection between two workers went silent") {
 		t.Fatalf("the coordinator did not keep %s and %s apart:\n%s", a, b, j.coord.log)
 	}
 	route("del", a, b)

@@ -333,7 +333,7 @@ func (c *Coordinator) cut(a, b Worker) {
 	c.mu.Lock()
 	c.members.Cut(a.Name, b.Name, c.cfg.Now())
 	c.mu.Unlock()
-	c.cfg.Logger.Warn("data connection failed between two workers: the next attempts place tasks on one of them only, for a while",
+	c.cfg.Logger.Warn("a data connection between two workers went silent: the next attempts place tasks on one of them only, for a while",
 		"worker", a.Name, "peer", b.Name, "for", cutTimeouts*c.cfg.Liveness.Timeout)
 }
 
