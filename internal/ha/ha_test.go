@@ -112,6 +112,10 @@ func waitCandidates(t *testing.T, c *Client, job string, n int) []Candidate {
 // at kill -9): the next takes over once the lease runs out, with a larger
 // epoch, and by then the dead leader's Lost was closed. A resignation
 // hands over at once.
+//
+// NB: a 4 s lease: the leader steps down at 3 s without an answered
+// renewal, etcd expires it at 4 s or later; a second of slack for a loaded
+// machine (-race) to run the step-down.
 func TestOneLeaderAtATime(t *testing.T) {
 	e := etcdtest.Start(t, 1)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -120,7 +124,7 @@ func TestOneLeaderAtATime(t *testing.T) {
 	clients := map[string]*Client{}
 	results := map[string]<-chan result{}
 	for _, n := range names {
-		clients[n] = dial(t, e.Hosts(), 2*time.Second)
+		clients[n] = dial(t, e.Hosts(), 4*time.Second)
 		results[n] = campaign(clients[n], "job", n, ctx)
 	}
 	cs := waitCandidates(t, clients["a"], "job", 3)
@@ -255,8 +259,8 @@ func TestCutOffLeaderIsFenced(t *testing.T) {
 	e := etcdtest.Start(t, 1)
 	p := newProxy(t, e.Hosts()[0])
 	ctx := context.Background()
-	a := dial(t, []string{p.ln.Addr().String()}, 2*time.Second)
-	b := dial(t, e.Hosts(), 2*time.Second)
+	a := dial(t, []string{p.ln.Addr().String()}, 4*time.Second)
+	b := dial(t, e.Hosts(), 4*time.Second)
 	la := wait(t, campaign(a, "job", "a", ctx), 10*time.Second).l
 	defer la.end()
 	id, err := la.NextCheckpointID(ctx, 5)
