@@ -248,8 +248,13 @@ func TestReviewCancelledCampaignLeavesLeaderKey(t *testing.T) {
 	} else {
 		t.Logf("a's campaign: %v", r.err)
 	}
-	if cs, err := b.Candidates(ctx, "job"); err != nil || len(cs) != 0 {
-		t.Errorf("a's campaign failed and a campaigns no more, yet etcd lists candidates %+v (%v)", cs, err)
+	// Its lease is revoked in the background: well within its 5 s.
+	deadline := time.Now().Add(2 * time.Second)
+	for cs, err := b.Candidates(ctx, "job"); err != nil || len(cs) != 0; cs, err = b.Candidates(ctx, "job") {
+		if time.Now().After(deadline) {
+			t.Fatalf("a's campaign failed and a campaigns no more, yet 2 s later etcd lists candidates %+v (%v)", cs, err)
+		}
+		time.Sleep(10 * time.Millisecond) // polls etcd for a condition
 	}
 	start := time.Now()
 	lb := wait(t, campaign(b, "job", "b", ctx), 15*time.Second).l
