@@ -129,7 +129,10 @@ func TestSharedBlocksAllocatePerBlock(t *testing.T) {
 	if own < n {
 		t.Fatalf("a string per line is %.0f allocations for %d lines, want at least %d", own, n, n)
 	}
-	if shared > float64(blocks+20) { // the reader's own set-up: 20
+	// The reader's own set-up: 20; and AllocsPerRun counts what other
+	// goroutines allocate meanwhile (CI under -race saw 72 for 51 blocks):
+	// twice the blocks is still far from one per line.
+	if shared > float64(2*blocks+20) {
 		t.Fatalf("shared blocks: %.0f allocations for %d lines in %d blocks", shared, n, blocks)
 	}
 }
