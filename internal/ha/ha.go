@@ -34,7 +34,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"net"
 	"net/url"
 	"slices"
@@ -207,7 +206,7 @@ type Leadership struct {
 	key   string
 	lease clientv3.LeaseID
 
-	idMu sync.Mutex // one NextCheckpointID at a time
+	idMu sync.Mutex // one Reserve at a time
 
 	lost     chan struct{}
 	loseOnce sync.Once
@@ -443,49 +442,50 @@ func (l *Leadership) deposed(ctx context.Context) error {
 	return fmt.Errorf("%w (epoch %d): %s leads, epoch %d", ErrDeposed, l.Epoch, cs[0].Name, cs[0].Epoch)
 }
 
-// NextCheckpointID hands out the job's next checkpoint id: one more than
-// the last handed out by any term, and at least atLeast (one more than the
-// newest checkpoint in storage, for a job whose counter etcd does not hold
-// yet). Only the leader can.
-func (l *Leadership) NextCheckpointID(ctx context.Context, atLeast checkpoint.ID) (checkpoint.ID, error) {
+// ErrIDUsed marks a checkpoint id that was handed out already.
+var ErrIDUsed = errors.New("the checkpoint id was handed out already")
+
+// Reserve records in etcd that checkpoint id is handed out: every id of
+// the job, in any term, is larger than the last one reserved before it.
+// Only the leader can. An id not above the last is refused with ErrIDUsed.
+func (l *Leadership) Reserve(ctx context.Context, id checkpoint.ID) error {
 	l.idMu.Lock()
 	defer l.idMu.Unlock()
 	key := l.c.key(l.job, "checkpoint-id")
 	for range 8 {
 		if err := l.refused(ctx); err != nil {
-			return 0, fmt.Errorf("ha: next checkpoint id of job %s: %w", l.job, err)
+			return fmt.Errorf("ha: reserve checkpoint id %d of job %s: %w", id, l.job, err)
 		}
 		resp, err := l.c.cl.Get(ctx, key)
 		if err != nil {
-			return 0, fmt.Errorf("ha: next checkpoint id of job %s: %w", l.job, err)
+			return fmt.Errorf("ha: reserve checkpoint id %d of job %s: %w", id, l.job, err)
 		}
-		next, rev := atLeast, int64(0)
+		rev := int64(0)
 		if len(resp.Kvs) == 1 {
-			last, err := strconv.ParseUint(string(resp.Kvs[0].Value), 10, 64)
+			last, err := parseID(key, resp.Kvs[0].Value)
 			if err != nil {
-				return 0, fmt.Errorf("ha: %s holds %q, not a checkpoint id: %w", key, resp.Kvs[0].Value, err)
+				return err
 			}
-			if last == math.MaxUint64 {
-				return 0, fmt.Errorf("ha: %s: the job used every checkpoint id", key)
+			if last >= id {
+				return fmt.Errorf("ha: reserve checkpoint id %d of job %s: %w (the last is %d)", id, l.job, ErrIDUsed, last)
 			}
-			next, rev = max(atLeast, checkpoint.ID(last)+1), resp.Kvs[0].ModRevision
+			rev = resp.Kvs[0].ModRevision
 		}
-		next = max(next, 1)
 		txn, err := l.c.cl.Txn(ctx).If(l.guard(), clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
-			Then(clientv3.OpPut(key, strconv.FormatUint(uint64(next), 10))).Commit()
+			Then(clientv3.OpPut(key, strconv.FormatUint(uint64(id), 10))).Commit()
 		if err != nil {
-			return 0, fmt.Errorf("ha: next checkpoint id of job %s: %w (%w)", l.job, err, ErrUnknownOutcome)
+			return fmt.Errorf("ha: reserve checkpoint id %d of job %s: %w (%w)", id, l.job, err, ErrUnknownOutcome)
 		}
 		if txn.Succeeded {
-			return next, nil
+			return nil
 		}
 		if err := l.check(ctx); err != nil {
-			return 0, err
+			return err
 		}
 		// The counter moved between the read and the write: this term's
 		// own earlier call, whose answer did not arrive.
 	}
-	return 0, fmt.Errorf("ha: next checkpoint id of job %s: %s moved 8 times under its only writer: is another process writing it?", l.job, key)
+	return fmt.Errorf("ha: reserve checkpoint id %d of job %s: %s moved 8 times under its only writer: is another process writing it?", id, l.job, key)
 }
 
 // check returns ErrDeposed if the term ended.
@@ -573,3 +573,44 @@ func (c *Client) Completed(ctx context.Context, job string) ([]Pointer, error) {
 	}
 	return ps, nil
 }
+
+// Completed returns the job's completed checkpoints, oldest first.
+func (l *Leadership) Completed(ctx context.Context) ([]Pointer, error) {
+	return l.c.Completed(ctx, l.job)
+}
+
+// LastCheckpointID returns the last checkpoint id handed out for the job,
+// and false if etcd holds none: the job has not run with high
+// availability yet.
+func (c *Client) LastCheckpointID(ctx context.Context, job string) (checkpoint.ID, bool, error) {
+	key := c.key(job, "checkpoint-id")
+	resp, err := c.cl.Get(ctx, key)
+	if err != nil {
+		return 0, false, fmt.Errorf("ha: last checkpoint id of job %s: %w", job, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return 0, false, nil
+	}
+	last, err := parseID(key, resp.Kvs[0].Value)
+	return last, err == nil, err
+}
+
+func parseID(key string, v []byte) (checkpoint.ID, error) {
+	id, err := strconv.ParseUint(string(v), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("ha: %s holds %q, not a checkpoint id: %w", key, v, err)
+	}
+	return checkpoint.ID(id), nil
+}
+
+// LastCheckpointID is the client's, for the term's job.
+func (l *Leadership) LastCheckpointID(ctx context.Context) (checkpoint.ID, bool, error) {
+	return l.c.LastCheckpointID(ctx, l.job)
+}
+
+// Job is the job the term leads.
+func (l *Leadership) Job() string { return l.job }
+
+// TTL is the lease's time to live: how long a write may take before the
+// term could have ended.
+func (l *Leadership) TTL() time.Duration { return l.c.cfg.TTL }

@@ -108,18 +108,18 @@ func (p *holdProxy) hold(toSrv, toCl bool) {
 	p.mu.Unlock()
 }
 
-// TestReviewConcurrentNextCheckpointID: Leadership's methods are "safe for
+// TestReviewConcurrentReserve: Leadership's methods are "safe for
 // concurrent use", and a term is the counter's only writer. Forty-eight
-// goroutines of the one leader each ask for an id: each must get one, and
-// no two the same.
-func TestReviewConcurrentNextCheckpointID(t *testing.T) {
+// goroutines of the one leader each reserve an id: each is reserved or
+// refused as handed out already (a larger one got there first), nothing
+// else; the counter ends at the largest.
+func TestReviewConcurrentReserve(t *testing.T) {
 	e := etcdtest.Start(t, 1)
 	ctx := context.Background()
 	c := dial(t, e.Hosts(), 2*time.Second)
 	l := wait(t, campaign(c, "job", "a", ctx), 10*time.Second).l
 	defer l.end()
 	const n = 48
-	ids := make([]checkpoint.ID, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -128,21 +128,18 @@ func TestReviewConcurrentNextCheckpointID(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			ids[i], errs[i] = l.NextCheckpointID(ctx, 1)
+			errs[i] = l.Reserve(ctx, checkpoint.ID(i+1))
 		}()
 	}
 	close(start)
 	wg.Wait()
-	seen := map[checkpoint.ID]bool{}
-	for i := range n {
-		if errs[i] != nil {
-			t.Errorf("call %d of %d concurrent calls by the only leader: %v", i, n, errs[i])
-			continue
+	for i, err := range errs {
+		if err != nil && !errors.Is(err, ErrIDUsed) {
+			t.Errorf("reserve %d of %d concurrent calls by the only leader: %v", i+1, n, err)
 		}
-		if seen[ids[i]] {
-			t.Errorf("checkpoint id %d handed out twice", ids[i])
-		}
-		seen[ids[i]] = true
+	}
+	if last, ok, err := l.LastCheckpointID(ctx); err != nil || !ok || last != n {
+		t.Errorf("last id %d, %v, %v: want %d", last, ok, err, n)
 	}
 }
 
@@ -163,9 +160,8 @@ func TestReviewResignedLeaderHandsOutIDs(t *testing.T) {
 	if !errors.Is(l.Err(), ErrDeposed) {
 		t.Fatalf("after Resign: Err %v", l.Err())
 	}
-	id, err := l.NextCheckpointID(ctx, 1)
-	if err == nil {
-		t.Errorf("Resign said %v, Err says %v, and yet NextCheckpointID handed out id %d", rerr, l.Err(), id)
+	if err := l.Reserve(ctx, 1); err == nil {
+		t.Errorf("Resign said %v, Err says %v, and yet Reserve handed out id 1", rerr, l.Err())
 	}
 	if err := l.Complete(ctx, Pointer{ID: 1, Where: "chk-1"}); err == nil {
 		t.Errorf("Err says %v, and yet Complete(1) succeeded", l.Err())
@@ -194,9 +190,9 @@ func TestReviewLostLeaderCompletes(t *testing.T) {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	err := l.Complete(cctx, Pointer{ID: 7, Where: "chk-7"})
-	id, err2 := l.NextCheckpointID(cctx, 1)
+	err2 := l.Reserve(cctx, 1)
 	if err == nil || err2 == nil {
-		t.Errorf("after Lost (%v): Complete(7) → %v; NextCheckpointID → %d, %v", l.Err(), err, id, err2)
+		t.Errorf("after Lost (%v): Complete(7) → %v; Reserve(1) → %v", l.Err(), err, err2)
 	}
 }
 
@@ -321,13 +317,11 @@ func TestReviewCheckpointIDWraps(t *testing.T) {
 	c := dial(t, e.Hosts(), 2*time.Second)
 	l := wait(t, campaign(c, "job", "a", ctx), 10*time.Second).l
 	defer l.end()
-	first, err := l.NextCheckpointID(ctx, math.MaxUint64)
-	if err != nil {
+	if err := l.Reserve(ctx, math.MaxUint64); err != nil {
 		t.Fatal(err)
 	}
-	next, err := l.NextCheckpointID(ctx, 0)
-	if err == nil && next <= first {
-		t.Errorf("checkpoint id %d after %d", next, first)
+	if err := l.Reserve(ctx, 1); !errors.Is(err, ErrIDUsed) {
+		t.Errorf("checkpoint id 1 after %d: %v, want ErrIDUsed", uint64(math.MaxUint64), err)
 	}
 }
 

@@ -1,0 +1,180 @@
+package storage
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/ha"
+)
+
+// Led returns s as the storage of a job whose coordinator is highly
+// available (issue 20): l is the coordinator's term of the job's
+// leadership, and etcd, not s, says which checkpoints completed.
+//
+//   - Reserve records the checkpoint id in etcd (ha.Leadership.Reserve),
+//     so that no two terms use one id: Scan's MaxID counts it.
+//   - Commit writes the metadata to s, then records the checkpoint as
+//     completed in etcd (ha.Leadership.Complete): only the current leader
+//     can, so a deposed leader that wakes up can write files but never
+//     make them the restore point. Its error then wraps ErrLeaseLost,
+//     and the runtime fails the run for good.
+//   - Scan lists as completed only the checkpoints etcd records; others
+//     with metadata in s (committed by a deposed leader, or whose record
+//     was forgotten after its outcome was unknown) are incomplete, and a
+//     record whose metadata s lacks is damaged. A job whose checkpoint ids
+//     etcd does not hold yet has not run with high availability: Scan
+//     records its completed checkpoints in etcd, as they are.
+//   - Discard forgets the checkpoint in etcd before it deletes its files;
+//     once the term is lost, nothing is deleted (the next leader tidies).
+//   - Lock is the leadership: storage locks (a directory's lock file, an
+//     object store's lease) are not taken, since a paused leader would
+//     hold them past its term.
+func Led(s Storage, l *ha.Leadership) Storage { return &led{Storage: s, l: l} }
+
+type led struct {
+	Storage
+	l *ha.Leadership
+}
+
+// ctx bounds a call to etcd: longer, and the term may have ended meanwhile.
+func (s *led) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), s.l.TTL())
+}
+
+// fail marks err: a lost term fences the run (ErrLeaseLost); any other
+// error of etcd's proves nothing (ErrUnavailable).
+func (s *led) fail(err error) error {
+	if errors.Is(err, ha.ErrDeposed) {
+		return fmt.Errorf("%w (%w)", err, ErrLeaseLost)
+	}
+	return unavailable(err)
+}
+
+func (s *led) Reserve(id checkpoint.ID) error {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	if err := s.l.Reserve(ctx, id); err != nil {
+		return s.fail(err)
+	}
+	return s.Storage.Reserve(id)
+}
+
+func (s *led) Commit(m *checkpoint.Metadata) error {
+	if err := s.l.Err(); err != nil {
+		return s.fail(err)
+	}
+	if err := s.Storage.Commit(m); err != nil {
+		return err
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	if err := s.l.Complete(ctx, s.pointer(m)); err != nil {
+		return s.fail(err)
+	}
+	return nil
+}
+
+func (s *led) pointer(m *checkpoint.Metadata) ha.Pointer {
+	return ha.Pointer{ID: m.ID, Where: fmt.Sprintf("%s/chk-%d", s.Describe(), m.ID), Savepoint: m.Savepoint}
+}
+
+func (s *led) Scan() (Scan, error) {
+	scan, err := s.Storage.Scan()
+	if err != nil {
+		return Scan{}, err
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	last, known, err := s.l.LastCheckpointID(ctx)
+	if err != nil {
+		return Scan{}, unavailable(err)
+	}
+	if !known {
+		// The job's first term: its completed checkpoints become its
+		// record in etcd, before a first id makes etcd's record the
+		// only one.
+		for _, m := range scan.Completed {
+			if err := s.l.Complete(ctx, s.pointer(m)); err != nil {
+				return Scan{}, s.fail(err)
+			}
+		}
+		return scan, nil
+	}
+	ps, err := s.l.Completed(ctx)
+	if err != nil {
+		return Scan{}, unavailable(err)
+	}
+	scan.MaxID = max(scan.MaxID, last)
+	recorded := map[checkpoint.ID]ha.Pointer{}
+	for _, p := range ps {
+		recorded[p.ID] = p
+	}
+	completed := scan.Completed[:0]
+	for _, m := range scan.Completed {
+		if _, ok := recorded[m.ID]; ok {
+			completed = append(completed, m)
+			delete(recorded, m.ID)
+		} else {
+			scan.Incomplete = append(scan.Incomplete, m.ID)
+		}
+	}
+	scan.Completed = completed
+	for _, d := range scan.Damaged {
+		delete(recorded, d.ID)
+	}
+	for _, p := range recorded {
+		scan.Damaged = append(scan.Damaged, Damaged{ID: p.ID, Path: p.Where,
+			Err: fmt.Errorf("%w: etcd records checkpoint %d of job %s as completed (epoch %d), but %s holds no metadata for it", checkpoint.ErrCorrupt, p.ID, s.l.Job(), p.Epoch, s.Describe())})
+	}
+	slices.Sort(scan.Incomplete)
+	slices.SortFunc(scan.Damaged, func(a, b Damaged) int { return cmp.Compare(a.ID, b.ID) })
+	return scan, nil
+}
+
+func (s *led) Discard(id checkpoint.ID) error {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	if err := s.l.Forget(ctx, id); err != nil {
+		return s.fail(err)
+	}
+	return s.Storage.Discard(id)
+}
+
+func (s *led) DiscardState(hs []checkpoint.Handle) error {
+	if err := s.l.Err(); err != nil {
+		return s.fail(err)
+	}
+	return s.Storage.DiscardState(hs)
+}
+
+func (s *led) RemoveOrphans() error {
+	if err := s.l.Err(); err != nil {
+		return s.fail(err)
+	}
+	return s.Storage.RemoveOrphans()
+}
+
+func (s *led) Lock() (io.Closer, error) {
+	if err := s.l.Err(); err != nil {
+		return nil, s.fail(err)
+	}
+	return held{s}, nil
+}
+
+// held is a led storage's lock: the term, which the caller of Led ends.
+type held struct{ s *led }
+
+func (held) Close() error { return nil }
+
+// Held is nil while the term lasts (the runtime asks before it restarts).
+func (h held) Held() error {
+	if err := h.s.l.Err(); err != nil {
+		return h.s.fail(err)
+	}
+	return nil
+}

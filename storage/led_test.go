@@ -1,0 +1,168 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/etcdtest"
+	"github.com/weirstream/weir/internal/ha"
+)
+
+// lead campaigns for job "job" as name and returns the term.
+func lead(t *testing.T, c *ha.Client, name string) *ha.Leadership {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l, err := c.Campaign(ctx, "job", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func completedIDs(s Scan) []checkpoint.ID {
+	var ids []checkpoint.ID
+	for _, m := range s.Completed {
+		ids = append(ids, m.ID)
+	}
+	return ids
+}
+
+// TestLedStorage: with its checkpoints recorded in etcd, a job's restore
+// point is what its current leader completed. A deposed leader can reserve
+// no id, complete nothing and delete nothing; metadata it wrote before it
+// learnt so is not a completed checkpoint to the next leader, which goes
+// on with larger ids.
+func TestLedStorage(t *testing.T) {
+	e := etcdtest.Start(t, 1)
+	c, err := ha.Dial(ha.Config{Endpoints: e.Hosts(), TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fs := vfs.NewMem()
+	dir, err := NewDir(fs, "/chk", "job", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A checkpoint of a run without high availability is adopted.
+	if err := takeCheckpoint(dir, 1); err != nil {
+		t.Fatal(err)
+	}
+	a := lead(t, c, "a")
+	sa := Led(dir, a)
+	scan, err := sa.Scan()
+	if err != nil || !slices.Equal(completedIDs(scan), []checkpoint.ID{1}) || scan.MaxID != 1 {
+		t.Fatalf("before the job ran with etcd: completed %v, max id %d, %v: want [1], 1", completedIDs(scan), scan.MaxID, err)
+	}
+	lock, err := sa.Lock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.(interface{ Held() error }).Held(); err != nil {
+		t.Fatalf("the leader's lock: %v", err)
+	}
+	for id := checkpoint.ID(2); id <= 3; id++ {
+		if err := takeCheckpoint(sa, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sa.Discard(2); err != nil {
+		t.Fatal(err)
+	}
+	// a writes checkpoint 4's metadata, and is deposed before it records
+	// it in etcd (paused between the two).
+	if err := sa.Reserve(4); err != nil {
+		t.Fatal(err)
+	}
+	if err := takeCheckpoint(dir, 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Resign(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.(interface{ Held() error }).Held(); !errors.Is(err, ErrLeaseLost) {
+		t.Errorf("the deposed leader's lock: %v, want ErrLeaseLost", err)
+	}
+	if err := sa.Reserve(5); !errors.Is(err, ErrLeaseLost) {
+		t.Errorf("the deposed leader reserved checkpoint 5: %v", err)
+	}
+	if err := sa.Commit(&checkpoint.Metadata{Job: "job", ID: 4, Triggered: t0, Operators: operators}); !errors.Is(err, ErrLeaseLost) {
+		t.Errorf("the deposed leader completed checkpoint 4: %v", err)
+	}
+	if err := sa.Discard(3); !errors.Is(err, ErrLeaseLost) {
+		t.Errorf("the deposed leader deleted checkpoint 3: %v", err)
+	}
+	if err := sa.RemoveOrphans(); !errors.Is(err, ErrLeaseLost) {
+		t.Errorf("the deposed leader removed orphans: %v", err)
+	}
+
+	b := lead(t, c, "b")
+	defer b.Resign(context.Background())
+	sb := Led(dir, b)
+	scan, err = sb.Scan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(completedIDs(scan), []checkpoint.ID{1, 3}) || !slices.Equal(scan.Incomplete, []checkpoint.ID{4}) || scan.MaxID != 4 {
+		t.Fatalf("the next leader's scan: completed %v, incomplete %v, max id %d: want [1 3], [4], 4", completedIDs(scan), scan.Incomplete, scan.MaxID)
+	}
+	if m := scan.Latest(); m == nil || m.ID != 3 {
+		t.Fatalf("latest %v: want 3", m)
+	}
+	checkReadable(t, sb, scan.Latest())
+	if err := sb.Reserve(4); err == nil {
+		t.Error("the next leader reserved checkpoint 4, which the deposed one had")
+	}
+	if err := takeCheckpoint(sb, 5); err != nil {
+		t.Fatal(err)
+	}
+	// A recorded checkpoint whose metadata is gone is damaged, not absent:
+	// the run does not silently restore an older one.
+	if err := dir.Discard(5); err != nil {
+		t.Fatal(err)
+	}
+	scan, err = sb.Scan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(scan.Damaged) != 1 || scan.Damaged[0].ID != 5 || !ProvenDamage(scan.Damaged[0].Err) {
+		t.Fatalf("damaged %+v: want checkpoint 5, proven", scan.Damaged)
+	}
+}
+
+// TestLedStorageEtcdUnreachable: when etcd cannot be reached, Scan fails
+// with ErrUnavailable (it never reports what completed from the files
+// alone), and a commit is not a completed checkpoint.
+func TestLedStorageEtcdUnreachable(t *testing.T) {
+	e := etcdtest.Start(t, 1)
+	c, err := ha.Dial(ha.Config{Endpoints: e.Hosts(), TTL: 2 * time.Second, DialTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	dir, err := NewDir(vfs.NewMem(), "/chk", "job", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := lead(t, c, "a")
+	s := Led(dir, l)
+	if err := takeCheckpoint(s, 1); err != nil {
+		t.Fatal(err)
+	}
+	e.Kill(0)
+	if _, err := s.Scan(); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("scan with etcd down: %v, want ErrUnavailable", err)
+	}
+	err = s.Commit(&checkpoint.Metadata{Job: "job", ID: 2, Triggered: t0, Operators: operators})
+	if err == nil || !errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrLeaseLost) {
+		t.Errorf("commit with etcd down: %v, want ErrUnavailable or ErrLeaseLost", err)
+	}
+	<-l.Lost()
+}
