@@ -1,15 +1,19 @@
 package weir
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/weirstream/weir/graph"
 	"github.com/weirstream/weir/internal/cluster"
+	"github.com/weirstream/weir/internal/ha"
 	"github.com/weirstream/weir/internal/runtime"
 	"github.com/weirstream/weir/internal/transport"
+	"github.com/weirstream/weir/storage"
 )
 
 // Role is what a process of a job does.
@@ -24,6 +28,9 @@ const (
 	// Worker runs the tasks the coordinator deploys on it.
 	Worker Role = "worker"
 )
+
+// defaultCoordinatorListen is where a coordinator listens by default.
+const defaultCoordinatorListen = "127.0.0.1:7700"
 
 // ClusterConfig makes a process one of a cluster's: every process runs the
 // same job binary and builds the same graph; the coordinator refuses a
@@ -57,6 +64,19 @@ type ClusterConfig struct {
 	HeartbeatTimeout  time.Duration
 	// OnListen, if set, hears the coordinator's address once it listens.
 	OnListen func(addr string)
+	// HA, if set (etcd://host:port[,host:port…][/prefix]), makes the
+	// coordinator highly available: any number of coordinator processes
+	// of the job start alike and campaign for its leadership in etcd; the
+	// leader listens and runs the job, restoring the latest checkpoint
+	// etcd records, and the others stand by until its term ends (its
+	// process died, was paused or was cut off from etcd for its lease's
+	// time to live). Workers join with every coordinator's address
+	// (Join "a:7700,b:7700"). Checkpoints complete only in etcd, under the
+	// current term (storage.Led).
+	HA string
+	// HATTL is the leader's lease in etcd, in whole seconds (default 5s):
+	// a standby takes over within it after the leader went silent.
+	HATTL time.Duration
 }
 
 func (c ClusterConfig) validate(cfg Config) error {
@@ -75,6 +95,27 @@ func (c ClusterConfig) validate(cfg Config) error {
 	}
 	if r := cfg.Restore; r != "" && r != "latest" {
 		return fmt.Errorf("restore %q: a cluster restores checkpoints of its own storage (--restore latest); restore a checkpoint elsewhere in local mode", r)
+	}
+	if c.HA != "" {
+		switch {
+		case c.Role != Coordinator:
+			return fmt.Errorf("--ha is for coordinators: a worker joins the job's coordinators by address (--join host:port,host:port)")
+		case cfg.Fresh || cfg.Restore != "":
+			return errors.New("with --ha, every leader restores the latest checkpoint etcd records: --fresh and --restore do not apply (to run an ended job again from the beginning, delete its keys: etcdctl del --prefix <prefix>/jobs/<job>/)")
+		case cfg.Checkpoint.Mode == NoCheckpoints:
+			return errors.New("--ha needs checkpoints: a new leader restores the latest")
+		}
+		if _, port, err := net.SplitHostPort(cmp.Or(c.Listen, defaultCoordinatorListen)); err != nil || port == "0" {
+			return fmt.Errorf("with --ha, --listen needs a fixed host:port, not %q: workers join every coordinator's address, and the leader's is what etcd names", c.Listen)
+		}
+		hc, err := ha.ParseURL(c.HA)
+		if err != nil {
+			return err
+		}
+		hc.TTL = c.HATTL
+		if err := hc.Validate(); err != nil {
+			return err
+		}
 	}
 	if c.Role == Worker {
 		if c.Join == "" {
@@ -109,11 +150,17 @@ func (e *Environment) executeClustered(ctx context.Context, plan *graph.Plan, sp
 	if err != nil {
 		return Result{}, err
 	}
-	listen := cc.Listen
-	if listen == "" {
-		listen = "127.0.0.1:7700"
+	ccfg := cluster.CoordinatorConfig{Graph: cluster.GraphOf(spec), Listen: cmp.Or(cc.Listen, defaultCoordinatorListen), TLS: tc, Liveness: live, Logger: spec.Logger, Stats: spec.Stats}
+	if cc.HA != "" {
+		return e.lead(ctx, ccfg, spec)
 	}
-	c, err := cluster.StartCoordinator(cluster.CoordinatorConfig{Graph: cluster.GraphOf(spec), Listen: listen, TLS: tc, Liveness: live, Logger: spec.Logger, Stats: spec.Stats})
+	return e.coordinate(ctx, ccfg, spec)
+}
+
+// coordinate runs the job as its coordinator.
+func (e *Environment) coordinate(ctx context.Context, ccfg cluster.CoordinatorConfig, spec runtime.Spec) (Result, error) {
+	cc := e.cfg.Cluster
+	c, err := cluster.StartCoordinator(ccfg)
 	if err != nil {
 		return Result{}, err
 	}
@@ -133,6 +180,97 @@ func (e *Environment) executeClustered(ctx context.Context, plan *graph.Plan, sp
 		}
 	}
 	return runtime.Run(ctx, spec)
+}
+
+// lead campaigns for the job's leadership in etcd, and runs the job as
+// its coordinator whenever it leads, until the job ends under its term or
+// ctx ends. A term that is lost stops the run at once (nothing it did
+// after its lease could end counts: storage.Led), and the process stands
+// by again.
+func (e *Environment) lead(ctx context.Context, ccfg cluster.CoordinatorConfig, spec runtime.Spec) (Result, error) {
+	cc := e.cfg.Cluster
+	hc, err := ha.ParseURL(cc.HA)
+	if err != nil {
+		return Result{}, err
+	}
+	hc.TTL = cc.HATTL
+	client, err := ha.Dial(hc)
+	if err != nil {
+		return Result{}, err
+	}
+	defer client.Close()
+	name := ccfg.Listen
+	store := spec.Storage
+	log := spec.Logger.With("job", spec.Name, "coordinator", name)
+	for {
+		log.Info("standing by: campaigning for the job's leadership", "etcd", hc.Endpoints)
+		l, err := client.Campaign(ctx, spec.Name, name)
+		if ctx.Err() != nil {
+			return Result{}, context.Cause(ctx)
+		}
+		if err != nil {
+			log.Warn("the campaign failed; campaigning again", "err", err)
+			select {
+			case <-time.After(time.Second):
+			case <-ctx.Done():
+				return Result{}, context.Cause(ctx)
+			}
+			continue
+		}
+		log.Info("leading the job", "epoch", l.Epoch)
+		ectx, ecancel := context.WithTimeout(ctx, l.TTL())
+		outcome, ended, err := l.Ended(ectx)
+		if err != nil || ended {
+			l.Resign(ectx)
+		}
+		ecancel()
+		switch {
+		case err != nil:
+			log.Warn("could not read whether the job ended; standing by again", "err", err)
+			continue
+		case !ended:
+		case outcome == "finished":
+			log.Info("the job finished under an earlier leader; this coordinator exits")
+			return Result{}, nil
+		default:
+			return Result{}, fmt.Errorf("job %s ended under an earlier leader: %s", spec.Name, outcome)
+		}
+		rctx, cancel := context.WithCancelCause(ctx)
+		go func() {
+			select {
+			case <-l.Lost():
+				cancel(l.Err())
+			case <-rctx.Done():
+			}
+		}()
+		term := spec
+		term.Storage = storage.Led(store, l)
+		term.Start = runtime.Start{Latest: true, AllowNonRestoredState: spec.Start.AllowNonRestoredState}
+		ccfg.Epoch = uint64(l.Epoch)
+		res, err := e.coordinate(rctx, ccfg, term)
+		cancel(nil)
+		if lost := l.Err(); lost != nil {
+			log.Warn("deposed: the job's leadership was lost; the run stopped, and this coordinator stands by", "epoch", l.Epoch, "why", lost, "run", err)
+			continue
+		}
+		bctx, bcancel := context.WithTimeout(context.Background(), l.TTL())
+		if ctx.Err() == nil {
+			// The job itself ended (finished, or failed for good): the
+			// standbys must not run it again.
+			outcome := "finished"
+			if err != nil {
+				outcome = "failed: " + err.Error()
+			}
+			if eerr := l.End(bctx, outcome); eerr != nil {
+				log.Warn("could not record in etcd that the job ended; a standby will restore its latest checkpoint", "err", eerr)
+			}
+		}
+		if rerr := l.Resign(bctx); rerr != nil {
+			log.Warn("could not resign the leadership; it ends with its lease", "err", rerr)
+		}
+		bcancel()
+		return res, err
+	}
 }
 
 // wireCodec returns the codec of the batches on an edge of plan: the

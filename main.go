@@ -192,8 +192,10 @@ func jobCommand(ctx context.Context, role Role, cfg Config, build func(*Environm
 		fl.StringVar(&cl.Listen, "listen", cl.Listen, "address to accept workers on (default 127.0.0.1:7700: loopback)")
 		fl.DurationVar(&cl.HeartbeatInterval, "heartbeat-interval", cl.HeartbeatInterval, "how often workers send heartbeats (0: 1s)")
 		fl.DurationVar(&cl.HeartbeatTimeout, "heartbeat-timeout", cl.HeartbeatTimeout, "a worker silent this long is lost (0: 5s)")
+		fl.StringVar(&cl.HA, "ha", cl.HA, "high availability: etcd://host:port[,host:port…][/prefix]; coordinators of the job campaign there, one leads, the others stand by")
+		fl.DurationVar(&cl.HATTL, "ha-ttl", cl.HATTL, "the leader's lease in etcd, whole seconds: a standby takes over within it (0: 5s)")
 	case Worker:
-		fl.StringVar(&cl.Join, "join", cl.Join, "the coordinator's host:port")
+		fl.StringVar(&cl.Join, "join", cl.Join, "the coordinator's host:port (with --ha coordinators, each one's, separated by commas)")
 		fl.StringVar(&cl.Name, "name", cl.Name, "this worker's name, which its certificate holds")
 		fl.IntVar(&cl.Slots, "slots", max(cl.Slots, 1), "task slots offered: a slot runs one subtask of every operator")
 		fl.StringVar(&cl.Listen, "listen", cl.Listen, "address to accept the coordinator's calls and other workers' data on (default 127.0.0.1, any port)")

@@ -34,11 +34,23 @@ import (
 //   - Lock is the leadership: storage locks (a directory's lock file, an
 //     object store's lease) are not taken, since a paused leader would
 //     hold them past its term.
-func Led(s Storage, l *ha.Leadership) Storage { return &led{Storage: s, l: l} }
+func Led(s Storage, l *ha.Leadership) Storage {
+	if p, ok := s.(Prober); ok {
+		return ledProber{&led{Storage: s, l: l}, p}
+	}
+	return &led{Storage: s, l: l}
+}
 
 type led struct {
 	Storage
 	l *ha.Leadership
+}
+
+// ledProber is a led storage whose storage a cluster's workers may share
+// (Prober).
+type ledProber struct {
+	*led
+	Prober
 }
 
 // ctx bounds a call to etcd: longer, and the term may have ended meanwhile.

@@ -43,9 +43,9 @@ Take the same job flags as the coordinator.`,
 
 // clusterFlags are a cluster process's settings.
 type clusterFlags struct {
-	listen, advertise, join, name, certs string
-	slots                                int
-	heartbeat, timeout                   time.Duration
+	listen, advertise, join, name, certs, ha string
+	slots                                    int
+	heartbeat, timeout, haTTL                time.Duration
 }
 
 func (f *clusterFlags) add(cmd *cobra.Command, role weir.Role) {
@@ -55,8 +55,10 @@ func (f *clusterFlags) add(cmd *cobra.Command, role weir.Role) {
 		fl.StringVar(&f.listen, "listen", "127.0.0.1:7700", "address to accept workers on (loopback unless told otherwise)")
 		fl.DurationVar(&f.heartbeat, "heartbeat-interval", time.Second, "how often workers send heartbeats")
 		fl.DurationVar(&f.timeout, "heartbeat-timeout", 5*time.Second, "a worker silent this long is lost, and the job restarts from its latest checkpoint")
+		fl.StringVar(&f.ha, "ha", "", "high availability: etcd://host:port[,host:port…][/prefix]; coordinators of the job campaign there, one leads, the others stand by")
+		fl.DurationVar(&f.haTTL, "ha-ttl", 0, "the leader's lease in etcd, whole seconds: a standby takes over within it (0: 5s)")
 	case weir.Worker:
-		fl.StringVar(&f.join, "join", "", "the coordinator's host:port")
+		fl.StringVar(&f.join, "join", "", "the coordinator's host:port (with --ha coordinators, each one's, separated by commas)")
 		fl.StringVar(&f.name, "name", "", "this worker's name, which its certificate holds (<certs>/<name>.pem)")
 		fl.IntVar(&f.slots, "slots", 1, "task slots offered: a slot runs one subtask of every operator")
 		fl.StringVar(&f.listen, "listen", "127.0.0.1:0", "address to accept the coordinator's calls and other workers' data on (loopback unless told otherwise)")
@@ -82,7 +84,7 @@ func (f *clusterFlags) config(role weir.Role) (weir.ClusterConfig, error) {
 	}
 	return weir.ClusterConfig{
 		Role: role, Listen: f.listen, Advertise: f.advertise, Join: f.join, Name: f.name, Slots: f.slots, Certs: f.certs,
-		HeartbeatInterval: f.heartbeat, HeartbeatTimeout: f.timeout,
+		HeartbeatInterval: f.heartbeat, HeartbeatTimeout: f.timeout, HA: f.ha, HATTL: f.haTTL,
 	}, nil
 }
 

@@ -45,7 +45,7 @@ func TestGraphDiff(t *testing.T) {
 
 func TestMembers(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	m := NewMembers(jobGraph, 5*time.Second)
+	m := NewMembers(jobGraph, 5*time.Second, 0)
 	a, replaced, err := m.Register(Worker{Name: "a", Slots: 2}, jobGraph, t0)
 	if err != nil || replaced != nil || a.Session != 1 {
 		t.Fatalf("register a: %+v %v %v", a, replaced, err)
@@ -212,7 +212,7 @@ func (c *testCluster) worker(name, certName, addr string, g Graph) (stop func(),
 		errc <- RunWorker(ctx, WorkerConfig{
 			Coordinator: addr, Name: name, Slots: 2, DataAddress: "127.0.0.1:1", Graph: g, TLS: tc, Logger: quiet(),
 			RetryInterval: 50 * time.Millisecond,
-			Registered: func(w Worker, _ Liveness) {
+			Registered: func(w Worker, _ Liveness, _ string) {
 				c.record("registered " + name)
 			},
 			Fence: func(error) { c.record("fenced " + name) },
@@ -404,7 +404,7 @@ func TestWorkersRegisterWithARestartedCoordinator(t *testing.T) {
 // placeable for cutTimeouts heartbeat timeouts, or until one registers anew.
 func TestMembersKeepACutPairApart(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	m := NewMembers(jobGraph, time.Second)
+	m := NewMembers(jobGraph, time.Second, 0)
 	for _, n := range []string{"a", "b", "c"} {
 		if _, _, err := m.Register(Worker{Name: n, Slots: 2}, jobGraph, t0); err != nil {
 			t.Fatal(err)

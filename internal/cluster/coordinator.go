@@ -77,6 +77,10 @@ type CoordinatorConfig struct {
 	// Stats, if set, gets the subtasks' counters the workers' heartbeats
 	// carry.
 	Stats *runtime.Stats
+	// Epoch is the coordinator's term of the job's leadership (0 without
+	// high availability): its workers' sessions are numbered above every
+	// earlier term's (NewMembers).
+	Epoch uint64
 }
 
 // Coordinator accepts workers, tracks their liveness and slots, and
@@ -132,7 +136,7 @@ func StartCoordinator(cfg CoordinatorConfig) (*Coordinator, error) {
 	}
 	c := &Coordinator{
 		cfg: cfg, ln: ln, lost: make(chan Worker, 64),
-		members: NewMembers(cfg.Graph, cfg.Liveness.Timeout), via: map[string]*peerConn{}, changed: make(chan struct{}),
+		members: NewMembers(cfg.Graph, cfg.Liveness.Timeout, cfg.Epoch), via: map[string]*peerConn{}, changed: make(chan struct{}),
 		told: map[string]bool{}, stop: make(chan struct{}),
 	}
 	path, h := clusterpbconnect.NewCoordinatorServiceHandler(c, readLimit)

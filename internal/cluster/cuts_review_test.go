@@ -36,7 +36,7 @@ func placeableNames(ws []Worker) string {
 // the same cut, and waits again, for as long as a lives.
 func TestPlaceableKeepsTheWorkersThatStillReachEachOther(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	m := NewMembers(jobGraph, time.Second)
+	m := NewMembers(jobGraph, time.Second, 0)
 	for _, n := range []string{"a", "b", "c", "d"} {
 		if _, _, err := m.Register(Worker{Name: n, Slots: 2}, jobGraph, t0); err != nil {
 			t.Fatal(err)

@@ -66,10 +66,18 @@ type member struct {
 }
 
 // NewMembers returns an empty membership for job graph g, declaring a
-// worker lost after timeout without a heartbeat.
-func NewMembers(g Graph, timeout time.Duration) *Members {
-	return &Members{graph: g, timeout: timeout, workers: map[string]*member{}, cuts: map[[2]string]time.Time{}}
+// worker lost after timeout without a heartbeat. Its sessions are numbered
+// from epoch << sessionBits on: a coordinator of a later term (a larger
+// epoch) numbers every session above every earlier term's, so that a
+// worker refuses the commands of a deposed coordinator (node.Deploy: the
+// session must be the worker's).
+func NewMembers(g Graph, timeout time.Duration, epoch uint64) *Members {
+	return &Members{graph: g, timeout: timeout, session: epoch << sessionBits, workers: map[string]*member{}, cuts: map[[2]string]time.Time{}}
 }
+
+// sessionBits: a term numbers at most 1<<sessionBits sessions (Register
+// refuses more), and epochs (etcd revisions) below 1<<(64-sessionBits).
+const sessionBits = 24
 
 // Register adds worker w, built with graph g, under a new session. A name
 // that a session holds is refused with a *NameHeldError, unless that
@@ -86,6 +94,9 @@ func (m *Members) Register(w Worker, g Graph, now time.Time) (Worker, *Worker, e
 	}
 	if w.Slots < 1 {
 		return Worker{}, nil, fmt.Errorf("cluster: worker %q offers %d slots; it needs at least 1", w.Name, w.Slots)
+	}
+	if (m.session+1)&(1<<sessionBits-1) == 0 {
+		return Worker{}, nil, fmt.Errorf("cluster: this coordinator registered %d sessions, all its term may: a standby takes over when it steps down", 1<<sessionBits-1)
 	}
 	var replaced *Worker
 	if old, ok := m.workers[w.Name]; ok {

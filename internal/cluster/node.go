@@ -60,7 +60,6 @@ type node struct {
 	cfg    NodeConfig
 	ctx    context.Context
 	log    *slog.Logger
-	client clusterpbconnect.CoordinatorServiceClient
 	arr    arrivals
 	addr   string
 
@@ -73,6 +72,9 @@ type node struct {
 	// connections (links.idle).
 	idle time.Duration
 	run  *nodeRun
+	// client reaches the coordinator of the registration (reports go
+	// there).
+	client clusterpbconnect.CoordinatorServiceClient
 	// registered is closed and replaced when a registration takes effect.
 	registered chan struct{}
 }
@@ -130,13 +132,16 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 	}()
 	tr := &http.Transport{TLSClientConfig: toCoordinator(cfg.TLS), ForceAttemptHTTP2: true}
 	defer tr.CloseIdleConnections()
-	n.client = clusterpbconnect.NewCoordinatorServiceClient(&http.Client{Transport: tr}, "https://"+cfg.Coordinator, readLimit)
+	clients := map[string]clusterpbconnect.CoordinatorServiceClient{}
 	return RunWorker(ctx, WorkerConfig{
 		Coordinator: cfg.Coordinator, Name: cfg.Name, Slots: cfg.Slots, DataAddress: n.addr,
 		Graph: GraphOf(cfg.Spec), TLS: cfg.TLS, Logger: cfg.Logger, RetryInterval: cfg.RetryInterval, Stats: cfg.Spec.Stats,
-		Registered: func(w Worker, l Liveness) {
+		Registered: func(w Worker, l Liveness, coordinator string) {
+			if clients[coordinator] == nil {
+				clients[coordinator] = clusterpbconnect.NewCoordinatorServiceClient(&http.Client{Transport: tr}, "https://"+coordinator, readLimit)
+			}
 			n.mu.Lock()
-			n.session, n.attempt, n.idle = w.Session, 0, l.Timeout
+			n.session, n.attempt, n.idle, n.client = w.Session, 0, l.Timeout, clients[coordinator]
 			close(n.registered)
 			n.registered = make(chan struct{})
 			n.mu.Unlock()
@@ -366,7 +371,10 @@ func (n *node) forward(ctx context.Context, run *nodeRun, reports <-chan runtime
 // the attempt goes on.
 func (n *node) report(ctx context.Context, req *clusterpb.ReportRequest) bool {
 	for {
-		_, err := n.client.Report(ctx, connect.NewRequest(req))
+		n.mu.Lock()
+		client := n.client
+		n.mu.Unlock()
+		_, err := client.Report(ctx, connect.NewRequest(req))
 		if err == nil {
 			return true
 		}

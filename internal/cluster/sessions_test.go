@@ -32,7 +32,7 @@ func (c *testCluster) labelled(label, name, addr string) (stop func(), done <-ch
 		errc <- RunWorker(ctx, WorkerConfig{
 			Coordinator: addr, Name: name, Slots: 2, DataAddress: "127.0.0.1:1", Graph: jobGraph, TLS: tc, Logger: log,
 			RetryInterval: 50 * time.Millisecond,
-			Registered: func(w Worker, _ Liveness) {
+			Registered: func(w Worker, _ Liveness, _ string) {
 				c.record(fmt.Sprintf("registered %s(%s) s%d", name, label, w.Session))
 			},
 			Fence: func(err error) { c.record(fmt.Sprintf("fenced %s(%s): %v", name, label, err)) },

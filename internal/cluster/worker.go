@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -18,7 +19,10 @@ import (
 
 // WorkerConfig configures a worker's side of the control plane.
 type WorkerConfig struct {
-	// Coordinator is the coordinator's host:port.
+	// Coordinator is the coordinator's host:port, or the addresses of a
+	// job's coordinators (high availability) separated by commas: the
+	// worker registers with the one that answers, the leader (standbys
+	// do not listen).
 	Coordinator string
 	// Name is the worker's name; its certificate must name it.
 	Name        string
@@ -28,9 +32,10 @@ type WorkerConfig struct {
 	// TLS is the mutual TLS configuration (transport.LoadTLS); required.
 	TLS    *tls.Config
 	Logger *slog.Logger
-	// Registered is called with each new registration, and the
-	// coordinator's liveness settings: the worker may take tasks.
-	Registered func(Worker, Liveness)
+	// Registered is called with each new registration, the
+	// coordinator's liveness settings and its address: the worker may
+	// take tasks.
+	Registered func(w Worker, l Liveness, coordinator string)
 	// Fence stops the worker's tasks, when the worker has lost the
 	// coordinator (before the coordinator declares it lost) or its session
 	// ended. It returns when they are stopped.
@@ -77,10 +82,13 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 		HTTP2: &http.HTTP2Config{SendPingTimeout: pingAfter, PingTimeout: pingTimeout},
 	}
 	defer tr.CloseIdleConnections()
-	client := clusterpbconnect.NewCoordinatorServiceClient(&http.Client{Transport: tr}, "https://"+cfg.Coordinator, readLimit)
+	co := coordinators{addrs: strings.Split(cfg.Coordinator, ",")}
+	for _, a := range co.addrs {
+		co.clients = append(co.clients, clusterpbconnect.NewCoordinatorServiceClient(&http.Client{Transport: tr}, "https://"+a, readLimit))
+	}
 	wait := firstRegisterTimeout
 	for {
-		w, live, err := register(ctx, client, cfg, wait, tr.CloseIdleConnections)
+		w, live, err := register(ctx, &co, cfg, wait, tr.CloseIdleConnections)
 		if errors.Is(err, errJobFinished) {
 			cfg.Logger.Info("the job finished; this worker exits", "worker", cfg.Name, "coordinator", cfg.Coordinator)
 			return nil
@@ -89,8 +97,8 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 			return err
 		}
 		wait = registerTimeout(live.Liveness)
-		cfg.Registered(w, live.Liveness)
-		reason := heartbeats(ctx, client, cfg, w, live)
+		cfg.Registered(w, live.Liveness, co.addr())
+		reason := heartbeats(ctx, co.client(), cfg, w, live)
 		if ctx.Err() != nil {
 			cfg.Fence(context.Cause(ctx))
 			return nil
@@ -128,14 +136,30 @@ const (
 // session is not yet proven dead), and a little more to answer.
 func registerTimeout(l Liveness) time.Duration { return 2 * l.Timeout }
 
-// register registers, retrying while the coordinator cannot be reached;
-// each Register may take timeout. Before it sends Register again, it calls
-// closeIdle, so that the retry does not go on a silent connection.
-func register(ctx context.Context, client clusterpbconnect.CoordinatorServiceClient, cfg WorkerConfig, timeout time.Duration, closeIdle func()) (Worker, *liveness, error) {
+// coordinators are the addresses a worker may register at, and the one it
+// tries (or registered at).
+type coordinators struct {
+	addrs   []string
+	clients []clusterpbconnect.CoordinatorServiceClient
+	cur     int
+}
+
+func (c *coordinators) addr() string { return c.addrs[c.cur] }
+
+func (c *coordinators) client() clusterpbconnect.CoordinatorServiceClient { return c.clients[c.cur] }
+
+// next moves on to the next address (the one tried did not answer).
+func (c *coordinators) next() { c.cur = (c.cur + 1) % len(c.addrs) }
+
+// register registers, retrying while no coordinator can be reached, trying
+// each address in turn; each Register may take timeout. Before it sends
+// Register again, it calls closeIdle, so that the retry does not go on a
+// silent connection.
+func register(ctx context.Context, co *coordinators, cfg WorkerConfig, timeout time.Duration, closeIdle func()) (Worker, *liveness, error) {
 	req := &clusterpb.RegisterRequest{Worker: cfg.Name, Slots: int32(cfg.Slots), DataAddress: cfg.DataAddress, Graph: graphToProto(cfg.Graph)}
 	for {
 		sent := time.Now()
-		resp, err := client.Register(ctx, connect.NewRequest(req))
+		resp, err := co.client().Register(ctx, connect.NewRequest(req))
 		if err == nil && resp.Header().Get(jobFinishedHeader) != "" {
 			return Worker{}, nil, errJobFinished
 		}
@@ -146,7 +170,7 @@ func register(ctx context.Context, client clusterpbconnect.CoordinatorServiceCli
 				return Worker{}, nil, fmt.Errorf("cluster: the coordinator sent heartbeat settings %v/%v: %v", l.HeartbeatInterval, l.Timeout, err)
 			}
 			w := Worker{Name: cfg.Name, Slots: cfg.Slots, DataAddress: cfg.DataAddress, Session: m.GetSession()}
-			cfg.Logger.Info("registered", "worker", w.Name, "coordinator", cfg.Coordinator, "session", w.Session)
+			cfg.Logger.Info("registered", "worker", w.Name, "coordinator", co.addr(), "session", w.Session)
 			// The coordinator registered this worker no earlier than it
 			// held the Register after it was sent (see heldForHeader).
 			held := min(heldFor(resp.Header()), time.Since(sent))
@@ -154,12 +178,13 @@ func register(ctx context.Context, client clusterpbconnect.CoordinatorServiceCli
 		}
 		switch connect.CodeOf(err) {
 		case connect.CodeFailedPrecondition, connect.CodePermissionDenied, connect.CodeUnauthenticated, connect.CodeAlreadyExists, connect.CodeInvalidArgument:
-			return Worker{}, nil, fmt.Errorf("cluster: the coordinator at %s refused worker %q: %w", cfg.Coordinator, cfg.Name, err)
+			return Worker{}, nil, fmt.Errorf("cluster: the coordinator at %s refused worker %q: %w", co.addr(), cfg.Name, err)
 		}
 		if ctx.Err() != nil {
 			return Worker{}, nil, nil
 		}
-		cfg.Logger.Warn("cannot reach the coordinator; retrying", "coordinator", cfg.Coordinator, "err", err, "retry", cfg.RetryInterval)
+		cfg.Logger.Warn("cannot reach the coordinator; retrying", "coordinator", co.addr(), "err", err, "retry", cfg.RetryInterval)
+		co.next()
 		select {
 		case <-time.After(cfg.RetryInterval):
 		case <-ctx.Done():

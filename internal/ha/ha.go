@@ -12,6 +12,7 @@
 //	<prefix>/jobs/<job>/leader/<lease>   a candidate; its value names it (its address); the oldest leads
 //	<prefix>/jobs/<job>/checkpoint-id    the last checkpoint id handed out
 //	<prefix>/jobs/<job>/completed/<id>   a completed checkpoint's Pointer (JSON), id in 20 digits
+//	<prefix>/jobs/<job>/ended            the job ended under a term: "finished", or "failed: <why>"
 //
 // The epoch of a term is its leader key's create revision. etcd's revisions
 // only grow, so each term of any candidate has a larger epoch than every
@@ -614,3 +615,21 @@ func (l *Leadership) Job() string { return l.job }
 // TTL is the lease's time to live: how long a write may take before the
 // term could have ended.
 func (l *Leadership) TTL() time.Duration { return l.c.cfg.TTL }
+
+// End records that the job ended under this term (outcome "finished" or
+// "failed: <why>"): no later term runs it. Only the leader can.
+func (l *Leadership) End(ctx context.Context, outcome string) error {
+	return l.fenced(ctx, "record that the job ended", clientv3.OpPut(l.c.key(l.job, "ended"), outcome))
+}
+
+// Ended returns how the job ended, if a term recorded it (End).
+func (l *Leadership) Ended(ctx context.Context) (string, bool, error) {
+	resp, err := l.c.cl.Get(ctx, l.c.key(l.job, "ended"))
+	if err != nil {
+		return "", false, fmt.Errorf("ha: has job %s ended: %w", l.job, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return "", false, nil
+	}
+	return string(resp.Kvs[0].Value), true, nil
+}
