@@ -57,11 +57,11 @@ type NodeConfig struct {
 // node is a worker process: it runs the tasks the coordinator deploys on
 // it, one attempt at a time.
 type node struct {
-	cfg    NodeConfig
-	ctx    context.Context
-	log    *slog.Logger
-	arr    arrivals
-	addr   string
+	cfg  NodeConfig
+	ctx  context.Context
+	log  *slog.Logger
+	arr  arrivals
+	addr string
 
 	mu sync.Mutex
 	// session is the registration in force (0: none, fenced); attempt the
