@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os/exec"
@@ -11,7 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/weirstream/weir/examples/wordcount"
 	"github.com/weirstream/weir/internal/etcdtest"
+	"github.com/weirstream/weir/internal/pgtest"
 )
 
 // freePorts returns n loopback addresses with ports free a moment ago.
@@ -44,9 +49,9 @@ func leads(c *child) bool {
 // person or script restarts the job: a standby takes over, restores the
 // latest checkpoint etcd records, and the workers register with it. The
 // results must be exactly those of a run in one process, and every
-// coordinator exits 0 once the job finished.
+// coordinator exits 0 once the job finished. weir status names the
+// leader, its epoch and the standbys.
 func TestClusterHAKill9Leader(t *testing.T) {
-	e := etcdtest.Start(t, 1)
 	dir := t.TempDir()
 	job := func(role, out string, extra ...string) []string {
 		return append([]string{role, "nexmark", "--query", "q5", "--events", "300k", "--rate", "2000", "--throttle", "8000", "--output", filepath.Join(dir, out),
@@ -58,72 +63,178 @@ func TestClusterHAKill9Leader(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	want := committedSorted(t, filepath.Join(dir, "golden"))
-	certs := filepath.Join(dir, "certs")
-	if out, err := exec.Command(weirBin, "cluster", "certs", "--out", certs).CombinedOutput(); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
-	addrs := freePorts(t, 3)
-	haURL := "etcd://" + strings.Join(e.Hosts(), ",") + "/weir-test"
-	coordinator := func(addr string) *child {
-		return startProc(t, job("coordinator", "cluster", "--listen", addr, "--ha", haURL, "--ha-ttl", "2s", "--certs", certs,
-			"--heartbeat-interval", "200ms", "--heartbeat-timeout", "2s")...)
-	}
-	coords := make([]*child, len(addrs))
-	for i, a := range addrs {
-		coords[i] = coordinator(a)
-	}
-	var logs []string // of the killed coordinators, for a failure
+	h := startHACluster(t, 3, 3, func(role string, extra ...string) []string { return job(role, "cluster", extra...) })
+	var killed []string // the killed coordinators' logs, for a failure
 	defer func() {
 		if t.Failed() {
-			for i, c := range coords {
-				t.Logf("coordinator %s:\n%s", addrs[i], c.log)
-			}
-			t.Logf("killed coordinators:\n%s", strings.Join(logs, "\n----\n"))
+			t.Logf("killed coordinators:\n%s", strings.Join(killed, "\n----\n"))
 		}
 	}()
-	for i := 1; i <= 3; i++ {
-		startProc(t, job("worker", "cluster", "--join", strings.Join(addrs, ","), "--name", fmt.Sprintf("worker-%d", i), "--certs", certs)...)
-	}
-	leader := func() int {
-		for i, c := range coords {
-			if leads(c) {
-				return i
-			}
-		}
-		return -1
-	}
 	var killedAt time.Time
 	for kill := range 5 {
-		var l int
-		waitFor(t, "a leader that completed a checkpoint", func() bool {
-			l = leader()
-			if l < 0 {
-				return false
+		l := h.leaderWithCheckpoint(t, -1)
+		if kill == 0 {
+			out, err := exec.Command(weirBin, "status", "--ha", h.url, "--job", "nexmark-q5", "--certs", h.certs).CombinedOutput()
+			if err != nil {
+				t.Fatalf("weir status: %v\n%s", err, out)
 			}
-			log := coords[l].log.String()
-			return strings.Contains(log[strings.LastIndex(log, `msg="leading the job"`):], `msg="checkpoint completed"`)
-		})
-		if kill > 0 {
-			t.Logf("kill %d: %s's first checkpoint completed %v after the kill", kill, addrs[l], time.Since(killedAt).Round(10*time.Millisecond))
+			for _, want := range []string{"leader " + h.addrs[l] + ", epoch ", "standby 127.0.0.1:", "job nexmark-q5: running"} {
+				if !strings.Contains(string(out), want) {
+					t.Fatalf("weir status says no %q:\n%s", want, out)
+				}
+			}
+			if n := strings.Count(string(out), "standby "); n != 2 {
+				t.Fatalf("weir status lists %d standbys, want 2:\n%s", n, out)
+			}
+			t.Logf("weir status:\n%s", out)
+		} else {
+			t.Logf("kill %d: %s's first checkpoint completed %v after the kill", kill, h.addrs[l], time.Since(killedAt).Round(10*time.Millisecond))
 		}
-		if coords[l].exited() {
+		if h.coords[l].exited() {
 			t.Fatalf("the job ended after %d kills; the test needs a longer run", kill)
 		}
-		coords[l].signal(syscall.SIGKILL)
+		h.coords[l].signal(syscall.SIGKILL)
 		killedAt = time.Now()
-		<-coords[l].done
-		logs = append(logs, coords[l].log.String())
-		coords[l] = coordinator(addrs[l])
+		killed = append(killed, h.coords[l].log.String())
+		h.coords[l] = h.coordinator(h.addrs[l])
 	}
-	for i, c := range coords {
-		<-c.done
-		if c.err != nil {
-			t.Fatalf("coordinator %s: %v", addrs[i], c.err)
-		}
-	}
+	h.wait(t)
 	got := committedSorted(t, filepath.Join(dir, "cluster"))
 	if !slices.Equal(got, want) {
 		t.Fatalf("%d results, the run in one process %d", len(got), len(want))
 	}
 	t.Logf("%d results, as in one process, after 5 kills of the leader", len(got))
+}
+
+// haCluster is a job's coordinators with --ha on one etcd, and its
+// workers, each a process.
+type haCluster struct {
+	addrs       []string
+	coords      []*child
+	url, certs  string
+	coordinator func(addr string) *child
+}
+
+// startHACluster starts coordinators and workers of the job args gives
+// the arguments of (by role).
+func startHACluster(t *testing.T, coordinators, workers int, args func(role string, extra ...string) []string) *haCluster {
+	t.Helper()
+	e := etcdtest.Start(t, 1)
+	h := &haCluster{addrs: freePorts(t, coordinators), url: "etcd://" + strings.Join(e.Hosts(), ",") + "/weir-test", certs: filepath.Join(t.TempDir(), "certs")}
+	if out, err := exec.Command(weirBin, "cluster", "certs", "--out", h.certs).CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	h.coordinator = func(addr string) *child {
+		return startProc(t, args("coordinator", "--listen", addr, "--ha", h.url, "--ha-ttl", "2s", "--certs", h.certs,
+			"--heartbeat-interval", "200ms", "--heartbeat-timeout", "2s")...)
+	}
+	for _, a := range h.addrs {
+		h.coords = append(h.coords, h.coordinator(a))
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for i, c := range h.coords {
+				t.Logf("coordinator %s:\n%s", h.addrs[i], c.log)
+			}
+		}
+	})
+	for i := 1; i <= workers; i++ {
+		startProc(t, args("worker", "--join", strings.Join(h.addrs, ","), "--name", fmt.Sprintf("worker-%d", i), "--certs", h.certs)...)
+	}
+	return h
+}
+
+// leaderWithCheckpoint waits for a coordinator that leads and completed a
+// checkpoint in its term, other than not, and returns it.
+func (h *haCluster) leaderWithCheckpoint(t *testing.T, not int) int {
+	t.Helper()
+	l := -1
+	waitFor(t, "a leader that completed a checkpoint", func() bool {
+		for i, c := range h.coords {
+			if i == not || !leads(c) {
+				continue
+			}
+			log := c.log.String()
+			if strings.Contains(log[strings.LastIndex(log, `msg="leading the job"`):], `msg="checkpoint completed"`) {
+				l = i
+				return true
+			}
+		}
+		return false
+	})
+	return l
+}
+
+// wait waits for every coordinator to exit, and fails unless each exited 0.
+func (h *haCluster) wait(t *testing.T) {
+	t.Helper()
+	for i, c := range h.coords {
+		<-c.done
+		if c.err != nil {
+			t.Fatalf("coordinator %s: %v", h.addrs[i], c.err)
+		}
+	}
+}
+
+// TestClusterHASigstopLeader pauses the leading coordinator (SIGSTOP) for
+// longer than its lease, lets the standby take over and complete a
+// checkpoint, and lets the old leader go on (SIGCONT): it finds itself
+// deposed, completes no checkpoint, and stands by; once the job finished
+// under the new leader, it exits 0 too. The word count's output is
+// exactly-once to files, Kafka and PostgreSQL (counted).
+func TestClusterHASigstopLeader(t *testing.T) {
+	for _, sink := range []string{"file", "kafka", "postgres"} {
+		t.Run(sink, func(t *testing.T) {
+			j := newJob(t, 4, 120_000)
+			out, check := j.output, func(t *testing.T) {
+				rep, err := wordcount.Verify(vfs.Default, j.output, j.want, false)
+				if err != nil || !rep.OK() {
+					t.Fatalf("%v %v", rep, err)
+				}
+				t.Log(rep)
+			}
+			switch sink {
+			case "kafka":
+				addr := serveKafka(t, "counts")
+				out = "kafka://" + addr + "/counts"
+				check = func(t *testing.T) {
+					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+					defer cancel()
+					lines, err := wordcount.KafkaLines(ctx, []string{addr}, "counts")
+					if err != nil {
+						t.Fatal(err)
+					}
+					rep, err := wordcount.Check(j.want, slices.Values(lines), false)
+					if err != nil || !rep.OK() {
+						t.Fatalf("%v %v", rep, err)
+					}
+					t.Log(rep)
+				}
+			case "postgres":
+				pg := pgtest.Start(t)
+				out = pg.URL + "&table=counts&mode=exactly-once"
+				check = func(t *testing.T) { checkTable(t, pg.URL, "counts", "exactly-once", j.want) }
+			}
+			h := startHACluster(t, 2, 3, func(role string, extra ...string) []string {
+				return append([]string{role, "wordcount", "--input", j.input, "--output", out, "--checkpoint-dir", j.ckpt,
+					"--parallelism", "3", "--checkpoint-interval", "100ms", "--log-level", "info"}, extra...)
+			})
+			old := h.leaderWithCheckpoint(t, -1)
+			paused := h.coords[old]
+			paused.cmd.Process.Signal(syscall.SIGSTOP)
+			stopped, mark := time.Now(), len(paused.log.String())
+			next := h.leaderWithCheckpoint(t, old)
+			t.Logf("the standby %s completed its first checkpoint %v after the leader was paused", h.addrs[next], time.Since(stopped).Round(10*time.Millisecond))
+			paused.cmd.Process.Signal(syscall.SIGCONT)
+			waitFor(t, "the old leader to stand by", func() bool {
+				return strings.Contains(paused.log.String()[mark:], `msg="standing by`) || paused.exited()
+			})
+			after := paused.log.String()[mark:]
+			if !strings.Contains(after, `msg="deposed`) || strings.Contains(after, `msg="checkpoint completed"`) {
+				t.Fatalf("the old leader, woken, did not say it was deposed, or completed a checkpoint:\n%s", after)
+			}
+			h.wait(t)
+			check(t)
+		})
+	}
 }

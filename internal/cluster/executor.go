@@ -153,7 +153,11 @@ func (x *Executor) Start(ctx context.Context, spec runtime.Spec, p runtime.Part,
 		}
 	}
 	ectx, cancel := context.WithCancel(ctx)
-	ex := &execution{x: x, attempt: uint64(p.Attempt), place: place, workers: map[string]Worker{}, reports: reports, ctx: ectx, cancel: cancel, queues: map[string]chan *clusterpb.ControlMessage{}}
+	// On the wire, attempts are numbered from the term's epoch up, as
+	// sessions are (NewMembers): the runtime of each term counts its
+	// attempts from 1, and a worker must not take a data connection of an
+	// earlier term's attempt for this one's.
+	ex := &execution{x: x, attempt: x.c.cfg.Epoch<<sessionBits | uint64(p.Attempt), place: place, workers: map[string]Worker{}, reports: reports, ctx: ectx, cancel: cancel, queues: map[string]chan *clusterpb.ControlMessage{}}
 	byWorker := map[string][]string{}
 	for id, w := range place {
 		byWorker[w] = append(byWorker[w], id.String())

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -76,6 +77,12 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	}
 	tr := &http.Transport{
 		TLSClientConfig: toCoordinator(cfg.TLS), ForceAttemptHTTP2: true,
+		// A coordinator that is paused (SIGSTOP) accepts connections in
+		// its kernel but never answers, and one cut off answers nothing:
+		// with several coordinators, the worker moves on to the next
+		// soon.
+		DialContext:         (&net.Dialer{Timeout: connectTimeout}).DialContext,
+		TLSHandshakeTimeout: connectTimeout,
 		// A connection that went silent (a middlebox lost its state, the
 		// coordinator's host went without a FIN) is found dead by its
 		// unanswered pings, and the calls on it fail.
@@ -113,8 +120,11 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 		cfg.Logger.Warn("fencing: stopping this worker's tasks", "worker", cfg.Name, "session", w.Session, "reason", reason)
 		cfg.Fence(reason)
 		// The connection that carried the lapsed session may be silent
-		// for good: register on a new one.
+		// for good: register on a new one, at the next coordinator first
+		// (with --ha, the one that went silent is likely dead or paused,
+		// and a Register to a paused one waits out its timeout).
 		tr.CloseIdleConnections()
+		co.next()
 	}
 }
 
@@ -129,6 +139,9 @@ const (
 	// is sent again, and waits only for the rest: the held session's
 	// timeout runs from its last heartbeat.
 	firstRegisterTimeout = time.Minute
+	// connectTimeout bounds connecting to a coordinator, its TLS
+	// handshake included.
+	connectTimeout = 2 * time.Second
 )
 
 // registerTimeout bounds a Register to a coordinator with liveness l: the
@@ -159,7 +172,9 @@ func register(ctx context.Context, co *coordinators, cfg WorkerConfig, timeout t
 	req := &clusterpb.RegisterRequest{Worker: cfg.Name, Slots: int32(cfg.Slots), DataAddress: cfg.DataAddress, Graph: graphToProto(cfg.Graph)}
 	for {
 		sent := time.Now()
-		resp, err := co.client().Register(ctx, connect.NewRequest(req))
+		rctx, cancel := context.WithTimeout(ctx, timeout)
+		resp, err := co.client().Register(rctx, connect.NewRequest(req))
+		cancel()
 		if err == nil && resp.Header().Get(jobFinishedHeader) != "" {
 			return Worker{}, nil, errJobFinished
 		}
@@ -184,7 +199,9 @@ func register(ctx context.Context, co *coordinators, cfg WorkerConfig, timeout t
 			return Worker{}, nil, nil
 		}
 		cfg.Logger.Warn("cannot reach the coordinator; retrying", "coordinator", co.addr(), "err", err, "retry", cfg.RetryInterval)
-		co.next()
+		if co.next(); co.cur != 0 {
+			continue // NB: the next coordinator at once; a pause after each round
+		}
 		select {
 		case <-time.After(cfg.RetryInterval):
 		case <-ctx.Done():
