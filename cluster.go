@@ -239,6 +239,7 @@ func (e *Environment) lead(ctx context.Context, ccfg cluster.CoordinatorConfig, 
 		go func() {
 			select {
 			case <-l.Lost():
+				log.Warn("the job's leadership is lost: stopping the run", "epoch", l.Epoch, "why", l.Err())
 				cancel(l.Err())
 			case <-rctx.Done():
 			}

@@ -68,6 +68,9 @@ func (s *led) fail(err error) error {
 }
 
 func (s *led) Reserve(id checkpoint.ID) error {
+	if err := s.l.Err(); err != nil {
+		return s.fail(err)
+	}
 	ctx, cancel := s.ctx()
 	defer cancel()
 	if err := s.l.Reserve(ctx, id); err != nil {
@@ -149,6 +152,9 @@ func (s *led) Scan() (Scan, error) {
 }
 
 func (s *led) Discard(id checkpoint.ID) error {
+	if err := s.l.Err(); err != nil {
+		return s.fail(err)
+	}
 	ctx, cancel := s.ctx()
 	defer cancel()
 	if err := s.l.Forget(ctx, id); err != nil {

@@ -425,6 +425,8 @@ func (l *Leadership) refused(ctx context.Context) error {
 	if why == nil {
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, l.c.cfg.TTL/6) // NB: only for the message
+	defer cancel()
 	if cs, err := l.c.Candidates(ctx, l.job); err == nil && len(cs) > 0 && cs[0].Epoch != l.Epoch {
 		return fmt.Errorf("%w; %s leads, epoch %d", why, cs[0].Name, cs[0].Epoch)
 	}
