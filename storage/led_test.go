@@ -1,8 +1,12 @@
 package storage
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"net/http"
+	"strconv"
+	"strings"
 	"slices"
 	"testing"
 	"time"
@@ -165,4 +169,83 @@ func TestLedStorageEtcdUnreachable(t *testing.T) {
 		t.Errorf("commit with etcd down: %v, want ErrUnavailable or ErrLeaseLost", err)
 	}
 	<-l.Lost()
+}
+
+// BenchmarkCheckpointStorage measures what a checkpoint costs the
+// coordinator in its storage (reserve, commit and discard an older one; no
+// state): in a directory (in memory), and in one under a leader in etcd.
+func BenchmarkCheckpointStorage(b *testing.B) {
+	e := etcdtest.Start(b, 1)
+	c, err := ha.Dial(ha.Config{Endpoints: e.Hosts()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	l, err := c.Campaign(ctx, "job", "a")
+	cancel()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Resign(context.Background())
+	for _, bc := range []struct {
+		name string
+		led  bool
+	}{{"dir", false}, {"dir+etcd", true}} {
+		b.Run(bc.name, func(b *testing.B) {
+			dir, err := NewDir(vfs.NewMem(), "/chk", "job", 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var s Storage = dir
+			if bc.led {
+				s = Led(dir, l)
+			}
+			scan, err := s.Scan()
+			if err != nil {
+				b.Fatal(err)
+			}
+			id := scan.MaxID
+			before := etcdRequests(b, e)
+			for b.Loop() {
+				id++
+				if err := s.Reserve(id); err != nil {
+					b.Fatal(err)
+				}
+				if err := s.Commit(&checkpoint.Metadata{Job: "job", ID: id, Triggered: t0, Operators: operators}); err != nil {
+					b.Fatal(err)
+				}
+				if id > 2 {
+					if err := s.Discard(id - 2); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.ReportMetric(float64(etcdRequests(b, e)-before)/float64(b.N), "etcd-requests/op")
+		})
+	}
+}
+
+// etcdRequests is how many requests etcd's key-value and lease services
+// answered, by its metrics.
+func etcdRequests(b *testing.B, e *etcdtest.Cluster) int {
+	resp, err := http.Get(e.Endpoints()[0] + "/metrics")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	n := 0
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "grpc_server_handled_total{") || !strings.Contains(line, `grpc_service="etcdserverpb.KV"`) {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n += int(v)
+	}
+	return n
 }

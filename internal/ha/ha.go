@@ -208,6 +208,10 @@ type Leadership struct {
 	lease clientv3.LeaseID
 
 	idMu sync.Mutex // one Reserve at a time
+	// last is the last id this term reserved, and lastRev the counter's
+	// revision it put (0: unknown, read it). idMu holds them.
+	last    checkpoint.ID
+	lastRev int64
 
 	lost     chan struct{}
 	loseOnce sync.Once
@@ -459,29 +463,35 @@ func (l *Leadership) Reserve(ctx context.Context, id checkpoint.ID) error {
 		if err := l.refused(ctx); err != nil {
 			return fmt.Errorf("ha: reserve checkpoint id %d of job %s: %w", id, l.job, err)
 		}
-		resp, err := l.c.cl.Get(ctx, key)
-		if err != nil {
-			return fmt.Errorf("ha: reserve checkpoint id %d of job %s: %w", id, l.job, err)
-		}
-		rev := int64(0)
-		if len(resp.Kvs) == 1 {
-			last, err := parseID(key, resp.Kvs[0].Value)
+		last, rev := l.last, l.lastRev
+		if rev == 0 {
+			resp, err := l.c.cl.Get(ctx, key)
 			if err != nil {
-				return err
+				return fmt.Errorf("ha: reserve checkpoint id %d of job %s: %w", id, l.job, err)
 			}
-			if last >= id {
-				return fmt.Errorf("ha: reserve checkpoint id %d of job %s: %w (the last is %d)", id, l.job, ErrIDUsed, last)
+			if last = 0; len(resp.Kvs) == 1 {
+				if last, err = parseID(key, resp.Kvs[0].Value); err != nil {
+					return err
+				}
+				rev = resp.Kvs[0].ModRevision
 			}
-			rev = resp.Kvs[0].ModRevision
+		}
+		if last >= id && rev != 0 {
+			return fmt.Errorf("ha: reserve checkpoint id %d of job %s: %w (the last is %d)", id, l.job, ErrIDUsed, last)
 		}
 		txn, err := l.c.cl.Txn(ctx).If(l.guard(), clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
 			Then(clientv3.OpPut(key, strconv.FormatUint(uint64(id), 10))).Commit()
 		if err != nil {
+			l.lastRev = 0
 			return fmt.Errorf("ha: reserve checkpoint id %d of job %s: %w (%w)", id, l.job, err, ErrUnknownOutcome)
 		}
 		if txn.Succeeded {
+			// The put made the counter's revision the transaction's: the
+			// next Reserve needs no read.
+			l.last, l.lastRev = id, txn.Header.Revision
 			return nil
 		}
+		l.lastRev = 0
 		if err := l.check(ctx); err != nil {
 			return err
 		}
