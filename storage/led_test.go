@@ -5,9 +5,9 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
-	"slices"
 	"testing"
 	"time"
 
