@@ -42,8 +42,9 @@ type ClusterConfig struct {
 	// data. Default loopback: 127.0.0.1:7700 for the coordinator, any port
 	// for a worker.
 	Listen string
-	// Advertise is the address others reach a worker at, when it differs
-	// from Listen's (default: Listen's address).
+	// Advertise is the address others reach a worker (or, with HA, a
+	// coordinator) at, when it differs from Listen's (default: Listen's
+	// address).
 	Advertise string
 	// Join is the coordinator's host:port (workers).
 	Join string
@@ -199,7 +200,7 @@ func (e *Environment) lead(ctx context.Context, ccfg cluster.CoordinatorConfig, 
 		return Result{}, err
 	}
 	defer client.Close()
-	name := ccfg.Listen
+	name := cmp.Or(cc.Advertise, ccfg.Listen)
 	store := spec.Storage
 	log := spec.Logger.With("job", spec.Name, "coordinator", name)
 	for {

@@ -194,6 +194,7 @@ func jobCommand(ctx context.Context, role Role, cfg Config, build func(*Environm
 		fl.DurationVar(&cl.HeartbeatTimeout, "heartbeat-timeout", cl.HeartbeatTimeout, "a worker silent this long is lost (0: 5s)")
 		fl.StringVar(&cl.HA, "ha", cl.HA, "high availability: etcd://host:port[,host:port…][/prefix]; coordinators of the job campaign there, one leads, the others stand by")
 		fl.DurationVar(&cl.HATTL, "ha-ttl", cl.HATTL, "the leader's lease in etcd, whole seconds: a standby takes over within it (0: 5s)")
+		fl.StringVar(&cl.Advertise, "advertise", cl.Advertise, "with --ha: the address workers reach this coordinator at, which etcd and weir status name, if not --listen's")
 	case Worker:
 		fl.StringVar(&cl.Join, "join", cl.Join, "the coordinator's host:port (with --ha coordinators, each one's, separated by commas)")
 		fl.StringVar(&cl.Name, "name", cl.Name, "this worker's name, which its certificate holds")

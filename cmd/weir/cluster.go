@@ -57,6 +57,7 @@ func (f *clusterFlags) add(cmd *cobra.Command, role weir.Role) {
 		fl.DurationVar(&f.timeout, "heartbeat-timeout", 5*time.Second, "a worker silent this long is lost, and the job restarts from its latest checkpoint")
 		fl.StringVar(&f.ha, "ha", "", "high availability: etcd://host:port[,host:port…][/prefix]; coordinators of the job campaign there, one leads, the others stand by")
 		fl.DurationVar(&f.haTTL, "ha-ttl", 0, "the leader's lease in etcd, whole seconds: a standby takes over within it (0: 5s)")
+		fl.StringVar(&f.advertise, "advertise", "", "with --ha: the address workers reach this coordinator at, which etcd and weir status name, if not --listen's")
 	case weir.Worker:
 		fl.StringVar(&f.join, "join", "", "the coordinator's host:port (with --ha coordinators, each one's, separated by commas)")
 		fl.StringVar(&f.name, "name", "", "this worker's name, which its certificate holds (<certs>/<name>.pem)")

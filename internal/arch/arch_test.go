@@ -57,6 +57,7 @@ var layers = map[string]int{
 	"examples/wordcount":                          52,
 	"examples/nexmark":                            52,
 	"cmd/weir":                                    53,
+	"deploy/kubernetes":                           0,
 }
 
 // pure packages: deterministic state machines and plans.
