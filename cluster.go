@@ -83,7 +83,7 @@ type ClusterConfig struct {
 func (c ClusterConfig) validate(cfg Config) error {
 	switch c.Role {
 	case Local:
-		return nil
+		return c.validateHA(cfg)
 	case Coordinator, Worker:
 	default:
 		return fmt.Errorf("cluster role %q: want coordinator or worker", c.Role)
@@ -97,26 +97,8 @@ func (c ClusterConfig) validate(cfg Config) error {
 	if r := cfg.Restore; r != "" && r != "latest" {
 		return fmt.Errorf("restore %q: a cluster restores checkpoints of its own storage (--restore latest); restore a checkpoint elsewhere in local mode", r)
 	}
-	if c.HA != "" {
-		switch {
-		case c.Role != Coordinator:
-			return fmt.Errorf("--ha is for coordinators: a worker joins the job's coordinators by address (--join host:port,host:port)")
-		case cfg.Fresh || cfg.Restore != "":
-			return errors.New("with --ha, every leader restores the latest checkpoint etcd records: --fresh and --restore do not apply (to run an ended job again from the beginning, delete its keys: etcdctl del --prefix <prefix>/jobs/<job>/)")
-		case cfg.Checkpoint.Mode == NoCheckpoints:
-			return errors.New("--ha needs checkpoints: a new leader restores the latest")
-		}
-		if _, port, err := net.SplitHostPort(cmp.Or(c.Listen, defaultCoordinatorListen)); err != nil || port == "0" {
-			return fmt.Errorf("with --ha, --listen needs a fixed host:port, not %q: workers join every coordinator's address, and the leader's is what etcd names", c.Listen)
-		}
-		hc, err := ha.ParseURL(c.HA)
-		if err != nil {
-			return err
-		}
-		hc.TTL = c.HATTL
-		if err := hc.Validate(); err != nil {
-			return err
-		}
+	if err := c.validateHA(cfg); err != nil {
+		return err
 	}
 	if c.Role == Worker {
 		if c.Join == "" {
@@ -130,6 +112,35 @@ func (c ClusterConfig) validate(cfg Config) error {
 		}
 	}
 	return cluster.Liveness{HeartbeatInterval: c.HeartbeatInterval, Timeout: c.HeartbeatTimeout}.Validate()
+}
+
+// validateHA checks the settings of high availability, if on.
+func (c ClusterConfig) validateHA(cfg Config) error {
+	if c.HA == "" {
+		return nil
+	}
+	switch {
+	case c.Role == Worker:
+		return fmt.Errorf("--ha is for coordinators and runs in one process: a worker joins the job's coordinators by address (--join host:port,host:port)")
+	case cfg.Fresh || cfg.Restore != "":
+		return errors.New("with --ha, every leader restores the latest checkpoint etcd records: --fresh and --restore do not apply (to run an ended job again from the beginning, delete its keys: etcdctl del --prefix <prefix>/jobs/<job>/)")
+	case cfg.Checkpoint.Mode == NoCheckpoints:
+		return errors.New("--ha needs checkpoints: a new leader restores the latest")
+	case cfg.Checkpoint.Dir == "":
+		return errors.New("--ha needs checkpoint storage that outlives the process (--checkpoint-dir a directory or s3://bucket/prefix): a new leader restores the latest")
+	}
+	if _, port, err := net.SplitHostPort(cmp.Or(c.Listen, defaultCoordinatorListen)); c.Role == Coordinator && (err != nil || port == "0") {
+		return fmt.Errorf("with --ha, --listen needs a fixed host:port, not %q: workers join every coordinator's address, and the leader's is what etcd names", c.Listen)
+	}
+	hc, err := ha.ParseURL(c.HA)
+	if err != nil {
+		return err
+	}
+	hc.TTL = c.HATTL
+	if err := hc.Validate(); err != nil {
+		return err
+	}
+	return nil
 }
 
 // executeClustered runs this process's role of the job.
@@ -153,7 +164,10 @@ func (e *Environment) executeClustered(ctx context.Context, plan *graph.Plan, sp
 	}
 	ccfg := cluster.CoordinatorConfig{Graph: cluster.GraphOf(spec), Listen: cmp.Or(cc.Listen, defaultCoordinatorListen), TLS: tc, Liveness: live, Logger: spec.Logger, Stats: spec.Stats}
 	if cc.HA != "" {
-		return e.lead(ctx, ccfg, spec)
+		return e.lead(ctx, spec, cmp.Or(cc.Advertise, ccfg.Listen), func(ctx context.Context, spec runtime.Spec, epoch uint64) (Result, error) {
+			ccfg.Epoch = epoch
+			return e.coordinate(ctx, ccfg, spec)
+		})
 	}
 	return e.coordinate(ctx, ccfg, spec)
 }
@@ -183,12 +197,12 @@ func (e *Environment) coordinate(ctx context.Context, ccfg cluster.CoordinatorCo
 	return runtime.Run(ctx, spec)
 }
 
-// lead campaigns for the job's leadership in etcd, and runs the job as
-// its coordinator whenever it leads, until the job ends under its term or
-// ctx ends. A term that is lost stops the run at once (nothing it did
-// after its lease could end counts: storage.Led), and the process stands
-// by again.
-func (e *Environment) lead(ctx context.Context, ccfg cluster.CoordinatorConfig, spec runtime.Spec) (Result, error) {
+// lead campaigns for the job's leadership in etcd as name, and runs the
+// job (run: as its coordinator, or in this process) whenever it leads,
+// until the job ends under its term or ctx ends. A term that is lost stops
+// the run at once (nothing it did after its lease could end counts:
+// storage.Led), and the process stands by again.
+func (e *Environment) lead(ctx context.Context, spec runtime.Spec, name string, run func(context.Context, runtime.Spec, uint64) (Result, error)) (Result, error) {
 	cc := e.cfg.Cluster
 	hc, err := ha.ParseURL(cc.HA)
 	if err != nil {
@@ -200,9 +214,8 @@ func (e *Environment) lead(ctx context.Context, ccfg cluster.CoordinatorConfig, 
 		return Result{}, err
 	}
 	defer client.Close()
-	name := cmp.Or(cc.Advertise, ccfg.Listen)
 	store := spec.Storage
-	log := spec.Logger.With("job", spec.Name, "coordinator", name)
+	log := spec.Logger.With("job", spec.Name, "candidate", name)
 	for {
 		log.Info("standing by: campaigning for the job's leadership", "etcd", hc.Endpoints)
 		l, err := client.Campaign(ctx, spec.Name, name)
@@ -248,8 +261,7 @@ func (e *Environment) lead(ctx context.Context, ccfg cluster.CoordinatorConfig, 
 		term := spec
 		term.Storage = storage.Led(store, l)
 		term.Start = runtime.Start{Latest: true, AllowNonRestoredState: spec.Start.AllowNonRestoredState}
-		ccfg.Epoch = uint64(l.Epoch)
-		res, err := e.coordinate(rctx, ccfg, term)
+		res, err := run(rctx, term, uint64(l.Epoch))
 		cancel(nil)
 		if lost := l.Err(); lost != nil {
 			log.Warn("deposed: the job's leadership was lost; the run stopped, and this coordinator stands by", "epoch", l.Epoch, "why", lost, "run", err)

@@ -192,8 +192,6 @@ func jobCommand(ctx context.Context, role Role, cfg Config, build func(*Environm
 		fl.StringVar(&cl.Listen, "listen", cl.Listen, "address to accept workers on (default 127.0.0.1:7700: loopback)")
 		fl.DurationVar(&cl.HeartbeatInterval, "heartbeat-interval", cl.HeartbeatInterval, "how often workers send heartbeats (0: 1s)")
 		fl.DurationVar(&cl.HeartbeatTimeout, "heartbeat-timeout", cl.HeartbeatTimeout, "a worker silent this long is lost (0: 5s)")
-		fl.StringVar(&cl.HA, "ha", cl.HA, "high availability: etcd://host:port[,host:port…][/prefix]; coordinators of the job campaign there, one leads, the others stand by")
-		fl.DurationVar(&cl.HATTL, "ha-ttl", cl.HATTL, "the leader's lease in etcd, whole seconds: a standby takes over within it (0: 5s)")
 		fl.StringVar(&cl.Advertise, "advertise", cl.Advertise, "with --ha: the address workers reach this coordinator at, which etcd and weir status name, if not --listen's")
 	case Worker:
 		fl.StringVar(&cl.Join, "join", cl.Join, "the coordinator's host:port (with --ha coordinators, each one's, separated by commas)")
@@ -203,6 +201,8 @@ func jobCommand(ctx context.Context, role Role, cfg Config, build func(*Environm
 		fl.StringVar(&cl.Advertise, "advertise", cl.Advertise, "address others reach this worker at, if not --listen's")
 	}
 	if role != Worker {
+		fl.StringVar(&cl.HA, "ha", cl.HA, "high availability: etcd://host:port[,host:port…][/prefix]; processes of the job campaign there, one leads and runs it, the others stand by")
+		fl.DurationVar(&cl.HATTL, "ha-ttl", cl.HATTL, "the leader's lease in etcd, whole seconds: a standby takes over within it (0: 5s)")
 		fl.StringVar(&c.Web, "web", c.Web, "serve the web UI (/), Prometheus metrics (/metrics) and the JSON API (/api/v1/) at this address, e.g. 127.0.0.1:8081 (:8081 is loopback too; 0.0.0.0:8081 every interface)")
 		fl.StringVar(&c.WebToken, "web-token", cmp.Or(c.WebToken, os.Getenv("WEIR_WEB_TOKEN")), "the token the API's savepoint and cancel requests must carry (default $WEIR_WEB_TOKEN; none: refused)")
 	}

@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"reflect"
 	"strings"
 	"sync/atomic"
@@ -524,6 +525,12 @@ func (e *Environment) Execute(ctx context.Context) (Result, error) {
 	}
 	if e.cfg.Cluster.Role != Local {
 		return e.executeClustered(ctx, plan, spec)
+	}
+	if e.cfg.Cluster.HA != "" {
+		host, _ := os.Hostname()
+		return e.lead(ctx, spec, fmt.Sprintf("pid %d on %s", os.Getpid(), host), func(ctx context.Context, spec runtime.Spec, _ uint64) (Result, error) {
+			return runtime.Run(ctx, spec)
+		})
 	}
 	return runtime.Run(ctx, spec)
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/weirstream/weir"
 	"github.com/weirstream/weir/internal/transport"
@@ -55,9 +56,8 @@ func (f *clusterFlags) add(cmd *cobra.Command, role weir.Role) {
 		fl.StringVar(&f.listen, "listen", "127.0.0.1:7700", "address to accept workers on (loopback unless told otherwise)")
 		fl.DurationVar(&f.heartbeat, "heartbeat-interval", time.Second, "how often workers send heartbeats")
 		fl.DurationVar(&f.timeout, "heartbeat-timeout", 5*time.Second, "a worker silent this long is lost, and the job restarts from its latest checkpoint")
-		fl.StringVar(&f.ha, "ha", "", "high availability: etcd://host:port[,host:port…][/prefix]; coordinators of the job campaign there, one leads, the others stand by")
-		fl.DurationVar(&f.haTTL, "ha-ttl", 0, "the leader's lease in etcd, whole seconds: a standby takes over within it (0: 5s)")
 		fl.StringVar(&f.advertise, "advertise", "", "with --ha: the address workers reach this coordinator at, which etcd and weir status name, if not --listen's")
+		f.addHA(fl)
 	case weir.Worker:
 		fl.StringVar(&f.join, "join", "", "the coordinator's host:port (with --ha coordinators, each one's, separated by commas)")
 		fl.StringVar(&f.name, "name", "", "this worker's name, which its certificate holds (<certs>/<name>.pem)")
@@ -65,14 +65,20 @@ func (f *clusterFlags) add(cmd *cobra.Command, role weir.Role) {
 		fl.StringVar(&f.listen, "listen", "127.0.0.1:0", "address to accept the coordinator's calls and other workers' data on (loopback unless told otherwise)")
 		fl.StringVar(&f.advertise, "advertise", "", "address others reach this worker at, if not --listen's")
 	default:
+		f.addHA(fl)
 		return
 	}
 	fl.StringVar(&f.certs, "certs", "", "directory of the cluster's CA and certificates (weir cluster certs --out DIR)")
 }
 
+func (f *clusterFlags) addHA(fl *pflag.FlagSet) {
+	fl.StringVar(&f.ha, "ha", "", "high availability: etcd://host:port[,host:port…][/prefix]; processes of the job campaign there, one leads and runs it, the others stand by")
+	fl.DurationVar(&f.haTTL, "ha-ttl", 0, "the leader's lease in etcd, whole seconds: a standby takes over within it (0: 5s)")
+}
+
 func (f *clusterFlags) config(role weir.Role) (weir.ClusterConfig, error) {
 	if role == weir.Local {
-		return weir.ClusterConfig{}, nil
+		return weir.ClusterConfig{HA: f.ha, HATTL: f.haTTL}, nil
 	}
 	if f.certs == "" {
 		return weir.ClusterConfig{}, errors.New("--certs is required: control and data traffic use mutual TLS (weir cluster certs --out DIR creates a test cluster's)")

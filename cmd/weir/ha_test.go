@@ -304,3 +304,47 @@ func TestClusterHAEtcdFailures(t *testing.T) {
 	h.wait(t)
 	t.Logf("%d results, as in one process", q5.check(t))
 }
+
+// TestRunHAStandby runs the word count in two processes with --ha: one
+// leads and runs it, the other stands by. The leader is killed with
+// SIGKILL after a checkpoint; the standby takes over, restores the latest
+// checkpoint etcd records, and finishes: exactly-once by counting. A run
+// started once the job finished exits at once, saying so.
+func TestRunHAStandby(t *testing.T) {
+	e := etcdtest.Start(t, 1)
+	j := newJob(t, 4, 250_000)
+	url := "etcd://" + strings.Join(e.Hosts(), ",") + "/weir-test"
+	args := []string{"run", "wordcount", "--input", j.input, "--output", j.output, "--checkpoint-dir", j.ckpt, "--parallelism", "2",
+		"--checkpoint-interval", "100ms", "--ha", url, "--ha-ttl", "2s", "--log-level", "info"}
+	runs := []*child{startProc(t, args...), startProc(t, args...)}
+	l := -1
+	waitFor(t, "a leader that completed a checkpoint", func() bool {
+		for i, r := range runs {
+			log := r.log.String()
+			if at := strings.LastIndex(log, `msg="leading the job"`); at >= 0 && strings.Contains(log[at:], `msg="checkpoint completed"`) {
+				l = i
+				return true
+			}
+		}
+		return runs[0].exited() || runs[1].exited()
+	})
+	if l < 0 {
+		t.Fatalf("a run exited before a checkpoint:\n%s\n----\n%s", runs[0].log, runs[1].log)
+	}
+	runs[l].signal(syscall.SIGKILL)
+	standby := runs[1-l]
+	<-standby.done
+	if standby.err != nil || !strings.Contains(standby.log.String(), `msg="restoring checkpoint"`) {
+		t.Fatalf("the standby: %v, or it restored nothing:\n%s", standby.err, standby.log)
+	}
+	rep, err := wordcount.Verify(vfs.Default, j.output, j.want, false)
+	if err != nil || !rep.OK() {
+		t.Fatalf("%v %v\n%s", rep, err, standby.log)
+	}
+	t.Log(rep)
+	late := startProc(t, args...)
+	<-late.done
+	if late.err != nil || !strings.Contains(late.log.String(), "the job finished under an earlier leader") {
+		t.Fatalf("a run after the job finished: %v\n%s", late.err, late.log)
+	}
+}
