@@ -261,6 +261,7 @@ func (e *Environment) lead(ctx context.Context, spec runtime.Spec, name string, 
 		term := spec
 		term.Storage = storage.Led(store, l)
 		term.Start = runtime.Start{Latest: true, AllowNonRestoredState: spec.Start.AllowNonRestoredState}
+		term.NoRunLocks = true // NB: the term is the run's lock; a paused leader would hold these
 		res, err := run(rctx, term, uint64(l.Epoch))
 		cancel(nil)
 		if lost := l.Err(); lost != nil {

@@ -307,44 +307,63 @@ func TestClusterHAEtcdFailures(t *testing.T) {
 
 // TestRunHAStandby runs the word count in two processes with --ha: one
 // leads and runs it, the other stands by. The leader is killed with
-// SIGKILL after a checkpoint; the standby takes over, restores the latest
-// checkpoint etcd records, and finishes: exactly-once by counting. A run
-// started once the job finished exits at once, saying so.
+// SIGKILL, or paused with SIGSTOP, after a checkpoint; the standby takes
+// over (the paused leader's locks do not keep it out), restores the
+// latest checkpoint etcd records, and finishes: exactly-once by counting.
+// The paused leader, woken, finds itself deposed and exits 0 once it
+// learns the job finished; so does a run started after that.
 func TestRunHAStandby(t *testing.T) {
 	e := etcdtest.Start(t, 1)
-	j := newJob(t, 4, 250_000)
 	url := "etcd://" + strings.Join(e.Hosts(), ",") + "/weir-test"
-	args := []string{"run", "wordcount", "--input", j.input, "--output", j.output, "--checkpoint-dir", j.ckpt, "--parallelism", "2",
-		"--checkpoint-interval", "100ms", "--ha", url, "--ha-ttl", "2s", "--log-level", "info"}
-	runs := []*child{startProc(t, args...), startProc(t, args...)}
-	l := -1
-	waitFor(t, "a leader that completed a checkpoint", func() bool {
-		for i, r := range runs {
-			log := r.log.String()
-			if at := strings.LastIndex(log, `msg="leading the job"`); at >= 0 && strings.Contains(log[at:], `msg="checkpoint completed"`) {
-				l = i
-				return true
+	for _, fault := range []string{"kill", "pause"} {
+		t.Run(fault, func(t *testing.T) {
+			j := newJob(t, 4, 250_000)
+			args := []string{"run", "wordcount", "--input", j.input, "--output", j.output, "--checkpoint-dir", j.ckpt, "--parallelism", "2",
+				"--checkpoint-interval", "100ms", "--ha", url + "/" + fault, "--ha-ttl", "2s", "--log-level", "info"}
+			runs := []*child{startProc(t, args...), startProc(t, args...)}
+			l := -1
+			waitFor(t, "a leader that completed a checkpoint", func() bool {
+				for i, r := range runs {
+					log := r.log.String()
+					if at := strings.LastIndex(log, `msg="leading the job"`); at >= 0 && strings.Contains(log[at:], `msg="checkpoint completed"`) {
+						l = i
+						return true
+					}
+				}
+				return runs[0].exited() || runs[1].exited()
+			})
+			if l < 0 {
+				t.Fatalf("a run exited before a checkpoint:\n%s\n----\n%s", runs[0].log, runs[1].log)
 			}
-		}
-		return runs[0].exited() || runs[1].exited()
-	})
-	if l < 0 {
-		t.Fatalf("a run exited before a checkpoint:\n%s\n----\n%s", runs[0].log, runs[1].log)
-	}
-	runs[l].signal(syscall.SIGKILL)
-	standby := runs[1-l]
-	<-standby.done
-	if standby.err != nil || !strings.Contains(standby.log.String(), `msg="restoring checkpoint"`) {
-		t.Fatalf("the standby: %v, or it restored nothing:\n%s", standby.err, standby.log)
-	}
-	rep, err := wordcount.Verify(vfs.Default, j.output, j.want, false)
-	if err != nil || !rep.OK() {
-		t.Fatalf("%v %v\n%s", rep, err, standby.log)
-	}
-	t.Log(rep)
-	late := startProc(t, args...)
-	<-late.done
-	if late.err != nil || !strings.Contains(late.log.String(), "the job finished under an earlier leader") {
-		t.Fatalf("a run after the job finished: %v\n%s", late.err, late.log)
+			if fault == "kill" {
+				runs[l].signal(syscall.SIGKILL)
+			} else {
+				runs[l].cmd.Process.Signal(syscall.SIGSTOP)
+			}
+			standby := runs[1-l]
+			<-standby.done
+			if standby.err != nil || !strings.Contains(standby.log.String(), `msg="restoring checkpoint"`) {
+				t.Fatalf("the standby: %v, or it restored nothing:\n%s", standby.err, standby.log)
+			}
+			if fault == "pause" {
+				mark := len(runs[l].log.String())
+				runs[l].cmd.Process.Signal(syscall.SIGCONT)
+				<-runs[l].done
+				after := runs[l].log.String()[mark:]
+				if runs[l].err != nil || strings.Contains(after, `msg="checkpoint completed"`) || !strings.Contains(after, "the job finished under an earlier leader") {
+					t.Fatalf("the paused leader, woken: %v\n%s", runs[l].err, after)
+				}
+			}
+			rep, err := wordcount.Verify(vfs.Default, j.output, j.want, false)
+			if err != nil || !rep.OK() {
+				t.Fatalf("%v %v\n%s", rep, err, standby.log)
+			}
+			t.Log(rep)
+			late := startProc(t, args...)
+			<-late.done
+			if late.err != nil || !strings.Contains(late.log.String(), "the job finished under an earlier leader") {
+				t.Fatalf("a run after the job finished: %v\n%s", late.err, late.log)
+			}
+		})
 	}
 }

@@ -146,6 +146,11 @@ type Spec struct {
 	Savepoints <-chan SavepointRequest
 	// Stats, if set, gets the counters of the subtasks this process runs.
 	Stats *Stats
+	// NoRunLocks: operators' run-wide locks (operator.Context.Acquire, a
+	// file sink's lock on its directory) are not taken, because something
+	// else makes the run the only one: a term of leadership in etcd, which
+	// a paused leader loses while it would still hold a lock.
+	NoRunLocks bool
 }
 
 // SavepointRequest asks for a savepoint. With Stop, the job stops with it:
@@ -829,8 +834,12 @@ func (d *driver) runAttempt(parent context.Context) error {
 	// The attempt's reports channel is its own, so nothing an earlier
 	// attempt sends reaches a later one.
 	reports := make(chan Report, 64*len(d.tasks.All)+64)
+	acquire := d.resources.acquire
+	if d.spec.NoRunLocks {
+		acquire = func(string, func() (io.Closer, error)) error { return nil }
+	}
 	part := Part{
-		RunID: d.spec.RunID, Attempt: d.attempt, Point: d.point, Acquire: d.resources.acquire,
+		RunID: d.spec.RunID, Attempt: d.attempt, Point: d.point, Acquire: acquire,
 		// Operators start over when the user asked for it, or when an
 		// earlier attempt of this run also started from nothing: what they
 		// wrote then is this run's own.
