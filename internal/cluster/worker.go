@@ -104,6 +104,17 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 			return err
 		}
 		wait = registerTimeout(live.Liveness)
+		if !time.Now().Before(live.fenceAt()) {
+			// The answer came after the fence time it allows: the Register
+			// was sent long before (during a partition, held in a
+			// connection). The session is live from when the coordinator
+			// registered it, which the worker cannot tell; a heartbeat
+			// answered now says it is.
+			if err := confirm(ctx, co.client(), w, live); err != nil {
+				cfg.Logger.Warn("registered too late to keep the session; registering again", "worker", w.Name, "session", w.Session, "err", err)
+				continue
+			}
+		}
 		cfg.Registered(w, live.Liveness, co.addr())
 		reason := heartbeats(ctx, co.client(), cfg, w, live)
 		if ctx.Err() != nil {
@@ -219,6 +230,19 @@ type liveness struct {
 }
 
 func (l *liveness) fenceAt() time.Time { return l.lastSent.Add(l.fenceAfter()) }
+
+// confirm sends a heartbeat of session w now, and counts the session's
+// liveness from it if it is answered within the fence time.
+func confirm(ctx context.Context, client clusterpbconnect.CoordinatorServiceClient, w Worker, l *liveness) error {
+	sent := time.Now()
+	hctx, cancel := context.WithTimeout(ctx, l.fenceAfter())
+	defer cancel()
+	if _, err := client.Heartbeat(hctx, connect.NewRequest(&clusterpb.HeartbeatRequest{Worker: w.Name, Session: w.Session})); err != nil {
+		return err
+	}
+	l.lastSent = sent
+	return nil
+}
 
 // heartbeats sends heartbeats until the session lapses, and says why; or
 // until ctx ends.
