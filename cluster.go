@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/weirstream/weir/graph"
@@ -123,7 +124,7 @@ func (c ClusterConfig) validateHA(cfg Config) error {
 	case c.Role == Worker:
 		return fmt.Errorf("--ha is for coordinators and runs in one process: a worker joins the job's coordinators by address (--join host:port,host:port)")
 	case cfg.Fresh || cfg.Restore != "":
-		return errors.New("with --ha, every leader restores the latest checkpoint etcd records: --fresh and --restore do not apply (to run an ended job again from the beginning, delete its keys: etcdctl del --prefix <prefix>/jobs/<job>/)")
+		return errors.New("with --ha, every leader restores the latest checkpoint etcd records: --fresh and --restore do not apply (to run an ended job again from the beginning, delete its keys, etcdctl del --prefix <prefix>/jobs/<job>/, and its checkpoints)")
 	case cfg.Checkpoint.Mode == NoCheckpoints:
 		return errors.New("--ha needs checkpoints: a new leader restores the latest")
 	case cfg.Checkpoint.Dir == "":
@@ -233,7 +234,7 @@ func (e *Environment) lead(ctx context.Context, spec runtime.Spec, name string, 
 		}
 		log.Info("leading the job", "epoch", l.Epoch)
 		ectx, ecancel := context.WithTimeout(ctx, l.TTL())
-		outcome, ended, err := l.Ended(ectx)
+		before, ended, err := l.Ended(ectx)
 		if err != nil || ended {
 			l.Resign(ectx)
 		}
@@ -243,11 +244,11 @@ func (e *Environment) lead(ctx context.Context, spec runtime.Spec, name string, 
 			log.Warn("could not read whether the job ended; standing by again", "err", err)
 			continue
 		case !ended:
-		case outcome == "finished":
+		case before == "finished":
 			log.Info("the job finished under an earlier leader; this coordinator exits")
 			return Result{}, nil
 		default:
-			return Result{}, fmt.Errorf("job %s ended under an earlier leader: %s", spec.Name, outcome)
+			return Result{}, fmt.Errorf("job %s ended under an earlier leader: %s", spec.Name, before)
 		}
 		rctx, cancel := context.WithCancelCause(ctx)
 		go func() {
@@ -262,20 +263,40 @@ func (e *Environment) lead(ctx context.Context, spec runtime.Spec, name string, 
 		term.Storage = storage.Led(store, l)
 		term.Start = runtime.Start{Latest: true, AllowNonRestoredState: spec.Start.AllowNonRestoredState}
 		term.NoRunLocks = true // NB: the term is the run's lock; a paused leader would hold these
+		// A run stopped (SIGTERM, a rolling restart) leaves its
+		// checkpoints to the standby that takes over.
+		term.Checkpoint.RetainOnCancel = true
+		var running atomic.Bool
+		term.OnEvent = func(ev runtime.JobEvent) {
+			if ev.Kind == runtime.EventRunning {
+				running.Store(true)
+			}
+			if spec.OnEvent != nil {
+				spec.OnEvent(ev)
+			}
+		}
 		res, err := run(rctx, term, uint64(l.Epoch))
 		cancel(nil)
 		if lost := l.Err(); lost != nil {
 			log.Warn("deposed: the job's leadership was lost; the run stopped, and this coordinator stands by", "epoch", l.Epoch, "why", lost, "run", err)
 			continue
 		}
+		// The job ended under this term when it finished, was cancelled
+		// through the API, or failed for good once it ran: the standbys
+		// must not run it again. A run stopped by this process's own
+		// signal, or that failed before it ran (storage that could not be
+		// read at start), leaves the job to the next leader.
+		var outcome string
+		switch cause := context.Cause(ctx); {
+		case err == nil:
+			outcome = "finished"
+		case errors.Is(cause, ErrCancelled):
+			outcome = "cancelled: " + cause.Error()
+		case ctx.Err() == nil && running.Load():
+			outcome = "failed: " + err.Error()
+		}
 		bctx, bcancel := context.WithTimeout(context.Background(), l.TTL())
-		if ctx.Err() == nil {
-			// The job itself ended (finished, or failed for good): the
-			// standbys must not run it again.
-			outcome := "finished"
-			if err != nil {
-				outcome = "failed: " + err.Error()
-			}
+		if outcome != "" {
 			if eerr := l.End(bctx, outcome); eerr != nil {
 				log.Warn("could not record in etcd that the job ended; a standby will restore its latest checkpoint", "err", eerr)
 			}
@@ -284,9 +305,21 @@ func (e *Environment) lead(ctx context.Context, spec runtime.Spec, name string, 
 			log.Warn("could not resign the leadership; it ends with its lease", "err", rerr)
 		}
 		bcancel()
-		return res, err
+		if outcome != "" || ctx.Err() != nil {
+			return res, err
+		}
+		log.Warn("the run failed before the job ran; standing by again", "epoch", l.Epoch, "err", err, "retry", startRetry)
+		select {
+		case <-time.After(startRetry):
+		case <-ctx.Done():
+			return res, err
+		}
 	}
 }
+
+// startRetry is how long a process whose run failed at start waits before
+// it campaigns again (another may lead meanwhile).
+const startRetry = 5 * time.Second
 
 // wireCodec returns the codec of the batches on an edge of plan: the
 // records of its upstream node's output port.

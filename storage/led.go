@@ -130,13 +130,24 @@ func (s *led) Scan() (Scan, error) {
 		recorded[p.ID] = p
 	}
 	completed := scan.Completed[:0]
+	var unknown []checkpoint.ID
 	for _, m := range scan.Completed {
-		if _, ok := recorded[m.ID]; ok {
+		switch _, ok := recorded[m.ID]; {
+		case ok:
 			completed = append(completed, m)
 			delete(recorded, m.ID)
-		} else {
+		case m.ID > last:
+			unknown = append(unknown, m.ID)
+		default:
 			scan.Incomplete = append(scan.Incomplete, m.ID)
 		}
+	}
+	if unknown != nil {
+		// Every term reserves its ids in etcd first: a run without
+		// high availability wrote these, and its sinks committed output
+		// up to them. Deleting them would write that output again.
+		return Scan{}, fmt.Errorf("%s holds completed checkpoints %v of job %s with ids above the last etcd handed out (%d): a run without --ha wrote them beside the job's highly available coordinators. Nothing was restored or deleted; run the job with --ha only, and either move those checkpoints out of the way (their output stays committed) or start the job over (delete its keys in etcd and its checkpoints)",
+			s.Describe(), unknown, s.l.Job(), last)
 	}
 	scan.Completed = completed
 	for _, d := range scan.Damaged {

@@ -49,6 +49,7 @@ type Worker struct {
 type Members struct {
 	graph   Graph
 	timeout time.Duration
+	epoch   uint64
 	session uint64
 	workers map[string]*member
 	// cuts are the pairs of workers whose data connection failed while
@@ -72,7 +73,7 @@ type member struct {
 // worker refuses the commands of a deposed coordinator (node.Deploy: the
 // session must be the worker's).
 func NewMembers(g Graph, timeout time.Duration, epoch uint64) *Members {
-	return &Members{graph: g, timeout: timeout, session: epoch << sessionBits, workers: map[string]*member{}, cuts: map[[2]string]time.Time{}}
+	return &Members{graph: g, timeout: timeout, epoch: epoch, session: epoch << sessionBits, workers: map[string]*member{}, cuts: map[[2]string]time.Time{}}
 }
 
 // sessionBits: a term numbers at most 1<<sessionBits sessions (Register
@@ -95,8 +96,10 @@ func (m *Members) Register(w Worker, g Graph, now time.Time) (Worker, *Worker, e
 	if w.Slots < 1 {
 		return Worker{}, nil, fmt.Errorf("cluster: worker %q offers %d slots; it needs at least 1", w.Name, w.Slots)
 	}
-	if (m.session+1)&(1<<sessionBits-1) == 0 {
-		return Worker{}, nil, fmt.Errorf("cluster: this coordinator registered %d sessions, all its term may: a standby takes over when it steps down", 1<<sessionBits-1)
+	if m.epoch != 0 && (m.session+1)&(1<<sessionBits-1) == 0 {
+		// NB: without high availability (epoch 0) sessions are not
+		// bounded: no later term numbers above them.
+		return Worker{}, nil, fmt.Errorf("cluster: this coordinator registered %d sessions, the most one term of leadership may; restart it (a standby takes over, and numbers its own)", 1<<sessionBits-1)
 	}
 	var replaced *Worker
 	if old, ok := m.workers[w.Name]; ok {
