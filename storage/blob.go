@@ -408,13 +408,21 @@ func (b *Blob) DiscardState(hs []checkpoint.Handle) error {
 	return errors.Join(append(errs, b.remove(keys))...)
 }
 
-func (b *Blob) RemoveOrphans() error {
+func (b *Blob) RemoveOrphans() error { return b.removeOrphans(nil) }
+
+// removeOrphans is Dir.removeOrphans's.
+func (b *Blob) removeOrphans(alive func() error) error {
 	if err := b.fence(); err != nil {
 		return fmt.Errorf("delete orphaned shared files: %w", err)
 	}
 	all, err := b.list(SharedDir + "/")
 	if err != nil {
 		return err
+	}
+	if alive != nil {
+		if err := alive(); err != nil {
+			return err
+		}
 	}
 	return b.remove(b.shared.orphans(all))
 }

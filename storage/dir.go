@@ -178,7 +178,12 @@ func (d *Dir) OpenState(h checkpoint.Handle) (io.ReadCloser, error) {
 // RemoveOrphans deletes the shared files no completed checkpoint
 // references (a crash during a discard, or during an upload, leaves
 // such). Call it at start, after Scan, before any checkpoint.
-func (d *Dir) RemoveOrphans() error {
+func (d *Dir) RemoveOrphans() error { return d.removeOrphans(nil) }
+
+// removeOrphans deletes the orphaned shared files if alive, asked after
+// the listing, allows (Led: a term paused before the listing must not
+// delete what a new leader wrote meanwhile).
+func (d *Dir) removeOrphans(alive func() error) error {
 	root := d.fs.PathJoin(d.jobDir, SharedDir)
 	ops, err := d.fs.List(root)
 	if errors.Is(err, os.ErrNotExist) {
@@ -195,6 +200,11 @@ func (d *Dir) RemoveOrphans() error {
 		}
 		for _, n := range names {
 			all = append(all, SharedDir+"/"+op+"/"+n)
+		}
+	}
+	if alive != nil {
+		if err := alive(); err != nil {
+			return err
 		}
 	}
 	return d.removeShared(d.shared.orphans(all))
@@ -378,6 +388,9 @@ func (d *Dir) Discard(id checkpoint.ID) error {
 
 // Lock takes the job's checkpoint directory for this run.
 func (d *Dir) Lock() (io.Closer, error) {
+	if err := d.refuseLed(); err != nil {
+		return nil, err
+	}
 	return lockfile.Lock(d.fs, d.fs.PathJoin(d.jobDir, LockFile), "checkpoint directory "+d.jobDir)
 }
 

@@ -218,6 +218,9 @@ func (b *Blob) probe(ctx context.Context) error {
 // _lease that cannot be read fails Lock (ErrUnavailable), as a lease
 // record that is not one does.
 func (b *Blob) Lock() (io.Closer, error) {
+	if err := b.refuseLed(); err != nil {
+		return nil, err
+	}
 	if plantedDefect11.Load() {
 		return b.lockUnconditionally()
 	}

@@ -33,7 +33,8 @@ import (
 //     once the term is lost, nothing is deleted (the next leader tidies).
 //   - Lock is the leadership: storage locks (a directory's lock file, an
 //     object store's lease) are not taken, since a paused leader would
-//     hold them past its term.
+//     hold them past its term. It marks the storage (LedFile), and runs
+//     without high availability refuse it.
 func Led(s Storage, l *ha.Leadership) Storage {
 	if p, ok := s.(Prober); ok {
 		return ledProber{&led{Storage: s, l: l}, p}
@@ -181,16 +182,34 @@ func (s *led) DiscardState(hs []checkpoint.Handle) error {
 	return s.Storage.DiscardState(hs)
 }
 
+// RemoveOrphans asks whether the term lasts after it listed the shared
+// files: what a new leader writes after this term ended is never listed.
 func (s *led) RemoveOrphans() error {
-	if err := s.l.Err(); err != nil {
-		return s.fail(err)
+	alive := func() error {
+		if err := s.l.Err(); err != nil {
+			return s.fail(err)
+		}
+		return nil
+	}
+	if err := alive(); err != nil {
+		return err
+	}
+	if r, ok := s.Storage.(interface{ removeOrphans(func() error) error }); ok {
+		return r.removeOrphans(alive)
 	}
 	return s.Storage.RemoveOrphans()
 }
 
+// Lock marks the storage as led (LedFile): a run without high
+// availability refuses it from now on.
 func (s *led) Lock() (io.Closer, error) {
 	if err := s.l.Err(); err != nil {
 		return nil, s.fail(err)
+	}
+	if m, ok := s.Storage.(ledStorage); ok {
+		if err := m.markLed(fmt.Appendf(nil, "job %s: its coordinators lead it through etcd\n", s.l.Job())); err != nil {
+			return nil, err
+		}
 	}
 	return held{s}, nil
 }

@@ -249,3 +249,31 @@ func etcdRequests(b *testing.B, e *etcdtest.Cluster) int {
 	}
 	return n
 }
+
+// TestLedStorageRefusesRunsWithoutHA: once a term took the storage, a run
+// without high availability (its own lock) is refused, saying why: in a
+// directory and in object storage.
+func TestLedStorageRefusesRunsWithoutHA(t *testing.T) {
+	dir, err := NewDir(vfs.NewMem(), "/chk", "job", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blob, err := OpenBlob(context.Background(), "mem://led?lease=1s", "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []interface {
+		ledStorage
+		Storage
+	}{dir, blob} {
+		if err := s.markLed([]byte("job job\n")); err != nil {
+			t.Fatal(err)
+		}
+		if l, err := s.Lock(); err == nil || !strings.Contains(err.Error(), "belongs to coordinators with high availability") {
+			if l != nil {
+				l.Close()
+			}
+			t.Errorf("%s: a run without --ha took the storage of a job under high availability: %v", s.Describe(), err)
+		}
+	}
+}

@@ -250,7 +250,10 @@ func TestReviewWorkerObeysADeposedCoordinatorsCancel(t *testing.T) {
 		result <- err
 	})
 	deadline := time.Now().Add(30 * time.Second)
-	for !has("opened attempt 1") {
+	// NB: on the wire (and to operators) attempts are numbered from the
+	// term's epoch up: the leader's (epoch 2) first is 2<<24 | 1.
+	first := fmt.Sprintf("opened attempt %d", 2<<sessionBits|1)
+	for !has(first) {
 		if time.Now().After(deadline) {
 			t.Fatal("the leader's attempt 1 never opened")
 		}
@@ -266,7 +269,7 @@ func TestReviewWorkerObeysADeposedCoordinatorsCancel(t *testing.T) {
 	_, cerr := deposed.client(ws[0]).Cancel(cctx, connect.NewRequest(&clusterpb.CancelRequest{Attempt: 1}))
 	ccancel()
 	time.Sleep(2 * time.Second)
-	if has("closed") || has("opened attempt 2") {
+	if has("closed") || has(fmt.Sprintf("opened attempt %d", 2<<sessionBits|2)) {
 		t.Errorf("a deposed coordinator's Cancel{Attempt: 1} (answered %v) stopped the current leader's attempt 1 on worker-1 (events %q): Control and Cancel carry no session", cerr, events)
 	}
 	release.Store(true)
