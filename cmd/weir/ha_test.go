@@ -207,7 +207,7 @@ func (h *haCluster) wait(t *testing.T) {
 func TestClusterHASigstopLeader(t *testing.T) {
 	for _, sink := range []string{"file", "kafka", "postgres"} {
 		t.Run(sink, func(t *testing.T) {
-			j := newJob(t, 4, 120_000)
+			j := newJob(t, 4, 60_000)
 			out, check := j.output, func(t *testing.T) {
 				rep, err := wordcount.Verify(vfs.Default, j.output, j.want, false)
 				if err != nil || !rep.OK() {
