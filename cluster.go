@@ -79,6 +79,24 @@ type ClusterConfig struct {
 	// HATTL is the leader's lease in etcd, in whole seconds (default 5s):
 	// a standby takes over within it after the leader went silent.
 	HATTL time.Duration
+	// HACACert, HACert and HAKey are PEM files for TLS to etcd, as
+	// etcdctl's --cacert, --cert and --key: the CA that signed etcd's
+	// certificate (empty: the system's), and this process's client
+	// certificate and key. None: plain text.
+	HACACert, HACert, HAKey string
+}
+
+// haConfig is the configuration of the connection to etcd.
+func (c ClusterConfig) haConfig() (ha.Config, error) {
+	hc, err := ha.ParseURL(c.HA)
+	if err != nil {
+		return hc, err
+	}
+	hc.TTL = c.HATTL
+	if hc.TLS, err = ha.LoadTLS(c.HACACert, c.HACert, c.HAKey); err != nil {
+		return hc, err
+	}
+	return hc, hc.Validate()
 }
 
 func (c ClusterConfig) validate(cfg Config) error {
@@ -133,15 +151,8 @@ func (c ClusterConfig) validateHA(cfg Config) error {
 	if _, port, err := net.SplitHostPort(cmp.Or(c.Listen, defaultCoordinatorListen)); c.Role == Coordinator && (err != nil || port == "0") {
 		return fmt.Errorf("with --ha, --listen needs a fixed host:port, not %q: workers join every coordinator's address, and the leader's is what etcd names", c.Listen)
 	}
-	hc, err := ha.ParseURL(c.HA)
-	if err != nil {
-		return err
-	}
-	hc.TTL = c.HATTL
-	if err := hc.Validate(); err != nil {
-		return err
-	}
-	return nil
+	_, err := c.haConfig()
+	return err
 }
 
 // executeClustered runs this process's role of the job.
@@ -204,12 +215,10 @@ func (e *Environment) coordinate(ctx context.Context, ccfg cluster.CoordinatorCo
 // the run at once (nothing it did after its lease could end counts:
 // storage.Led), and the process stands by again.
 func (e *Environment) lead(ctx context.Context, spec runtime.Spec, name string, run func(context.Context, runtime.Spec, uint64) (Result, error)) (Result, error) {
-	cc := e.cfg.Cluster
-	hc, err := ha.ParseURL(cc.HA)
+	hc, err := e.cfg.Cluster.haConfig()
 	if err != nil {
 		return Result{}, err
 	}
-	hc.TTL = cc.HATTL
 	client, err := ha.Dial(hc)
 	if err != nil {
 		return Result{}, err

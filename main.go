@@ -203,6 +203,9 @@ func jobCommand(ctx context.Context, role Role, cfg Config, build func(*Environm
 	if role != Worker {
 		fl.StringVar(&cl.HA, "ha", cl.HA, "high availability: etcd://host:port[,host:port…][/prefix]; processes of the job campaign there, one leads and runs it, the others stand by")
 		fl.DurationVar(&cl.HATTL, "ha-ttl", cl.HATTL, "the leader's lease in etcd, whole seconds: a standby takes over within it (0: 5s)")
+		fl.StringVar(&cl.HACACert, "ha-cacert", cl.HACACert, "TLS to etcd: the CA that signed etcd's certificate (PEM; as etcdctl --cacert)")
+		fl.StringVar(&cl.HACert, "ha-cert", cl.HACert, "TLS to etcd: this process's client certificate (PEM; as etcdctl --cert)")
+		fl.StringVar(&cl.HAKey, "ha-key", cl.HAKey, "TLS to etcd: the client certificate's key (PEM; as etcdctl --key)")
 		fl.StringVar(&c.Web, "web", c.Web, "serve the web UI (/), Prometheus metrics (/metrics) and the JSON API (/api/v1/) at this address, e.g. 127.0.0.1:8081 (:8081 is loopback too; 0.0.0.0:8081 every interface)")
 		fl.StringVar(&c.WebToken, "web-token", cmp.Or(c.WebToken, os.Getenv("WEIR_WEB_TOKEN")), "the token the API's savepoint and cancel requests must carry (default $WEIR_WEB_TOKEN; none: refused)")
 	}

@@ -44,9 +44,10 @@ Take the same job flags as the coordinator.`,
 
 // clusterFlags are a cluster process's settings.
 type clusterFlags struct {
-	listen, advertise, join, name, certs, ha string
-	slots                                    int
-	heartbeat, timeout, haTTL                time.Duration
+	listen, advertise, join, name, certs string
+	ha, haCA, haCert, haKey              string
+	slots                                int
+	heartbeat, timeout, haTTL            time.Duration
 }
 
 func (f *clusterFlags) add(cmd *cobra.Command, role weir.Role) {
@@ -74,11 +75,14 @@ func (f *clusterFlags) add(cmd *cobra.Command, role weir.Role) {
 func (f *clusterFlags) addHA(fl *pflag.FlagSet) {
 	fl.StringVar(&f.ha, "ha", "", "high availability: etcd://host:port[,host:port…][/prefix]; processes of the job campaign there, one leads and runs it, the others stand by")
 	fl.DurationVar(&f.haTTL, "ha-ttl", 0, "the leader's lease in etcd, whole seconds: a standby takes over within it (0: 5s)")
+	fl.StringVar(&f.haCA, "ha-cacert", "", "TLS to etcd: the CA that signed etcd's certificate (PEM; as etcdctl --cacert)")
+	fl.StringVar(&f.haCert, "ha-cert", "", "TLS to etcd: this process's client certificate (PEM; as etcdctl --cert)")
+	fl.StringVar(&f.haKey, "ha-key", "", "TLS to etcd: the client certificate's key (PEM; as etcdctl --key)")
 }
 
 func (f *clusterFlags) config(role weir.Role) (weir.ClusterConfig, error) {
 	if role == weir.Local {
-		return weir.ClusterConfig{HA: f.ha, HATTL: f.haTTL}, nil
+		return weir.ClusterConfig{HA: f.ha, HATTL: f.haTTL, HACACert: f.haCA, HACert: f.haCert, HAKey: f.haKey}, nil
 	}
 	if f.certs == "" {
 		return weir.ClusterConfig{}, errors.New("--certs is required: control and data traffic use mutual TLS (weir cluster certs --out DIR creates a test cluster's)")
@@ -91,7 +95,7 @@ func (f *clusterFlags) config(role weir.Role) (weir.ClusterConfig, error) {
 	}
 	return weir.ClusterConfig{
 		Role: role, Listen: f.listen, Advertise: f.advertise, Join: f.join, Name: f.name, Slots: f.slots, Certs: f.certs,
-		HeartbeatInterval: f.heartbeat, HeartbeatTimeout: f.timeout, HA: f.ha, HATTL: f.haTTL,
+		HeartbeatInterval: f.heartbeat, HeartbeatTimeout: f.timeout, HA: f.ha, HATTL: f.haTTL, HACACert: f.haCA, HACert: f.haCert, HAKey: f.haKey,
 	}, nil
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/weirstream/weir/examples/wordcount"
 	"github.com/weirstream/weir/internal/etcdtest"
+	"github.com/weirstream/weir/internal/ha"
 	"github.com/weirstream/weir/internal/pgtest"
 )
 
@@ -366,4 +367,44 @@ func TestRunHAStandby(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRunHATLS runs the word count with --ha on an etcd that serves TLS
+// only and requires a client certificate (made by weir cluster certs):
+// the run reaches it with --ha-cacert, --ha-cert and --ha-key, leads and
+// finishes exactly-once, and weir status reads the leadership over TLS.
+func TestRunHATLS(t *testing.T) {
+	j := newJob(t, 2, 20_000)
+	certs := filepath.Join(j.dir, "etcd-certs")
+	if out, err := exec.Command(weirBin, "cluster", "certs", "--out", certs, "--names", "etcd,client,admin=admin,coordinator", "--hosts", "127.0.0.1").CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	pem := func(name string) string { return filepath.Join(certs, name+".pem") }
+	client, err := ha.LoadTLS(pem("ca"), pem("client"), pem("client-key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := etcdtest.StartTLS(t, 1, etcdtest.TLS{Cert: pem("etcd"), Key: pem("etcd-key"), CA: pem("ca"), Client: client})
+	url := "etcd://" + strings.Join(e.Hosts(), ",") + "/weir-test"
+	tlsFlags := []string{"--ha-cacert", pem("ca"), "--ha-cert", pem("client"), "--ha-key", pem("client-key")}
+	run := startProc(t, append([]string{"run", "wordcount", "--input", j.input, "--output", j.output, "--checkpoint-dir", j.ckpt,
+		"--checkpoint-interval", "100ms", "--ha", url, "--ha-ttl", "2s", "--log-level", "info"}, tlsFlags...)...)
+	<-run.done
+	if run.err != nil || !strings.Contains(run.log.String(), `msg="leading the job"`) {
+		t.Fatalf("the run over TLS to etcd: %v\n%s", run.err, run.log)
+	}
+	rep, err := wordcount.Verify(vfs.Default, j.output, j.want, false)
+	if err != nil || !rep.OK() {
+		t.Fatalf("%v %v", rep, err)
+	}
+	// No candidate is left once the job ended; status says so, over TLS.
+	out, _ := exec.Command(weirBin, append([]string{"status", "--ha", url, "--job", "wordcount", "--certs", certs}, tlsFlags...)...).CombinedOutput()
+	if !strings.Contains(string(out), "no coordinator of job wordcount campaigns in etcd") {
+		t.Fatalf("weir status over TLS to etcd:\n%s", out)
+	}
+	// Without a client certificate, etcd answers nothing.
+	if out, err := exec.Command(weirBin, "status", "--ha", url, "--job", "wordcount", "--certs", certs, "--timeout", "2s").CombinedOutput(); err == nil {
+		t.Fatalf("weir status reached the TLS-only etcd without TLS:\n%s", out)
+	}
+	t.Log(rep)
 }

@@ -17,7 +17,7 @@ import (
 // StatusCommand is the status command of weir and of job programs
 // (weir.Main).
 func StatusCommand() *cobra.Command {
-	var coord, certs, name, haURL, job string
+	var coord, certs, name, haURL, job, haCA, haCert, haKey string
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use: "status", Short: "Show a cluster's job: its coordinators, workers, slots, tasks, attempt and last checkpoints", Args: cobra.NoArgs,
@@ -35,7 +35,7 @@ func StatusCommand() *cobra.Command {
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
 			if haURL != "" {
-				leader, err := printCandidates(ctx, cmd.OutOrStdout(), haURL, job)
+				leader, err := printCandidates(ctx, cmd.OutOrStdout(), haURL, job, haCA, haCert, haKey)
 				if err != nil {
 					return err
 				}
@@ -55,15 +55,21 @@ func StatusCommand() *cobra.Command {
 	fl.StringVar(&name, "name", "admin", "whose certificate to present (<certs>/<name>.pem)")
 	fl.StringVar(&haURL, "ha", "", "the coordinators' --ha (etcd://host:port[,…][/prefix]): show the leader, its epoch and the standbys, and the leader's status")
 	fl.StringVar(&job, "job", "", "with --ha: the job's name")
+	fl.StringVar(&haCA, "ha-cacert", "", "TLS to etcd: the CA that signed etcd's certificate (PEM)")
+	fl.StringVar(&haCert, "ha-cert", "", "TLS to etcd: a client certificate (PEM)")
+	fl.StringVar(&haKey, "ha-key", "", "TLS to etcd: the client certificate's key (PEM)")
 	fl.DurationVar(&timeout, "timeout", 10*time.Second, "give up after this long")
 	return cmd
 }
 
 // printCandidates prints job's coordinators as etcd lists them, and
 // returns the leader's address.
-func printCandidates(ctx context.Context, w io.Writer, haURL, job string) (string, error) {
+func printCandidates(ctx context.Context, w io.Writer, haURL, job, ca, cert, key string) (string, error) {
 	cfg, err := ha.ParseURL(haURL)
 	if err != nil {
+		return "", err
+	}
+	if cfg.TLS, err = ha.LoadTLS(ca, cert, key); err != nil {
 		return "", err
 	}
 	c, err := ha.Dial(cfg)

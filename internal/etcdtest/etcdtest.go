@@ -6,6 +6,7 @@ package etcdtest
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/url"
@@ -26,12 +27,22 @@ import (
 type Cluster struct {
 	Members []*Member
 	t       testing.TB
+	tls     *tls.Config // the clients' (StartTLS), or nil
+}
+
+// TLS is the files of a member's TLS setup (PEM): its certificate and key,
+// and the CA whose certificates it requires of clients.
+type TLS struct {
+	Cert, Key, CA string
+	// Client is a client's configuration, for WaitReady.
+	Client *tls.Config
 }
 
 // Member is one etcd process of a cluster.
 type Member struct {
 	Name string
-	// ClientURL is where clients reach it (http://127.0.0.1:port).
+	// ClientURL is where clients reach it (http://127.0.0.1:port, or
+	// https:// with StartTLS).
 	ClientURL string
 	peerURL   string
 	dir       string
@@ -53,6 +64,18 @@ func Bin() string {
 // how to install it; under CI=true it fails instead, since CI installs it.
 func Start(t testing.TB, n int) *Cluster {
 	t.Helper()
+	return start(t, n, nil)
+}
+
+// StartTLS is Start with clients served over TLS only, a client
+// certificate signed by s.CA required.
+func StartTLS(t testing.TB, n int, s TLS) *Cluster {
+	t.Helper()
+	return start(t, n, &s)
+}
+
+func start(t testing.TB, n int, s *TLS) *Cluster {
+	t.Helper()
 	bin := Bin()
 	if bin == "" {
 		msg := "etcd is not installed: apt-get install -y etcd-server (the tests run the etcd binary)"
@@ -66,6 +89,10 @@ func Start(t testing.TB, n int) *Cluster {
 		t.Fatal(err)
 	}
 	c := &Cluster{t: t}
+	scheme := "http://"
+	if s != nil {
+		c.tls, scheme = s.Client, "https://"
+	}
 	t.Cleanup(func() {
 		for _, m := range c.Members {
 			m.stop()
@@ -81,7 +108,7 @@ func Start(t testing.TB, n int) *Cluster {
 	})
 	var initial []string
 	for i := range n {
-		m := &Member{Name: fmt.Sprintf("m%d", i), ClientURL: "http://" + freeAddr(t), peerURL: "http://" + freeAddr(t),
+		m := &Member{Name: fmt.Sprintf("m%d", i), ClientURL: scheme + freeAddr(t), peerURL: "http://" + freeAddr(t),
 			dir: filepath.Join(dir, fmt.Sprintf("m%d", i))}
 		c.Members = append(c.Members, m)
 		initial = append(initial, m.Name+"="+m.peerURL)
@@ -92,6 +119,9 @@ func Start(t testing.TB, n int) *Cluster {
 			"--listen-peer-urls", m.peerURL, "--initial-advertise-peer-urls", m.peerURL,
 			"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-state", "new",
 			"--initial-cluster-token", filepath.Base(dir), "--logger", "zap", "--log-level", "warn"}
+		if s != nil {
+			m.args = append(m.args, "--cert-file", s.Cert, "--key-file", s.Key, "--trusted-ca-file", s.CA, "--client-cert-auth")
+		}
 		if err := os.MkdirAll(m.dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -177,7 +207,7 @@ func (c *Cluster) Hosts() []string {
 // fails the test after limit.
 func (c *Cluster) WaitReady(limit time.Duration) {
 	c.t.Helper()
-	cl, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: time.Second, Logger: zap.NewNop()})
+	cl, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: time.Second, Logger: zap.NewNop(), TLS: c.tls})
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -32,11 +32,13 @@ package ha
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -644,4 +646,36 @@ func (l *Leadership) Ended(ctx context.Context) (string, bool, error) {
 		return "", false, nil
 	}
 	return string(resp.Kvs[0].Value), true, nil
+}
+
+// LoadTLS reads the files of a TLS connection to etcd, as etcd's own
+// clients name them (etcdctl --cacert, --cert, --key): the CA that signed
+// etcd's certificate (empty: the system's), and this client's certificate
+// and key (both or neither). All empty: nil, plain text.
+func LoadTLS(ca, cert, key string) (*tls.Config, error) {
+	if ca == "" && cert == "" && key == "" {
+		return nil, nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, fmt.Errorf("ha: etcd's CA: %w", err)
+		}
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("ha: etcd's CA %s holds no PEM certificate", ca)
+		}
+	}
+	if (cert == "") != (key == "") {
+		return nil, fmt.Errorf("ha: a client certificate for etcd needs both its certificate (%q) and its key (%q)", cert, key)
+	}
+	if cert != "" {
+		kp, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return nil, fmt.Errorf("ha: client certificate for etcd: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{kp}
+	}
+	return tc, nil
 }
