@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -405,6 +406,112 @@ func TestRunHATLS(t *testing.T) {
 	// Without a client certificate, etcd answers nothing.
 	if out, err := exec.Command(weirBin, "status", "--ha", url, "--job", "wordcount", "--certs", certs, "--timeout", "2s").CombinedOutput(); err == nil {
 		t.Fatalf("weir status reached the TLS-only etcd without TLS:\n%s", out)
+	}
+	t.Log(rep)
+}
+
+// logTime is the time of the first line of log that holds msg, and the
+// value of its field key ("" for none).
+func logTime(t *testing.T, log, msg, key string) (time.Time, string) {
+	t.Helper()
+	for _, line := range strings.Split(log, "\n") {
+		if !strings.Contains(line, `msg="`+msg) {
+			continue
+		}
+		ts, _, _ := strings.Cut(strings.TrimPrefix(line, "time="), " ")
+		at, err := time.Parse(time.RFC3339Nano, ts)
+		if err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		var v string
+		if key != "" {
+			_, rest, _ := strings.Cut(line, " "+key+"=")
+			v, _, _ = strings.Cut(rest, " ")
+		}
+		return at, v
+	}
+	t.Fatalf("no %q in the log:\n%s", msg, log)
+	return time.Time{}, ""
+}
+
+// TestClusterHALeaderCutOffFromEtcdNetns runs the word count with two
+// coordinators (--ha, lease 2 s) and two workers, each in a network
+// namespace of its own, and etcd on the bridge. A blackhole route cuts
+// the leader off from etcd alone (its workers still reach it). It steps
+// down on its own clock before the standby leads: by the processes' logs,
+// its "leadership is lost" comes before the standby's "leading the job",
+// whose epoch is larger. After the heal it stands by, and the job
+// finishes under the new leader with every count exactly once.
+func TestClusterHALeaderCutOffFromEtcdNetns(t *testing.T) {
+	net := newNetns(t)
+	for h := 1; h <= 4; h++ {
+		net.host(h)
+	}
+	e := etcdtest.StartOn(t, 1, net.subnet+".254")
+	j := newJob(t, 4, 200_000)
+	certs := filepath.Join(j.dir, "certs")
+	if out, err := exec.Command(weirBin, "cluster", "certs", "--out", certs, "--hosts", strings.Join([]string{net.addr(1), net.addr(2), net.addr(3), net.addr(4)}, ",")).CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	args := func(host int, role string, extra ...string) []string {
+		return append([]string{"netns", "exec", net.ns(host), weirBin, role, "wordcount", "--input", j.input, "--output", j.output, "--checkpoint-dir", j.ckpt,
+			"--parallelism", "2", "--checkpoint-interval", "100ms", "--certs", certs, "--log-level", "info"}, extra...)
+	}
+	url := "etcd://" + strings.Join(e.Hosts(), ",") + "/weir-test"
+	coords := map[int]*child{}
+	for h := 1; h <= 2; h++ {
+		coords[h] = startCmd(t, "ip", args(h, "coordinator", "--listen", net.addr(h)+":7700", "--ha", url, "--ha-ttl", "2s",
+			"--heartbeat-interval", "200ms", "--heartbeat-timeout", "2s")...)
+	}
+	join := net.addr(1) + ":7700," + net.addr(2) + ":7700"
+	for h := 3; h <= 4; h++ {
+		startCmd(t, "ip", args(h, "worker", "--join", join, "--name", fmt.Sprintf("worker-%d", h-2), "--listen", net.addr(h)+":0")...)
+	}
+	defer func() {
+		if t.Failed() {
+			for h, c := range coords {
+				t.Logf("coordinator %d:\n%s", h, c.log)
+			}
+		}
+	}()
+	leader := 0
+	waitFor(t, "a leader that completed a checkpoint", func() bool {
+		for h, c := range coords {
+			log := c.log.String()
+			if at := strings.LastIndex(log, `msg="leading the job"`); at >= 0 && strings.Contains(log[at:], `msg="checkpoint completed"`) {
+				leader = h
+				return true
+			}
+		}
+		return false
+	})
+	standby := 3 - leader
+	route := []string{"-n", net.ns(leader), "route", "add", "blackhole", net.subnet + ".254/32"}
+	net.ip(route...)
+	waitFor(t, "the standby to lead", func() bool { return strings.Contains(coords[standby].log.String(), `msg="leading the job"`) })
+	route[3] = "del"
+	net.ip(route...)
+	lost, oldEpoch := logTime(t, coords[leader].log.String(), "the job's leadership is lost", "epoch")
+	led, newEpoch := logTime(t, coords[standby].log.String(), "leading the job", "epoch")
+	if !lost.Before(led) {
+		t.Fatalf("the cut-off leader (epoch %s) stepped down at %s, the standby led (epoch %s) at %s: two leaders at once",
+			oldEpoch, lost.Format(time.StampMilli), newEpoch, led.Format(time.StampMilli))
+	}
+	o, err1 := strconv.Atoi(oldEpoch)
+	n, err2 := strconv.Atoi(newEpoch)
+	if err1 != nil || err2 != nil || n <= o {
+		t.Fatalf("epochs: the old leader's %q, the new one's %q", oldEpoch, newEpoch)
+	}
+	t.Logf("the cut-off leader (epoch %s) stepped down %v before the standby led (epoch %s)", oldEpoch, led.Sub(lost).Round(time.Millisecond), newEpoch)
+	for h, c := range coords {
+		<-c.done
+		if c.err != nil {
+			t.Fatalf("coordinator %d: %v", h, c.err)
+		}
+	}
+	rep, err := wordcount.Verify(vfs.Default, j.output, j.want, false)
+	if err != nil || !rep.OK() {
+		t.Fatalf("%v %v", rep, err)
 	}
 	t.Log(rep)
 }

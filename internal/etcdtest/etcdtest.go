@@ -64,17 +64,24 @@ func Bin() string {
 // how to install it; under CI=true it fails instead, since CI installs it.
 func Start(t testing.TB, n int) *Cluster {
 	t.Helper()
-	return start(t, n, nil)
+	return start(t, n, nil, "127.0.0.1")
 }
 
 // StartTLS is Start with clients served over TLS only, a client
 // certificate signed by s.CA required.
 func StartTLS(t testing.TB, n int, s TLS) *Cluster {
 	t.Helper()
-	return start(t, n, &s)
+	return start(t, n, &s, "127.0.0.1")
 }
 
-func start(t testing.TB, n int, s *TLS) *Cluster {
+// StartOn is Start with clients served at host's address (a bridge's, for
+// processes in network namespaces) rather than loopback.
+func StartOn(t testing.TB, n int, host string) *Cluster {
+	t.Helper()
+	return start(t, n, nil, host)
+}
+
+func start(t testing.TB, n int, s *TLS, host string) *Cluster {
 	t.Helper()
 	bin := Bin()
 	if bin == "" {
@@ -108,7 +115,7 @@ func start(t testing.TB, n int, s *TLS) *Cluster {
 	})
 	var initial []string
 	for i := range n {
-		m := &Member{Name: fmt.Sprintf("m%d", i), ClientURL: scheme + freeAddr(t), peerURL: "http://" + freeAddr(t),
+		m := &Member{Name: fmt.Sprintf("m%d", i), ClientURL: scheme + freeAddr(t, host), peerURL: "http://" + freeAddr(t, "127.0.0.1"),
 			dir: filepath.Join(dir, fmt.Sprintf("m%d", i))}
 		c.Members = append(c.Members, m)
 		initial = append(initial, m.Name+"="+m.peerURL)
@@ -131,9 +138,9 @@ func start(t testing.TB, n int, s *TLS) *Cluster {
 	return c
 }
 
-// freeAddr returns a loopback address with a port free just now.
-func freeAddr(t testing.TB) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// freeAddr returns an address of host with a port free just now.
+func freeAddr(t testing.TB, host string) string {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		t.Fatal(err)
 	}
