@@ -190,7 +190,23 @@ func (cfg *SinkConfig[T]) check(ctx context.Context, conn *pgx.Conn) error {
 		if cfg.CreateTable == "" {
 			return fmt.Errorf("postgres sink: table %s does not exist: create it, or give the statement that does (CreateTable)", cfg.Table)
 		}
-		if _, err := conn.Exec(ctx, cfg.CreateTable); err != nil {
+		// NB: two processes that start at once (standby coordinators)
+		// would both create it, and one fail on a unique violation in the
+		// catalog. The lock makes one wait; it then finds the table the
+		// other made (42P07: the statement need not say IF NOT EXISTS).
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", quoteTable(cfg.Table)); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, cfg.CreateTable)
+			return err
+		})
+		if pg := (*pgconn.PgError)(nil); errors.As(err, &pg) && pg.Code == "42P07" {
+			if qerr := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", quoteTable(cfg.Table)).Scan(&exists); qerr == nil && exists {
+				err = nil
+			}
+		}
+		if err != nil {
 			return fmt.Errorf("postgres sink: create table %s: %w", cfg.Table, err)
 		}
 	}

@@ -2,9 +2,11 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -199,6 +201,27 @@ func TestBadConfigurationFailsAtStart(t *testing.T) {
 	} {
 		if _, err := Sink(c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s %s: error %v, want %q", c.cfg.URL, c.cfg.Table, err, c.want)
+		}
+	}
+}
+
+// TestSinksStartingAtOnceCreateTheTableOnce: standby coordinators start
+// together, and each checks the sink's table; a plain CREATE TABLE run by
+// two at once fails one of them on a unique violation in the catalog
+// (CI, stop 30).
+func TestSinksStartingAtOnceCreateTheTableOnce(t *testing.T) {
+	pg := pgtest.Start(t)
+	for round := range 5 {
+		table := fmt.Sprintf("counts_%d", round)
+		cfg := SinkConfig[count]{URL: pg.URL, Table: table, CreateTable: fmt.Sprintf(`CREATE TABLE %s (word text NOT NULL, count bigint NOT NULL)`, table)}
+		var wg sync.WaitGroup
+		errs := make([]error, 4)
+		for i := range errs {
+			wg.Go(func() { _, errs[i] = Sink(cfg) })
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatalf("round %d: four sinks starting at once on a missing table: %v", round, err)
 		}
 	}
 }

@@ -98,6 +98,7 @@ type Coordinator struct {
 	via     map[string]*peerConn
 	changed chan struct{} // closed and replaced when membership changes
 	exec    *execution    // the attempt running, if any
+	stopped *execution    // the attempt that stopped last, if any
 	ended   uint64        // the attempt that finished the job, if any
 	// deployed is the last attempt deployed (or being deployed) so far.
 	deployed uint64
@@ -498,7 +499,7 @@ func (c *Coordinator) Report(ctx context.Context, req *connect.Request[clusterpb
 		return nil, err
 	}
 	c.mu.Lock()
-	ex, ended, deployed := c.exec, c.ended, c.deployed
+	ex, stopped, ended, deployed := c.exec, c.stopped, c.ended, c.deployed
 	live, _ := c.members.Workers()
 	reporter, _, held := c.members.Held(m.GetWorker())
 	c.mu.Unlock()
@@ -511,6 +512,12 @@ func (c *Coordinator) Report(ctx context.Context, req *connect.Request[clusterpb
 	// heartbeat: accusations sent faster than heartbeats would keep the
 	// job from ever getting its slots.
 	credible := held && reporter.Session == m.GetSession() && m.GetAttempt() >= 1 && m.GetAttempt() <= deployed && m.GetAttempt() != ended
+	// The reported attempt may have stopped already: another of the
+	// reporter's tasks failed on the same connection, in an earlier Report.
+	reported := ex
+	if reported == nil || reported.attempt != m.GetAttempt() {
+		reported = stopped
+	}
 	for _, p := range m.GetReports() {
 		if !credible {
 			break
@@ -520,10 +527,10 @@ func (c *Coordinator) Report(ctx context.Context, req *connect.Request[clusterpb
 				c.suspect(w, errors.New(clipTo(p.GetError(), maxErrorBytes)))
 				// NB: a cut only from a connection that went silent (a
 				// peer that closes it, as every attempt's end does, is
-				// none), in the attempt running, between two of its
+				// none), in the attempt reported, between two of its
 				// workers.
-				if p.GetPeerSilent() && ex != nil && ex.attempt == m.GetAttempt() &&
-					ex.workers[reporter.Name].Session == reporter.Session && ex.workers[w.Name].Session == w.Session {
+				if p.GetPeerSilent() && reported != nil && reported.attempt == m.GetAttempt() &&
+					reported.workers[reporter.Name].Session == reporter.Session && reported.workers[w.Name].Session == w.Session {
 					c.cut(reporter, w)
 				}
 			}

@@ -302,6 +302,7 @@ func (ex *execution) Stop() {
 	x.c.mu.Lock()
 	if x.c.exec == ex {
 		x.c.exec = nil
+		x.c.stopped = ex
 	}
 	if ex.finished.Load() == int64(len(ex.place)) {
 		// The job ended: workers closing their data connections now is

@@ -1,7 +1,9 @@
 package cluster
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -13,8 +15,10 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/internal/cluster/clusterpb"
 	"github.com/weirstream/weir/internal/runtime"
+	"github.com/weirstream/weir/internal/transport"
 )
 
 // isClosed reports whether end's other side was closed (net.Pipe).
@@ -150,5 +154,50 @@ func TestSplitReports(t *testing.T) {
 	}
 	if !slices.Equal(got, []uint64{1, 2, 3, 0, 4}) || len(parts) != 3 {
 		t.Fatalf("checkpoints %v in %d messages", got, len(parts))
+	}
+}
+
+// TestASilentPeerReportedLateIsStillACut: worker-2's task that wrote to
+// the silent connection failed first, and its report stopped the attempt;
+// the report that names the silent peer came in a second call, after the
+// attempt stopped. It must still keep the two workers apart (CI, stop 30:
+// the next attempt was placed on both again, and failed on the same cut).
+func TestASilentPeerReportedLateIsStillACut(t *testing.T) {
+	c := newCluster(t, Liveness{HeartbeatInterval: time.Second, Timeout: 5 * time.Second}, "worker-1", "worker-2")
+	for _, name := range []string{"worker-1", "worker-2"} {
+		stop, _ := c.worker(name, name, c.coord.Addr(), jobGraph)
+		defer stop()
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	ws, err := c.coord.WaitForSlots(ctx, 4, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	workers := map[string]Worker{}
+	for _, w := range ws {
+		workers[w.Name] = w
+	}
+	c.coord.mu.Lock()
+	c.coord.deployed = 1
+	c.coord.stopped = &execution{attempt: 1, workers: workers} // attempt 1 has stopped (exec nil)
+	c.coord.mu.Unlock()
+	silent := peerError{"worker-1", fmt.Errorf("transport: connection with 127.0.0.1:40123: %w", transport.ErrPeerSilent)}
+	report := reportToProto(runtime.Report{Kind: runtime.ReportFailed, Task: checkpoint.TaskID{Vertex: "src"}, Err: fmt.Errorf("worker worker-2: %w", silent)})
+	err = c.reportAs("worker-2", &clusterpb.ReportRequest{Worker: "worker-2", Session: workers["worker-2"].Session, Attempt: 1, Reports: []*clusterpb.TaskReport{report}})
+	for {
+		if _, slots := c.coord.Workers(); slots == 4 {
+			break // worker-1 answered a heartbeat again
+		}
+		if ctx.Err() != nil {
+			t.Fatal("worker-1 never answered a heartbeat again")
+		}
+		time.Sleep(10 * time.Millisecond) // polls for a condition
+	}
+	c.coord.mu.Lock()
+	ws, slots := c.coord.members.Placeable(c.coord.cfg.Now())
+	c.coord.mu.Unlock()
+	if slots != 2 {
+		t.Fatalf("after worker-2's late report (answered %v) that its connection to worker-1 went silent in attempt 1: placeable %q, %d slots; want one of them", err, placeableNames(ws), slots)
 	}
 }
