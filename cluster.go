@@ -5,15 +5,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
-	"sync/atomic"
+	"strings"
 	"time"
 
+	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/graph"
 	"github.com/weirstream/weir/internal/cluster"
 	"github.com/weirstream/weir/internal/ha"
 	"github.com/weirstream/weir/internal/runtime"
 	"github.com/weirstream/weir/internal/transport"
+	"github.com/weirstream/weir/operator"
 	"github.com/weirstream/weir/storage"
 )
 
@@ -141,8 +144,8 @@ func (c ClusterConfig) validateHA(cfg Config) error {
 	switch {
 	case c.Role == Worker:
 		return fmt.Errorf("--ha is for coordinators and runs in one process: a worker joins the job's coordinators by address (--join host:port,host:port)")
-	case cfg.Fresh || cfg.Restore != "":
-		return errors.New("with --ha, every leader restores the latest checkpoint etcd records: --fresh and --restore do not apply (to run an ended job again from the beginning, delete its keys, etcdctl del --prefix <prefix>/jobs/<job>/, and its checkpoints)")
+	case cfg.Fresh || cfg.Restore != "" && cfg.Restore != "latest":
+		return errors.New("with --ha, every leader restores the latest checkpoint etcd records: --fresh and --restore of a checkpoint do not apply; --restore latest runs on a job that ended (stopped with a savepoint, cancelled, failed). To run a job again from the beginning, delete its keys, etcdctl del --prefix <prefix>/jobs/<job>/, and its checkpoints")
 	case cfg.Checkpoint.Mode == NoCheckpoints:
 		return errors.New("--ha needs checkpoints: a new leader restores the latest")
 	case cfg.Checkpoint.Dir == "":
@@ -214,6 +217,11 @@ func (e *Environment) coordinate(ctx context.Context, ccfg cluster.CoordinatorCo
 // until the job ends under its term or ctx ends. A term that is lost stops
 // the run at once (nothing it did after its lease could end counts:
 // storage.Led), and the process stands by again.
+//
+// A job that ended (finished, stopped with a savepoint, cancelled, failed)
+// is not run again by later terms; a process started with --restore latest
+// after it ended reopens it, unless it finished, and runs it on from its
+// latest checkpoint.
 func (e *Environment) lead(ctx context.Context, spec runtime.Spec, name string, run func(context.Context, runtime.Spec, uint64) (Result, error)) (Result, error) {
 	hc, err := e.cfg.Cluster.haConfig()
 	if err != nil {
@@ -226,6 +234,21 @@ func (e *Environment) lead(ctx context.Context, spec runtime.Spec, name string, 
 	defer client.Close()
 	store := spec.Storage
 	log := spec.Logger.With("job", spec.Name, "candidate", name)
+	if err := reach(ctx, client, spec.Name, hc, log); err != nil {
+		return Result{}, err
+	}
+	// The job's end as it was before this process started: the one that
+	// --restore latest reopens.
+	var atStart ha.Ended
+	if e.cfg.Restore == "latest" {
+		rctx, cancel := context.WithTimeout(ctx, hc.TTL)
+		atStart, err = client.Ended(rctx, spec.Name)
+		cancel()
+		if err != nil {
+			return Result{}, err
+		}
+	}
+	var startFailures int
 	for {
 		log.Info("standing by: campaigning for the job's leadership", "etcd", hc.Endpoints)
 		l, err := client.Campaign(ctx, spec.Name, name)
@@ -234,30 +257,36 @@ func (e *Environment) lead(ctx context.Context, spec runtime.Spec, name string, 
 		}
 		if err != nil {
 			log.Warn("the campaign failed; campaigning again", "err", err)
-			select {
-			case <-time.After(time.Second):
-			case <-ctx.Done():
-				return Result{}, context.Cause(ctx)
+			if err := reach(ctx, client, spec.Name, hc, log); err != nil {
+				return Result{}, err
 			}
 			continue
 		}
-		log.Info("leading the job", "epoch", l.Epoch)
+		log.Info("leading the job", "epoch", l.Epoch, "etcd", l.Namespace())
 		ectx, ecancel := context.WithTimeout(ctx, l.TTL())
-		before, ended, err := l.Ended(ectx)
-		if err != nil || ended {
+		before, err := l.Ended(ectx)
+		reopen := err == nil && before.Revision != 0 && before.Revision == atStart.Revision && before.Outcome != outcomeFinished
+		if err == nil && reopen {
+			log.Info("the job ended under an earlier leader; --restore latest runs it on from its latest checkpoint", "ended", before.Outcome)
+			err = l.Reopen(ectx, before.Revision)
+		}
+		if err != nil || before.Revision != 0 && !reopen {
 			l.Resign(ectx)
 		}
 		ecancel()
 		switch {
 		case err != nil:
-			log.Warn("could not read whether the job ended; standing by again", "err", err)
+			log.Warn("could not read or reopen the job's end; standing by again", "err", err)
 			continue
-		case !ended:
-		case before == "finished":
+		case before.Revision == 0 || reopen:
+		case before.Outcome == outcomeFinished:
 			log.Info("the job finished under an earlier leader; this coordinator exits")
 			return Result{}, nil
+		case strings.HasPrefix(before.Outcome, outcomeStopped):
+			log.Info("the job stopped under an earlier leader ("+before.Outcome+"); this coordinator exits: start the job's coordinators with --restore latest to resume it")
+			return Result{}, nil
 		default:
-			return Result{}, fmt.Errorf("job %s ended under an earlier leader: %s", spec.Name, before)
+			return Result{}, fmt.Errorf("job %s ended under an earlier leader: %s (to run it on from its latest checkpoint, start its coordinators with --restore latest)", spec.Name, before.Outcome)
 		}
 		rctx, cancel := context.WithCancelCause(ctx)
 		go func() {
@@ -275,33 +304,30 @@ func (e *Environment) lead(ctx context.Context, spec runtime.Spec, name string, 
 		// A run stopped (SIGTERM, a rolling restart) leaves its
 		// checkpoints to the standby that takes over.
 		term.Checkpoint.RetainOnCancel = true
-		var running atomic.Bool
-		term.OnEvent = func(ev runtime.JobEvent) {
-			if ev.Kind == runtime.EventRunning {
-				running.Store(true)
-			}
-			if spec.OnEvent != nil {
-				spec.OnEvent(ev)
-			}
-		}
 		res, err := run(rctx, term, uint64(l.Epoch))
 		cancel(nil)
 		if lost := l.Err(); lost != nil {
 			log.Warn("deposed: the job's leadership was lost; the run stopped, and this coordinator stands by", "epoch", l.Epoch, "why", lost, "run", err)
 			continue
 		}
-		// The job ended under this term when it finished, was cancelled
-		// through the API, or failed for good once it ran: the standbys
-		// must not run it again. A run stopped by this process's own
-		// signal, or that failed before it ran (storage that could not be
-		// read at start), leaves the job to the next leader.
+		// The job ended under this term when it finished, stopped with a
+		// savepoint, was cancelled through the API, or failed for good:
+		// once an attempt ran (its restart strategy gave up, or the
+		// failure was permanent), or at start on what every leader would
+		// find (a checkpoint that does not fit the job, or is damaged).
+		// The standbys must not run it again. A run stopped by this
+		// process's own signal, or that failed at start on what may pass
+		// (storage that could not be read), leaves the job to the next
+		// leader.
 		var outcome string
 		switch cause := context.Cause(ctx); {
+		case err == nil && res.StoppedWith != 0:
+			outcome = fmt.Sprintf("%s %d", outcomeStopped, res.StoppedWith)
 		case err == nil:
-			outcome = "finished"
+			outcome = outcomeFinished
 		case errors.Is(cause, ErrCancelled):
 			outcome = "cancelled: " + cause.Error()
-		case ctx.Err() == nil && running.Load():
+		case ctx.Err() == nil && (res.Attempts > 0 || failsEveryLeader(err)):
 			outcome = "failed: " + err.Error()
 		}
 		bctx, bcancel := context.WithTimeout(context.Background(), l.TTL())
@@ -317,18 +343,59 @@ func (e *Environment) lead(ctx context.Context, spec runtime.Spec, name string, 
 		if outcome != "" || ctx.Err() != nil {
 			return res, err
 		}
-		log.Warn("the run failed before the job ran; standing by again", "epoch", l.Epoch, "err", err, "retry", startRetry)
+		startFailures++
+		delay := min(startRetry<<min(startFailures-1, 6), maxStartRetry)
+		log.Warn("the run failed at start; standing by again", "epoch", l.Epoch, "failures", startFailures, "retry", delay, "err", err)
 		select {
-		case <-time.After(startRetry):
+		case <-time.After(delay):
 		case <-ctx.Done():
 			return res, err
 		}
 	}
 }
 
+// The outcomes of a job that a term records in etcd (ha.Leadership.End),
+// besides "cancelled: <why>" and "failed: <why>".
+const (
+	outcomeFinished = "finished"
+	outcomeStopped  = "stopped with savepoint"
+)
+
+// failsEveryLeader reports whether err, of a run that failed at start,
+// would fail every leader's the same way.
+func failsEveryLeader(err error) bool {
+	return operator.IsPermanent(err) || errors.Is(err, checkpoint.ErrMismatch) || errors.Is(err, checkpoint.ErrCorrupt) ||
+		errors.Is(err, checkpoint.ErrVersion) || errors.Is(err, checkpoint.ErrStateDamaged) || errors.Is(err, storage.ErrLedElsewhere)
+}
+
 // startRetry is how long a process whose run failed at start waits before
-// it campaigns again (another may lead meanwhile).
-const startRetry = 5 * time.Second
+// it campaigns again (another may lead meanwhile); it doubles with each
+// failure in a row, up to maxStartRetry.
+const (
+	startRetry    = 5 * time.Second
+	maxStartRetry = 5 * time.Minute
+)
+
+// reach waits until etcd answers, warning every time it does not: a
+// coordinator that cannot reach etcd would otherwise campaign in silence.
+func reach(ctx context.Context, client *ha.Client, job string, hc ha.Config, log *slog.Logger) error {
+	for tries := 1; ; tries++ {
+		err := client.Reachable(ctx, job, max(hc.TTL, 5*time.Second))
+		if err == nil || ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		hint := "is it up, and do --ha-cacert, --ha-cert and --ha-key match it? (an etcd that requires TLS does not answer plain text)"
+		if hc.TLS != nil {
+			hint = "is it up, and do --ha-cacert, --ha-cert and --ha-key match it?"
+		}
+		log.Warn("cannot reach etcd; trying again: "+hint, "etcd", hc.Endpoints, "tries", tries, "err", err)
+		select {
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+}
 
 // wireCodec returns the codec of the batches on an edge of plan: the
 // records of its upstream node's output port.

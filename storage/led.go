@@ -3,6 +3,7 @@ package storage
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -200,15 +201,23 @@ func (s *led) RemoveOrphans() error {
 	return s.Storage.RemoveOrphans()
 }
 
-// Lock marks the storage as led (LedFile): a run without high
-// availability refuses it from now on.
+// Lock marks the storage as led (LedFile), naming the term's etcd
+// namespace: a run without high availability refuses it from now on, and
+// so does a term of another namespace (ErrLedElsewhere).
 func (s *led) Lock() (io.Closer, error) {
 	if err := s.l.Err(); err != nil {
 		return nil, s.fail(err)
 	}
 	if m, ok := s.Storage.(ledStorage); ok {
-		if err := m.markLed(fmt.Appendf(nil, "job %s: its coordinators lead it through etcd\n", s.l.Job())); err != nil {
+		mark, _ := json.Marshal(ledMark{Job: s.l.Job(), Etcd: s.l.Namespace(), Note: "the job's coordinators lead it through etcd: a run without --ha refuses this storage"}) // plain data: cannot fail
+		held, err := m.markLed(append(mark, '\n'))
+		if err != nil {
 			return nil, err
+		}
+		if held != nil {
+			if err := checkLedMark(s.Describe(), held, s.l.Namespace()); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return held{s}, nil

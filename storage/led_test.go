@@ -266,7 +266,7 @@ func TestLedStorageRefusesRunsWithoutHA(t *testing.T) {
 		ledStorage
 		Storage
 	}{dir, blob} {
-		if err := s.markLed([]byte("job job\n")); err != nil {
+		if _, err := s.markLed([]byte("job job\n")); err != nil {
 			t.Fatal(err)
 		}
 		if l, err := s.Lock(); err == nil || !strings.Contains(err.Error(), "belongs to coordinators with high availability") {
@@ -274,6 +274,64 @@ func TestLedStorageRefusesRunsWithoutHA(t *testing.T) {
 				l.Close()
 			}
 			t.Errorf("%s: a run without --ha took the storage of a job under high availability: %v", s.Describe(), err)
+		}
+	}
+}
+
+// TestLedStorageRefusesAnotherEtcdNamespace: coordinators given another
+// etcd prefix (or another etcd) elect a leader of their own; on the same
+// storage both would run the job. The first term marks the storage with
+// its namespace, and a term of another is refused, saying both; a later
+// term of the same namespace is not. In a directory and in object
+// storage, and when two namespaces mark the storage at once.
+func TestLedStorageRefusesAnotherEtcdNamespace(t *testing.T) {
+	e := etcdtest.Start(t, 1)
+	dial := func(prefix string) *ha.Client {
+		c, err := ha.Dial(ha.Config{Endpoints: e.Hosts(), TTL: 2 * time.Second, Prefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	blue, green := dial("/blue"), dial("/green")
+	dir, err := NewDir(vfs.NewMem(), "/chk", "job", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blob, err := OpenBlob(context.Background(), "mem://namespaces?lease=1s", "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, lg := lead(t, blue, "b"), lead(t, green, "g")
+	for _, s := range []Storage{dir, blob} {
+		if _, err := Led(s, lb).Lock(); err != nil {
+			t.Fatalf("%s: the first term: %v", s.Describe(), err)
+		}
+		_, err := Led(s, lg).Lock()
+		if !errors.Is(err, ErrLedElsewhere) || !strings.Contains(err.Error(), lb.Namespace()) || !strings.Contains(err.Error(), lg.Namespace()) {
+			t.Errorf("%s: a term of prefix /green took the storage that prefix /blue leads: %v", s.Describe(), err)
+		}
+		if _, err := Led(s, lb).Lock(); err != nil {
+			t.Errorf("%s: a later term of the same namespace: %v", s.Describe(), err)
+		}
+	}
+	// At once, on fresh storage: one of the two is refused.
+	for round := range 20 {
+		s, err := NewDir(vfs.NewMem(), "/chk", "job", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		errs := make(chan error, 2)
+		for _, l := range []*ha.Leadership{lb, lg} {
+			go func() {
+				_, err := Led(s, l).Lock()
+				errs <- err
+			}()
+		}
+		e1, e2 := <-errs, <-errs
+		if (e1 == nil) == (e2 == nil) {
+			t.Fatalf("round %d: two namespaces marked the storage at once: %v; %v (want one refused)", round, e1, e2)
 		}
 	}
 }

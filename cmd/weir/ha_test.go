@@ -403,9 +403,18 @@ func TestRunHATLS(t *testing.T) {
 	if !strings.Contains(string(out), "no coordinator of job wordcount campaigns in etcd") {
 		t.Fatalf("weir status over TLS to etcd:\n%s", out)
 	}
-	// Without a client certificate, etcd answers nothing.
+	// Without a client certificate, etcd answers nothing: status fails,
+	// and a run says so rather than campaign in silence.
 	if out, err := exec.Command(weirBin, "status", "--ha", url, "--job", "wordcount", "--certs", certs, "--timeout", "2s").CombinedOutput(); err == nil {
 		t.Fatalf("weir status reached the TLS-only etcd without TLS:\n%s", out)
+	}
+	plain := startProc(t, "run", "wordcount", "--input", j.input, "--output", j.output, "--checkpoint-dir", j.ckpt, "--ha", url, "--ha-ttl", "2s", "--log-level", "info")
+	waitFor(t, "a run without TLS flags to say it cannot reach etcd", func() bool {
+		return strings.Contains(plain.log.String(), "cannot reach etcd") || plain.exited()
+	})
+	plain.signal(syscall.SIGKILL)
+	if !strings.Contains(plain.log.String(), "cannot reach etcd") || !strings.Contains(plain.log.String(), "--ha-cacert") {
+		t.Fatalf("a run without TLS flags against a TLS-only etcd:\n%s", plain.log)
 	}
 	t.Log(rep)
 }

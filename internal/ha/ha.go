@@ -204,10 +204,11 @@ type Leadership struct {
 	// Candidate is the name the leader campaigned as.
 	Candidate string
 
-	c     *Client
-	job   string
-	key   string
-	lease clientv3.LeaseID
+	c       *Client
+	job     string
+	key     string
+	lease   clientv3.LeaseID
+	cluster uint64 // etcd's cluster id
 
 	idMu sync.Mutex // one Reserve at a time
 	// last is the last id this term reserved, and lastRev the counter's
@@ -263,7 +264,7 @@ func (c *Client) Campaign(ctx context.Context, job, candidate string) (*Leadersh
 		err = l.err
 	}
 	if err == nil && ctx.Err() == nil && l.Err() == nil {
-		l.key, l.Epoch = e.Key(), e.Rev()
+		l.key, l.Epoch, l.cluster = e.Key(), e.Rev(), e.Header().GetClusterId()
 		go l.watch(e.Header().Revision + 1)
 		return l, nil
 	}
@@ -630,22 +631,74 @@ func (l *Leadership) Job() string { return l.job }
 // term could have ended.
 func (l *Leadership) TTL() time.Duration { return l.c.cfg.TTL }
 
-// End records that the job ended under this term (outcome "finished" or
-// "failed: <why>"): no later term runs it. Only the leader can.
+// End records that the job ended under this term (outcome "finished",
+// "stopped with savepoint <id>", "cancelled: <why>" or "failed: <why>"):
+// no later term runs it, unless one reopens it (Reopen). Only the leader
+// can.
 func (l *Leadership) End(ctx context.Context, outcome string) error {
 	return l.fenced(ctx, "record that the job ended", clientv3.OpPut(l.c.key(l.job, "ended"), outcome))
 }
 
-// Ended returns how the job ended, if a term recorded it (End).
-func (l *Leadership) Ended(ctx context.Context) (string, bool, error) {
-	resp, err := l.c.cl.Get(ctx, l.c.key(l.job, "ended"))
+// Ended is how a job ended, as a term recorded it (End).
+type Ended struct {
+	Outcome string
+	// Revision is etcd's revision of the record: 0, the job has not
+	// ended (or was reopened since).
+	Revision int64
+}
+
+// Ended returns how job ended, if a term recorded it (End).
+func (c *Client) Ended(ctx context.Context, job string) (Ended, error) {
+	resp, err := c.cl.Get(ctx, c.key(job, "ended"))
 	if err != nil {
-		return "", false, fmt.Errorf("ha: has job %s ended: %w", l.job, err)
+		return Ended{}, fmt.Errorf("ha: has job %s ended: %w", job, err)
 	}
 	if len(resp.Kvs) == 0 {
-		return "", false, nil
+		return Ended{}, nil
 	}
-	return string(resp.Kvs[0].Value), true, nil
+	return Ended{Outcome: string(resp.Kvs[0].Value), Revision: resp.Kvs[0].ModRevision}, nil
+}
+
+// Ended is the client's, for the term's job.
+func (l *Leadership) Ended(ctx context.Context) (Ended, error) {
+	return l.c.Ended(ctx, l.job)
+}
+
+// Reopen deletes the record that the job ended, if it is still the one
+// etcd wrote at revision rev: later terms run the job again, from its
+// latest checkpoint. Only the leader can.
+func (l *Leadership) Reopen(ctx context.Context, rev int64) error {
+	if err := l.refused(ctx); err != nil {
+		return fmt.Errorf("ha: job %s: reopen: %w", l.job, err)
+	}
+	key := l.c.key(l.job, "ended")
+	txn, err := l.c.cl.Txn(ctx).If(l.guard(), clientv3.Compare(clientv3.ModRevision(key), "=", rev)).Then(clientv3.OpDelete(key)).Commit()
+	if err != nil {
+		return fmt.Errorf("ha: job %s: reopen: %w (%w)", l.job, err, ErrUnknownOutcome)
+	}
+	if !txn.Succeeded {
+		if err := l.refused(ctx); err != nil {
+			return fmt.Errorf("ha: job %s: reopen: %w", l.job, err)
+		}
+		return fmt.Errorf("ha: job %s: reopen: its end was recorded anew since revision %d (another process reopened it, and it ended again)", l.job, rev)
+	}
+	return nil
+}
+
+// Namespace names the etcd keys the term leads in: the etcd cluster (its
+// id, which every member answers with) and the prefix. Two namespaces
+// elect two leaders of one job.
+func (l *Leadership) Namespace() string {
+	return fmt.Sprintf("etcd cluster %x, prefix %s", l.cluster, l.c.cfg.Prefix)
+}
+
+// Reachable returns nil once etcd answers a read of job's keys, within
+// limit; else why not.
+func (c *Client) Reachable(ctx context.Context, job string, limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	_, err := c.cl.Get(ctx, c.key(job, "ended"))
+	return err
 }
 
 // LoadTLS reads the files of a TLS connection to etcd, as etcd's own
