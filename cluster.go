@@ -283,7 +283,7 @@ func (e *Environment) lead(ctx context.Context, spec runtime.Spec, name string, 
 			log.Info("the job finished under an earlier leader; this coordinator exits")
 			return Result{}, nil
 		case strings.HasPrefix(before.Outcome, outcomeStopped):
-			log.Info("the job stopped under an earlier leader ("+before.Outcome+"); this coordinator exits: start the job's coordinators with --restore latest to resume it")
+			log.Info("the job stopped under an earlier leader (" + before.Outcome + "); this coordinator exits: start the job's coordinators with --restore latest to resume it")
 			return Result{}, nil
 		default:
 			return Result{}, fmt.Errorf("job %s ended under an earlier leader: %s (to run it on from its latest checkpoint, start its coordinators with --restore latest)", spec.Name, before.Outcome)
