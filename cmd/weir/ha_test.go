@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net"
 	"os/exec"
@@ -44,6 +45,15 @@ func leads(c *child) bool {
 	return i >= 0 && !strings.Contains(log[i:], `msg="the job's leadership is lost`) && !strings.Contains(log[i:], `msg="deposed`) && !c.exited()
 }
 
+// Failover is measured by TestClusterHAKill9Leader's log ("first
+// checkpoint completed … after the kill") with these:
+//
+//	go test ./cmd/weir -run 'TestClusterHAKill9Leader$' -v -ha.ttl 5s -ha.default-liveness
+var (
+	killTTL         = flag.String("ha.ttl", "2s", "TestClusterHAKill9Leader's --ha-ttl")
+	defaultLiveness = flag.Bool("ha.default-liveness", false, "TestClusterHAKill9Leader's coordinators on the default heartbeat interval and timeout")
+)
+
 // TestClusterHAKill9Leader runs Nexmark q5 on three coordinators with
 // --ha (one etcd) and three workers, and kills the leading coordinator
 // with SIGKILL five times, each after the leader completed a checkpoint;
@@ -55,7 +65,7 @@ func leads(c *child) bool {
 // leader, its epoch and the standbys.
 func TestClusterHAKill9Leader(t *testing.T) {
 	q5 := newQ5(t)
-	h := startHACluster(t, etcdtest.Start(t, 1), "2s", 3, 3, q5.args)
+	h := startHACluster(t, etcdtest.Start(t, 1), *killTTL, 3, 3, q5.args)
 	var killed []string // the killed coordinators' logs, for a failure
 	defer func() {
 		if t.Failed() {
@@ -149,8 +159,11 @@ func startHACluster(t *testing.T, e *etcdtest.Cluster, ttl string, coordinators,
 		t.Fatalf("%v\n%s", err, out)
 	}
 	h.coordinator = func(addr string) *child {
-		return startProc(t, args("coordinator", "--listen", addr, "--ha", h.url, "--ha-ttl", ttl, "--certs", h.certs,
-			"--heartbeat-interval", "200ms", "--heartbeat-timeout", "2s")...)
+		flags := []string{"--listen", addr, "--ha", h.url, "--ha-ttl", ttl, "--certs", h.certs}
+		if !*defaultLiveness {
+			flags = append(flags, "--heartbeat-interval", "200ms", "--heartbeat-timeout", "2s")
+		}
+		return startProc(t, args("coordinator", flags...)...)
 	}
 	for _, a := range h.addrs {
 		h.coords = append(h.coords, h.coordinator(a))

@@ -50,7 +50,7 @@ type NodeConfig struct {
 	Codec  func(graph.Edge) transport.BatchCodec
 	Logger *slog.Logger
 	// RetryInterval is the pause between attempts to reach the
-	// coordinator (default 1s).
+	// coordinator (default 200ms).
 	RetryInterval time.Duration
 }
 
