@@ -265,7 +265,7 @@ func (e *Environment) lead(ctx context.Context, spec runtime.Spec, name string, 
 		log.Info("leading the job", "epoch", l.Epoch, "etcd", l.Namespace())
 		ectx, ecancel := context.WithTimeout(ctx, l.TTL())
 		before, err := l.Ended(ectx)
-		reopen := err == nil && before.Revision != 0 && before.Revision == atStart.Revision && before.Outcome != outcomeFinished
+		reopen := err == nil && before.Revision != 0 && before.Revision == atStart.Revision && before.Outcome != ha.Finished
 		if err == nil && reopen {
 			log.Info("the job ended under an earlier leader; --restore latest runs it on from its latest checkpoint", "ended", before.Outcome)
 			err = l.Reopen(ectx, before.Revision)
@@ -279,14 +279,14 @@ func (e *Environment) lead(ctx context.Context, spec runtime.Spec, name string, 
 			log.Warn("could not read or reopen the job's end; standing by again", "err", err)
 			continue
 		case before.Revision == 0 || reopen:
-		case before.Outcome == outcomeFinished:
+		case before.Outcome == ha.Finished:
 			log.Info("the job finished under an earlier leader; this coordinator exits")
 			return Result{}, nil
-		case strings.HasPrefix(before.Outcome, outcomeStopped):
-			log.Info("the job stopped under an earlier leader (" + before.Outcome + "); this coordinator exits: start the job's coordinators with --restore latest to resume it")
+		case strings.HasPrefix(before.Outcome, ha.Stopped):
+			log.Info("the job stopped under an earlier leader (" + before.Outcome + "); this coordinator exits: " + runOn(e.cfg.Restore))
 			return Result{}, nil
 		default:
-			return Result{}, fmt.Errorf("job %s ended under an earlier leader: %s (to run it on from its latest checkpoint, start its coordinators with --restore latest)", spec.Name, before.Outcome)
+			return Result{}, fmt.Errorf("job %s ended under an earlier leader: %s (%s)", spec.Name, before.Outcome, runOn(e.cfg.Restore))
 		}
 		rctx, cancel := context.WithCancelCause(ctx)
 		go func() {
@@ -322,9 +322,9 @@ func (e *Environment) lead(ctx context.Context, spec runtime.Spec, name string, 
 		var outcome string
 		switch cause := context.Cause(ctx); {
 		case err == nil && res.StoppedWith != 0:
-			outcome = fmt.Sprintf("%s %d", outcomeStopped, res.StoppedWith)
+			outcome = fmt.Sprintf("%s %d", ha.Stopped, res.StoppedWith)
 		case err == nil:
-			outcome = outcomeFinished
+			outcome = ha.Finished
 		case errors.Is(cause, ErrCancelled):
 			outcome = "cancelled: " + cause.Error()
 		case ctx.Err() == nil && (res.Attempts > 0 || failsEveryLeader(err)):
@@ -340,7 +340,9 @@ func (e *Environment) lead(ctx context.Context, spec runtime.Spec, name string, 
 			log.Warn("could not resign the leadership; it ends with its lease", "err", rerr)
 		}
 		bcancel()
-		if outcome != "" || ctx.Err() != nil {
+		// NB: storage that another etcd namespace leads is this process's
+		// configuration, not the job's end.
+		if outcome != "" || ctx.Err() != nil || errors.Is(err, storage.ErrLedElsewhere) {
 			return res, err
 		}
 		startFailures++
@@ -354,18 +356,21 @@ func (e *Environment) lead(ctx context.Context, spec runtime.Spec, name string, 
 	}
 }
 
-// The outcomes of a job that a term records in etcd (ha.Leadership.End),
-// besides "cancelled: <why>" and "failed: <why>".
-const (
-	outcomeFinished = "finished"
-	outcomeStopped  = "stopped with savepoint"
-)
+// runOn says how to run on a job that ended, to a process started with
+// --restore restore that found it ended.
+func runOn(restore string) string {
+	const how = "to run it on from its latest checkpoint, start its coordinators with --restore latest, and its workers"
+	if restore == "latest" {
+		return "it ended after this process started, so --restore latest does not reopen it; " + how + " again"
+	}
+	return how
+}
 
 // failsEveryLeader reports whether err, of a run that failed at start,
 // would fail every leader's the same way.
 func failsEveryLeader(err error) bool {
 	return operator.IsPermanent(err) || errors.Is(err, checkpoint.ErrMismatch) || errors.Is(err, checkpoint.ErrCorrupt) ||
-		errors.Is(err, checkpoint.ErrVersion) || errors.Is(err, checkpoint.ErrStateDamaged) || errors.Is(err, storage.ErrLedElsewhere)
+		errors.Is(err, checkpoint.ErrVersion) || errors.Is(err, checkpoint.ErrStateDamaged)
 }
 
 // startRetry is how long a process whose run failed at start waits before

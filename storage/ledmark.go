@@ -43,9 +43,13 @@ type ledStorage interface {
 // checkLedMark fails unless held, an LedFile's bytes, names namespace.
 func checkLedMark(where string, held []byte, namespace string) error {
 	var m ledMark
-	if err := json.Unmarshal(held, &m); err != nil || m.Etcd != namespace {
-		return fmt.Errorf("checkpoint storage %s: %w (its %s holds %q; this coordinator leads in %s): the coordinators of each would elect a leader of the job, and both would run it. Give all of the job's coordinators the same --ha etcd and prefix; to move the job to another, stop its coordinators and delete %s",
-			where, ErrLedElsewhere, LedFile, bytes.TrimSpace(held), namespace, LedFile)
+	if err := json.Unmarshal(held, &m); err != nil {
+		return fmt.Errorf("checkpoint storage %s: its %s holds %q, which names no etcd namespace (a build before %s named one wrote it), so %w for all this coordinator can tell. If no other coordinators lead the job, delete %s",
+			where, LedFile, bytes.TrimSpace(held), LedFile, ErrLedElsewhere, LedFile)
+	}
+	if m.Etcd != namespace {
+		return fmt.Errorf("checkpoint storage %s: %w (its %s names %s; this coordinator leads in %s): the coordinators of each would elect a leader of the job, and both would run it. Give all of the job's coordinators the same --ha etcd and prefix; to move the job to another (or after etcd was rebuilt with a new cluster id), stop its coordinators and delete %s",
+			where, ErrLedElsewhere, LedFile, m.Etcd, namespace, LedFile)
 	}
 	return nil
 }
@@ -69,8 +73,17 @@ func (d *Dir) markLed(mark []byte) ([]byte, error) {
 	}
 	defer d.fs.Remove(tmp)
 	err = d.fs.Link(tmp, path)
-	if errors.Is(err, os.ErrExist) {
+	switch {
+	case errors.Is(err, os.ErrExist):
 		return d.readLed(path)
+	case err != nil:
+		// NB: a file system without hard links (some FUSE and SMB
+		// mounts): a rename, which another coordinator that marks the
+		// storage in the same instant may overwrite.
+		if held, rerr := d.readLed(path); held != nil || rerr != nil {
+			return held, rerr
+		}
+		err = d.fs.Rename(tmp, path)
 	}
 	if err == nil {
 		err = d.syncDir(d.jobDir)

@@ -411,9 +411,9 @@ func TestRunHATLS(t *testing.T) {
 	if err != nil || !rep.OK() {
 		t.Fatalf("%v %v", rep, err)
 	}
-	// No candidate is left once the job ended; status says so, over TLS.
+	// The job ended; status says so, over TLS.
 	out, _ := exec.Command(weirBin, append([]string{"status", "--ha", url, "--job", "wordcount", "--certs", certs}, tlsFlags...)...).CombinedOutput()
-	if !strings.Contains(string(out), "no coordinator of job wordcount campaigns in etcd") {
+	if !strings.Contains(string(out), "job wordcount ended: finished") {
 		t.Fatalf("weir status over TLS to etcd:\n%s", out)
 	}
 	// Without a client certificate, etcd answers nothing: status fails,

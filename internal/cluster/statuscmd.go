@@ -36,8 +36,8 @@ func StatusCommand() *cobra.Command {
 			defer cancel()
 			if haURL != "" {
 				leader, err := printCandidates(ctx, cmd.OutOrStdout(), haURL, job, haCA, haCert, haKey)
-				if err != nil {
-					return err
+				if err != nil || leader == "" && coord == "" {
+					return err // NB: nil: the job ended, and no coordinator is left
 				}
 				coord = cmp.Or(coord, leader)
 			}
@@ -62,8 +62,9 @@ func StatusCommand() *cobra.Command {
 	return cmd
 }
 
-// printCandidates prints job's coordinators as etcd lists them, and
-// returns the leader's address.
+// printCandidates prints how job ended, if it did, and its coordinators
+// as etcd lists them, and returns the leader's address ("": none, and the
+// job ended).
 func printCandidates(ctx context.Context, w io.Writer, haURL, job, ca, cert, key string) (string, error) {
 	cfg, err := ha.ParseURL(haURL)
 	if err != nil {
@@ -77,12 +78,24 @@ func printCandidates(ctx context.Context, w io.Writer, haURL, job, ca, cert, key
 		return "", err
 	}
 	defer c.Close()
+	end, err := c.Ended(ctx, job)
+	if err != nil {
+		return "", err
+	}
 	cs, err := c.Candidates(ctx, job)
 	if err != nil {
 		return "", err
 	}
-	if len(cs) == 0 {
+	switch {
+	case end.Revision != 0 && end.Outcome == ha.Finished:
+		fmt.Fprintf(w, "job %s ended: %s\n", job, end.Outcome)
+	case end.Revision != 0:
+		fmt.Fprintf(w, "job %s ended: %s (to run it on from its latest checkpoint, start its coordinators with --restore latest, and its workers)\n", job, end.Outcome)
+	case len(cs) == 0:
 		return "", fmt.Errorf("no coordinator of job %s campaigns in etcd at %s (is the job's name right? its coordinators' --ha?)", job, haURL)
+	}
+	if len(cs) == 0 {
+		return "", nil
 	}
 	fmt.Fprintf(w, "leader %s, epoch %d\n", cs[0].Name, cs[0].Epoch)
 	for _, s := range cs[1:] {

@@ -568,7 +568,11 @@ func (l *Leadership) fenced(ctx context.Context, what string, ops ...clientv3.Op
 		return fmt.Errorf("ha: job %s: %s: %w (%w)", l.job, what, err, ErrUnknownOutcome)
 	}
 	if !txn.Succeeded {
-		return fmt.Errorf("ha: job %s: %s: %w", l.job, what, l.deposed(ctx))
+		// NB: the guard failed: the term ended, though its watch may not
+		// have told yet.
+		err := l.deposed(ctx)
+		l.lose(err)
+		return fmt.Errorf("ha: job %s: %s: %w", l.job, what, err)
 	}
 	return nil
 }
@@ -638,6 +642,13 @@ func (l *Leadership) TTL() time.Duration { return l.c.cfg.TTL }
 func (l *Leadership) End(ctx context.Context, outcome string) error {
 	return l.fenced(ctx, "record that the job ended", clientv3.OpPut(l.c.key(l.job, "ended"), outcome))
 }
+
+// The outcomes of a job that a term records (End), besides "cancelled:
+// <why>" and "failed: <why>".
+const (
+	Finished = "finished"
+	Stopped  = "stopped with savepoint" // and the savepoint's id
+)
 
 // Ended is how a job ended, as a term recorded it (End).
 type Ended struct {
