@@ -292,7 +292,8 @@ func TestInvalidConfigurationFailsAtStart(t *testing.T) {
 		{weir.Config{Checkpoint: weir.CheckpointConfig{Interval: time.Second, Dir: "/tmp/x"}, Cluster: weir.ClusterConfig{HA: "http://h:2379"}}, "want etcd://host:port"},
 		{weir.Config{Checkpoint: weir.CheckpointConfig{Interval: time.Second, Dir: "/tmp/x"}, Cluster: weir.ClusterConfig{HA: "etcd://h:2379", HATTL: 1500 * time.Millisecond}}, "want whole seconds"},
 		{weir.Config{Checkpoint: weir.CheckpointConfig{Interval: time.Second}, Cluster: weir.ClusterConfig{HA: "etcd://h:2379"}}, "--ha needs checkpoint storage that outlives the process"},
-		{weir.Config{Checkpoint: weir.CheckpointConfig{Interval: time.Second, Dir: "/tmp/x"}, Fresh: true, Cluster: weir.ClusterConfig{HA: "etcd://h:2379"}}, "--fresh and --restore do not apply"},
+		{weir.Config{Checkpoint: weir.CheckpointConfig{Interval: time.Second, Dir: "/tmp/x"}, Fresh: true, Cluster: weir.ClusterConfig{HA: "etcd://h:2379"}}, "--fresh and --restore of a checkpoint do not apply"},
+		{weir.Config{Checkpoint: weir.CheckpointConfig{Interval: time.Second, Dir: "/tmp/x"}, Restore: "/tmp/x/job/chk-3", Cluster: weir.ClusterConfig{HA: "etcd://h:2379"}}, "--fresh and --restore of a checkpoint do not apply"},
 		{weir.Config{Checkpoint: weir.CheckpointConfig{Interval: time.Second, Dir: "/tmp/x"}, Cluster: weir.ClusterConfig{Role: weir.Coordinator, Certs: "/c", HA: "etcd://h:2379", Listen: "127.0.0.1:0"}}, "--listen needs a fixed host:port"},
 		{weir.Config{Checkpoint: weir.CheckpointConfig{Interval: time.Second, Dir: "/tmp/x"}, Cluster: weir.ClusterConfig{Role: weir.Worker, Certs: "/c", HA: "etcd://h:2379", Join: "a:1", Name: "w"}}, "a worker joins the job's coordinators by address"},
 	} {
