@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -38,19 +39,16 @@ type sim struct {
 	pSlowWrite, pSlowFail float64
 	slowWrite             time.Duration
 
-	coord Coordinator
-	epoch int // deployment number; messages carry it
-	tasks []*task
-	byID  map[checkpoint.TaskID]*task
+	// lead is the coordinator in charge; old holds deposed ones that act
+	// on (high availability only).
+	lead       *leader
+	old        []*leader
+	leadersBuf []*leader
 
 	// The network. Tasks run on workers, placed afresh at each deployment.
-	// Each worker's link to the coordinator is FIFO each way, as TCP is;
-	// the coordinator reads the links in any interleaving. local holds the
-	// coordinator's own messages (metadata writes' outcomes).
+	// Each worker's link to a coordinator is FIFO each way, as TCP is;
+	// the coordinator reads the links in any interleaving.
 	workers int
-	on      map[checkpoint.TaskID]int
-	links   [][]msg
-	local   []msg
 	// A partition cuts a worker off (cut[w] != nil): what its link holds
 	// and whatever is sent on it is lost, and data channels to and from
 	// other workers stall. Its tasks run on as zombies until they fence
@@ -62,35 +60,46 @@ type sim struct {
 	cut                     []*partition
 	pPartition              float64
 	fenceAfter, liveTimeout time.Duration
-	// zombies are tasks of the previous deployment that run on after a
-	// failover until zombieUntil, when their cancellation lands (a slow
-	// worker, with pSlowCancel). Messages to and from them carry their
-	// deployment's number, the attempt; the coordinator addresses only the
-	// current attempt's tasks.
-	zombies     []*task
-	zombieUntil time.Time
+	// pSlowCancel is the chance that a failover leaves the previous
+	// attempt's tasks running for a while (leader.zombies).
 	pSlowCancel float64
 
-	st           store
-	ext          external
-	persistQ     []write
-	maxTriggered checkpoint.ID
-	failover     bool
-	violation    *Violation
+	// High availability (issue 20): etcd is nil in a run without it.
+	// pLeaderChange is the chance per step of a leader change, and
+	// pPauseInCommit the chance that one comes between a checkpoint's
+	// metadata and its record; leaderChangesLeft bounds them (a budget of
+	// their own: the crashes' stays as it was). A deposed coordinator acts
+	// on for up to deposedSteps steps. pUnknown is the chance that etcd's
+	// answer to a completion's record is lost. When a leader changes,
+	// pTakeover is the chance that a task of the old term still running
+	// reaches the new term's task of its name with its data (the
+	// connection is refused); pReroute is the chance that a message of an
+	// old term's task reaches the new leader (its worker registered
+	// there). lastEpoch is the newest leader's epoch.
+	etcd                                    *etcd
+	pLeaderChange, pPauseInCommit, pUnknown float64
+	leaderChangesLeft                       int
+	pTakeover, pReroute                     float64
+	deposedSteps                            int
+	lastEpoch                               uint64
 
-	// A model of the coordinator's failure counting: the failures that
-	// count since the last completion or start, the newest checkpoint
-	// completed, and which checkpoints are savepoints.
-	counted    int
-	newest     checkpoint.ID
-	savepoints map[checkpoint.ID]bool
+	st        store
+	ext       external
+	violation *Violation
+	// outputCheckOnly turns off the invariants of leader changes (one
+	// leader acts per epoch; no completion, commit or command of a deposed
+	// leader) and the comparison of the coordinator's latest checkpoint
+	// with storage's at each deployment (a failover then restores the
+	// coordinator's, as the runtime's does): a test sees whether a planted
+	// bug shows in the output, or in a restore that cannot be read.
+	outputCheckOnly bool
 }
 
 var errInjected = errors.New("injected failure")
 
 func newSim(cfg Config) *sim {
 	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x9e3779b97f4a7c15))
-	s := &sim{cfg: cfg, rng: rng, now: epoch}
+	s := &sim{cfg: cfg, rng: rng, now: origin}
 	s.records = cfg.RecordsPerSource
 	if s.records == 0 {
 		s.records = 10 + rng.IntN(400)
@@ -135,15 +144,27 @@ func newSim(cfg Config) *sim {
 	if cfg.FenceAfter != 0 {
 		s.fenceAfter = time.Duration(cfg.FenceAfter * float64(s.liveTimeout))
 	}
-	s.st = store{metadata: map[checkpoint.ID][]byte{}}
+	// High availability is drawn from a stream of its own, so that a run
+	// without it replays the schedule the seed gave before it existed.
+	ha := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x7f4a7c159e3779b9))
+	if cfg.HA || ha.IntN(2) == 0 {
+		s.etcd = newEtcd(cfg.CompleteDeposed)
+		s.pLeaderChange = 0.002 * ha.Float64()
+		s.pPauseInCommit = 0.1 * ha.Float64()
+		s.leaderChangesLeft = ha.IntN(4)
+		s.deposedSteps = 1 + ha.IntN(3000)
+		s.pUnknown = 0.05 * ha.Float64()
+		s.pTakeover = 0.3 * ha.Float64()
+		s.pReroute = 0.5 * ha.Float64()
+	}
+	s.st = store{metadata: map[checkpoint.ID][]byte{}, durable: map[checkpoint.ID]bool{}}
 	s.ext = external{prepared: map[checkpoint.ID][]record{}, committed: map[checkpoint.ID]bool{}}
-	s.savepoints = map[checkpoint.ID]bool{}
 	return s
 }
 
 func (s *sim) trace(format string, args ...any) {
 	if s.cfg.Trace != nil {
-		s.cfg.Trace(fmt.Sprintf("%5d %4dms ", s.step, s.now.Sub(epoch).Milliseconds()) + fmt.Sprintf(format, args...))
+		s.cfg.Trace(fmt.Sprintf("%5d %4dms ", s.step, s.now.Sub(origin).Milliseconds()) + fmt.Sprintf(format, args...))
 	}
 }
 
@@ -158,6 +179,16 @@ func (s *sim) fail(format string, args ...any) {
 func (s *sim) fault(p float64) bool {
 	if s.faultsLeft > 0 && s.rng.Float64() < p {
 		s.faultsLeft--
+		return true
+	}
+	return false
+}
+
+// leaderFault reports whether to change the leader now, with probability
+// p, within the budget of leader changes.
+func (s *sim) leaderFault(p float64) bool {
+	if s.leaderChangesLeft > 0 && s.rng.Float64() < p {
+		s.leaderChangesLeft--
 		return true
 	}
 	return false
@@ -184,23 +215,101 @@ var operators = []checkpoint.Operator{
 	{UID: "union", Kind: "union", MaxParallelism: 1}, {UID: "sink", Kind: "sink", MaxParallelism: 1},
 }
 
-func (s *sim) newCoordinator() {
-	restored := checkpoint.Restored{MaxID: s.st.maxReserved}
-	s.newest, s.counted = 0, 0
-	for id := range s.st.metadata {
-		restored.Completed = append(restored.Completed, checkpoint.Completed{ID: id, Savepoint: s.savepoints[id]})
-		s.newest = max(s.newest, id)
+// newLeader builds a coordinator from what storage (and, with high
+// availability, etcd) holds, as the runtime does at start. With high
+// availability it first campaigns: the new leader key's revision is its
+// epoch, and the previous term is over.
+func (s *sim) newLeader(prev *leader) *leader {
+	l := &leader{savepoints: map[checkpoint.ID]bool{}, links: make([][]msg, s.workers)}
+	if s.etcd != nil {
+		l.epoch = s.etcd.campaign()
+		if l.epoch <= s.lastEpoch {
+			s.fail("a leader of epoch %d after one of epoch %d: epochs must only grow, one coordinator each", l.epoch, s.lastEpoch)
+		}
+		s.lastEpoch = l.epoch
+	} else if prev != nil {
+		l.attempts = prev.attempts // the trace's attempts go on across process crashes
+	}
+	restored := s.scan()
+	for _, c := range restored.Completed {
+		l.newest = max(l.newest, c.ID)
 	}
 	job := checkpoint.Job{Name: "sim", Tasks: checkpoint.Tasks{All: taskIDs, Sources: taskIDs[:2]}, Operators: operators}
 	c, err := checkpoint.New(job, s.ckCfg, restored)
 	if err != nil {
 		panic(err)
 	}
-	s.coord = c
+	l.coord = c
 	if s.cfg.WrapCoordinator != nil {
-		s.coord = s.cfg.WrapCoordinator(c, s.ckCfg)
+		l.coord = s.cfg.WrapCoordinator(c, s.ckCfg)
 	}
-	s.links, s.local = make([][]msg, s.workers), nil
+	return l
+}
+
+// scan reads what the job's storage holds, as storage.Scan does; with high
+// availability, as storage.Led does: only what etcd records is completed,
+// and the new leader deletes the other checkpoints with metadata (a deposed
+// leader's, whose record etcd refused).
+func (s *sim) scan() checkpoint.Restored {
+	r := checkpoint.Restored{MaxID: s.st.maxReserved}
+	ha := s.etcd != nil && !s.cfg.RestoreNewestMetadata
+	for _, id := range slices.Sorted(maps.Keys(s.st.metadata)) {
+		b := s.st.metadata[id]
+		if ha {
+			if _, ok := s.etcd.completed[id]; !ok {
+				s.trace("checkpoint %d has metadata but no record in etcd: incomplete, deleted", id)
+				delete(s.st.metadata, id)
+				continue
+			}
+		}
+		m, err := checkpoint.Decode(b)
+		if err != nil {
+			s.fail("checkpoint %d unreadable: %v", id, err)
+			continue
+		}
+		r.Completed = append(r.Completed, checkpoint.Completed{ID: id, Savepoint: m.Savepoint})
+	}
+	if s.etcd != nil {
+		r.MaxID = max(r.MaxID, s.etcd.lastID)
+		for _, id := range slices.Sorted(maps.Keys(s.etcd.completed)) {
+			if _, ok := s.st.metadata[id]; !ok {
+				s.fail("etcd records checkpoint %d as completed, but storage holds no metadata for it", id)
+			}
+		}
+	}
+	return r
+}
+
+// latest is the checkpoint a deployment restores: the newest completed one
+// (with high availability, the newest etcd records).
+func (s *sim) latest() (*checkpoint.Metadata, error) {
+	if s.etcd == nil || s.cfg.RestoreNewestMetadata {
+		return s.st.latest()
+	}
+	best := s.latestID()
+	if best == 0 {
+		return nil, nil
+	}
+	b, ok := s.st.metadata[best]
+	if !ok {
+		return nil, fmt.Errorf("etcd records checkpoint %d as completed, but storage holds no metadata for it", best)
+	}
+	return checkpoint.Decode(b)
+}
+
+// latestID is the id of the checkpoint latest reads; 0: none.
+func (s *sim) latestID() checkpoint.ID {
+	var best checkpoint.ID
+	if s.etcd == nil || s.cfg.RestoreNewestMetadata {
+		for id := range s.st.metadata {
+			best = max(best, id)
+		}
+		return best
+	}
+	for id := range s.etcd.completed {
+		best = max(best, id)
+	}
+	return best
 }
 
 func (s *sim) newAligner(channels int) Aligner {
@@ -210,27 +319,47 @@ func (s *sim) newAligner(channels int) Aligner {
 	return barrier.New(s.cfg.Mode, channels)
 }
 
-// deploy builds every task afresh from the latest durable checkpoint.
+// deploy builds every task of the leader in charge afresh from the latest
+// durable checkpoint.
 func (s *sim) deploy() {
-	s.epoch++
-	meta, err := s.st.latest()
+	l := s.lead
+	l.attempts++
+	l.attempt = l.epoch<<attemptBits | uint64(l.attempts)
+	meta, err := s.latest()
 	if err != nil {
 		s.fail("latest checkpoint unreadable: %v", err)
 		return
 	}
-	if l, ok := s.coord.Latest(); ok != (meta != nil) || (meta != nil && l.ID != meta.ID) {
-		s.fail("coordinator's latest checkpoint %v (%v) differs from storage's %v", l.ID, ok, meta)
+	c, ok := l.coord.Latest()
+	if ok != (meta != nil) || (meta != nil && c.ID != meta.ID) {
+		if !s.outputCheckOnly {
+			s.fail("coordinator's latest checkpoint %v (%v) differs from storage's %v", c.ID, ok, meta)
+			return
+		}
+		if l.attempts > 1 {
+			// A failover restores the newest checkpoint its run
+			// completed, as the runtime's does.
+			meta = nil
+			if ok {
+				if meta, err = checkpoint.Decode(s.st.metadata[c.ID]); err != nil {
+					s.fail("checkpoint %d unreadable: %v", c.ID, err)
+					return
+				}
+			}
+		}
 	}
-	s.tasks = make([]*task, len(taskIDs))
-	s.byID = map[checkpoint.TaskID]*task{}
+	if meta != nil {
+		s.trace("attempt %#x restores checkpoint %d", l.attempt, meta.ID)
+	}
+	l.tasks = make([]*task, len(taskIDs))
 	// A failover heals partitions: a worker that returns is used again.
 	s.cut = make([]*partition, s.workers)
-	s.on = map[checkpoint.TaskID]int{}
-	for _, id := range taskIDs {
-		s.on[id] = s.rng.IntN(s.workers)
+	l.on = make([]int, len(taskIDs))
+	for i := range taskIDs {
+		l.on[i] = s.rng.IntN(s.workers)
 	}
 	for i, id := range taskIDs {
-		t := &task{id: id, epoch: s.epoch, cuts: map[checkpoint.ID][]int{}}
+		t := &task{id: id, idx: i, lead: l, attempt: l.attempt, cuts: map[checkpoint.ID][]int{}}
 		switch id.Vertex {
 		case "src":
 			t.kind = kSource
@@ -251,26 +380,25 @@ func (s *sim) deploy() {
 				}
 			}
 		}
-		s.tasks[i] = t
-		s.byID[id] = t
+		l.tasks[i] = t
 	}
-	src, cnt, union, sink := s.tasks[0:2], s.tasks[2:4], s.tasks[4], s.tasks[5]
+	src, cnt, union, sink := l.tasks[0:2], l.tasks[2:4], l.tasks[4], l.tasks[5]
 	for _, sr := range src {
 		for _, c := range cnt {
-			ch := newChannel(sr.id)
+			ch := newChannel(sr, l.attempt)
 			sr.outputs = append(sr.outputs, ch)
 			c.inputs = append(c.inputs, ch)
 		}
 	}
 	for _, c := range cnt {
-		ch := newChannel(c.id)
+		ch := newChannel(c, l.attempt)
 		c.outputs = []*channel{ch}
 		union.inputs = append(union.inputs, ch)
 	}
-	ch := newChannel(union.id)
+	ch := newChannel(union, l.attempt)
 	union.outputs = []*channel{ch}
 	sink.inputs = []*channel{ch}
-	for _, t := range s.tasks {
+	for _, t := range l.tasks {
 		if t.kind != kSource {
 			t.aligner = s.newAligner(len(t.inputs))
 			t.consumed = make([]int, len(t.inputs))
@@ -286,29 +414,64 @@ func (s *sim) deploy() {
 	for txn := range s.ext.prepared {
 		delete(s.ext.prepared, txn)
 	}
-	s.coord.Start(s.now)
-	s.counted = 0
+	l.coord.Start(s.now)
+	l.counted = 0
 	for _, sr := range src {
 		s.maybeExhausted(sr)
 	}
-	s.drainCoord()
+	s.drainCoord(l)
 }
 
-// toCoord sends m from task t to the coordinator, on the link of the
-// task's worker.
+// task returns the task of l's deployment in force named id.
+func (l *leader) task(id checkpoint.TaskID) *task {
+	for _, t := range l.tasks {
+		if t.id == id {
+			return t
+		}
+	}
+	return nil
+}
+
+// toCoord sends m from task t to its coordinator, on the link of the
+// task's worker. A task of a deposed leader's deployment may reach the new
+// leader instead (its worker registered there); the new leader refuses
+// its attempt.
 func (s *sim) toCoord(t *task, m msg) {
-	m.task, m.epoch = t.id, t.epoch
-	w := s.on[m.task]
-	if s.cut[w] != nil {
+	if t.fenced {
+		return // it failed in the middle of a step
+	}
+	m.task, m.attempt = t.id, t.attempt
+	l := t.lead
+	if l != s.lead && s.rng.Float64() < s.pReroute {
+		s.trace("%s of attempt %#x reports to the leader of epoch %d", t.id, t.attempt, s.lead.epoch)
+		l = s.lead
+	}
+	if l.gone {
+		return
+	}
+	w := l.on[t.idx]
+	if l == s.lead && s.cut[w] != nil {
 		s.trace("lost (worker %d cut off): %s %v", w, m.task, m.kind)
 		return
 	}
-	s.links[w] = append(s.links[w], m)
+	l.links[w] = append(l.links[w], m)
 }
 
-// toTask sends m from the coordinator to task t, on its worker's link.
-func (s *sim) toTask(t *task, m msg) {
-	if w := s.on[t.id]; s.cut[w] != nil {
+// toTask sends command m from coordinator l to task t, on its worker's
+// link. A command of a deposed leader to a task that stopped may reach the
+// new term's task of that name instead (its worker runs the new term's
+// attempt now), which must refuse it.
+func (s *sim) toTask(l *leader, t *task, m msg) {
+	m.from = l
+	if m.attempt == 0 {
+		m.attempt = l.attempt
+	}
+	if l.deposed && t.fenced && s.rng.IntN(2) == 0 {
+		if nt := s.lead.task(t.id); nt != nil {
+			t = nt
+		}
+	}
+	if w := t.lead.on[t.idx]; t.lead == s.lead && s.cut[w] != nil {
 		s.trace("lost (worker %d cut off): %v to %s", w, m.kind, t.id)
 		return
 	}
@@ -331,30 +494,38 @@ func (s *sim) endInput(t *task) {
 }
 
 func (s *sim) run() error {
-	s.newCoordinator()
+	s.lead = s.newLeader(nil)
 	s.deploy()
 	for ; s.violation == nil; s.step++ {
 		if s.step > maxSteps {
 			s.fail("no end after %d steps (livelock?)", maxSteps)
 			break
 		}
+		s.retireDeposed()
 		if s.allFinished() {
-			break
-		}
-		switch {
-		case s.fault(s.pProcCrash):
-			s.processCrash()
-			continue
-		case s.fault(s.pTaskCrash):
-			s.taskCrash(s.tasks[s.rng.IntN(len(s.tasks))])
-			continue
-		case s.fault(s.pPartition):
-			s.partition(s.rng.IntN(s.workers))
-			continue
+			if len(s.old) == 0 {
+				break
+			}
+			// The job ended; deposed leaders act on until they notice.
+		} else {
+			switch {
+			case s.fault(s.pProcCrash):
+				s.processCrash()
+				continue
+			case s.fault(s.pTaskCrash):
+				s.taskCrash(s.lead.tasks[s.rng.IntN(len(s.lead.tasks))])
+				continue
+			case s.fault(s.pPartition):
+				s.partition(s.rng.IntN(s.workers))
+				continue
+			case s.etcd != nil && s.leaderFault(s.pLeaderChange):
+				s.leaderChange(true)
+				continue
+			}
 		}
 		s.schedule()
-		if s.failover {
-			s.failover = false
+		if s.lead.failover {
+			s.lead.failover = false
 			s.restart()
 		}
 	}
@@ -368,8 +539,15 @@ func (s *sim) run() error {
 	return nil
 }
 
+// leaders lists the coordinator in charge, then the deposed ones that act
+// on. NB: the slice is reused by the next call.
+func (s *sim) leaders() []*leader {
+	s.leadersBuf = append(append(s.leadersBuf[:0], s.lead), s.old...)
+	return s.leadersBuf
+}
+
 func (s *sim) allFinished() bool {
-	for _, t := range s.tasks {
+	for _, t := range s.lead.tasks {
 		if !t.finished {
 			return false
 		}
@@ -384,32 +562,41 @@ type choice struct {
 
 func (s *sim) schedule() {
 	var cs []choice
-	for _, t := range slices.Concat(s.tasks, s.zombies) {
-		if t.finished || t.fenced {
+	for _, l := range s.leaders() {
+		if l.gone {
 			continue
 		}
-		if t.kind == kSource && !t.inputEnded {
-			cs = append(cs, choice{4, func() { s.emit(t) }})
-		}
-		for c, in := range t.inputs {
-			if len(in.q) > 0 && !t.aligner.Blocked(c) && !s.stalled(in, t) {
-				cs = append(cs, choice{4, func() { s.process(t, c) }})
+		for _, t := range slices.Concat(l.tasks, l.zombies) {
+			if t.finished || t.fenced {
+				continue
+			}
+			if t.kind == kSource && !t.inputEnded {
+				cs = append(cs, choice{4, func() { s.emit(t) }})
+			}
+			for c, in := range t.inputs {
+				if len(in.q) > 0 && !t.aligner.Blocked(c) && !s.stalled(in, t) {
+					cs = append(cs, choice{4, func() { s.process(t, c) }})
+				}
+			}
+			if len(t.mailbox) > 0 {
+				cs = append(cs, choice{2, func() { s.deliverTask(t) }})
 			}
 		}
-		if len(t.mailbox) > 0 {
-			cs = append(cs, choice{2, func() { s.deliverTask(t) }})
+		for w, q := range l.links {
+			if len(q) > 0 {
+				cs = append(cs, choice{3, func() { s.deliverCoord(l, w) }})
+			}
 		}
-	}
-	for w, l := range s.links {
-		if len(l) > 0 {
-			cs = append(cs, choice{3, func() { s.deliverCoord(w) }})
+		if len(l.local) > 0 {
+			cs = append(cs, choice{3, func() { s.deliverCoord(l, -1) }})
 		}
-	}
-	if len(s.local) > 0 {
-		cs = append(cs, choice{3, func() { s.deliverCoord(-1) }})
-	}
-	if slices.ContainsFunc(s.persistQ, s.written) {
-		cs = append(cs, choice{2, s.persist})
+		if slices.ContainsFunc(l.persistQ, s.written) {
+			cs = append(cs, choice{2, func() { s.persist(l, true) }})
+		}
+		if l.deposed {
+			// Time is the current leader's to move on.
+			cs = append(cs, choice{1, func() { l.coord.Tick(s.now); s.drainCoord(l) }})
+		}
 	}
 	if s.savepointWeight > 0 {
 		cs = append(cs, choice{s.savepointWeight, s.savepoint})
@@ -431,8 +618,8 @@ func (s *sim) schedule() {
 
 func (s *sim) tick() {
 	s.now = s.now.Add(time.Duration(1+s.rng.IntN(5)) * time.Millisecond)
-	s.coord.Tick(s.now)
-	s.drainCoord()
+	s.lead.coord.Tick(s.now)
+	s.drainCoord(s.lead)
 	s.liveness()
 }
 
@@ -441,9 +628,12 @@ func (s *sim) tick() {
 type partition struct{ at time.Time }
 
 // stalled says whether channel in, read by t, crosses a partition: its
-// events wait.
+// events wait. Partitions cut the workers of the leader in charge.
 func (s *sim) stalled(in *channel, t *task) bool {
-	from, to := s.on[in.from], s.on[t.id]
+	if t.lead != s.lead {
+		return false
+	}
+	from, to := s.lead.on[in.from], s.lead.on[t.idx]
 	return from != to && (s.cut[from] != nil || s.cut[to] != nil)
 }
 
@@ -455,9 +645,10 @@ func (s *sim) partition(w int) {
 	s.res.Partitions++
 	s.trace("worker %d cut off", w)
 	s.cut[w] = &partition{at: s.now}
-	s.links[w] = nil
-	for _, t := range s.tasks {
-		if s.on[t.id] == w {
+	l := s.lead
+	l.links[w] = nil
+	for _, t := range l.tasks {
+		if l.on[t.idx] == w {
 			t.mailbox = nil
 		}
 	}
@@ -467,17 +658,20 @@ func (s *sim) partition(w int) {
 // worker's tasks fence themselves fenceAfter after the cut; the
 // coordinator declares them lost liveTimeout after it, and fails over.
 func (s *sim) liveness() {
-	if s.zombies != nil && !s.now.Before(s.zombieUntil) {
-		s.trace("the previous deployment's last tasks are cancelled")
-		s.zombies = nil
+	for _, l := range s.leaders() {
+		if l.zombies != nil && !s.now.Before(l.zombieUntil) {
+			s.trace("the previous deployment's last tasks are cancelled")
+			l.zombies = nil
+		}
 	}
+	l := s.lead
 	for w, p := range s.cut {
 		if p == nil {
 			continue
 		}
 		if !s.now.Before(p.at.Add(s.fenceAfter)) {
-			for _, t := range s.tasks {
-				if s.on[t.id] == w && !t.fenced {
+			for _, t := range l.tasks {
+				if l.on[t.idx] == w && !t.fenced {
 					t.fenced = true
 					s.trace("%s fences itself (worker %d lost the coordinator)", t.id, w)
 				}
@@ -486,17 +680,17 @@ func (s *sim) liveness() {
 		if s.now.Before(p.at.Add(s.liveTimeout)) {
 			continue
 		}
-		for _, t := range s.tasks {
-			if s.on[t.id] == w && !t.fenced && !t.finished {
+		for _, t := range l.tasks {
+			if l.on[t.idx] == w && !t.fenced && !t.finished {
 				s.fail("worker %d declared lost while its task %s runs on", w, t.id)
 				return
 			}
 		}
 		s.trace("coordinator: worker %d lost", w)
-		for _, t := range s.tasks {
-			if s.on[t.id] == w && !t.finished {
-				s.coord.TaskFailed(t.id, errInjected)
-				s.drainCoord()
+		for _, t := range l.tasks {
+			if l.on[t.idx] == w && !t.finished {
+				l.coord.TaskFailed(t.id, errInjected)
+				s.drainCoord(l)
 				s.restart()
 				return
 			}
@@ -508,10 +702,10 @@ func (s *sim) liveness() {
 // savepoint asks for a savepoint, which the coordinator triggers at once
 // beside any periodic checkpoint in flight.
 func (s *sim) savepoint() {
-	if id, err := s.coord.TriggerSavepoint(s.now); err == nil {
+	if id, err := s.lead.coord.TriggerSavepoint(s.now); err == nil {
 		s.trace("savepoint %d requested", id)
 	}
-	s.drainCoord()
+	s.drainCoord(s.lead)
 }
 
 func keyOf(src, seq, keys int) int { return (src*7919 + seq*31) % keys }
@@ -519,7 +713,7 @@ func keyOf(src, seq, keys int) int { return (src*7919 + seq*31) % keys }
 func (s *sim) emit(t *task) {
 	r := record{Src: t.id.Subtask, Seq: t.state.Offset}
 	r.Key = keyOf(r.Src, r.Seq, s.keys)
-	t.outputs[r.Key%2].push(event{kind: evRecord, rec: r})
+	s.send(t, t.outputs[r.Key%2], event{kind: evRecord, rec: r})
 	t.state.Offset++
 	s.maybeExhausted(t)
 }
@@ -536,10 +730,10 @@ func (s *sim) process(t *task, c int) {
 		case kCounter:
 			t.state.Counts[r.Key]++
 			r.Count = t.state.Counts[r.Key]
-			t.outputs[0].push(event{kind: evRecord, rec: r})
+			s.send(t, t.outputs[0], event{kind: evRecord, rec: r})
 		case kUnion:
 			t.state.Passed[c]++
-			t.outputs[0].push(event{kind: evRecord, rec: r})
+			s.send(t, t.outputs[0], event{kind: evRecord, rec: r})
 		case kSink:
 			t.buffer = append(t.buffer, r)
 		}
@@ -605,14 +799,30 @@ func (s *sim) align(t *task, aborted checkpoint.ID, call func() []barrier.Action
 
 func (s *sim) broadcast(t *task, e event) {
 	for _, o := range t.outputs {
-		o.push(e)
+		s.send(t, o, e)
 	}
+}
+
+// send puts e on channel o, an output of t. A data connection belongs to
+// one attempt: a task refuses one of another attempt (an old term's
+// producer that reached the worker running the new term's task), and the
+// producer, whose connection failed, stops.
+func (s *sim) send(t *task, o *channel, e event) {
+	if o.attempt != t.attempt && !s.cfg.AcceptOldConnections {
+		if !t.fenced {
+			s.res.Refused++
+			s.trace("%s of attempt %#x: its data connection refused by attempt %#x; it stops", t.id, t.attempt, o.attempt)
+			t.fenced = true
+		}
+		return
+	}
+	o.push(e)
 }
 
 // snapshot takes task t's snapshot for checkpoint id and acknowledges it,
 // or declines it when a failure is injected; it reports which.
 func (s *sim) snapshot(t *task, id checkpoint.ID) bool {
-	if s.failure(s.pDecline) || (t.kind == kSource && s.savepoints[id] && s.rng.Float64() < s.pSavepointDecline) {
+	if s.failure(s.pDecline) || (t.kind == kSource && t.lead.savepoints[id] && s.rng.Float64() < s.pSavepointDecline) {
 		s.trace("%s declines %d (injected)", t.id, id)
 		s.toCoord(t, msg{kind: mDecline, id: id, err: errInjected})
 		return false
@@ -638,6 +848,19 @@ func (s *sim) snapshot(t *task, id checkpoint.ID) bool {
 func (s *sim) deliverTask(t *task) {
 	m := t.mailbox[0]
 	t.mailbox = t.mailbox[1:]
+	if m.attempt != t.attempt && !s.cfg.ObeyOldAttempts {
+		// The worker refuses a command for an attempt it does not run:
+		// a deposed leader's, whose attempts are numbered from an older
+		// epoch.
+		s.res.Refused++
+		s.trace("%s of attempt %#x refuses %v %d of attempt %#x", t.id, t.attempt, m.kind, m.id, m.attempt)
+		return
+	}
+	if m.from != t.lead && !s.outputCheckOnly {
+		s.fail("%s of the term of epoch %d acted on %v %d of the coordinator of epoch %d: a task obeys only its own term's coordinator",
+			t.id, t.lead.epoch, m.kind, m.id, m.from.epoch)
+		return
+	}
 	switch m.kind {
 	case mTrigger:
 		if t.finished {
@@ -655,6 +878,7 @@ func (s *sim) deliverTask(t *task) {
 			return
 		}
 		if t.kind == kSink {
+			s.checkNotice(t, m)
 			keep := t.state.Pending[:0]
 			for _, txn := range t.state.Pending {
 				if txn <= m.id {
@@ -682,47 +906,72 @@ func (s *sim) deliverTask(t *task) {
 	}
 }
 
-// deliverCoord delivers the oldest message of worker w's link (-1: the
-// coordinator's own) to the coordinator.
-func (s *sim) deliverCoord(w int) {
-	q := &s.local
+// checkNotice checks, with high availability, that sink t commits its
+// transactions only on a notification of a checkpoint that etcd recorded
+// as completed in the notifying coordinator's term. A deposed leader may
+// deliver such a notification late to its own term's sink (it learned of
+// the record after its term ended): the checkpoint is etcd's, so the new
+// leader restores it or a newer one, and commits are idempotent.
+func (s *sim) checkNotice(t *task, m msg) {
+	if s.etcd == nil || s.outputCheckOnly || !slices.ContainsFunc(t.state.Pending, func(txn checkpoint.ID) bool { return txn <= m.id }) {
+		return
+	}
+	if by, ok := s.etcd.recordedBy[m.id]; !ok || by != m.from.epoch {
+		s.fail("%s commits on a notification of checkpoint %d from the coordinator of epoch %d, which etcd never recorded as completed in that term (recorded: %v, by epoch %d)",
+			t.id, m.id, m.from.epoch, ok, by)
+		return
+	}
+	if m.from.deposed {
+		s.res.LateNotices++
+	}
+}
+
+// deliverCoord delivers the oldest message of worker w's link to
+// coordinator l (-1: its own messages) to it.
+func (s *sim) deliverCoord(l *leader, w int) {
+	q := &l.local
 	if w >= 0 {
-		q = &s.links[w]
+		q = &l.links[w]
 	}
 	m := (*q)[0]
 	*q = (*q)[1:]
-	ep := m.epoch
 	switch m.kind {
 	case mAck:
-		// An acknowledgement of an earlier attempt (a zombie's, or one
-		// in flight at the failover) names a checkpoint that failover
-		// aborted: the coordinator must refuse it.
-		if res := s.coord.Acknowledge(m.task, m.id, m.handles); res == checkpoint.AckOK && ep != s.epoch {
-			s.fail("the coordinator accepted %s's acknowledgement of checkpoint %d from attempt %d in attempt %d", m.task, m.id, ep, s.epoch)
+		// An acknowledgement of an earlier attempt (a zombie's, one in
+		// flight at the failover, or an old term's) names a checkpoint
+		// that failover aborted, or another term's: the coordinator must
+		// refuse it.
+		if res := l.coord.Acknowledge(m.task, m.id, m.handles); res == checkpoint.AckOK && m.attempt != l.attempt {
+			s.fail("the coordinator accepted %s's acknowledgement of checkpoint %d from attempt %#x in attempt %#x", m.task, m.id, m.attempt, l.attempt)
 		}
 	case mDecline:
-		s.coord.Decline(m.task, m.id, m.err)
+		l.coord.Decline(m.task, m.id, m.err)
 	case mExhausted:
-		if ep == s.epoch { // the driver drops life-cycle events of an old deployment
-			s.coord.InputExhausted(s.now, m.task)
+		if m.attempt == l.attempt { // the driver drops life-cycle events of another deployment
+			l.coord.InputExhausted(s.now, m.task)
 		}
 	case mFinished:
-		if ep == s.epoch {
-			s.coord.TaskFinished(m.task)
+		if m.attempt == l.attempt {
+			l.coord.TaskFinished(m.task)
 		}
 	case mPersisted:
-		s.persisted(m)
+		s.persisted(l, m)
 	}
-	s.drainCoord()
+	s.drainCoord(l)
 }
 
-// persisted reports a metadata write's outcome to the coordinator, and to
-// the model of its failure counting: a completion resets the count.
-func (s *sim) persisted(m msg) {
-	s.coord.Persisted(s.now, m.id, m.err)
+// persisted reports a metadata write's outcome to coordinator l, and to
+// the model of its failure counting: a completion resets the count. A
+// commit etcd fenced ends a deposed leader's run for good
+// (storage.ErrLeaseLost), once the coordinator heard of it.
+func (s *sim) persisted(l *leader, m msg) {
+	l.coord.Persisted(s.now, m.id, m.err)
 	if m.err == nil {
-		s.counted = 0
-		s.newest = max(s.newest, m.id)
+		l.counted = 0
+		l.newest = max(l.newest, m.id)
+	}
+	if errors.Is(m.err, errDeposed) {
+		l.leaseLost = true
 	}
 }
 
@@ -735,29 +984,84 @@ type write struct {
 
 func (s *sim) written(w write) bool { return !s.now.Before(w.doneAt) }
 
-// persist finishes a metadata write whose time has come, not necessarily
-// the oldest; it may fail. Writes finish in any order: the coordinator
-// must not depend on it.
-func (s *sim) persist() {
+// persist finishes a metadata write of coordinator l whose time has come,
+// not necessarily the oldest; it may fail. Writes finish in any order: the
+// coordinator must not depend on it. With high availability the commit
+// point follows the write: etcd records the checkpoint as completed; the
+// leader may pause between the two (mayPause: not while a restart settles
+// the writes in flight).
+func (s *sim) persist(l *leader, mayPause bool) {
 	var ready []int
-	for i, w := range s.persistQ {
+	for i, w := range l.persistQ {
 		if s.written(w) {
 			ready = append(ready, i)
 		}
 	}
 	i := ready[s.rng.IntN(len(ready))]
-	w := s.persistQ[i]
+	w := l.persistQ[i]
 	m := w.m
-	s.persistQ = slices.Delete(s.persistQ, i, i+1)
+	l.persistQ = slices.Delete(l.persistQ, i, i+1)
 	var err error
 	// A slow write's failure is not drawn from the budget: slow writes
 	// are bounded themselves.
 	if s.failure(s.pPersistFail) || (w.slow && s.rng.Float64() < s.pSlowFail) {
 		err = errInjected
 	} else {
-		s.st.metadata[m.ID] = encode(m)
+		s.st.write(m)
+		if s.etcd != nil && mayPause && l == s.lead && s.leaderFault(s.pPauseInCommit) {
+			// Paused between the metadata and its record: the lease
+			// lapses meanwhile, and a standby leads.
+			s.trace("the leader of epoch %d pauses in the commit of checkpoint %d", l.epoch, m.ID)
+			s.leaderChange(true)
+		}
+		if s.etcd != nil {
+			err = s.record(l, m.ID)
+		}
 	}
-	s.local = append(s.local, msg{kind: mPersisted, id: m.ID, err: err})
+	l.local = append(l.local, msg{kind: mPersisted, id: m.ID, err: err})
+}
+
+// record is the commit point with high availability (storage.Led's
+// Commit, after the metadata): etcd records checkpoint id as completed, in
+// a write fenced by l's epoch. Its answer may be lost after etcd applied
+// it.
+func (s *sim) record(l *leader, id checkpoint.ID) error {
+	if err := s.etcd.complete(l.epoch, id); err != nil {
+		s.res.Fenced++
+		s.res.FencedCompletes++
+		s.trace("coordinator of epoch %d: etcd refuses to record checkpoint %d: %v", l.epoch, id, err)
+		return err
+	}
+	s.effect(l, "checkpoint %d recorded as completed in etcd", id)
+	if s.rng.Float64() < s.pUnknown {
+		s.trace("etcd recorded checkpoint %d; the answer is lost", id)
+		return errUnknownOutcome
+	}
+	return nil
+}
+
+// discard deletes checkpoint id as storage.Led does: it forgets its record
+// in etcd, under l's epoch, before it deletes its files, so a deposed
+// leader deletes nothing. It reports whether it did.
+func (s *sim) discard(l *leader, id checkpoint.ID) bool {
+	if err := s.etcd.forget(l.epoch, id); err != nil {
+		s.res.Fenced++
+		s.trace("coordinator of epoch %d: etcd refuses to forget checkpoint %d: %v", l.epoch, id, err)
+		return false
+	}
+	s.effect(l, "checkpoint %d forgotten in etcd and deleted", id)
+	delete(s.st.metadata, id)
+	return true
+}
+
+// effect checks that what l did to etcd or storage, which outlives its
+// term, is the current leader's: at most one coordinator acts per epoch,
+// and only the current one. (etcd's fencing keeps it so; a planted bug may
+// not.)
+func (s *sim) effect(l *leader, format string, args ...any) {
+	if (l.deposed || l != s.lead || l.epoch != s.etcd.leader) && !s.outputCheckOnly {
+		s.fail("%s by the coordinator of epoch %d, deposed: epoch %d leads", fmt.Sprintf(format, args...), l.epoch, s.etcd.leader)
+	}
 }
 
 func encode(m *checkpoint.Metadata) []byte {
@@ -768,79 +1072,136 @@ func encode(m *checkpoint.Metadata) []byte {
 	return b
 }
 
-// drainCoord carries out the coordinator's decisions, and checks its count
-// of consecutive failures against the model's.
-func (s *sim) drainCoord() {
+// who names coordinator l in traces.
+func (l *leader) who() string {
+	switch {
+	case l.epoch == 0:
+		return "coordinator"
+	case l.deposed:
+		return fmt.Sprintf("coordinator of epoch %d (deposed)", l.epoch)
+	}
+	return fmt.Sprintf("coordinator of epoch %d", l.epoch)
+}
+
+// drainCoord carries out coordinator l's decisions, and checks its count
+// of consecutive failures against the model's. A deposed coordinator whose
+// commit was fenced, or whose job failed, stops: the runtime ends its run
+// for good, or asks whether its term lasts before it restarts.
+func (s *sim) drainCoord(l *leader) {
 	defer func() {
-		if n := s.coord.ConsecutiveFailures(); n != s.counted && s.violation == nil && !s.failover {
-			s.fail("the coordinator counts %d consecutive checkpoint failures, the model %d (failures of savepoints and of checkpoints older than the newest completed, %d, do not count)", n, s.counted, s.newest)
+		if n := l.coord.ConsecutiveFailures(); n != l.counted && s.violation == nil && !l.failover {
+			s.fail("the coordinator counts %d consecutive checkpoint failures, the model %d (failures of savepoints and of checkpoints older than the newest completed, %d, do not count)", n, l.counted, l.newest)
+		}
+		switch {
+		case l.deposed && l.leaseLost:
+			s.retire(l, "its commit was fenced (lease lost)")
+		case l.deposed && l.failover:
+			s.retire(l, "its job failed, and its term is over")
 		}
 	}()
-	for _, a := range s.coord.Ready() {
-		s.trace("coordinator: %v", a)
-		switch a := a.(type) {
-		case checkpoint.Trigger:
-			if a.ID <= s.maxTriggered {
-				s.fail("checkpoint id %d triggered after id %d: ids must only grow", a.ID, s.maxTriggered)
-			}
-			s.maxTriggered = a.ID
-			s.savepoints[a.ID] = a.Savepoint
-			s.st.maxReserved = max(s.st.maxReserved, a.ID)
-			for _, t := range s.tasks[:2] {
-				s.toTask(t, msg{kind: mTrigger, id: a.ID})
-			}
-		case checkpoint.Persist:
-			s.checkCut(a.Metadata)
-			w := write{m: a.Metadata, doneAt: s.now, slow: s.rng.Float64() < s.pSlowWrite}
-			if w.slow {
-				w.doneAt = w.doneAt.Add(time.Duration(s.rng.Int64N(int64(s.slowWrite) + 1)))
-			}
-			s.persistQ = append(s.persistQ, w)
-		case checkpoint.NotifyComplete:
-			if _, ok := s.st.metadata[a.ID]; !ok {
-				s.fail("checkpoint %d announced complete before its metadata was durable", a.ID)
-			}
-			s.res.Completed++
-			for _, t := range s.tasks {
-				s.toTask(t, msg{kind: mNotify, id: a.ID, end: a.EndOfInput})
-			}
-			if s.cfg.NotifyZombies {
-				for _, t := range s.zombies {
-					s.toTask(t, msg{kind: mNotify, id: a.ID})
-				}
-			}
-		case checkpoint.Abort:
-			s.res.Aborted++
-			if a.Reason.Counts() && !s.savepoints[a.ID] && a.ID > s.newest {
-				s.counted++
-			}
-			for _, t := range s.tasks {
-				s.toTask(t, msg{kind: mAbort, id: a.ID})
-			}
-		case checkpoint.Discard:
-			if latest, _ := s.st.latest(); latest != nil && latest.ID == a.ID {
-				s.fail("discard of checkpoint %d, the latest completed", a.ID)
-			}
-			delete(s.st.metadata, a.ID)
-		case checkpoint.DiscardState:
-		case checkpoint.FailJob:
-			s.trace("job fails over: %v", a.Cause)
-			if s.counted <= s.ckCfg.TolerableFailures {
-				s.fail("the job failed over after %d checkpoint failures that count (%d tolerated): %v", s.counted, s.ckCfg.TolerableFailures, a.Cause)
-			}
-			s.failover = true
+	for {
+		acts := l.coord.Ready()
+		if len(acts) == 0 {
+			return
 		}
+		for _, a := range acts {
+			s.do(l, a)
+		}
+	}
+}
+
+// do carries out action a of coordinator l, as the runtime's driver does.
+func (s *sim) do(l *leader, a checkpoint.Action) {
+	s.trace("%s: %v", l.who(), a)
+	switch a := a.(type) {
+	case checkpoint.Trigger:
+		if a.ID <= l.maxTriggered {
+			s.fail("checkpoint id %d triggered after id %d: ids must only grow", a.ID, l.maxTriggered)
+		}
+		l.maxTriggered = a.ID
+		l.savepoints[a.ID] = a.Savepoint
+		if s.etcd != nil {
+			// The id is reserved in etcd before any barrier: no two
+			// terms use one id.
+			if err := s.etcd.reserve(l.epoch, a.ID); err != nil {
+				if l.deposed {
+					s.res.Fenced++
+				}
+				s.trace("%s: reserve %d: %v", l.who(), a.ID, err)
+				l.coord.TriggerFailed(a.ID, err)
+				return
+			}
+			s.effect(l, "checkpoint id %d reserved", a.ID)
+		}
+		s.st.maxReserved = max(s.st.maxReserved, a.ID)
+		for _, t := range l.tasks[:2] {
+			s.toTask(l, t, msg{kind: mTrigger, id: a.ID})
+		}
+	case checkpoint.Persist:
+		s.checkCut(l, a.Metadata)
+		w := write{m: a.Metadata, doneAt: s.now, slow: s.rng.Float64() < s.pSlowWrite}
+		if w.slow {
+			w.doneAt = w.doneAt.Add(time.Duration(s.rng.Int64N(int64(s.slowWrite) + 1)))
+		}
+		l.persistQ = append(l.persistQ, w)
+	case checkpoint.NotifyComplete:
+		if !s.st.durable[a.ID] {
+			s.fail("checkpoint %d announced complete before its metadata was durable", a.ID)
+		}
+		if s.etcd != nil && !s.outputCheckOnly {
+			if by, ok := s.etcd.recordedBy[a.ID]; !ok || by != l.epoch {
+				s.fail("checkpoint %d completes under the coordinator of epoch %d, but etcd did not record it in that term (recorded: %v, by epoch %d)", a.ID, l.epoch, ok, by)
+			}
+		}
+		s.res.Completed++
+		for _, t := range l.tasks {
+			s.toTask(l, t, msg{kind: mNotify, id: a.ID, end: a.EndOfInput})
+		}
+		if s.cfg.NotifyZombies {
+			for _, t := range l.zombies {
+				s.toTask(l, t, msg{kind: mNotify, id: a.ID, attempt: t.attempt})
+			}
+		}
+	case checkpoint.Abort:
+		s.res.Aborted++
+		if a.Reason.Counts() && !l.savepoints[a.ID] && a.ID > l.newest {
+			l.counted++
+		}
+		for _, t := range l.tasks {
+			s.toTask(l, t, msg{kind: mAbort, id: a.ID})
+		}
+		if s.etcd != nil {
+			// The runtime deletes an aborted checkpoint: a record whose
+			// answer was lost goes first.
+			s.discard(l, a.ID)
+		}
+	case checkpoint.Discard:
+		latest := s.latestID()
+		if s.etcd != nil && !s.discard(l, a.ID) {
+			return
+		}
+		if latest == a.ID {
+			s.fail("discard of checkpoint %d, the latest completed", a.ID)
+		}
+		delete(s.st.metadata, a.ID)
+	case checkpoint.DiscardState:
+	case checkpoint.FailJob:
+		s.trace("%s: job fails over: %v", l.who(), a.Cause)
+		if l.counted <= s.ckCfg.TolerableFailures {
+			s.fail("the job failed over after %d checkpoint failures that count (%d tolerated): %v", l.counted, s.ckCfg.TolerableFailures, a.Cause)
+		}
+		l.failover = true
 	}
 }
 
 // checkCut checks, in exactly-once mode, that each task's snapshot for the
 // checkpoint reflects exactly the records that preceded the barrier on each
 // of its inputs.
-func (s *sim) checkCut(m *checkpoint.Metadata) {
+func (s *sim) checkCut(l *leader, m *checkpoint.Metadata) {
 	if s.cfg.Mode != barrier.ExactlyOnce {
 		return
 	}
-	for _, t := range s.tasks {
+	for _, t := range l.tasks {
 		if t.kind == kSource {
 			continue
 		}
@@ -869,59 +1230,157 @@ func (s *sim) checkCut(m *checkpoint.Metadata) {
 func (s *sim) taskCrash(t *task) {
 	s.res.TaskCrashes++
 	s.trace("task %s crashes", t.id)
-	s.coord.TaskFailed(t.id, errInjected)
-	s.drainCoord()
+	s.lead.coord.TaskFailed(t.id, errInjected)
+	s.drainCoord(s.lead)
 	s.restart()
 }
 
 // restart redeploys the job. Before it picks the checkpoint to restore, the
 // driver reports the outcome of every metadata write in flight.
 func (s *sim) restart() {
-	persisted := s.local
-	s.local = nil
+	l := s.lead
+	persisted := l.local
+	l.local = nil
 	for _, m := range persisted {
-		s.persisted(m)
-		s.drainCoord()
+		s.persisted(l, m)
+		s.drainCoord(l)
 	}
-	for len(s.persistQ) > 0 {
-		s.persistQ[0].doneAt = s.now
-		s.persist()
-		m := s.local[0]
-		s.local = nil
-		s.persisted(m)
-		s.drainCoord()
+	for len(l.persistQ) > 0 {
+		l.persistQ[0].doneAt = s.now
+		s.persist(l, false)
+		m := l.local[0]
+		l.local = nil
+		s.persisted(l, m)
+		s.drainCoord(l)
 	}
-	s.failover = false // a job failure decided above is this restart's
-	s.zombies = nil
+	l.failover = false // a job failure decided above is this restart's
+	l.zombies = nil
 	if s.rng.Float64() < s.pSlowCancel {
-		for _, t := range s.tasks {
+		for _, t := range l.tasks {
 			if !t.finished && !t.fenced {
-				s.zombies = append(s.zombies, t)
+				l.zombies = append(l.zombies, t)
 			}
 		}
-		if s.zombies != nil {
+		if l.zombies != nil {
 			s.res.Zombies++
-			s.zombieUntil = s.now.Add(time.Duration(1 + s.rng.Int64N(int64(s.liveTimeout))))
-			s.trace("%d tasks of the failed deployment run on until %v", len(s.zombies), s.zombieUntil.Sub(epoch))
+			l.zombieUntil = s.now.Add(time.Duration(1 + s.rng.Int64N(int64(s.liveTimeout))))
+			s.trace("%d tasks of the failed deployment run on until %v", len(l.zombies), l.zombieUntil.Sub(origin))
 		}
 	}
 	s.deploy()
 }
 
-// processCrash kills the whole process: the coordinator and every message in
-// flight are lost; a metadata write in flight may or may not have landed.
+// processCrash kills the coordinator's process: the coordinator and every
+// message in flight are lost; a metadata write in flight may or may not
+// have landed. Without high availability the tasks die with it (local
+// mode) and the process starts again; with it, a standby leads.
 func (s *sim) processCrash() {
 	s.res.ProcessCrashes++
 	s.trace("process crashes")
-	for _, w := range s.persistQ {
+	if s.etcd != nil {
+		s.leaderChange(false)
+		return
+	}
+	for _, w := range s.lead.persistQ {
 		if s.rng.IntN(2) == 0 {
-			s.st.metadata[w.m.ID] = encode(w.m)
+			s.st.write(w.m)
 		}
 	}
-	s.persistQ = nil
-	s.zombies = nil // they died with the process, or fenced themselves on losing the coordinator
-	s.newCoordinator()
+	s.lead = s.newLeader(s.lead)
 	s.deploy()
+}
+
+// leaderChange ends the leader's term, and a standby campaigns, leads and
+// deploys from what etcd records. If acting, the old coordinator was
+// paused or cut off from etcd alone: its lease lapsed, and it acts on,
+// unaware, beside the new one for up to deposedSteps steps. It may tick,
+// trigger, take acknowledgements, write metadata and try to complete;
+// each of its tasks runs on unless its worker stopped it, and one may
+// reach the new term's task of its name with its data. Otherwise its
+// process died: a commit in flight wrote its metadata, its record too, or
+// neither, and its tasks stop.
+func (s *sim) leaderChange(acting bool) {
+	old := s.lead
+	if !acting {
+		for _, w := range old.persistQ {
+			if s.rng.IntN(2) == 0 {
+				s.st.write(w.m)
+				if s.rng.IntN(2) == 0 {
+					_ = s.record(old, w.m.ID) // its answer never arrives
+				}
+			}
+		}
+		old.persistQ = nil
+	}
+	old.deposed = true
+	s.lead = s.newLeader(old)
+	s.trace("the leader of epoch %d is deposed; epoch %d leads", old.epoch, s.lead.epoch)
+	if !acting {
+		s.retire(old, "its process died")
+		s.deploy()
+		return
+	}
+	s.res.LeaderChanges++
+	old.until = s.step + 1 + s.rng.IntN(s.deposedSteps)
+	running := func() []*task {
+		var ts []*task
+		for _, t := range slices.Concat(old.tasks, old.zombies) {
+			if !t.fenced && !t.finished {
+				ts = append(ts, t)
+			}
+		}
+		return ts
+	}
+	// The workers follow the old leader still (it is cut off from etcd
+	// alone), or some of them, or none (it was paused: they lost it).
+	switch s.rng.IntN(3) {
+	case 1:
+		for _, t := range running() {
+			if s.rng.IntN(2) == 0 {
+				t.fenced = true
+			}
+		}
+	case 2:
+		for _, t := range running() {
+			t.fenced = true
+		}
+	}
+	s.old = append(s.old, old)
+	s.deploy()
+	if s.violation != nil {
+		return
+	}
+	for _, t := range running() {
+		if len(t.outputs) > 0 && s.rng.Float64() < s.pTakeover {
+			nt := s.lead.task(t.id)
+			s.trace("%s of attempt %#x reaches the tasks of attempt %#x with its data", t.id, t.attempt, nt.attempt)
+			t.outputs = nt.outputs
+		}
+	}
+}
+
+// retire stops deposed coordinator l and its tasks.
+func (s *sim) retire(l *leader, why string) {
+	if l.gone {
+		return
+	}
+	l.gone = true
+	s.trace("the coordinator of epoch %d stops: %s", l.epoch, why)
+	for _, t := range slices.Concat(l.tasks, l.zombies) {
+		t.fenced = true
+	}
+	l.links, l.local, l.persistQ = nil, nil, nil
+}
+
+// retireDeposed stops the deposed coordinators whose time is up: they
+// noticed that their lease lapsed.
+func (s *sim) retireDeposed() {
+	for _, l := range s.old {
+		if s.step >= l.until {
+			s.retire(l, "it noticed that its lease lapsed")
+		}
+	}
+	s.old = slices.DeleteFunc(s.old, func(l *leader) bool { return l.gone })
 }
 
 // checkOutput compares the committed output with what a failure-free run

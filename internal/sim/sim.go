@@ -22,6 +22,13 @@
 // checkpoints in flight, sources that decline (and send cancel markers),
 // metadata writes that fail or finish out of order, timeouts, and task and
 // process crashes.
+//
+// Half the seeds run with high availability (issue 20, design note 73): the
+// coordinator is one term of the job's leadership in a model of etcd
+// (etcd.go), which reserves checkpoint ids and records completed
+// checkpoints in writes fenced by the term's epoch. Those runs draw leader
+// changes: the leader is deposed while its coordinator acts on for a while,
+// unaware, beside a new coordinator that restores what etcd records.
 package sim
 
 import (
@@ -38,6 +45,7 @@ type Coordinator interface {
 	Start(now time.Time)
 	Tick(now time.Time)
 	Acknowledge(task checkpoint.TaskID, id checkpoint.ID, hs []checkpoint.Handle) checkpoint.AckResult
+	TriggerFailed(id checkpoint.ID, cause error)
 	Decline(task checkpoint.TaskID, id checkpoint.ID, cause error)
 	Persisted(now time.Time, id checkpoint.ID, err error)
 	TriggerSavepoint(now time.Time) (checkpoint.ID, error)
@@ -81,6 +89,26 @@ type Config struct {
 	// (their cancellation is slow) of its checkpoints too; every failover
 	// then leaves such tasks, so that the bug shows.
 	NotifyZombies bool
+	// HA runs with high availability whatever the seed draws; a seed
+	// draws it for half the runs otherwise.
+	HA bool
+	// The leader-change bugs below are planted in runs with high
+	// availability (tests set HA with them).
+	//
+	// CompleteDeposed: etcd records a checkpoint complete for a deposed
+	// leader (its completion is not fenced by the leader's epoch).
+	CompleteDeposed bool
+	// RestoreNewestMetadata: a new leader restores the newest checkpoint
+	// whose metadata storage holds, as a run without high availability
+	// does, rather than the newest etcd records as complete.
+	RestoreNewestMetadata bool
+	// AcceptOldConnections: a task accepts a data connection of another
+	// attempt (an old term's producer reaching a worker that runs the new
+	// term's task).
+	AcceptOldConnections bool
+	// ObeyOldAttempts: a task acts on a command of another attempt (a
+	// deposed leader's trigger, abort or notification).
+	ObeyOldAttempts bool
 	// Trace, if set, receives a line per scheduling decision.
 	Trace func(string)
 }
@@ -88,6 +116,15 @@ type Config struct {
 // Result summarises a run that held every invariant.
 type Result struct {
 	Steps, TaskCrashes, ProcessCrashes, Partitions, Zombies, Completed, Aborted int
+	// With high availability: LeaderChanges counts the leaders deposed
+	// while their coordinator acted on (a process crash starts a new term
+	// too, counted as a process crash); Fenced the writes of deposed
+	// leaders etcd refused (reserve, complete, forget), FencedCompletes
+	// those that were a checkpoint's completion; Refused the commands and
+	// data connections of another attempt that tasks refused;
+	// LateNotices the notifications a deposed leader sent for a checkpoint
+	// etcd recorded in its term, which its own sink obeyed.
+	LeaderChanges, Fenced, FencedCompletes, Refused, LateNotices int
 }
 
 // Violation is an invariant that did not hold.
@@ -103,7 +140,8 @@ func (v *Violation) Error() string {
 
 const maxSteps = 200_000
 
-var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+// origin is the simulated time a run starts at.
+var origin = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // Run simulates one seed and returns a *Violation when an invariant breaks.
 func Run(cfg Config) (Result, error) {
@@ -137,14 +175,15 @@ type event struct {
 // channel is a FIFO from one task to one input of another. It remembers how
 // many records preceded each barrier, for the consistent-cut check.
 type channel struct {
-	from   checkpoint.TaskID
-	q      []event
-	sent   int
-	before map[checkpoint.ID]int
+	from    int    // its producer's index in taskIDs
+	attempt uint64 // the attempt whose tasks it joins
+	q       []event
+	sent    int
+	before  map[checkpoint.ID]int
 }
 
-func newChannel(from checkpoint.TaskID) *channel {
-	return &channel{from: from, before: map[checkpoint.ID]int{}}
+func newChannel(from *task, attempt uint64) *channel {
+	return &channel{from: from.idx, attempt: attempt, before: map[checkpoint.ID]int{}}
 }
 
 func (c *channel) push(e event) {
@@ -172,6 +211,28 @@ const (
 	mPersisted
 )
 
+func (k msgKind) String() string {
+	switch k {
+	case mTrigger:
+		return "trigger"
+	case mNotify:
+		return "notify"
+	case mAbort:
+		return "abort"
+	case mAck:
+		return "ack"
+	case mDecline:
+		return "decline"
+	case mExhausted:
+		return "exhausted"
+	case mFinished:
+		return "finished"
+	case mPersisted:
+		return "persisted"
+	}
+	return fmt.Sprintf("msg(%d)", int(k))
+}
+
 type msg struct {
 	kind    msgKind
 	task    checkpoint.TaskID
@@ -179,7 +240,11 @@ type msg struct {
 	handles []checkpoint.Handle
 	err     error
 	end     bool // mNotify: the final checkpoint; every task ends
-	epoch   int  // the deployment of the task that sent it
+	// attempt is the task's attempt (a message to the coordinator) or
+	// the attempt the coordinator addresses (a command); with high
+	// availability it is numbered from the term's epoch.
+	attempt uint64
+	from    *leader // a command's sender, for the invariants; tasks compare attempts
 }
 
 // ---- the simulated external world: storage and the sink's target ----
@@ -188,6 +253,12 @@ type msg struct {
 type store struct {
 	maxReserved checkpoint.ID
 	metadata    map[checkpoint.ID][]byte
+	durable     map[checkpoint.ID]bool // every id whose metadata was ever written
+}
+
+func (st *store) write(m *checkpoint.Metadata) {
+	st.metadata[m.ID] = encode(m)
+	st.durable[m.ID] = true
 }
 
 func (st *store) latest() (*checkpoint.Metadata, error) {
@@ -241,7 +312,9 @@ type taskState struct {
 
 type task struct {
 	id      checkpoint.TaskID
-	epoch   int // its deployment
+	idx     int     // its index in taskIDs
+	lead    *leader // the coordinator it reports to
+	attempt uint64  // its deployment
 	kind    taskKind
 	inputs  []*channel
 	outputs []*channel
@@ -254,7 +327,7 @@ type task struct {
 	ended      []bool
 	inputEnded bool // end of data on every input (a source: input exhausted) was handled
 	finished   bool
-	fenced     bool // its worker lost the coordinator: it does nothing more
+	fenced     bool // its worker lost the coordinator, or it was stopped: it does nothing more
 	mailbox    []msg
 	// snapshots taken in this deployment: consumed counts per input
 	cuts map[checkpoint.ID][]int

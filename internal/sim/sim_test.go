@@ -71,12 +71,22 @@ func TestSimulation(t *testing.T) {
 				total.Zombies += res.Zombies
 				total.Completed += res.Completed
 				total.Aborted += res.Aborted
+				total.LeaderChanges += res.LeaderChanges
+				total.Fenced += res.Fenced
+				total.FencedCompletes += res.FencedCompletes
+				total.Refused += res.Refused
+				total.LateNotices += res.LateNotices
 			}
 			t.Logf("%d seeds in %v: %d steps, %d task crashes, %d process crashes, %d partitions, %d slow cancellations, %d checkpoints completed, %d aborted",
 				hi-lo, time.Since(start).Round(time.Millisecond), total.Steps, total.TaskCrashes, total.ProcessCrashes, total.Partitions, total.Zombies, total.Completed, total.Aborted)
+			t.Logf("leader changes: %d; writes of deposed leaders fenced: %d (completions %d); commands and connections of another attempt refused: %d; late notifications obeyed: %d",
+				total.LeaderChanges, total.Fenced, total.FencedCompletes, total.Refused, total.LateNotices)
 			// The runs must exercise what they claim to.
 			if hi-lo >= 200 && (total.TaskCrashes == 0 || total.ProcessCrashes == 0 || total.Partitions == 0 || total.Zombies == 0 || total.Completed == 0 || total.Aborted == 0) {
 				t.Fatalf("the simulation did not exercise crashes, completions and aborts: %+v", total)
+			}
+			if hi-lo >= 200 && (total.LeaderChanges == 0 || total.FencedCompletes == 0 || total.Refused == 0) {
+				t.Fatalf("the simulation did not exercise leader changes, a deposed leader's completion and refused commands or connections: %+v", total)
 			}
 		})
 	}
@@ -248,6 +258,74 @@ func TestSimulationCatchesPlantedBugs(t *testing.T) {
 				t.Fatalf("the planted bug survived %d seeds", runs)
 			}
 			t.Logf("caught in %d of %d seeds", caught, runs)
+		})
+	}
+}
+
+// TestSimulationCatchesLeaderBugs plants, in runs with high availability,
+// the bugs that etcd's fencing and attempts numbered from the epoch
+// prevent: the generator must find a failing seed among the first
+// leaderBugSeeds, and it must fail on the invariant the bug breaks. A bug
+// that costs output or a restore must show there too, with the leader
+// changes' own invariants turned off: the output and restore checks find
+// it alone.
+func TestSimulationCatchesLeaderBugs(t *testing.T) {
+	const leaderBugSeeds = 300
+	cases := []struct {
+		name string
+		cfg  Config
+		// want is how it is caught; output how it is caught by the
+		// output and restore checks alone ("": it costs nothing there).
+		want, output string
+	}{
+		{
+			name:   "etcd records a deposed leader's completion",
+			cfg:    Config{CompleteDeposed: true},
+			want:   "recorded as completed in etcd by the coordinator of epoch",
+			output: "written|lost|counts|storage holds no metadata",
+		},
+		{
+			name:   "a new leader restores the newest metadata, not the newest checkpoint etcd records",
+			cfg:    Config{RestoreNewestMetadata: true},
+			want:   "written|lost|counts|differs from storage's",
+			output: "written|lost|counts",
+		},
+		{
+			name:   "a task accepts a data connection of an old term's task",
+			cfg:    Config{AcceptOldConnections: true},
+			want:   "written|lost|counts|inconsistent cut|end of data twice",
+			output: "written|lost|counts|inconsistent cut|end of data twice",
+		},
+		{
+			name: "a task obeys a deposed leader's command",
+			cfg:  Config{ObeyOldAttempts: true},
+			want: "a task obeys only its own term's coordinator",
+		},
+	}
+	find := func(t *testing.T, cfg Config, outputOnly bool, want string) {
+		t.Helper()
+		for seed := int64(1); seed <= leaderBugSeeds; seed++ {
+			cfg.Seed, cfg.Mode, cfg.HA = seed, barrier.ExactlyOnce, true
+			s := newSim(cfg)
+			s.outputCheckOnly = outputOnly
+			err := s.run()
+			if err == nil {
+				continue
+			}
+			if !slices.ContainsFunc(strings.Split(want, "|"), func(w string) bool { return strings.Contains(err.Error(), w) }) {
+				t.Fatalf("seed %d: caught, but as %q; want %q", seed, err, want)
+			}
+			t.Logf("caught at seed %d (output and restore checks alone: %v): %v", seed, outputOnly, err)
+			return
+		}
+		t.Fatalf("the planted bug survived %d seeds (output and restore checks alone: %v)", leaderBugSeeds, outputOnly)
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			find(t, tc.cfg, false, tc.want)
+			if tc.output != "" {
+				find(t, tc.cfg, true, tc.output)
+			}
 		})
 	}
 }
