@@ -162,18 +162,7 @@ func TestAPeerClosingOnCancelIsNoCut(t *testing.T) {
 	closed := peerError{"worker-1", errors.New("transport: connection with 127.0.0.1:40123: " + io.EOF.Error())}
 	report := reportToProto(runtime.Report{Kind: runtime.ReportFailed, Task: checkpoint.TaskID{Vertex: "src"}, Err: fmt.Errorf("worker worker-2: %w", closed)})
 	err = c.reportAs("worker-2", &clusterpb.ReportRequest{Worker: "worker-2", Session: s2, Attempt: 1, Reports: []*clusterpb.TaskReport{report}})
-	for {
-		if _, slots := c.coord.Workers(); slots == 4 {
-			break // worker-1 answered a heartbeat again
-		}
-		if ctx.Err() != nil {
-			t.Fatal("worker-1 never answered a heartbeat again")
-		}
-		time.Sleep(10 * time.Millisecond) // polls for a condition
-	}
-	c.coord.mu.Lock()
-	ws, slots := c.coord.members.Placeable(c.coord.cfg.Now())
-	c.coord.mu.Unlock()
+	ws, slots := c.placeableOnceAllAnswer(ctx, t, 4)
 	if slots != 4 {
 		t.Fatalf("after worker-2's report (answered %v) that worker-1 closed their connection while attempt 1 was being cancelled: placeable %q, %d slots; want both, for %v", err, placeableNames(ws), slots, cutTimeouts*5*time.Second)
 	}

@@ -185,19 +185,27 @@ func TestASilentPeerReportedLateIsStillACut(t *testing.T) {
 	silent := peerError{"worker-1", fmt.Errorf("transport: connection with 127.0.0.1:40123: %w", transport.ErrPeerSilent)}
 	report := reportToProto(runtime.Report{Kind: runtime.ReportFailed, Task: checkpoint.TaskID{Vertex: "src"}, Err: fmt.Errorf("worker worker-2: %w", silent)})
 	err = c.reportAs("worker-2", &clusterpb.ReportRequest{Worker: "worker-2", Session: workers["worker-2"].Session, Attempt: 1, Reports: []*clusterpb.TaskReport{report}})
+	ws, slots := c.placeableOnceAllAnswer(ctx, t, 4)
+	if slots != 2 {
+		t.Fatalf("after worker-2's late report (answered %v) that its connection to worker-1 went silent in attempt 1: placeable %q, %d slots; want one of them", err, placeableNames(ws), slots)
+	}
+}
+
+// placeableOnceAllAnswer waits until the workers' slots add up to all
+// (the one a report made suspect answered a heartbeat again), and returns
+// what the coordinator may place on then.
+func (c *testCluster) placeableOnceAllAnswer(ctx context.Context, t *testing.T, all int) ([]Worker, int) {
+	t.Helper()
 	for {
-		if _, slots := c.coord.Workers(); slots == 4 {
-			break // worker-1 answered a heartbeat again
+		if _, slots := c.coord.Workers(); slots == all {
+			break
 		}
 		if ctx.Err() != nil {
-			t.Fatal("worker-1 never answered a heartbeat again")
+			t.Fatal("the suspect worker never answered a heartbeat again")
 		}
 		time.Sleep(10 * time.Millisecond) // polls for a condition
 	}
 	c.coord.mu.Lock()
-	ws, slots := c.coord.members.Placeable(c.coord.cfg.Now())
-	c.coord.mu.Unlock()
-	if slots != 2 {
-		t.Fatalf("after worker-2's late report (answered %v) that its connection to worker-1 went silent in attempt 1: placeable %q, %d slots; want one of them", err, placeableNames(ws), slots)
-	}
+	defer c.coord.mu.Unlock()
+	return c.coord.members.Placeable(c.coord.cfg.Now())
 }
