@@ -8,9 +8,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -140,17 +138,7 @@ func TestReview3HAEndedThenRestoreLatestIsExactlyOnce(t *testing.T) {
 			if tc.stop {
 				path = "/api/v1/savepoints?stop=true"
 			}
-			req, _ := http.NewRequest(http.MethodPost, "http://"+<-first.web+path, nil)
-			req.Header.Set("Authorization", "Bearer tok")
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode/100 != 2 {
-				t.Fatalf("%s: %s %s", path, resp.Status, body)
-			}
+			postAPI(t, <-first.web, path)
 			err = waitDone(t, first.done)
 			switch {
 			case tc.stop && (err != nil || first.res.StoppedWith == 0):
@@ -298,17 +286,7 @@ func TestReview3HAClusterStopThenRestoreLatestStartsAgain(t *testing.T) {
 		ps, err := c.Completed(context.Background(), "stopped")
 		return err == nil && len(ps) > 0
 	})
-	req, _ := http.NewRequest(http.MethodPost, "http://"+<-web+"/api/v1/savepoints?stop=true", nil)
-	req.Header.Set("Authorization", "Bearer tok")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		t.Fatalf("stop with a savepoint: %s %s", resp.Status, body)
-	}
+	postAPI(t, <-web, "/api/v1/savepoints?stop=true")
 	if err := waitDone(t, leader); err != nil {
 		t.Fatalf("the stopped leader: %v", err)
 	}

@@ -125,17 +125,7 @@ func TestHAStopWithSavepointResumes(t *testing.T) {
 		ps, err := c.Completed(context.Background(), "resumed")
 		return err == nil && len(ps) > 0
 	})
-	req, _ := http.NewRequest(http.MethodPost, "http://"+<-leader.web+"/api/v1/savepoints?stop=true", nil)
-	req.Header.Set("Authorization", "Bearer tok")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		t.Fatalf("stop with a savepoint: %s %s", resp.Status, body)
-	}
+	postAPI(t, <-leader.web, "/api/v1/savepoints?stop=true")
 	if err := waitDone(t, leader.done); err != nil || leader.res.StoppedWith == 0 {
 		t.Fatalf("the leader stopped with savepoint %d: %v", leader.res.StoppedWith, err)
 	}
@@ -187,5 +177,22 @@ func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) {
 			t.Fatalf("no %s within %v", what, limit)
 		}
 		time.Sleep(20 * time.Millisecond) // polls for a condition
+	}
+}
+
+// postAPI posts to the job's API at addr (token "tok"), and fails the test
+// unless it succeeds.
+func postAPI(t *testing.T, addr, path string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+path, nil)
+	req.Header.Set("Authorization", "Bearer tok")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("POST %s: %s %s", path, resp.Status, body)
 	}
 }
