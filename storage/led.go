@@ -229,9 +229,15 @@ type held struct{ s *led }
 func (held) Close() error { return nil }
 
 // Held is nil while the term lasts (the runtime asks before it restarts).
+// It asks etcd: a leader paused past its lease may not have learnt yet that
+// its term ended, and a restart would restore the sinks (aborting what the
+// next leader's attempt has open). etcd not answering proves nothing: the
+// term's own clock ends it soon, and every commit is fenced.
 func (h held) Held() error {
-	if err := h.s.l.Err(); err != nil {
-		return h.s.fail(err)
+	ctx, cancel := h.s.ctx()
+	defer cancel()
+	if err := h.s.l.Verify(ctx); h.s.l.Err() != nil || errors.Is(err, ha.ErrDeposed) {
+		return h.s.fail(cmp.Or(h.s.l.Err(), err))
 	}
 	return nil
 }

@@ -152,6 +152,9 @@ func (x *Executor) Start(ctx context.Context, spec runtime.Spec, p runtime.Part,
 			return nil, err
 		}
 	}
+	if x.c.cfg.Epoch != 0 && p.Attempt >= 1<<sessionBits {
+		return nil, operator.Permanent(fmt.Errorf("cluster: attempt %d: a term of leadership numbers at most %d attempts; restart this coordinator (a standby takes over, and numbers its own)", p.Attempt, 1<<sessionBits-1))
+	}
 	ectx, cancel := context.WithCancel(ctx)
 	// On the wire, attempts are numbered from the term's epoch up, as
 	// sessions are (NewMembers): the runtime of each term counts its

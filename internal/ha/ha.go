@@ -511,9 +511,20 @@ func (l *Leadership) check(ctx context.Context) error {
 		return fmt.Errorf("ha: job %s: %w", l.job, err)
 	}
 	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != l.Epoch {
-		return l.deposed(ctx)
+		err := l.deposed(ctx)
+		l.lose(err) // NB: proven: the term ended, though its watch may not have told yet
+		return err
 	}
 	return nil
+}
+
+// Verify asks etcd whether the term lasts: an error that wraps ErrDeposed
+// proves it ended (and ends it here); another, that etcd did not answer.
+func (l *Leadership) Verify(ctx context.Context) error {
+	if err := l.Err(); err != nil {
+		return err
+	}
+	return l.check(ctx)
 }
 
 // Pointer says that a checkpoint completed, and where it is.

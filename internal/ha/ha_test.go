@@ -425,3 +425,29 @@ func (l *Leadership) lostAt() time.Time {
 	<-l.lost
 	return l.lostTime
 }
+
+// TestVerifyAsksEtcd: a leader paused past its lease may resume before its
+// watch or its renewals tell it the term ended; Verify asks etcd, proves
+// it (ErrDeposed) and ends the term at once. The runtime asks it before a
+// restart (storage.Led's Held).
+func TestVerifyAsksEtcd(t *testing.T) {
+	e := etcdtest.Start(t, 1)
+	ctx := context.Background()
+	c := dial(t, e.Hosts(), DefaultTTL)
+	l := wait(t, campaign(c, "job", "a", ctx), 10*time.Second).l
+	defer l.end()
+	if err := l.Verify(ctx); err != nil {
+		t.Fatalf("the leader's term, while it lasts: %v", err)
+	}
+	// The term's key is gone; check asks before the watch may have told.
+	l.key += "-moved"
+	err := l.Verify(ctx)
+	if !errors.Is(err, ErrDeposed) {
+		t.Fatalf("a term whose key etcd no longer holds: Verify says %v", err)
+	}
+	select {
+	case <-l.Lost():
+	default:
+		t.Fatal("Verify proved the term ended, and the term goes on")
+	}
+}
