@@ -18,8 +18,8 @@ const (
 	AtLeastOnce
 	// Unaligned is exactly-once without alignment (Flink's FLIP-76): the
 	// first barrier n is handled at once, and the records that cross the
-	// cut are persisted as channel state. Savepoints align as in
-	// ExactlyOnce.
+	// cut are persisted as channel state. Savepoints and the final
+	// checkpoint align as in ExactlyOnce (OnAlignedBarrier).
 	Unaligned
 )
 
@@ -139,7 +139,8 @@ type optionFunc func(*Aligner)
 
 func (f optionFunc) apply(a *Aligner) { f(a) }
 
-// AlignedTimeout switches a checkpoint (never a savepoint) from aligned to
+// AlignedTimeout switches a checkpoint (never one fed with OnAlignedBarrier:
+// a savepoint or the final checkpoint) from aligned to
 // unaligned at this task when its alignment has lasted longer than d, as
 // Flink's aligned-checkpoint timeout does. Only with ExactlyOnce; zero, the
 // default, never switches. Time is what Tick passes in.
@@ -223,10 +224,13 @@ func (a *Aligner) OnBarrier(c int, id checkpoint.ID) []Action {
 	return a.onBarrier(c, id, false)
 }
 
-// OnSavepointBarrier handles barrier id of a savepoint read from channel c:
-// a savepoint is always aligned (in at-least-once mode it is not blocked
-// either). NB: the returned slice is reused by the next call.
-func (a *Aligner) OnSavepointBarrier(c int, id checkpoint.ID) []Action {
+// OnAlignedBarrier handles barrier id, read from channel c, of a checkpoint
+// that always aligns: a savepoint, or the final checkpoint after the end of
+// input (its barrier must follow end of data on every channel, FLIP-147;
+// an unaligned snapshot would forward it ahead of the task's own end of
+// data). In other modes than Unaligned and with no timeout it is OnBarrier.
+// NB: the returned slice is reused by the next call.
+func (a *Aligner) OnAlignedBarrier(c int, id checkpoint.ID) []Action {
 	return a.onBarrier(c, id, true)
 }
 

@@ -39,7 +39,7 @@ func TestAlignerScripts(t *testing.T) {
 				d.ScanArgs(t, "ch", &ch)
 				d.ScanArgs(t, "id", &id)
 				if d.HasArg("savepoint") {
-					acts = a.OnSavepointBarrier(ch, checkpoint.ID(id))
+					acts = a.OnAlignedBarrier(ch, checkpoint.ID(id))
 				} else {
 					acts = a.OnBarrier(ch, checkpoint.ID(id))
 				}

@@ -36,8 +36,10 @@
 // a restore (duplicates, never loss). Unaligned (Flink's FLIP-76) never
 // blocks for a checkpoint: its first barrier n snapshots at once, forwards
 // n overtaking, and persists every other channel until its barrier n comes;
-// savepoints align as in ExactlyOnce. With the AlignedTimeout option,
-// ExactlyOnce switches a checkpoint (never a savepoint) whose alignment has
+// savepoints and the final checkpoint at the end of input align as in
+// ExactlyOnce (the driver feeds their barriers with OnAlignedBarrier). With
+// the AlignedTimeout option, ExactlyOnce switches a checkpoint (never one
+// of those) whose alignment has
 // lasted longer than the timeout to unaligned on the next Tick: the
 // snapshot is taken at the switch, the channels that have not delivered
 // barrier n are persisted from then on, and every channel is unblocked.

@@ -71,7 +71,7 @@ func streams(rng *rand.Rand, channels, k int, messy bool) [][]item {
 //   - Unaligned mode snapshots a checkpoint on its first barrier; a
 //     timeout switches a checkpoint only on Tick, only once its alignment
 //     has lasted longer than the timeout; savepoints (fed with
-//     OnSavepointBarrier) are never unaligned.
+//     OnAlignedBarrier) are never unaligned.
 //
 // It returns the snapshots, and the checkpoints whose channel state
 // completed.
@@ -304,7 +304,7 @@ func driveAll(t *testing.T, rng *rand.Rand, mode Mode, in [][]item, aborts bool,
 			delivered[c][it.id] = true
 			barriers[it.id]++
 			if savepoint[it.id] {
-				step(0, c, false, func() []Action { return a.OnSavepointBarrier(c, it.id) })
+				step(0, c, false, func() []Action { return a.OnAlignedBarrier(c, it.id) })
 			} else {
 				step(0, c, false, func() []Action { return a.OnBarrier(c, it.id) })
 			}

@@ -76,17 +76,26 @@ func TestSimulation(t *testing.T) {
 				total.FencedCompletes += res.FencedCompletes
 				total.Refused += res.Refused
 				total.LateNotices += res.LateNotices
+				total.Unaligned += res.Unaligned
+				total.Switched += res.Switched
+				total.Persisted += res.Persisted
+				total.Replayed += res.Replayed
 			}
 			t.Logf("%d seeds in %v: %d steps, %d task crashes, %d process crashes, %d partitions, %d slow cancellations, %d checkpoints completed, %d aborted",
 				hi-lo, time.Since(start).Round(time.Millisecond), total.Steps, total.TaskCrashes, total.ProcessCrashes, total.Partitions, total.Zombies, total.Completed, total.Aborted)
 			t.Logf("leader changes: %d; writes of deposed leaders fenced: %d (completions %d); commands and connections of another attempt refused: %d; late notifications obeyed: %d",
 				total.LeaderChanges, total.Fenced, total.FencedCompletes, total.Refused, total.LateNotices)
+			t.Logf("unaligned snapshots: %d (switched by a timeout: %d); records persisted as input channel state: %d; channel-state records replayed at restores: %d",
+				total.Unaligned, total.Switched, total.Persisted, total.Replayed)
 			// The runs must exercise what they claim to.
 			if hi-lo >= 200 && (total.TaskCrashes == 0 || total.ProcessCrashes == 0 || total.Partitions == 0 || total.Zombies == 0 || total.Completed == 0 || total.Aborted == 0) {
 				t.Fatalf("the simulation did not exercise crashes, completions and aborts: %+v", total)
 			}
 			if hi-lo >= 200 && (total.LeaderChanges == 0 || total.FencedCompletes == 0 || total.Refused == 0) {
 				t.Fatalf("the simulation did not exercise leader changes, a deposed leader's completion and refused commands or connections: %+v", total)
+			}
+			if hi-lo >= 200 && mode == barrier.ExactlyOnce && (total.Unaligned == 0 || total.Switched == 0 || total.Persisted == 0 || total.Replayed == 0) {
+				t.Fatalf("the simulation did not exercise unaligned checkpoints, timeouts that switch, persisted input and replayed channel state: %+v", total)
 			}
 		})
 	}
@@ -110,6 +119,11 @@ func (a *forwardingAligner) OnCancel(int, checkpoint.ID) []barrier.Action { retu
 func (a *forwardingAligner) Abort(checkpoint.ID) []barrier.Action         { return nil }
 func (a *forwardingAligner) Blocked(int) bool                             { return false }
 func (a *forwardingAligner) Aligning() []checkpoint.ID                    { return nil }
+func (a *forwardingAligner) Persisting() []checkpoint.ID                  { return nil }
+func (a *forwardingAligner) Tick(time.Time) []barrier.Action              { return nil }
+func (a *forwardingAligner) OnAlignedBarrier(c int, id checkpoint.ID) []barrier.Action {
+	return a.OnBarrier(c, id)
+}
 
 // abortDropsOlder plants the aligner bug of the restore-safety issue: an
 // abort of checkpoint n also throws away the alignment of every older
@@ -196,7 +210,7 @@ func TestSimulationCatchesPlantedBugs(t *testing.T) {
 	}{
 		{
 			name: "aligner forwards without blocking",
-			cfg: Config{Mode: barrier.ExactlyOnce, NewAligner: func(barrier.Mode, int) Aligner {
+			cfg: Config{Mode: barrier.ExactlyOnce, NewAligner: func(barrier.Mode, int, ...barrier.Option) Aligner {
 				return &forwardingAligner{}
 			}},
 			want: "inconsistent cut",
@@ -210,8 +224,8 @@ func TestSimulationCatchesPlantedBugs(t *testing.T) {
 		},
 		{
 			name: "an abort drops the alignment of older checkpoints too",
-			cfg: Config{Mode: barrier.ExactlyOnce, NewAligner: func(m barrier.Mode, n int) Aligner {
-				return abortDropsOlder{barrier.New(m, n)}
+			cfg: Config{Mode: barrier.ExactlyOnce, NewAligner: func(m barrier.Mode, n int, opts ...barrier.Option) Aligner {
+				return abortDropsOlder{barrier.New(m, n, opts...)}
 			}},
 			want: "ended silently",
 		},
