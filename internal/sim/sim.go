@@ -242,7 +242,8 @@ type channel struct {
 	q       []event
 	sent    int
 	before  map[checkpoint.ID]int
-	log     []record // every record sent, in order
+	log     []record // every record sent, in order, if logged (runs with channel state)
+	logged  bool
 }
 
 func newChannel(from *task, attempt uint64) *channel {
@@ -253,7 +254,9 @@ func (c *channel) push(e event) {
 	switch e.kind {
 	case evRecord:
 		c.sent++
-		c.log = append(c.log, e.rec)
+		if c.logged {
+			c.log = append(c.log, e.rec)
+		}
 	case evBarrier:
 		c.before[e.id] = c.sent
 	}
