@@ -123,12 +123,12 @@ func (a ForwardCancel) String() string { return fmt.Sprintf("forward-cancel %d",
 const maxTracked = 64
 
 // progress is one checkpoint's alignment, or its persistence after an
-// unaligned snapshot: which channels delivered its barrier, whether it is a
-// savepoint, and when its alignment started.
+// unaligned snapshot: which channels delivered its barrier, whether it must
+// align (OnAlignedBarrier), and when its alignment started.
 type progress struct {
 	id        checkpoint.ID
 	seen      []bool
-	savepoint bool
+	mustAlign bool
 	start     time.Time
 }
 
@@ -140,9 +140,9 @@ type optionFunc func(*Aligner)
 func (f optionFunc) apply(a *Aligner) { f(a) }
 
 // AlignedTimeout switches a checkpoint (never one fed with OnAlignedBarrier:
-// a savepoint or the final checkpoint) from aligned to
-// unaligned at this task when its alignment has lasted longer than d, as
-// Flink's aligned-checkpoint timeout does. Only with ExactlyOnce; zero, the
+// a savepoint or the final checkpoint) from aligned to unaligned at this
+// task when its alignment has lasted longer than d, as Flink's
+// aligned-checkpoint timeout does. Only with ExactlyOnce; zero, the
 // default, never switches. Time is what Tick passes in.
 func AlignedTimeout(d time.Duration) Option {
 	return optionFunc(func(a *Aligner) { a.timeout = d })
@@ -193,7 +193,7 @@ func New(mode Mode, channels int, opts ...Option) *Aligner {
 }
 
 // aligns says whether the mode aligns (and blocks) at all: exactly-once, and
-// savepoints in unaligned mode.
+// the barriers fed with OnAlignedBarrier in unaligned mode.
 func (a *Aligner) aligns() bool { return a.mode != AtLeastOnce }
 
 // Blocked reports whether channel c must not be read now.
@@ -234,7 +234,7 @@ func (a *Aligner) OnAlignedBarrier(c int, id checkpoint.ID) []Action {
 	return a.onBarrier(c, id, true)
 }
 
-func (a *Aligner) onBarrier(c int, id checkpoint.ID, savepoint bool) []Action {
+func (a *Aligner) onBarrier(c int, id checkpoint.ID, mustAlign bool) []Action {
 	a.out = a.out[:0]
 	a.checkChannel(c)
 	a.passed(c, id)
@@ -246,13 +246,13 @@ func (a *Aligner) onBarrier(c int, id checkpoint.ID, savepoint bool) []Action {
 		// this one, so this checkpoint cannot be aligned here.
 		return a.out
 	}
-	if a.mode == Unaligned && !savepoint {
+	if a.mode == Unaligned && !mustAlign {
 		seen := make([]bool, len(a.blocked))
 		seen[c] = true
 		a.snapshotUnaligned(id, seen)
 		return a.out
 	}
-	p := a.track(id, savepoint)
+	p := a.track(id, mustAlign)
 	if p == nil || p.seen[c] {
 		return a.out // duplicate barrier on one channel
 	}
@@ -286,7 +286,7 @@ func (a *Aligner) Tick(now time.Time) []Action {
 		a.tracked[0].start = now
 		return a.out
 	}
-	if p.savepoint || now.Sub(p.start) <= a.timeout {
+	if p.mustAlign || now.Sub(p.start) <= a.timeout {
 		return a.out
 	}
 	a.tracked = slices.Delete(a.tracked, 0, 1)
@@ -460,7 +460,7 @@ func (a *Aligner) passed(c int, id checkpoint.ID) {
 // track returns the alignment of id, starting it if need be. When
 // maxTracked are in alignment, the oldest of them and id is declined; nil
 // means that was id.
-func (a *Aligner) track(id checkpoint.ID, savepoint bool) *progress {
+func (a *Aligner) track(id checkpoint.ID, mustAlign bool) *progress {
 	i, found := slices.BinarySearchFunc(a.tracked, id, func(p progress, id checkpoint.ID) int {
 		return cmpID(p.id, id)
 	})
@@ -480,7 +480,7 @@ func (a *Aligner) track(id checkpoint.ID, savepoint bool) *progress {
 			return nil
 		}
 	}
-	a.tracked = slices.Insert(a.tracked, i, progress{id: id, seen: make([]bool, len(a.blocked)), savepoint: savepoint, start: a.now})
+	a.tracked = slices.Insert(a.tracked, i, progress{id: id, seen: make([]bool, len(a.blocked)), mustAlign: mustAlign, start: a.now})
 	return &a.tracked[i]
 }
 
