@@ -93,7 +93,9 @@ type sim struct {
 	// back-pressured). Channels are bounded in the runtime, which bounds
 	// channel state; unbounded, an unaligned checkpoint may persist a
 	// backlog so long that replaying it at each restore outlasts the
-	// checkpoint timeout of the final (aligned) checkpoint, for ever. Only
+	// checkpoint timeout of the final (aligned) checkpoint, for ever; with
+	// a bound of 31 events and a 42 ms timeout it still did (seed 12001),
+	// so the bound is 2 to 10 events. Only
 	// runs with unaligned checkpoints bound them, so that aligned seeds
 	// replay the schedules they had before.
 	outputCap int
@@ -192,7 +194,7 @@ func newSim(cfg Config) *sim {
 			s.alignedTimeout = time.Duration(1+al.IntN(20)) * time.Millisecond
 		}
 		if s.alignment != Aligned {
-			s.outputCap = 4 + al.IntN(29)
+			s.outputCap = 2 + al.IntN(9)
 		}
 	}
 	s.st = store{metadata: map[checkpoint.ID][]byte{}, durable: map[checkpoint.ID]bool{}}
@@ -1061,7 +1063,9 @@ func (s *sim) overtake(t *task, id checkpoint.ID) {
 			// Planted: the queued records are captured, but the
 			// barrier goes behind them.
 			for _, x := range o.q[len(o.q)-countTrailingRecords(o.q):] {
-				cs.out[j] = append(cs.out[j], x.rec)
+				if x.kind == evRecord {
+					cs.out[j] = append(cs.out[j], x.rec)
+				}
 			}
 			o.push(e)
 			continue
@@ -1075,7 +1079,7 @@ func (s *sim) overtake(t *task, id checkpoint.ID) {
 
 func countTrailingRecords(q []event) int {
 	n := 0
-	for n < len(q) && q[len(q)-1-n].kind == evRecord {
+	for n < len(q) && (q[len(q)-1-n].kind == evRecord || q[len(q)-1-n].kind == evEndOfData) {
 		n++
 	}
 	return n

@@ -263,17 +263,21 @@ func (c *channel) push(e event) {
 	c.q = append(c.q, e)
 }
 
-// pushFront puts barrier e in front of the queued records that follow the
-// last queued control event (barriers, cancel markers and end of data keep
-// their order) and returns the records it overtook.
+// pushFront puts barrier e in front of the queued records and end of data
+// that follow the last queued barrier or cancel marker (those keep their
+// order) and returns the records it overtook. It overtakes end of data: an
+// exhausted source's channel may hold a backlog before it (replayed channel
+// state), and the final checkpoints, which must follow end of data, align.
 func (c *channel) pushFront(e event) []record {
 	pos := len(c.q)
-	for pos > 0 && c.q[pos-1].kind == evRecord {
+	for pos > 0 && (c.q[pos-1].kind == evRecord || c.q[pos-1].kind == evEndOfData) {
 		pos--
 	}
 	var overtaken []record
 	for _, x := range c.q[pos:] {
-		overtaken = append(overtaken, x.rec)
+		if x.kind == evRecord {
+			overtaken = append(overtaken, x.rec)
+		}
 	}
 	c.before[e.id] = c.sent
 	c.q = slices.Insert(c.q, pos, e)
