@@ -51,9 +51,10 @@ type (
 		ID        checkpoint.ID
 		Unaligned bool
 	}
-	// Forward: emit barrier ID on every output channel; Overtake: at the
-	// front of each channel's queued records (after its queued control
-	// events), not behind them.
+	// Forward: emit barrier ID on every output channel; Overtake: in front
+	// of each channel's queued records and end of data, not behind them
+	// (behind its queued barriers and cancel markers, which keep their
+	// order).
 	Forward struct {
 		ID       checkpoint.ID
 		Overtake bool

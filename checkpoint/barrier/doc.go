@@ -24,9 +24,9 @@
 //     channel state are durable.
 //
 // An unaligned Snapshot{n} (Unaligned set) is followed by Forward{n} with
-// Overtake set: barrier n goes to the front of each output channel's queued
-// records (behind its queued control events), and the records it overtakes
-// are the snapshot's output channel state. A restore replays each
+// Overtake set: barrier n goes in front of each output channel's queued
+// records and end of data (behind its queued barriers and cancel markers),
+// and the records it overtakes are the snapshot's output channel state. A restore replays each
 // channel's state (input state, then output state) before anything new.
 //
 // Modes follow Flink. ExactlyOnce aligns: a channel that delivered barrier n
