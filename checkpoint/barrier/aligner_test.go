@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/datadriven"
 
@@ -25,13 +26,27 @@ func TestAlignerScripts(t *testing.T) {
 				var n int
 				d.ScanArgs(t, "mode", &mode)
 				d.ScanArgs(t, "channels", &n)
-				m := map[string]Mode{"exactly-once": ExactlyOnce, "at-least-once": AtLeastOnce}[mode]
-				a = New(m, n)
+				m := map[string]Mode{"exactly-once": ExactlyOnce, "at-least-once": AtLeastOnce, "unaligned": Unaligned}[mode]
+				var opts []Option
+				if d.HasArg("timeout-ms") {
+					var ms int
+					d.ScanArgs(t, "timeout-ms", &ms)
+					opts = append(opts, AlignedTimeout(time.Duration(ms)*time.Millisecond))
+				}
+				a = New(m, n, opts...)
 				return "ok\n"
 			case "barrier":
 				d.ScanArgs(t, "ch", &ch)
 				d.ScanArgs(t, "id", &id)
-				acts = a.OnBarrier(ch, checkpoint.ID(id))
+				if d.HasArg("savepoint") {
+					acts = a.OnAlignedBarrier(ch, checkpoint.ID(id))
+				} else {
+					acts = a.OnBarrier(ch, checkpoint.ID(id))
+				}
+			case "tick":
+				var ms int
+				d.ScanArgs(t, "ms", &ms)
+				acts = a.Tick(time.Unix(0, 0).Add(time.Duration(ms) * time.Millisecond))
 			case "cancel":
 				d.ScanArgs(t, "ch", &ch)
 				d.ScanArgs(t, "id", &id)
@@ -52,7 +67,11 @@ func TestAlignerScripts(t *testing.T) {
 					blocked = append(blocked, c)
 				}
 			}
-			fmt.Fprintf(&b, "blocked=%v aligning=%v\n", blocked, a.Aligning())
+			fmt.Fprintf(&b, "blocked=%v aligning=%v", blocked, a.Aligning())
+			if p := a.Persisting(); len(p) > 0 {
+				fmt.Fprintf(&b, " persisting=%v", p)
+			}
+			b.WriteString("\n")
 			return b.String()
 		})
 	})

@@ -124,7 +124,13 @@ type leader struct {
 	zombieUntil  time.Time
 	maxTriggered checkpoint.ID
 	savepoints   map[checkpoint.ID]bool
-	failover     bool
+	// mustAlign holds the savepoints and the checkpoints that can be the
+	// final one (every id from the first Final trigger of the deployment
+	// on, finalFrom, as the coordinator's NotifyComplete counts them):
+	// they are aligned in unaligned runs too.
+	mustAlign map[checkpoint.ID]bool
+	finalFrom checkpoint.ID
+	failover  bool
 	// A model of the coordinator's failure counting: the failures that
 	// count since the last completion or start, and the newest checkpoint
 	// completed.

@@ -29,10 +29,19 @@
 // checkpoints in writes fenced by the term's epoch. Those runs draw leader
 // changes: the leader is deposed while its coordinator acts on for a while,
 // unaware, beside a new coordinator that restores what etcd records.
+//
+// Exactly-once seeds draw how they align (issue 21, design note 74), from a
+// random stream of their own, so that aligned seeds replay the schedules
+// they had before: aligned, unaligned (FLIP-76), or aligned with a timeout
+// that switches a long alignment to unaligned. Unaligned checkpoints carry
+// channel state: the records a barrier overtook in a task's output queues,
+// and the records a task read from an input after its snapshot and before
+// that input's barrier. A restore replays it before anything new.
 package sim
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/weirstream/weir/checkpoint"
@@ -64,12 +73,49 @@ type Aligner interface {
 	Abort(id checkpoint.ID) []barrier.Action
 	Blocked(c int) bool
 	Aligning() []checkpoint.ID
+	// For unaligned checkpoints and the aligned timeout (issue 21).
+	OnAlignedBarrier(c int, id checkpoint.ID) []barrier.Action
+	Tick(now time.Time) []barrier.Action
+	Persisting() []checkpoint.ID
+}
+
+// Alignment is how an exactly-once run aligns barriers.
+type Alignment int
+
+const (
+	// AlignmentDrawn: the seed draws one of the others.
+	AlignmentDrawn Alignment = iota
+	// Aligned: every checkpoint aligns.
+	Aligned
+	// Unaligned: checkpoints are unaligned (barrier.Unaligned); savepoints
+	// align.
+	Unaligned
+	// AlignedTimeout: checkpoints align, and one whose alignment at a task
+	// lasts longer than the timeout switches to unaligned there.
+	AlignedTimeout
+)
+
+func (a Alignment) String() string {
+	switch a {
+	case Aligned:
+		return "aligned"
+	case Unaligned:
+		return "unaligned"
+	case AlignedTimeout:
+		return "aligned-timeout"
+	}
+	return "drawn"
 }
 
 // Config is one simulation run.
 type Config struct {
 	Seed int64
 	Mode barrier.Mode
+	// Alignment is how an exactly-once run aligns; zero draws it from the
+	// seed. AlignedTimeout is the timeout of AlignedTimeout runs; zero
+	// draws it (1 to 20 ms of simulated time).
+	Alignment      Alignment
+	AlignedTimeout time.Duration
 	// RecordsPerSource and Keys size the input; zero picks from the seed.
 	RecordsPerSource int
 	Keys             int
@@ -78,7 +124,7 @@ type Config struct {
 	MaxFaults int
 	// NewAligner and WrapCoordinator replace the real cores, for tests that
 	// check the simulation catches planted bugs. Nil means the real ones.
-	NewAligner      func(mode barrier.Mode, channels int) Aligner
+	NewAligner      func(mode barrier.Mode, channels int, opts ...barrier.Option) Aligner
 	WrapCoordinator func(*checkpoint.Coordinator, checkpoint.Config) Coordinator
 	// FenceAfter is when a cut-off worker fences itself, as a share of the
 	// coordinator's heartbeat timeout; zero means the runtime's 3/4. Tests
@@ -109,6 +155,18 @@ type Config struct {
 	// ObeyOldAttempts: a task acts on a command of another attempt (a
 	// deposed leader's trigger, abort or notification).
 	ObeyOldAttempts bool
+	// The channel-state bugs below are planted in unaligned runs (tests
+	// set Alignment with them).
+	//
+	// BarrierBehindOutput: a task captures its queued output records as
+	// channel state, but puts the barrier behind them, not in front: the
+	// records are persisted twice (in the task's output state, and in the
+	// consumer's input state or snapshot).
+	BarrierBehindOutput bool
+	// PersistArrivalsOnly: an input's records already queued when its
+	// persistence starts are not persisted, only those that arrive later:
+	// the channel state is cut short.
+	PersistArrivalsOnly bool
 	// Trace, if set, receives a line per scheduling decision.
 	Trace func(string)
 }
@@ -125,6 +183,10 @@ type Result struct {
 	// LateNotices the notifications a deposed leader sent for a checkpoint
 	// etcd recorded in its term, which its own sink obeyed.
 	LeaderChanges, Fenced, FencedCompletes, Refused, LateNotices int
+	// Unaligned counts the unaligned snapshots taken, Switched those of
+	// them a timeout switched, Persisted the records persisted as channel
+	// state, Replayed those replayed at restores.
+	Unaligned, Switched, Persisted, Replayed int
 }
 
 // Violation is an invariant that did not hold.
@@ -180,6 +242,8 @@ type channel struct {
 	q       []event
 	sent    int
 	before  map[checkpoint.ID]int
+	log     []record // every record sent, in order, if logged (runs with channel state)
+	logged  bool
 }
 
 func newChannel(from *task, attempt uint64) *channel {
@@ -190,10 +254,34 @@ func (c *channel) push(e event) {
 	switch e.kind {
 	case evRecord:
 		c.sent++
+		if c.logged {
+			c.log = append(c.log, e.rec)
+		}
 	case evBarrier:
 		c.before[e.id] = c.sent
 	}
 	c.q = append(c.q, e)
+}
+
+// pushFront puts barrier e in front of the queued records and end of data
+// that follow the last queued barrier or cancel marker (those keep their
+// order) and returns the records it overtook. It overtakes end of data: an
+// exhausted source's channel may hold a backlog before it (replayed channel
+// state), and the final checkpoints, which must follow end of data, align.
+func (c *channel) pushFront(e event) []record {
+	pos := len(c.q)
+	for pos > 0 && (c.q[pos-1].kind == evRecord || c.q[pos-1].kind == evEndOfData) {
+		pos--
+	}
+	var overtaken []record
+	for _, x := range c.q[pos:] {
+		if x.kind == evRecord {
+			overtaken = append(overtaken, x.rec)
+		}
+	}
+	c.before[e.id] = c.sent
+	c.q = slices.Insert(c.q, pos, e)
+	return overtaken
 }
 
 // ---- control messages ----
@@ -308,6 +396,26 @@ type taskState struct {
 	Counts  map[int]int     `json:"counts,omitempty"`  // counter
 	Passed  [2]int          `json:"passed,omitempty"`  // union
 	Pending []checkpoint.ID `json:"pending,omitempty"` // sink: prepared transactions
+	// Channel state of an unaligned checkpoint: per input, the records
+	// read after the snapshot and before the input's barrier; per output,
+	// the records the barrier overtook.
+	In  [][]record `json:"in,omitempty"`
+	Out [][]record `json:"out,omitempty"`
+}
+
+// chanSnap is a task's unaligned snapshot of one checkpoint, from the
+// snapshot until its channel state is complete (and then kept for the
+// consistent-cut check). An aligned snapshot has none.
+type chanSnap struct {
+	id         checkpoint.ID
+	state      taskState // operator state frozen at the snapshot
+	taken      bool      // the snapshot was taken
+	declined   bool      // the snapshot was declined: nothing is persisted
+	in, out    [][]record
+	outCh      []*channel // the channel of each out (a task's outputs may change after: a takeover)
+	persisting []bool
+	skip       []int // PersistArrivalsOnly: records not persisted, per input
+	complete   bool
 }
 
 type task struct {
@@ -331,4 +439,8 @@ type task struct {
 	mailbox    []msg
 	// snapshots taken in this deployment: consumed counts per input
 	cuts map[checkpoint.ID][]int
+	// chans holds this deployment's unaligned snapshots; pending those
+	// whose channel state is not complete.
+	chans   map[checkpoint.ID]*chanSnap
+	pending []*chanSnap
 }
