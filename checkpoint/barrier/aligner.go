@@ -244,10 +244,17 @@ func (a *Aligner) onBarrier(c int, id checkpoint.ID, mustAlign bool) []Action {
 	}
 	if a.aligns() && len(a.tracked) > 0 && id < a.tracked[0].id {
 		// Obsolete: a channel already delivered a newer barrier without
-		// this one, so this checkpoint cannot be aligned here.
+		// this one, so this checkpoint cannot be aligned here; nor later,
+		// should the newer one end (abort, cancel marker) before another
+		// copy of this one comes (review of 8246a71: it started then).
+		a.markOver(id)
 		return a.out
 	}
-	if a.mode == Unaligned && !mustAlign {
+	// NB: the first copy of a barrier decides whether its checkpoint
+	// aligns: a copy that must align makes it so, and one that need not
+	// joins an alignment under way.
+	_, aligning := a.find(id)
+	if a.mode == Unaligned && !mustAlign && !aligning {
 		seen := make([]bool, len(a.blocked))
 		seen[c] = true
 		a.snapshotUnaligned(id, seen)
@@ -462,10 +469,9 @@ func (a *Aligner) passed(c int, id checkpoint.ID) {
 // maxTracked are in alignment, the oldest of them and id is declined; nil
 // means that was id.
 func (a *Aligner) track(id checkpoint.ID, mustAlign bool) *progress {
-	i, found := slices.BinarySearchFunc(a.tracked, id, func(p progress, id checkpoint.ID) int {
-		return cmpID(p.id, id)
-	})
+	i, found := a.find(id)
 	if found {
+		a.tracked[i].mustAlign = a.tracked[i].mustAlign || mustAlign
 		return &a.tracked[i]
 	}
 	if len(a.tracked) == maxTracked {
@@ -483,6 +489,14 @@ func (a *Aligner) track(id checkpoint.ID, mustAlign bool) *progress {
 	}
 	a.tracked = slices.Insert(a.tracked, i, progress{id: id, seen: make([]bool, len(a.blocked)), mustAlign: mustAlign, start: a.now})
 	return &a.tracked[i]
+}
+
+// find returns where id's alignment is in tracked, or would be, and
+// whether it is there.
+func (a *Aligner) find(id checkpoint.ID) (int, bool) {
+	return slices.BinarySearchFunc(a.tracked, id, func(p progress, id checkpoint.ID) int {
+		return cmpID(p.id, id)
+	})
 }
 
 func cmpID(x, y checkpoint.ID) int {
