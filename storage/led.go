@@ -236,8 +236,9 @@ func (held) Close() error { return nil }
 func (h held) Held() error {
 	ctx, cancel := h.s.ctx()
 	defer cancel()
-	if err := h.s.l.Verify(ctx); h.s.l.Err() != nil || errors.Is(err, ha.ErrDeposed) {
-		return h.s.fail(cmp.Or(h.s.l.Err(), err))
+	_ = h.s.l.Verify(ctx) // ends the term if etcd proves it ended
+	if err := h.s.l.Err(); err != nil {
+		return h.s.fail(err)
 	}
 	return nil
 }
