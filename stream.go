@@ -66,7 +66,7 @@ func addOp[Out any](env *Environment, name, kind string, fn any, opts []Option, 
 	id := env.add(name, kind, fn, opts, n, ups...)
 	n.emitter = emitterOf[Out]
 	n.counting = countingOf[Out]
-	n.wire = map[int]transport.BatchCodec{0: transport.Batches(codec.For[Out]())}
+	n.wire = map[int]transport.BatchCodec{0: runtime.Batches(codec.For[Out]())}
 	return newStream[Out](env, id)
 }
 

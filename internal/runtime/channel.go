@@ -46,6 +46,16 @@ type Event struct {
 	ID     checkpoint.ID
 	// Time is a watermark's value.
 	Time int64
+	// Aligned: a barrier's checkpoint aligns in every mode (a savepoint,
+	// or the job's final checkpoint).
+	Aligned bool
+	// Priority: the event was queued with Overtake (Queue), ahead of
+	// others or beyond the channel's capacity.
+	Priority bool
+	// Overtaken is the number of batches queued behind a barrier that it
+	// overtook: they precede it in the stream, so the receiver persists
+	// them as channel state of its checkpoint.
+	Overtaken int
 }
 
 func (e Event) String() string {
@@ -75,20 +85,26 @@ type OutputChannel interface {
 	// TryPush appends e if the channel has room for it now, without
 	// waiting; false: it did not (and e is not sent).
 	TryPush(e Event) (bool, error)
+	// Overtake sends barrier b of an unaligned checkpoint without waiting
+	// for room: at the receiver it goes ahead of the events queued (as
+	// Queue.Overtake), followed by tail, the sender's batch not pushed yet
+	// (if tail is one).
+	Overtake(b, tail Event) error
 }
 
 // InputChannel is the receiving side; one downstream task owns it.
 type InputChannel interface {
 	// TryPop takes the oldest event, if any, without waiting.
 	TryPop() (Event, bool)
+	// Overtaken appends to dst the first k queued batches (those the
+	// barrier just taken overtook, Event.Overtaken); they stay queued.
+	Overtaken(k int, dst []Event) []Event
 }
 
 // LocalChannel is a bounded FIFO between two tasks of one process.
 type LocalChannel struct {
 	mu    sync.Mutex
-	buf   []Event // ring
-	head  int
-	n     int
+	q     Queue
 	space chan struct{} // signalled when an event is taken
 	ready chan<- struct{}
 	// spares holds handled batches for the sender to fill again: records
@@ -100,9 +116,10 @@ type LocalChannel struct {
 // batch or a control event) that signals ready whenever it receives one.
 func NewLocalChannel(capacity int, ready chan<- struct{}) *LocalChannel {
 	// Batches in use are at most those the channel holds, the one being
-	// handled and the one being filled: so many spares are never dropped.
-	return &LocalChannel{buf: make([]Event, capacity), space: make(chan struct{}, 1), ready: ready,
-		spares: NewBatchPool(capacity + 2)}
+	// handled and the one being filled (and one an overtaking barrier
+	// pushed beyond capacity): so many spares are never dropped.
+	return &LocalChannel{q: NewQueue(capacity), space: make(chan struct{}, 1), ready: ready,
+		spares: NewBatchPool(capacity + 3)}
 }
 
 // Recycler is implemented by input channels whose handled batches go back
@@ -171,30 +188,38 @@ func (c *LocalChannel) Push(ctx context.Context, e Event) error {
 
 func (c *LocalChannel) TryPush(e Event) (bool, error) {
 	c.mu.Lock()
-	if c.n == len(c.buf) {
+	if c.q.Full() {
 		c.mu.Unlock()
 		return false, nil
 	}
-	c.buf[(c.head+c.n)%len(c.buf)] = e
-	c.n++
+	c.q.Push(e)
 	c.mu.Unlock()
 	signal(c.ready)
 	return true, nil
 }
 
+func (c *LocalChannel) Overtake(b, tail Event) error {
+	c.mu.Lock()
+	c.q.Overtake(b, tail)
+	c.mu.Unlock()
+	signal(c.ready)
+	return nil
+}
+
 func (c *LocalChannel) TryPop() (Event, bool) {
 	c.mu.Lock()
-	if c.n == 0 {
-		c.mu.Unlock()
-		return Event{}, false
-	}
-	e := c.buf[c.head]
-	c.buf[c.head] = Event{}
-	c.head = (c.head + 1) % len(c.buf)
-	c.n--
+	e, ok := c.q.Pop()
 	c.mu.Unlock()
-	signal(c.space)
-	return e, true
+	if ok {
+		signal(c.space)
+	}
+	return e, ok
+}
+
+func (c *LocalChannel) Overtaken(k int, dst []Event) []Event {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.q.Batches(k, dst)
 }
 
 func signal(c chan<- struct{}) {

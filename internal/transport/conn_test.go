@@ -19,7 +19,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-var strings_ = Batches(codec.For[string]())
+var strings_ = runtime.Batches(codec.For[string]())
 
 // pair returns the two ends of a loopback TCP connection, multiplexed.
 func pair(t testing.TB) (*Conn, *Conn) {

@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 
 	"github.com/weirstream/weir/checkpoint"
-	"github.com/weirstream/weir/codec"
 	"github.com/weirstream/weir/internal/runtime"
 )
 
@@ -41,7 +39,7 @@ const (
 )
 
 // MaxFrameBytes bounds a frame: a batch must encode within it.
-const MaxFrameBytes = 16 << 20
+const MaxFrameBytes = runtime.MaxBatchBytes
 
 // version 2: keep-alive frames.
 const version = 2
@@ -56,57 +54,8 @@ func protocolErr(format string, a ...any) error {
 	return fmt.Errorf("%w: %s", ErrProtocol, fmt.Sprintf(format, a...))
 }
 
-// BatchCodec encodes a channel's batches (a []T, as runtime.Event.Batch
-// holds them).
-type BatchCodec interface {
-	Append(dst []byte, batch any) []byte
-	// Decode decodes a whole batch of n records; it may alias src. It may
-	// decode into reuse, a batch of the same type the receiver is done
-	// with (nil: none).
-	Decode(src []byte, reuse any) (batch any, n int, err error)
-}
-
-// Batches is the BatchCodec of []T with c for each record.
-func Batches[T any](c codec.Codec[T]) BatchCodec { return batches[T]{c} }
-
-type batches[T any] struct{ c codec.Codec[T] }
-
-func (b batches[T]) Append(dst []byte, batch any) []byte {
-	recs := batch.([]T)
-	dst = binary.AppendUvarint(dst, uint64(len(recs)))
-	for _, r := range recs {
-		dst = b.c.Append(dst, r)
-	}
-	return dst
-}
-
-func (b batches[T]) Decode(src []byte, reuse any) (any, int, error) {
-	n, k := binary.Uvarint(src)
-	if k <= 0 {
-		return nil, 0, errors.New("batch: bad record count")
-	}
-	src = src[k:]
-	if n > MaxFrameBytes {
-		return nil, 0, fmt.Errorf("batch: %d records exceed a frame", n)
-	}
-	// NB: a count the bytes cannot hold must not allocate; the loop below
-	// fails on the first missing record.
-	old, _ := reuse.([]T)
-	clear(old)
-	recs := slices.Grow(old[:0], min(int(n), len(src)))
-	for range n {
-		r, used, err := b.c.Decode(src)
-		if err != nil {
-			return nil, 0, fmt.Errorf("batch: record %d: %w", len(recs), err)
-		}
-		recs = append(recs, r)
-		src = src[used:]
-	}
-	if len(src) != 0 {
-		return nil, 0, fmt.Errorf("batch: %d bytes after the last record", len(src))
-	}
-	return recs, len(recs), nil
-}
+// BatchCodec encodes a channel's batches.
+type BatchCodec = runtime.BatchCodec
 
 // appendHeader appends a frame's type and channel after room for its
 // length, which finish fills in.
@@ -144,17 +93,7 @@ func appendEvent(dst []byte, ch uint64, e runtime.Event, bc BatchCodec) []byte {
 	dst = append(dst, byte(e.Kind))
 	switch e.Kind {
 	case runtime.KindBatch:
-		dst = binary.AppendUvarint(dst, uint64(len(e.Times)))
-		var prev int64
-		for _, t := range e.Times {
-			dst = binary.AppendVarint(dst, t-prev)
-			prev = t
-		}
-		dst = binary.AppendUvarint(dst, uint64(len(e.Groups)))
-		for _, g := range e.Groups {
-			dst = binary.AppendUvarint(dst, uint64(g))
-		}
-		dst = bc.Append(dst, e.Batch)
+		dst = runtime.AppendBatch(dst, e, bc)
 	case runtime.KindBarrier, runtime.KindCancel:
 		dst = binary.AppendUvarint(dst, uint64(e.ID))
 	case runtime.KindWatermark:
@@ -226,52 +165,11 @@ func decodeEvent(p []byte, bc BatchCodec, reuse runtime.Event) (runtime.Event, e
 	p = p[1:]
 	switch e.Kind {
 	case runtime.KindBatch:
-		n, k := binary.Uvarint(p)
-		if k <= 0 || n > uint64(len(p)-k) {
-			return e, protocolErr("bad event-time count")
-		}
-		p = p[k:]
-		if n > 0 {
-			e.Times = slices.Grow(reuse.Times[:0], int(n))[:n]
-			var prev int64
-			for i := range e.Times {
-				d, k := binary.Varint(p)
-				if k <= 0 {
-					return e, protocolErr("bad event time")
-				}
-				prev += d
-				e.Times[i] = prev
-				p = p[k:]
-			}
-		}
-		g, k := binary.Uvarint(p)
-		if k <= 0 || g > uint64(len(p)-k) {
-			return e, protocolErr("bad key-group count")
-		}
-		p = p[k:]
-		if g > 0 {
-			e.Groups = slices.Grow(reuse.Groups[:0], int(g))[:g]
-			for i := range e.Groups {
-				v, k := binary.Uvarint(p)
-				if k <= 0 || v > 0xffff {
-					return e, protocolErr("bad key group")
-				}
-				e.Groups[i] = uint16(v)
-				p = p[k:]
-			}
-		}
-		b, recs, err := bc.Decode(p, reuse.Batch)
+		b, err := runtime.DecodeBatch(p, bc, reuse)
 		if err != nil {
 			return e, protocolErr("%v", err)
 		}
-		e.Batch = b
-		if n > 0 && recs != int(n) {
-			return e, protocolErr("%d event times for %d records", n, recs)
-		}
-		if g > 0 && recs != int(g) {
-			return e, protocolErr("%d key groups for %d records", g, recs)
-		}
-		return e, nil
+		return b, nil
 	case runtime.KindBarrier, runtime.KindCancel:
 		id, k := binary.Uvarint(p)
 		if k != len(p) || id == 0 {

@@ -1,0 +1,138 @@
+package runtime
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/weirstream/weir/codec"
+)
+
+// MaxBatchBytes bounds an encoded batch: a network frame carries one, and
+// channel state holds them.
+const MaxBatchBytes = 16 << 20
+
+// BatchCodec encodes a channel's batches (a []T, as Event.Batch holds them).
+type BatchCodec interface {
+	Append(dst []byte, batch any) []byte
+	// Decode decodes a whole batch of n records; it may alias src. It may
+	// decode into reuse, a batch of the same type the receiver is done
+	// with (nil: none).
+	Decode(src []byte, reuse any) (batch any, n int, err error)
+}
+
+// Batches is the BatchCodec of []T with c for each record.
+func Batches[T any](c codec.Codec[T]) BatchCodec { return batches[T]{c} }
+
+type batches[T any] struct{ c codec.Codec[T] }
+
+func (b batches[T]) Append(dst []byte, batch any) []byte {
+	recs := batch.([]T)
+	dst = binary.AppendUvarint(dst, uint64(len(recs)))
+	for _, r := range recs {
+		dst = b.c.Append(dst, r)
+	}
+	return dst
+}
+
+func (b batches[T]) Decode(src []byte, reuse any) (any, int, error) {
+	n, k := binary.Uvarint(src)
+	if k <= 0 {
+		return nil, 0, errors.New("batch: bad record count")
+	}
+	src = src[k:]
+	if n > MaxBatchBytes {
+		return nil, 0, fmt.Errorf("batch: %d records exceed a frame", n)
+	}
+	// NB: a count the bytes cannot hold must not allocate; the loop below
+	// fails on the first missing record.
+	old, _ := reuse.([]T)
+	clear(old)
+	recs := slices.Grow(old[:0], min(int(n), len(src)))
+	for range n {
+		r, used, err := b.c.Decode(src)
+		if err != nil {
+			return nil, 0, fmt.Errorf("batch: record %d: %w", len(recs), err)
+		}
+		recs = append(recs, r)
+		src = src[used:]
+	}
+	if len(src) != 0 {
+		return nil, 0, fmt.Errorf("batch: %d bytes after the last record", len(src))
+	}
+	return recs, len(recs), nil
+}
+
+// AppendBatch appends batch e (its event times, its key groups, then its
+// records) as
+//
+//	uvarint count of event times (0: none), the times as varint deltas;
+//	uvarint count of key groups (0: none), the groups as uvarints;
+//	the records, as bc encodes them
+func AppendBatch(dst []byte, e Event, bc BatchCodec) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(e.Times)))
+	var prev int64
+	for _, t := range e.Times {
+		dst = binary.AppendVarint(dst, t-prev)
+		prev = t
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(e.Groups)))
+	for _, g := range e.Groups {
+		dst = binary.AppendUvarint(dst, uint64(g))
+	}
+	return bc.Append(dst, e.Batch)
+}
+
+// DecodeBatch decodes what AppendBatch appended (the whole of p), into the
+// slices of reuse, a batch the receiver is done with, where they are large
+// enough. The batch may alias p.
+func DecodeBatch(p []byte, bc BatchCodec, reuse Event) (Event, error) {
+	e := Event{Kind: KindBatch}
+	n, k := binary.Uvarint(p)
+	if k <= 0 || n > uint64(len(p)-k) {
+		return e, errors.New("bad event-time count")
+	}
+	p = p[k:]
+	if n > 0 {
+		e.Times = slices.Grow(reuse.Times[:0], int(n))[:n]
+		var prev int64
+		for i := range e.Times {
+			d, k := binary.Varint(p)
+			if k <= 0 {
+				return e, errors.New("bad event time")
+			}
+			prev += d
+			e.Times[i] = prev
+			p = p[k:]
+		}
+	}
+	g, k := binary.Uvarint(p)
+	if k <= 0 || g > uint64(len(p)-k) {
+		return e, errors.New("bad key-group count")
+	}
+	p = p[k:]
+	if g > 0 {
+		e.Groups = slices.Grow(reuse.Groups[:0], int(g))[:g]
+		for i := range e.Groups {
+			v, k := binary.Uvarint(p)
+			if k <= 0 || v > 0xffff {
+				return e, errors.New("bad key group")
+			}
+			e.Groups[i] = uint16(v)
+			p = p[k:]
+		}
+	}
+	b, recs, err := bc.Decode(p, reuse.Batch)
+	if err != nil {
+		return e, err
+	}
+	e.Batch = b
+	if n > 0 && recs != int(n) {
+		return e, fmt.Errorf("%d event times for %d records", n, recs)
+	}
+	if g > 0 && recs != int(g) {
+		return e, fmt.Errorf("%d key groups for %d records", g, recs)
+	}
+	return e, nil
+}

@@ -1,0 +1,104 @@
+package runtime
+
+// Queue is the buffer of a channel's receiving end: a FIFO of events that
+// holds at most its capacity of ordinary events (Full), plus the events
+// pushed with Overtake, which take no room (a network channel sends them
+// without a credit). Not safe for concurrent use: its channel guards it.
+type Queue struct {
+	// buf[head:] are the queued events, oldest first.
+	buf      []Event
+	head     int
+	capacity int
+	// priority counts the queued events pushed with Overtake.
+	priority int
+}
+
+// NewQueue returns a queue of capacity ordinary events.
+func NewQueue(capacity int) Queue {
+	return Queue{buf: make([]Event, 0, capacity+2), capacity: capacity}
+}
+
+// Len is the number of queued events.
+func (q *Queue) Len() int { return len(q.buf) - q.head }
+
+// Full reports whether the queue holds its capacity of ordinary events.
+func (q *Queue) Full() bool { return q.Len()-q.priority >= q.capacity }
+
+// Push appends e; the caller checked Full.
+func (q *Queue) Push(e Event) {
+	q.compact()
+	q.buf = append(q.buf, e)
+}
+
+// Pop takes the oldest event, if any.
+func (q *Queue) Pop() (Event, bool) {
+	if q.head == len(q.buf) {
+		return Event{}, false
+	}
+	e := q.buf[q.head]
+	q.buf[q.head] = Event{}
+	q.head++
+	if q.head == len(q.buf) {
+		q.buf, q.head = q.buf[:0], 0
+	}
+	if e.Priority {
+		q.priority--
+	}
+	return e, true
+}
+
+// compact moves the queued events to the front of buf once half of it is
+// spent, so that appends reuse it.
+func (q *Queue) compact() {
+	if q.head == 0 || q.head < cap(q.buf)/2 {
+		return
+	}
+	n := copy(q.buf, q.buf[q.head:])
+	clear(q.buf[n:])
+	q.buf, q.head = q.buf[:n], 0
+}
+
+// Overtake queues barrier b ahead of the batches, watermarks and idleness
+// queued since the last barrier, cancel marker or end of data (those keep
+// their order before it), and tail, if it is a batch, at the end: b's
+// Overtaken counts the batches it passed, tail included. Both take no room.
+func (q *Queue) Overtake(b, tail Event) {
+	q.compact()
+	at := len(q.buf)
+	for at > q.head {
+		if k := q.buf[at-1].Kind; k == KindBarrier || k == KindCancel || k == KindEndOfData {
+			break
+		}
+		at--
+	}
+	if tail.Kind == KindBatch {
+		tail.Priority = true
+		q.buf = append(q.buf, tail)
+		q.priority++
+	}
+	b.Priority, b.Overtaken = true, 0
+	for _, e := range q.buf[at:] {
+		if e.Kind == KindBatch {
+			b.Overtaken++
+		}
+	}
+	q.buf = append(q.buf, Event{})
+	copy(q.buf[at+1:], q.buf[at:])
+	q.buf[at] = b
+	q.priority++
+}
+
+// Batches appends to dst the first k queued batches: those a barrier just
+// taken overtook. They stay queued.
+func (q *Queue) Batches(k int, dst []Event) []Event {
+	for _, e := range q.buf[q.head:] {
+		if k == 0 {
+			break
+		}
+		if e.Kind == KindBatch {
+			dst = append(dst, e)
+			k--
+		}
+	}
+	return dst
+}
