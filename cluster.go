@@ -404,8 +404,8 @@ func reach(ctx context.Context, client *ha.Client, job string, hc ha.Config, log
 
 // wireCodec returns the codec of the batches on an edge of plan: the
 // records of its upstream node's output port.
-func (e *Environment) wireCodec(plan *graph.Plan) func(graph.Edge) transport.BatchCodec {
-	return func(edge graph.Edge) transport.BatchCodec {
+func (e *Environment) wireCodec(plan *graph.Plan) func(graph.Edge) runtime.BatchCodec {
+	return func(edge graph.Edge) runtime.BatchCodec {
 		from := plan.Vertices[edge.From]
 		return e.nodes[from.Nodes[len(from.Nodes)-1]].wire[edge.Port]
 	}

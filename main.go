@@ -119,7 +119,7 @@ func jobCommand(ctx context.Context, role Role, cfg Config, build func(*Environm
 		Worker:      "Run the job's tasks for its coordinator",
 	}[role]
 	c := cfg
-	var mode, backend string
+	var mode, backend, alignment string
 	if c.Checkpoint.Mode == 0 {
 		c.Checkpoint.Mode = ExactlyOnce
 	}
@@ -132,6 +132,9 @@ func jobCommand(ctx context.Context, role Role, cfg Config, build func(*Environm
 			var err error
 			if c.Checkpoint.Mode, err = ParseMode(mode); err != nil {
 				return fmt.Errorf("--mode: %w", err)
+			}
+			if c.Checkpoint.Alignment, err = ParseAlignment(alignment); err != nil {
+				return fmt.Errorf("--checkpoint-alignment: %w", err)
 			}
 			switch backend {
 			case "heap":
@@ -176,6 +179,8 @@ func jobCommand(ctx context.Context, role Role, cfg Config, build func(*Environm
 	fl.DurationVar(&c.Checkpoint.Interval, "checkpoint-interval", c.Checkpoint.Interval, "time between checkpoints")
 	fl.StringVar(&mode, "mode", c.Checkpoint.Mode.String(), "checkpoint mode: exactly-once, at-least-once or none")
 	fl.DurationVar(&c.Checkpoint.Timeout, "checkpoint-timeout", c.Checkpoint.Timeout, "abort a checkpoint not complete after this long (0: 5m)")
+	fl.StringVar(&alignment, "checkpoint-alignment", c.Checkpoint.Alignment.String(), "exactly-once checkpoints: aligned, or unaligned (barriers overtake data in flight, which the checkpoint stores)")
+	fl.DurationVar(&c.Checkpoint.AlignedTimeout, "aligned-checkpoint-timeout", c.Checkpoint.AlignedTimeout, "switch an aligned checkpoint to unaligned at a task whose alignment lasts longer than this (0: never)")
 	fl.IntVar(&c.Checkpoint.Retained, "checkpoints-retained", c.Checkpoint.Retained, "completed checkpoints kept (0: 1)")
 	fl.StringVar(&c.Restore, "restore", c.Restore, `start from a checkpoint: "latest" (in --checkpoint-dir), or in one process the path of a chk-<id> directory`)
 	fl.BoolVar(&c.Fresh, "fresh", c.Fresh, "start over: delete the job's checkpoints and the output of earlier runs")

@@ -61,6 +61,42 @@ const (
 // ParseMode parses "exactly-once", "at-least-once" or "none".
 func ParseMode(s string) (Mode, error) { return runtime.ParseMode(s) }
 
+// Alignment is how exactly-once checkpoints treat barriers
+// (CheckpointConfig.Alignment).
+type Alignment int
+
+const (
+	// Aligned checkpoints (the default) wait, at a task with several
+	// inputs, until every input delivered the barrier: nothing in flight
+	// is stored, but under back-pressure a checkpoint waits for the
+	// backlog ahead of its barriers.
+	Aligned Alignment = iota
+	// Unaligned checkpoints (Flink's FLIP-76) let barriers overtake the
+	// data in flight, which is stored with the checkpoint as channel
+	// state and replayed first on restore: checkpoints complete under
+	// back-pressure, at the cost of larger checkpoints. Savepoints and
+	// the final checkpoint still align.
+	Unaligned
+)
+
+func (a Alignment) String() string {
+	if a == Unaligned {
+		return "unaligned"
+	}
+	return "aligned"
+}
+
+// ParseAlignment parses "aligned" or "unaligned".
+func ParseAlignment(s string) (Alignment, error) {
+	switch s {
+	case "aligned":
+		return Aligned, nil
+	case "unaligned":
+		return Unaligned, nil
+	}
+	return Aligned, fmt.Errorf("checkpoint alignment %q: want aligned or unaligned", s)
+}
+
 // Restart strategies decide whether and when a job that failed restarts
 // from its latest checkpoint.
 type (
@@ -203,6 +239,13 @@ type CheckpointConfig struct {
 	// DiscardOnCancel deletes the checkpoints when the job is cancelled;
 	// by default they are kept, to resume with Restore "latest".
 	DiscardOnCancel bool
+	// Alignment is how exactly-once checkpoints treat barriers: Aligned
+	// (default) or Unaligned; see Alignment.
+	Alignment Alignment
+	// AlignedTimeout, with Alignment Aligned, switches a task's checkpoint
+	// to unaligned when its alignment lasts longer than this (Flink's
+	// aligned-checkpoint timeout). Default 0: never.
+	AlignedTimeout time.Duration
 	// Dir is where checkpoints go: a directory (a path or file://path),
 	// or object storage (s3://bucket/prefix?endpoint=…&region=…, with
 	// credentials from the environment as AWS tools read them; mem://name
@@ -357,6 +400,7 @@ type publisher struct{ c *chain }
 
 func (p publisher) Flush() error                  { p.c.publish(); return nil }
 func (p publisher) Broadcast(runtime.Event) error { p.c.publish(); return nil }
+func (p publisher) Overtake(runtime.Event) error  { p.c.publish(); return nil }
 func (p publisher) Err() error                    { p.c.publish(); return nil }
 
 func (c *chain) fail(err error) {
@@ -543,7 +587,9 @@ func (e *Environment) spec(plan *graph.Plan) (runtime.Spec, error) {
 		Checkpoint: checkpoint.Config{
 			Interval: cc.Interval, MinPause: cc.MinPause, Timeout: cc.Timeout, MaxConcurrent: cc.MaxConcurrent,
 			TolerableFailures: cc.TolerableFailures, Retained: cc.Retained, RetainOnCancel: !cc.DiscardOnCancel,
+			Unaligned: cc.Alignment == Unaligned, AlignedTimeout: cc.AlignedTimeout,
 		},
+		Codec: e.wireCodec(plan),
 		Start: runtime.Start{Fresh: e.cfg.Fresh, Latest: e.cfg.Restore == "latest", AllowNonRestoredState: e.cfg.AllowNonRestoredState},
 	}
 	if err := e.cfg.Cluster.validate(e.cfg); err != nil {
@@ -564,6 +610,9 @@ func (e *Environment) spec(plan *graph.Plan) (runtime.Spec, error) {
 		}
 		if _, err := spec.Checkpoint.Normalize(); err != nil {
 			return spec, err
+		}
+		if cc.Mode != ExactlyOnce && (cc.Alignment == Unaligned || cc.AlignedTimeout != 0) {
+			return spec, fmt.Errorf("unaligned checkpoints and the aligned checkpoint timeout are settings of mode exactly-once, not %v: use mode exactly-once, or drop them", cc.Mode)
 		}
 	}
 	if e.cfg.Fresh && e.cfg.Restore != "" {

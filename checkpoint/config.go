@@ -33,6 +33,17 @@ type Config struct {
 	// RetainOnCancel keeps completed checkpoints when the job is cancelled;
 	// otherwise they are discarded. Savepoints are always kept.
 	RetainOnCancel bool
+	// Unaligned makes exactly-once checkpoints unaligned (Flink's
+	// FLIP-76): a task handles the first barrier of a checkpoint at once,
+	// its barriers overtake the data queued on its outputs, and the
+	// records in flight are persisted as channel state. Savepoints and the
+	// final checkpoint still align.
+	Unaligned bool
+	// AlignedTimeout starts exactly-once checkpoints aligned and switches
+	// a task's checkpoint to unaligned when its alignment has lasted this
+	// long (Flink's aligned-checkpoint timeout). Zero never switches; it
+	// excludes Unaligned, which is unaligned from the first barrier.
+	AlignedTimeout time.Duration
 }
 
 // Defaults of Config fields whose zero value means "default".
@@ -74,6 +85,10 @@ func (c Config) Normalize() (Config, error) {
 		return c, fmt.Errorf("tolerable checkpoint failures %d is negative", c.TolerableFailures)
 	case c.Retained < 0 || c.Retained > MaxRetained:
 		return c, fmt.Errorf("retained checkpoints %d is outside 1..%d", c.Retained, MaxRetained)
+	case c.AlignedTimeout < 0:
+		return c, fmt.Errorf("aligned checkpoint timeout %v is negative; use 0 to never switch to unaligned", c.AlignedTimeout)
+	case c.AlignedTimeout > 0 && c.Unaligned:
+		return c, fmt.Errorf("aligned checkpoint timeout %v with unaligned checkpoints: the timeout switches aligned checkpoints to unaligned, and unaligned ones are unaligned from the first barrier; choose one", c.AlignedTimeout)
 	case c.MinPause > 0 && c.MaxConcurrent > 1:
 		return c, fmt.Errorf("checkpoint min pause %v needs max concurrent checkpoints 1, not %d: a pause between checkpoints cannot hold while several run at once", c.MinPause, c.MaxConcurrent)
 	}

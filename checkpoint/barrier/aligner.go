@@ -303,6 +303,19 @@ func (a *Aligner) Tick(now time.Time) []Action {
 	return a.out
 }
 
+// Deadline is when the checkpoint in alignment switches to unaligned, if
+// one does: Tick switches it once the time is past this.
+func (a *Aligner) Deadline() (time.Time, bool) {
+	if a.timeout == 0 || len(a.tracked) == 0 {
+		return time.Time{}, false
+	}
+	p := a.tracked[0]
+	if p.mustAlign || p.start.IsZero() {
+		return time.Time{}, false
+	}
+	return p.start.Add(a.timeout), true
+}
+
 // snapshotUnaligned takes the unaligned snapshot of id, whose barrier the
 // channels in seen delivered, and persists the others until theirs comes.
 func (a *Aligner) snapshotUnaligned(id checkpoint.ID, seen []bool) {

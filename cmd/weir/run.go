@@ -27,6 +27,8 @@ type checkpointFlags struct {
 	interval          time.Duration
 	mode              string
 	minPause, timeout time.Duration
+	alignment         string
+	alignedTimeout    time.Duration
 	maxConcurrent     int
 	tolerable         int
 	retained          int
@@ -50,6 +52,8 @@ func (f *checkpointFlags) add(cmd *cobra.Command) {
 	fl.DurationVar(&f.interval, "checkpoint-interval", weir.DefaultCheckpointInterval, "time between checkpoints")
 	fl.StringVar(&f.mode, "mode", "exactly-once", "checkpoint mode: exactly-once, at-least-once or none")
 	fl.DurationVar(&f.minPause, "checkpoint-min-pause", 0, "least time from one checkpoint's completion to the next trigger")
+	fl.StringVar(&f.alignment, "checkpoint-alignment", "aligned", "exactly-once checkpoints: aligned (barriers wait for each other; nothing in flight is stored) or unaligned (barriers overtake data in flight, which is stored: checkpoints complete under back-pressure, and are larger)")
+	fl.DurationVar(&f.alignedTimeout, "aligned-checkpoint-timeout", 0, "with --checkpoint-alignment aligned: switch a task's checkpoint to unaligned when its alignment lasts longer than this (0: never)")
 	fl.DurationVar(&f.timeout, "checkpoint-timeout", checkpoint.DefaultTimeout, "abort a checkpoint not complete after this long")
 	fl.IntVar(&f.maxConcurrent, "checkpoint-max-concurrent", checkpoint.DefaultMaxConcurrent, "checkpoints in flight at once")
 	fl.IntVar(&f.tolerable, "checkpoint-tolerable-failures", 0, "consecutive checkpoint failures before the job fails over")
@@ -97,6 +101,18 @@ func (f *checkpointFlags) config() (weir.CheckpointConfig, weir.RestartStrategy,
 	if err != nil {
 		return none, nil, fmt.Errorf("--mode: %w", err)
 	}
+	alignment, err := weir.ParseAlignment(f.alignment)
+	if err != nil {
+		return none, nil, fmt.Errorf("--checkpoint-alignment: %w", err)
+	}
+	switch {
+	case f.alignedTimeout < 0:
+		return none, nil, fmt.Errorf("--aligned-checkpoint-timeout %v: must not be negative (0: never switch)", f.alignedTimeout)
+	case f.alignedTimeout > 0 && alignment == weir.Unaligned:
+		return none, nil, fmt.Errorf("--aligned-checkpoint-timeout %v switches aligned checkpoints to unaligned: it goes with --checkpoint-alignment aligned, not unaligned", f.alignedTimeout)
+	case mode != weir.ExactlyOnce && (alignment == weir.Unaligned || f.alignedTimeout > 0):
+		return none, nil, fmt.Errorf("--checkpoint-alignment unaligned and --aligned-checkpoint-timeout are settings of --mode exactly-once, not %s", mode)
+	}
 	if mode != weir.NoCheckpoints {
 		switch {
 		case f.dir == "":
@@ -141,6 +157,7 @@ func (f *checkpointFlags) config() (weir.CheckpointConfig, weir.RestartStrategy,
 	return weir.CheckpointConfig{
 		Mode: mode, Interval: f.interval, MinPause: f.minPause, Timeout: f.timeout, MaxConcurrent: f.maxConcurrent,
 		TolerableFailures: f.tolerable, Retained: f.retained, DiscardOnCancel: !f.retainOnCancel, Dir: f.dir,
+		Alignment: alignment, AlignedTimeout: f.alignedTimeout,
 	}, restart, nil
 }
 

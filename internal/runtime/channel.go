@@ -261,6 +261,10 @@ func (g *Gate) Recycle(i int, e Event) {
 	}
 }
 
+// Overtaken appends to dst the first k batches queued on channel i: those
+// the barrier just taken from it overtook.
+func (g *Gate) Overtaken(i, k int, dst []Event) []Event { return g.chans[i].Overtaken(k, dst) }
+
 // Poll takes the next event from a channel that is not blocked, if any.
 func (g *Gate) Poll(blocked func(int) bool) (int, Event, bool) {
 	n := len(g.chans)

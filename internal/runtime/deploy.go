@@ -138,11 +138,13 @@ func (ts *Tasks) build(ctx context.Context, spec Spec, p Part, reports chan<- Re
 	id := func(v, s int) checkpoint.TaskID { return checkpoint.TaskID{Vertex: plan.Vertices[v].ID, Subtask: s} }
 	gates := make([][]*Gate, len(plan.Vertices))
 	inputOf := make([][][]int, len(plan.Vertices))
+	channels := make([][][]channelInfo, len(plan.Vertices))
 	// outs[v][s][k] are the channels of output edge k of subtask s of v.
 	outs := make([][][][]OutputChannel, len(plan.Vertices))
 	for v, vx := range plan.Vertices {
 		gates[v] = make([]*Gate, vx.Parallelism)
 		inputOf[v] = make([][]int, vx.Parallelism)
+		channels[v] = make([][]channelInfo, vx.Parallelism)
 		outs[v] = make([][][]OutputChannel, vx.Parallelism)
 		for s := range vx.Parallelism {
 			gates[v][s] = NewGate()
@@ -188,6 +190,11 @@ func (ts *Tasks) build(ctx context.Context, spec Spec, p Part, reports chan<- Re
 					}
 					if receives {
 						inputOf[v][j] = append(inputOf[v][j], e.Input)
+						info := channelInfo{input: e.Input, partition: e.Partition, upstream: i}
+						if spec.Codec != nil {
+							info.codec = spec.Codec(e)
+						}
+						channels[v][j] = append(channels[v][j], info)
 					}
 					if !sends {
 						continue
@@ -204,8 +211,15 @@ func (ts *Tasks) build(ctx context.Context, spec Spec, p Part, reports chan<- Re
 			}
 		}
 	}
-	mode := barrier.AtLeastOnce
-	if spec.Mode == ExactlyOnce {
+	cc := spec.Checkpoint
+	mode, opts := barrier.AtLeastOnce, []barrier.Option(nil)
+	switch {
+	case spec.Mode != ExactlyOnce:
+	case cc.Unaligned:
+		mode = barrier.Unaligned
+	case cc.AlignedTimeout > 0:
+		mode, opts = barrier.ExactlyOnce, []barrier.Option{barrier.AlignedTimeout(cc.AlignedTimeout)}
+	default:
 		mode = barrier.ExactlyOnce
 	}
 	for v := range plan.Vertices {
@@ -225,6 +239,7 @@ func (ts *Tasks) build(ctx context.Context, spec Spec, p Part, reports chan<- Re
 				reports: reports, pool: ts.pool, store: spec.Storage,
 				checkpointing: spec.Mode != None, now: spec.Now,
 				wmInterval: spec.WatermarkInterval, stats: stats,
+				overtakes: mode == barrier.Unaligned, alignedTO: len(opts) > 0,
 			}
 			for _, node := range vx.Nodes {
 				t.contexts = append(t.contexts, operatorContext(spec, p, vx.ID, plan.Graph.Nodes[node], s))
@@ -235,8 +250,12 @@ func (ts *Tasks) build(ctx context.Context, spec Spec, p Part, reports chan<- Re
 				t.source = h
 			case operator.Input:
 				t.input, t.gate, t.inputOf = h, gates[v][s], inputOf[v][s]
-				t.aligner = barrier.New(mode, t.gate.Len())
+				t.aligner = barrier.New(mode, t.gate.Len(), opts...)
 				t.ended = make([]bool, t.gate.Len())
+				t.channels, t.persisting = channels[v][s], make([][]checkpoint.ID, t.gate.Len())
+				if t.restore, err = channelRestoreOf(spec, p, vx, s); err != nil {
+					return err
+				}
 			default:
 				return fmt.Errorf("build %s: head is neither a source nor an input", vx.ID)
 			}
@@ -263,7 +282,7 @@ func operatorContext(spec Spec, p Part, vertex string, n graph.Node, subtask int
 		r := &operator.Restore{Checkpoint: p.Point.Metadata.ID, Read: p.Point.Read, Open: p.Point.Open}
 		for _, ts := range p.Point.Metadata.Tasks {
 			for _, h := range ts.Handles {
-				if h.Operator == n.UID {
+				if h.Operator == n.UID && h.Kind != KindChannelState {
 					r.Handles = append(r.Handles, h)
 				}
 			}
@@ -274,4 +293,34 @@ func operatorContext(spec Spec, p Part, vertex string, n graph.Node, subtask int
 	}
 	c.StartOver = c.Restore == nil && p.StartOver
 	return c
+}
+
+// channelRestoreOf returns the channel state subtask s of vx replays at
+// start, nil if the restored checkpoint has none for its head.
+func channelRestoreOf(spec Spec, p Part, vx *graph.Vertex, s int) (*channelRestore, error) {
+	if p.Point == nil {
+		return nil, nil
+	}
+	head := spec.Plan.Graph.Nodes[vx.Nodes[0]]
+	r := &channelRestore{read: p.Point.Read, subtask: s, parallelism: vx.Parallelism,
+		keyGroups: keygroup.ForSubtask(head.MaxParallelism, vx.Parallelism, s)}
+	for _, ts := range p.Point.Metadata.Tasks {
+		for _, h := range ts.Handles {
+			if h.Operator == head.UID && h.Kind == KindChannelState {
+				r.handles = append(r.handles, h)
+			}
+		}
+	}
+	if len(r.handles) == 0 {
+		return nil, nil
+	}
+	if spec.Codec == nil {
+		return nil, fmt.Errorf("restore %s: checkpoint %d holds channel state, and the job gave no codec to read it", vx.ID, p.Point.Metadata.ID)
+	}
+	r.codecs = map[int]BatchCodec{}
+	for _, ei := range vx.Inputs {
+		e := spec.Plan.Edges[ei]
+		r.codecs[e.Input] = spec.Codec(e)
+	}
+	return r, nil
 }

@@ -13,6 +13,10 @@ type Output interface {
 	Flush() error
 	// Broadcast flushes, then pushes a control event on every channel.
 	Broadcast(e Event) error
+	// Overtake sends barrier b of an unaligned checkpoint on every
+	// channel, ahead of what is queued there, with the records not pushed
+	// yet behind it (OutputChannel.Overtake): it never waits for room.
+	Overtake(b Event) error
 	// Err is the first failure to push.
 	Err() error
 }
@@ -117,6 +121,15 @@ func (e *Emitter[T]) push(i int) {
 	if len(e.bufs[i]) == 0 || e.err != nil {
 		return
 	}
+	e.Stats.addOut(len(e.bufs[i]))
+	if err := e.send(e.outs[i], e.batch(i)); err != nil {
+		e.err = err
+	}
+	e.next(i)
+}
+
+// batch is channel i's batch being filled, as an event.
+func (e *Emitter[T]) batch(i int) Event {
 	ev := Event{Kind: KindBatch, Batch: e.bufs[i]}
 	if e.now != nil {
 		ev.Times = e.times[i]
@@ -124,11 +137,7 @@ func (e *Emitter[T]) push(i int) {
 	if e.keyRoute != nil {
 		ev.Groups = e.groups[i]
 	}
-	e.Stats.addOut(len(e.bufs[i]))
-	if err := e.send(e.outs[i], ev); err != nil {
-		e.err = err
-	}
-	e.next(i)
+	return ev
 }
 
 // next gives channel i empty slices for its next batch: those of a batch
@@ -177,6 +186,27 @@ func (e *Emitter[T]) Broadcast(ev Event) error {
 	for _, o := range e.outs {
 		if err := e.send(o, ev); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+func (e *Emitter[T]) Overtake(b Event) error {
+	if e.err != nil {
+		return e.err
+	}
+	for i, o := range e.outs {
+		var tail Event
+		if n := len(e.bufs[i]); n > 0 {
+			e.Stats.addOut(n)
+			tail = e.batch(i)
+		}
+		if err := o.Overtake(b, tail); err != nil {
+			e.err = err
+			return err
+		}
+		if tail.Kind == KindBatch {
+			e.next(i)
 		}
 	}
 	return nil

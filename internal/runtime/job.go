@@ -124,6 +124,10 @@ type Spec struct {
 	Restart    RestartStrategy
 	// Executor runs the attempts' tasks; default Local, this process.
 	Executor Executor
+	// Codec encodes the batches of an edge: channel state (unaligned
+	// checkpoints) is written with it. Required with Checkpoint.Unaligned
+	// or AlignedTimeout.
+	Codec func(graph.Edge) BatchCodec
 
 	ChannelCapacity int // events per channel; default 16
 	BatchSize       int // records per batch; default 512
@@ -234,6 +238,11 @@ type TaskTrace struct {
 	Align, Sync, Async time.Duration
 	Bytes              int64
 	Arrivals           []time.Duration
+	// Unaligned: the task's snapshot was unaligned; Switched: it started
+	// aligned and the aligned-checkpoint timeout switched it (after Align).
+	// ChannelState is the bytes of channel state it stored (of Bytes).
+	Unaligned, Switched bool
+	ChannelState        int64
 }
 
 // Result summarises a finished job.
@@ -360,6 +369,11 @@ func newDriver(spec Spec) (_ *driver, err error) {
 	}()
 	if spec.Mode != None && spec.Storage == nil {
 		return nil, errors.New("runtime: checkpointing needs checkpoint storage")
+	}
+	if cc := spec.Checkpoint; (cc.Unaligned || cc.AlignedTimeout > 0) && spec.Mode != ExactlyOnce {
+		return nil, fmt.Errorf("unaligned checkpoints and the aligned checkpoint timeout are settings of mode exactly-once, not %v", spec.Mode)
+	} else if (cc.Unaligned || cc.AlignedTimeout > 0) && spec.Codec == nil {
+		return nil, errors.New("runtime: unaligned checkpoints need the edges' codec (Spec.Codec)")
 	}
 	var restored checkpoint.Restored
 	if spec.Storage != nil {
@@ -889,7 +903,7 @@ func (d *driver) runAttempt(parent context.Context) error {
 				for _, h := range r.Handles {
 					bytes += h.SizeBytes
 				}
-				d.acks[r.ID] = append(d.acks[r.ID], TaskTrace{Task: r.Task, Acked: d.spec.Now().Sub(d.triggered[r.ID]), Align: r.Align, Sync: r.Sync, Async: r.Async, Bytes: bytes, Arrivals: r.Arrivals})
+				d.acks[r.ID] = append(d.acks[r.ID], TaskTrace{Task: r.Task, Acked: d.spec.Now().Sub(d.triggered[r.ID]), Align: r.Align, Sync: r.Sync, Async: r.Async, Bytes: bytes, Arrivals: r.Arrivals, Unaligned: r.Unaligned, Switched: r.Switched, ChannelState: r.ChannelState})
 				d.res.MaxSyncSnapshot = max(d.res.MaxSyncSnapshot, r.Sync)
 				d.coord.Acknowledge(r.Task, r.ID, r.Handles)
 			case ReportDecline:
@@ -962,7 +976,7 @@ func (d *driver) carryOut(ctx context.Context, x Execution) error {
 					continue
 				}
 				for _, s := range d.tasks.Sources {
-					x.Send(ctx, s, Control{Kind: ControlTrigger, ID: act.ID, Stop: act.ID == d.stopWith})
+					x.Send(ctx, s, Control{Kind: ControlTrigger, ID: act.ID, Stop: act.ID == d.stopWith, Aligned: act.Savepoint || act.Final})
 				}
 			case checkpoint.Persist:
 				m := act.Metadata

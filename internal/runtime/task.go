@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	rt "runtime"
 	"slices"
 	"time"
@@ -35,6 +36,9 @@ type Control struct {
 	ID         checkpoint.ID
 	EndOfInput bool
 	Stop       bool
+	// Aligned: a trigger's checkpoint aligns in every mode (a savepoint,
+	// or the final checkpoint).
+	Aligned bool
 }
 
 // ReportKind is the kind of a Report.
@@ -67,6 +71,11 @@ type Report struct {
 	// at least once).
 	Sync, Async, Align time.Duration
 	Arrivals           []time.Duration
+	// Unaligned: the task's snapshot was unaligned; Switched: the
+	// aligned-checkpoint timeout switched it, after Align. ChannelState
+	// is the bytes of channel state it wrote.
+	Unaligned, Switched bool
+	ChannelState        int64
 }
 
 // task runs one subtask of a vertex: a chain of operators, its input gate
@@ -126,7 +135,25 @@ type task struct {
 	stats *TaskStats
 	// sink: the chain ends in a sink, whose commits are timed.
 	sink bool
+
+	// Unaligned checkpoints. overtakes: a source forwards barriers
+	// overtaking (mode unaligned). channels says where each gate channel
+	// comes from; persisting lists, per gate channel, the checkpoints
+	// whose channel state its records are; pending holds the channel
+	// state being collected, by checkpoint. restore is the channel state
+	// to replay at start (nil: none).
+	overtakes  bool
+	alignedTO  bool
+	channels   []channelInfo
+	persisting [][]checkpoint.ID
+	pending    map[checkpoint.ID]*pendingState
+	restore    *channelRestore
+	scratch    []Event
 }
+
+// maxPending bounds the checkpoints whose channel state a task collects at
+// once (the aligner bounds them too).
+const maxPending = 64
 
 // maxTraces bounds the checkpoints a task traces at once.
 const maxTraces = 16
@@ -182,6 +209,12 @@ func (t *task) run(ctx context.Context) (err error) {
 	if t.source != nil {
 		return t.runSource(ctx)
 	}
+	if t.restore != nil {
+		if _, err := t.replay(t.restore); err != nil {
+			return err
+		}
+		t.restore = nil
+	}
 	return t.runInputs(ctx)
 }
 
@@ -233,6 +266,11 @@ func (t *task) runInputs(ctx context.Context) error {
 		if err := t.fireTimers(); err != nil {
 			return err
 		}
+		if t.alignedTO {
+			if err := t.aligned(ctx, t.aligner.Tick(t.now()), Event{}); err != nil {
+				return err
+			}
+		}
 		ch, ev, ok := t.gate.Poll(t.aligner.Blocked)
 		if ok {
 			if err := t.handle(ctx, ch, ev); err != nil {
@@ -249,6 +287,12 @@ func (t *task) runInputs(ctx context.Context) error {
 				break // timers fire no more
 			}
 			if at, ok := tm.NextTimer(); ok && (wakeAt.IsZero() || at.Before(wakeAt)) {
+				wakeAt = at
+			}
+		}
+		if at, ok := t.aligner.Deadline(); ok {
+			// Tick must see the timeout passed, not reached.
+			if at = at.Add(time.Millisecond); wakeAt.IsZero() || at.Before(wakeAt) {
 				wakeAt = at
 			}
 		}
@@ -321,6 +365,9 @@ func (t *task) fireTimers() error {
 func (t *task) handle(ctx context.Context, ch int, ev Event) error {
 	switch ev.Kind {
 	case KindBatch:
+		if len(t.persisting[ch]) > 0 {
+			t.persist(ch, t.persisting[ch], ev)
+		}
 		err := t.input.ProcessBatch(t.inputOf[ch], ev.Batch, ev.Times, ev.Groups)
 		t.gate.Recycle(ch, ev)
 		if err != nil {
@@ -342,9 +389,23 @@ func (t *task) handle(ctx context.Context, ch int, ev Event) error {
 		return t.advance()
 	case KindBarrier:
 		t.traceBarrier(ch, ev.ID)
-		return t.aligned(ctx, t.aligner.OnBarrier(ch, ev.ID))
+		var acts []barrier.Action
+		if ev.Aligned {
+			acts = t.aligner.OnAlignedBarrier(ch, ev.ID)
+		} else {
+			acts = t.aligner.OnBarrier(ch, ev.ID)
+		}
+		if ev.Overtaken > 0 && t.keepsOvertaken(ch, ev.ID, acts) {
+			// The batches the barrier overtook precede it: they are
+			// channel state of its checkpoint, persisted now rather than
+			// when the task gets to them.
+			t.scratch = t.gate.Overtaken(ch, ev.Overtaken, t.scratch[:0])
+			t.persist(ch, []checkpoint.ID{ev.ID}, t.scratch...)
+			clear(t.scratch)
+		}
+		return t.aligned(ctx, acts, ev)
 	case KindCancel:
-		return t.aligned(ctx, t.aligner.OnCancel(ch, ev.ID))
+		return t.aligned(ctx, t.aligner.OnCancel(ch, ev.ID), ev)
 	case KindEndOfData:
 		if t.ended[ch] {
 			panic(fmt.Sprintf("runtime: task %s: end of data twice on channel %d", t.id, ch))
@@ -385,22 +446,91 @@ func (t *task) traceBarrier(ch int, id checkpoint.ID) {
 	tr.arrivals[ch] = now.Sub(tr.first)
 }
 
-// aligned carries out the aligner's decisions.
-func (t *task) aligned(ctx context.Context, acts []barrier.Action) error {
+// keepsOvertaken says whether the batches that barrier id, read from
+// channel ch, overtook are channel state of id here: id is aligning (ch is
+// blocked now, and they come after the snapshot) or snapshotted (now, or
+// before: ch's persistence ends with the barrier), not declined.
+func (t *task) keepsOvertaken(ch int, id checkpoint.ID, acts []barrier.Action) bool {
+	keep := slices.Contains(t.aligner.Aligning(), id)
+	for _, a := range acts {
+		switch a := a.(type) {
+		case barrier.Snapshot:
+			keep = keep || a.ID == id
+		case barrier.EndPersist:
+			keep = keep || a.ID == id && a.Channel == ch && t.pending[id] != nil
+		case barrier.Decline:
+			if a.ID == id {
+				return false
+			}
+		}
+	}
+	return keep
+}
+
+// persist adds batches read from channel ch to the channel state of the
+// checkpoints ids.
+func (t *task) persist(ch int, ids []checkpoint.ID, batches ...Event) {
+	for _, b := range batches {
+		enc := AppendBatch(nil, b, t.channels[ch].codec)
+		for _, id := range ids {
+			t.pendingOf(id).add(ch, enc)
+		}
+	}
+}
+
+// pendingOf returns the channel state checkpoint id collects, making it if
+// need be (the oldest goes beyond maxPending: the aligner has declined it).
+func (t *task) pendingOf(id checkpoint.ID) *pendingState {
+	p := t.pending[id]
+	if p != nil {
+		return p
+	}
+	if t.pending == nil {
+		t.pending = map[checkpoint.ID]*pendingState{}
+	}
+	if len(t.pending) == maxPending {
+		delete(t.pending, slices.Min(slices.Collect(maps.Keys(t.pending))))
+	}
+	p = &pendingState{}
+	t.pending[id] = p
+	return p
+}
+
+// aligned carries out the aligner's decisions; by is the event that made
+// them (its Aligned flag goes on with the barrier it forwards).
+func (t *task) aligned(ctx context.Context, acts []barrier.Action, by Event) error {
 	for _, a := range slices.Clone(acts) {
 		var err error
 		switch a := a.(type) {
 		case barrier.Block, barrier.UnblockAll:
 			// The gate asks the aligner which channels it may read.
 		case barrier.Snapshot:
-			t.snapshot(ctx, a.ID)
+			t.snapshot(ctx, a.ID, a.Unaligned)
 			delete(t.traces, a.ID)
 			t.snapshotted = max(t.snapshotted, a.ID)
 		case barrier.Forward:
-			err = t.broadcast(Event{Kind: KindBarrier, ID: a.ID})
+			b := Event{Kind: KindBarrier, ID: a.ID, Aligned: by.Kind == KindBarrier && by.ID == a.ID && by.Aligned}
+			if a.Overtake {
+				err = t.overtake(b)
+			} else {
+				err = t.broadcast(b)
+			}
+		case barrier.PersistInput:
+			if t.pending[a.ID] != nil { // else its snapshot failed
+				t.persisting[a.Channel] = append(t.persisting[a.Channel], a.ID)
+			}
+		case barrier.EndPersist:
+			t.persisting[a.Channel] = slices.DeleteFunc(t.persisting[a.Channel], func(id checkpoint.ID) bool { return id == a.ID })
+		case barrier.ChannelStateComplete:
+			if p := t.pending[a.ID]; p != nil && p.snapshot != nil {
+				delete(t.pending, a.ID)
+				t.write(ctx, a.ID, p.snapshot, p)
+			}
 		case barrier.Decline:
+			delete(t.pending, a.ID)
 			t.send(ctx, Report{Kind: ReportDecline, ID: a.ID, Err: a.Cause})
 		case barrier.ForwardCancel:
+			delete(t.pending, a.ID)
 			err = t.broadcast(Event{Kind: KindCancel, ID: a.ID})
 		}
 		if err != nil {
@@ -416,11 +546,15 @@ func (t *task) control(ctx context.Context, m Control) error {
 		if t.source == nil || t.finished {
 			return nil
 		}
-		if t.snapshot(ctx, m.ID) {
+		if t.snapshot(ctx, m.ID, false) {
 			if m.Stop {
 				t.suspendedAt = m.ID // nothing after the savepoint's barrier
 			}
-			return t.broadcast(Event{Kind: KindBarrier, ID: m.ID})
+			b := Event{Kind: KindBarrier, ID: m.ID, Aligned: m.Aligned}
+			if t.overtakes && !m.Aligned {
+				return t.overtake(b)
+			}
+			return t.broadcast(b)
 		}
 		return t.broadcast(Event{Kind: KindCancel, ID: m.ID})
 	case ControlComplete:
@@ -445,11 +579,12 @@ func (t *task) control(ctx context.Context, m Control) error {
 		}
 	case ControlAbort:
 		delete(t.traces, m.ID)
+		delete(t.pending, m.ID)
 		if t.suspendedAt == m.ID {
 			t.suspendedAt = 0 // the savepoint to stop with failed: go on
 		}
 		if t.aligner != nil {
-			if err := t.aligned(ctx, t.aligner.Abort(m.ID)); err != nil {
+			if err := t.aligned(ctx, t.aligner.Abort(m.ID), Event{}); err != nil {
 				return err
 			}
 		}
@@ -462,31 +597,52 @@ func (t *task) control(ctx context.Context, m Control) error {
 
 // snapshot takes the synchronous part of checkpoint id in every operator of
 // the chain and hands the asynchronous part to the pool, which acknowledges
-// or declines. It reports whether the synchronous part succeeded.
-func (t *task) snapshot(ctx context.Context, id checkpoint.ID) bool {
+// or declines. It reports whether the synchronous part succeeded. An
+// unaligned snapshot is written once its channel state is complete
+// (barrier.ChannelStateComplete); an aligned one, with the channel state
+// collected while it aligned (batches overtaken on blocked channels).
+func (t *task) snapshot(ctx context.Context, id checkpoint.ID, unaligned bool) bool {
 	start := t.now()
-	var align time.Duration
-	var arrivals []time.Duration
+	parts := &snapshotParts{unaligned: unaligned}
 	if tr := t.traces[id]; tr != nil {
-		align, arrivals = start.Sub(tr.first), tr.arrivals
+		parts.align, parts.arrivals = start.Sub(tr.first), tr.arrivals
 	}
-	asyncs := make([]operator.Async, 0, len(t.ops))
+	parts.asyncs = make([]operator.Async, 0, len(t.ops))
 	for i, op := range t.ops {
 		a, err := op.Snapshot(id)
 		if err != nil {
+			delete(t.pending, id)
 			t.send(ctx, Report{Kind: ReportDecline, ID: id, Err: fmt.Errorf("%s: snapshot: %w", t.contexts[i].UID, err)})
 			return false
 		}
 		if a != nil {
-			asyncs = append(asyncs, a)
+			parts.asyncs = append(parts.asyncs, a)
 		}
 	}
-	syncPart := t.now().Sub(start)
+	parts.sync = t.now().Sub(start)
+	if unaligned {
+		t.pendingOf(id).snapshot = parts
+		return true
+	}
+	p := t.pending[id]
+	delete(t.pending, id)
+	t.write(ctx, id, parts, p)
+	return true
+}
+
+// write hands a snapshot's asynchronous part, and its channel state (p,
+// if any), to the pool, which acknowledges or declines.
+func (t *task) write(ctx context.Context, id checkpoint.ID, parts *snapshotParts, p *pendingState) {
+	var blob []byte
+	if p != nil {
+		blob = p.encode(t.channels)
+	}
 	w := storageWriter{store: t.store, id: id}
+	head := t.contexts[0]
 	t.pool.submit(ctx, func() {
 		asyncStart := t.now()
 		var handles []checkpoint.Handle
-		for _, a := range asyncs {
+		for _, a := range parts.asyncs {
 			hs, err := a(w)
 			if err != nil {
 				t.send(ctx, Report{Kind: ReportDecline, ID: id, Err: err})
@@ -494,9 +650,17 @@ func (t *task) snapshot(ctx context.Context, id checkpoint.ID) bool {
 			}
 			handles = append(handles, hs...)
 		}
-		t.send(ctx, Report{Kind: ReportAck, ID: id, Handles: handles, Sync: syncPart, Align: align, Async: t.now().Sub(asyncStart), Arrivals: arrivals})
+		if blob != nil {
+			h, err := w.Write(checkpoint.Handle{Operator: head.UID, Subtask: head.Subtask, Parallelism: head.Parallelism, Kind: KindChannelState}, blob)
+			if err != nil {
+				t.send(ctx, Report{Kind: ReportDecline, ID: id, Err: fmt.Errorf("channel state: %w", err)})
+				return
+			}
+			handles = append(handles, h)
+		}
+		t.send(ctx, Report{Kind: ReportAck, ID: id, Handles: handles, Sync: parts.sync, Align: parts.align, Async: t.now().Sub(asyncStart), Arrivals: parts.arrivals,
+			Unaligned: parts.unaligned, Switched: parts.unaligned && t.alignedTO, ChannelState: int64(len(blob))})
 	})
-	return true
 }
 
 type storageWriter struct {
@@ -563,6 +727,17 @@ func (t *task) outputErr() error {
 func (t *task) broadcast(e Event) error {
 	for _, o := range t.outputs {
 		if err := o.Broadcast(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// overtake sends barrier b on every output channel ahead of what is
+// queued there (Output.Overtake).
+func (t *task) overtake(b Event) error {
+	for _, o := range t.outputs {
+		if err := o.Overtake(b); err != nil {
 			return err
 		}
 	}

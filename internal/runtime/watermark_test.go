@@ -46,6 +46,7 @@ func (o logOutput) Broadcast(e Event) error {
 	*o.log = append(*o.log, "downstream: "+s)
 	return nil
 }
+func (o logOutput) Overtake(e Event) error { return o.Broadcast(e) }
 
 func fmtTime(t int64) string {
 	switch t {
