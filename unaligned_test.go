@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,14 +15,23 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/weirstream/weir"
+	"github.com/weirstream/weir/connector/generator"
+	"github.com/weirstream/weir/connector/stdio"
 	"github.com/weirstream/weir/examples/wordcount"
 )
 
 // TestUnalignedRestoreAtAnotherParallelism: word count with unaligned
-// checkpoints under back-pressure (the counter is slowed), stopped after
-// checkpoints that hold channel state, restored at parallelism 2 → 3 → 1:
-// every word counted exactly once.
+// checkpoints (or aligned ones that a 1 ms timeout switches) under
+// back-pressure (the counter is slowed), stopped after checkpoints that
+// hold channel state, restored at parallelism 2 → 3 → 1: every word
+// counted exactly once.
 func TestUnalignedRestoreAtAnotherParallelism(t *testing.T) {
+	for _, cc := range []weir.CheckpointConfig{{Alignment: weir.Unaligned}, {AlignedTimeout: time.Millisecond}} {
+		t.Run(fmt.Sprintf("%v-timeout-%v", cc.Alignment, cc.AlignedTimeout), func(t *testing.T) { rescaleWithChannelState(t, cc) })
+	}
+}
+
+func rescaleWithChannelState(t *testing.T, cc weir.CheckpointConfig) {
 	dir := t.TempDir()
 	var files []string
 	for f := range 3 {
@@ -36,7 +46,8 @@ func TestUnalignedRestoreAtAnotherParallelism(t *testing.T) {
 		files = append(files, p)
 	}
 	opts := wordcount.Options{Input: filepath.Join(dir, "in-*.txt"), Output: filepath.Join(dir, "out"),
-		Checkpoint: weir.CheckpointConfig{Interval: 20 * time.Millisecond, Dir: filepath.Join(dir, "ckpt"), Alignment: weir.Unaligned}}
+		Checkpoint: cc}
+	opts.Checkpoint.Interval, opts.Checkpoint.Dir = 20*time.Millisecond, filepath.Join(dir, "ckpt")
 	// Each run but the last stops after two checkpoints that hold channel
 	// state, the counter slowed so that records queue before it.
 	for _, p := range []int{2, 3} {
@@ -80,5 +91,123 @@ func TestUnalignedRestoreAtAnotherParallelism(t *testing.T) {
 	rep, err := wordcount.Verify(vfs.Default, opts.Output, want, false)
 	if err != nil || !rep.OK() {
 		t.Fatalf("after 2 → 3 → 1: %v %v", rep, err)
+	}
+}
+
+// crawlJob runs a job whose one busy operator is slowed to a crawl (all
+// records go to one key), behind a back-pressured source, until stop says
+// so from the job's checkpoint events; it returns them.
+func crawlJob(t *testing.T, cc weir.CheckpointConfig, stop func(evs []weir.JobEvent) bool) []weir.JobEvent {
+	t.Helper()
+	// NB: a source takes a trigger between two polls, and a poll blocked
+	// by back-pressure ends only when its last batch has room: polls of
+	// one batch (16 records) keep that short.
+	src, err := generator.New(generator.Config[int64]{Make: func(i int64) int64 { return i }, BatchSize: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	var evs []weir.JobEvent
+	cc.Interval, cc.Timeout, cc.TolerableFailures = 100*time.Millisecond, 400*time.Millisecond, 1000
+	env := weir.New(weir.Config{Job: "crawl", Parallelism: 2, BatchSize: 16, Checkpoint: cc, OnEvent: func(ev weir.JobEvent) {
+		if ev.Kind != weir.EventCheckpointCompleted && ev.Kind != weir.EventCheckpointAborted {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if evs = append(evs, ev); stop(evs) {
+			cancel()
+		}
+	}})
+	slow := weir.Reduce(weir.KeyBy(weir.Source(env, "numbers", src), func(int64) int64 { return 0 }), "slow", func(a, b int64) int64 {
+		time.Sleep(2 * time.Millisecond) // the crawl: 32 ms a batch, seconds for the backlog
+		return a + b
+	})
+	weir.Sink(slow, "discard", stdio.Print(io.Discard, func(dst []byte, i int64) []byte { return dst }))
+	done := make(chan error, 1)
+	go func() {
+		_, err := env.Execute(ctx)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("the job ended with %v, want cancelled", err)
+		}
+	case <-time.After(2 * time.Minute):
+		cancel()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("the job did not reach its end within 2 minutes; its checkpoint events: %v", summary(evs))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return evs
+}
+
+func summary(evs []weir.JobEvent) []string {
+	var out []string
+	for _, ev := range evs {
+		s := fmt.Sprintf("%d %v", ev.ID, ev.Kind)
+		if ev.Kind == weir.EventCheckpointAborted {
+			s += " " + ev.Reason.String()
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// TestUnalignedCheckpointsCompleteUnderBackPressure: with one operator
+// slowed to a crawl, aligned checkpoints expire (their barriers wait behind
+// seconds of backlog), while unaligned ones complete, holding the backlog
+// as channel state.
+func TestUnalignedCheckpointsCompleteUnderBackPressure(t *testing.T) {
+	expired := func(evs []weir.JobEvent) int {
+		n := 0
+		for _, ev := range evs {
+			if ev.Kind == weir.EventCheckpointAborted && ev.Reason.String() == "expired" {
+				n++
+			}
+		}
+		return n
+	}
+	aligned := crawlJob(t, weir.CheckpointConfig{}, func(evs []weir.JobEvent) bool { return expired(evs) >= 3 })
+	t.Logf("aligned: %v", summary(aligned))
+
+	withState := func(ev weir.JobEvent) bool {
+		var cs int64
+		for _, tt := range ev.Tasks {
+			cs += tt.ChannelState
+		}
+		return ev.Kind == weir.EventCheckpointCompleted && cs > 0
+	}
+	for _, cc := range []weir.CheckpointConfig{{Alignment: weir.Unaligned}, {AlignedTimeout: 10 * time.Millisecond}} {
+		switched := 0
+		evs := crawlJob(t, cc, func(evs []weir.JobEvent) bool {
+			n := 0
+			for _, ev := range evs {
+				if withState(ev) {
+					n++
+				}
+			}
+			return n >= 5
+		})
+		for _, ev := range evs {
+			for _, tt := range ev.Tasks {
+				if tt.Switched {
+					switched++
+				}
+			}
+		}
+		t.Logf("%v, aligned timeout %v: %v; %d task snapshots switched", cc.Alignment, cc.AlignedTimeout, summary(evs), switched)
+		if n := expired(evs); n > 0 {
+			t.Errorf("%v, aligned timeout %v: %d checkpoints expired: %v", cc.Alignment, cc.AlignedTimeout, n, summary(evs))
+		}
+		if cc.AlignedTimeout > 0 && switched == 0 {
+			t.Errorf("aligned timeout %v: no task's checkpoint switched to unaligned", cc.AlignedTimeout)
+		}
 	}
 }

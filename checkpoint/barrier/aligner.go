@@ -222,7 +222,17 @@ func (a *Aligner) Persisting() []checkpoint.ID {
 // OnBarrier handles barrier id of a checkpoint read from channel c. NB: the
 // returned slice is reused by the next call.
 func (a *Aligner) OnBarrier(c int, id checkpoint.ID) []Action {
-	return a.onBarrier(c, id, false)
+	return a.onBarrier(c, id, false, time.Time{})
+}
+
+// OnBarrierTriggered is OnBarrier (mustAlign false) or OnAlignedBarrier
+// (true) for a barrier that says when its checkpoint was triggered: an
+// alignment it starts counts from then, not from the last Tick, so that
+// the aligned-checkpoint timeout counts the time its barriers spent in
+// flight, as Flink's does. NB: the returned slice is reused by the next
+// call.
+func (a *Aligner) OnBarrierTriggered(c int, id checkpoint.ID, triggered time.Time, mustAlign bool) []Action {
+	return a.onBarrier(c, id, mustAlign, triggered)
 }
 
 // OnAlignedBarrier handles barrier id, read from channel c, of a checkpoint
@@ -232,10 +242,10 @@ func (a *Aligner) OnBarrier(c int, id checkpoint.ID) []Action {
 // data). In other modes than Unaligned and with no timeout it is OnBarrier.
 // NB: the returned slice is reused by the next call.
 func (a *Aligner) OnAlignedBarrier(c int, id checkpoint.ID) []Action {
-	return a.onBarrier(c, id, true)
+	return a.onBarrier(c, id, true, time.Time{})
 }
 
-func (a *Aligner) onBarrier(c int, id checkpoint.ID, mustAlign bool) []Action {
+func (a *Aligner) onBarrier(c int, id checkpoint.ID, mustAlign bool, triggered time.Time) []Action {
 	a.out = a.out[:0]
 	a.checkChannel(c)
 	a.passed(c, id)
@@ -260,7 +270,7 @@ func (a *Aligner) onBarrier(c int, id checkpoint.ID, mustAlign bool) []Action {
 		a.snapshotUnaligned(id, seen)
 		return a.out
 	}
-	p := a.track(id, mustAlign)
+	p := a.track(id, mustAlign, triggered)
 	if p == nil || p.seen[c] {
 		return a.out // duplicate barrier on one channel
 	}
@@ -481,7 +491,7 @@ func (a *Aligner) passed(c int, id checkpoint.ID) {
 // track returns the alignment of id, starting it if need be. When
 // maxTracked are in alignment, the oldest of them and id is declined; nil
 // means that was id.
-func (a *Aligner) track(id checkpoint.ID, mustAlign bool) *progress {
+func (a *Aligner) track(id checkpoint.ID, mustAlign bool, triggered time.Time) *progress {
 	i, found := a.find(id)
 	if found {
 		a.tracked[i].mustAlign = a.tracked[i].mustAlign || mustAlign
@@ -500,7 +510,11 @@ func (a *Aligner) track(id checkpoint.ID, mustAlign bool) *progress {
 			return nil
 		}
 	}
-	a.tracked = slices.Insert(a.tracked, i, progress{id: id, seen: make([]bool, len(a.blocked)), mustAlign: mustAlign, start: a.now})
+	start := a.now
+	if !triggered.IsZero() && (start.IsZero() || triggered.Before(start)) {
+		start = triggered
+	}
+	a.tracked = slices.Insert(a.tracked, i, progress{id: id, seen: make([]bool, len(a.blocked)), mustAlign: mustAlign, start: start})
 	return &a.tracked[i]
 }
 

@@ -44,7 +44,9 @@ type Event struct {
 	// not hash the keys again; nil when not carried.
 	Groups []uint16
 	ID     checkpoint.ID
-	// Time is a watermark's value.
+	// Time is a watermark's value, or when a barrier's checkpoint was
+	// triggered (Unix nanoseconds; 0: not said), from which the
+	// aligned-checkpoint timeout counts.
 	Time int64
 	// Aligned: a barrier's checkpoint aligns in every mode (a savepoint,
 	// or the job's final checkpoint).
@@ -216,6 +218,14 @@ func (c *LocalChannel) TryPop() (Event, bool) {
 	return e, ok
 }
 
+// Promote lets barriers triggered at deadline or earlier overtake
+// (Queue.Promote).
+func (c *LocalChannel) Promote(deadline int64) {
+	c.mu.Lock()
+	c.q.Promote(deadline)
+	c.mu.Unlock()
+}
+
 func (c *LocalChannel) Overtaken(k int, dst []Event) []Event {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -264,6 +274,17 @@ func (g *Gate) Recycle(i int, e Event) {
 // Overtaken appends to dst the first k batches queued on channel i: those
 // the barrier just taken from it overtook.
 func (g *Gate) Overtaken(i, k int, dst []Event) []Event { return g.chans[i].Overtaken(k, dst) }
+
+// Promote lets the barriers triggered at deadline (Unix nanoseconds) or
+// earlier overtake the batches ahead of them, on every channel that can
+// (Queue.Promote).
+func (g *Gate) Promote(deadline int64) {
+	for _, c := range g.chans {
+		if p, ok := c.(interface{ Promote(int64) }); ok {
+			p.Promote(deadline)
+		}
+	}
+}
 
 // Poll takes the next event from a channel that is not blocked, if any.
 func (g *Gate) Poll(blocked func(int) bool) (int, Event, bool) {

@@ -239,7 +239,8 @@ func (ts *Tasks) build(ctx context.Context, spec Spec, p Part, reports chan<- Re
 				reports: reports, pool: ts.pool, store: spec.Storage,
 				checkpointing: spec.Mode != None, now: spec.Now,
 				wmInterval: spec.WatermarkInterval, stats: stats,
-				overtakes: mode == barrier.Unaligned, alignedTO: len(opts) > 0,
+				overtakes: mode == barrier.Unaligned, alignedTO: len(opts) > 0, alignTimeout: cc.AlignedTimeout,
+				triggered: map[checkpoint.ID]int64{},
 			}
 			for _, node := range vx.Nodes {
 				t.contexts = append(t.contexts, operatorContext(spec, p, vx.ID, plan.Graph.Nodes[node], s))

@@ -976,7 +976,7 @@ func (d *driver) carryOut(ctx context.Context, x Execution) error {
 					continue
 				}
 				for _, s := range d.tasks.Sources {
-					x.Send(ctx, s, Control{Kind: ControlTrigger, ID: act.ID, Stop: act.ID == d.stopWith, Aligned: act.Savepoint || act.Final})
+					x.Send(ctx, s, Control{Kind: ControlTrigger, ID: act.ID, Stop: act.ID == d.stopWith, Aligned: act.Savepoint || act.Final, Triggered: act.At})
 				}
 			case checkpoint.Persist:
 				m := act.Metadata

@@ -88,6 +88,36 @@ func (q *Queue) Overtake(b, tail Event) {
 	q.priority++
 }
 
+// Promote lets the barriers queued since deadline (Unix nanoseconds) or
+// earlier by their trigger (Event.Time), which need not align, overtake
+// the batches ahead of them, as Overtake places a barrier: the
+// aligned-checkpoint timeout makes a checkpoint unaligned once it is due,
+// whether its barriers reached the task or still wait in its input. A
+// promoted barrier keeps its room (Priority unset); its Overtaken counts
+// the batches it passed, as Overtake's.
+func (q *Queue) Promote(deadline int64) {
+	from := q.head // after the last barrier, cancel marker or end of data
+	batches := 0   // batches queued since from
+	for i := q.head; i < len(q.buf); i++ {
+		e := q.buf[i]
+		switch e.Kind {
+		case KindBatch:
+			batches++
+			continue
+		case KindBarrier:
+			if batches > 0 && !e.Aligned && !e.Priority && e.Time <= deadline {
+				e.Overtaken += batches
+				copy(q.buf[from+1:i+1], q.buf[from:i])
+				q.buf[from] = e
+			}
+		case KindCancel, KindEndOfData:
+		default:
+			continue
+		}
+		from, batches = i+1, 0
+	}
+}
+
 // Batches appends to dst the first k queued batches: those a barrier just
 // taken overtook. They stay queued.
 func (q *Queue) Batches(k int, dst []Event) []Event {

@@ -37,8 +37,9 @@ type Control struct {
 	EndOfInput bool
 	Stop       bool
 	// Aligned: a trigger's checkpoint aligns in every mode (a savepoint,
-	// or the final checkpoint).
-	Aligned bool
+	// or the final checkpoint). Triggered: when the driver triggered it.
+	Aligned   bool
+	Triggered time.Time
 }
 
 // ReportKind is the kind of a Report.
@@ -144,6 +145,13 @@ type task struct {
 	// to replay at start (nil: none).
 	overtakes  bool
 	alignedTO  bool
+	// alignTimeout is the aligned-checkpoint timeout (alignedTO), and
+	// nextPromote when the gate's barriers are next checked against it;
+	// triggered holds when recent checkpoints were triggered (Unix
+	// nanoseconds), which forwarded barriers carry on.
+	alignTimeout time.Duration
+	nextPromote  time.Time
+	triggered    map[checkpoint.ID]int64
 	channels   []channelInfo
 	persisting [][]checkpoint.ID
 	pending    map[checkpoint.ID]*pendingState
@@ -267,8 +275,15 @@ func (t *task) runInputs(ctx context.Context) error {
 			return err
 		}
 		if t.alignedTO {
-			if err := t.aligned(ctx, t.aligner.Tick(t.now()), Event{}); err != nil {
+			now := t.now()
+			if err := t.aligned(ctx, t.aligner.Tick(now), Event{}); err != nil {
 				return err
+			}
+			if !now.Before(t.nextPromote) {
+				// Barriers due to switch to unaligned overtake where they
+				// wait in the input, rather than after the backlog.
+				t.gate.Promote(now.Add(-t.alignTimeout).UnixNano())
+				t.nextPromote = now.Add(max(min(t.alignTimeout/4, 5*time.Millisecond), 100*time.Microsecond))
 			}
 		}
 		ch, ev, ok := t.gate.Poll(t.aligner.Blocked)
@@ -389,12 +404,14 @@ func (t *task) handle(ctx context.Context, ch int, ev Event) error {
 		return t.advance()
 	case KindBarrier:
 		t.traceBarrier(ch, ev.ID)
-		var acts []barrier.Action
-		if ev.Aligned {
-			acts = t.aligner.OnAlignedBarrier(ch, ev.ID)
-		} else {
-			acts = t.aligner.OnBarrier(ch, ev.ID)
+		if ev.Time != 0 {
+			t.triggered[ev.ID] = ev.Time
 		}
+		var triggered time.Time
+		if ev.Time != 0 {
+			triggered = time.Unix(0, ev.Time)
+		}
+		acts := t.aligner.OnBarrierTriggered(ch, ev.ID, triggered, ev.Aligned)
 		if ev.Overtaken > 0 && t.keepsOvertaken(ch, ev.ID, acts) {
 			// The batches the barrier overtook precede it: they are
 			// channel state of its checkpoint, persisted now rather than
@@ -419,6 +436,13 @@ func (t *task) handle(ctx context.Context, ch int, ev Event) error {
 	panic(fmt.Sprintf("runtime: event kind %d", ev.Kind))
 }
 
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
 // traceBarrier notes when checkpoint id's barrier arrived on channel ch.
 func (t *task) traceBarrier(ch int, id checkpoint.ID) {
 	if id <= t.snapshotted {
@@ -440,6 +464,11 @@ func (t *task) traceBarrier(ch int, id checkpoint.ID) {
 		for old := range t.traces {
 			if old+maxTraces <= id {
 				delete(t.traces, old)
+			}
+		}
+		for old := range t.triggered {
+			if old+maxTraces <= id {
+				delete(t.triggered, old)
 			}
 		}
 	}
@@ -509,7 +538,7 @@ func (t *task) aligned(ctx context.Context, acts []barrier.Action, by Event) err
 			delete(t.traces, a.ID)
 			t.snapshotted = max(t.snapshotted, a.ID)
 		case barrier.Forward:
-			b := Event{Kind: KindBarrier, ID: a.ID, Aligned: by.Kind == KindBarrier && by.ID == a.ID && by.Aligned}
+			b := Event{Kind: KindBarrier, ID: a.ID, Aligned: by.Kind == KindBarrier && by.ID == a.ID && by.Aligned, Time: t.triggered[a.ID]}
 			if a.Overtake {
 				err = t.overtake(b)
 			} else {
@@ -550,7 +579,7 @@ func (t *task) control(ctx context.Context, m Control) error {
 			if m.Stop {
 				t.suspendedAt = m.ID // nothing after the savepoint's barrier
 			}
-			b := Event{Kind: KindBarrier, ID: m.ID, Aligned: m.Aligned}
+			b := Event{Kind: KindBarrier, ID: m.ID, Aligned: m.Aligned, Time: unixNano(m.Triggered)}
 			if t.overtakes && !m.Aligned {
 				return t.overtake(b)
 			}
