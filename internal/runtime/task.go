@@ -143,8 +143,8 @@ type task struct {
 	// whose channel state its records are; pending holds the channel
 	// state being collected, by checkpoint. restore is the channel state
 	// to replay at start (nil: none).
-	overtakes  bool
-	alignedTO  bool
+	overtakes bool
+	alignedTO bool
 	// alignTimeout is the aligned-checkpoint timeout (alignedTO), and
 	// nextPromote when the gate's barriers are next checked against it;
 	// triggered holds when recent checkpoints were triggered (Unix
@@ -152,11 +152,11 @@ type task struct {
 	alignTimeout time.Duration
 	nextPromote  time.Time
 	triggered    map[checkpoint.ID]int64
-	channels   []channelInfo
-	persisting [][]checkpoint.ID
-	pending    map[checkpoint.ID]*pendingState
-	restore    *channelRestore
-	scratch    []Event
+	channels     []channelInfo
+	persisting   [][]checkpoint.ID
+	pending      map[checkpoint.ID]*pendingState
+	restore      *channelRestore
+	scratch      []Event
 }
 
 // maxPending bounds the checkpoints whose channel state a task collects at
