@@ -75,6 +75,16 @@ func TestKill9AndRestoreLatest(t *testing.T) {
 	kill9Until(t, newJob(t, 4, 500_000), nil, "--checkpoint-interval", "50ms")
 }
 
+// TestKill9Unaligned is TestKill9AndRestoreLatest with unaligned
+// checkpoints, and with aligned ones a 1 ms timeout switches.
+func TestKill9Unaligned(t *testing.T) {
+	for _, args := range [][]string{{"--checkpoint-alignment", "unaligned"}, {"--aligned-checkpoint-timeout", "1ms"}} {
+		t.Run(args[0][2:], func(t *testing.T) {
+			kill9Until(t, newJob(t, 4, 500_000), nil, append([]string{"--checkpoint-interval", "50ms"}, args...)...)
+		})
+	}
+}
+
 // kill9Until runs j's command with args (env added to the environment),
 // kills it with SIGKILL at random moments four times, restarting it with
 // --restore latest, lets the last run finish and verifies the output.

@@ -137,11 +137,16 @@ func TestEventsAreJSONLines(t *testing.T) {
 // into dir; crashAt, if not 0, fails the job once, at the first event
 // after that many once a checkpoint has completed, so that it restores
 // the checkpoint.
-func run(t *testing.T, q Query, cfg Config, dir string, crashAt int64) weir.Result {
+// run runs q over the events of cfg into dir, crashing once after
+// crashAt events (0: never) and a completed checkpoint; alignment holds the
+// checkpoints' Alignment and AlignedTimeout.
+func run(t *testing.T, q Query, cfg Config, dir string, crashAt int64, alignment weir.CheckpointConfig) weir.Result {
 	t.Helper()
 	var completed, restored atomic.Int64
+	cc := alignment
+	cc.Interval = 10 * time.Millisecond
 	env := weir.New(weir.Config{Job: "nexmark-" + q.Name, Parallelism: 2, WatermarkInterval: time.Millisecond,
-		Checkpoint: weir.CheckpointConfig{Interval: 10 * time.Millisecond},
+		Checkpoint: cc,
 		Restart:    weir.FixedDelay{Delay: time.Millisecond, MaxAttempts: 3},
 		OnEvent: func(ev weir.JobEvent) {
 			switch ev.Kind {
@@ -225,18 +230,42 @@ func TestQueriesAgainstBruteForce(t *testing.T) {
 			}
 			t.Logf("%d results", len(want))
 			straight := t.TempDir()
-			run(t, q, testConfig, straight, 0)
+			run(t, q, testConfig, straight, 0, weir.CheckpointConfig{})
 			if got := committed(t, straight); !slices.Equal(got, want) {
 				t.Fatalf("straight: %s", diff(got, want))
 			}
 			// Slowed down, so that checkpoints complete before the crash.
 			crashed, slow := t.TempDir(), testConfig
 			slow.Throttle = 100_000
-			run(t, q, slow, crashed, testConfig.Events*3/5)
+			run(t, q, slow, crashed, testConfig.Events*3/5, weir.CheckpointConfig{})
 			if got := committed(t, crashed); !slices.Equal(got, want) {
 				t.Fatalf("with a crash: %s", diff(got, want))
 			}
 		})
+	}
+}
+
+// TestUnalignedQueriesAgainstBruteForce: the queries with exchanges, with
+// unaligned checkpoints and with aligned ones that a 1 ms timeout switches,
+// crashed midway and restored: exactly the brute force's results.
+func TestUnalignedQueriesAgainstBruteForce(t *testing.T) {
+	evs := events(t, testConfig, 2)
+	for _, name := range []string{"q3", "q5", "q8"} {
+		q, err := Lookup(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := jsonLines(t, bruteForce[name](evs))
+		for _, cc := range []weir.CheckpointConfig{{Alignment: weir.Unaligned}, {AlignedTimeout: time.Millisecond}} {
+			t.Run(fmt.Sprintf("%s/%v-timeout-%v", name, cc.Alignment, cc.AlignedTimeout), func(t *testing.T) {
+				crashed, slow := t.TempDir(), testConfig
+				slow.Throttle = 100_000
+				run(t, q[0], slow, crashed, testConfig.Events*3/5, cc)
+				if got := committed(t, crashed); !slices.Equal(got, want) {
+					t.Fatalf("with a crash: %s", diff(got, want))
+				}
+			})
+		}
 	}
 }
 
