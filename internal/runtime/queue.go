@@ -24,9 +24,13 @@ func (q *Queue) Len() int { return len(q.buf) - q.head }
 // Full reports whether the queue holds its capacity of ordinary events.
 func (q *Queue) Full() bool { return q.Len()-q.priority >= q.capacity }
 
-// Push appends e; the caller checked Full.
+// Push appends e, an ordinary event; the caller checked Full. NB: it
+// clears e.Priority, which an event taken after an Overtake carries: were
+// it pushed on with it set, Pop would count a priority event never
+// counted, and the queue would lose a unit of room for good.
 func (q *Queue) Push(e Event) {
 	q.compact()
+	e.Priority = false
 	q.buf = append(q.buf, e)
 }
 

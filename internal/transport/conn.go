@@ -10,7 +10,11 @@
 // reader never waits for a task, and the other channels keep flowing.
 // Barriers, cancel markers, watermarks and end-of-data travel in-band as
 // events, so the task's aligner serves remote channels as it serves local
-// ones.
+// ones. The one exception to credits is a barrier of an unaligned
+// checkpoint (Output.Overtake): it is sent without a credit, so that it
+// passes a full window, and the receiver queues it ahead of the events it
+// holds (runtime.Queue.Overtake), beyond its capacity; taking it grants no
+// credit back. A receiver holds at most maxOvertaking of them.
 //
 // A connection fails as a whole, on the first error: a malformed frame (an
 // ErrProtocol, naming what was wrong), a lost peer, a peer silent for the
@@ -40,6 +44,15 @@ const maxCredits = 1 << 16
 
 // maxChannels bounds the channels of one connection.
 const maxChannels = 1 << 16
+
+// maxOvertaking bounds the overtaking barriers an Input holds, each with
+// at most one tail batch: they take no credit, so without a bound a peer
+// could fill the receiver's memory. A sender forwards one per unaligned
+// checkpoint, at most 64 of which are pending at once
+// (checkpoint.MaxConcurrentLimit); the barriers of expired ones pile up
+// only while the receiving task takes nothing from the channel, and 1024
+// of them take many checkpoint timeouts.
+const maxOvertaking = 1024
 
 // ErrClosed is the error of a connection closed by its owner.
 var ErrClosed = errors.New("transport: connection closed")
@@ -191,8 +204,10 @@ func (c *Conn) Input(ch uint64, bc BatchCodec, capacity int, ready chan<- struct
 	if len(c.inputs) >= maxChannels {
 		return nil, fmt.Errorf("transport: more than %d channels", maxChannels)
 	}
-	in := &Input{c: c, ch: ch, codec: bc, buf: make([]runtime.Event, capacity), ready: ready,
-		spares: runtime.NewBatchPool(capacity + 1)}
+	// Batches in use are at most those queued (capacity, and a tail) and
+	// the one the task handles: so many spares are never dropped.
+	in := &Input{c: c, ch: ch, codec: bc, capacity: capacity, q: runtime.NewQueue(capacity), ready: ready,
+		spares: runtime.NewBatchPool(capacity + 2)}
 	c.inputs[ch] = in
 	c.grant[ch] += capacity
 	signal(c.wake)
@@ -336,11 +351,14 @@ func (c *Conn) dispatch(f frame) error {
 			return protocolErr("an event on channel %d, which was granted no credit", f.channel)
 		}
 		spare, _ := in.spares.Take()
-		e, err := decodeEvent(f.payload, in.codec, spare)
+		e, tail, err := decodeEvent(f.payload, in.codec, spare)
 		if err != nil {
 			return fmt.Errorf("channel %d: %w", f.channel, err)
 		}
-		return in.put(e)
+		if spare.Batch != nil && e.Kind != runtime.KindBatch && tail.Kind != runtime.KindBatch {
+			in.spares.Put(spare) // unused: keep it for the next batch
+		}
+		return in.put(e, tail)
 	case typeKeepAlive:
 		if f.channel != 0 || len(f.payload) != 0 {
 			return protocolErr("a keep-alive on channel %d with %d bytes: it has neither", f.channel, len(f.payload))
@@ -353,7 +371,7 @@ func (c *Conn) dispatch(f frame) error {
 }
 
 // Output is the sending side of a channel; it implements
-// runtime.OutputChannel. One goroutine pushes.
+// runtime.OutputChannel. One goroutine pushes (and overtakes).
 type Output struct {
 	c        *Conn
 	ch       uint64
@@ -390,7 +408,8 @@ func (o *Output) Push(ctx context.Context, e runtime.Event) error {
 	}
 }
 
-// TryPush sends e if the receiver has granted room for it.
+// TryPush sends e if the receiver has granted room for it. Its error is
+// the connection's, once it failed.
 func (o *Output) TryPush(e runtime.Event) (bool, error) {
 	c := o.c
 	c.mu.Lock()
@@ -407,17 +426,39 @@ func (o *Output) TryPush(e runtime.Event) (bool, error) {
 	return true, o.send(e)
 }
 
+// Overtake sends barrier b of an unaligned checkpoint, and tail if it is a
+// batch, in one frame, without a credit: it passes a full window. The
+// frames queued before it still reach the receiver first, which queues b
+// ahead of them (runtime.Queue.Overtake). The tail is then the spare. Its
+// error is the connection's, once it failed.
+func (o *Output) Overtake(b, tail runtime.Event) error {
+	c := o.c
+	c.mu.Lock()
+	err := c.err
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return o.queue(appendOvertake(make([]byte, 0, o.sizeHint), o.ch, b, tail, o.codec), tail)
+}
+
 // send encodes e and queues it for the connection's writer; its credit is
 // taken.
 func (o *Output) send(e runtime.Event) error {
+	return o.queue(appendEvent(make([]byte, 0, o.sizeHint), o.ch, e, o.codec), e)
+}
+
+// queue finishes frame f and queues it for the connection's writer. If
+// batch is one, f holds its encoding: the task may fill it again (Spare).
+func (o *Output) queue(f []byte, batch runtime.Event) error {
 	c := o.c
-	f, err := finish(appendEvent(make([]byte, 0, o.sizeHint), o.ch, e, o.codec))
+	f, err := finish(f)
 	o.sizeHint = len(f) + len(f)/8
 	if err != nil {
-		return err // NB: the credit is lost with the connection's owner failing the job
+		return err // NB: a credit taken is lost with the connection's owner failing the job
 	}
-	if e.Kind == runtime.KindBatch {
-		o.spare = e
+	if batch.Kind == runtime.KindBatch {
+		o.spare = batch
 	}
 	c.mu.Lock()
 	c.queue = append(c.queue, f)
@@ -429,15 +470,17 @@ func (o *Output) send(e runtime.Event) error {
 // Input is the receiving side of a channel; it implements
 // runtime.InputChannel. One task pops.
 type Input struct {
-	c     *Conn
-	ch    uint64
-	codec BatchCodec
-	ready chan<- struct{}
+	c        *Conn
+	ch       uint64
+	codec    BatchCodec
+	capacity int // the credits granted at open
+	ready    chan<- struct{}
 
-	mu   sync.Mutex
-	buf  []runtime.Event // ring
-	head int
-	n    int
+	mu sync.Mutex
+	q  runtime.Queue
+	// overtaking counts the queued barriers that came with Overtake
+	// (maxOvertaking).
+	overtaking int
 	// spares holds batches the task has handled, for the connection's
 	// reader to decode the next ones into (as many as can be in use).
 	spares runtime.BatchPool
@@ -446,38 +489,55 @@ type Input struct {
 // Recycle takes a batch the task has handled and no longer holds.
 func (in *Input) Recycle(e runtime.Event) { in.spares.Put(e) }
 
-func (in *Input) put(e runtime.Event) error {
+// put queues an event the peer sent: with a credit, or an overtaking
+// barrier (e.Priority) and its tail (if a batch).
+func (in *Input) put(e, tail runtime.Event) error {
 	in.mu.Lock()
-	if in.n == len(in.buf) {
+	switch {
+	case !e.Priority && in.q.Full():
 		in.mu.Unlock()
-		return protocolErr("channel %d: an event beyond the %d granted", in.ch, len(in.buf))
+		return protocolErr("channel %d: an event beyond the %d granted", in.ch, in.capacity)
+	case !e.Priority:
+		in.q.Push(e)
+	case in.overtaking == maxOvertaking:
+		in.mu.Unlock()
+		return protocolErr("channel %d: more than %d overtaking barriers queued", in.ch, maxOvertaking)
+	default:
+		in.q.Overtake(e, tail)
+		in.overtaking++
 	}
-	in.buf[(in.head+in.n)%len(in.buf)] = e
-	in.n++
 	in.mu.Unlock()
 	signal(in.ready)
 	return nil
 }
 
 // TryPop takes the oldest event, if any, and grants its room back to the
-// sender.
+// sender, unless it came without a credit (an overtaking barrier or its
+// tail: Priority).
 func (in *Input) TryPop() (runtime.Event, bool) {
 	in.mu.Lock()
-	if in.n == 0 {
-		in.mu.Unlock()
-		return runtime.Event{}, false
+	e, ok := in.q.Pop()
+	if ok && e.Priority && e.Kind == runtime.KindBarrier {
+		in.overtaking--
 	}
-	e := in.buf[in.head]
-	in.buf[in.head] = runtime.Event{}
-	in.head = (in.head + 1) % len(in.buf)
-	in.n--
 	in.mu.Unlock()
+	if !ok || e.Priority {
+		return e, ok
+	}
 	c := in.c
 	c.mu.Lock()
 	c.grant[in.ch]++
 	c.mu.Unlock()
 	signal(c.wake)
 	return e, true
+}
+
+// Overtaken appends to dst the first k queued batches: those the barrier
+// just taken overtook (Event.Overtaken). They stay queued.
+func (in *Input) Overtaken(k int, dst []runtime.Event) []runtime.Event {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.q.Batches(k, dst)
 }
 
 func signal(c chan<- struct{}) {

@@ -228,6 +228,14 @@ func TestMalformedFramesFailTheConnection(t *testing.T) {
 		{"beyond credit", "beyond the 1 granted", [][]byte{hello, event(5, runtime.KindIdle), event(5, runtime.KindIdle)}},
 		{"unknown type", "unknown frame type", [][]byte{hello, raw(42, 5)}},
 		{"unknown kind", "unknown event kind", [][]byte{hello, event(5, 77)}},
+		{"barrier without flags", "barrier 3 without its flags", [][]byte{hello, event(5, runtime.KindBarrier, 3)}},
+		{"unknown barrier flag", "barrier 3 with unknown flags 0x8", [][]byte{hello, event(5, runtime.KindBarrier, 3, 0x8|flagAligned)}},
+		{"high barrier flag", "barrier 3 with unknown flags 0x80", [][]byte{hello, event(5, runtime.KindBarrier, 3, 0x80|flagPriority)}},
+		{"tail with credit", "barrier 3 sent with a credit carries a tail batch", [][]byte{hello, event(5, runtime.KindBarrier, 3, flagTail, 0, 0, 1, 1, 'a')}},
+		{"bytes after a barrier", "bytes after barrier 3", [][]byte{hello, event(5, runtime.KindBarrier, 3, flagPriority, 0)}},
+		{"bad tail", "barrier 3: tail: batch: record 0", [][]byte{hello, event(5, runtime.KindBarrier, 3, flagPriority|flagTail, 0, 0, 1, 200)}},
+		{"flags on a cancel", "bad checkpoint id", [][]byte{hello, event(5, runtime.KindCancel, 3, 0)}},
+		{"credited barrier beyond credit", "beyond the 1 granted", [][]byte{hello, event(5, runtime.KindBarrier, 3, 0), event(5, runtime.KindBarrier, 4, 0)}},
 		{"zero credit", "bad credit", [][]byte{hello, raw(typeCredit, 5, 0)}},
 		{"bad batch", "record 0", [][]byte{hello, event(5, runtime.KindBatch, 0, 0, 1, 200)}},
 		{"times without records", "event times for", [][]byte{hello, event(5, runtime.KindBatch, 2, 2, 2, 0, 1, 0)}},
@@ -272,31 +280,57 @@ func FuzzDecodeEvent(f *testing.F) {
 	for _, e := range []runtime.Event{
 		{Kind: runtime.KindBatch, Batch: []string{"a", "bc"}, Times: []int64{1, 2}, Groups: []uint16{3, 4}},
 		{Kind: runtime.KindBarrier, ID: 3},
+		{Kind: runtime.KindBarrier, ID: 4, Aligned: true},
+		{Kind: runtime.KindCancel, ID: 5},
 		{Kind: runtime.KindWatermark, Time: -1},
 		{Kind: runtime.KindEndOfData},
 	} {
 		fr := appendEvent(nil, 1, e, strings_)
 		f.Add(fr[6:]) // the payload: past length, type and a one-byte channel
 	}
+	b := runtime.Event{Kind: runtime.KindBarrier, ID: 6}
+	f.Add(appendOvertake(nil, 1, b, runtime.Event{}, strings_)[6:])
+	f.Add(appendOvertake(nil, 1, b, runtime.Event{Kind: runtime.KindBatch, Batch: []string{"t"}, Times: []int64{7}}, strings_)[6:])
 	f.Fuzz(func(t *testing.T, p []byte) {
-		e, err := decodeEvent(p, strings_, runtime.Event{})
+		e, tail, err := decodeEvent(p, strings_, runtime.Event{})
 		if err != nil {
+			if !errors.Is(err, ErrProtocol) {
+				t.Fatalf("error %v is not an ErrProtocol", err)
+			}
 			return
 		}
 		// What decodes re-encodes to the same bytes, but for varints that
 		// had several encodings.
-		again := appendEvent(nil, 1, e, strings_)[6:]
-		e2, err := decodeEvent(again, strings_, runtime.Event{})
-		if err != nil || e2.Kind != e.Kind || e2.ID != e.ID || e2.Time != e.Time || !slices.Equal(e2.Times, e.Times) || !slices.Equal(e2.Groups, e.Groups) {
-			t.Fatalf("%+v re-encoded decodes as %+v, %v", e, e2, err)
+		var again []byte
+		if e.Priority {
+			again = appendOvertake(nil, 1, e, tail, strings_)[6:]
+		} else {
+			again = appendEvent(nil, 1, e, strings_)[6:]
+		}
+		e2, tail2, err := decodeEvent(again, strings_, runtime.Event{})
+		if err != nil || !sameEvent(e2, e) || !sameEvent(tail2, tail) {
+			t.Fatalf("%+v (tail %+v) re-encoded decodes as %+v (tail %+v), %v", e, tail, e2, tail2, err)
 		}
 	})
+}
+
+// sameEvent reports whether a and b carry the same event (Overtaken, which
+// the receiver's queue sets, aside).
+func sameEvent(a, b runtime.Event) bool {
+	if a.Kind != b.Kind || a.ID != b.ID || a.Time != b.Time || a.Aligned != b.Aligned || a.Priority != b.Priority ||
+		!slices.Equal(a.Times, b.Times) || !slices.Equal(a.Groups, b.Groups) {
+		return false
+	}
+	ra, _ := a.Batch.([]string)
+	rb, _ := b.Batch.([]string)
+	return slices.Equal(ra, rb)
 }
 
 // FuzzConn feeds a connection an arbitrary stream from its peer, after a
 // valid hello: it must fail or deliver events, never panic or hang.
 func FuzzConn(f *testing.F) {
-	f.Add(raw(typeEvent, 5, byte(runtime.KindBarrier), 1))
+	f.Add(raw(typeEvent, 5, byte(runtime.KindBarrier), 1, 0))
+	f.Add(append(raw(typeEvent, 5, byte(runtime.KindIdle)), raw(typeEvent, 5, byte(runtime.KindBarrier), 2, flagPriority|flagTail, 0, 0, 1, 1, 'b')...))
 	f.Add(append(raw(typeCredit, 5, 3), raw(typeEvent, 5, byte(runtime.KindBatch), 0, 0, 1, 1, 'a')...))
 	f.Add([]byte{0, 0, 0, 1})
 	f.Add(append(raw(typeKeepAlive, 0), raw(typeKeepAlive, 3, 1)...))

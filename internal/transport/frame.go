@@ -23,7 +23,14 @@ import (
 //	batch      uvarint count of event times (0: none), the times as
 //	           varint deltas; uvarint count of key groups (0: none), the
 //	           groups as uvarints; then the batch's encoding
-//	barrier    uvarint checkpoint id (also cancel)
+//	barrier    uvarint checkpoint id, byte flags:
+//	           bit 0 aligned (Event.Aligned: the checkpoint aligns),
+//	           bit 1 priority (an overtaking barrier, Output.Overtake:
+//	           sent without a credit, it goes ahead of the events the
+//	           receiver has queued), bit 2 a batch follows (priority
+//	           only: the tail, encoded as a batch event's payload);
+//	           other bits are a protocol error
+//	cancel     uvarint checkpoint id
 //	watermark  varint milliseconds
 //	end-of-data, idle: nothing
 //
@@ -41,8 +48,16 @@ const (
 // MaxFrameBytes bounds a frame: a batch must encode within it.
 const MaxFrameBytes = runtime.MaxBatchBytes
 
-// version 2: keep-alive frames.
-const version = 2
+// version 2: keep-alive frames. 3: barrier flags, overtaking barriers.
+const version = 3
+
+// Barrier flags: the byte after a barrier's checkpoint id.
+const (
+	flagAligned  byte = 1 << 0
+	flagPriority byte = 1 << 1
+	flagTail     byte = 1 << 2
+	flagsKnown        = flagAligned | flagPriority | flagTail
+)
 
 var magic = []byte("weir")
 
@@ -87,14 +102,18 @@ func appendCredit(dst []byte, ch uint64, n int) []byte {
 	return binary.AppendUvarint(dst, uint64(n))
 }
 
-// appendEvent appends an event frame.
+// appendEvent appends the frame of an event sent with a credit. NB:
+// e.Priority is not sent (an event popped from an Overtake may be pushed
+// on): a priority event takes no credit, so the receiver grants none back.
 func appendEvent(dst []byte, ch uint64, e runtime.Event, bc BatchCodec) []byte {
 	dst = appendHeader(dst, typeEvent, ch)
 	dst = append(dst, byte(e.Kind))
 	switch e.Kind {
 	case runtime.KindBatch:
 		dst = runtime.AppendBatch(dst, e, bc)
-	case runtime.KindBarrier, runtime.KindCancel:
+	case runtime.KindBarrier:
+		dst = appendBarrier(dst, e, 0)
+	case runtime.KindCancel:
 		dst = binary.AppendUvarint(dst, uint64(e.ID))
 	case runtime.KindWatermark:
 		dst = binary.AppendVarint(dst, e.Time)
@@ -103,6 +122,31 @@ func appendEvent(dst []byte, ch uint64, e runtime.Event, bc BatchCodec) []byte {
 		panic(fmt.Sprintf("transport: event kind %d", e.Kind))
 	}
 	return dst
+}
+
+// appendOvertake appends the frame of barrier b sent with Overtake,
+// followed by tail if it is a batch.
+func appendOvertake(dst []byte, ch uint64, b, tail runtime.Event, bc BatchCodec) []byte {
+	if b.Kind != runtime.KindBarrier {
+		panic(fmt.Sprintf("transport: overtaking with %v, not a barrier", b))
+	}
+	dst = appendHeader(dst, typeEvent, ch)
+	dst = append(dst, byte(b.Kind))
+	if tail.Kind != runtime.KindBatch {
+		return appendBarrier(dst, b, flagPriority)
+	}
+	dst = appendBarrier(dst, b, flagPriority|flagTail)
+	return runtime.AppendBatch(dst, tail, bc)
+}
+
+// appendBarrier appends barrier b's payload: its id, then flags and
+// b.Aligned.
+func appendBarrier(dst []byte, b runtime.Event, flags byte) []byte {
+	if b.Aligned {
+		flags |= flagAligned
+	}
+	dst = binary.AppendUvarint(dst, uint64(b.ID))
+	return append(dst, flags)
 }
 
 // frame is a received frame; payload aliases the frame's buffer.
@@ -155,40 +199,78 @@ func decodeCredit(p []byte) (int, error) {
 	return int(n), nil
 }
 
-// decodeEvent decodes an event frame's payload, into the slices of reuse, a
-// batch the receiver is done with, where they are large enough.
-func decodeEvent(p []byte, bc BatchCodec, reuse runtime.Event) (runtime.Event, error) {
+// decodeEvent decodes an event frame's payload: the event, and an
+// overtaking barrier's tail batch (else the zero Event). A batch (the
+// event or the tail) is decoded into the slices of reuse, a batch the
+// receiver is done with, where they are large enough.
+func decodeEvent(p []byte, bc BatchCodec, reuse runtime.Event) (e, tail runtime.Event, err error) {
 	if len(p) == 0 {
-		return runtime.Event{}, protocolErr("empty event")
+		return e, tail, protocolErr("empty event")
 	}
-	e := runtime.Event{Kind: runtime.Kind(p[0])}
+	e.Kind = runtime.Kind(p[0])
 	p = p[1:]
 	switch e.Kind {
 	case runtime.KindBatch:
 		b, err := runtime.DecodeBatch(p, bc, reuse)
 		if err != nil {
-			return e, protocolErr("%v", err)
+			return e, tail, protocolErr("%v", err)
 		}
-		return b, nil
-	case runtime.KindBarrier, runtime.KindCancel:
+		return b, tail, nil
+	case runtime.KindBarrier:
+		return decodeBarrier(p, bc, reuse)
+	case runtime.KindCancel:
 		id, k := binary.Uvarint(p)
 		if k != len(p) || id == 0 {
-			return e, protocolErr("bad checkpoint id")
+			return e, tail, protocolErr("bad checkpoint id")
 		}
 		e.ID = checkpoint.ID(id)
-		return e, nil
+		return e, tail, nil
 	case runtime.KindWatermark:
 		t, k := binary.Varint(p)
 		if k != len(p) {
-			return e, protocolErr("bad watermark")
+			return e, tail, protocolErr("bad watermark")
 		}
 		e.Time = t
-		return e, nil
+		return e, tail, nil
 	case runtime.KindEndOfData, runtime.KindIdle:
 		if len(p) != 0 {
-			return e, protocolErr("bytes after %v", e)
+			return e, tail, protocolErr("bytes after %v", e)
 		}
-		return e, nil
+		return e, tail, nil
 	}
-	return e, protocolErr("unknown event kind %d", e.Kind)
+	return e, tail, protocolErr("unknown event kind %d", e.Kind)
+}
+
+// decodeBarrier decodes a barrier's payload after its kind.
+func decodeBarrier(p []byte, bc BatchCodec, reuse runtime.Event) (e, tail runtime.Event, err error) {
+	e.Kind = runtime.KindBarrier
+	id, k := binary.Uvarint(p)
+	if k <= 0 || id == 0 {
+		return e, tail, protocolErr("bad checkpoint id")
+	}
+	e.ID = checkpoint.ID(id)
+	p = p[k:]
+	if len(p) == 0 {
+		return e, tail, protocolErr("%v without its flags", e)
+	}
+	flags := p[0]
+	p = p[1:]
+	if flags&^flagsKnown != 0 {
+		return e, tail, protocolErr("%v with unknown flags %#x", e, flags&^flagsKnown)
+	}
+	e.Aligned = flags&flagAligned != 0
+	e.Priority = flags&flagPriority != 0
+	if flags&flagTail == 0 {
+		if len(p) != 0 {
+			return e, tail, protocolErr("bytes after %v", e)
+		}
+		return e, tail, nil
+	}
+	if !e.Priority {
+		return e, tail, protocolErr("%v sent with a credit carries a tail batch: only an overtaking one may", e)
+	}
+	if tail, err = runtime.DecodeBatch(p, bc, reuse); err != nil {
+		return e, runtime.Event{}, protocolErr("%v: tail: %v", e, err)
+	}
+	return e, tail, nil
 }
