@@ -101,6 +101,9 @@ type InputChannel interface {
 	// Overtaken appends to dst the first k queued batches (those the
 	// barrier just taken overtook, Event.Overtaken); they stay queued.
 	Overtaken(k int, dst []Event) []Event
+	// Promote lets the queued barriers triggered at deadline or earlier
+	// overtake the batches ahead of them (Queue.Promote).
+	Promote(deadline int64)
 }
 
 // LocalChannel is a bounded FIFO between two tasks of one process.
@@ -280,9 +283,7 @@ func (g *Gate) Overtaken(i, k int, dst []Event) []Event { return g.chans[i].Over
 // (Queue.Promote).
 func (g *Gate) Promote(deadline int64) {
 	for _, c := range g.chans {
-		if p, ok := c.(interface{ Promote(int64) }); ok {
-			p.Promote(deadline)
-		}
+		c.Promote(deadline)
 	}
 }
 

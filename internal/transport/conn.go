@@ -534,6 +534,14 @@ func (in *Input) TryPop() (runtime.Event, bool) {
 
 // Overtaken appends to dst the first k queued batches: those the barrier
 // just taken overtook (Event.Overtaken). They stay queued.
+// Promote lets barriers triggered at deadline or earlier overtake
+// (runtime.Queue.Promote); they keep their credits.
+func (in *Input) Promote(deadline int64) {
+	in.mu.Lock()
+	in.q.Promote(deadline)
+	in.mu.Unlock()
+}
+
 func (in *Input) Overtaken(k int, dst []runtime.Event) []runtime.Event {
 	in.mu.Lock()
 	defer in.mu.Unlock()

@@ -228,14 +228,15 @@ func TestMalformedFramesFailTheConnection(t *testing.T) {
 		{"beyond credit", "beyond the 1 granted", [][]byte{hello, event(5, runtime.KindIdle), event(5, runtime.KindIdle)}},
 		{"unknown type", "unknown frame type", [][]byte{hello, raw(42, 5)}},
 		{"unknown kind", "unknown event kind", [][]byte{hello, event(5, 77)}},
-		{"barrier without flags", "barrier 3 without its flags", [][]byte{hello, event(5, runtime.KindBarrier, 3)}},
-		{"unknown barrier flag", "barrier 3 with unknown flags 0x8", [][]byte{hello, event(5, runtime.KindBarrier, 3, 0x8|flagAligned)}},
-		{"high barrier flag", "barrier 3 with unknown flags 0x80", [][]byte{hello, event(5, runtime.KindBarrier, 3, 0x80|flagPriority)}},
-		{"tail with credit", "barrier 3 sent with a credit carries a tail batch", [][]byte{hello, event(5, runtime.KindBarrier, 3, flagTail, 0, 0, 1, 1, 'a')}},
-		{"bytes after a barrier", "bytes after barrier 3", [][]byte{hello, event(5, runtime.KindBarrier, 3, flagPriority, 0)}},
-		{"bad tail", "barrier 3: tail: batch: record 0", [][]byte{hello, event(5, runtime.KindBarrier, 3, flagPriority|flagTail, 0, 0, 1, 200)}},
+		{"barrier without a trigger time", "barrier 3 without its trigger time", [][]byte{hello, event(5, runtime.KindBarrier, 3)}},
+		{"barrier without flags", "barrier 3 without its flags", [][]byte{hello, event(5, runtime.KindBarrier, 3, 0)}},
+		{"unknown barrier flag", "barrier 3 with unknown flags 0x8", [][]byte{hello, event(5, runtime.KindBarrier, 3, 0, 0x8|flagAligned)}},
+		{"high barrier flag", "barrier 3 with unknown flags 0x80", [][]byte{hello, event(5, runtime.KindBarrier, 3, 0, 0x80|flagPriority)}},
+		{"tail with credit", "barrier 3 sent with a credit carries a tail batch", [][]byte{hello, event(5, runtime.KindBarrier, 3, 0, flagTail, 0, 0, 1, 1, 'a')}},
+		{"bytes after a barrier", "bytes after barrier 3", [][]byte{hello, event(5, runtime.KindBarrier, 3, 0, flagPriority, 0)}},
+		{"bad tail", "barrier 3: tail: batch: record 0", [][]byte{hello, event(5, runtime.KindBarrier, 3, 0, flagPriority|flagTail, 0, 0, 1, 200)}},
 		{"flags on a cancel", "bad checkpoint id", [][]byte{hello, event(5, runtime.KindCancel, 3, 0)}},
-		{"credited barrier beyond credit", "beyond the 1 granted", [][]byte{hello, event(5, runtime.KindBarrier, 3, 0), event(5, runtime.KindBarrier, 4, 0)}},
+		{"credited barrier beyond credit", "beyond the 1 granted", [][]byte{hello, event(5, runtime.KindBarrier, 3, 0, 0), event(5, runtime.KindBarrier, 4, 0, 0)}},
 		{"zero credit", "bad credit", [][]byte{hello, raw(typeCredit, 5, 0)}},
 		{"bad batch", "record 0", [][]byte{hello, event(5, runtime.KindBatch, 0, 0, 1, 200)}},
 		{"times without records", "event times for", [][]byte{hello, event(5, runtime.KindBatch, 2, 2, 2, 0, 1, 0)}},
@@ -329,8 +330,8 @@ func sameEvent(a, b runtime.Event) bool {
 // FuzzConn feeds a connection an arbitrary stream from its peer, after a
 // valid hello: it must fail or deliver events, never panic or hang.
 func FuzzConn(f *testing.F) {
-	f.Add(raw(typeEvent, 5, byte(runtime.KindBarrier), 1, 0))
-	f.Add(append(raw(typeEvent, 5, byte(runtime.KindIdle)), raw(typeEvent, 5, byte(runtime.KindBarrier), 2, flagPriority|flagTail, 0, 0, 1, 1, 'b')...))
+	f.Add(raw(typeEvent, 5, byte(runtime.KindBarrier), 1, 0, 0))
+	f.Add(append(raw(typeEvent, 5, byte(runtime.KindIdle)), raw(typeEvent, 5, byte(runtime.KindBarrier), 2, 0, flagPriority|flagTail, 0, 0, 1, 1, 'b')...))
 	f.Add(append(raw(typeCredit, 5, 3), raw(typeEvent, 5, byte(runtime.KindBatch), 0, 0, 1, 1, 'a')...))
 	f.Add([]byte{0, 0, 0, 1})
 	f.Add(append(raw(typeKeepAlive, 0), raw(typeKeepAlive, 3, 1)...))

@@ -23,7 +23,8 @@ import (
 //	batch      uvarint count of event times (0: none), the times as
 //	           varint deltas; uvarint count of key groups (0: none), the
 //	           groups as uvarints; then the batch's encoding
-//	barrier    uvarint checkpoint id, byte flags:
+//	barrier    uvarint checkpoint id, varint trigger time (Unix
+//	           nanoseconds, Event.Time; 0: not said), byte flags:
 //	           bit 0 aligned (Event.Aligned: the checkpoint aligns),
 //	           bit 1 priority (an overtaking barrier, Output.Overtake:
 //	           sent without a credit, it goes ahead of the events the
@@ -48,7 +49,7 @@ const (
 // MaxFrameBytes bounds a frame: a batch must encode within it.
 const MaxFrameBytes = runtime.MaxBatchBytes
 
-// version 2: keep-alive frames. 3: barrier flags, overtaking barriers.
+// version 2: keep-alive frames. 3: barrier flags and trigger times, overtaking barriers.
 const version = 3
 
 // Barrier flags: the byte after a barrier's checkpoint id.
@@ -146,6 +147,7 @@ func appendBarrier(dst []byte, b runtime.Event, flags byte) []byte {
 		flags |= flagAligned
 	}
 	dst = binary.AppendUvarint(dst, uint64(b.ID))
+	dst = binary.AppendVarint(dst, b.Time)
 	return append(dst, flags)
 }
 
@@ -249,6 +251,10 @@ func decodeBarrier(p []byte, bc BatchCodec, reuse runtime.Event) (e, tail runtim
 		return e, tail, protocolErr("bad checkpoint id")
 	}
 	e.ID = checkpoint.ID(id)
+	p = p[k:]
+	if e.Time, k = binary.Varint(p); k <= 0 {
+		return e, tail, protocolErr("%v without its trigger time", e)
+	}
 	p = p[k:]
 	if len(p) == 0 {
 		return e, tail, protocolErr("%v without its flags", e)

@@ -239,8 +239,8 @@ func TestOvertakingBarrierStaysBehindControlEvents(t *testing.T) {
 	}
 }
 
-// Event.Aligned crosses on barriers sent with a credit and on overtaking
-// ones.
+// Event.Aligned and a barrier's trigger time (Time) cross on barriers sent
+// with a credit and on overtaking ones.
 func TestAlignedCrosses(t *testing.T) {
 	a, b := pair(t)
 	ready := make(chan struct{}, 1)
@@ -253,7 +253,7 @@ func TestAlignedCrosses(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, e := range []runtime.Event{
-		{Kind: runtime.KindBarrier, ID: 1, Aligned: true},
+		{Kind: runtime.KindBarrier, ID: 1, Aligned: true, Time: 1_700_000_000_000_000_000},
 		{Kind: runtime.KindBarrier, ID: 2},
 	} {
 		if err := out.Push(t.Context(), e); err != nil {
@@ -263,14 +263,14 @@ func TestAlignedCrosses(t *testing.T) {
 	if err := out.Overtake(runtime.Event{Kind: runtime.KindBarrier, ID: 3, Aligned: true}, runtime.Event{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := out.Overtake(runtime.Event{Kind: runtime.KindBarrier, ID: 4}, runtime.Event{}); err != nil {
+	if err := out.Overtake(runtime.Event{Kind: runtime.KindBarrier, ID: 4, Time: 42}, runtime.Event{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []runtime.Event{
-		{Kind: runtime.KindBarrier, ID: 1, Aligned: true},
+		{Kind: runtime.KindBarrier, ID: 1, Aligned: true, Time: 1_700_000_000_000_000_000},
 		{Kind: runtime.KindBarrier, ID: 2},
 		{Kind: runtime.KindBarrier, ID: 3, Aligned: true, Priority: true},
-		{Kind: runtime.KindBarrier, ID: 4, Priority: true},
+		{Kind: runtime.KindBarrier, ID: 4, Priority: true, Time: 42},
 	} {
 		if got := pop(t, in, ready); !sameEvent(got, want) {
 			t.Fatalf("got %+v, want %+v", got, want)
@@ -311,7 +311,7 @@ func TestOvertakingFloodFailsTheConnection(t *testing.T) {
 	hello, _ := finish(appendHello(nil))
 	stream := hello
 	for id := range maxOvertaking + 1 {
-		stream = append(stream, raw(typeEvent, 5, byte(runtime.KindBarrier), byte(id%100+1), flagPriority)...)
+		stream = append(stream, raw(typeEvent, 5, byte(runtime.KindBarrier), byte(id%100+1), 0, flagPriority)...)
 	}
 	go func() {
 		theirs.Write(stream)
