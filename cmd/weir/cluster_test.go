@@ -205,10 +205,22 @@ func committedSorted(t *testing.T, dir string) []string {
 // coordinator and three worker processes, kills workers with SIGKILL
 // mid-run and starts them again, and requires exactly the results of a run
 // in one process.
-func TestClusterKill9Nexmark(t *testing.T) {
+func TestClusterKill9Nexmark(t *testing.T) { clusterKill9Nexmark(t, "q5") }
+
+// TestClusterKill9NexmarkUnaligned is TestClusterKill9Nexmark with q3 and
+// q8 (joins), unaligned and with a 1 ms aligned timeout; the results of
+// the run in one process are aligned.
+func TestClusterKill9NexmarkUnaligned(t *testing.T) {
+	t.Run("q3-unaligned", func(t *testing.T) { clusterKill9Nexmark(t, "q3", "--checkpoint-alignment", "unaligned") })
+	t.Run("q8-timeout", func(t *testing.T) { clusterKill9Nexmark(t, "q8", "--aligned-checkpoint-timeout", "1ms") })
+}
+
+// clusterKill9Nexmark runs query on a cluster with its checkpoints set by
+// alignment, killing workers; see TestClusterKill9Nexmark.
+func clusterKill9Nexmark(t *testing.T, query string, alignment ...string) {
 	dir := t.TempDir()
 	job := func(role, out string, extra ...string) []string {
-		return append([]string{role, "nexmark", "--query", "q5", "--events", "300k", "--rate", "2000", "--throttle", "100000", "--output", filepath.Join(dir, out),
+		return append([]string{role, "nexmark", "--query", query, "--events", "300k", "--rate", "2000", "--throttle", "100000", "--output", filepath.Join(dir, out),
 			"--checkpoint-dir", filepath.Join(dir, "ckpt-"+out), "--parallelism", "3", "--checkpoint-interval", "100ms", "--log-level", "info"}, extra...)
 	}
 	if out, err := exec.Command(weirBin, job("run", "golden")...).CombinedOutput(); err != nil {
@@ -216,13 +228,13 @@ func TestClusterKill9Nexmark(t *testing.T) {
 	}
 	golden := committedSorted(t, filepath.Join(dir, "golden"))
 	if len(golden) == 0 {
-		t.Fatal("q5 found no hot items")
+		t.Fatalf("%s found no results", query)
 	}
 	certs := filepath.Join(dir, "certs")
 	if out, err := exec.Command(weirBin, "cluster", "certs", "--out", certs).CombinedOutput(); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	j := &clusterJob{coord: startProc(t, job("coordinator", "cluster", "--listen", "127.0.0.1:0", "--certs", certs)...)}
+	j := &clusterJob{coord: startProc(t, job("coordinator", "cluster", append([]string{"--listen", "127.0.0.1:0", "--certs", certs}, alignment...)...)...)}
 	waitFor(t, "coordinator address", func() bool {
 		m := listenLine.FindStringSubmatch(j.coord.log.String())
 		if m != nil {
@@ -231,7 +243,7 @@ func TestClusterKill9Nexmark(t *testing.T) {
 		return m != nil
 	})
 	worker := func(name string) *child {
-		return startProc(t, job("worker", "cluster", "--join", j.addr, "--name", name, "--certs", certs)...)
+		return startProc(t, job("worker", "cluster", append([]string{"--join", j.addr, "--name", name, "--certs", certs}, alignment...)...)...)
 	}
 	workers := map[string]*child{}
 	for i := 1; i <= 3; i++ {

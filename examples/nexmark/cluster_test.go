@@ -2,6 +2,7 @@ package nexmark
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"slices"
@@ -16,7 +17,7 @@ import (
 // this process (loopback TCP, mutual TLS), its events as JSON on the
 // wire. With lose set, it stops worker-1 after the first checkpoint and
 // starts it again: the job restarts from its latest checkpoint.
-func runCluster(t *testing.T, q Query, cfg Config, dir string, lose bool) weir.Result {
+func runCluster(t *testing.T, q Query, cfg Config, dir string, lose bool, alignment weir.CheckpointConfig) weir.Result {
 	t.Helper()
 	certs := filepath.Join(t.TempDir(), "certs")
 	if err := transport.WriteCerts(certs, []string{"coordinator", "worker-1", "worker-2"}, []string{"127.0.0.1"}, time.Hour); err != nil {
@@ -27,7 +28,7 @@ func runCluster(t *testing.T, q Query, cfg Config, dir string, lose bool) weir.R
 	restarted, checkpointed := make(chan struct{}, 16), make(chan struct{}, 1)
 	config := func(role weir.Role, name, join string) weir.Config {
 		c := weir.Config{Job: "nexmark-" + q.Name, Parallelism: 3, WatermarkInterval: time.Millisecond,
-			Checkpoint: weir.CheckpointConfig{Interval: 20 * time.Millisecond, Dir: ckpt},
+			Checkpoint: weir.CheckpointConfig{Interval: 20 * time.Millisecond, Dir: ckpt, Alignment: alignment.Alignment, AlignedTimeout: alignment.AlignedTimeout},
 			Restart:    weir.FixedDelay{Delay: time.Millisecond, MaxAttempts: 5},
 			Logger:     slog.New(slog.DiscardHandler),
 			Cluster: weir.ClusterConfig{Role: role, Name: name, Join: join, Certs: certs, Listen: "127.0.0.1:0", Slots: 2,
@@ -131,17 +132,43 @@ func TestQueriesOnACluster(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			want := jsonLines(t, bruteForce[name](evs))
 			straight := t.TempDir()
-			runCluster(t, q[0], testConfig, straight, false)
+			runCluster(t, q[0], testConfig, straight, false, weir.CheckpointConfig{})
 			if got := committed(t, straight); !slices.Equal(got, want) {
 				t.Fatalf("straight: %s", diff(got, want))
 			}
 			lost, slow := t.TempDir(), testConfig
 			slow.Throttle = 100_000
-			res := runCluster(t, q[0], slow, lost, true)
+			res := runCluster(t, q[0], slow, lost, true, weir.CheckpointConfig{})
 			if got := committed(t, lost); !slices.Equal(got, want) {
 				t.Fatalf("with a worker lost: %s", diff(got, want))
 			}
 			t.Logf("%d results; %d attempts when a worker was lost", len(want), res.Attempts)
+		})
+	}
+}
+
+// TestUnalignedQueriesOnACluster: q3, q5 and q8 on a cluster with unaligned
+// checkpoints and with a 1 ms aligned timeout, a worker lost midway: the
+// brute force's results.
+func TestUnalignedQueriesOnACluster(t *testing.T) {
+	evs := events(t, testConfig, 3)
+	for i, name := range []string{"q3", "q5", "q8"} {
+		q, err := Lookup(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Each query in one of the two modes, in turn (both, in the
+		// process-local test).
+		cc := []weir.CheckpointConfig{{Alignment: weir.Unaligned}, {AlignedTimeout: time.Millisecond}}[i%2]
+		t.Run(fmt.Sprintf("%s/%v-timeout-%v", name, cc.Alignment, cc.AlignedTimeout), func(t *testing.T) {
+			want := jsonLines(t, bruteForce[name](evs))
+			lost, slow := t.TempDir(), testConfig
+			slow.Throttle = 100_000
+			res := runCluster(t, q[0], slow, lost, true, cc)
+			if got := committed(t, lost); !slices.Equal(got, want) {
+				t.Fatalf("with a worker lost: %s", diff(got, want))
+			}
+			t.Logf("%d results; %d attempts", len(want), res.Attempts)
 		})
 	}
 }
