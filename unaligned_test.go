@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -97,7 +98,7 @@ func rescaleWithChannelState(t *testing.T, cc weir.CheckpointConfig) {
 // crawlJob runs a job whose one busy operator is slowed to a crawl (all
 // records go to one key), behind a back-pressured source, until stop says
 // so from the job's checkpoint events; it returns them.
-func crawlJob(t *testing.T, cc weir.CheckpointConfig, stop func(evs []weir.JobEvent) bool) []weir.JobEvent {
+func crawlJob(t testing.TB, cc weir.CheckpointConfig, stop func(evs []weir.JobEvent) bool) []weir.JobEvent {
 	t.Helper()
 	// NB: a source takes a trigger between two polls, and a poll blocked
 	// by back-pressure ends only when its last batch has room: polls of
@@ -110,7 +111,10 @@ func crawlJob(t *testing.T, cc weir.CheckpointConfig, stop func(evs []weir.JobEv
 	defer cancel()
 	var mu sync.Mutex
 	var evs []weir.JobEvent
-	cc.Interval, cc.Timeout, cc.TolerableFailures = 100*time.Millisecond, 400*time.Millisecond, 1000
+	cc.Interval, cc.TolerableFailures = 100*time.Millisecond, 1000
+	if cc.Timeout == 0 {
+		cc.Timeout = 400 * time.Millisecond
+	}
 	env := weir.New(weir.Config{Job: "crawl", Parallelism: 2, BatchSize: 16, Checkpoint: cc, OnEvent: func(ev weir.JobEvent) {
 		if ev.Kind != weir.EventCheckpointCompleted && ev.Kind != weir.EventCheckpointAborted {
 			return
@@ -209,5 +213,54 @@ func TestUnalignedCheckpointsCompleteUnderBackPressure(t *testing.T) {
 		if cc.AlignedTimeout > 0 && switched == 0 {
 			t.Errorf("aligned timeout %v: no task's checkpoint switched to unaligned", cc.AlignedTimeout)
 		}
+	}
+}
+
+// BenchmarkCheckpointsUnderBackPressure: the crawling job's checkpoints,
+// aligned, unaligned and aligned with a 100 ms timeout, side by side: the
+// durations (trigger to completion) of 20 completed checkpoints, p50 and
+// p99 (of 20: the slowest), and their mean size and channel state.
+//
+//	go test -run '^$' -bench CheckpointsUnderBackPressure -benchtime 1x .
+func BenchmarkCheckpointsUnderBackPressure(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		cc   weir.CheckpointConfig
+	}{
+		{"aligned", weir.CheckpointConfig{}},
+		{"unaligned", weir.CheckpointConfig{Alignment: weir.Unaligned}},
+		{"aligned-timeout-100ms", weir.CheckpointConfig{AlignedTimeout: 100 * time.Millisecond}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				c.cc.Timeout = time.Minute
+				evs := crawlJob(b, c.cc, func(evs []weir.JobEvent) bool {
+					n := 0
+					for _, ev := range evs {
+						if ev.Kind == weir.EventCheckpointCompleted {
+							n++
+						}
+					}
+					return n >= 20
+				})
+				var durs []time.Duration
+				var size, channel int64
+				for _, ev := range evs {
+					if ev.Kind != weir.EventCheckpointCompleted {
+						continue
+					}
+					durs = append(durs, ev.Duration)
+					size += ev.Size
+					for _, tt := range ev.Tasks {
+						channel += tt.ChannelState
+					}
+				}
+				slices.Sort(durs)
+				b.ReportMetric(float64(durs[len(durs)/2].Milliseconds()), "p50-ms")
+				b.ReportMetric(float64(durs[len(durs)-1].Milliseconds()), "p99-ms")
+				b.ReportMetric(float64(size)/float64(len(durs)), "bytes/checkpoint")
+				b.ReportMetric(float64(channel)/float64(len(durs)), "channel-bytes/checkpoint")
+			}
+		})
 	}
 }

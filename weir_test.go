@@ -288,6 +288,10 @@ func TestInvalidConfigurationFailsAtStart(t *testing.T) {
 		{weir.Config{Checkpoint: weir.CheckpointConfig{Interval: time.Second, Retained: -2}}, "retained checkpoints -2"},
 		{weir.Config{Checkpoint: weir.CheckpointConfig{Interval: time.Second}, Restore: "latest"}, "restore latest needs a checkpoint directory"},
 		{weir.Config{Parallelism: 500, Checkpoint: weir.CheckpointConfig{Interval: time.Second}}, "parallelism 500 is outside 1..128"},
+		// Unaligned checkpoints (issue 21).
+		{weir.Config{Checkpoint: weir.CheckpointConfig{Interval: time.Second, Mode: weir.AtLeastOnce, Alignment: weir.Unaligned}}, "settings of mode exactly-once, not at-least-once"},
+		{weir.Config{Checkpoint: weir.CheckpointConfig{Interval: time.Second, AlignedTimeout: -time.Second}}, "aligned checkpoint timeout -1s is negative"},
+		{weir.Config{Checkpoint: weir.CheckpointConfig{Interval: time.Second, Alignment: weir.Unaligned, AlignedTimeout: time.Second}}, "with unaligned checkpoints"},
 		// High availability (issue 20).
 		{weir.Config{Checkpoint: weir.CheckpointConfig{Interval: time.Second, Dir: "/tmp/x"}, Cluster: weir.ClusterConfig{HA: "http://h:2379"}}, "want etcd://host:port"},
 		{weir.Config{Checkpoint: weir.CheckpointConfig{Interval: time.Second, Dir: "/tmp/x"}, Cluster: weir.ClusterConfig{HA: "etcd://h:2379", HATTL: 1500 * time.Millisecond}}, "want whole seconds"},

@@ -87,16 +87,18 @@ func benchWordCount(ctx context.Context, w io.Writer, files, lines, parallelism,
 	}
 	var configs []config
 	for _, c := range []struct {
-		name     string
-		mode     weir.Mode
-		interval time.Duration
+		name      string
+		mode      weir.Mode
+		interval  time.Duration
+		alignment weir.Alignment
 	}{
-		{"weir, checkpoints off", weir.NoCheckpoints, 0},
-		{"weir, checkpoints every 1s", weir.ExactlyOnce, time.Second},
-		{"weir, checkpoints every 100ms", weir.ExactlyOnce, 100 * time.Millisecond},
+		{"weir, checkpoints off", weir.NoCheckpoints, 0, weir.Aligned},
+		{"weir, checkpoints every 1s", weir.ExactlyOnce, time.Second, weir.Aligned},
+		{"weir, checkpoints every 100ms", weir.ExactlyOnce, 100 * time.Millisecond, weir.Aligned},
+		{"weir, unaligned every 100ms", weir.ExactlyOnce, 100 * time.Millisecond, weir.Unaligned},
 	} {
 		configs = append(configs, config{c.name, func(r int) (wcResult, error) {
-			return runWeirWordCount(ctx, input, filepath.Join(dir, fmt.Sprintf("out-%s-%d", c.mode, r)), parallelism, c.mode, c.interval, want)
+			return runWeirWordCount(ctx, input, filepath.Join(dir, fmt.Sprintf("out-%s-%v-%d", c.mode, c.alignment, r)), parallelism, weir.CheckpointConfig{Mode: c.mode, Interval: c.interval, Alignment: c.alignment}, want)
 		}})
 	}
 	bin, why := buildWCFast(ctx, wcfastDir, dir)
@@ -144,7 +146,7 @@ func benchWordCount(ctx context.Context, w io.Writer, files, lines, parallelism,
 	return nil
 }
 
-func runWeirWordCount(ctx context.Context, input, output string, parallelism int, mode weir.Mode, interval time.Duration, want map[string]int64) (wcResult, error) {
+func runWeirWordCount(ctx context.Context, input, output string, parallelism int, cc weir.CheckpointConfig, want map[string]int64) (wcResult, error) {
 	defer os.RemoveAll(output)
 	ckpt, err := os.MkdirTemp("", "weir-bench-ckpt-")
 	if err != nil {
@@ -153,7 +155,7 @@ func runWeirWordCount(ctx context.Context, input, output string, parallelism int
 	defer os.RemoveAll(ckpt)
 	env, err := wordcount.Build(wordcount.Options{
 		Input: input, Output: output, Parallelism: parallelism,
-		Checkpoint: weir.CheckpointConfig{Mode: mode, Interval: interval, Dir: ckpt},
+		Checkpoint: weir.CheckpointConfig{Mode: cc.Mode, Interval: cc.Interval, Alignment: cc.Alignment, Dir: ckpt},
 		Logger:     slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
