@@ -99,6 +99,14 @@ func rescaleWithChannelState(t *testing.T, cc weir.CheckpointConfig) {
 // records go to one key), behind a back-pressured source, until stop says
 // so from the job's checkpoint events; it returns them.
 func crawlJob(t testing.TB, cc weir.CheckpointConfig, stop func(evs []weir.JobEvent) bool) []weir.JobEvent {
+	return crawl(t, weir.Config{Checkpoint: cc}, stop)
+}
+
+// crawl is crawlJob with more of the job's configuration: cfg's
+// checkpoint interval is set, its timeout 400 ms unless set, and events
+// of restarts are kept too. Unless cfg.Checkpoint.TolerableFailures is
+// negative (meaning 0), checkpoint failures are tolerated.
+func crawl(t testing.TB, cfg weir.Config, stop func(evs []weir.JobEvent) bool) []weir.JobEvent {
 	t.Helper()
 	// NB: a source takes a trigger between two polls, and a poll blocked
 	// by back-pressure ends only when its last batch has room: polls of
@@ -111,12 +119,19 @@ func crawlJob(t testing.TB, cc weir.CheckpointConfig, stop func(evs []weir.JobEv
 	defer cancel()
 	var mu sync.Mutex
 	var evs []weir.JobEvent
-	cc.Interval, cc.TolerableFailures = 100*time.Millisecond, 1000
+	cc := &cfg.Checkpoint
+	cc.Interval = 100 * time.Millisecond
+	if cc.TolerableFailures == 0 {
+		cc.TolerableFailures = 1000
+	} else if cc.TolerableFailures < 0 {
+		cc.TolerableFailures = 0
+	}
 	if cc.Timeout == 0 {
 		cc.Timeout = 400 * time.Millisecond
 	}
-	env := weir.New(weir.Config{Job: "crawl", Parallelism: 2, BatchSize: 16, Checkpoint: cc, OnEvent: func(ev weir.JobEvent) {
-		if ev.Kind != weir.EventCheckpointCompleted && ev.Kind != weir.EventCheckpointAborted {
+	cfg.Job, cfg.Parallelism, cfg.BatchSize = "crawl", 2, 16
+	cfg.OnEvent = func(ev weir.JobEvent) {
+		if ev.Kind != weir.EventCheckpointCompleted && ev.Kind != weir.EventCheckpointAborted && ev.Kind != weir.EventRestarting {
 			return
 		}
 		mu.Lock()
@@ -124,7 +139,8 @@ func crawlJob(t testing.TB, cc weir.CheckpointConfig, stop func(evs []weir.JobEv
 		if evs = append(evs, ev); stop(evs) {
 			cancel()
 		}
-	}})
+	}
+	env := weir.New(cfg)
 	slow := weir.Reduce(weir.KeyBy(weir.Source(env, "numbers", src), func(int64) int64 { return 0 }), "slow", func(a, b int64) int64 {
 		time.Sleep(2 * time.Millisecond) // the crawl: 32 ms a batch, seconds for the backlog
 		return a + b
@@ -214,6 +230,40 @@ func TestUnalignedCheckpointsCompleteUnderBackPressure(t *testing.T) {
 			t.Errorf("aligned timeout %v: no task's checkpoint switched to unaligned", cc.AlignedTimeout)
 		}
 	}
+}
+
+// TestReplayComesBeforeTheFirstCheckpoint: a restore replays seconds of
+// channel state behind a crawling operator, longer than the checkpoint
+// timeout, with no checkpoint failure tolerated. Checkpoints start once the
+// replay is done: they complete, and the job does not fail over (it used
+// to: the first checkpoint expired behind the replay, the job restarted
+// and replayed again).
+func TestReplayComesBeforeTheFirstCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	cc := weir.CheckpointConfig{Alignment: weir.Unaligned, Dir: dir}
+	var stored int64
+	crawl(t, weir.Config{Checkpoint: cc}, func(evs []weir.JobEvent) bool {
+		ev := evs[len(evs)-1]
+		stored = 0
+		for _, tt := range ev.Tasks {
+			stored += tt.ChannelState
+		}
+		// About 4 bytes a record, 2 ms each: over a second to replay.
+		return ev.Kind == weir.EventCheckpointCompleted && stored > 2500
+	})
+	cc.Timeout, cc.TolerableFailures = 300*time.Millisecond, -1
+	completed := 0
+	evs := crawl(t, weir.Config{Checkpoint: cc, Restore: "latest"}, func(evs []weir.JobEvent) bool {
+		ev := evs[len(evs)-1]
+		if ev.Kind == weir.EventCheckpointCompleted {
+			completed++
+		}
+		return ev.Kind == weir.EventRestarting || completed == 3
+	})
+	if last := evs[len(evs)-1]; last.Kind != weir.EventCheckpointCompleted {
+		t.Fatalf("after restoring %d bytes of channel state: %v", stored, summary(evs))
+	}
+	t.Logf("after restoring %d bytes of channel state: %v", stored, summary(evs))
 }
 
 // BenchmarkCheckpointsUnderBackPressure: the crawling job's checkpoints,

@@ -566,7 +566,7 @@ func reportFromProto(p *clusterpb.TaskReport) (runtime.Report, error) {
 	for _, a := range p.GetArrivalNanos() {
 		r.Arrivals = append(r.Arrivals, time.Duration(a))
 	}
-	if r.Kind < runtime.ReportAck || r.Kind > runtime.ReportFailed {
+	if r.Kind < runtime.ReportAck || r.Kind > runtime.ReportReplayed {
 		return r, fmt.Errorf("report of kind %d", p.GetKind())
 	}
 	if len(p.GetHandlesJson()) > 0 {

@@ -304,14 +304,8 @@ func channelRestoreOf(spec Spec, p Part, vx *graph.Vertex, s int) (*channelResto
 	}
 	head := spec.Plan.Graph.Nodes[vx.Nodes[0]]
 	r := &channelRestore{read: p.Point.Read, subtask: s, parallelism: vx.Parallelism,
-		keyGroups: keygroup.ForSubtask(head.MaxParallelism, vx.Parallelism, s)}
-	for _, ts := range p.Point.Metadata.Tasks {
-		for _, h := range ts.Handles {
-			if h.Operator == head.UID && h.Kind == KindChannelState {
-				r.handles = append(r.handles, h)
-			}
-		}
-	}
+		keyGroups: keygroup.ForSubtask(head.MaxParallelism, vx.Parallelism, s),
+		handles: channelStateOf(p.Point.Metadata, head.UID)}
 	if len(r.handles) == 0 {
 		return nil, nil
 	}
@@ -324,4 +318,33 @@ func channelRestoreOf(spec Spec, p Part, vx *graph.Vertex, s int) (*channelResto
 		r.codecs[e.Input] = spec.Codec(e)
 	}
 	return r, nil
+}
+
+// channelStateOf returns the channel state handles of operator uid in m.
+func channelStateOf(m *checkpoint.Metadata, uid string) []checkpoint.Handle {
+	var hs []checkpoint.Handle
+	for _, ts := range m.Tasks {
+		for _, h := range ts.Handles {
+			if h.Operator == uid && h.Kind == KindChannelState {
+				hs = append(hs, h)
+			}
+		}
+	}
+	return hs
+}
+
+// ChannelStateReplays lists the tasks of plan that replay channel state
+// when they restore m (every subtask of a vertex whose head has some), and
+// report ReportReplayed when they have.
+func ChannelStateReplays(plan *graph.Plan, m *checkpoint.Metadata) map[checkpoint.TaskID]bool {
+	out := map[checkpoint.TaskID]bool{}
+	for _, vx := range plan.Vertices {
+		if len(channelStateOf(m, plan.Graph.Nodes[vx.Nodes[0]].UID)) == 0 {
+			continue
+		}
+		for s := range vx.Parallelism {
+			out[checkpoint.TaskID{Vertex: vx.ID, Subtask: s}] = true
+		}
+	}
+	return out
 }

@@ -868,7 +868,17 @@ func (d *driver) runAttempt(parent context.Context) error {
 		x.Stop()
 	}
 	now := d.spec.Now()
-	if d.coord != nil {
+	// Tasks that restore channel state replay it first; the job runs for
+	// the coordinator once they all have: a checkpoint triggered before
+	// would wait for the replay, and might expire, fail the job over and
+	// replay again, for ever (note 74). Exhausted sources wait too (Start
+	// forgets them).
+	var replaying map[checkpoint.TaskID]bool
+	var exhausted []checkpoint.TaskID
+	if d.point != nil {
+		replaying = ChannelStateReplays(d.spec.Plan, d.point.Metadata)
+	}
+	if d.coord != nil && len(replaying) == 0 {
 		d.coord.Start(now)
 	}
 	d.emit(JobEvent{Kind: EventRunning, RestoredFrom: d.pointID()})
@@ -887,6 +897,8 @@ func (d *driver) runAttempt(parent context.Context) error {
 			switch {
 			case d.coord == nil:
 				r.Err = errors.New("savepoint: the job takes no checkpoints (mode none)")
+			case len(replaying) > 0:
+				r.Err = fmt.Errorf("savepoint: the job is replaying the channel state of checkpoint %d (%d tasks to go); try again once it runs", d.pointID(), len(replaying))
 			case req.Stop && d.stopWith != 0:
 				r.Err = fmt.Errorf("savepoint: the job is stopping with savepoint %d already", d.stopWith)
 			default:
@@ -909,7 +921,20 @@ func (d *driver) runAttempt(parent context.Context) error {
 			case ReportDecline:
 				d.coord.Decline(r.Task, r.ID, r.Err)
 			case ReportExhausted:
-				d.coord.InputExhausted(d.spec.Now(), r.Task)
+				if len(replaying) > 0 {
+					exhausted = append(exhausted, r.Task)
+				} else {
+					d.coord.InputExhausted(d.spec.Now(), r.Task)
+				}
+			case ReportReplayed:
+				delete(replaying, r.Task)
+				if len(replaying) == 0 && d.coord != nil {
+					d.log.Info("channel state replayed", "checkpoint", d.pointID(), "attempt", d.attempt, "after", d.spec.Now().Sub(now))
+					d.coord.Start(d.spec.Now())
+					for _, task := range exhausted {
+						d.coord.InputExhausted(d.spec.Now(), task)
+					}
+				}
 			case ReportFinished:
 				finished++
 				if d.coord != nil {

@@ -57,6 +57,9 @@ const (
 	ReportFinished
 	// ReportFailed: the task failed, for Err.
 	ReportFailed
+	// ReportReplayed: the task replayed the channel state it restored
+	// (ChannelStateReplays says which tasks do).
+	ReportReplayed
 )
 
 // Report is a message from a task (or its snapshot writer) to the driver.
@@ -222,6 +225,7 @@ func (t *task) run(ctx context.Context) (err error) {
 			return err
 		}
 		t.restore = nil
+		t.send(ctx, Report{Kind: ReportReplayed})
 	}
 	return t.runInputs(ctx)
 }
