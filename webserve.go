@@ -26,6 +26,11 @@ type effectiveConfig struct {
 	MaxConcurrent     int           `json:"maxConcurrentCheckpoints"`
 	TolerableFailures int           `json:"tolerableCheckpointFailures"`
 	Retained          int           `json:"checkpointsRetained"`
+	// Alignment is "aligned" or "unaligned" (exactly once);
+	// AlignedTimeout, when above 0, switches an aligned checkpoint's task
+	// to unaligned after aligning that long.
+	Alignment         string        `json:"checkpointAlignment"`
+	AlignedTimeout    time.Duration `json:"alignedCheckpointTimeoutNanos"`
 	RetainOnCancel    bool          `json:"retainOnCancel"`
 	Storage           string        `json:"checkpointStorage"`
 	Restore           string        `json:"restore,omitempty"`
@@ -59,6 +64,10 @@ func (e *Environment) serveWeb(spec *runtime.Spec, cancel context.CancelCauseFun
 	if spec.Storage != nil {
 		storage = spec.Storage.Describe()
 	}
+	alignment := "aligned"
+	if cc.Unaligned {
+		alignment = "unaligned"
+	}
 	role := string(e.cfg.Cluster.Role)
 	if role == "" {
 		role = "local"
@@ -66,7 +75,8 @@ func (e *Environment) serveWeb(spec *runtime.Spec, cancel context.CancelCauseFun
 	ec := effectiveConfig{
 		Job: e.cfg.Job, Parallelism: e.cfg.Parallelism, MaxParallelism: e.cfg.MaxParallelism, Mode: spec.Mode.String(),
 		Interval: cc.Interval, MinPause: cc.MinPause, Timeout: cc.Timeout, MaxConcurrent: cc.MaxConcurrent,
-		TolerableFailures: cc.TolerableFailures, Retained: cc.Retained, RetainOnCancel: cc.RetainOnCancel, Storage: storage,
+		TolerableFailures: cc.TolerableFailures, Retained: cc.Retained, Alignment: alignment, AlignedTimeout: cc.AlignedTimeout,
+		RetainOnCancel: cc.RetainOnCancel, Storage: storage,
 		Restore: e.cfg.Restore, Fresh: e.cfg.Fresh, StateBackend: fmt.Sprint(e.cfg.StateBackend.Kind), Restart: fmt.Sprint(spec.Restart),
 		BatchSize: spec.BatchSize, WatermarkInterval: spec.WatermarkInterval, Role: role,
 	}

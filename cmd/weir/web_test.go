@@ -1,7 +1,10 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/user"
@@ -149,4 +152,48 @@ func TestStopWithSavepoint(t *testing.T) {
 	if _, err := os.Stat(m[2]); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("savepoint %s after dispose: %v", m[2], err)
 	}
+}
+
+// TestCheckpointsShowUnaligned: weir checkpoints, on a word count run with
+// --checkpoint-alignment unaligned, says per completed checkpoint that its
+// 2 counting tasks of 4 (the sources have no input channels to align)
+// were unaligned, and the bytes of channel state the API reports.
+func TestCheckpointsShowUnaligned(t *testing.T) {
+	j := newJob(t, 4, 250_000)
+	_, addr := startWithAPI(t, []string{"run", "wordcount", "--input", j.input, "--output", j.output, "--checkpoint-dir", j.ckpt, "--parallelism", "2",
+		"--checkpoint-interval", "50ms", "--checkpoint-alignment", "unaligned", "--log-level", "info", "--progress", "0"})
+	type listed struct {
+		ID           uint64
+		Status       string
+		ChannelState int64 `json:"channelStateBytes"`
+	}
+	var cs []listed
+	waitFor(t, "a completed checkpoint in the API", func() bool {
+		resp, err := http.Get("http://" + addr + "/api/v1/checkpoints")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if err := json.NewDecoder(resp.Body).Decode(&cs); err != nil {
+			t.Fatal(err)
+		}
+		return slices.ContainsFunc(cs, func(c listed) bool { return c.Status == "completed" })
+	})
+	out, err := exec.Command(weirBin, "checkpoints", "--web", addr).CombinedOutput()
+	if err != nil {
+		t.Fatalf("checkpoints: %v\n%s", err, out)
+	}
+	if !regexp.MustCompile(`(?m)^ID +KIND +STATUS +AT +DURATION +BYTES +ALIGNMENT +CHANNEL STATE BYTES +SLOWEST TASK / REASON$`).Match(out) {
+		t.Fatalf("checkpoints: no header with ALIGNMENT and CHANNEL STATE BYTES:\n%s", out)
+	}
+	for _, c := range cs {
+		if c.Status != "completed" {
+			continue
+		}
+		line := regexp.MustCompile(fmt.Sprintf(`(?m)^%d +checkpoint +completed +\S+ +\d+ms +\d+ +unaligned 2/4 tasks +%d +count#\d$`, c.ID, c.ChannelState))
+		if !line.Match(out) {
+			t.Errorf("checkpoints: no line matching %s in:\n%s", line, out)
+		}
+	}
+	t.Logf("weir checkpoints:\n%s", out)
 }

@@ -540,7 +540,8 @@ func taskFromProto(t *clusterpb.TaskID) checkpoint.TaskID {
 
 func reportToProto(r runtime.Report) *clusterpb.TaskReport {
 	p := &clusterpb.TaskReport{Task: taskToProto(r.Task), Kind: int32(r.Kind), Checkpoint: uint64(r.ID),
-		SyncNanos: int64(r.Sync), AlignNanos: int64(r.Align), AsyncNanos: int64(r.Async)}
+		SyncNanos: int64(r.Sync), AlignNanos: int64(r.Align), AsyncNanos: int64(r.Async),
+		Unaligned: r.Unaligned, Switched: r.Switched, ChannelStateBytes: r.ChannelState}
 	for _, a := range r.Arrivals {
 		p.ArrivalNanos = append(p.ArrivalNanos, int64(a))
 	}
@@ -562,12 +563,21 @@ func reportToProto(r runtime.Report) *clusterpb.TaskReport {
 
 func reportFromProto(p *clusterpb.TaskReport) (runtime.Report, error) {
 	r := runtime.Report{Task: taskFromProto(p.GetTask()), Kind: runtime.ReportKind(p.GetKind()), ID: checkpoint.ID(p.GetCheckpoint()),
-		Sync: time.Duration(p.GetSyncNanos()), Align: time.Duration(p.GetAlignNanos()), Async: time.Duration(p.GetAsyncNanos())}
+		Sync: time.Duration(p.GetSyncNanos()), Align: time.Duration(p.GetAlignNanos()), Async: time.Duration(p.GetAsyncNanos()),
+		Unaligned: p.GetUnaligned(), Switched: p.GetSwitched(), ChannelState: p.GetChannelStateBytes()}
 	for _, a := range p.GetArrivalNanos() {
 		r.Arrivals = append(r.Arrivals, time.Duration(a))
 	}
 	if r.Kind < runtime.ReportAck || r.Kind > runtime.ReportReplayed {
 		return r, fmt.Errorf("report of kind %d", p.GetKind())
+	}
+	// The web UI and metrics sum and label these; a nonsense value
+	// would show as a negative size or a switch that never happened.
+	if r.ChannelState < 0 {
+		return r, fmt.Errorf("report of task %s: channel state of %d bytes", r.Task, r.ChannelState)
+	}
+	if r.Switched && !r.Unaligned {
+		return r, fmt.Errorf("report of task %s: switched to unaligned but not unaligned", r.Task)
 	}
 	if len(p.GetHandlesJson()) > 0 {
 		if err := json.Unmarshal(p.GetHandlesJson(), &r.Handles); err != nil {

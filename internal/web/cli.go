@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"os/user"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -118,7 +119,7 @@ func Commands() []*cobra.Command {
 	}, true)
 	checkpoints := flags(&cobra.Command{
 		Use:   "checkpoints",
-		Short: "List a running job's last checkpoints",
+		Short: "List a running job's last checkpoints: how their tasks aligned (aligned, unaligned, switched by the aligned-checkpoint timeout) and the channel state they hold",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := newClient(cmd.Context(), addr, "", timeout, args)
 			if err != nil {
@@ -130,7 +131,7 @@ func Commands() []*cobra.Command {
 				return err
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tKIND\tSTATUS\tAT\tDURATION\tBYTES\tSLOWEST TASK / REASON")
+			fmt.Fprintln(tw, "ID\tKIND\tSTATUS\tAT\tDURATION\tBYTES\tALIGNMENT\tCHANNEL STATE BYTES\tSLOWEST TASK / REASON")
 			for _, cp := range cs {
 				kind, what := "checkpoint", cp.Slowest
 				if cp.Savepoint {
@@ -139,7 +140,8 @@ func Commands() []*cobra.Command {
 				if cp.Status != "completed" {
 					what = cp.Reason
 				}
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%.0fms\t%d\t%s\n", cp.ID, kind, cp.Status, cp.At.Format("15:04:05.000"), cp.Duration*1000, cp.Size, what)
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%.0fms\t%d\t%s\t%s\t%s\n", cp.ID, kind, cp.Status, cp.At.Format("15:04:05.000"), cp.Duration*1000, cp.Size,
+					alignmentOf(cp), channelStateOf(cp), what)
 			}
 			return tw.Flush()
 		},
@@ -168,6 +170,33 @@ func Commands() []*cobra.Command {
 		},
 	}, false)
 	return []*cobra.Command{savepoint, cancel, checkpoints, list}
+}
+
+// alignmentOf says how checkpoint cp's tasks snapshotted: "aligned", or
+// how many of them went unaligned ("unaligned 3/4 tasks") or were
+// switched to unaligned by the aligned-checkpoint timeout ("switched 1/4
+// tasks"); "-" for an aborted checkpoint, or from a job that does not say.
+func alignmentOf(cp Checkpoint) string {
+	switch {
+	case cp.Status != "completed" || cp.Alignment == "":
+		return "-"
+	case cp.UnalignedTasks == 0:
+		return "aligned"
+	case cp.SwitchedTasks == 0:
+		return fmt.Sprintf("unaligned %d/%d tasks", cp.UnalignedTasks, cp.AckedTasks)
+	case cp.SwitchedTasks == cp.UnalignedTasks:
+		return fmt.Sprintf("switched %d/%d tasks", cp.SwitchedTasks, cp.AckedTasks)
+	}
+	return fmt.Sprintf("unaligned %d/%d tasks, %d switched", cp.UnalignedTasks, cp.AckedTasks, cp.SwitchedTasks)
+}
+
+// channelStateOf is the bytes of channel state checkpoint cp holds; "-"
+// for an aborted checkpoint, or from a job that does not say.
+func channelStateOf(cp Checkpoint) string {
+	if cp.Status != "completed" || cp.Alignment == "" {
+		return "-"
+	}
+	return strconv.FormatInt(cp.ChannelState, 10)
 }
 
 type client struct {

@@ -3,6 +3,8 @@ package web
 import (
 	"fmt"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -99,4 +101,61 @@ func TestUIWithAThousandSubtasks(t *testing.T) {
 	}
 	t.Logf("1,000 subtasks: the page showed the graph, 100 checkpoints and the timeline %v after loading (the checkpoint's JSON: %v); "+
 		"the timeline redrew in %.0f ms; a click drew a vertex's 250 subtasks in %.0f ms", loaded.Round(time.Millisecond), timings, redraw, refresh)
+}
+
+// TestUIShowsHowCheckpointsAligned loads the UI of alignmentStory: the
+// overview says the configured alignment, the checkpoint table each
+// checkpoint's, and the timeline of the newest completed one (3) marks
+// and labels the subtask that switched to unaligned, with its channel
+// state; checkpoint 2's timeline, picked in the table, its unaligned ones.
+func TestUIShowsHowCheckpointsAligned(t *testing.T) {
+	ctx := browsertest.Start(t, time.Minute)
+	srv := httptest.NewServer(alignmentStory(t).Handler())
+	defer srv.Close()
+	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/"),
+		chromedp.WaitVisible(`#timeline .tl-row[data-task="count#0"][data-alignment="switched"] .tl-switch`)); err != nil {
+		t.Fatal(err)
+	}
+	read := func(js string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](js))
+		if err != nil {
+			t.Fatalf("%s: %v", js, err)
+		}
+		return v
+	}
+	if got := read(`document.querySelector('[data-card="Alignment"] .value').textContent`); got != "aligned, unaligned after 250 ms" {
+		t.Errorf("the overview's alignment: %q", got)
+	}
+	if got := read(`[...document.querySelectorAll('#checkpoints tbody tr')].map(r => r.dataset.id + ': ' + r.querySelector('td.alignment').textContent + ', ' + r.querySelector('td.alignment').nextSibling.textContent).join('; ')`); got != "4: , ; 3: switched 1/4, 4.0 KiB; 2: unaligned 3/4, 2.9 KiB; 1: aligned, 0 B" {
+		t.Errorf("the checkpoint table's alignment and channel state: %q", got)
+	}
+	if got := read(`[...document.querySelectorAll('#timeline .tl-row')].map(r => r.dataset.task + ' ' + r.dataset.alignment + ' ' + r.dataset.channelState + ' ' + (r.querySelector('.tl-how')?.textContent ?? '-')).join('; ')`); got != "source#0 aligned 0 -; count#0 switched 4096 switched after 250 ms · 4.0 KiB; count#1 aligned 0 -; count#2 aligned 0 -" {
+		t.Errorf("checkpoint 3's timeline: %q", got)
+	}
+	if got := read(`document.getElementById('timeline-title').textContent`); got != "— checkpoint 3, 300 ms, 4 subtasks, switched 1/4, 4.0 KiB of channel state" {
+		t.Errorf("checkpoint 3's timeline title: %q", got)
+	}
+	switchedPNG, err := chromedp.Run(ctx, chromedp.Screenshot(`#timeline-section`, chromedp.NodeVisible))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Click(`#checkpoints tbody tr[data-id="2"]`),
+		chromedp.WaitVisible(`#timeline .tl-row[data-task="count#1"][data-alignment="unaligned"] .tl-how`)); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(`[...document.querySelectorAll('#timeline .tl-row')].map(r => r.dataset.task + ' ' + (r.querySelector('.tl-how')?.textContent ?? '-')).join('; ')`); got != "source#0 -; count#0 unaligned · 1000 B; count#1 unaligned · 2.0 KiB; count#2 unaligned · 0 B" {
+		t.Errorf("checkpoint 2's timeline: %q", got)
+	}
+	unalignedPNG, err := chromedp.Run(ctx, chromedp.Screenshot(`#timeline-section`, chromedp.NodeVisible))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := browsertest.Artifacts(t)
+	for name, b := range map[string][]byte{"ui-timeline-switched.png": switchedPNG, "ui-timeline-unaligned.png": unalignedPNG} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("screenshots in %s", dir)
 }

@@ -57,6 +57,19 @@ type Checkpoint struct {
 	Savepoint bool `json:"savepoint"`
 	// Location is where its metadata lives: what --restore takes.
 	Location string `json:"location,omitempty"`
+	// How a completed checkpoint's tasks snapshotted: Alignment is
+	// "aligned" (every task, and in at-least-once mode, where nothing
+	// blocks), "unaligned" (some task unaligned from its first barrier) or
+	// "switched" (some task started aligned and the aligned-checkpoint
+	// timeout made it unaligned; with both, switched).
+	// Of the AckedTasks that acknowledged, UnalignedTasks were unaligned,
+	// SwitchedTasks of them switched. ChannelState is the bytes of channel
+	// state (records in flight) it holds, part of Size.
+	Alignment      string `json:"alignment,omitempty"`
+	AckedTasks     int    `json:"acknowledgedTasks,omitempty"`
+	UnalignedTasks int    `json:"unalignedTasks,omitempty"`
+	SwitchedTasks  int    `json:"switchedTasks,omitempty"`
+	ChannelState   int64  `json:"channelStateBytes,omitempty"`
 	// Tasks are the tasks' parts, in the order they acknowledged
 	// (/api/v1/checkpoints/{id} only).
 	Tasks []TaskTimeline `json:"tasks,omitempty"`
@@ -67,15 +80,37 @@ type Checkpoint struct {
 // (first barrier to snapshot), its snapshot's parts, the bytes it wrote,
 // and when each input channel's barrier arrived after the first (-1: not
 // before the snapshot). Channels names each channel's upstream subtask.
+//
+// Alignment is how its snapshot went: "aligned", "unaligned" (from its
+// first barrier) or "switched" (it aligned for Align, then the
+// aligned-checkpoint timeout made it unaligned). ChannelState is the
+// bytes of channel state it stored, part of Bytes: the records in flight
+// an unaligned snapshot holds, or those a barrier overtook.
+//
+// NB: an unaligned snapshot is written once its last barrier came; that
+// wait is in Acked but in none of Align, Sync and Async.
 type TaskTimeline struct {
-	Task     string    `json:"task"`
-	Acked    float64   `json:"ackedSeconds"`
-	Align    float64   `json:"alignSeconds"`
-	Sync     float64   `json:"syncSeconds"`
-	Async    float64   `json:"asyncSeconds"`
-	Bytes    int64     `json:"bytes"`
-	Arrivals []float64 `json:"barrierArrivalsSeconds,omitempty"`
-	Channels []string  `json:"channels,omitempty"`
+	Task         string    `json:"task"`
+	Acked        float64   `json:"ackedSeconds"`
+	Align        float64   `json:"alignSeconds"`
+	Sync         float64   `json:"syncSeconds"`
+	Async        float64   `json:"asyncSeconds"`
+	Bytes        int64     `json:"bytes"`
+	Alignment    string    `json:"alignment"`
+	ChannelState int64     `json:"channelStateBytes"`
+	Arrivals     []float64 `json:"barrierArrivalsSeconds,omitempty"`
+	Channels     []string  `json:"channels,omitempty"`
+}
+
+// alignment names how a task's snapshot went (TaskTimeline.Alignment).
+func alignment(tt runtime.TaskTrace) string {
+	switch {
+	case tt.Switched:
+		return "switched"
+	case tt.Unaligned:
+		return "unaligned"
+	}
+	return "aligned"
 }
 
 // Graph is the job graph as it runs: its vertices (chains of operators,
@@ -218,6 +253,10 @@ type Server struct {
 
 	completed, aborted, restarts, restores prometheus.Counter
 	duration, size, sync, align            prometheus.Histogram
+	channelState                           prometheus.Histogram
+	// snapshots counts the tasks' snapshots of completed checkpoints by
+	// their alignment (TaskTimeline.Alignment).
+	snapshots map[string]prometheus.Counter
 }
 
 // New returns a server for job.
@@ -248,6 +287,12 @@ func New(job string, feeds Feeds, control Control, now func() time.Time) *Server
 	s.size = histogram("checkpoint_size_bytes", "Completed checkpoints' state.", prometheus.ExponentialBuckets(1024, 4, 14))
 	s.sync = histogram("checkpoint_sync_duration_seconds", "Completed checkpoints' longest synchronous snapshot part (a task stopped for it).", prometheus.ExponentialBuckets(0.0001, 2, 16))
 	s.align = histogram("checkpoint_alignment_duration_seconds", "Completed checkpoints' longest barrier alignment of a task (first barrier to snapshot).", prometheus.ExponentialBuckets(0.0001, 2, 18))
+	s.channelState = histogram("checkpoint_channel_state_bytes", "Completed checkpoints' channel state: the records in flight they hold (unaligned snapshots, and barriers that overtook records), part of their size.", prometheus.ExponentialBuckets(1024, 4, 14))
+	s.snapshots = map[string]prometheus.Counter{}
+	for _, a := range []string{"aligned", "unaligned", "switched"} {
+		s.snapshots[a] = counter("checkpoint_task_snapshots_total", "Task snapshots of completed checkpoints by alignment: aligned, unaligned from the first barrier, or switched to unaligned by the aligned-checkpoint timeout.",
+			prometheus.Labels{"job": job, "alignment": a})
+	}
 	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "weir", Name: "last_checkpoint_age_seconds", ConstLabels: labels,
 		Help: "Time since the last completed checkpoint (since the start while there is none)."}, func() float64 {
 		s.mu.Lock()
@@ -395,21 +440,44 @@ func (s *Server) Observe(e runtime.JobEvent) {
 		s.duration.Observe(e.Duration.Seconds())
 		s.size.Observe(float64(e.Size))
 		s.sync.Observe(e.SyncPart.Seconds())
+		c := Checkpoint{ID: uint64(e.ID), Status: "completed", At: now, Duration: e.Duration.Seconds(), Size: e.Size,
+			Uploaded: e.Uploaded, SyncPart: e.SyncPart.Seconds(), Slowest: e.Slowest.String(), Attempt: e.Attempt, Savepoint: e.Savepoint,
+			AckedTasks: len(e.Tasks)}
+		if len(e.Tasks) > 0 {
+			c.Alignment = "aligned"
+		}
 		var align time.Duration
 		for _, tt := range e.Tasks {
 			align = max(align, tt.Align)
+			c.ChannelState += tt.ChannelState
+			if tt.Unaligned {
+				c.UnalignedTasks++
+				c.Alignment = "unaligned"
+			}
+			if tt.Switched {
+				c.SwitchedTasks++
+			}
+			s.snapshots[alignment(tt)].Inc()
+		}
+		if c.SwitchedTasks > 0 {
+			c.Alignment = "switched"
 		}
 		s.align.Observe(align.Seconds())
+		s.channelState.Observe(float64(c.ChannelState))
 		s.job.LastCheckpoint = &now
-		c := Checkpoint{ID: uint64(e.ID), Status: "completed", At: now, Duration: e.Duration.Seconds(), Size: e.Size,
-			Uploaded: e.Uploaded, SyncPart: e.SyncPart.Seconds(), Slowest: e.Slowest.String(), Attempt: e.Attempt, Savepoint: e.Savepoint}
 		if s.control.Location != nil {
 			c.Location = s.control.Location(c.ID)
 		}
 		for _, tt := range e.Tasks {
-			tl := TaskTimeline{Task: tt.Task.String(), Acked: tt.Acked.Seconds(), Align: tt.Align.Seconds(), Sync: tt.Sync.Seconds(), Async: tt.Async.Seconds(), Bytes: tt.Bytes}
+			tl := TaskTimeline{Task: tt.Task.String(), Acked: tt.Acked.Seconds(), Align: tt.Align.Seconds(), Sync: tt.Sync.Seconds(), Async: tt.Async.Seconds(), Bytes: tt.Bytes,
+				Alignment: alignment(tt), ChannelState: tt.ChannelState}
 			for _, a := range tt.Arrivals {
-				tl.Arrivals = append(tl.Arrivals, max(a, -1).Seconds())
+				// NB: the runtime says "never" with -1 ns; the API with -1 s.
+				if a < 0 {
+					tl.Arrivals = append(tl.Arrivals, -1)
+				} else {
+					tl.Arrivals = append(tl.Arrivals, a.Seconds())
+				}
 			}
 			if s.feeds.Inputs != nil {
 				tl.Channels = s.feeds.Inputs(tt.Task)

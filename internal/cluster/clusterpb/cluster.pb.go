@@ -581,9 +581,17 @@ type TaskReport struct {
 	ArrivalNanos []int64 `protobuf:"varint,12,rep,packed,name=arrival_nanos,json=arrivalNanos,proto3" json:"arrival_nanos,omitempty"`
 	// peer_silent: the data connection to peer_failed went silent (a cut
 	// path), rather than closed by the peer.
-	PeerSilent    bool `protobuf:"varint,13,opt,name=peer_silent,json=peerSilent,proto3" json:"peer_silent,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PeerSilent bool `protobuf:"varint,13,opt,name=peer_silent,json=peerSilent,proto3" json:"peer_silent,omitempty"`
+	// An ack's alignment mode: unaligned, the task's snapshot was
+	// unaligned; switched, it started aligned and the aligned-checkpoint
+	// timeout switched it (after align_nanos). channel_state_bytes is the
+	// size of the channel state it stored (the records in flight the
+	// checkpoint holds), part of its handles' sizes.
+	Unaligned         bool  `protobuf:"varint,14,opt,name=unaligned,proto3" json:"unaligned,omitempty"`
+	Switched          bool  `protobuf:"varint,15,opt,name=switched,proto3" json:"switched,omitempty"`
+	ChannelStateBytes int64 `protobuf:"varint,16,opt,name=channel_state_bytes,json=channelStateBytes,proto3" json:"channel_state_bytes,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *TaskReport) Reset() {
@@ -705,6 +713,27 @@ func (x *TaskReport) GetPeerSilent() bool {
 		return x.PeerSilent
 	}
 	return false
+}
+
+func (x *TaskReport) GetUnaligned() bool {
+	if x != nil {
+		return x.Unaligned
+	}
+	return false
+}
+
+func (x *TaskReport) GetSwitched() bool {
+	if x != nil {
+		return x.Switched
+	}
+	return false
+}
+
+func (x *TaskReport) GetChannelStateBytes() int64 {
+	if x != nil {
+		return x.ChannelStateBytes
+	}
+	return 0
 }
 
 type ReportRequest struct {
@@ -1742,7 +1771,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x11HeartbeatResponse\":\n" +
 	"\x06TaskID\x12\x16\n" +
 	"\x06vertex\x18\x01 \x01(\tR\x06vertex\x12\x18\n" +
-	"\asubtask\x18\x02 \x01(\x05R\asubtask\"\xb1\x03\n" +
+	"\asubtask\x18\x02 \x01(\x05R\asubtask\"\x9b\x04\n" +
 	"\n" +
 	"TaskReport\x12+\n" +
 	"\x04task\x18\x01 \x01(\v2\x17.weir.cluster.v1.TaskIDR\x04task\x12\x12\n" +
@@ -1765,7 +1794,10 @@ const file_cluster_proto_rawDesc = "" +
 	"asyncNanos\x12#\n" +
 	"\rarrival_nanos\x18\f \x03(\x03R\farrivalNanos\x12\x1f\n" +
 	"\vpeer_silent\x18\r \x01(\bR\n" +
-	"peerSilent\"\x92\x01\n" +
+	"peerSilent\x12\x1c\n" +
+	"\tunaligned\x18\x0e \x01(\bR\tunaligned\x12\x1a\n" +
+	"\bswitched\x18\x0f \x01(\bR\bswitched\x12.\n" +
+	"\x13channel_state_bytes\x18\x10 \x01(\x03R\x11channelStateBytes\"\x92\x01\n" +
 	"\rReportRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x04R\aattempt\x125\n" +

@@ -112,9 +112,32 @@ function renderOverview(job, cps) {
     ['Its duration', last ? fmtSeconds(last.durationSeconds) : ''],
     ['Records read / s', fmtCount(rate)],
     ['Checkpoints (last 100)', `${completed.length} ok, ${cps.length - completed.length} aborted`],
+    ['Alignment', configuredAlignment(ui.config)],
   ];
   $('overview').replaceChildren(...cards.map(([label, value]) =>
     h('div', { class: 'card', 'data-card': label }, h('div', { class: 'label' }, label), h('div', { class: 'value' }, String(value)))));
+}
+
+// configuredAlignment says how the job's checkpoints treat barriers, from
+// /api/v1/config.
+function configuredAlignment(cfg) {
+  if (!cfg || !cfg.checkpointAlignment) return '—';
+  if (cfg.mode !== 'exactly-once') return `none (${cfg.mode})`;
+  if (cfg.checkpointAlignment === 'aligned' && cfg.alignedCheckpointTimeoutNanos > 0) {
+    return `aligned, unaligned after ${fmtSeconds(cfg.alignedCheckpointTimeoutNanos / 1e9)}`;
+  }
+  return cfg.checkpointAlignment;
+}
+
+// checkpointAlignment says how a completed checkpoint's tasks
+// snapshotted: "aligned", "unaligned 3/4" or "switched 1/4" (tasks).
+function checkpointAlignment(c) {
+  if (c.status !== 'completed' || !c.alignment) return '';
+  if (!c.unalignedTasks) return 'aligned';
+  const of = c.acknowledgedTasks;
+  if (!c.switchedTasks) return `unaligned ${c.unalignedTasks}/${of}`;
+  if (c.switchedTasks === c.unalignedTasks) return `switched ${c.switchedTasks}/${of}`;
+  return `unaligned ${c.unalignedTasks}/${of}, ${c.switchedTasks} switched`;
 }
 
 // ---- job graph ----
@@ -210,7 +233,7 @@ function groupBy(xs, key) {
 // ---- checkpoints ----
 
 function renderCheckpoints(cps) {
-  const cols = ['ID', 'Kind', 'Status', 'Attempt', 'At', 'Duration', 'Size', 'Uploaded', 'Longest sync part', 'Slowest task', 'Reason'];
+  const cols = ['ID', 'Kind', 'Status', 'Attempt', 'At', 'Duration', 'Size', 'Uploaded', 'Alignment', 'Channel state', 'Longest sync part', 'Slowest task', 'Reason'];
   const rows = cps.slice().reverse().map((c) => h('tr', {
     'data-id': c.id,
     class: (c.status === 'completed' ? 'clickable' : '') + (c.id === ui.selectedCheckpoint ? ' selected' : ''),
@@ -221,6 +244,8 @@ function renderCheckpoints(cps) {
   h('td', {}, new Date(c.at).toLocaleTimeString()), h('td', { class: 'num' }, fmtSeconds(c.durationSeconds)),
   h('td', { class: 'num' }, c.status === 'completed' ? fmtBytes(c.sizeBytes) : ''),
   h('td', { class: 'num' }, c.status === 'completed' ? fmtBytes(c.uploadedBytes) : ''),
+  h('td', { class: `alignment ${c.alignment || ''}`, title: c.switchedTasks ? 'tasks switched to unaligned by the aligned-checkpoint timeout' : '' }, checkpointAlignment(c)),
+  h('td', { class: 'num' }, c.status === 'completed' && c.alignment ? fmtBytes(c.channelStateBytes) : ''),
   h('td', { class: 'num' }, fmtSeconds(c.syncSeconds)), h('td', {}, c.slowestTask || ''), h('td', {}, c.reason || '')));
   $('checkpoints').replaceChildren(
     h('thead', {}, h('tr', {}, ...cols.map((c) => h('th', {}, c)))),
@@ -267,7 +292,9 @@ async function loadTimeline() {
 function renderTimeline() {
   const c = ui.timeline;
   if (!c) return;
-  $('timeline-title').textContent = `— ${c.savepoint ? 'savepoint' : 'checkpoint'} ${c.id}, ${fmtSeconds(c.durationSeconds)}, ${(c.tasks || []).length} subtasks`;
+  const how = checkpointAlignment(c);
+  $('timeline-title').textContent = `— ${c.savepoint ? 'savepoint' : 'checkpoint'} ${c.id}, ${fmtSeconds(c.durationSeconds)}, ${(c.tasks || []).length} subtasks` +
+    (how && how !== 'aligned' ? `, ${how}, ${fmtBytes(c.channelStateBytes)} of channel state` : '');
   const order = new Map(ui.graph.vertices.map((v, i) => [v.id, i]));
   const select = $('timeline-vertex');
   const options = [h('option', { value: '' }, 'all vertices'), ...ui.graph.vertices.map((v) => h('option', { value: v.id }, vertexLabel(v)))];
@@ -284,7 +311,10 @@ function renderTimeline() {
     return;
   }
   const end = Math.max(c.durationSeconds || 0, ...tasks.map((t) => t.ackedSeconds), 1e-6);
-  const W = Math.max(800, box.clientWidth - 20), L = 150, R = 10;
+  // Room on the right for the rows' labels: how a task's snapshot went
+  // when not aligned, and its channel state.
+  const labelled = tasks.some((t) => (t.alignment && t.alignment !== 'aligned') || t.channelStateBytes > 0);
+  const W = Math.max(800, box.clientWidth - 20), L = 150, R = labelled ? 200 : 10;
   const x = (sec) => L + (Math.max(0, sec) / end) * (W - L - R);
   // A row: the task's bar, then a line per input channel it blocked for
   // 1% of the checkpoint or more (up to 4), labelled.
@@ -309,12 +339,22 @@ function renderTimeline() {
     const { syncStart, first } = timesOf(t);
     const arrivals = t.barrierArrivalsSeconds || [];
     const channels = t.channels || [];
-    const out = [`<g class="tl-row" data-task="${esc(t.task)}">`,
+    const how = t.alignment || 'aligned';
+    const out = [`<g class="tl-row tl-${esc(how)}" data-task="${esc(t.task)}" data-alignment="${esc(how)}" data-channel-state="${esc(t.channelStateBytes || 0)}">`,
       tag('text', { x: L - 6, y: y + 10, 'text-anchor': 'end' }, t.task),
       tag('rect', { class: 'tl-wait', x: x(0), y: y + 5, width: Math.max(0, x(first) - x(0)), height: 2 }),
       tag('rect', { class: 'tl-align', x: x(first), y: y + 2, width: Math.max(0, x(syncStart) - x(first)), height: 8 }),
       tag('rect', { class: 'tl-sync', x: x(syncStart), y: y + 2, width: Math.max(1, x(syncStart + t.syncSeconds) - x(syncStart)), height: 8 }),
       tag('rect', { class: 'tl-async', x: x(syncStart + t.syncSeconds), y: y + 2, width: Math.max(1, x(acked) - x(syncStart + t.syncSeconds)), height: 8 })];
+    // Not aligned: a mark where the snapshot went unaligned (a switched
+    // one after aligning for alignSeconds), and a label after the bar.
+    if (how !== 'aligned') {
+      out.push(tag('line', { class: 'tl-switch', x1: x(syncStart), y1: y - 1, x2: x(syncStart), y2: y + 13 }));
+    }
+    if (how !== 'aligned' || t.channelStateBytes > 0) {
+      const what = how === 'switched' ? `switched after ${fmtSeconds(t.alignSeconds)}` : how;
+      out.push(tag('text', { class: `tl-how ${how}`, x: x(acked) + 4, y: y + 10 }, `${what} · ${fmtBytes(t.channelStateBytes)}`));
+    }
     // Ticks at the first and the last barrier (a task may read hundreds
     // of channels; the hover lists them all).
     const came = arrivals.filter((a) => a >= 0);
@@ -371,8 +411,13 @@ function renderTimeline() {
     const t = byTask.get(g.dataset.task);
     const { syncStart, first } = timesOf(t);
     const channels = t.channels || [];
+    const how = {
+      unaligned: 'unaligned from its first barrier',
+      switched: `aligned ${fmtSeconds(t.alignSeconds)}, then the aligned-checkpoint timeout switched it to unaligned`,
+    }[t.alignment] || 'aligned';
     g.prepend(s('title', {}, [`${t.task}: first barrier at ${fmtSeconds(first)}, acknowledged at ${fmtSeconds(t.ackedSeconds)}, ` +
       `aligned ${fmtSeconds(t.alignSeconds)}, sync ${fmtSeconds(t.syncSeconds)}, async ${fmtSeconds(t.asyncSeconds)}, ${fmtBytes(t.bytes)}`,
+    `${how}; channel state ${fmtBytes(t.channelStateBytes)}`,
     ...(t.barrierArrivalsSeconds || []).map((a, i) => {
       const name = channels[i] || `channel ${i}`;
       if (a < 0) return `${name}: no barrier before the snapshot`;
