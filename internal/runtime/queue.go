@@ -62,15 +62,18 @@ func (q *Queue) compact() {
 	q.buf, q.head = q.buf[:n], 0
 }
 
-// Overtake queues barrier b ahead of the batches, watermarks and idleness
-// queued since the last barrier, cancel marker or end of data (those keep
+// Overtake queues barrier b ahead of the batches, watermarks, idleness and
+// end of data queued since the last barrier or cancel marker (those keep
 // their order before it), and tail, if it is a batch, at the end: b's
 // Overtaken counts the batches it passed, tail included. Both take no room.
+// NB: it passes end of data, or a checkpoint would wait, behind an upstream
+// that ended, for the backlog it left; only the final checkpoint must
+// follow end of data, and it aligns (it is never overtaking).
 func (q *Queue) Overtake(b, tail Event) {
 	q.compact()
 	at := len(q.buf)
 	for at > q.head {
-		if k := q.buf[at-1].Kind; k == KindBarrier || k == KindCancel || k == KindEndOfData {
+		if k := q.buf[at-1].Kind; k == KindBarrier || k == KindCancel {
 			break
 		}
 		at--
@@ -100,7 +103,7 @@ func (q *Queue) Overtake(b, tail Event) {
 // promoted barrier keeps its room (Priority unset); its Overtaken counts
 // the batches it passed, as Overtake's.
 func (q *Queue) Promote(deadline int64) {
-	from := q.head // after the last barrier, cancel marker or end of data
+	from := q.head // after the last barrier or cancel marker
 	batches := 0   // batches queued since from
 	for i := q.head; i < len(q.buf); i++ {
 		e := q.buf[i]
@@ -114,7 +117,7 @@ func (q *Queue) Promote(deadline int64) {
 				copy(q.buf[from+1:i+1], q.buf[from:i])
 				q.buf[from] = e
 			}
-		case KindCancel, KindEndOfData:
+		case KindCancel:
 		default:
 			continue
 		}

@@ -68,7 +68,7 @@ func TestQueueOvertake(t *testing.T) {
 		{"a non-batch tail is none", []Event{rec("x")}, 0, Event{Kind: KindIdle}, "b9/1! x"},
 		{"behind a barrier", []Event{rec("x"), bar(1), rec("y")}, 0, rec("t"), "x b1 b9/2! y t!"},
 		{"behind a cancel marker", []Event{rec("x"), {Kind: KindCancel, ID: 2}, rec("y")}, 0, Event{}, "x c2 b9/1! y"},
-		{"behind end of data", []Event{rec("x"), {Kind: KindEndOfData}}, 0, rec("t"), "x eod b9/1! t!"},
+		{"ahead of end of data", []Event{rec("x"), {Kind: KindEndOfData}}, 0, Event{}, "b9/1! x eod"},
 		{"behind a barrier last", []Event{rec("x"), bar(1)}, 0, Event{}, "x b1 b9/0!"},
 		{"after pops", []Event{rec("x"), rec("y"), rec("z")}, 2, Event{}, "b9/1! z"},
 	}
@@ -265,7 +265,7 @@ func TestQueueMatchesModel(t *testing.T) {
 func modelOvertake(m []Event, b, tail Event) []Event {
 	at := 0
 	for i, e := range m {
-		if e.Kind == KindBarrier || e.Kind == KindCancel || e.Kind == KindEndOfData {
+		if e.Kind == KindBarrier || e.Kind == KindCancel {
 			at = i + 1
 		}
 	}

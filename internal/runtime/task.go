@@ -424,7 +424,12 @@ func (t *task) handle(ctx context.Context, ch int, ev Event) error {
 			t.persist(ch, []checkpoint.ID{ev.ID}, t.scratch...)
 			clear(t.scratch)
 		}
-		return t.aligned(ctx, acts, ev)
+		if err := t.aligned(ctx, acts, ev); err != nil || !t.alignedTO {
+			return err
+		}
+		// A barrier that comes after its timeout (it counts from the
+		// trigger) switches its checkpoint now, not after the next batch.
+		return t.aligned(ctx, t.aligner.Tick(t.now()), Event{})
 	case KindCancel:
 		return t.aligned(ctx, t.aligner.OnCancel(ch, ev.ID), ev)
 	case KindEndOfData:
