@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/codec"
 	"github.com/weirstream/weir/graph"
 	"github.com/weirstream/weir/internal/cluster"
 	"github.com/weirstream/weir/internal/ha"
@@ -407,6 +408,43 @@ func reach(ctx context.Context, client *ha.Client, job string, hc ha.Config, log
 func (e *Environment) wireCodec(plan *graph.Plan) func(graph.Edge) runtime.BatchCodec {
 	return func(edge graph.Edge) runtime.BatchCodec {
 		from := plan.Vertices[edge.From]
-		return e.nodes[from.Nodes[len(from.Nodes)-1]].wire[edge.Port]
+		return e.nodes[from.Nodes[len(from.Nodes)-1]].wire[edge.Port].codec
 	}
+}
+
+// wire is how the records of a node's output port are encoded, on a
+// cluster's channels and in channel state.
+type wire struct {
+	codec runtime.BatchCodec
+	// faithful says why the codec cannot carry every record unchanged
+	// (codec.Faithful), or nil.
+	faithful func() error
+}
+
+func wireOf[T any]() wire {
+	return wire{codec: runtime.Batches(codec.For[T]()), faithful: codec.Faithful[T]}
+}
+
+// checkWire refuses a job whose records would cross a channel or be stored
+// changed: on a cluster, or with channel state (unaligned checkpoints, or
+// aligned ones a timeout may switch).
+func (e *Environment) checkWire(plan *graph.Plan) error {
+	cc := e.cfg.Checkpoint
+	var why string
+	switch {
+	case e.cfg.Cluster.Role != Local:
+		why = "a cluster's channels carry them"
+	case cc.Mode == ExactlyOnce && (cc.Alignment == Unaligned || cc.AlignedTimeout > 0):
+		why = "unaligned checkpoints store those in flight"
+	default:
+		return nil
+	}
+	for _, edge := range plan.Edges {
+		from := plan.Vertices[edge.From]
+		n := e.nodes[from.Nodes[len(from.Nodes)-1]]
+		if err := n.wire[edge.Port].faithful(); err != nil {
+			return fmt.Errorf("operator %q emits records its codec cannot carry unchanged, and %s: %w", n.UID, why, err)
+		}
+	}
+	return nil
 }

@@ -4,10 +4,8 @@ import (
 	"fmt"
 	"sync/atomic"
 
-	"github.com/weirstream/weir/codec"
 	"github.com/weirstream/weir/graph"
 	"github.com/weirstream/weir/internal/runtime"
-	"github.com/weirstream/weir/internal/transport"
 	"github.com/weirstream/weir/operator"
 )
 
@@ -66,7 +64,7 @@ func addOp[Out any](env *Environment, name, kind string, fn any, opts []Option, 
 	id := env.add(name, kind, fn, opts, n, ups...)
 	n.emitter = emitterOf[Out]
 	n.counting = countingOf[Out]
-	n.wire = map[int]transport.BatchCodec{0: runtime.Batches(codec.For[Out]())}
+	n.wire = map[int]wire{0: wireOf[Out]()}
 	return newStream[Out](env, id)
 }
 

@@ -37,7 +37,6 @@ import (
 	"github.com/weirstream/weir/graph"
 	"github.com/weirstream/weir/internal/keygroup"
 	"github.com/weirstream/weir/internal/runtime"
-	"github.com/weirstream/weir/internal/transport"
 	"github.com/weirstream/weir/operator"
 	"github.com/weirstream/weir/state/backend"
 	"github.com/weirstream/weir/storage"
@@ -321,8 +320,9 @@ type node struct {
 	counting func(next any, count *int64) any
 	// sides build the collectors of the node's side outputs, by port.
 	sides map[int]emitterFunc
-	// wire encodes the batches of each output port on the network.
-	wire map[int]transport.BatchCodec
+	// wire encodes the batches of each output port: on the network, and in
+	// channel state.
+	wire map[int]wire
 	// timed: the node's records carry event time (a watermark strategy at
 	// or before it).
 	timed bool
@@ -614,6 +614,11 @@ func (e *Environment) spec(plan *graph.Plan) (runtime.Spec, error) {
 		if cc.Mode != ExactlyOnce && (cc.Alignment == Unaligned || cc.AlignedTimeout != 0) {
 			return spec, fmt.Errorf("unaligned checkpoints and the aligned checkpoint timeout are settings of mode exactly-once, not %v: use mode exactly-once, or drop them", cc.Mode)
 		}
+	}
+	if err := e.checkWire(plan); err != nil {
+		return spec, err
+	}
+	if cc.Mode != NoCheckpoints {
 	}
 	if e.cfg.Fresh && e.cfg.Restore != "" {
 		return spec, fmt.Errorf("restore %q and fresh exclude each other: restore a checkpoint, or start over", e.cfg.Restore)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/codec"
-	"github.com/weirstream/weir/internal/runtime"
 	"github.com/weirstream/weir/operator"
 	"github.com/weirstream/weir/state"
 	"github.com/weirstream/weir/state/backend"
@@ -264,7 +263,7 @@ func addWindow[K comparable, In, Acc, Out any](ws WindowedStream[K, In], name st
 	}
 	if late != nil {
 		n.sides = map[int]emitterFunc{1: emitterOf[In]}
-		n.wire[1] = runtime.Batches(codec.For[In]())
+		n.wire[1] = wireOf[In]()
 		*late = &Stream[In]{env: env, node: s.node, port: 1}
 	}
 	return s

@@ -210,3 +210,57 @@ func (h *Hasher[K]) Hash(k K) uint64 {
 	h.buf = h.codec.Append(h.buf[:0], k)
 	return xxhash.Sum64(h.buf)
 }
+
+// Faithful reports why the codec For returns for T cannot carry every
+// value of T unchanged, or nil if it can: JSON drops unexported struct
+// fields, cannot encode funcs, channels or complex numbers, and decodes an
+// interface into maps and float64s, not the value that was encoded. A type
+// that implements json.Marshaler and json.Unmarshaler (on its pointer)
+// decides for itself. Weir asks before records cross a process (a
+// cluster's channels) or are stored (unaligned checkpoints' channel
+// state).
+func Faithful[T any]() error {
+	return faithful(reflect.TypeFor[T](), map[reflect.Type]bool{})
+}
+
+var (
+	marshaler   = reflect.TypeFor[json.Marshaler]()
+	unmarshaler = reflect.TypeFor[json.Unmarshaler]()
+)
+
+func faithful(t reflect.Type, seen map[reflect.Type]bool) error {
+	if seen[t] {
+		return nil
+	}
+	seen[t] = true
+	if t.Implements(marshaler) && reflect.PointerTo(t).Implements(unmarshaler) {
+		return nil
+	}
+	switch t.Kind() {
+	case reflect.Func, reflect.Chan, reflect.UnsafePointer, reflect.Complex64, reflect.Complex128:
+		return fmt.Errorf("JSON cannot encode a %s", t.Kind())
+	case reflect.Interface:
+		return fmt.Errorf("JSON decodes interface %s into maps and float64s, not the value encoded", t)
+	case reflect.Pointer, reflect.Slice, reflect.Array:
+		return faithful(t.Elem(), seen)
+	case reflect.Map:
+		if err := faithful(t.Key(), seen); err != nil {
+			return err
+		}
+		return faithful(t.Elem(), seen)
+	case reflect.Struct:
+		for i := range t.NumField() {
+			f := t.Field(i)
+			if !f.IsExported() && !(f.Anonymous && f.Type.Kind() == reflect.Struct) {
+				return fmt.Errorf("JSON drops unexported field %s of %s: export it, or give %s MarshalJSON and UnmarshalJSON", f.Name, t, t)
+			}
+			if f.Tag.Get("json") == "-" {
+				continue
+			}
+			if err := faithful(f.Type, seen); err != nil {
+				return fmt.Errorf("field %s of %s: %w", f.Name, t, err)
+			}
+		}
+	}
+	return nil
+}

@@ -1,9 +1,12 @@
 package codec
 
 import (
+	"encoding/json"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
+	"time"
 )
 
 type point struct {
@@ -77,4 +80,52 @@ func FuzzDecodeString(f *testing.F) {
 			t.Fatalf("used %d of %d bytes", n, len(b))
 		}
 	})
+}
+
+type withHidden struct {
+	A int
+	b int
+}
+
+type embedsHidden struct {
+	withHidden
+	C string
+}
+
+type marshals struct{ x int }
+
+func (m marshals) MarshalJSON() ([]byte, error)  { return json.Marshal(m.x) }
+func (m *marshals) UnmarshalJSON(b []byte) error { return json.Unmarshal(b, &m.x) }
+
+// TestFaithful: Faithful names what JSON would drop or cannot carry, and
+// passes what it carries unchanged.
+func TestFaithful(t *testing.T) {
+	type ok struct {
+		A    int
+		B    []string
+		M    map[string]float64
+		T    time.Time
+		Skip func() `json:"-"`
+		P    *marshals
+	}
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{Faithful[int64](), ""},
+		{Faithful[ok](), ""},
+		{Faithful[marshals](), ""},
+		{Faithful[withHidden](), "JSON drops unexported field b of codec.withHidden"},
+		{Faithful[[]embedsHidden](), "JSON drops unexported field b of codec.withHidden"},
+		{Faithful[map[string]any](), "JSON decodes interface interface {} into maps"},
+		{Faithful[struct{ F func() }](), "field F of struct { F func() }: JSON cannot encode a func"},
+		{Faithful[struct{ C complex128 }](), "JSON cannot encode a complex128"},
+	} {
+		switch {
+		case c.want == "" && c.err != nil:
+			t.Errorf("unexpected %v", c.err)
+		case c.want != "" && (c.err == nil || !strings.Contains(c.err.Error(), c.want)):
+			t.Errorf("%v, want %q", c.err, c.want)
+		}
+	}
 }

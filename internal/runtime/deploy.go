@@ -305,7 +305,7 @@ func channelRestoreOf(spec Spec, p Part, vx *graph.Vertex, s int) (*channelResto
 	head := spec.Plan.Graph.Nodes[vx.Nodes[0]]
 	r := &channelRestore{read: p.Point.Read, subtask: s, parallelism: vx.Parallelism,
 		keyGroups: keygroup.ForSubtask(head.MaxParallelism, vx.Parallelism, s),
-		handles: channelStateOf(p.Point.Metadata, head.UID)}
+		handles:   channelStateOf(p.Point.Metadata, head.UID)}
 	if len(r.handles) == 0 {
 		return nil, nil
 	}
