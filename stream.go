@@ -102,7 +102,7 @@ func emitterOf[T any](e *Environment, b *runtime.TaskBuild, plan *graph.Plan, c 
 			route = func(T) int { return runtime.BroadcastRoute }
 		}
 		em := runtime.NewEmitter(b.Ctx, chans, route, b.BatchSize, now)
-		em.Stats = b.Stats
+		em.Stats, em.Elastic = b.Stats, b.Elastic
 		if keyRoute != nil {
 			em.CarryKeyGroups(keyRoute)
 		}

@@ -206,60 +206,67 @@ func TestReviewDamagedChannelStateFailsClearly(t *testing.T) {
 // for the backlog in every mode.)
 func TestReviewUnalignedCheckpointsWaitBehindEndOfData(t *testing.T) {
 	for _, cc := range reviewModes {
-		t.Run(modeName(cc), func(t *testing.T) {
-			// 12 batches of 64 a subtask: they and end of data fit in the
-			// channel (16 events), so the source ends at once.
-			small, err := generator.New(generator.Config[int64]{Count: 1500, BatchSize: 16, Make: func(i int64) int64 { return i }})
-			if err != nil {
-				t.Fatal(err)
+		for _, apart := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/union-apart-%v", modeName(cc), apart), func(t *testing.T) { waitBehindEndOfData(t, cc, apart) })
+		}
+	}
+}
+
+// waitBehindEndOfData runs TestReviewUnalignedCheckpointsWaitBehindEndOfData's
+// job; apart puts the union in a task of its own, before the slowed map:
+// it is then back-pressured, and forces what it has no room for (elastic
+// outputs) rather than waiting in a push, where it would take no barrier.
+func waitBehindEndOfData(t *testing.T, cc weir.CheckpointConfig, apart bool) {
+	// 12 batches of 64 a subtask: they and end of data fit in the
+	// channel (16 events), so the source ends at once.
+	small, err := generator.New(generator.Config[int64]{Count: 1500, BatchSize: 16, Make: func(i int64) int64 { return i }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	endless, err := generator.New(generator.Config[int64]{RatePerSecond: 2000, BatchSize: 16, Make: func(i int64) int64 { return i }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	var evs []weir.JobEvent
+	completed := 0
+	cc.Interval, cc.Timeout, cc.TolerableFailures = 50*time.Millisecond, 500*time.Millisecond, 1000
+	e := weir.New(weir.Config{Job: "eod", Parallelism: 2, BatchSize: 64, Checkpoint: cc, OnEvent: func(ev weir.JobEvent) {
+		if ev.Kind != weir.EventCheckpointCompleted && ev.Kind != weir.EventCheckpointAborted {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		evs = append(evs, ev)
+		if ev.Kind == weir.EventCheckpointCompleted {
+			if completed++; completed == 5 {
+				cancel()
 			}
-			endless, err := generator.New(generator.Config[int64]{RatePerSecond: 2000, BatchSize: 16, Make: func(i int64) int64 { return i }})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			var mu sync.Mutex
-			var evs []weir.JobEvent
-			completed := 0
-			cc.Interval, cc.Timeout, cc.TolerableFailures = 50*time.Millisecond, 500*time.Millisecond, 1000
-			e := weir.New(weir.Config{Job: "eod", Parallelism: 2, BatchSize: 64, Checkpoint: cc, OnEvent: func(ev weir.JobEvent) {
-				if ev.Kind != weir.EventCheckpointCompleted && ev.Kind != weir.EventCheckpointAborted {
-					return
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				evs = append(evs, ev)
-				if ev.Kind == weir.EventCheckpointCompleted {
-					if completed++; completed == 5 {
-						cancel()
-					}
-				}
-			}})
-			both := weir.Union(weir.Source(e, "small", small), "both", []*weir.Stream[int64]{weir.Source(e, "endless", endless)})
-			// NB: chained to the union, the slowed map reads the sources'
-			// channels itself. Behind a task of its own, the union would be
-			// blocked pushing to it, and a task blocked on its output takes
-			// no barrier (note 75).
-			slow := weir.Map(both, "slow", func(i int64) int64 {
-				time.Sleep(time.Millisecond) // 12 batches of 64: 0.8 s of backlog
-				return i
-			})
-			weir.Sink(slow, "discard", stdio.Print(io.Discard, func(dst []byte, i int64) []byte { return dst }))
-			if _, err := e.Execute(ctx); !errors.Is(err, context.Canceled) {
-				t.Fatalf("the job ended with %v, want cancelled", err)
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			expired := 0
-			for _, ev := range evs {
-				if ev.Kind == weir.EventCheckpointAborted && ev.Reason.String() == "expired" {
-					expired++
-				}
-			}
-			if expired > 0 {
-				t.Fatalf("%d checkpoints expired (timeout 500 ms) behind a backlog after end of data: %v", expired, summary(evs))
-			}
-		})
+		}
+	}})
+	both := weir.Union(weir.Source(e, "small", small), "both", []*weir.Stream[int64]{weir.Source(e, "endless", endless)})
+	if apart {
+		both = weir.Rebalance(both)
+	}
+	slow := weir.Map(both, "slow", func(i int64) int64 {
+		time.Sleep(time.Millisecond) // 12 batches of 64: 0.8 s of backlog
+		return i
+	})
+	weir.Sink(slow, "discard", stdio.Print(io.Discard, func(dst []byte, i int64) []byte { return dst }))
+	if _, err := e.Execute(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the job ended with %v, want cancelled", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	expired := 0
+	for _, ev := range evs {
+		if ev.Kind == weir.EventCheckpointAborted && ev.Reason.String() == "expired" {
+			expired++
+		}
+	}
+	if expired > 0 {
+		t.Fatalf("%d checkpoints expired (timeout 500 ms) behind a backlog after end of data: %v", expired, summary(evs))
 	}
 }

@@ -314,3 +314,71 @@ func BenchmarkCheckpointsUnderBackPressure(b *testing.B) {
 		})
 	}
 }
+
+// TestUnalignedBarrierPassesABackPressuredTask: between the source and an
+// operator slowed to a crawl sits a task that emits ten batches for each it
+// takes: it is back-pressured, and a task waiting in a push takes no
+// barrier, so its outputs force what has no room and it waits for room
+// between batches instead, taking barriers meanwhile (elastic outputs).
+// Unaligned checkpoints complete within their 400 ms timeout.
+func TestUnalignedBarrierPassesABackPressuredTask(t *testing.T) {
+	src, err := generator.New(generator.Config[int64]{Make: func(i int64) int64 { return i }, BatchSize: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	var evs []weir.JobEvent
+	completed := 0
+	env := weir.New(weir.Config{Job: "fanout", Parallelism: 2, BatchSize: 16,
+		Checkpoint: weir.CheckpointConfig{Alignment: weir.Unaligned, Interval: 100 * time.Millisecond, Timeout: 400 * time.Millisecond, TolerableFailures: 1000},
+		OnEvent: func(ev weir.JobEvent) {
+			if ev.Kind != weir.EventCheckpointCompleted && ev.Kind != weir.EventCheckpointAborted {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			evs = append(evs, ev)
+			if ev.Kind == weir.EventCheckpointCompleted {
+				if completed++; completed == 5 {
+					cancel()
+				}
+			}
+		}})
+	fanned := weir.FlatMap(weir.Rebalance(weir.Source(env, "numbers", src)), "fan", func(i int64, out weir.Collector[int64]) {
+		for j := range int64(10) {
+			out.Collect(i*10 + j)
+		}
+	})
+	slow := weir.Reduce(weir.KeyBy(fanned, func(int64) int64 { return 0 }), "slow", func(a, b int64) int64 {
+		time.Sleep(time.Millisecond) // the crawl: 16 ms a batch, 160 ms for what "fan" emits from one
+		return a + b
+	})
+	weir.Sink(slow, "discard", stdio.Print(io.Discard, func(dst []byte, i int64) []byte { return dst }))
+	done := make(chan error, 1)
+	go func() {
+		_, err := env.Execute(ctx)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("the job ended with %v, want cancelled", err)
+		}
+	case <-time.After(2 * time.Minute):
+		cancel()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("no 5 checkpoints within 2 minutes: %v", summary(evs))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, ev := range evs {
+		if ev.Kind == weir.EventCheckpointAborted && ev.Reason.String() == "expired" {
+			t.Fatalf("a checkpoint expired: %v", summary(evs))
+		}
+	}
+	t.Logf("%v", summary(evs))
+}

@@ -92,6 +92,15 @@ type OutputChannel interface {
 	// Queue.Overtake), followed by tail, the sender's batch not pushed yet
 	// (if tail is one).
 	Overtake(b, tail Event) error
+	// ForcePush appends e without waiting for room: it takes none, and the
+	// receiver queues it beyond the channel's capacity (Queue.PushPriority).
+	// A sender that forces an event waits for room (Room) before it takes
+	// more input, so that what it forces stays bounded.
+	ForcePush(e Event) error
+	// Room is signalled when the channel may have room again; HasRoom says
+	// whether it has.
+	Room() <-chan struct{}
+	HasRoom() bool
 }
 
 // InputChannel is the receiving side; one downstream task owns it.
@@ -104,6 +113,10 @@ type InputChannel interface {
 	// Promote lets the queued barriers triggered at deadline or earlier
 	// overtake the batches ahead of them (Queue.Promote).
 	Promote(deadline int64)
+	// TryPopControl takes the oldest event if it is a barrier or a cancel
+	// marker (Queue.PopControl): a task whose outputs have no room takes
+	// nothing else.
+	TryPopControl() (Event, bool)
 }
 
 // LocalChannel is a bounded FIFO between two tasks of one process.
@@ -211,9 +224,35 @@ func (c *LocalChannel) Overtake(b, tail Event) error {
 	return nil
 }
 
+func (c *LocalChannel) ForcePush(e Event) error {
+	c.mu.Lock()
+	c.q.PushPriority(e)
+	c.mu.Unlock()
+	signal(c.ready)
+	return nil
+}
+
+func (c *LocalChannel) Room() <-chan struct{} { return c.space }
+
+func (c *LocalChannel) HasRoom() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.q.Full()
+}
+
 func (c *LocalChannel) TryPop() (Event, bool) {
 	c.mu.Lock()
 	e, ok := c.q.Pop()
+	c.mu.Unlock()
+	if ok {
+		signal(c.space)
+	}
+	return e, ok
+}
+
+func (c *LocalChannel) TryPopControl() (Event, bool) {
+	c.mu.Lock()
+	e, ok := c.q.PopControl()
 	c.mu.Unlock()
 	if ok {
 		signal(c.space)
@@ -285,6 +324,20 @@ func (g *Gate) Promote(deadline int64) {
 	for _, c := range g.chans {
 		c.Promote(deadline)
 	}
+}
+
+// PollControl takes a barrier or cancel marker at the head of a channel that
+// is not blocked, if there is one.
+func (g *Gate) PollControl(blocked func(int) bool) (int, Event, bool) {
+	for i, c := range g.chans {
+		if blocked(i) {
+			continue
+		}
+		if e, ok := c.TryPopControl(); ok {
+			return i, e, true
+		}
+	}
+	return 0, Event{}, false
 }
 
 // Poll takes the next event from a channel that is not blocked, if any.

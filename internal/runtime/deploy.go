@@ -229,7 +229,8 @@ func (ts *Tasks) build(ctx context.Context, spec Spec, p Part, reports chan<- Re
 				continue
 			}
 			stats := spec.Stats.start(id(v, s), p.Attempt, spec.Now())
-			parts, err := spec.Build(&TaskBuild{Ctx: ctx, Vertex: vx, Subtask: s, Outputs: outs[v][s], BatchSize: spec.BatchSize, Stats: stats})
+			parts, err := spec.Build(&TaskBuild{Ctx: ctx, Vertex: vx, Subtask: s, Outputs: outs[v][s], BatchSize: spec.BatchSize, Stats: stats,
+				Elastic: mode == barrier.Unaligned || len(opts) > 0})
 			if err != nil {
 				return operator.Permanent(fmt.Errorf("build %s subtask %d: %w", vx.ID, s, err))
 			}

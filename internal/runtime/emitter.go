@@ -17,6 +17,10 @@ type Output interface {
 	// channel, ahead of what is queued there, with the records not pushed
 	// yet behind it (OutputChannel.Overtake): it never waits for room.
 	Overtake(b Event) error
+	// Congested returns, when an elastic output forced events beyond a
+	// channel's room that it still lacks, what signals room there; else
+	// nil.
+	Congested() <-chan struct{}
 	// Err is the first failure to push.
 	Err() error
 }
@@ -54,6 +58,14 @@ type Emitter[T any] struct {
 	// Stats, if set, counts the records pushed and the time spent waiting
 	// for room downstream.
 	Stats *TaskStats
+	// Elastic: a push never waits for room; it forces the event
+	// (OutputChannel.ForcePush), and the task waits for room before it
+	// takes more input (Congested), taking barriers meanwhile. Unaligned
+	// checkpoints need it: a task blocked in a push takes no barrier.
+	Elastic bool
+	// forced marks the channels an event was forced on, until they have
+	// room again.
+	forced []bool
 }
 
 // NewEmitter builds an emitter over outs. route nil sends every record to
@@ -158,10 +170,18 @@ func (e *Emitter[T]) next(i int) {
 	}
 }
 
-// send pushes ev to o, timing the wait when o has no room for it.
+// send pushes ev to o, timing the wait when o has no room for it; an
+// elastic emitter forces it instead.
 func (e *Emitter[T]) send(o OutputChannel, ev Event) error {
 	if ok, err := o.TryPush(ev); ok || err != nil {
 		return err
+	}
+	if e.Elastic {
+		if e.forced == nil {
+			e.forced = make([]bool, len(e.outs))
+		}
+		e.forced[slices.Index(e.outs, o)] = true
+		return o.ForcePush(ev)
 	}
 	start := time.Now()
 	err := o.Push(e.ctx, ev)
@@ -187,6 +207,19 @@ func (e *Emitter[T]) Broadcast(ev Event) error {
 		if err := e.send(o, ev); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+func (e *Emitter[T]) Congested() <-chan struct{} {
+	for i, f := range e.forced {
+		if !f {
+			continue
+		}
+		if !e.outs[i].HasRoom() {
+			return e.outs[i].Room()
+		}
+		e.forced[i] = false
 	}
 	return nil
 }

@@ -96,6 +96,9 @@ type TaskBuild struct {
 	// Stats are the subtask's counters (nil: not kept): its head counts
 	// the records it takes, its emitters what they send.
 	Stats *TaskStats
+	// Elastic: the emitters never wait for room (Emitter.Elastic), as
+	// unaligned checkpoints need.
+	Elastic bool
 }
 
 // TaskParts is one built subtask.

@@ -21,6 +21,10 @@ func NewQueue(capacity int) Queue {
 // Len is the number of queued events.
 func (q *Queue) Len() int { return len(q.buf) - q.head }
 
+// PriorityLen is the number of queued events pushed with Overtake or
+// PushPriority.
+func (q *Queue) PriorityLen() int { return q.priority }
+
 // Full reports whether the queue holds its capacity of ordinary events.
 func (q *Queue) Full() bool { return q.Len()-q.priority >= q.capacity }
 
@@ -32,6 +36,26 @@ func (q *Queue) Push(e Event) {
 	q.compact()
 	e.Priority = false
 	q.buf = append(q.buf, e)
+}
+
+// PushPriority appends e beyond the capacity: it takes no room (a network
+// channel sends it without a credit). See OutputChannel.ForcePush.
+func (q *Queue) PushPriority(e Event) {
+	q.compact()
+	e.Priority = true
+	q.buf = append(q.buf, e)
+	q.priority++
+}
+
+// PopControl takes the oldest event if it is a barrier or a cancel marker.
+func (q *Queue) PopControl() (Event, bool) {
+	if q.head == len(q.buf) {
+		return Event{}, false
+	}
+	if k := q.buf[q.head].Kind; k != KindBarrier && k != KindCancel {
+		return Event{}, false
+	}
+	return q.Pop()
 }
 
 // Pop takes the oldest event, if any.
@@ -100,8 +124,9 @@ func (q *Queue) Overtake(b, tail Event) {
 // the batches ahead of them, as Overtake places a barrier: the
 // aligned-checkpoint timeout makes a checkpoint unaligned once it is due,
 // whether its barriers reached the task or still wait in its input. A
-// promoted barrier keeps its room (Priority unset); its Overtaken counts
-// the batches it passed, as Overtake's.
+// promoted barrier keeps its Priority (whether it took room); its
+// Overtaken counts the batches it passed, as Overtake's. (An overtaking
+// barrier has none ahead of it since the last barrier: it stays.)
 func (q *Queue) Promote(deadline int64) {
 	from := q.head // after the last barrier or cancel marker
 	batches := 0   // batches queued since from
@@ -112,7 +137,7 @@ func (q *Queue) Promote(deadline int64) {
 			batches++
 			continue
 		case KindBarrier:
-			if batches > 0 && !e.Aligned && !e.Priority && e.Time <= deadline {
+			if batches > 0 && !e.Aligned && e.Time <= deadline {
 				e.Overtaken += batches
 				copy(q.buf[from+1:i+1], q.buf[from:i])
 				q.buf[from] = e

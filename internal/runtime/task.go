@@ -236,6 +236,14 @@ func (t *task) runSource(ctx context.Context) error {
 			return err
 		}
 		var wakeAt time.Time
+		if room := t.congested(); room != nil {
+			// Elastic outputs forced what they had no room for: poll again
+			// once there is room, taking triggers meanwhile.
+			if err := t.wait(ctx, nil, room, time.Time{}); err != nil {
+				return err
+			}
+			continue
+		}
 		if !t.inputEnded && t.suspendedAt == 0 {
 			res, err := t.source.Poll()
 			if err != nil {
@@ -264,7 +272,7 @@ func (t *task) runSource(ctx context.Context) error {
 		if err := t.flush(); err != nil {
 			return err
 		}
-		if err := t.wait(ctx, nil, wakeAt); err != nil {
+		if err := t.wait(ctx, nil, nil, wakeAt); err != nil {
 			return err
 		}
 	}
@@ -273,9 +281,6 @@ func (t *task) runSource(ctx context.Context) error {
 func (t *task) runInputs(ctx context.Context) error {
 	for {
 		if err := t.drainMailbox(ctx); err != nil || t.finished {
-			return err
-		}
-		if err := t.fireTimers(); err != nil {
 			return err
 		}
 		if t.alignedTO {
@@ -289,6 +294,27 @@ func (t *task) runInputs(ctx context.Context) error {
 				t.gate.Promote(now.Add(-t.alignTimeout).UnixNano())
 				t.nextPromote = now.Add(max(min(t.alignTimeout/4, 5*time.Millisecond), 100*time.Microsecond))
 			}
+		}
+		if room := t.congested(); room != nil {
+			// Elastic outputs forced what they had no room for: take
+			// barriers and cancel markers only until there is room.
+			if ch, ev, ok := t.gate.PollControl(t.aligner.Blocked); ok {
+				if err := t.handle(ctx, ch, ev); err != nil {
+					return err
+				}
+				continue
+			}
+			wakeAt, _ := t.aligner.Deadline()
+			if !wakeAt.IsZero() {
+				wakeAt = wakeAt.Add(time.Millisecond)
+			}
+			if err := t.wait(ctx, t.gate.Ready(), room, wakeAt); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := t.fireTimers(); err != nil {
+			return err
 		}
 		ch, ev, ok := t.gate.Poll(t.aligner.Blocked)
 		if ok {
@@ -315,15 +341,27 @@ func (t *task) runInputs(ctx context.Context) error {
 				wakeAt = at
 			}
 		}
-		if err := t.wait(ctx, t.gate.Ready(), wakeAt); err != nil {
+		if err := t.wait(ctx, t.gate.Ready(), nil, wakeAt); err != nil {
 			return err
 		}
 	}
 }
 
-// wait blocks until input may be ready, a control message comes, wakeAt
-// passes or ctx ends. A control message is handled here.
-func (t *task) wait(ctx context.Context, ready <-chan struct{}, wakeAt time.Time) error {
+// congested returns what signals room on an output that has none after
+// forcing events beyond it (elastic outputs), else nil.
+func (t *task) congested() <-chan struct{} {
+	for _, o := range t.outputs {
+		if r := o.Congested(); r != nil {
+			return r
+		}
+	}
+	return nil
+}
+
+// wait blocks until input may be ready, an output may have room (room:
+// the time waited is then back-pressure, not idleness), a control message
+// comes, wakeAt passes or ctx ends. A control message is handled here.
+func (t *task) wait(ctx context.Context, ready, room <-chan struct{}, wakeAt time.Time) error {
 	var timeout <-chan time.Time
 	if !wakeAt.IsZero() {
 		d := wakeAt.Sub(t.now())
@@ -335,16 +373,22 @@ func (t *task) wait(ctx context.Context, ready <-chan struct{}, wakeAt time.Time
 		timeout = tm.C
 	}
 	start := time.Now()
+	defer func() {
+		if room != nil {
+			t.stats.addBackPressure(time.Since(start))
+		} else {
+			t.stats.addIdle(time.Since(start))
+		}
+	}()
 	select {
 	case <-ready:
+	case <-room:
 	case <-timeout:
 	case m := <-t.mailbox:
-		t.stats.addIdle(time.Since(start))
 		return t.control(ctx, m)
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
-	t.stats.addIdle(time.Since(start))
 	return nil
 }
 

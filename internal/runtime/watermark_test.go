@@ -46,7 +46,8 @@ func (o logOutput) Broadcast(e Event) error {
 	*o.log = append(*o.log, "downstream: "+s)
 	return nil
 }
-func (o logOutput) Overtake(e Event) error { return o.Broadcast(e) }
+func (o logOutput) Overtake(e Event) error     { return o.Broadcast(e) }
+func (o logOutput) Congested() <-chan struct{} { return nil }
 
 func fmtTime(t int64) string {
 	switch t {

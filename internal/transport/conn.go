@@ -343,7 +343,7 @@ func (c *Conn) dispatch(f frame) error {
 		o.credits += n
 		signal(o.granted)
 		return nil
-	case typeEvent:
+	case typeEvent, typeForced:
 		c.mu.Lock()
 		in := c.inputs[f.channel]
 		c.mu.Unlock()
@@ -357,6 +357,12 @@ func (c *Conn) dispatch(f frame) error {
 		}
 		if spare.Batch != nil && e.Kind != runtime.KindBatch && tail.Kind != runtime.KindBatch {
 			in.spares.Put(spare) // unused: keep it for the next batch
+		}
+		if f.typ == typeForced {
+			if e.Priority {
+				return protocolErr("channel %d: a forced %v marked overtaking", f.channel, e)
+			}
+			return in.putForced(e)
 		}
 		return in.put(e, tail)
 	case typeKeepAlive:
@@ -442,10 +448,35 @@ func (o *Output) Overtake(b, tail runtime.Event) error {
 	return o.queue(appendOvertake(make([]byte, 0, o.sizeHint), o.ch, b, tail, o.codec), tail)
 }
 
+// ForcePush sends e without a credit: the receiver queues it beyond its
+// window (runtime.OutputChannel.ForcePush). Its error is the connection's,
+// once it failed.
+func (o *Output) ForcePush(e runtime.Event) error {
+	c := o.c
+	c.mu.Lock()
+	err := c.err
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return o.queue(appendEvent(make([]byte, 0, o.sizeHint), typeForced, o.ch, e, o.codec), e)
+}
+
+// Room is signalled when credits arrive.
+func (o *Output) Room() <-chan struct{} { return o.granted }
+
+// HasRoom reports whether the receiver granted room for an event.
+func (o *Output) HasRoom() bool {
+	c := o.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return o.credits > 0 || c.err != nil
+}
+
 // send encodes e and queues it for the connection's writer; its credit is
 // taken.
 func (o *Output) send(e runtime.Event) error {
-	return o.queue(appendEvent(make([]byte, 0, o.sizeHint), o.ch, e, o.codec), e)
+	return o.queue(appendEvent(make([]byte, 0, o.sizeHint), typeEvent, o.ch, e, o.codec), e)
 }
 
 // queue finishes frame f and queues it for the connection's writer. If
@@ -478,9 +509,6 @@ type Input struct {
 
 	mu sync.Mutex
 	q  runtime.Queue
-	// overtaking counts the queued barriers that came with Overtake
-	// (maxOvertaking).
-	overtaking int
 	// spares holds batches the task has handled, for the connection's
 	// reader to decode the next ones into (as many as can be in use).
 	spares runtime.BatchPool
@@ -499,13 +527,26 @@ func (in *Input) put(e, tail runtime.Event) error {
 		return protocolErr("channel %d: an event beyond the %d granted", in.ch, in.capacity)
 	case !e.Priority:
 		in.q.Push(e)
-	case in.overtaking == maxOvertaking:
+	case in.q.PriorityLen() >= maxOvertaking:
 		in.mu.Unlock()
-		return protocolErr("channel %d: more than %d overtaking barriers queued", in.ch, maxOvertaking)
+		return protocolErr("channel %d: more than %d overtaking barriers or forced events queued", in.ch, maxOvertaking)
 	default:
 		in.q.Overtake(e, tail)
-		in.overtaking++
 	}
+	in.mu.Unlock()
+	signal(in.ready)
+	return nil
+}
+
+// putForced queues an event the peer forced (ForcePush): beyond the
+// window, bounded as overtaking barriers are.
+func (in *Input) putForced(e runtime.Event) error {
+	in.mu.Lock()
+	if in.q.PriorityLen() >= maxOvertaking {
+		in.mu.Unlock()
+		return protocolErr("channel %d: more than %d overtaking barriers or forced events queued", in.ch, maxOvertaking)
+	}
+	in.q.PushPriority(e)
 	in.mu.Unlock()
 	signal(in.ready)
 	return nil
@@ -514,12 +555,17 @@ func (in *Input) put(e, tail runtime.Event) error {
 // TryPop takes the oldest event, if any, and grants its room back to the
 // sender, unless it came without a credit (an overtaking barrier or its
 // tail: Priority).
-func (in *Input) TryPop() (runtime.Event, bool) {
+func (in *Input) TryPop() (runtime.Event, bool) { return in.pop((*runtime.Queue).Pop) }
+
+// TryPopControl takes the oldest event if it is a barrier or a cancel
+// marker, and grants its room back as TryPop does.
+func (in *Input) TryPopControl() (runtime.Event, bool) {
+	return in.pop((*runtime.Queue).PopControl)
+}
+
+func (in *Input) pop(take func(*runtime.Queue) (runtime.Event, bool)) (runtime.Event, bool) {
 	in.mu.Lock()
-	e, ok := in.q.Pop()
-	if ok && e.Priority && e.Kind == runtime.KindBarrier {
-		in.overtaking--
-	}
+	e, ok := take(&in.q)
 	in.mu.Unlock()
 	if !ok || e.Priority {
 		return e, ok

@@ -286,7 +286,7 @@ func FuzzDecodeEvent(f *testing.F) {
 		{Kind: runtime.KindWatermark, Time: -1},
 		{Kind: runtime.KindEndOfData},
 	} {
-		fr := appendEvent(nil, 1, e, strings_)
+		fr := appendEvent(nil, typeEvent, 1, e, strings_)
 		f.Add(fr[6:]) // the payload: past length, type and a one-byte channel
 	}
 	b := runtime.Event{Kind: runtime.KindBarrier, ID: 6}
@@ -306,7 +306,7 @@ func FuzzDecodeEvent(f *testing.F) {
 		if e.Priority {
 			again = appendOvertake(nil, 1, e, tail, strings_)[6:]
 		} else {
-			again = appendEvent(nil, 1, e, strings_)[6:]
+			again = appendEvent(nil, typeEvent, 1, e, strings_)[6:]
 		}
 		e2, tail2, err := decodeEvent(again, strings_, runtime.Event{})
 		if err != nil || !sameEvent(e2, e) || !sameEvent(tail2, tail) {

@@ -38,18 +38,22 @@ import (
 // A credit frame's payload is a uvarint: how many more events the receiver
 // of the channel buffers. A keep-alive frame (channel 0) has none: a
 // connection that wrote nothing else for a while sends one, so that its
-// peer can tell a quiet connection from a cut one.
+// peer can tell a quiet connection from a cut one. A forced frame is an
+// event frame sent without a credit (Output.ForcePush): the receiver
+// queues it beyond the window, and grants nothing back for it.
 const (
 	typeHello     byte = 1
 	typeEvent     byte = 2
 	typeCredit    byte = 3
 	typeKeepAlive byte = 4
+	typeForced    byte = 5
 )
 
 // MaxFrameBytes bounds a frame: a batch must encode within it.
 const MaxFrameBytes = runtime.MaxBatchBytes
 
-// version 2: keep-alive frames. 3: barrier flags and trigger times, overtaking barriers.
+// version 2: keep-alive frames. 3: barrier flags and trigger times,
+// overtaking barriers, forced frames.
 const version = 3
 
 // Barrier flags: the byte after a barrier's checkpoint id.
@@ -103,11 +107,12 @@ func appendCredit(dst []byte, ch uint64, n int) []byte {
 	return binary.AppendUvarint(dst, uint64(n))
 }
 
-// appendEvent appends the frame of an event sent with a credit. NB:
-// e.Priority is not sent (an event popped from an Overtake may be pushed
-// on): a priority event takes no credit, so the receiver grants none back.
-func appendEvent(dst []byte, ch uint64, e runtime.Event, bc BatchCodec) []byte {
-	dst = appendHeader(dst, typeEvent, ch)
+// appendEvent appends the frame of an event sent with a credit (typ
+// typeEvent) or forced (typeForced). NB: e.Priority is not sent (an event
+// popped from an Overtake may be pushed on): the frame's type says whether
+// it took a credit.
+func appendEvent(dst []byte, typ byte, ch uint64, e runtime.Event, bc BatchCodec) []byte {
+	dst = appendHeader(dst, typ, ch)
 	dst = append(dst, byte(e.Kind))
 	switch e.Kind {
 	case runtime.KindBatch:

@@ -145,7 +145,7 @@ func BenchmarkChannel(b *testing.B) {
 			for i := range batch {
 				batch[i] = fmt.Sprintf("record-%09d", i)
 			}
-			frameBytes := len(appendEvent(nil, 1, runtime.Event{Kind: runtime.KindBatch, Batch: batch}, strings_))
+			frameBytes := len(appendEvent(nil, typeEvent, 1, runtime.Event{Kind: runtime.KindBatch, Batch: batch}, strings_))
 			go func() {
 				for range b.N {
 					if out.Push(context.Background(), runtime.Event{Kind: runtime.KindBatch, Batch: batch}) != nil {
