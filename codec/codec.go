@@ -8,6 +8,7 @@
 package codec
 
 import (
+	"encoding"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -213,10 +214,11 @@ func (h *Hasher[K]) Hash(k K) uint64 {
 
 // Faithful reports why the codec For returns for T cannot carry every
 // value of T unchanged, or nil if it can: JSON drops unexported struct
-// fields, cannot encode funcs, channels or complex numbers, and decodes an
-// interface into maps and float64s, not the value that was encoded. A type
-// that implements json.Marshaler and json.Unmarshaler (on its pointer)
-// decides for itself. Weir asks before records cross a process (a
+// fields and fields tagged json:"-", cannot encode funcs, channels or
+// complex numbers, and decodes an interface into maps and float64s, not
+// the value that was encoded. A type that implements json.Marshaler and
+// json.Unmarshaler, or encoding.TextMarshaler and TextUnmarshaler (on its
+// pointer), decides for itself. Weir asks before records cross a process (a
 // cluster's channels) or are stored (unaligned checkpoints' channel
 // state).
 func Faithful[T any]() error {
@@ -224,8 +226,10 @@ func Faithful[T any]() error {
 }
 
 var (
-	marshaler   = reflect.TypeFor[json.Marshaler]()
-	unmarshaler = reflect.TypeFor[json.Unmarshaler]()
+	marshaler       = reflect.TypeFor[json.Marshaler]()
+	unmarshaler     = reflect.TypeFor[json.Unmarshaler]()
+	textMarshaler   = reflect.TypeFor[encoding.TextMarshaler]()
+	textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
 )
 
 func faithful(t reflect.Type, seen map[reflect.Type]bool) error {
@@ -233,7 +237,8 @@ func faithful(t reflect.Type, seen map[reflect.Type]bool) error {
 		return nil
 	}
 	seen[t] = true
-	if t.Implements(marshaler) && reflect.PointerTo(t).Implements(unmarshaler) {
+	if t.Implements(marshaler) && reflect.PointerTo(t).Implements(unmarshaler) ||
+		t.Implements(textMarshaler) && reflect.PointerTo(t).Implements(textUnmarshaler) {
 		return nil
 	}
 	switch t.Kind() {
@@ -255,7 +260,7 @@ func faithful(t reflect.Type, seen map[reflect.Type]bool) error {
 				return fmt.Errorf("JSON drops unexported field %s of %s: export it, or give %s MarshalJSON and UnmarshalJSON", f.Name, t, t)
 			}
 			if f.Tag.Get("json") == "-" {
-				continue
+				return fmt.Errorf("JSON drops field %s of %s, tagged json:\"-\": drop the tag, or give %s MarshalJSON and UnmarshalJSON", f.Name, t, t)
 			}
 			if err := faithful(f.Type, seen); err != nil {
 				return fmt.Errorf("field %s of %s: %w", f.Name, t, err)

@@ -63,10 +63,16 @@ type Emitter[T any] struct {
 	// takes more input (Congested), taking barriers meanwhile. Unaligned
 	// checkpoints need it: a task blocked in a push takes no barrier.
 	Elastic bool
-	// forced marks the channels an event was forced on, until they have
-	// room again.
-	forced []bool
+	// forced counts the events forced on each channel since it last had
+	// room (MaxForced).
+	forced []int
 }
+
+// MaxForced bounds the events an elastic emitter forces on a channel
+// without finding room in between; past it, it waits for room, as a plain
+// emitter does: one input batch that fans out to many (a window firing
+// over many keys) stays bounded in memory.
+const MaxForced = 64
 
 // NewEmitter builds an emitter over outs. route nil sends every record to
 // outs[0]; a route returning BroadcastRoute sends it to all. now, if not
@@ -178,10 +184,12 @@ func (e *Emitter[T]) send(o OutputChannel, ev Event) error {
 	}
 	if e.Elastic {
 		if e.forced == nil {
-			e.forced = make([]bool, len(e.outs))
+			e.forced = make([]int, len(e.outs))
 		}
-		e.forced[slices.Index(e.outs, o)] = true
-		return o.ForcePush(ev)
+		if i := slices.Index(e.outs, o); e.forced[i] < MaxForced {
+			e.forced[i]++
+			return o.ForcePush(ev)
+		}
 	}
 	start := time.Now()
 	err := o.Push(e.ctx, ev)
@@ -213,13 +221,13 @@ func (e *Emitter[T]) Broadcast(ev Event) error {
 
 func (e *Emitter[T]) Congested() <-chan struct{} {
 	for i, f := range e.forced {
-		if !f {
+		if f == 0 {
 			continue
 		}
 		if !e.outs[i].HasRoom() {
 			return e.outs[i].Room()
 		}
-		e.forced[i] = false
+		e.forced[i] = 0
 	}
 	return nil
 }

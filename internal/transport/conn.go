@@ -45,14 +45,16 @@ const maxCredits = 1 << 16
 // maxChannels bounds the channels of one connection.
 const maxChannels = 1 << 16
 
-// maxOvertaking bounds the overtaking barriers an Input holds, each with
-// at most one tail batch: they take no credit, so without a bound a peer
-// could fill the receiver's memory. A sender forwards one per unaligned
-// checkpoint, at most 64 of which are pending at once
-// (checkpoint.MaxConcurrentLimit); the barriers of expired ones pile up
-// only while the receiving task takes nothing from the channel, and 1024
-// of them take many checkpoint timeouts.
-const maxOvertaking = 1024
+// maxOvertaking bounds the events an Input holds that came without a
+// credit: overtaking barriers with their tails, and forced events. Without
+// a bound a peer could fill the receiver's memory. A sender forwards one
+// barrier per unaligned checkpoint (at most 64 pending at once,
+// checkpoint.MaxConcurrentLimit), and forces at most
+// runtime.MaxForced events on a channel between two times it finds room,
+// which it finds at most once per event the receiver takes: so many take
+// a task that holds the channel's capacity and takes nothing for many
+// checkpoint timeouts.
+const maxOvertaking = 1 << 14
 
 // ErrClosed is the error of a connection closed by its owner.
 var ErrClosed = errors.New("transport: connection closed")
