@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash/crc32"
 	"reflect"
@@ -39,8 +38,9 @@ var channelStateMagic = []byte("wcs1")
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // ErrChannelStateDamaged is the error of channel state that does not
-// decode.
-var ErrChannelStateDamaged = errors.New("channel state damaged")
+// decode: damaged state (checkpoint.ErrStateDamaged), which a restore
+// treats as it treats other damaged state.
+var ErrChannelStateDamaged = fmt.Errorf("channel state damaged: %w", checkpoint.ErrStateDamaged)
 
 // channelInfo says where a gate channel comes from.
 type channelInfo struct {
@@ -194,7 +194,7 @@ type channelRestore struct {
 //     subtask i mod the new parallelism (their records may go anywhere);
 //   - broadcast: new subtask j takes old subtask j mod the old
 //     parallelism's, as every subtask gets every record.
-func (t *task) replay(r *channelRestore) (records int, err error) {
+func (t *task) replay(r *channelRestore) error {
 	hs := slices.Clone(r.handles)
 	slices.SortFunc(hs, func(a, b checkpoint.Handle) int { return a.Subtask - b.Subtask })
 	for _, h := range hs {
@@ -204,16 +204,16 @@ func (t *task) replay(r *channelRestore) (records int, err error) {
 		}
 		data, err := r.read(h)
 		if err != nil {
-			return records, fmt.Errorf("read channel state of %s subtask %d: %w", h.Operator, h.Subtask, err)
+			return fmt.Errorf("read channel state of %s subtask %d: %w", h.Operator, h.Subtask, err)
 		}
 		sections, err := decodeChannelState(data)
 		if err != nil {
-			return records, fmt.Errorf("channel state of %s subtask %d: %w", h.Operator, h.Subtask, err)
+			return fmt.Errorf("channel state of %s subtask %d: %w", h.Operator, h.Subtask, err)
 		}
 		for _, s := range sections {
 			bc := r.codecs[s.input]
 			if bc == nil {
-				return records, fmt.Errorf("channel state of %s subtask %d: %w: input %d, which the operator does not have", h.Operator, h.Subtask, ErrChannelStateDamaged, s.input)
+				return fmt.Errorf("channel state of %s subtask %d: %w: input %d, which the operator does not have", h.Operator, h.Subtask, ErrChannelStateDamaged, s.input)
 			}
 			whole, filter := same, false
 			if !same {
@@ -232,29 +232,27 @@ func (t *task) replay(r *channelRestore) (records int, err error) {
 			for _, b := range s.batches {
 				ev, err := DecodeBatch(b, bc, Event{})
 				if err != nil {
-					return records, fmt.Errorf("channel state of %s subtask %d: %w: %v", h.Operator, h.Subtask, ErrChannelStateDamaged, err)
+					return fmt.Errorf("channel state of %s subtask %d: %w: %v", h.Operator, h.Subtask, ErrChannelStateDamaged, err)
 				}
 				if filter {
 					if ev.Groups == nil {
-						return records, fmt.Errorf("channel state of %s subtask %d: %w: a hash channel's batch without key groups", h.Operator, h.Subtask, ErrChannelStateDamaged)
+						return fmt.Errorf("channel state of %s subtask %d: %w: a hash channel's batch without key groups", h.Operator, h.Subtask, ErrChannelStateDamaged)
 					}
 					ev = keepGroups(ev, r.keyGroups)
 				}
-				n := batchLen(ev.Batch)
-				if n == 0 {
+				if batchLen(ev.Batch) == 0 {
 					continue
 				}
 				if err := t.input.ProcessBatch(s.input, ev.Batch, ev.Times, ev.Groups); err != nil {
-					return records, fmt.Errorf("task %s: replay channel state: %w", t.id, err)
+					return fmt.Errorf("task %s: replay channel state: %w", t.id, err)
 				}
 				if err := t.outputErr(); err != nil {
-					return records, err
+					return err
 				}
-				records += n
 			}
 		}
 	}
-	return records, nil
+	return nil
 }
 
 // batchLen is the number of records of a batch (a []T).

@@ -221,7 +221,7 @@ func (t *task) run(ctx context.Context) (err error) {
 		return t.runSource(ctx)
 	}
 	if t.restore != nil {
-		if _, err := t.replay(t.restore); err != nil {
+		if err := t.replay(t.restore); err != nil {
 			return err
 		}
 		t.restore = nil
@@ -304,11 +304,7 @@ func (t *task) runInputs(ctx context.Context) error {
 				}
 				continue
 			}
-			wakeAt, _ := t.aligner.Deadline()
-			if !wakeAt.IsZero() {
-				wakeAt = wakeAt.Add(time.Millisecond)
-			}
-			if err := t.wait(ctx, t.gate.Ready(), room, wakeAt); err != nil {
+			if err := t.wait(ctx, t.gate.Ready(), room, t.switchAt()); err != nil {
 				return err
 			}
 			continue
@@ -335,16 +331,24 @@ func (t *task) runInputs(ctx context.Context) error {
 				wakeAt = at
 			}
 		}
-		if at, ok := t.aligner.Deadline(); ok {
-			// Tick must see the timeout passed, not reached.
-			if at = at.Add(time.Millisecond); wakeAt.IsZero() || at.Before(wakeAt) {
-				wakeAt = at
-			}
+		if at := t.switchAt(); !at.IsZero() && (wakeAt.IsZero() || at.Before(wakeAt)) {
+			wakeAt = at
 		}
 		if err := t.wait(ctx, t.gate.Ready(), nil, wakeAt); err != nil {
 			return err
 		}
 	}
+}
+
+// switchAt is when the task wakes for the aligned-checkpoint timeout to
+// switch the checkpoint in alignment (zero: none): just past its deadline,
+// which Tick must see passed, not reached.
+func (t *task) switchAt() time.Time {
+	at, ok := t.aligner.Deadline()
+	if !ok {
+		return time.Time{}
+	}
+	return at.Add(time.Millisecond)
 }
 
 // congested returns what signals room on an output that has none after
@@ -452,11 +456,9 @@ func (t *task) handle(ctx context.Context, ch int, ev Event) error {
 		return t.advance()
 	case KindBarrier:
 		t.traceBarrier(ch, ev.ID)
-		if ev.Time != 0 {
-			t.triggered[ev.ID] = ev.Time
-		}
 		var triggered time.Time
 		if ev.Time != 0 {
+			t.triggered[ev.ID] = ev.Time
 			triggered = time.Unix(0, ev.Time)
 		}
 		acts := t.aligner.OnBarrierTriggered(ch, ev.ID, triggered, ev.Aligned)
