@@ -149,7 +149,8 @@ func TestHAStopWithSavepointResumes(t *testing.T) {
 		restored = restored || strings.HasPrefix(l, "INFO restoring checkpoint") && strings.Contains(l, " checkpoint="+strconv.FormatUint(uint64(leader.res.StoppedWith), 10)+" ")
 	}
 	if !restored {
-		t.Errorf("the resumed run did not restore savepoint %d: %q", leader.res.StoppedWith, resumed.logs.after(time.Time{}, slog.LevelInfo))
+		ps, _ := c.Completed(context.Background(), "resumed")
+		t.Errorf("the resumed run did not restore savepoint %d: %q; completed in etcd: %+v; the leader's log: %q", leader.res.StoppedWith, resumed.logs.after(time.Time{}, slog.LevelInfo), ps, leader.logs.after(time.Time{}, slog.LevelInfo))
 	}
 	if _, ok := r.ended("resumed"); ok {
 		t.Error("the resumed job still has an end recorded")

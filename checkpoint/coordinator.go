@@ -101,6 +101,8 @@ type Coordinator struct {
 	exhausted map[TaskID]bool
 	finalFrom ID // once every source is exhausted: the least id that can serve as the final checkpoint
 	finishing bool
+	// held: no periodic trigger (Hold).
+	held bool
 
 	out []Action
 }
@@ -388,8 +390,13 @@ func (c *Coordinator) Cancel() {
 	}
 }
 
+// Hold stops (true) or resumes (false) periodic triggers: a job stopping
+// with a savepoint takes no checkpoint after it, which would otherwise
+// complete after the savepoint it stopped with and be restored instead.
+func (c *Coordinator) Hold(held bool) { c.held = held }
+
 func (c *Coordinator) maybeTrigger(now time.Time) {
-	if c.state != stateRunning || c.finishing {
+	if c.state != stateRunning || c.finishing || c.held {
 		return
 	}
 	periodic := 0

@@ -845,6 +845,9 @@ func (d *driver) runAttempt(parent context.Context) error {
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(ErrStopped)
 	d.stopWith = 0 // a stop an earlier attempt did not finish is not this one's
+	if d.coord != nil {
+		d.coord.Hold(false)
+	}
 	if err := d.deleteUnsure(); err != nil {
 		return err
 	}
@@ -908,6 +911,7 @@ func (d *driver) runAttempt(parent context.Context) error {
 				r.ID, r.Err = d.coord.TriggerSavepoint(d.spec.Now())
 				if r.Err == nil && req.Stop {
 					d.stopWith = r.ID
+					d.coord.Hold(true)
 				}
 			}
 			req.Reply <- r
@@ -1056,6 +1060,7 @@ func (d *driver) carryOut(ctx context.Context, x Execution) error {
 				delete(d.triggered, act.ID)
 				if act.ID == d.stopWith {
 					d.stopWith = 0 // the job runs on
+					d.coord.Hold(false)
 					d.log.Warn("the savepoint to stop with was aborted: the job runs on", "savepoint", act.ID, "reason", act.Reason, "err", act.Cause)
 				}
 				d.emit(JobEvent{Kind: EventCheckpointAborted, ID: act.ID, Reason: act.Reason, Err: act.Cause})
