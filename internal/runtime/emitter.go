@@ -72,7 +72,7 @@ type Emitter[T any] struct {
 // without finding room in between; past it, it waits for room, as a plain
 // emitter does: one input batch that fans out to many (a window firing
 // over many keys) stays bounded in memory.
-const MaxForced = 64
+const MaxForced = 16
 
 // NewEmitter builds an emitter over outs. route nil sends every record to
 // outs[0]; a route returning BroadcastRoute sends it to all. now, if not
