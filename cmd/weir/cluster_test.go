@@ -212,6 +212,9 @@ func TestClusterKill9Nexmark(t *testing.T) { clusterKill9Nexmark(t, "q5") }
 // the run in one process are aligned.
 func TestClusterKill9NexmarkUnaligned(t *testing.T) {
 	t.Run("q3-unaligned", func(t *testing.T) { clusterKill9Nexmark(t, "q3", "--checkpoint-alignment", "unaligned") })
+	if raceEnabled {
+		return // one variant under -race, which makes them long
+	}
 	t.Run("q8-timeout", func(t *testing.T) { clusterKill9Nexmark(t, "q8", "--aligned-checkpoint-timeout", "1ms") })
 }
 

@@ -76,9 +76,14 @@ func TestKill9AndRestoreLatest(t *testing.T) {
 }
 
 // TestKill9Unaligned is TestKill9AndRestoreLatest with unaligned
-// checkpoints, and with aligned ones a 1 ms timeout switches.
+// checkpoints, and with aligned ones a 1 ms timeout switches (not under
+// -race, which makes it long: see raceEnabled).
 func TestKill9Unaligned(t *testing.T) {
-	for _, args := range [][]string{{"--checkpoint-alignment", "unaligned"}, {"--aligned-checkpoint-timeout", "1ms"}} {
+	modes := [][]string{{"--checkpoint-alignment", "unaligned"}, {"--aligned-checkpoint-timeout", "1ms"}}
+	if raceEnabled {
+		modes = modes[:1]
+	}
+	for _, args := range modes {
 		t.Run(args[0][2:], func(t *testing.T) {
 			kill9Until(t, newJob(t, 4, 500_000), nil, append([]string{"--checkpoint-interval", "50ms"}, args...)...)
 		})
