@@ -243,7 +243,11 @@ func (ex *execution) Send(ctx context.Context, id checkpoint.TaskID, m runtime.C
 	if q == nil {
 		return
 	}
-	msg := &clusterpb.ControlMessage{Task: taskToProto(id), Kind: int32(m.Kind), Checkpoint: uint64(m.ID), EndOfInput: m.EndOfInput, Stop: m.Stop}
+	msg := &clusterpb.ControlMessage{Task: taskToProto(id), Kind: int32(m.Kind), Checkpoint: uint64(m.ID), EndOfInput: m.EndOfInput, Stop: m.Stop,
+		Aligned: m.Aligned}
+	if !m.Triggered.IsZero() {
+		msg.TriggeredUnixNanos = m.Triggered.UnixNano()
+	}
 	select {
 	case q <- msg:
 	case <-ctx.Done():

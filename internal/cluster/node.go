@@ -446,7 +446,11 @@ func (n *node) Control(ctx context.Context, req *connect.Request[clusterpb.Contr
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("worker %s does not run attempt %d", n.cfg.Name, req.Msg.GetAttempt()))
 	}
 	for _, m := range req.Msg.GetMessages() {
-		r.tasks.Send(ctx, taskFromProto(m.GetTask()), runtime.Control{Kind: runtime.ControlKind(m.GetKind()), ID: checkpoint.ID(m.GetCheckpoint()), EndOfInput: m.GetEndOfInput(), Stop: m.GetStop()})
+		c := runtime.Control{Kind: runtime.ControlKind(m.GetKind()), ID: checkpoint.ID(m.GetCheckpoint()), EndOfInput: m.GetEndOfInput(), Stop: m.GetStop(), Aligned: m.GetAligned()}
+		if n := m.GetTriggeredUnixNanos(); n != 0 {
+			c.Triggered = time.Unix(0, n)
+		}
+		r.tasks.Send(ctx, taskFromProto(m.GetTask()), c)
 	}
 	return connect.NewResponse(&clusterpb.ControlResponse{}), nil
 }

@@ -137,7 +137,7 @@ func (q *Queue) Promote(deadline int64) {
 			batches++
 			continue
 		case KindBarrier:
-			if batches > 0 && !e.Aligned && e.Time <= deadline {
+			if batches > 0 && !e.Aligned && e.Time != 0 && e.Time <= deadline {
 				e.Overtaken += batches
 				copy(q.buf[from+1:i+1], q.buf[from:i])
 				q.buf[from] = e

@@ -1086,12 +1086,17 @@ type ControlMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Task  *TaskID                `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
 	// kind is runtime.ControlKind.
-	Kind          int32  `protobuf:"varint,2,opt,name=kind,proto3" json:"kind,omitempty"`
-	Checkpoint    uint64 `protobuf:"varint,3,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
-	EndOfInput    bool   `protobuf:"varint,4,opt,name=end_of_input,json=endOfInput,proto3" json:"end_of_input,omitempty"`
-	Stop          bool   `protobuf:"varint,5,opt,name=stop,proto3" json:"stop,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Kind       int32  `protobuf:"varint,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Checkpoint uint64 `protobuf:"varint,3,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	EndOfInput bool   `protobuf:"varint,4,opt,name=end_of_input,json=endOfInput,proto3" json:"end_of_input,omitempty"`
+	Stop       bool   `protobuf:"varint,5,opt,name=stop,proto3" json:"stop,omitempty"`
+	// aligned: a trigger's checkpoint aligns in every mode (a savepoint, the
+	// final checkpoint); triggered_unix_nanos: when it was triggered (0:
+	// not said), from which the aligned-checkpoint timeout counts.
+	Aligned            bool  `protobuf:"varint,6,opt,name=aligned,proto3" json:"aligned,omitempty"`
+	TriggeredUnixNanos int64 `protobuf:"varint,7,opt,name=triggered_unix_nanos,json=triggeredUnixNanos,proto3" json:"triggered_unix_nanos,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ControlMessage) Reset() {
@@ -1157,6 +1162,20 @@ func (x *ControlMessage) GetStop() bool {
 		return x.Stop
 	}
 	return false
+}
+
+func (x *ControlMessage) GetAligned() bool {
+	if x != nil {
+		return x.Aligned
+	}
+	return false
+}
+
+func (x *ControlMessage) GetTriggeredUnixNanos() int64 {
+	if x != nil {
+		return x.TriggeredUnixNanos
+	}
+	return 0
 }
 
 type ControlRequest struct {
@@ -1822,7 +1841,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\tplacement\x18\x04 \x03(\v2\x1b.weir.cluster.v1.AssignmentR\tplacement\x12+\n" +
 	"\x05peers\x18\x05 \x03(\v2\x15.weir.cluster.v1.PeerR\x05peers\x12\x15\n" +
 	"\x06run_id\x18\a \x01(\tR\x05runId\"\x10\n" +
-	"\x0eDeployResponse\"\xa7\x01\n" +
+	"\x0eDeployResponse\"\xf3\x01\n" +
 	"\x0eControlMessage\x12+\n" +
 	"\x04task\x18\x01 \x01(\v2\x17.weir.cluster.v1.TaskIDR\x04task\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\x05R\x04kind\x12\x1e\n" +
@@ -1831,7 +1850,9 @@ const file_cluster_proto_rawDesc = "" +
 	"checkpoint\x12 \n" +
 	"\fend_of_input\x18\x04 \x01(\bR\n" +
 	"endOfInput\x12\x12\n" +
-	"\x04stop\x18\x05 \x01(\bR\x04stop\"g\n" +
+	"\x04stop\x18\x05 \x01(\bR\x04stop\x12\x18\n" +
+	"\aaligned\x18\x06 \x01(\bR\aaligned\x120\n" +
+	"\x14triggered_unix_nanos\x18\a \x01(\x03R\x12triggeredUnixNanos\"g\n" +
 	"\x0eControlRequest\x12\x18\n" +
 	"\aattempt\x18\x01 \x01(\x04R\aattempt\x12;\n" +
 	"\bmessages\x18\x02 \x03(\v2\x1f.weir.cluster.v1.ControlMessageR\bmessages\"\x11\n" +
