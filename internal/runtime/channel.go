@@ -240,19 +240,13 @@ func (c *LocalChannel) HasRoom() bool {
 	return !c.q.Full()
 }
 
-func (c *LocalChannel) TryPop() (Event, bool) {
-	c.mu.Lock()
-	e, ok := c.q.Pop()
-	c.mu.Unlock()
-	if ok {
-		signal(c.space)
-	}
-	return e, ok
-}
+func (c *LocalChannel) TryPop() (Event, bool) { return c.pop((*Queue).Pop) }
 
-func (c *LocalChannel) TryPopControl() (Event, bool) {
+func (c *LocalChannel) TryPopControl() (Event, bool) { return c.pop((*Queue).PopControl) }
+
+func (c *LocalChannel) pop(take func(*Queue) (Event, bool)) (Event, bool) {
 	c.mu.Lock()
-	e, ok := c.q.PopControl()
+	e, ok := take(&c.q)
 	c.mu.Unlock()
 	if ok {
 		signal(c.space)
