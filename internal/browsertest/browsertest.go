@@ -44,6 +44,13 @@ func Start(t *testing.T, timeout time.Duration) context.Context {
 		cancelBrowser()
 		cancelAlloc()
 	})
+	// Start the browser now, once: chromedp allocates it in the first Run,
+	// and after a failed allocation a later Run (a test's diagnostics on
+	// its failure path) allocates again on the same context, whose two
+	// exits then close one channel twice and panic the whole test binary.
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`true`)); err != nil {
+		t.Fatalf("start Chromium: %v", err)
+	}
 	return ctx
 }
 
