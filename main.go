@@ -181,6 +181,7 @@ func jobCommand(ctx context.Context, role Role, cfg Config, build func(*Environm
 	fl.DurationVar(&c.Checkpoint.Timeout, "checkpoint-timeout", c.Checkpoint.Timeout, "abort a checkpoint not complete after this long (0: 5m)")
 	fl.StringVar(&alignment, "checkpoint-alignment", c.Checkpoint.Alignment.String(), "exactly-once checkpoints: aligned, or unaligned (barriers overtake data in flight, which the checkpoint stores)")
 	fl.DurationVar(&c.Checkpoint.AlignedTimeout, "aligned-checkpoint-timeout", c.Checkpoint.AlignedTimeout, "switch an aligned checkpoint to unaligned at a task whose alignment lasts longer than this (0: never)")
+	fl.DurationVar(&c.BufferDebloat, "buffer-debloat", c.BufferDebloat, "size each subtask's input channels so that what they hold drains in about this long at its throughput, e.g. 1s (0: off)")
 	fl.IntVar(&c.Checkpoint.Retained, "checkpoints-retained", c.Checkpoint.Retained, "completed checkpoints kept (0: 1)")
 	fl.StringVar(&c.Restore, "restore", c.Restore, `start from a checkpoint: "latest" (in --checkpoint-dir), or in one process the path of a chk-<id> directory`)
 	fl.BoolVar(&c.Fresh, "fresh", c.Fresh, "start over: delete the job's checkpoints and the output of earlier runs")

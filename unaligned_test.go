@@ -271,9 +271,11 @@ func TestReplayComesBeforeTheFirstCheckpoint(t *testing.T) {
 }
 
 // BenchmarkCheckpointsUnderBackPressure: the crawling job's checkpoints,
-// aligned, unaligned and aligned with a 100 ms timeout, side by side: the
-// durations (trigger to completion) of 20 completed checkpoints, p50 and
-// p99 (of 20: the slowest), and their mean size and channel state.
+// aligned, unaligned and aligned with a 100 ms timeout, each without and
+// with buffer debloating to a 100 ms target, side by side: the durations
+// (trigger to completion) of 20 completed checkpoints, p50 and p99 (of 20:
+// the slowest), and their mean size and channel state (an unaligned
+// checkpoint's is the data in flight when it was taken).
 //
 //	go test -run '^$' -bench CheckpointsUnderBackPressure -benchtime 1x .
 func BenchmarkCheckpointsUnderBackPressure(b *testing.B) {
@@ -285,37 +287,45 @@ func BenchmarkCheckpointsUnderBackPressure(b *testing.B) {
 		{"unaligned", weir.CheckpointConfig{Alignment: weir.Unaligned}},
 		{"aligned-timeout-100ms", weir.CheckpointConfig{AlignedTimeout: 100 * time.Millisecond}},
 	} {
-		b.Run(c.name, func(b *testing.B) {
-			for b.Loop() {
-				c.cc.Timeout = time.Minute
-				evs := crawlJob(b, c.cc, func(evs []weir.JobEvent) bool {
-					n := 0
-					for _, ev := range evs {
-						if ev.Kind == weir.EventCheckpointCompleted {
-							n++
-						}
-					}
-					return n >= 20
-				})
-				var durs []time.Duration
-				var size, channel int64
-				for _, ev := range evs {
-					if ev.Kind != weir.EventCheckpointCompleted {
-						continue
-					}
-					durs = append(durs, ev.Duration)
-					size += ev.Size
-					for _, tt := range ev.Tasks {
-						channel += tt.ChannelState
-					}
-				}
-				slices.Sort(durs)
-				b.ReportMetric(float64(durs[len(durs)/2].Milliseconds()), "p50-ms")
-				b.ReportMetric(float64(durs[len(durs)-1].Milliseconds()), "p99-ms")
-				b.ReportMetric(float64(size)/float64(len(durs)), "bytes/checkpoint")
-				b.ReportMetric(float64(channel)/float64(len(durs)), "channel-bytes/checkpoint")
+		for _, debloat := range []time.Duration{0, 100 * time.Millisecond} {
+			name := c.name
+			if debloat > 0 {
+				name += "/debloat-" + debloat.String()
 			}
+			b.Run(name, func(b *testing.B) { benchmarkCrawl(b, weir.Config{Checkpoint: c.cc, BufferDebloat: debloat}) })
+		}
+	}
+}
+
+func benchmarkCrawl(b *testing.B, cfg weir.Config) {
+	for b.Loop() {
+		cfg.Checkpoint.Timeout = time.Minute
+		evs := crawl(b, cfg, func(evs []weir.JobEvent) bool {
+			n := 0
+			for _, ev := range evs {
+				if ev.Kind == weir.EventCheckpointCompleted {
+					n++
+				}
+			}
+			return n >= 20
 		})
+		var durs []time.Duration
+		var size, channel int64
+		for _, ev := range evs {
+			if ev.Kind != weir.EventCheckpointCompleted {
+				continue
+			}
+			durs = append(durs, ev.Duration)
+			size += ev.Size
+			for _, tt := range ev.Tasks {
+				channel += tt.ChannelState
+			}
+		}
+		slices.Sort(durs)
+		b.ReportMetric(float64(durs[len(durs)/2].Milliseconds()), "p50-ms")
+		b.ReportMetric(float64(durs[len(durs)-1].Milliseconds()), "p99-ms")
+		b.ReportMetric(float64(size)/float64(len(durs)), "bytes/checkpoint")
+		b.ReportMetric(float64(channel)/float64(len(durs)), "channel-bytes/checkpoint")
 	}
 }
 

@@ -191,6 +191,13 @@ type Config struct {
 	// StateBackend is where keyed state lives: on the heap (default), or
 	// in Pebble on local disk with incremental checkpoints.
 	StateBackend StateBackend
+	// BufferDebloat, when above 0, turns buffer debloating on, as Flink's
+	// (FLIP-183): each subtask sizes its input channels to its measured
+	// throughput so that what they hold takes about this long to drain
+	// (Flink's target is 1s). Less in flight makes aligned checkpoints
+	// faster under back-pressure and unaligned ones smaller. Default 0:
+	// off, every channel holds 16 batches.
+	BufferDebloat time.Duration
 	// WatermarkInterval is the least time between two watermarks of a
 	// source or AssignWatermarks (Flink's auto-watermark interval): event
 	// time moves on in steps of about this. Default 200ms.
@@ -584,7 +591,7 @@ func (e *Environment) spec(plan *graph.Plan) (runtime.Spec, error) {
 	cc := e.cfg.Checkpoint
 	spec := runtime.Spec{
 		Name: e.cfg.Job, Plan: plan, Build: e.build(plan), Mode: cc.Mode, Restart: e.cfg.Restart,
-		BatchSize: e.cfg.BatchSize, WatermarkInterval: e.cfg.WatermarkInterval, Logger: e.cfg.Logger, OnEvent: e.cfg.OnEvent,
+		BatchSize: e.cfg.BatchSize, BufferDebloat: e.cfg.BufferDebloat, WatermarkInterval: e.cfg.WatermarkInterval, Logger: e.cfg.Logger, OnEvent: e.cfg.OnEvent,
 		Checkpoint: checkpoint.Config{
 			Interval: cc.Interval, MinPause: cc.MinPause, Timeout: cc.Timeout, MaxConcurrent: cc.MaxConcurrent,
 			TolerableFailures: cc.TolerableFailures, Retained: cc.Retained, RetainOnCancel: !cc.DiscardOnCancel,
@@ -601,6 +608,9 @@ func (e *Environment) spec(plan *graph.Plan) (runtime.Spec, error) {
 	}
 	if err := e.cfg.StateBackend.Validate(); err != nil {
 		return spec, err
+	}
+	if e.cfg.BufferDebloat < 0 {
+		return spec, fmt.Errorf("buffer debloat target %v is negative: use 0 to turn debloating off, or a target such as 1s", e.cfg.BufferDebloat)
 	}
 	if e.cfg.WatermarkInterval < 0 {
 		return spec, fmt.Errorf("watermark interval %v is negative", e.cfg.WatermarkInterval)

@@ -292,6 +292,7 @@ func TestInvalidConfigurationFailsAtStart(t *testing.T) {
 		{weir.Config{Checkpoint: weir.CheckpointConfig{Interval: time.Second, Mode: weir.AtLeastOnce, Alignment: weir.Unaligned}}, "settings of mode exactly-once, not at-least-once"},
 		{weir.Config{Checkpoint: weir.CheckpointConfig{Interval: time.Second, AlignedTimeout: -time.Second}}, "aligned checkpoint timeout -1s is negative"},
 		{weir.Config{Checkpoint: weir.CheckpointConfig{Interval: time.Second, Alignment: weir.Unaligned, AlignedTimeout: time.Second}}, "with unaligned checkpoints"},
+		{weir.Config{Checkpoint: weir.CheckpointConfig{Interval: time.Second}, BufferDebloat: -time.Second}, "buffer debloat target -1s is negative"},
 		// High availability (issue 20).
 		{weir.Config{Checkpoint: weir.CheckpointConfig{Interval: time.Second, Dir: "/tmp/x"}, Cluster: weir.ClusterConfig{HA: "http://h:2379"}}, "want etcd://host:port"},
 		{weir.Config{Checkpoint: weir.CheckpointConfig{Interval: time.Second, Dir: "/tmp/x"}, Cluster: weir.ClusterConfig{HA: "etcd://h:2379", HATTL: 1500 * time.Millisecond}}, "want whole seconds"},

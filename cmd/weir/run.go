@@ -169,11 +169,14 @@ type jobFlags struct {
 	role    weir.Role
 	web     string
 	token   string
+	// debloat is the buffer debloating target (0: off).
+	debloat time.Duration
 }
 
 func (f *jobFlags) add(cmd *cobra.Command) {
 	f.checkpointFlags.add(cmd)
 	f.cluster.add(cmd, f.role)
+	cmd.Flags().DurationVar(&f.debloat, "buffer-debloat", 0, "size each subtask's input channels so that what they hold drains in about this long at its throughput, as Flink's buffer debloating, e.g. 1s (0: off)")
 	if f.role != weir.Worker {
 		cmd.Flags().StringVar(&f.web, "web", "", "serve the web UI (/), Prometheus metrics (/metrics) and the JSON API (/api/v1/) at this address, e.g. 127.0.0.1:8081 (:8081 is loopback too; 0.0.0.0:8081 every interface)")
 		cmd.Flags().StringVar(&f.token, "web-token", os.Getenv("WEIR_WEB_TOKEN"), "the token the API's savepoint and cancel requests must carry (default $WEIR_WEB_TOKEN; none: refused)")
@@ -195,6 +198,9 @@ func (f *jobFlags) settings(cmd *cobra.Command) (js jobSettings, err error) {
 	}
 	if js.sb, err = stateBackend(cmd, f.stateBackend, f.stateDir, f.incremental); err != nil {
 		return js, err
+	}
+	if f.debloat < 0 {
+		return js, fmt.Errorf("--buffer-debloat %v: must not be negative (0 turns debloating off)", f.debloat)
 	}
 	js.cl, err = f.cluster.config(f.role)
 	return js, err
@@ -251,7 +257,7 @@ its latest count), or standard output.`,
 			env, err := wordcount.Build(wordcount.Options{
 				Input: input, Output: output, MaxLineBytes: maxLineBytes, Checkpoint: cc, Parallelism: parallelism,
 				Restore: cf.restore, Fresh: cf.fresh, AllowNonRestoredState: cf.allowNonRestored,
-				Restart: js.restart, Logger: slog.Default(), StateBackend: js.sb, Cluster: js.cl, Web: jf.web, WebToken: jf.token, OnWeb: announceWeb,
+				Restart: js.restart, Logger: slog.Default(), StateBackend: js.sb, Cluster: js.cl, BufferDebloat: jf.debloat, Web: jf.web, WebToken: jf.token, OnWeb: announceWeb,
 				OnEvent: func(e weir.JobEvent) {
 					switch e.Kind {
 					case weir.EventCheckpointCompleted:

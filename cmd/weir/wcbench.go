@@ -91,14 +91,17 @@ func benchWordCount(ctx context.Context, w io.Writer, files, lines, parallelism,
 		mode      weir.Mode
 		interval  time.Duration
 		alignment weir.Alignment
+		debloat   time.Duration
 	}{
-		{"weir, checkpoints off", weir.NoCheckpoints, 0, weir.Aligned},
-		{"weir, checkpoints every 1s", weir.ExactlyOnce, time.Second, weir.Aligned},
-		{"weir, checkpoints every 100ms", weir.ExactlyOnce, 100 * time.Millisecond, weir.Aligned},
-		{"weir, unaligned every 100ms", weir.ExactlyOnce, 100 * time.Millisecond, weir.Unaligned},
+		{"weir, checkpoints off", weir.NoCheckpoints, 0, weir.Aligned, 0},
+		{"weir, checkpoints every 1s", weir.ExactlyOnce, time.Second, weir.Aligned, 0},
+		{"weir, checkpoints every 100ms", weir.ExactlyOnce, 100 * time.Millisecond, weir.Aligned, 0},
+		{"weir, unaligned every 100ms", weir.ExactlyOnce, 100 * time.Millisecond, weir.Unaligned, 0},
+		{"weir, 100ms, debloat to 1s", weir.ExactlyOnce, 100 * time.Millisecond, weir.Aligned, time.Second},
 	} {
 		configs = append(configs, config{c.name, func(r int) (wcResult, error) {
-			return runWeirWordCount(ctx, input, filepath.Join(dir, fmt.Sprintf("out-%s-%v-%d", c.mode, c.alignment, r)), parallelism, weir.CheckpointConfig{Mode: c.mode, Interval: c.interval, Alignment: c.alignment}, want)
+			out := filepath.Join(dir, fmt.Sprintf("out-%s-%v-%v-%d", c.mode, c.alignment, c.debloat, r))
+			return runWeirWordCount(ctx, input, out, parallelism, weir.CheckpointConfig{Mode: c.mode, Interval: c.interval, Alignment: c.alignment}, c.debloat, want)
 		}})
 	}
 	bin, why := buildWCFast(ctx, wcfastDir, dir)
@@ -146,7 +149,7 @@ func benchWordCount(ctx context.Context, w io.Writer, files, lines, parallelism,
 	return nil
 }
 
-func runWeirWordCount(ctx context.Context, input, output string, parallelism int, cc weir.CheckpointConfig, want map[string]int64) (wcResult, error) {
+func runWeirWordCount(ctx context.Context, input, output string, parallelism int, cc weir.CheckpointConfig, debloat time.Duration, want map[string]int64) (wcResult, error) {
 	defer os.RemoveAll(output)
 	ckpt, err := os.MkdirTemp("", "weir-bench-ckpt-")
 	if err != nil {
@@ -156,7 +159,7 @@ func runWeirWordCount(ctx context.Context, input, output string, parallelism int
 	env, err := wordcount.Build(wordcount.Options{
 		Input: input, Output: output, Parallelism: parallelism,
 		Checkpoint: weir.CheckpointConfig{Mode: cc.Mode, Interval: cc.Interval, Alignment: cc.Alignment, Dir: ckpt},
-		Logger:     slog.New(slog.DiscardHandler),
+		Logger:     slog.New(slog.DiscardHandler), BufferDebloat: debloat,
 	})
 	if err != nil {
 		return wcResult{}, err

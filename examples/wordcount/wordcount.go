@@ -53,6 +53,8 @@ type Options struct {
 	BeforeCount func(word string)
 	// Cluster makes the process a cluster's coordinator or worker.
 	Cluster weir.ClusterConfig
+	// BufferDebloat is weir.Config.BufferDebloat.
+	BufferDebloat time.Duration
 	// Web is where to serve the web UI, metrics and the API, WebToken what
 	// its mutations need, OnWeb hears the address it serves on
 	// (weir.Config.Web, WebToken, OnWeb).
@@ -98,7 +100,7 @@ func Build(o Options) (*weir.Environment, error) {
 	env := weir.New(weir.Config{
 		Job: "wordcount", Parallelism: o.Parallelism, Checkpoint: cc, Restore: o.Restore, Fresh: o.Fresh,
 		AllowNonRestoredState: o.AllowNonRestoredState, Restart: o.Restart, Logger: o.Logger, OnEvent: o.OnEvent,
-		StateBackend: o.StateBackend, Cluster: o.Cluster, Web: o.Web, WebToken: o.WebToken, OnWeb: o.OnWeb,
+		StateBackend: o.StateBackend, Cluster: o.Cluster, BufferDebloat: o.BufferDebloat, Web: o.Web, WebToken: o.WebToken, OnWeb: o.OnWeb,
 	})
 	lines, err := input(o)
 	if err != nil {

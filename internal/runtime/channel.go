@@ -103,6 +103,15 @@ type OutputChannel interface {
 	HasRoom() bool
 }
 
+// Resizable is implemented by input channels whose capacity their task
+// adapts to its throughput (buffer debloating, Debloater).
+type Resizable interface {
+	// SetCapacity makes the channel hold at most n ordinary events, n
+	// between 1 and the capacity it was made with; a smaller n takes
+	// effect as the task takes what the channel holds beyond it.
+	SetCapacity(n int)
+}
+
 // InputChannel is the receiving side; one downstream task owns it.
 type InputChannel interface {
 	// TryPop takes the oldest event, if any, without waiting.
@@ -232,6 +241,17 @@ func (c *LocalChannel) ForcePush(e Event) error {
 	return nil
 }
 
+// SetCapacity implements Resizable.
+func (c *LocalChannel) SetCapacity(n int) {
+	c.mu.Lock()
+	c.q.SetCapacity(n)
+	room := !c.q.Full()
+	c.mu.Unlock()
+	if room {
+		signal(c.space)
+	}
+}
+
 func (c *LocalChannel) Room() <-chan struct{} { return c.space }
 
 func (c *LocalChannel) HasRoom() bool {
@@ -304,6 +324,16 @@ func (g *Gate) Len() int { return len(g.chans) }
 func (g *Gate) Recycle(i int, e Event) {
 	if r, ok := g.chans[i].(Recycler); ok {
 		r.Recycle(e)
+	}
+}
+
+// SetCapacity sets the capacity of every channel that can adapt it
+// (Resizable) to n events.
+func (g *Gate) SetCapacity(n int) {
+	for _, c := range g.chans {
+		if r, ok := c.(Resizable); ok {
+			r.SetCapacity(n)
+		}
 	}
 }
 

@@ -253,6 +253,9 @@ func (ts *Tasks) build(ctx context.Context, spec Spec, p Part, reports chan<- Re
 			case operator.Input:
 				t.input, t.gate, t.inputOf = h, gates[v][s], inputOf[v][s]
 				t.aligner = barrier.New(mode, t.gate.Len(), opts...)
+				if spec.BufferDebloat > 0 && t.gate.Len() > 0 {
+					t.debloat = &debloat{Debloater: NewDebloater(spec.BufferDebloat, spec.ChannelCapacity)}
+				}
 				t.ended = make([]bool, t.gate.Len())
 				t.channels, t.persisting = channels[v][s], make([][]checkpoint.ID, t.gate.Len())
 				if t.restore, err = channelRestoreOf(spec, p, vx, s); err != nil {

@@ -133,6 +133,10 @@ type Spec struct {
 	Codec func(graph.Edge) BatchCodec
 
 	ChannelCapacity int // events per channel; default 16
+	// BufferDebloat, when above 0, makes each task size its input
+	// channels (at most ChannelCapacity events) so that what they hold
+	// takes about this long to drain at its throughput (Debloater).
+	BufferDebloat time.Duration
 	BatchSize       int // records per batch; default 512
 	// WatermarkInterval is the least time between two watermarks a source
 	// (or an assigner) emits, as Flink's auto-watermark interval; default

@@ -28,6 +28,11 @@ func (q *Queue) PriorityLen() int { return q.priority }
 // Full reports whether the queue holds its capacity of ordinary events.
 func (q *Queue) Full() bool { return q.Len()-q.priority >= q.capacity }
 
+// SetCapacity changes the capacity (buffer debloating). A queue holding
+// more than a smaller capacity keeps its events: it is Full until it has
+// drained below it.
+func (q *Queue) SetCapacity(n int) { q.capacity = n }
+
 // Push appends e, an ordinary event; the caller checked Full. NB: it
 // clears e.Priority, which an event taken after an Overtake carries: were
 // it pushed on with it set, Pop would count a priority event never

@@ -24,6 +24,7 @@ type TaskStats struct {
 	idle, backPressured atomic.Int64 // nanoseconds
 	watermark           atomic.Int64
 	commits, commitTime atomic.Int64 // a sink's; nanoseconds
+	inputCapacity       atomic.Int32 // buffer debloating's; 0: not debloated
 	state               atomic.Int32 // a TaskState
 }
 
@@ -90,6 +91,12 @@ func (s *TaskStats) addCommit(d time.Duration) {
 	}
 }
 
+func (s *TaskStats) setInputCapacity(n int) {
+	if s != nil {
+		s.inputCapacity.Store(int32(n))
+	}
+}
+
 func (s *TaskStats) setWatermark(wm int64) {
 	if s != nil {
 		s.watermark.Store(wm)
@@ -116,6 +123,9 @@ type SubtaskStats struct {
 	// committed, and CommitTime is the time they took.
 	Commits    int64
 	CommitTime time.Duration
+	// InputCapacity is the events each of its input channels may hold,
+	// as buffer debloating last sized them; 0 while it has not.
+	InputCapacity int
 }
 
 // Busy is the time the subtask worked.
@@ -173,6 +183,7 @@ func (r *Stats) Read(now time.Time) []SubtaskStats {
 			In: s.in.Load(), Out: s.out.Load(),
 			Idle: time.Duration(s.idle.Load()), BackPressured: time.Duration(s.backPressured.Load()),
 			Watermark: s.watermark.Load(), Commits: s.commits.Load(), CommitTime: time.Duration(s.commitTime.Load()),
+			InputCapacity: int(s.inputCapacity.Load()),
 		})
 	}
 	for _, s := range r.reported {

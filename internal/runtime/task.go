@@ -160,6 +160,36 @@ type task struct {
 	pending      map[checkpoint.ID]*pendingState
 	restore      *channelRestore
 	scratch      []Event
+
+	// debloat, if set, sizes the input channels to the task's throughput.
+	debloat *debloat
+}
+
+// debloat is a task's buffer debloating: its Debloater, and what it
+// measures in the current period.
+type debloat struct {
+	*Debloater
+	from   time.Time     // when the period began (zero: none yet)
+	events int           // batches taken since
+	waited time.Duration // time since spent waiting for input or room
+}
+
+// tick measures a period that ended by now and resizes the gate's
+// channels; the first call begins the first period.
+func (d *debloat) tick(now time.Time, g *Gate, stats *TaskStats) {
+	if d.from.IsZero() {
+		d.from = now
+		return
+	}
+	elapsed := now.Sub(d.from)
+	if elapsed < DebloatPeriod {
+		return
+	}
+	if c, changed := d.Observe(d.events, g.Len(), elapsed-d.waited); changed {
+		g.SetCapacity(c)
+		stats.setInputCapacity(c)
+	}
+	d.from, d.events, d.waited = now, 0, 0
 }
 
 // maxPending bounds the checkpoints whose channel state a task collects at
@@ -295,6 +325,9 @@ func (t *task) runInputs(ctx context.Context) error {
 				t.nextPromote = now.Add(max(min(t.alignTimeout/4, 5*time.Millisecond), 100*time.Microsecond))
 			}
 		}
+		if t.debloat != nil {
+			t.debloat.tick(time.Now(), t.gate, t.stats)
+		}
 		if room := t.congested(); room != nil {
 			// Elastic outputs forced what they had no room for: take
 			// barriers and cancel markers only until there is room.
@@ -314,6 +347,9 @@ func (t *task) runInputs(ctx context.Context) error {
 		}
 		ch, ev, ok := t.gate.Poll(t.aligner.Blocked)
 		if ok {
+			if t.debloat != nil && ev.Kind == KindBatch {
+				t.debloat.events++
+			}
 			if err := t.handle(ctx, ch, ev); err != nil {
 				return err
 			}
@@ -378,10 +414,14 @@ func (t *task) wait(ctx context.Context, ready, room <-chan struct{}, wakeAt tim
 	}
 	start := time.Now()
 	defer func() {
+		d := time.Since(start)
 		if room != nil {
-			t.stats.addBackPressure(time.Since(start))
+			t.stats.addBackPressure(d)
 		} else {
-			t.stats.addIdle(time.Since(start))
+			t.stats.addIdle(d)
+		}
+		if t.debloat != nil {
+			t.debloat.waited += d
 		}
 	}()
 	select {

@@ -511,6 +511,10 @@ type Input struct {
 
 	mu sync.Mutex
 	q  runtime.Queue
+	// withhold is how many of its capacity's credits the task's debloater
+	// keeps from the sender (SetCapacity); withheld, how many it has
+	// kept so far, by not granting back the room of events taken.
+	withhold, withheld int
 	// spares holds batches the task has handled, for the connection's
 	// reader to decode the next ones into (as many as can be in use).
 	spares runtime.BatchPool
@@ -568,16 +572,39 @@ func (in *Input) TryPopControl() (runtime.Event, bool) {
 func (in *Input) pop(take func(*runtime.Queue) (runtime.Event, bool)) (runtime.Event, bool) {
 	in.mu.Lock()
 	e, ok := take(&in.q)
-	in.mu.Unlock()
-	if !ok || e.Priority {
-		return e, ok
+	keep := ok && !e.Priority && in.withheld < in.withhold
+	if keep {
+		in.withheld++
 	}
+	in.mu.Unlock()
+	if ok && !e.Priority && !keep {
+		in.grant(1)
+	}
+	return e, ok
+}
+
+// SetCapacity implements runtime.Resizable: the sender may send at most n
+// events ahead of the task (n between 1 and the capacity the channel was
+// opened with). Shrinking, the receiver withholds the credits of the next
+// events its task takes; growing, it grants those it withheld at once.
+func (in *Input) SetCapacity(n int) {
+	in.mu.Lock()
+	in.withhold = in.capacity - min(max(n, 1), in.capacity)
+	give := max(in.withheld-in.withhold, 0)
+	in.withheld -= give
+	in.mu.Unlock()
+	if give > 0 {
+		in.grant(give)
+	}
+}
+
+// grant gives the sender n credits, with the connection's next write.
+func (in *Input) grant(n int) {
 	c := in.c
 	c.mu.Lock()
-	c.grant[in.ch]++
+	c.grant[in.ch] += n
 	c.mu.Unlock()
 	signal(c.wake)
-	return e, true
 }
 
 // Overtaken appends to dst the first k queued batches: those the barrier

@@ -173,6 +173,9 @@ type Subtask struct {
 	Commits       int64   `json:"sinkCommits,omitempty"`
 	CommitSeconds float64 `json:"sinkCommitSeconds,omitempty"`
 	CommitLatency float64 `json:"sinkCommitLatencySeconds,omitempty"`
+	// InputCapacity is the events each input channel may hold, as buffer
+	// debloating sized them; absent without debloating.
+	InputCapacity int `json:"inputCapacity,omitempty"`
 }
 
 // Failure is one failure that restarted the job.
@@ -336,7 +339,7 @@ func (s *Server) subtasks() []Subtask {
 		r := Subtask{Task: st.Task.String(), Vertex: st.Task.Vertex, Subtask: st.Task.Subtask, Attempt: st.Attempt, State: st.State.String(),
 			Uptime: st.Uptime.Seconds(), RecordsIn: st.In, RecordsOut: st.Out,
 			BusySeconds: st.Busy().Seconds(), IdleSeconds: st.Idle.Seconds(), BackPressuredSeconds: st.BackPressured.Seconds(),
-			Commits: st.Commits, CommitSeconds: st.CommitTime.Seconds()}
+			Commits: st.Commits, CommitSeconds: st.CommitTime.Seconds(), InputCapacity: st.InputCapacity}
 		if st.Watermark != operator.MinTime {
 			r.Watermark = &st.Watermark
 		}
@@ -381,11 +384,12 @@ var (
 	subtaskBPDesc   = prometheus.NewDesc("weir_subtask_backpressured_seconds_total", "Time a subtask waited for room downstream, in its current attempt.", subtaskLabels, nil)
 	subtaskBPRatio  = prometheus.NewDesc("weir_subtask_backpressure_ratio", "The share of the last second a subtask waited for room downstream.", subtaskLabels, nil)
 	sinkCommitDesc  = prometheus.NewDesc("weir_sink_commit_duration_seconds", "The time a subtask ending in a sink took to commit a completed checkpoint's output, in its current attempt.", subtaskLabels, nil)
+	subtaskCapDesc  = prometheus.NewDesc("weir_subtask_input_capacity", "Events each input channel of a subtask may hold, as buffer debloating sized them to its throughput (absent without debloating).", subtaskLabels, nil)
 	subtaskWMDesc   = prometheus.NewDesc("weir_subtask_watermark_seconds", "A subtask's event-time watermark, in seconds since the epoch (absent while it has none).", subtaskLabels, nil)
 )
 
 func (c operatorCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{recordsDesc, lateDesc, subtaskInDesc, subtaskOutDesc, subtaskBusyDesc, subtaskIdleDesc, subtaskBPDesc, subtaskBPRatio, subtaskWMDesc, sinkCommitDesc} {
+	for _, d := range []*prometheus.Desc{recordsDesc, lateDesc, subtaskInDesc, subtaskOutDesc, subtaskBusyDesc, subtaskIdleDesc, subtaskBPDesc, subtaskBPRatio, subtaskWMDesc, subtaskCapDesc, sinkCommitDesc} {
 		ch <- d
 	}
 }
@@ -405,6 +409,9 @@ func (c operatorCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(subtaskBPRatio, prometheus.GaugeValue, st.BackPressured, l...)
 		if st.Commits > 0 {
 			ch <- prometheus.MustNewConstSummary(sinkCommitDesc, uint64(st.Commits), st.CommitSeconds, nil, l...)
+		}
+		if st.InputCapacity > 0 {
+			ch <- prometheus.MustNewConstMetric(subtaskCapDesc, prometheus.GaugeValue, float64(st.InputCapacity), l...)
 		}
 		if st.Watermark != nil {
 			ch <- prometheus.MustNewConstMetric(subtaskWMDesc, prometheus.GaugeValue, float64(*st.Watermark)/1000, l...)

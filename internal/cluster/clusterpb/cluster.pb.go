@@ -355,7 +355,10 @@ type SubtaskStats struct {
 	Commits         int64                  `protobuf:"varint,9,opt,name=commits,proto3" json:"commits,omitempty"`
 	CommitNs        int64                  `protobuf:"varint,10,opt,name=commit_ns,json=commitNs,proto3" json:"commit_ns,omitempty"`
 	// state is a runtime.TaskState.
-	State         int32 `protobuf:"varint,11,opt,name=state,proto3" json:"state,omitempty"`
+	State int32 `protobuf:"varint,11,opt,name=state,proto3" json:"state,omitempty"`
+	// input_capacity: events per input channel, as buffer debloating sized
+	// them (0: not debloated).
+	InputCapacity int32 `protobuf:"varint,12,opt,name=input_capacity,json=inputCapacity,proto3" json:"input_capacity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -463,6 +466,13 @@ func (x *SubtaskStats) GetCommitNs() int64 {
 func (x *SubtaskStats) GetState() int32 {
 	if x != nil {
 		return x.State
+	}
+	return 0
+}
+
+func (x *SubtaskStats) GetInputCapacity() int32 {
+	if x != nil {
+		return x.InputCapacity
 	}
 	return 0
 }
@@ -1771,7 +1781,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x10HeartbeatRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x123\n" +
-	"\x05stats\x18\x03 \x03(\v2\x1d.weir.cluster.v1.SubtaskStatsR\x05stats\"\xe2\x02\n" +
+	"\x05stats\x18\x03 \x03(\v2\x1d.weir.cluster.v1.SubtaskStatsR\x05stats\"\x89\x03\n" +
 	"\fSubtaskStats\x12+\n" +
 	"\x04task\x18\x01 \x01(\v2\x17.weir.cluster.v1.TaskIDR\x04task\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x03R\aattempt\x12\x1b\n" +
@@ -1786,7 +1796,8 @@ const file_cluster_proto_rawDesc = "" +
 	"\acommits\x18\t \x01(\x03R\acommits\x12\x1b\n" +
 	"\tcommit_ns\x18\n" +
 	" \x01(\x03R\bcommitNs\x12\x14\n" +
-	"\x05state\x18\v \x01(\x05R\x05state\"\x13\n" +
+	"\x05state\x18\v \x01(\x05R\x05state\x12%\n" +
+	"\x0einput_capacity\x18\f \x01(\x05R\rinputCapacity\"\x13\n" +
 	"\x11HeartbeatResponse\":\n" +
 	"\x06TaskID\x12\x16\n" +
 	"\x06vertex\x18\x01 \x01(\tR\x06vertex\x12\x18\n" +
