@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -47,11 +48,14 @@ type clusterJob struct {
 	certs string
 	coord *child
 	addr  string
+	// flags every process takes (its checkpoints' alignment).
+	flags []string
 }
 
 func (j *clusterJob) args(role string, extra ...string) []string {
-	return append([]string{role, "wordcount", "--input", j.input, "--output", j.output, "--checkpoint-dir", j.ckpt,
-		"--parallelism", "3", "--checkpoint-interval", "100ms", "--certs", j.certs, "--log-level", "info"}, extra...)
+	args := append([]string{role, "wordcount", "--input", j.input, "--output", j.output, "--checkpoint-dir", j.ckpt,
+		"--parallelism", "3", "--checkpoint-interval", "100ms", "--certs", j.certs, "--log-level", "info"}, j.flags...)
+	return append(args, extra...)
 }
 
 func (j *clusterJob) worker(t *testing.T, name string) *child {
@@ -60,7 +64,13 @@ func (j *clusterJob) worker(t *testing.T, name string) *child {
 
 func startClusterJob(t *testing.T, files, lines int, coordArgs ...string) *clusterJob {
 	t.Helper()
-	j := &clusterJob{job: newJob(t, files, lines)}
+	return startClusterJobWith(t, files, lines, nil, coordArgs...)
+}
+
+// startClusterJobWith is startClusterJob with flags every process takes.
+func startClusterJobWith(t *testing.T, files, lines int, flags []string, coordArgs ...string) *clusterJob {
+	t.Helper()
+	j := &clusterJob{job: newJob(t, files, lines), flags: flags}
 	j.certs = filepath.Join(j.dir, "certs")
 	if out, err := exec.Command(weirBin, "cluster", "certs", "--out", j.certs).CombinedOutput(); err != nil {
 		t.Fatalf("%v\n%s", err, out)
@@ -120,9 +130,23 @@ func (j *clusterJob) checkpoints() int {
 // TestClusterKill9Workers runs the word count on a coordinator and three
 // worker processes, kills a worker with SIGKILL at random moments and
 // starts it again, four times, and checks the output by counting: no count
-// lost, none twice.
+// lost, none twice. It does with aligned checkpoints, unaligned ones and
+// aligned ones a 1 ms timeout switches (under -race: aligned and one of
+// the other two, drawn as unalignedVariants draws).
 func TestClusterKill9Workers(t *testing.T) {
-	j := startClusterJob(t, 4, 250_000)
+	modes := [][]string{{"--checkpoint-alignment", "unaligned"}, {"--aligned-checkpoint-timeout", "1ms"}}
+	if raceEnabled {
+		modes = [][]string{unalignedVariants(t)[0].args}
+	}
+	t.Run("aligned", func(t *testing.T) { clusterKill9Workers(t, nil) })
+	for _, m := range modes {
+		t.Run(m[0][2:], func(t *testing.T) { clusterKill9Workers(t, m) })
+	}
+}
+
+// clusterKill9Workers is TestClusterKill9Workers with the processes' flags.
+func clusterKill9Workers(t *testing.T, flags []string) {
+	j := startClusterJobWith(t, 4, 250_000, flags)
 	workers := map[string]*child{}
 	for i := 1; i <= 3; i++ {
 		name := fmt.Sprintf("worker-%d", i)
@@ -207,15 +231,39 @@ func committedSorted(t *testing.T, dir string) []string {
 // in one process.
 func TestClusterKill9Nexmark(t *testing.T) { clusterKill9Nexmark(t, "q5") }
 
-// TestClusterKill9NexmarkUnaligned is TestClusterKill9Nexmark with q3 and
-// q8 (joins), unaligned and with a 1 ms aligned timeout; the results of
-// the run in one process are aligned.
+// TestClusterKill9NexmarkUnaligned is TestClusterKill9Nexmark with q3, q5
+// and q8, unaligned and with a 1 ms aligned timeout; the results of the
+// run in one process are aligned. Under -race, which makes each long, it
+// runs one of the six, drawn (WEIR_SEED=n repeats a draw).
 func TestClusterKill9NexmarkUnaligned(t *testing.T) {
-	t.Run("q3-unaligned", func(t *testing.T) { clusterKill9Nexmark(t, "q3", "--checkpoint-alignment", "unaligned") })
-	if raceEnabled {
-		return // one variant under -race, which makes them long
+	for _, v := range unalignedVariants(t) {
+		t.Run(v.query+"-"+v.args[0][2:], func(t *testing.T) { clusterKill9Nexmark(t, v.query, v.args...) })
 	}
-	t.Run("q8-timeout", func(t *testing.T) { clusterKill9Nexmark(t, "q8", "--aligned-checkpoint-timeout", "1ms") })
+}
+
+// unalignedVariant is a Nexmark query with exchanges and the flags of
+// unaligned checkpoints or of an aligned timeout that switches them.
+type unalignedVariant struct {
+	query string
+	args  []string
+}
+
+// unalignedVariants returns the six variants, or under -race one of them,
+// drawn from WEIR_SEED (default: the time), which it logs.
+func unalignedVariants(t *testing.T) []unalignedVariant {
+	var vs []unalignedVariant
+	for _, q := range []string{"q3", "q5", "q8"} {
+		vs = append(vs, unalignedVariant{q, []string{"--checkpoint-alignment", "unaligned"}}, unalignedVariant{q, []string{"--aligned-checkpoint-timeout", "1ms"}})
+	}
+	if !raceEnabled {
+		return vs
+	}
+	seed := uint64(time.Now().UnixNano())
+	if s, err := strconv.ParseUint(os.Getenv("WEIR_SEED"), 10, 64); err == nil {
+		seed = s
+	}
+	t.Logf("WEIR_SEED=%d", seed)
+	return []unalignedVariant{vs[rand.New(rand.NewPCG(seed, 21)).IntN(len(vs))]}
 }
 
 // clusterKill9Nexmark runs query on a cluster with its checkpoints set by
@@ -276,5 +324,6 @@ func clusterKill9Nexmark(t *testing.T, query string, alignment ...string) {
 	if !slices.Equal(got, golden) {
 		t.Fatalf("%d results, the run in one process %d:\ncoordinator's log:\n%s", len(got), len(golden), j.coord.log)
 	}
-	t.Logf("%d results, as in one process, after %d attempts", len(got), j.attempt())
+	t.Logf("%d results, as in one process, after %d attempts; %d restores replayed channel state", len(got), j.attempt(),
+		strings.Count(j.coord.log.String(), `msg="channel state replayed"`))
 }

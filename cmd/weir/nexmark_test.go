@@ -3,12 +3,16 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/weirstream/weir/examples/nexmark"
 )
@@ -96,4 +100,80 @@ func TestNexmarkBadFlags(t *testing.T) {
 			t.Errorf("weir %s: %v\n%s\nwant %q", strings.Join(c.args, " "), err, out, c.want)
 		}
 	}
+}
+
+// TestKill9NexmarkUnaligned runs the Nexmark queries with exchanges (q3 and
+// q8: joins; q5: sliding windows) in one process, unaligned and with a 1 ms
+// aligned-checkpoint timeout (nearly every checkpoint switches), kills the
+// process with SIGKILL at random moments after a checkpoint completed,
+// three times, restarting it with --restore latest, and requires exactly
+// the results of a run without faults (aligned checkpoints). The generator
+// is not throttled: the queries back-pressure it, and the restores replay
+// channel state (required). Under -race it runs one of the six
+// (unalignedVariants).
+func TestKill9NexmarkUnaligned(t *testing.T) {
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 21))
+	vs := unalignedVariants(t)
+	dir := t.TempDir()
+	job := func(query, out string, extra ...string) []string {
+		return append([]string{"run", "nexmark", "--query", query, "--events", "1M", "--rate", "2000",
+			"--output", filepath.Join(dir, out), "--checkpoint-dir", filepath.Join(dir, "ckpt-"+out), "--parallelism", "2",
+			"--checkpoint-interval", "50ms", "--log-level", "info"}, extra...)
+	}
+	golden := map[string][]string{}
+	for i, v := range vs {
+		t.Run(v.query+"-"+v.args[0][2:], func(t *testing.T) {
+			if golden[v.query] == nil {
+				if out, err := exec.Command(weirBin, job(v.query, "golden-"+v.query)...).CombinedOutput(); err != nil {
+					t.Fatalf("%v\n%s", err, out)
+				}
+				if golden[v.query] = committedSorted(t, filepath.Join(dir, "golden-"+v.query)); len(golden[v.query]) == 0 {
+					t.Fatalf("%s found no results", v.query)
+				}
+			}
+			kill9Nexmark(t, rng, golden[v.query], func(extra ...string) []string {
+				return job(v.query, fmt.Sprint("killed-", i), append(extra, v.args...)...)
+			})
+		})
+	}
+}
+
+// kill9Nexmark runs the query job(extra...) says in one process, killing it
+// three times (then extra is --restore latest), and compares its results
+// with golden; see TestKill9NexmarkUnaligned.
+func kill9Nexmark(t *testing.T, rng *rand.Rand, golden []string, job func(extra ...string) []string) {
+	var p *child
+	replayed := 0
+	for kill := range 4 {
+		var extra []string
+		if kill > 0 {
+			extra = []string{"--restore", "latest"}
+		}
+		p = startProc(t, job(extra...)...)
+		if kill == 3 {
+			break
+		}
+		waitFor(t, "a checkpoint", func() bool { return strings.Contains(p.log.String(), `msg="checkpoint completed"`) || p.exited() })
+		if p.exited() {
+			t.Fatalf("run %d ended (%v) before its kill; the test needs a longer run\n%s", kill+1, p.err, p.log)
+		}
+		// The moment of the kill is the fault being injected.
+		time.Sleep(time.Duration(rng.IntN(150)) * time.Millisecond)
+		p.signal(syscall.SIGKILL)
+		replayed += strings.Count(p.log.String(), `msg="channel state replayed"`)
+	}
+	<-p.done
+	replayed += strings.Count(p.log.String(), `msg="channel state replayed"`)
+	if p.err != nil {
+		t.Fatalf("the last run: %v\n%s", p.err, p.log)
+	}
+	out := job()
+	got := committedSorted(t, out[slices.Index(out, "--output")+1])
+	if !slices.Equal(got, golden) {
+		t.Fatalf("%d results after 3 kills, a run without faults %d; the last run's log:\n%s", len(got), len(golden), p.log)
+	}
+	if replayed == 0 {
+		t.Fatalf("%d results as without faults, but no restore replayed channel state: the test's premise is gone", len(got))
+	}
+	t.Logf("%d results after 3 kills, as without faults; %d restores replayed channel state", len(got), replayed)
 }

@@ -137,7 +137,7 @@ type Spec struct {
 	// channels (at most ChannelCapacity events) so that what they hold
 	// takes about this long to drain at its throughput (Debloater).
 	BufferDebloat time.Duration
-	BatchSize       int // records per batch; default 512
+	BatchSize     int // records per batch; default 512
 	// WatermarkInterval is the least time between two watermarks a source
 	// (or an assigner) emits, as Flink's auto-watermark interval; default
 	// 200ms.

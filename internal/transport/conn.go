@@ -14,7 +14,9 @@
 // checkpoint (Output.Overtake): it is sent without a credit, so that it
 // passes a full window, and the receiver queues it ahead of the events it
 // holds (runtime.Queue.Overtake), beyond its capacity; taking it grants no
-// credit back. A receiver holds at most maxOvertaking of them.
+// credit back. A receiver holds at most maxOvertaking of them. A sender
+// holds back such frames (and forced events) until the receiver has
+// opened the channel, which its first credits say.
 //
 // A connection fails as a whole, on the first error: a malformed frame (an
 // ErrProtocol, naming what was wrong), a lost peer, a peer silent for the
@@ -343,6 +345,14 @@ func (c *Conn) dispatch(f frame) error {
 			return protocolErr("channel %d: more than %d credits", f.channel, maxCredits)
 		}
 		o.credits += n
+		if !o.opened {
+			// The frames forced or overtaking before the receiver opened
+			// the channel go first, ahead of what these credits send.
+			o.opened = true
+			c.queue = append(c.queue, o.early...)
+			o.early = nil
+			signal(c.wake)
+		}
 		signal(o.granted)
 		return nil
 	case typeEvent, typeForced:
@@ -381,12 +391,17 @@ func (c *Conn) dispatch(f frame) error {
 // Output is the sending side of a channel; it implements
 // runtime.OutputChannel. One goroutine pushes (and overtakes).
 type Output struct {
-	c        *Conn
-	ch       uint64
-	codec    BatchCodec
-	credits  int           // guarded by c.mu
-	granted  chan struct{} // signalled when credits arrive
-	sizeHint int           // the last frame's size
+	c       *Conn
+	ch      uint64
+	codec   BatchCodec
+	credits int           // guarded by c.mu
+	granted chan struct{} // signalled when credits arrive
+	// opened: the receiver has opened the channel (its first credits
+	// came); early holds the frames sent without a credit before then,
+	// which the receiver could not take yet. Both guarded by c.mu.
+	opened   bool
+	early    [][]byte
+	sizeHint int // the last frame's size
 	// spare is the last batch sent: encoded, so the pushing task may fill
 	// it again.
 	spare runtime.Event
@@ -494,6 +509,16 @@ func (o *Output) queue(f []byte, batch runtime.Event) error {
 		o.spare = batch
 	}
 	c.mu.Lock()
+	if !o.opened {
+		// Sent without a credit (forced, or an overtaking barrier) to a
+		// receiver that has not opened the channel yet, as a peer
+		// deploying the attempt's tasks later than this one: it would
+		// find no channel for the frame. It waits for the channel's
+		// first credits.
+		o.early = append(o.early, f)
+		c.mu.Unlock()
+		return nil
+	}
 	c.queue = append(c.queue, f)
 	c.mu.Unlock()
 	signal(c.wake)

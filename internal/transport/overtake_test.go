@@ -333,3 +333,50 @@ func TestOvertakingFloodFailsTheConnection(t *testing.T) {
 		t.Errorf("the receiver held %d overtaking barriers, want %d", n, maxOvertaking)
 	}
 }
+
+// A sender may force events and overtake with a barrier before the
+// receiver has opened the channel (a peer deploying its tasks later): the
+// frames wait for the channel's first credits, then arrive in order. They
+// used to cross at once and fail the connection ("an event on channel 1,
+// which was granted no credit"), seen on a cluster restarting with a 1 ms
+// aligned-checkpoint timeout.
+func TestCreditlessFramesWaitForTheChannelToOpen(t *testing.T) {
+	a, b := pair(t)
+	out, err := a.Output(1, strings_)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forced := batchOf("f.0", "f.1")
+	if err := out.ForcePush(forced); err != nil {
+		t.Fatal(err)
+	}
+	tail := batchOf("tail.0")
+	if err := out.Overtake(runtime.Event{Kind: runtime.KindBarrier, ID: 3}, tail); err != nil {
+		t.Fatal(err)
+	}
+	// Frames sent before the channel opens on another channel of the
+	// connection: once they arrived, the early ones would have too.
+	credits := newFence(t, a, b, 2)
+	credits.wait(t)
+	select {
+	case <-b.Done():
+		t.Fatalf("the receiver failed the connection: %v", b.Err())
+	default:
+	}
+	ready := make(chan struct{}, 1)
+	in, err := b.Input(1, strings_, 4, ready)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitQueued(t, in, ready, 3)
+	first := pop(t, in, ready)
+	if first.Kind != runtime.KindBarrier || first.ID != 3 || first.Overtaken != 2 {
+		t.Fatalf("first event: %+v, want barrier 3 having overtaken the forced batch and its tail", first)
+	}
+	forced.Priority, tail.Priority = true, true
+	for i, want := range []runtime.Event{forced, tail} {
+		if got := pop(t, in, ready); !sameEvent(got, want) {
+			t.Fatalf("event %d: %+v, want %+v", i, got, want)
+		}
+	}
+}
