@@ -179,9 +179,7 @@ func (x *Executor) Start(ctx context.Context, spec runtime.Spec, p runtime.Part,
 		slices.Sort(tasks)
 		x.log.Info("placed tasks", "attempt", p.Attempt, "worker", w.Name, "tasks", strings.Join(tasks, " "))
 	}
-	for id, w := range place {
-		req.Placement = append(req.Placement, &clusterpb.Assignment{Task: taskToProto(id), Worker: w})
-	}
+	req.Placement = placementToProto(place)
 	x.c.mu.Lock()
 	x.c.exec = ex
 	x.c.deployed = max(x.c.deployed, ex.attempt)
@@ -243,13 +241,8 @@ func (ex *execution) Send(ctx context.Context, id checkpoint.TaskID, m runtime.C
 	if q == nil {
 		return
 	}
-	msg := &clusterpb.ControlMessage{Task: taskToProto(id), Kind: int32(m.Kind), Checkpoint: uint64(m.ID), EndOfInput: m.EndOfInput, Stop: m.Stop,
-		Aligned: m.Aligned}
-	if !m.Triggered.IsZero() {
-		msg.TriggeredUnixNanos = m.Triggered.UnixNano()
-	}
 	select {
-	case q <- msg:
+	case q <- controlToProto(id, m):
 	case <-ctx.Done():
 	case <-ex.ctx.Done():
 	}

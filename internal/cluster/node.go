@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -262,10 +263,7 @@ func (n *node) Deploy(ctx context.Context, req *connect.Request[clusterpb.Deploy
 	n.arr.forget(m.GetAttempt())
 
 	spec := n.cfg.Spec
-	place := Placement{}
-	for _, a := range m.GetPlacement() {
-		place[taskFromProto(a.GetTask())] = a.GetWorker()
-	}
+	place := placementFromProto(m.GetPlacement())
 	addrs := map[string]string{}
 	for _, p := range m.GetPeers() {
 		addrs[p.GetWorker()] = p.GetDataAddress()
@@ -446,11 +444,8 @@ func (n *node) Control(ctx context.Context, req *connect.Request[clusterpb.Contr
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("worker %s does not run attempt %d", n.cfg.Name, req.Msg.GetAttempt()))
 	}
 	for _, m := range req.Msg.GetMessages() {
-		c := runtime.Control{Kind: runtime.ControlKind(m.GetKind()), ID: checkpoint.ID(m.GetCheckpoint()), EndOfInput: m.GetEndOfInput(), Stop: m.GetStop(), Aligned: m.GetAligned()}
-		if n := m.GetTriggeredUnixNanos(); n != 0 {
-			c.Triggered = time.Unix(0, n)
-		}
-		r.tasks.Send(ctx, taskFromProto(m.GetTask()), c)
+		id, c := controlFromProto(m)
+		r.tasks.Send(ctx, id, c)
 	}
 	return connect.NewResponse(&clusterpb.ControlResponse{}), nil
 }
@@ -542,6 +537,29 @@ func taskFromProto(t *clusterpb.TaskID) checkpoint.TaskID {
 	return checkpoint.TaskID{Vertex: t.GetVertex(), Subtask: int(t.GetSubtask())}
 }
 
+// controlToProto is the control message m to task id, as the coordinator
+// sends it to the task's worker. NB: every field of runtime.Control must
+// cross (TestWireRoundTrip draws them all): a dropped one once made
+// workers promote every barrier at once.
+func controlToProto(id checkpoint.TaskID, m runtime.Control) *clusterpb.ControlMessage {
+	p := &clusterpb.ControlMessage{Task: taskToProto(id), Kind: int32(m.Kind), Checkpoint: uint64(m.ID),
+		EndOfInput: m.EndOfInput, Stop: m.Stop, Aligned: m.Aligned}
+	if !m.Triggered.IsZero() {
+		p.TriggeredUnixNanos = m.Triggered.UnixNano()
+	}
+	return p
+}
+
+// controlFromProto is the task a control message goes to, and the message.
+func controlFromProto(p *clusterpb.ControlMessage) (checkpoint.TaskID, runtime.Control) {
+	m := runtime.Control{Kind: runtime.ControlKind(p.GetKind()), ID: checkpoint.ID(p.GetCheckpoint()),
+		EndOfInput: p.GetEndOfInput(), Stop: p.GetStop(), Aligned: p.GetAligned()}
+	if n := p.GetTriggeredUnixNanos(); n != 0 {
+		m.Triggered = time.Unix(0, n)
+	}
+	return taskFromProto(p.GetTask()), m
+}
+
 func reportToProto(r runtime.Report) *clusterpb.TaskReport {
 	p := &clusterpb.TaskReport{Task: taskToProto(r.Task), Kind: int32(r.Kind), Checkpoint: uint64(r.ID),
 		SyncNanos: int64(r.Sync), AlignNanos: int64(r.Align), AsyncNanos: int64(r.Async),
@@ -553,7 +571,10 @@ func reportToProto(r runtime.Report) *clusterpb.TaskReport {
 		p.HandlesJson, _ = json.Marshal(r.Handles) // plain data: cannot fail
 	}
 	if r.Err != nil {
-		p.Error = r.Err.Error()
+		// NB: proto3 strings must be UTF-8; a text quoting raw bytes (a
+		// record that did not parse) would make the report unsendable,
+		// retried for ever.
+		p.Error = strings.ToValidUTF8(r.Err.Error(), "\uFFFD")
 		p.Permanent = operator.IsPermanent(r.Err)
 		p.StateDamaged = runtime.DamagedState(r.Err)
 		var pe peerError
@@ -564,6 +585,13 @@ func reportToProto(r runtime.Report) *clusterpb.TaskReport {
 	}
 	return p
 }
+
+// damagedError is a worker's failure of damaged state: its text as the
+// worker's task wrote it, and errors.Is checkpoint.ErrStateDamaged, so
+// the driver falls back to the previous checkpoint as in one process.
+type damagedError struct{ error }
+
+func (damagedError) Is(target error) bool { return target == checkpoint.ErrStateDamaged }
 
 func reportFromProto(p *clusterpb.TaskReport) (runtime.Report, error) {
 	r := runtime.Report{Task: taskFromProto(p.GetTask()), Kind: runtime.ReportKind(p.GetKind()), ID: checkpoint.ID(p.GetCheckpoint()),
@@ -591,7 +619,7 @@ func reportFromProto(p *clusterpb.TaskReport) (runtime.Report, error) {
 	if p.GetError() != "" {
 		r.Err = errors.New(clipTo(p.GetError(), maxErrorBytes))
 		if p.GetStateDamaged() {
-			r.Err = fmt.Errorf("%w: %s", checkpoint.ErrStateDamaged, p.GetError())
+			r.Err = damagedError{r.Err}
 		}
 		if p.GetPermanent() {
 			r.Err = operator.Permanent(r.Err)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/graph"
+	"github.com/weirstream/weir/internal/cluster/clusterpb"
 )
 
 // Placement says which worker runs each subtask.
@@ -59,4 +60,20 @@ func Place(plan *graph.Plan, workers []Worker) (Placement, error) {
 		}
 	}
 	return p, nil
+}
+
+func placementToProto(p Placement) []*clusterpb.Assignment {
+	out := make([]*clusterpb.Assignment, 0, len(p))
+	for id, w := range p {
+		out = append(out, &clusterpb.Assignment{Task: taskToProto(id), Worker: w})
+	}
+	return out
+}
+
+func placementFromProto(as []*clusterpb.Assignment) Placement {
+	p := Placement{}
+	for _, a := range as {
+		p[taskFromProto(a.GetTask())] = a.GetWorker()
+	}
+	return p
 }
