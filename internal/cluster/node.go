@@ -575,7 +575,7 @@ func reportToProto(r runtime.Report) *clusterpb.TaskReport {
 		// record that did not parse) would make the report unsendable,
 		// retried for ever.
 		p.Error = strings.ToValidUTF8(r.Err.Error(), "\uFFFD")
-		p.Permanent = operator.IsPermanent(r.Err)
+		p.Permanent = runtime.IsPermanent(r.Err)
 		p.StateDamaged = runtime.DamagedState(r.Err)
 		var pe peerError
 		if errors.As(r.Err, &pe) {

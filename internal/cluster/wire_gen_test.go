@@ -38,6 +38,7 @@ import (
 	"github.com/weirstream/weir/internal/transport"
 	"github.com/weirstream/weir/operator"
 	"github.com/weirstream/weir/state"
+	"github.com/weirstream/weir/storage"
 )
 
 var wireSeeds = flag.Int("wire.seeds", 0, "values of each kind TestWireRoundTrip draws (0: $WEIR_WIRE_SEEDS, else 2000)")
@@ -480,10 +481,9 @@ func (g wireGen) time() time.Time {
 // sentinel runtime.DamagedState knows), of a peer's data connection, any
 // of them permanent and wrapped. Its text is never empty (the wire says
 // "no error" with an empty one), at times over maxErrorBytes, and at
-// times not UTF-8 (it quotes a record's raw bytes). NB: the wire carries
-// only those two classes; the driver's isPermanent also knows
-// checkpoint.ErrCorrupt, checkpoint.ErrMismatch and storage.ErrLeaseLost,
-// which a worker's report carries as errors a restart may fix.
+// times not UTF-8 (it quotes a record's raw bytes); or one of the errors
+// the driver fails the job for without a restart (runtime.IsPermanent),
+// which the wire carries as permanent.
 func (g wireGen) err() error {
 	if g.r.IntN(3) == 0 {
 		return nil
@@ -497,7 +497,13 @@ func (g wireGen) err() error {
 		text += "\xff\xfe" + g.text(g.r.IntN(4))
 	}
 	var err error
-	switch g.r.IntN(5) {
+	switch g.r.IntN(8) {
+	case 5:
+		err = fmt.Errorf("restore %s: %w", text, checkpoint.ErrCorrupt)
+	case 6:
+		err = fmt.Errorf("restore %s: %w", text, checkpoint.ErrMismatch)
+	case 7:
+		err = fmt.Errorf("commit %s: %w", text, storage.ErrLeaseLost)
 	case 0:
 		err = errors.New(text)
 	case 1:
@@ -565,8 +571,8 @@ func wireDiff(root string, sent, back any) []wireLoss {
 				lost("sent text %s, received %s", show(w.Error()), show(g.Error()))
 			case runtime.DamagedState(w) != runtime.DamagedState(g):
 				lost("sent an error of damaged state: %v, received one: %v", runtime.DamagedState(w), runtime.DamagedState(g))
-			case operator.IsPermanent(w) != operator.IsPermanent(g):
-				lost("sent a permanent error: %v, received one: %v", operator.IsPermanent(w), operator.IsPermanent(g))
+			case runtime.IsPermanent(w) != runtime.IsPermanent(g):
+				lost("sent a permanent error: %v, received one: %v", runtime.IsPermanent(w), runtime.IsPermanent(g))
 			}
 		case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Uint8:
 			if !bytes.Equal(want.Bytes(), got.Bytes()) {

@@ -645,7 +645,7 @@ func (d *driver) run(ctx context.Context) (Result, error) {
 					"checkpoint", d.point.Metadata.ID, "previous", prev.Metadata.ID, "dir", d.point.Where, "err", err)
 				d.point = prev
 			}
-		} else if isPermanent(err) {
+		} else if IsPermanent(err) {
 			return d.res, fmt.Errorf("job %s failed, and a restart cannot fix it: %w", d.spec.Name, err)
 		}
 		d.failures.Consecutive++
@@ -791,8 +791,10 @@ func uploaded(m *checkpoint.Metadata, before map[string]bool) int64 {
 	return n
 }
 
-// isPermanent reports whether err is one a restart cannot fix.
-func isPermanent(err error) bool {
+// IsPermanent reports whether err is a failure a restart cannot fix: the
+// job fails instead (a worker's report says so, for the coordinator's
+// driver to decide as this process's would).
+func IsPermanent(err error) bool {
 	return operator.IsPermanent(err) || errors.Is(err, storage.ErrLeaseLost) || errors.Is(err, state.ErrCorrupt) || errors.Is(err, checkpoint.ErrCorrupt) || errors.Is(err, checkpoint.ErrMismatch)
 }
 
