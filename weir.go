@@ -658,7 +658,7 @@ func (e *Environment) spec(plan *graph.Plan) (runtime.Spec, error) {
 			m, reader, err = storage.OpenCheckpoint(cc.FS, strings.TrimPrefix(r, "file://"))
 		}
 		if err != nil {
-			return spec, err
+			return spec, fmt.Errorf("restore: %w", err)
 		}
 		spec.Start.Point = &runtime.RestorePoint{Metadata: m, Read: reader.ReadState, Open: reader.OpenState, Where: r}
 	}

@@ -440,7 +440,7 @@ func OpenCheckpointURL(ctx context.Context, rawURL string) (*checkpoint.Metadata
 	}
 	id, ok := parseChk(parts[len(parts)-1])
 	if !ok || len(parts) < 2 {
-		return nil, nil, fmt.Errorf("restore from %s: not a checkpoint: expected <job>/chk-<id> or its %s", redact(u), MetadataFile)
+		return nil, nil, fmt.Errorf("checkpoint %s: not a checkpoint: expected <job>/chk-<id> or its %s", redact(u), MetadataFile)
 	}
 	job := parts[len(parts)-2]
 	u.Path = "/" + strings.Join(parts[:len(parts)-2], "/")
@@ -450,16 +450,16 @@ func OpenCheckpointURL(ctx context.Context, rawURL string) (*checkpoint.Metadata
 	}
 	data, err := b.bucket.ReadAll(bg(), chkName(id)+"/"+MetadataFile)
 	if gcerrors.Code(err) == gcerrors.NotFound {
-		return nil, nil, fmt.Errorf("restore from %s: no %s: the checkpoint never completed (%w)", redact(u), MetadataFile, err)
+		return nil, nil, fmt.Errorf("checkpoint %s: no %s: the checkpoint never completed (%w)", redact(u), MetadataFile, err)
 	} else if err != nil {
-		return nil, nil, fmt.Errorf("restore from %s: %s: %w", redact(u), MetadataFile, unavailable(err))
+		return nil, nil, fmt.Errorf("checkpoint %s: %s: %w", redact(u), MetadataFile, unavailable(err))
 	}
 	m, err := checkpoint.Decode(data)
 	if err != nil {
-		return nil, nil, fmt.Errorf("restore from %s: %w", rawURL, err)
+		return nil, nil, fmt.Errorf("checkpoint %s: %w", rawURL, err)
 	}
 	if m.ID != id {
-		return nil, nil, fmt.Errorf("restore from %s: %w: the metadata describes checkpoint %d", rawURL, checkpoint.ErrCorrupt, m.ID)
+		return nil, nil, fmt.Errorf("checkpoint %s: %w: the metadata describes checkpoint %d", rawURL, checkpoint.ErrCorrupt, m.ID)
 	}
 	return m, b, nil
 }

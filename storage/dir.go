@@ -474,7 +474,7 @@ func OpenCheckpoint(fs vfs.FS, path string) (*checkpoint.Metadata, Storage, erro
 		err = unavailable(err)
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("restore from %s: %w", path, err)
+		return nil, nil, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
 	chkDir, meta := path, fs.PathJoin(path, MetadataFile)
 	if !st.IsDir() {
@@ -482,22 +482,22 @@ func OpenCheckpoint(fs vfs.FS, path string) (*checkpoint.Metadata, Storage, erro
 	}
 	id, ok := parseChk(fs.PathBase(chkDir))
 	if !ok {
-		return nil, nil, fmt.Errorf("restore from %s: not a checkpoint: expected a chk-<id> directory or its %s file", path, MetadataFile)
+		return nil, nil, fmt.Errorf("checkpoint %s: not a checkpoint: expected a chk-<id> directory or its %s file", path, MetadataFile)
 	}
 	if _, err := fs.Stat(meta); errors.Is(err, os.ErrNotExist) {
-		return nil, nil, fmt.Errorf("restore from %s: no %s: the checkpoint never completed (%w)", path, MetadataFile, err)
+		return nil, nil, fmt.Errorf("checkpoint %s: no %s: the checkpoint never completed (%w)", path, MetadataFile, err)
 	} else if err != nil {
-		return nil, nil, fmt.Errorf("restore from %s: %w", meta, unavailable(err))
+		return nil, nil, fmt.Errorf("checkpoint %s: %w", meta, unavailable(err))
 	}
 	m, err := ReadMetadata(fs, meta)
 	if err != nil && !ProvenDamage(err) {
 		err = unavailable(err)
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("restore from %s: %w", path, err)
+		return nil, nil, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
 	if m.ID != id {
-		return nil, nil, fmt.Errorf("restore from %s: %w: the metadata describes checkpoint %d", path, checkpoint.ErrCorrupt, m.ID)
+		return nil, nil, fmt.Errorf("checkpoint %s: %w: the metadata describes checkpoint %d", path, checkpoint.ErrCorrupt, m.ID)
 	}
 	return m, newDir(fs, fs.PathDir(chkDir), DefaultInlineBytes), nil
 }

@@ -7,9 +7,12 @@ import (
 
 // Buffer debloating (Flink's FLIP-183): a task sizes its input channels so
 // that what they hold takes about a target time to drain at the rate the
-// task handles events when it works, not the capacity it was configured
+// task takes events while it has input, not the capacity it was configured
 // with. In-flight data then stays small, which makes aligned barriers
-// arrive sooner and unaligned checkpoints persist less.
+// arrive sooner and unaligned checkpoints persist less. Time spent waiting
+// for input does not count; time waiting for room downstream does, as in
+// Flink: a back-pressured task drains its inputs at the rate its
+// downstream lets it, and that is how long its backlog takes.
 
 // DebloatPeriod is how often a debloating task measures its throughput and
 // resizes its input channels, as Flink's buffer-debloat period.
@@ -31,9 +34,10 @@ const (
 type Debloater struct {
 	target time.Duration
 	max    int
-	// rate is the smoothed throughput, events per second of work; 0 before
-	// the first measurement.
+	// rate is the smoothed throughput, events per second of the time the
+	// task had input; measured says whether there was a measurement yet.
 	rate     float64
+	measured bool
 	capacity int
 }
 
@@ -47,17 +51,17 @@ func NewDebloater(target time.Duration, max int) *Debloater {
 func (d *Debloater) Capacity() int { return d.capacity }
 
 // Observe takes one period's measurement: events taken from channels
-// channels while working for busy (the period less the time the task
-// waited for input or for room downstream). It returns the capacity per
-// channel and whether it changed. A period without work says nothing of
-// the throughput and changes nothing.
+// channels in busy, the period less the time the task waited for input. It
+// returns the capacity per channel and whether it changed. A period
+// without events says nothing of the throughput and changes nothing (the
+// task measures on until it took one: see debloat.tick).
 func (d *Debloater) Observe(events, channels int, busy time.Duration) (int, bool) {
-	if busy <= 0 || channels <= 0 {
+	if events <= 0 || busy <= 0 || channels <= 0 {
 		return d.capacity, false
 	}
 	rate := float64(events) / busy.Seconds()
-	if d.rate == 0 {
-		d.rate = rate
+	if !d.measured {
+		d.rate, d.measured = rate, true
 	} else {
 		const alpha = 2.0 / (debloatSamples + 1)
 		d.rate += alpha * (rate - d.rate)

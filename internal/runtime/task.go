@@ -171,18 +171,20 @@ type debloat struct {
 	*Debloater
 	from   time.Time     // when the period began (zero: none yet)
 	events int           // batches taken since
-	waited time.Duration // time since spent waiting for input or room
+	waited time.Duration // time since spent waiting for input
 }
 
 // tick measures a period that ended by now and resizes the gate's
-// channels; the first call begins the first period.
+// channels; the first call begins the first period. A period lasts until
+// the task took a batch in it: one that takes longer than DebloatPeriod
+// to handle is measured with the time it took.
 func (d *debloat) tick(now time.Time, g *Gate, stats *TaskStats) {
 	if d.from.IsZero() {
 		d.from = now
 		return
 	}
 	elapsed := now.Sub(d.from)
-	if elapsed < DebloatPeriod {
+	if elapsed < DebloatPeriod || d.events == 0 {
 		return
 	}
 	if c, changed := d.Observe(d.events, g.Len(), elapsed-d.waited); changed {
@@ -419,9 +421,9 @@ func (t *task) wait(ctx context.Context, ready, room <-chan struct{}, wakeAt tim
 			t.stats.addBackPressure(d)
 		} else {
 			t.stats.addIdle(d)
-		}
-		if t.debloat != nil {
-			t.debloat.waited += d
+			if t.debloat != nil {
+				t.debloat.waited += d
+			}
 		}
 	}()
 	select {

@@ -637,8 +637,10 @@ func (s *Server) Handler() http.Handler {
 			return
 		}
 		if !stop {
-			w.WriteHeader(http.StatusAccepted)
-			writeJSON(w, Checkpoint{ID: id, Status: "triggered", Savepoint: true})
+			s.mu.Lock()
+			attempt := s.job.Attempt
+			s.mu.Unlock()
+			writeJSONStatus(w, http.StatusAccepted, Checkpoint{ID: id, Status: "triggered", At: s.now(), Attempt: attempt, Savepoint: true})
 			return
 		}
 		// Stop with a savepoint: answer once it completed; the job then
@@ -654,8 +656,7 @@ func (s *Server) Handler() http.Handler {
 			return
 		}
 		c.Tasks = nil
-		w.WriteHeader(http.StatusAccepted)
-		writeJSON(w, c)
+		writeJSONStatus(w, http.StatusAccepted, c)
 	}))
 	mux.HandleFunc("POST /api/v1/cancel", s.mutation(func(w http.ResponseWriter, r *http.Request) {
 		if s.control.Cancel == nil {
@@ -663,8 +664,7 @@ func (s *Server) Handler() http.Handler {
 			return
 		}
 		s.control.Cancel(requester(r))
-		w.WriteHeader(http.StatusAccepted)
-		writeJSON(w, map[string]string{"job": s.job.Name, "state": "cancelling"})
+		writeJSONStatus(w, http.StatusAccepted, map[string]string{"job": s.job.Name, "state": "cancelling"})
 	}))
 	return mux
 }
@@ -687,11 +687,16 @@ func (s *Server) mutation(h http.HandlerFunc) http.HandlerFunc {
 }
 
 // writeJSON answers v as JSON; an empty list is [], never null.
-func writeJSON(w http.ResponseWriter, v any) {
+func writeJSON(w http.ResponseWriter, v any) { writeJSONStatus(w, http.StatusOK, v) }
+
+// writeJSONStatus answers v as JSON with status code. NB: the header is
+// set before the status is written, after which it would be ignored.
+func writeJSONStatus(w http.ResponseWriter, code int, v any) {
 	if rv := reflect.ValueOf(v); rv.Kind() == reflect.Slice && rv.IsNil() {
 		v = []struct{}{}
 	}
 	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	if err := enc.Encode(v); err != nil {
@@ -701,7 +706,8 @@ func writeJSON(w http.ResponseWriter, v any) {
 
 // Serve listens on addr and serves h until stop is called. It returns the
 // address it listens on. An address without a host (":8081") is loopback:
-// every interface must be asked for ("0.0.0.0:8081").
+// every interface must be asked for ("0.0.0.0:8081"). On loopback it
+// serves only requests that name a loopback host (LoopbackHostsOnly).
 func Serve(addr string, h http.Handler) (bound string, stop func(), err error) {
 	if addr == "" {
 		return "", nil, errors.New("web: an address to listen on is required (127.0.0.1:8081, or 127.0.0.1:0 for any port)")
@@ -712,6 +718,9 @@ func Serve(addr string, h http.Handler) (bound string, stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", nil, fmt.Errorf("web: listen on %s: %w", addr, err)
+	}
+	if ip := ln.Addr().(*net.TCPAddr).IP; ip.IsLoopback() {
+		h = LoopbackHostsOnly(h)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan struct{})
@@ -726,3 +735,24 @@ func Serve(addr string, h http.Handler) (bound string, stop func(), err error) {
 		<-done
 	}, nil
 }
+
+// LoopbackHostsOnly refuses requests whose Host is not a loopback name
+// (localhost, 127.0.0.0/8, ::1): a page of another site whose name an
+// attacker points at 127.0.0.1 (DNS rebinding) must not read the API of a
+// server listening on loopback. Browsers send the name they resolved; a
+// name that resolves here is never trusted.
+func LoopbackHostsOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if hp, _, err := net.SplitHostPort(host); err == nil {
+			host = hp
+		}
+		host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+		if ip := net.ParseIP(host); !(strings.EqualFold(host, "localhost") || ip != nil && ip.IsLoopback()) {
+			http.Error(w, fmt.Sprintf("host %q is not this server's: it listens on loopback and answers requests for localhost, 127.0.0.1 or [::1] only (a name pointed at loopback may be DNS rebinding); to serve other names, listen on another address with --web", r.Host), http.StatusMisdirectedRequest)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+

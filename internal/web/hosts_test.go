@@ -1,0 +1,77 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/weirstream/weir/internal/runtime"
+)
+
+// TestLoopbackServerRefusesOtherHosts: a server on loopback answers
+// requests naming a loopback host, and refuses those naming another (a
+// DNS-rebinding page's), with 421 and the reason.
+func TestLoopbackServerRefusesOtherHosts(t *testing.T) {
+	s := New("demo", Feeds{Operators: func() []Operator { return nil }}, Control{}, nil)
+	addr, stop, err := Serve("127.0.0.1:0", s.Handler())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	get := func(host string) int {
+		req, err := http.NewRequest(http.MethodGet, "http://"+addr+"/api/v1/job", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, host := range []string{addr, "localhost:8081", "LOCALHOST", "127.0.0.1", "127.1.2.3:9", "[::1]:8081"} {
+		if code := get(host); code != http.StatusOK {
+			t.Errorf("Host %q: %d, want 200", host, code)
+		}
+	}
+	for _, host := range []string{"attacker.example:8081", "attacker.example", "10.0.0.1:8081", "localhost.attacker.example"} {
+		if code := get(host); code != http.StatusMisdirectedRequest {
+			t.Errorf("Host %q: %d, want 421", host, code)
+		}
+	}
+}
+
+// TestAcceptedAnswersAreJSON: the 202 answers of a savepoint and a cancel
+// say they are JSON, and a triggered savepoint says when and in which
+// attempt (they said text/plain, and the year 1, attempt 0).
+func TestAcceptedAnswersAreJSON(t *testing.T) {
+	now := time.Date(2026, 12, 2, 18, 0, 0, 0, time.UTC)
+	ctl := Control{Token: "t", Cancel: func(string) {}, Savepoint: func(context.Context, bool) (uint64, error) { return 7, nil }}
+	s := New("demo", Feeds{Operators: func() []Operator { return nil }}, ctl, func() time.Time { return now })
+	s.Observe(runtime.JobEvent{Kind: runtime.EventRunning, Attempt: 3})
+	h := s.Handler()
+	for _, path := range []string{"/api/v1/savepoints", "/api/v1/cancel"} {
+		req := httptest.NewRequest(http.MethodPost, path, nil)
+		req.Header.Set("Authorization", "Bearer t")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusAccepted || rec.Header().Get("Content-Type") != "application/json" {
+			t.Fatalf("POST %s: %d, %q", path, rec.Code, rec.Header().Get("Content-Type"))
+		}
+		if path != "/api/v1/savepoints" {
+			continue
+		}
+		var c Checkpoint
+		if err := json.Unmarshal(rec.Body.Bytes(), &c); err != nil {
+			t.Fatal(err)
+		}
+		if c.ID != 7 || c.Status != "triggered" || !c.At.Equal(now) || c.Attempt != 3 {
+			t.Fatalf("triggered savepoint: %+v, want id 7 at %v in attempt 3", c, now)
+		}
+	}
+}
