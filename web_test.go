@@ -108,8 +108,13 @@ func TestWebServesMetricsAndAPI(t *testing.T) {
 	if job := read("/api/v1/job"); !strings.Contains(job, `"state": "running"`) {
 		t.Fatalf("job: %s", job)
 	}
-	if cfg := read("/api/v1/config"); !strings.Contains(cfg, `"mode": "exactly-once"`) || !strings.Contains(cfg, `"role": "local"`) {
-		t.Fatalf("config: %s", cfg)
+	// The settings the job runs with, defaults filled in (issue 22: it
+	// said batch size 0 and a watermark interval of 0).
+	cfg := read("/api/v1/config")
+	for _, want := range []string{`"mode": "exactly-once"`, `"role": "local"`, `"batchSize": 512`, `"watermarkIntervalNanos": 200000000`, `"channelCapacity": 16`, `"bufferDebloatNanos": 0`} {
+		if !strings.Contains(cfg, want) {
+			t.Fatalf("config says no %s: %s", want, cfg)
+		}
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)

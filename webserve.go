@@ -39,7 +39,11 @@ type effectiveConfig struct {
 	Restart           string        `json:"restartStrategy"`
 	BatchSize         int           `json:"batchSize"`
 	WatermarkInterval time.Duration `json:"watermarkIntervalNanos"`
-	Role              string        `json:"role"`
+	// ChannelCapacity is the batches a channel holds; BufferDebloat the
+	// debloating target that sizes them below it (0: off).
+	ChannelCapacity int           `json:"channelCapacity"`
+	BufferDebloat   time.Duration `json:"bufferDebloatNanos"`
+	Role            string        `json:"role"`
 }
 
 // ErrCancelled is the error of a job cancelled through the API.
@@ -60,6 +64,7 @@ func (e *CancelledError) Is(target error) bool { return target == ErrCancelled }
 // job (cancel); stop stops it.
 func (e *Environment) serveWeb(spec *runtime.Spec, cancel context.CancelCauseFunc) (stop func(), err error) {
 	cc, _ := spec.Checkpoint.Normalize() // validated by spec()
+	runs := spec.WithDefaults()
 	storage := "memory"
 	if spec.Storage != nil {
 		storage = spec.Storage.Describe()
@@ -73,12 +78,12 @@ func (e *Environment) serveWeb(spec *runtime.Spec, cancel context.CancelCauseFun
 		role = "local"
 	}
 	ec := effectiveConfig{
-		Job: e.cfg.Job, Parallelism: e.cfg.Parallelism, MaxParallelism: e.cfg.MaxParallelism, Mode: spec.Mode.String(),
+		Job: e.cfg.Job, Parallelism: e.cfg.Parallelism, MaxParallelism: e.cfg.MaxParallelism, Mode: runs.Mode.String(),
 		Interval: cc.Interval, MinPause: cc.MinPause, Timeout: cc.Timeout, MaxConcurrent: cc.MaxConcurrent,
 		TolerableFailures: cc.TolerableFailures, Retained: cc.Retained, Alignment: alignment, AlignedTimeout: cc.AlignedTimeout,
 		RetainOnCancel: cc.RetainOnCancel, Storage: storage,
-		Restore: e.cfg.Restore, Fresh: e.cfg.Fresh, StateBackend: fmt.Sprint(e.cfg.StateBackend.Kind), Restart: fmt.Sprint(spec.Restart),
-		BatchSize: spec.BatchSize, WatermarkInterval: spec.WatermarkInterval, Role: role,
+		Restore: e.cfg.Restore, Fresh: e.cfg.Fresh, StateBackend: fmt.Sprint(e.cfg.StateBackend.Kind), Restart: fmt.Sprint(runs.Restart),
+		BatchSize: runs.BatchSize, WatermarkInterval: runs.WatermarkInterval, ChannelCapacity: runs.ChannelCapacity, BufferDebloat: runs.BufferDebloat, Role: role,
 	}
 	now := spec.Now
 	if now == nil {

@@ -78,7 +78,7 @@ type Tasks struct {
 // StartTasks builds the tasks of p, restoring p.Point, and runs each in
 // its goroutine until it ends, fails (reported as ReportFailed) or Stop.
 func StartTasks(parent context.Context, spec Spec, p Part, reports chan<- Report) (*Tasks, error) {
-	spec = spec.withDefaults()
+	spec = spec.WithDefaults()
 	ctx, cancel := context.WithCancelCause(parent)
 	ts := &Tasks{byID: map[checkpoint.TaskID]*task{}, cancel: cancel, pool: newPool(spec.SnapshotWorkers)}
 	if err := ts.build(ctx, spec, p, reports); err != nil {

@@ -324,8 +324,8 @@ type driver struct {
 	lease interface{ Held() error }
 }
 
-// withDefaults fills in what spec leaves unset.
-func (spec Spec) withDefaults() Spec {
+// WithDefaults fills in what spec leaves unset: the settings it runs with.
+func (spec Spec) WithDefaults() Spec {
 	if spec.Mode == 0 {
 		spec.Mode = ExactlyOnce
 	}
@@ -352,7 +352,7 @@ func newDriver(spec Spec) (_ *driver, err error) {
 	if spec.Name == "" || spec.Plan == nil || spec.Build == nil {
 		return nil, errors.New("runtime: a job needs a name, a plan and a builder")
 	}
-	spec = spec.withDefaults()
+	spec = spec.WithDefaults()
 	if spec.RunID == "" {
 		// NB: drawn here, where the run starts, not in withDefaults, which
 		// every worker of a cluster runs too.
