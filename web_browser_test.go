@@ -49,6 +49,13 @@ func TestWebUIInABrowser(t *testing.T) {
 	step("list the vertices", err)
 	failures, err := chromedp.Run(ctx, chromedp.Text(`#failures tbody`))
 	step("read the failures table", err)
+	batch, err := chromedp.Run(ctx, chromedp.Text(`#config tr[data-setting="batchSize"] td`))
+	step("read the configuration's batch size", err)
+	wm, err := chromedp.Run(ctx, chromedp.Text(`#config tr[data-setting="watermarkInterval"] td`))
+	step("read the configuration's watermark interval", err)
+	if batch != "16" || wm != "200 ms" {
+		t.Fatalf("the configuration table says batch size %q, watermark interval %q; the job runs with 16 (its own) and 200 ms (the default)", batch, wm)
+	}
 	status, err := chromedp.Run(ctx, chromedp.Text(`#updated`))
 	step("read the page's status", err)
 	if !strings.HasPrefix(status, "updated") || !strings.Contains(failures, "No failures.") {

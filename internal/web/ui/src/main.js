@@ -447,11 +447,27 @@ function cause(text) {
   return h('details', {}, h('summary', {}, first), h('pre', {}, rest.join('\n')));
 }
 
+// renderConfig lists the job's settings: durations (…Nanos) in seconds.
+function renderConfig(cfg) {
+  const rows = Object.entries(cfg || {}).map(([key, value]) => {
+    let name = key;
+    if (key.endsWith('Nanos') && typeof value === 'number') {
+      name = key.slice(0, -'Nanos'.length);
+      value = value ? fmtSeconds(value / 1e9) : '0 (off)';
+    }
+    return h('tr', { 'data-setting': name }, h('th', {}, name), h('td', {}, String(value)));
+  });
+  $('config').replaceChildren(...rows);
+}
+
 // ---- polling ----
 
 async function refresh() {
   try {
-    if (!ui.graph) [ui.graph, ui.config] = await Promise.all([api('graph'), api('config')]);
+    if (!ui.graph) {
+      [ui.graph, ui.config] = await Promise.all([api('graph'), api('config')]);
+      renderConfig(ui.config);
+    }
     const [job, cps, subtasks, failures] = await Promise.all([api('job'), api('checkpoints'), api('subtasks'), api('failures')]);
     ui.subtasks = subtasks;
     ui.checkpoints = cps;
