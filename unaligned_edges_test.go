@@ -249,7 +249,10 @@ func checkLineages(t *testing.T, out string, ps []int, n int64) {
 // came exactly once.
 func countJob(t *testing.T, cfg weir.Config, out string, n int64, o countFaults) *weir.Environment {
 	t.Helper()
-	cfg.Job, cfg.BatchSize, cfg.Logger = "counts", 16, quiet
+	cfg.Job, cfg.BatchSize = "counts", 16
+	if cfg.Logger == nil {
+		cfg.Logger = quiet
+	}
 	if cfg.Parallelism == 0 {
 		cfg.Parallelism = 2
 	}
@@ -280,18 +283,23 @@ func countJob(t *testing.T, cfg weir.Config, out string, n int64, o countFaults)
 	if o.slow != nil {
 		counts = weir.Map(counts, "slow", func(c wordcount.Count) wordcount.Count { o.slow(c); return c })
 	}
-	weir.Sink(counts, "out", sink)
+	newSink := sink
+	if o.sink != nil {
+		newSink = func() weir.SinkWriter[wordcount.Count] { return o.sink(sink()) }
+	}
+	weir.Sink(counts, "out", newSink)
 	return env
 }
 
 // countFaults are what countJob breaks on purpose: slow is called with
 // each count, in the counting task; lag with each number as the generator
 // makes it, in the source task, which reads read numbers at a time
-// (default 16, the batch size).
+// (default 16, the batch size); sink, if set, wraps the file sink.
 type countFaults struct {
 	slow func(wordcount.Count)
 	lag  func(int64)
 	read int
+	sink func(weir.SinkWriter[wordcount.Count]) weir.SinkWriter[wordcount.Count]
 }
 
 // countsWant is countJob's expected count of each key.
@@ -538,6 +546,151 @@ func savepointsUnderBackPressure(t *testing.T, cc weir.CheckpointConfig) {
 	rep, verr := wordcount.Verify(vfs.Default, out, countsWant(n), false)
 	if verr != nil || !rep.OK() {
 		t.Fatalf("after a stop with savepoint %d and a resume: %v %v", stop, rep, verr)
+	}
+}
+
+// slowSavepointSink delays the asynchronous part of subtask 0's snapshot
+// of checkpoint *slow by 300 ms (slow storage: the fault), and says in
+// *delayed that it did.
+type slowSavepointSink struct {
+	weir.SinkWriter[wordcount.Count]
+	sub     int
+	slow    *atomic.Int64
+	delayed *atomic.Bool
+}
+
+func (s *slowSavepointSink) Open(ctx *operator.Context) error {
+	s.sub = ctx.Subtask
+	return s.SinkWriter.Open(ctx)
+}
+
+func (s *slowSavepointSink) Snapshot(id checkpoint.ID) (operator.Async, error) {
+	async, err := s.SinkWriter.Snapshot(id)
+	if err != nil || s.sub != 0 || int64(id) != s.slow.Load() {
+		return async, err
+	}
+	return func(w operator.Writer) ([]checkpoint.Handle, error) {
+		time.Sleep(300 * time.Millisecond) // the fault: slow storage
+		s.delayed.Store(true)
+		if async == nil {
+			return nil, nil
+		}
+		return async(w)
+	}, nil
+}
+
+// TestUnalignedSavepointCompletedLateIsNoFailoverPoint: a savepoint does
+// not count against MaxConcurrent, so periodic unaligned checkpoints go on
+// while it aligns under back-pressure; one task writing the savepoint
+// slowly (300 ms) makes newer checkpoints complete before it. A failure
+// right after the savepoint completes must restore the newest completed
+// checkpoint, not the savepoint: the sinks have committed the newer
+// checkpoints' output, which a restore of the savepoint produces again
+// (the file sink deletes what it committed after the restored checkpoint;
+// a sink whose commits are final, a Kafka transaction, would hold it
+// twice). It did restore the savepoint: the failover point was whichever
+// checkpoint was announced complete last.
+func TestUnalignedSavepointCompletedLateIsNoFailoverPoint(t *testing.T) {
+	for _, cc := range reviewModes {
+		t.Run(modeName(cc), func(t *testing.T) { savepointCompletedLate(t, cc) })
+	}
+}
+
+func savepointCompletedLate(t *testing.T, cc weir.CheckpointConfig) {
+	const n = 20_000
+	out := t.TempDir()
+	cc.Interval, cc.Timeout, cc.TolerableFailures = 20*time.Millisecond, 30*time.Second, 1000
+	evs := newEvents()
+	var slowID atomic.Int64
+	var delayed, armed, fired atomic.Bool
+	addrs := make(chan string, 1)
+	logs := newLogRecords()
+	cfg := weir.Config{Checkpoint: cc, Restart: weir.FixedDelay{Delay: time.Millisecond, MaxAttempts: 3}, Logger: slog.New(logs),
+		Web: "127.0.0.1:0", WebToken: "tok", OnWeb: func(a string) { addrs <- a },
+		OnEvent: func(ev weir.JobEvent) {
+			if ev.Kind == weir.EventCheckpointCompleted && int64(ev.ID) == slowID.Load() {
+				armed.Store(true) // fail at once
+			}
+			evs.on(ev)
+		}}
+	slow := crawler()
+	env := countJob(t, cfg, out, n, countFaults{
+		slow: func(c wordcount.Count) {
+			if !armed.Load() {
+				slow(c)
+			} else if fired.CompareAndSwap(false, true) {
+				panic(fmt.Sprintf("injected failure at %s %d", c.Word, c.Count))
+			}
+		},
+		sink: func(w weir.SinkWriter[wordcount.Count]) weir.SinkWriter[wordcount.Count] {
+			return &slowSavepointSink{SinkWriter: w, slow: &slowID, delayed: &delayed}
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	done := make(chan struct{})
+	defer func() { cancel(); <-done }() // a test that fails midway ends the job
+	var res weir.Result
+	var err error
+	go func() {
+		defer close(done)
+		res, err = env.Execute(ctx)
+	}()
+	addr := <-addrs
+	k := 0
+	evs.wait(t, "two checkpoints with channel state", 30*time.Second, done, func(ev weir.JobEvent) bool {
+		if withChannelState(ev) {
+			k++
+		}
+		return k == 2
+	})
+	sp, perr := postSavepoint(addr, false)
+	if perr != nil {
+		t.Fatal(perr)
+	}
+	// NB: the savepoint aligns behind the backlog, for 100 ms or more,
+	// before the counting tasks snapshot it: time enough to say which.
+	slowID.Store(int64(sp))
+	<-done
+	if err != nil {
+		t.Fatalf("the job failed: %v", err)
+	}
+	all := evs.all()
+	if !delayed.Load() || res.Attempts != 2 {
+		t.Fatalf("savepoint %d delayed: %v; %d attempts, want 2: %v", sp, delayed.Load(), res.Attempts, summary(all))
+	}
+	// The newest checkpoint completed before the failure, and the one the
+	// second attempt restored.
+	var newest, restored checkpoint.ID
+	var savepointAt int
+	failed := false
+	for i, ev := range all {
+		switch {
+		case ev.Kind == weir.EventRestarting:
+			failed = true
+		case ev.Kind == weir.EventCheckpointCompleted && !failed:
+			newest = max(newest, ev.ID)
+			if ev.ID == sp {
+				savepointAt = i
+			}
+		case ev.Kind == weir.EventRunning && ev.Attempt == 2:
+			restored = ev.RestoredFrom
+		}
+	}
+	if newest <= sp {
+		t.Fatalf("no checkpoint after savepoint %d completed before it: %v", sp, summary(all))
+	}
+	t.Logf("savepoint %d completed after checkpoint %d; the failure restored %d: %v", sp, newest, restored, summary(all[:savepointAt+1]))
+	if restored != newest {
+		t.Errorf("the failover restored checkpoint %d, want the newest completed, %d (savepoint %d completed after it)", restored, newest, sp)
+	}
+	for _, l := range logs.after(time.Time{}, slog.LevelWarn) {
+		if strings.Contains(l, "rolling back output committed after the restored checkpoint") {
+			t.Errorf("committed output was deleted: %s", l)
+		}
+	}
+	rep, verr := wordcount.Verify(vfs.Default, out, countsWant(n), false)
+	if verr != nil || !rep.OK() {
+		t.Fatalf("after the failure: %v %v", rep, verr)
 	}
 }
 

@@ -1064,7 +1064,15 @@ func (d *driver) carryOut(ctx context.Context, x Execution) error {
 				d.failures.Consecutive = 0 // progress: restart attempts count afresh
 				// A failover restores the newest checkpoint this run
 				// completed, never one an earlier run left in storage.
-				d.point = &RestorePoint{Metadata: d.persisted[act.ID], Read: d.spec.Storage.ReadState, Open: d.spec.Storage.OpenState, Where: d.spec.Storage.Describe()}
+				// NB: the newest by id, not the last announced: a
+				// savepoint (it does not count against MaxConcurrent)
+				// may complete after newer periodic checkpoints whose
+				// output the sinks have committed since; restoring it
+				// would produce that output again
+				// (TestUnalignedSavepointCompletedLateIsNoFailoverPoint).
+				if d.point == nil || act.ID > d.point.Metadata.ID {
+					d.point = &RestorePoint{Metadata: d.persisted[act.ID], Read: d.spec.Storage.ReadState, Open: d.spec.Storage.OpenState, Where: d.spec.Storage.Describe()}
+				}
 				delete(d.persisted, act.ID)
 				_ = d.deleteUnsure() // retried before the next attempt, and at the end
 				for _, t := range d.tasks.All {
