@@ -1038,8 +1038,18 @@ func (d *driver) carryOut(ctx context.Context, x Execution) error {
 					slowest := tasks[len(tasks)-1].Task
 					d.emit(JobEvent{Kind: EventCheckpointCompleted, ID: m.ID, Duration: dur, Size: m.SizeBytes(), Uploaded: up, SyncPart: sync, Slowest: slowest, Savepoint: m.Savepoint, Tasks: tasks})
 					d.log.Info("checkpoint completed", "checkpoint", m.ID, "attempt", d.attempt, "duration", dur, "bytes", m.SizeBytes(), "uploaded", up, "sync", sync, "slowest", slowest)
+					// Forget m's acknowledgements and those of older
+					// checkpoints that are over (late acks of an aborted
+					// one), not of those still pending: a savepoint does
+					// not count against MaxConcurrent, so a periodic
+					// checkpoint triggered after it can complete first
+					// (its barriers right behind the savepoint's, under
+					// back-pressure), and the savepoint's event then
+					// listed only the tasks that acknowledged it after
+					// that (TestUnalignedSavepointsUnderBackPressure).
+					pending := d.coord.PendingIDs()
 					for id := range d.acks {
-						if id <= m.ID {
+						if id == m.ID || id < m.ID && !slices.Contains(pending, id) {
 							delete(d.acks, id)
 						}
 					}
@@ -1056,7 +1066,15 @@ func (d *driver) carryOut(ctx context.Context, x Execution) error {
 				d.failures.Consecutive = 0 // progress: restart attempts count afresh
 				// A failover restores the newest checkpoint this run
 				// completed, never one an earlier run left in storage.
-				d.point = &RestorePoint{Metadata: d.persisted[act.ID], Read: d.spec.Storage.ReadState, Open: d.spec.Storage.OpenState, Where: d.spec.Storage.Describe()}
+				// NB: the newest by id, not the last announced: a
+				// savepoint (it does not count against MaxConcurrent)
+				// may complete after newer periodic checkpoints whose
+				// output the sinks have committed since; restoring it
+				// would produce that output again
+				// (TestUnalignedSavepointCompletedLateIsNoFailoverPoint).
+				if d.point == nil || act.ID > d.point.Metadata.ID {
+					d.point = &RestorePoint{Metadata: d.persisted[act.ID], Read: d.spec.Storage.ReadState, Open: d.spec.Storage.OpenState, Where: d.spec.Storage.Describe()}
+				}
 				delete(d.persisted, act.ID)
 				_ = d.deleteUnsure() // retried before the next attempt, and at the end
 				for _, t := range d.tasks.All {
