@@ -755,4 +755,3 @@ func LoopbackHostsOnly(h http.Handler) http.Handler {
 		h.ServeHTTP(w, r)
 	})
 }
-
