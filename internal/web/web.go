@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/weirstream/weir/checkpoint"
@@ -312,8 +313,35 @@ func New(job string, feeds Feeds, control Control, now func() time.Time) *Server
 		defer s.mu.Unlock()
 		return float64(s.job.Attempt)
 	}))
-	s.reg.MustRegister(operatorCollector{s: s, job: job})
+	s.reg.MustRegister(operatorCollector{s: s, job: job}, jobStateCollector{s: s, job: job},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return s
+}
+
+// jobStates are the states a Job is in (Job.State), which weir_job_state
+// labels.
+var jobStates = []string{"created", "running", "restarting", "finished"}
+
+var jobStateDesc = prometheus.NewDesc("weir_job_state", "1 for the state the job is in (created, running, restarting, finished), 0 for the others.", []string{"job", "state"}, nil)
+
+// jobStateCollector exports the job's state as one series per state, 1 for
+// the current one: an alert on state="restarting" needs no value mapping.
+type jobStateCollector struct {
+	s   *Server
+	job string
+}
+
+func (c jobStateCollector) Describe(ch chan<- *prometheus.Desc) { ch <- jobStateDesc }
+
+func (c jobStateCollector) Collect(ch chan<- prometheus.Metric) {
+	state := c.s.jobState().State
+	for _, st := range jobStates {
+		v := 0.0
+		if st == state {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(jobStateDesc, prometheus.GaugeValue, v, c.job, st)
+	}
 }
 
 func (s *Server) jobState() Job {

@@ -164,6 +164,10 @@ func TestMetricsAndAPI(t *testing.T) {
 		`weir_checkpoint_alignment_duration_seconds_sum{job="demo"} 0.03`,
 		`weir_last_checkpoint_age_seconds{job="demo"} 5`,
 		`weir_attempt{job="demo"} 2`,
+		`weir_job_state{job="demo",state="running"} 1`,
+		`weir_job_state{job="demo",state="restarting"} 0`,
+		`go_goroutines `,
+		`process_resident_memory_bytes `,
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("no %s in:\n%s", want, metrics)
