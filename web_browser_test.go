@@ -44,7 +44,13 @@ func TestWebUIInABrowser(t *testing.T) {
 			chromedp.WaitVisible(`#checkpoints tbody tr[data-id]`),
 			chromedp.WaitVisible(`#timeline .tl-row[data-task^="count#"] .tl-blocked[data-channel^="slow#"]`),
 			chromedp.WaitVisible(`#graph .vertex[data-id="numbers"][data-backpressure="high"]`),
+			chromedp.WaitVisible(`#graph .vertex[data-id="slow"][data-bottleneck="true"]`),
 		))
+	bottlenecks, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#graph .vertex[data-bottleneck="true"]')].map(v => v.dataset.id)`))
+	step("list the bottlenecks", err)
+	if !slices.Equal(bottlenecks, []string{"slow"}) {
+		t.Fatalf("the graph marks %v as the bottleneck, want the slowed operator only", bottlenecks)
+	}
 	vertices, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#graph .vertex')].map(v => v.dataset.id)`))
 	step("list the vertices", err)
 	failures, err := chromedp.Run(ctx, chromedp.Text(`#failures tbody`))

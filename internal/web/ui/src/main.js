@@ -146,7 +146,29 @@ function vertexLabel(v) {
   return v.operators.map((o) => o.name || o.uid).join(' → ');
 }
 
-const vertexDetail = (v, busy, bp) => `parallelism ${v.parallelism} · busy ${pct(busy)} · back-pressured ${pct(bp)}`;
+// vertexDetail shows the most busy and the most back-pressured subtask's
+// share, as Flink's graph: a mean would hide one busy subtask among idle
+// siblings.
+const vertexDetail = (v, busy, bp) => `parallelism ${v.parallelism} · busy max ${pct(busy)} · back-pressured max ${pct(bp)}`;
+
+// vertexLoad is how a vertex fares over the last second, from its busiest
+// and most back-pressured subtasks: a bottleneck (busy, not back-pressured
+// itself, with a back-pressured vertex upstream: the cause), busy,
+// back-pressured (a victim of something downstream), or ok.
+function vertexLoad(v, byVertex) {
+  const stats = (id) => {
+    const subs = byVertex.get(id) || [];
+    return { busy: Math.max(0, ...subs.map((t) => t.busyRatio)), bp: Math.max(0, ...subs.map((t) => t.backPressuredRatio)) };
+  };
+  const { busy, bp } = stats(v.id);
+  const pressedUpstream = ui.graph.edges.some((e) => e.to === v.id && stats(e.from).bp > 0.5);
+  let load = 'ok';
+  if (busy > 0.5 && bp <= 0.1 && pressedUpstream) load = 'bottleneck';
+  else if (bp > 0.1) load = 'backpressured';
+  else if (busy > 0.5) load = 'busy';
+  return { busy, bp, load };
+}
+const loadColour = { ok: '#cdebd6', busy: '#f3b8b3', backpressured: '#f7e3a1', bottleneck: '#e0685d' };
 
 // layoutGraph places the vertices once; the graph does not change while
 // the job runs.
@@ -155,7 +177,7 @@ function layoutGraph() {
   g.setGraph({ rankdir: 'LR', nodesep: 30, ranksep: 70, marginx: 10, marginy: 10 });
   g.setDefaultEdgeLabel(() => ({}));
   for (const v of ui.graph.vertices) {
-    const width = 7 * Math.max(vertexLabel(v).length + 2, vertexDetail(v, 1, 1).length) + 24;
+    const width = 7 * Math.max(vertexLabel(v).length + 16, vertexDetail(v, 1, 1).length) + 24;
     g.setNode(v.id, { width, height: 54 });
   }
   ui.graph.edges.forEach((e, i) => g.setEdge(e.from, e.to, { label: e.partition, width: 60, height: 14 }, `e${i}`));
@@ -179,19 +201,19 @@ function renderGraph() {
   });
   for (const v of ui.graph.vertices) {
     const n = g.node(v.id);
-    const subs = byVertex.get(v.id) || [];
-    const bp = Math.max(0, ...subs.map((t) => t.backPressuredRatio));
-    const busy = subs.length ? subs.reduce((a, t) => a + t.busyRatio, 0) / subs.length : 0;
-    const level = pressureLevel(bp);
+    const { busy, bp, load } = vertexLoad(v, byVertex);
     const x = n.x - n.width / 2;
     const y = n.y - n.height / 2;
+    const title = `${v.id}: ${v.operators.map((o) => `${o.name || o.uid} (${o.kind})`).join(', ')}` +
+      (load === 'bottleneck' ? '\nThe bottleneck: busy, not back-pressured, and what feeds it is back-pressured.' : '');
     root.append(s('g', {
-      class: `vertex${ui.selectedVertex === v.id ? ' selected' : ''}`, 'data-id': v.id, 'data-backpressure': level,
+      class: `vertex ${load}${ui.selectedVertex === v.id ? ' selected' : ''}`, 'data-id': v.id, 'data-backpressure': pressureLevel(bp),
+      'data-load': load, 'data-bottleneck': String(load === 'bottleneck'),
       onclick: () => { ui.selectedVertex = v.id; renderGraph(); renderVertex(); },
     },
-    s('title', {}, `${v.id}: ${v.operators.map((o) => `${o.name || o.uid} (${o.kind})`).join(', ')}`),
-    s('rect', { x, y, width: n.width, height: n.height, fill: pressureColour[level] }),
-    s('text', { x: n.x, y: y + 20, 'text-anchor': 'middle', 'font-weight': 600 }, vertexLabel(v)),
+    s('title', {}, title),
+    s('rect', { x, y, width: n.width, height: n.height, fill: loadColour[load] }),
+    s('text', { x: n.x, y: y + 20, 'text-anchor': 'middle', 'font-weight': 600 }, (load === 'bottleneck' ? '⚠ bottleneck: ' : '') + vertexLabel(v)),
     s('text', { x: n.x, y: y + 40, 'text-anchor': 'middle' }, vertexDetail(v, busy, bp))));
   }
   $('graph').replaceChildren(root);
