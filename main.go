@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -36,6 +37,9 @@ import (
 func Main(cfg Config, build func(env *Environment) error, opts ...MainOption) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := runMain(ctx, os.Args[1:], cfg, build, opts...)
+	WaitForWeb(ctx, func(d time.Duration) {
+		fmt.Fprintf(os.Stderr, "the web UI shows how the job ended for %v more (Ctrl-C ends it now; --web-linger sets it)\n", d)
+	})
 	stop()
 	switch {
 	case err == nil:
@@ -213,6 +217,7 @@ func jobCommand(ctx context.Context, role Role, cfg Config, build func(*Environm
 		fl.StringVar(&cl.HACert, "ha-cert", cl.HACert, "TLS to etcd: this process's client certificate (PEM; as etcdctl --cert)")
 		fl.StringVar(&cl.HAKey, "ha-key", cl.HAKey, "TLS to etcd: the client certificate's key (PEM; as etcdctl --key)")
 		fl.StringVar(&c.Web, "web", c.Web, "serve the web UI (/), Prometheus metrics (/metrics) and the JSON API (/api/v1/) at this address, e.g. 127.0.0.1:8081 (:8081 is loopback too; 0.0.0.0:8081 every interface)")
+		fl.DurationVar(&c.WebLinger, "web-linger", cmp.Or(c.WebLinger, 10*time.Second), "with --web: after the job ended, keep the web UI up this long to show how (Ctrl-C ends it sooner; 0: exit at once)")
 		fl.StringVar(&c.WebToken, "web-token", cmp.Or(c.WebToken, os.Getenv("WEIR_WEB_TOKEN")), "the token the API's savepoint and cancel requests must carry (default $WEIR_WEB_TOKEN; none: refused)")
 	}
 	if role != Local {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/weirstream/weir/checkpoint"
@@ -62,7 +63,7 @@ func (e *CancelledError) Is(target error) bool { return target == ErrCancelled }
 // serveWeb starts the metrics and API server Config.Web asks for, feeding
 // it the driver's events and letting it trigger savepoints and cancel the
 // job (cancel); stop stops it.
-func (e *Environment) serveWeb(spec *runtime.Spec, cancel context.CancelCauseFunc) (stop func(), err error) {
+func (e *Environment) serveWeb(spec *runtime.Spec, cancel context.CancelCauseFunc) (srv *web.Server, stop func(), err error) {
 	cc, _ := spec.Checkpoint.Normalize() // validated by spec()
 	runs := spec.WithDefaults()
 	storage := "memory"
@@ -105,10 +106,10 @@ func (e *Environment) serveWeb(spec *runtime.Spec, cancel context.CancelCauseFun
 		Inputs:   inputNames(spec.Plan),
 		Config:   ec,
 	}
-	srv := web.New(e.cfg.Job, feeds, e.webControl(spec, cancel), now)
+	srv = web.New(e.cfg.Job, feeds, e.webControl(spec, cancel), now)
 	addr, stop, err := web.Serve(e.cfg.Web, srv.Handler())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	spec.Logger.Info("serving the web UI, metrics and the API", "job", e.cfg.Job, "ui", "http://"+addr+"/", "metrics", "http://"+addr+"/metrics", "api", "http://"+addr+"/api/v1/job")
 	if e.cfg.OnWeb != nil {
@@ -121,7 +122,74 @@ func (e *Environment) serveWeb(spec *runtime.Spec, cancel context.CancelCauseFun
 			onEvent(ev)
 		}
 	}
-	return stop, nil
+	return srv, stop, nil
+}
+
+// endWeb tells the web server how the job ended, and stops it, or with
+// Config.WebLinger leaves it answering for that long (WaitForWeb).
+func (e *Environment) endWeb(srv *web.Server, stop func(), res Result, err error) {
+	state, cause := "finished", ""
+	switch {
+	case err == nil && res.StoppedWith != 0:
+		state = "stopped"
+	case err == nil:
+	case errors.Is(err, ErrCancelled) || errors.Is(err, context.Canceled):
+		state, cause = "cancelled", err.Error()
+	default:
+		state, cause = "failed", err.Error()
+	}
+	srv.End(state, cause, res.Attempts, uint64(res.StoppedWith))
+	if e.cfg.WebLinger <= 0 {
+		stop()
+		return
+	}
+	lingering.mu.Lock()
+	defer lingering.mu.Unlock()
+	lingering.servers = append(lingering.servers, lingeringServer{until: time.Now().Add(e.cfg.WebLinger), stop: stop})
+}
+
+// lingering holds the web servers of ended jobs that answer on
+// (Config.WebLinger).
+var lingering struct {
+	mu      sync.Mutex
+	servers []lingeringServer
+}
+
+type lingeringServer struct {
+	until time.Time
+	stop  func()
+}
+
+// WaitForWeb waits while the web servers of jobs that ended in this process
+// linger (Config.WebLinger), or until ctx ends, and stops them. announce,
+// if set, hears how long it will wait, when it waits at all. A program
+// calls it before it exits, so that an open page can show how its job
+// ended.
+func WaitForWeb(ctx context.Context, announce func(time.Duration)) {
+	lingering.mu.Lock()
+	servers := lingering.servers
+	lingering.servers = nil
+	lingering.mu.Unlock()
+	var until time.Time
+	for _, s := range servers {
+		if s.until.After(until) {
+			until = s.until
+		}
+	}
+	if d := time.Until(until); d > 0 && ctx.Err() == nil {
+		if announce != nil {
+			announce(d.Round(time.Second))
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}
+	for _, s := range servers {
+		s.stop()
+	}
 }
 
 // webGraph is the plan as the API shows it.

@@ -221,6 +221,11 @@ type Config struct {
 	Web      string
 	WebToken string
 	OnWeb    func(addr string)
+	// WebLinger keeps the web server answering for this long after the job
+	// ended (Execute returned), with its final state and cause, so that an
+	// open page shows how it ended; WaitForWeb waits for it. Default 0: it
+	// stops when Execute returns. The weir command and Main linger 10s.
+	WebLinger time.Duration
 }
 
 // CheckpointConfig holds the checkpoint settings.
@@ -556,7 +561,7 @@ func (e *Environment) Plan() (*graph.Plan, error) {
 // starts (see Config.Restore), then runs the job until its input ends, it
 // fails beyond its restart strategy, or ctx ends. An error that ends it
 // after ctx ended wraps both ctx's cause and the last failure.
-func (e *Environment) Execute(ctx context.Context) (Result, error) {
+func (e *Environment) Execute(ctx context.Context) (res Result, err error) {
 	plan, err := e.Plan()
 	if err != nil {
 		return Result{}, fmt.Errorf("job %s: %w", e.cfg.Job, err)
@@ -569,11 +574,11 @@ func (e *Environment) Execute(ctx context.Context) (Result, error) {
 		var cancel context.CancelCauseFunc
 		ctx, cancel = context.WithCancelCause(ctx)
 		defer cancel(nil)
-		stop, err := e.serveWeb(&spec, cancel)
-		if err != nil {
-			return Result{}, fmt.Errorf("job %s: %w", e.cfg.Job, err)
+		srv, stop, werr := e.serveWeb(&spec, cancel)
+		if werr != nil {
+			return Result{}, fmt.Errorf("job %s: %w", e.cfg.Job, werr)
 		}
-		defer stop()
+		defer func() { e.endWeb(srv, stop, res, err) }() // NB: the results Execute returns
 	}
 	if e.cfg.Cluster.Role != Local {
 		return e.executeClustered(ctx, plan, spec)
@@ -611,6 +616,9 @@ func (e *Environment) spec(plan *graph.Plan) (runtime.Spec, error) {
 	}
 	if e.cfg.BufferDebloat < 0 {
 		return spec, fmt.Errorf("buffer debloat target %v is negative: use 0 to turn debloating off, or a target such as 1s", e.cfg.BufferDebloat)
+	}
+	if e.cfg.WebLinger < 0 {
+		return spec, fmt.Errorf("web linger %v is negative: use 0 to stop the web server with the job", e.cfg.WebLinger)
 	}
 	if e.cfg.WatermarkInterval < 0 {
 		return spec, fmt.Errorf("watermark interval %v is negative", e.cfg.WatermarkInterval)

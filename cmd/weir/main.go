@@ -10,9 +10,11 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/weirstream/weir"
 	"github.com/weirstream/weir/internal/cluster"
 	"github.com/weirstream/weir/internal/web"
 )
@@ -20,9 +22,14 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := newRoot().ExecuteContext(ctx)
-	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "weir:", err)
+	}
+	weir.WaitForWeb(ctx, func(d time.Duration) {
+		fmt.Fprintf(os.Stderr, "weir: the web UI shows how the job ended for %v more (Ctrl-C ends it now; --web-linger sets it)\n", d)
+	})
+	stop()
+	if err != nil {
 		var ee exitError
 		if errors.As(err, &ee) {
 			os.Exit(ee.code)

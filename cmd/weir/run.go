@@ -169,8 +169,9 @@ type jobFlags struct {
 	role    weir.Role
 	web     string
 	token   string
-	// debloat is the buffer debloating target (0: off).
-	debloat time.Duration
+	// debloat is the buffer debloating target (0: off); linger, how long
+	// the web UI stays up after the job ended.
+	debloat, linger time.Duration
 }
 
 func (f *jobFlags) add(cmd *cobra.Command) {
@@ -180,6 +181,7 @@ func (f *jobFlags) add(cmd *cobra.Command) {
 	if f.role != weir.Worker {
 		cmd.Flags().StringVar(&f.web, "web", "", "serve the web UI (/), Prometheus metrics (/metrics) and the JSON API (/api/v1/) at this address, e.g. 127.0.0.1:8081 (:8081 is loopback too; 0.0.0.0:8081 every interface)")
 		cmd.Flags().StringVar(&f.token, "web-token", os.Getenv("WEIR_WEB_TOKEN"), "the token the API's savepoint and cancel requests must carry (default $WEIR_WEB_TOKEN; none: refused)")
+		cmd.Flags().DurationVar(&f.linger, "web-linger", 10*time.Second, "with --web: after the job ended, keep the web UI up this long to show how (Ctrl-C ends it sooner; 0: exit at once)")
 	}
 }
 
@@ -198,6 +200,9 @@ func (f *jobFlags) settings(cmd *cobra.Command) (js jobSettings, err error) {
 	}
 	if js.sb, err = stateBackend(cmd, f.stateBackend, f.stateDir, f.incremental); err != nil {
 		return js, err
+	}
+	if f.linger < 0 {
+		return js, fmt.Errorf("--web-linger %v: must not be negative (0 exits at once)", f.linger)
 	}
 	if f.debloat < 0 {
 		return js, fmt.Errorf("--buffer-debloat %v: must not be negative (0 turns debloating off)", f.debloat)
@@ -257,7 +262,7 @@ its latest count), or standard output.`,
 			env, err := wordcount.Build(wordcount.Options{
 				Input: input, Output: output, MaxLineBytes: maxLineBytes, Checkpoint: cc, Parallelism: parallelism,
 				Restore: cf.restore, Fresh: cf.fresh, AllowNonRestoredState: cf.allowNonRestored,
-				Restart: js.restart, Logger: slog.Default(), StateBackend: js.sb, Cluster: js.cl, BufferDebloat: jf.debloat, Web: jf.web, WebToken: jf.token, OnWeb: announceWeb,
+				Restart: js.restart, Logger: slog.Default(), StateBackend: js.sb, Cluster: js.cl, BufferDebloat: jf.debloat, Web: jf.web, WebLinger: jf.linger, WebToken: jf.token, OnWeb: announceWeb,
 				OnEvent: func(e weir.JobEvent) {
 					switch e.Kind {
 					case weir.EventCheckpointCompleted:

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -23,10 +24,15 @@ import (
 var webLine = regexp.MustCompile(`weir: web UI at http://(\S+)/ `)
 
 // startWithAPI starts the job args describe with its API on a free port
-// and the token s3cret, and returns it and the API's address.
+// and the token s3cret (and no --web-linger unless args say), and returns
+// it and the API's address.
 func startWithAPI(t *testing.T, args []string) (*child, string) {
 	t.Helper()
-	run := startProc(t, append(args, "--web", "127.0.0.1:0", "--web-token", "s3cret")...)
+	args = append(slices.Clip(args), "--web", "127.0.0.1:0", "--web-token", "s3cret")
+	if !slices.Contains(args, "--web-linger") {
+		args = append(args, "--web-linger", "0")
+	}
+	run := startProc(t, args...)
 	var addr string
 	waitFor(t, "the API's address", func() bool {
 		if m := webLine.FindStringSubmatch(run.log.String()); m != nil {
@@ -42,13 +48,14 @@ func startWithAPI(t *testing.T, args []string) (*child, string) {
 
 // TestSavepointCancelAndRestore drives a running word count through its
 // API from the CLI: a savepoint without the token is refused, with it
-// completes and is listed; cancel stops the job; a run restored from the
+// completes and is listed; cancel stops the job, whose web UI stays up
+// (--web-linger) saying so until Ctrl-C; a run restored from the
 // savepoint finishes it, exactly-once by counting.
 func TestSavepointCancelAndRestore(t *testing.T) {
 	j := newJob(t, 4, 250_000)
 	args := []string{"run", "wordcount", "--input", j.input, "--output", j.output, "--checkpoint-dir", j.ckpt, "--parallelism", "2",
 		"--checkpoint-interval", "100ms", "--log-level", "info", "--progress", "0"}
-	run, addr := startWithAPI(t, args)
+	run, addr := startWithAPI(t, append(slices.Clip(args), "--web-linger", "1m"))
 	weir := func(args ...string) (string, error) {
 		out, err := exec.Command(weirBin, args...).CombinedOutput()
 		return string(out), err
@@ -76,9 +83,30 @@ func TestSavepointCancelAndRestore(t *testing.T) {
 	if out, err := weir("cancel", "wordcount", "--web", addr, "--token", "s3cret"); err != nil || !strings.Contains(out, "job wordcount: cancelling") {
 		t.Fatalf("cancel: %v\n%s", err, out)
 	}
-	<-run.done
-	if !strings.Contains(run.log.String(), "Resume with") {
-		t.Fatalf("the cancelled job (%v) did not say how to resume:\n%s", run.err, run.log)
+	waitFor(t, "the cancelled job's message", func() bool { return strings.Contains(run.log.String(), "Resume with") || run.exited() })
+	if run.exited() {
+		t.Fatalf("the cancelled job exited (%v) without lingering for its web UI:\n%s", run.err, run.log)
+	}
+	// Its web UI lingers with the job's end (issue 22 item 2), until
+	// Ctrl-C.
+	resp, err := http.Get("http://" + addr + "/api/v1/job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ended struct{ State, Cause, Ended string }
+	err = json.NewDecoder(resp.Body).Decode(&ended)
+	resp.Body.Close()
+	if err != nil || ended.State != "cancelled" || !strings.Contains(ended.Cause, "cancelled through the API") || ended.Ended == "" {
+		t.Fatalf("the lingering API says %+v (%v), want the job cancelled through the API", ended, err)
+	}
+	run.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-run.done:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("Ctrl-C did not end the lingering web UI within 20 s of a minute's linger:\n%s", run.log)
+	}
+	if !strings.Contains(run.log.String(), "the web UI shows how the job ended for") {
+		t.Fatalf("the process did not say its web UI lingers:\n%s", run.log)
 	}
 	// It says who cancelled it: the user and host that ran weir cancel,
 	// from the loopback address (issue 19, defect 20).

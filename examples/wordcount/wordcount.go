@@ -60,6 +60,7 @@ type Options struct {
 	// (weir.Config.Web, WebToken, OnWeb).
 	Web, WebToken string
 	OnWeb         func(addr string)
+	WebLinger     time.Duration
 }
 
 // Paced returns a BeforeCount that sleeps a millisecond every n words
@@ -100,7 +101,7 @@ func Build(o Options) (*weir.Environment, error) {
 	env := weir.New(weir.Config{
 		Job: "wordcount", Parallelism: o.Parallelism, Checkpoint: cc, Restore: o.Restore, Fresh: o.Fresh,
 		AllowNonRestoredState: o.AllowNonRestoredState, Restart: o.Restart, Logger: o.Logger, OnEvent: o.OnEvent,
-		StateBackend: o.StateBackend, Cluster: o.Cluster, BufferDebloat: o.BufferDebloat, Web: o.Web, WebToken: o.WebToken, OnWeb: o.OnWeb,
+		StateBackend: o.StateBackend, Cluster: o.Cluster, BufferDebloat: o.BufferDebloat, Web: o.Web, WebToken: o.WebToken, OnWeb: o.OnWeb, WebLinger: o.WebLinger,
 	})
 	lines, err := input(o)
 	if err != nil {

@@ -186,13 +186,26 @@ type Failure struct {
 	Cause    string    `json:"cause"`
 	Restores uint64    `json:"restoresCheckpoint"` // 0: from the beginning
 	Delay    float64   `json:"delaySeconds"`
+	// Final: the failure ended the job (no restart follows).
+	Final bool `json:"final,omitempty"`
 }
 
 // Job is the job's state.
 type Job struct {
-	Name           string     `json:"name"`
-	State          string     `json:"state"` // created, running, restarting, finished
-	Started        time.Time  `json:"started"`
+	Name string `json:"name"`
+	// State is created, running, restarting, or once the job ended (End)
+	// finished (its input ended), stopped (with a savepoint), cancelled or
+	// failed.
+	State   string    `json:"state"`
+	Started time.Time `json:"started"`
+	// Ended is when the job ended, Cause why if it did not finish, and
+	// StoppedWith the savepoint it stopped with.
+	Ended       *time.Time `json:"ended,omitempty"`
+	Cause       string     `json:"cause,omitempty"`
+	StoppedWith uint64     `json:"stoppedWith,omitempty"`
+	// Now is the server's time of the answer: a page says "… ago" by it,
+	// not by its own clock.
+	Now            time.Time  `json:"now"`
 	Attempt        int        `json:"attempt"`
 	RestoredFrom   uint64     `json:"restoredFrom,omitempty"`
 	Restarts       int        `json:"restarts"`
@@ -320,9 +333,9 @@ func New(job string, feeds Feeds, control Control, now func() time.Time) *Server
 
 // jobStates are the states a Job is in (Job.State), which weir_job_state
 // labels.
-var jobStates = []string{"created", "running", "restarting", "finished"}
+var jobStates = []string{"created", "running", "restarting", "finished", "stopped", "cancelled", "failed"}
 
-var jobStateDesc = prometheus.NewDesc("weir_job_state", "1 for the state the job is in (created, running, restarting, finished), 0 for the others.", []string{"job", "state"}, nil)
+var jobStateDesc = prometheus.NewDesc("weir_job_state", "1 for the state the job is in (created, running, restarting; once it ended finished, stopped, cancelled or failed), 0 for the others.", []string{"job", "state"}, nil)
 
 // jobStateCollector exports the job's state as one series per state, 1 for
 // the current one: an alert on state="restarting" needs no value mapping.
@@ -347,7 +360,24 @@ func (c jobStateCollector) Collect(ch chan<- prometheus.Metric) {
 func (s *Server) jobState() Job {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.job
+	j := s.job
+	j.Now = s.now()
+	return j
+}
+
+// End records how the job ended: state is finished, stopped, cancelled
+// or failed; cause says why (failed, cancelled); stoppedWith is the
+// savepoint it stopped with. A failure that ends the job is a row of the
+// failures too, as the restarts' are. The server keeps answering with the
+// final state until it is stopped.
+func (s *Server) End(state, cause string, attempt int, stoppedWith uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	s.job.State, s.job.Cause, s.job.StoppedWith, s.job.Ended = state, cause, stoppedWith, &now
+	if state == "failed" {
+		s.failures = appendBounded(s.failures, Failure{At: now, Attempt: max(attempt, s.job.Attempt), Cause: cause, Final: true})
+	}
 }
 
 // subtasks returns the subtasks' counters, with rates over the last

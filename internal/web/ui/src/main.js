@@ -81,6 +81,7 @@ const pressureColour = { ok: '#cdebd6', low: '#f7e3a1', high: '#f3b8b3' };
 const ui = {
   graph: null, // the job graph, fetched once
   config: null,
+  answeredAt: 0, // when the API last answered (browser clock)
   subtasks: [],
   checkpoints: [],
   selectedVertex: null,
@@ -102,18 +103,27 @@ function renderOverview(job, cps) {
   const rate = ui.subtasks.filter((t) => sources.has(t.vertex)).reduce((a, t) => a + t.recordsInPerSecond, 0);
   const completed = cps.filter((c) => c.status === 'completed');
   const last = completed[completed.length - 1];
-  const uptime = (Date.now() - Date.parse(job.started)) / 1000;
+  // Times are the server's: a browser's clock may be off.
+  const now = Date.parse(job.now);
+  const until = job.ended ? Date.parse(job.ended) : now;
+  const uptime = (until - Date.parse(job.started)) / 1000;
   const cards = [
     ['State', job.state],
     ['Uptime', fmtSeconds(uptime)],
     ['Attempt', job.attempt],
     ['Restarts', job.restarts],
-    ['Last checkpoint', last ? `${fmtSeconds((Date.now() - Date.parse(last.at)) / 1000)} ago` : 'none yet'],
+    ['Last checkpoint', last ? `${fmtSeconds((now - Date.parse(last.at)) / 1000)} ago` : 'none yet'],
     ['Its duration', last ? fmtSeconds(last.durationSeconds) : ''],
     ['Records read / s', fmtCount(rate)],
     ['Checkpoints (last 100)', `${completed.length} ok, ${cps.length - completed.length} aborted`],
     ['Alignment', configuredAlignment(ui.config)],
   ];
+  if (job.ended) {
+    cards.unshift(['Ended', `${fmtSeconds((now - until) / 1000)} ago` + (job.stoppedWith ? `, with savepoint ${job.stoppedWith}` : '')]);
+  }
+  $('ended').replaceChildren(...(job.ended ? [h('div', { class: `banner ${job.state}`, 'data-state': job.state },
+    `The job ${job.state === 'stopped' ? 'stopped with a savepoint' : job.state}` + (job.cause ? `: ${job.cause.split('\n')[0]}` : '.') +
+    ' This page shows its final state while the process lingers.')] : []));
   $('overview').replaceChildren(...cards.map(([label, value]) =>
     h('div', { class: 'card', 'data-card': label }, h('div', { class: 'label' }, label), h('div', { class: 'value' }, String(value)))));
 }
@@ -506,8 +516,18 @@ async function refresh() {
     renderCheckpoints(cps);
     renderFailures(failures);
     $('updated').textContent = `updated ${new Date().toLocaleTimeString()}`;
+    ui.answeredAt = Date.now();
+    $('lost').replaceChildren();
   } catch (err) {
+    // Loud: a page that keeps showing "running" for a job long gone
+    // misleads whoever is on call.
     $('updated').textContent = `the job does not answer: ${err.message}`;
+    const badge = $('job-state');
+    badge.textContent = 'lost';
+    badge.className = 'badge lost';
+    const since = ui.answeredAt ? ` since ${new Date(ui.answeredAt).toLocaleTimeString()}` : '';
+    $('lost').replaceChildren(h('div', { class: 'banner lost' },
+      `Lost the job: its process does not answer${since} (${err.message}). What follows is its last known state, not its state now.`));
   }
 }
 
