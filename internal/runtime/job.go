@@ -231,8 +231,13 @@ type JobEvent struct {
 	// Tasks are a completed checkpoint's tasks' parts, in the order they
 	// acknowledged.
 	Tasks []TaskTrace
-	// RestoredFrom is the checkpoint an attempt started from (0: none).
-	RestoredFrom checkpoint.ID
+	// RestoredFrom is the checkpoint an attempt started from (0: none);
+	// RestoredSavepoint says it is a savepoint, RestoredWhere where it
+	// lives, RestoredParallelism the most subtasks a vertex had in it.
+	RestoredFrom        checkpoint.ID
+	RestoredSavepoint   bool
+	RestoredWhere       string
+	RestoredParallelism int
 }
 
 // TaskTrace is one task's part in a checkpoint: when it acknowledged
@@ -893,7 +898,14 @@ func (d *driver) runAttempt(parent context.Context) error {
 	if d.coord != nil && len(replaying) == 0 {
 		d.coord.Start(now)
 	}
-	d.emit(JobEvent{Kind: EventRunning, RestoredFrom: d.pointID()})
+	running := JobEvent{Kind: EventRunning, RestoredFrom: d.pointID()}
+	if p := d.point; p != nil {
+		running.RestoredSavepoint, running.RestoredWhere = p.Metadata.Savepoint, p.Where
+		for _, ts := range p.Metadata.Tasks {
+			running.RestoredParallelism = max(running.RestoredParallelism, ts.Task.Subtask+1)
+		}
+	}
+	d.emit(running)
 	tick := time.NewTicker(d.tickInterval())
 	defer tick.Stop()
 	finished := 0

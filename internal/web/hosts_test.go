@@ -75,3 +75,26 @@ func TestAcceptedAnswersAreJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestRestoresAreShown: an attempt that restored says which checkpoint or
+// savepoint, where it lives and the parallelism before and now, in the
+// job's state and in /api/v1/restores (issue 22 item 5).
+func TestRestoresAreShown(t *testing.T) {
+	now := time.Date(2026, 12, 2, 18, 0, 0, 0, time.UTC)
+	feeds := Feeds{Operators: func() []Operator { return nil }, Graph: Graph{Vertices: []Vertex{{ID: "a", Parallelism: 3}, {ID: "b", Parallelism: 2}}}}
+	s := New("demo", feeds, Control{}, func() time.Time { return now })
+	s.Observe(runtime.JobEvent{Kind: runtime.EventRunning, Attempt: 1})
+	var job Job
+	if err := json.Unmarshal([]byte(get(t, s.Handler(), "/api/v1/job")), &job); err != nil || job.LastRestore != nil {
+		t.Fatalf("a fresh start: %+v, %v", job.LastRestore, err)
+	}
+	s.Observe(runtime.JobEvent{Kind: runtime.EventRunning, Attempt: 2, RestoredFrom: 7, RestoredSavepoint: true, RestoredWhere: "/ckpt/demo/chk-7", RestoredParallelism: 2})
+	want := Restore{At: now, Attempt: 2, Checkpoint: 7, Savepoint: true, Location: "/ckpt/demo/chk-7", FromParallelism: 2, Parallelism: 3}
+	if err := json.Unmarshal([]byte(get(t, s.Handler(), "/api/v1/job")), &job); err != nil || job.LastRestore == nil || *job.LastRestore != want {
+		t.Fatalf("after a restore the job says %+v (%v), want %+v", job.LastRestore, err, want)
+	}
+	var rs []Restore
+	if err := json.Unmarshal([]byte(get(t, s.Handler(), "/api/v1/restores")), &rs); err != nil || len(rs) != 1 || rs[0] != want {
+		t.Fatalf("restores: %+v (%v)", rs, err)
+	}
+}

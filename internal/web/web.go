@@ -190,6 +190,20 @@ type Failure struct {
 	Final bool `json:"final,omitempty"`
 }
 
+// Restore is an attempt that started from a checkpoint or savepoint.
+type Restore struct {
+	At         time.Time `json:"at"`
+	Attempt    int       `json:"attempt"`
+	Checkpoint uint64    `json:"checkpoint"`
+	Savepoint  bool      `json:"savepoint"`
+	// Location is where it lives (the storage, or the savepoint's path).
+	Location string `json:"location,omitempty"`
+	// FromParallelism is the most subtasks a vertex had in it, Parallelism
+	// the most the job runs now: they differ when the restore rescaled.
+	FromParallelism int `json:"fromParallelism"`
+	Parallelism     int `json:"parallelism"`
+}
+
 // Job is the job's state.
 type Job struct {
 	Name string `json:"name"`
@@ -205,7 +219,9 @@ type Job struct {
 	StoppedWith uint64     `json:"stoppedWith,omitempty"`
 	// Now is the server's time of the answer: a page says "… ago" by it,
 	// not by its own clock.
-	Now            time.Time  `json:"now"`
+	Now time.Time `json:"now"`
+	// LastRestore is the newest attempt's restore, if it restored one.
+	LastRestore    *Restore   `json:"lastRestore,omitempty"`
 	Attempt        int        `json:"attempt"`
 	RestoredFrom   uint64     `json:"restoredFrom,omitempty"`
 	Restarts       int        `json:"restarts"`
@@ -258,6 +274,7 @@ type Server struct {
 	job         Job
 	checkpoints []Checkpoint
 	failures    []Failure
+	restoreLog  []Restore
 	// rates holds the subtasks as of the last reading, with their rates
 	// since the one before (at least rateInterval earlier), read at
 	// readAt; prev is that earlier reading.
@@ -485,9 +502,16 @@ func (s *Server) Observe(e runtime.JobEvent) {
 	s.job.Attempt = max(s.job.Attempt, e.Attempt)
 	switch e.Kind {
 	case runtime.EventRunning:
-		s.job.State, s.job.RestoredFrom = "running", uint64(e.RestoredFrom)
+		s.job.State, s.job.RestoredFrom, s.job.LastRestore = "running", uint64(e.RestoredFrom), nil
 		if e.RestoredFrom != 0 {
 			s.restores.Inc()
+			r := Restore{At: now, Attempt: e.Attempt, Checkpoint: uint64(e.RestoredFrom), Savepoint: e.RestoredSavepoint,
+				Location: e.RestoredWhere, FromParallelism: e.RestoredParallelism}
+			for _, v := range s.feeds.Graph.Vertices {
+				r.Parallelism = max(r.Parallelism, v.Parallelism)
+			}
+			s.job.LastRestore = &r
+			s.restoreLog = appendBounded(s.restoreLog, r)
 		}
 	case runtime.EventRestarting:
 		s.job.State = "restarting"
@@ -653,6 +677,12 @@ func (s *Server) Handler() http.Handler {
 			return
 		}
 		writeJSON(w, c)
+	})
+	mux.HandleFunc("GET /api/v1/restores", func(w http.ResponseWriter, _ *http.Request) {
+		s.mu.Lock()
+		rs := slices.Clone(s.restoreLog)
+		s.mu.Unlock()
+		writeJSON(w, rs)
 	})
 	mux.HandleFunc("GET /api/v1/failures", func(w http.ResponseWriter, _ *http.Request) {
 		s.mu.Lock()

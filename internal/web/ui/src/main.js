@@ -117,6 +117,7 @@ function renderOverview(job, cps) {
     ['Records read / s', fmtCount(rate)],
     ['Checkpoints (last 100)', `${completed.length} ok, ${cps.length - completed.length} aborted`],
     ['Alignment', configuredAlignment(ui.config)],
+    ['Restored', restoredFrom(job.lastRestore)],
   ];
   if (job.ended) {
     cards.unshift(['Ended', `${fmtSeconds((now - until) / 1000)} ago` + (job.stoppedWith ? `, with savepoint ${job.stoppedWith}` : '')]);
@@ -126,6 +127,14 @@ function renderOverview(job, cps) {
     ' This page shows its final state while the process lingers.')] : []));
   $('overview').replaceChildren(...cards.map(([label, value]) =>
     h('div', { class: 'card', 'data-card': label }, h('div', { class: 'label' }, label), h('div', { class: 'value' }, String(value)))));
+}
+
+// restoredFrom says what the current attempt restored: which checkpoint or
+// savepoint, and the parallelism it had and has now.
+function restoredFrom(r) {
+  if (!r) return 'nothing (from the beginning)';
+  const scale = r.fromParallelism && r.fromParallelism !== r.parallelism ? `, parallelism ${r.fromParallelism} → ${r.parallelism}` : '';
+  return `${r.savepoint ? 'savepoint' : 'checkpoint'} ${r.checkpoint} in attempt ${r.attempt}${scale}`;
 }
 
 // configuredAlignment says how the job's checkpoints treat barriers, from
