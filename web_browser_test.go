@@ -62,6 +62,11 @@ func TestWebUIInABrowser(t *testing.T) {
 	if batch != "16" || wm != "200 ms" {
 		t.Fatalf("the configuration table says batch size %q, watermark interval %q; the job runs with 16 (its own) and 200 ms (the default)", batch, wm)
 	}
+	durations, err := chromedp.Run(ctx, chromedp.Text(`#checkpoint-summary tr[data-quantity="Duration"]`))
+	step("read the checkpoint summary", err)
+	if !strings.Contains(durations, "ms") && !strings.Contains(durations, " s") {
+		t.Fatalf("the checkpoint summary's durations: %q", durations)
+	}
 	status, err := chromedp.Run(ctx, chromedp.Text(`#updated`))
 	step("read the page's status", err)
 	if !strings.HasPrefix(status, "updated") || !strings.Contains(failures, "No failures.") {

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"reflect"
@@ -48,12 +49,16 @@ type Checkpoint struct {
 	Status   string    `json:"status"` // completed or aborted
 	At       time.Time `json:"at"`     // completion or abort
 	Duration float64   `json:"durationSeconds,omitempty"`
-	Size     int64     `json:"sizeBytes,omitempty"`
-	Uploaded int64     `json:"uploadedBytes,omitempty"`
-	SyncPart float64   `json:"syncSeconds,omitempty"`
-	Slowest  string    `json:"slowestTask,omitempty"`
-	Reason   string    `json:"reason,omitempty"`
-	Attempt  int       `json:"attempt"`
+	// Triggered is when a completed checkpoint was triggered (At less its
+	// Duration); AlignSeconds its longest alignment of a task.
+	Triggered    *time.Time `json:"triggered,omitempty"`
+	AlignSeconds float64    `json:"alignSeconds,omitempty"`
+	Size         int64      `json:"sizeBytes,omitempty"`
+	Uploaded     int64      `json:"uploadedBytes,omitempty"`
+	SyncPart     float64    `json:"syncSeconds,omitempty"`
+	Slowest      string     `json:"slowestTask,omitempty"`
+	Reason       string     `json:"reason,omitempty"`
+	Attempt      int        `json:"attempt"`
 	// Savepoint: kept until deleted by hand.
 	Savepoint bool `json:"savepoint"`
 	// Location is where its metadata lives: what --restore takes.
@@ -551,6 +556,8 @@ func (s *Server) Observe(e runtime.JobEvent) {
 		if c.SwitchedTasks > 0 {
 			c.Alignment = "switched"
 		}
+		triggered := now.Add(-e.Duration)
+		c.Triggered, c.AlignSeconds = &triggered, align.Seconds()
 		s.align.Observe(align.Seconds())
 		s.channelState.Observe(float64(c.ChannelState))
 		s.job.LastCheckpoint = &now
@@ -658,6 +665,12 @@ func (s *Server) Handler() http.Handler {
 			cs[i].Tasks = nil
 		}
 		writeJSON(w, cs)
+	})
+	mux.HandleFunc("GET /api/v1/checkpoints/summary", func(w http.ResponseWriter, _ *http.Request) {
+		s.mu.Lock()
+		cs := slices.Clone(s.checkpoints)
+		s.mu.Unlock()
+		writeJSON(w, summarize(cs))
 	})
 	mux.HandleFunc("GET /api/v1/checkpoints/{id}", func(w http.ResponseWriter, r *http.Request) {
 		id, err := strconv.ParseUint(r.PathValue("id"), 10, 64)
@@ -842,4 +855,55 @@ func LoopbackHostsOnly(h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// Summary is the spread of the completed checkpoints among the last
+// maxHistory, as Flink's checkpoint summary: durations, sizes, the longest
+// alignment of a task and the longest synchronous part, each in min, mean,
+// max and p99.
+type Summary struct {
+	Completed int    `json:"completed"`
+	Aborted   int    `json:"aborted"`
+	Duration  Spread `json:"durationSeconds"`
+	Size      Spread `json:"sizeBytes"`
+	Align     Spread `json:"alignSeconds"`
+	SyncPart  Spread `json:"syncSeconds"`
+}
+
+// Spread is the min, mean, max and 99th percentile (nearest rank) of a
+// quantity; all 0 without values.
+type Spread struct {
+	Min  float64 `json:"min"`
+	Mean float64 `json:"mean"`
+	Max  float64 `json:"max"`
+	P99  float64 `json:"p99"`
+}
+
+func summarize(cs []Checkpoint) Summary {
+	var sum Summary
+	var dur, size, align, sync []float64
+	for _, c := range cs {
+		if c.Status != "completed" {
+			sum.Aborted++
+			continue
+		}
+		sum.Completed++
+		dur, size = append(dur, c.Duration), append(size, float64(c.Size))
+		align, sync = append(align, c.AlignSeconds), append(sync, c.SyncPart)
+	}
+	sum.Duration, sum.Size, sum.Align, sum.SyncPart = spread(dur), spread(size), spread(align), spread(sync)
+	return sum
+}
+
+func spread(xs []float64) Spread {
+	if len(xs) == 0 {
+		return Spread{}
+	}
+	slices.Sort(xs)
+	var total float64
+	for _, x := range xs {
+		total += x
+	}
+	rank := int(math.Ceil(0.99*float64(len(xs)))) - 1
+	return Spread{Min: xs[0], Mean: total / float64(len(xs)), Max: xs[len(xs)-1], P99: xs[rank]}
 }

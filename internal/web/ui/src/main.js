@@ -274,7 +274,7 @@ function groupBy(xs, key) {
 // ---- checkpoints ----
 
 function renderCheckpoints(cps) {
-  const cols = ['ID', 'Kind', 'Status', 'Attempt', 'At', 'Duration', 'Size', 'Uploaded', 'Alignment', 'Channel state', 'Longest sync part', 'Slowest task', 'Reason'];
+  const cols = ['ID', 'Kind', 'Status', 'Attempt', 'Triggered', 'At', 'Duration', 'Size', 'Uploaded', 'Alignment', 'Acks', 'Channel state', 'Longest sync part', 'Slowest task', 'Reason'];
   const rows = cps.slice().reverse().map((c) => h('tr', {
     'data-id': c.id,
     class: (c.status === 'completed' ? 'clickable' : '') + (c.id === ui.selectedCheckpoint ? ' selected' : ''),
@@ -282,10 +282,12 @@ function renderCheckpoints(cps) {
   },
   h('td', { class: 'num' }, c.id), h('td', {}, c.savepoint ? 'savepoint' : 'checkpoint'),
   h('td', { class: c.status === 'completed' ? '' : 'error' }, c.status), h('td', { class: 'num' }, c.attempt),
+  h('td', {}, c.triggered ? new Date(c.triggered).toLocaleTimeString() : ''),
   h('td', {}, new Date(c.at).toLocaleTimeString()), h('td', { class: 'num' }, fmtSeconds(c.durationSeconds)),
   h('td', { class: 'num' }, c.status === 'completed' ? fmtBytes(c.sizeBytes) : ''),
   h('td', { class: 'num' }, c.status === 'completed' ? fmtBytes(c.uploadedBytes) : ''),
   h('td', { class: `alignment ${c.alignment || ''}`, title: c.switchedTasks ? 'tasks switched to unaligned by the aligned-checkpoint timeout' : '' }, checkpointAlignment(c)),
+  h('td', { class: 'num' }, c.acknowledgedTasks || ''),
   h('td', { class: 'num' }, c.status === 'completed' && c.alignment ? fmtBytes(c.channelStateBytes) : ''),
   h('td', { class: 'num' }, fmtSeconds(c.syncSeconds)), h('td', {}, c.slowestTask || ''), h('td', {}, c.reason || '')));
   $('checkpoints').replaceChildren(
@@ -293,6 +295,17 @@ function renderCheckpoints(cps) {
     h('tbody', {}, ...rows));
   renderChart($('chart-duration'), cps, (c) => c.durationSeconds, fmtSeconds);
   renderChart($('chart-size'), cps, (c) => c.sizeBytes, fmtBytes);
+}
+
+// renderSummary shows the spread of the completed checkpoints, as Flink's
+// checkpoint summary.
+function renderSummary(sum) {
+  const rows = [['Duration', sum.durationSeconds, fmtSeconds], ['Size', sum.sizeBytes, fmtBytes],
+    ['Longest alignment', sum.alignSeconds, fmtSeconds], ['Longest sync part', sum.syncSeconds, fmtSeconds]];
+  $('checkpoint-summary').replaceChildren(
+    h('thead', {}, h('tr', {}, h('th', {}, `${sum.completed} completed, ${sum.aborted} aborted`), ...['min', 'mean', 'p99', 'max'].map((c) => h('th', { class: 'num' }, c)))),
+    h('tbody', {}, ...rows.map(([name, sp, fmt]) => h('tr', { 'data-quantity': name }, h('th', {}, name),
+      ...[sp.min, sp.mean, sp.p99, sp.max].map((x) => h('td', { class: 'num' }, sum.completed ? fmt(x) : '—'))))));
 }
 
 // renderChart draws one bar per checkpoint, oldest left; aborted ones as
@@ -509,7 +522,7 @@ async function refresh() {
       [ui.graph, ui.config] = await Promise.all([api('graph'), api('config')]);
       renderConfig(ui.config);
     }
-    const [job, cps, subtasks, failures] = await Promise.all([api('job'), api('checkpoints'), api('subtasks'), api('failures')]);
+    const [job, cps, subtasks, failures, summary] = await Promise.all([api('job'), api('checkpoints'), api('subtasks'), api('failures'), api('checkpoints/summary')]);
     ui.subtasks = subtasks;
     ui.checkpoints = cps;
     renderOverview(job, cps);
@@ -523,6 +536,7 @@ async function refresh() {
       }
     }
     renderCheckpoints(cps);
+    renderSummary(summary);
     renderFailures(failures);
     $('updated').textContent = `updated ${new Date().toLocaleTimeString()}`;
     ui.answeredAt = Date.now();

@@ -3,11 +3,13 @@ package web
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
 
+	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/internal/runtime"
 )
 
@@ -96,5 +98,43 @@ func TestRestoresAreShown(t *testing.T) {
 	var rs []Restore
 	if err := json.Unmarshal([]byte(get(t, s.Handler(), "/api/v1/restores")), &rs); err != nil || len(rs) != 1 || rs[0] != want {
 		t.Fatalf("restores: %+v (%v)", rs, err)
+	}
+}
+
+// TestCheckpointSummary: min, mean, max and p99 of the completed
+// checkpoints' duration, size, alignment and synchronous part, aborted
+// ones counted apart; each completed checkpoint says when it was
+// triggered (issue 22 item 10).
+func TestCheckpointSummary(t *testing.T) {
+	now := time.Date(2026, 12, 2, 18, 0, 0, 0, time.UTC)
+	s := New("demo", Feeds{Operators: func() []Operator { return nil }}, Control{}, func() time.Time { return now })
+	empty := get(t, s.Handler(), "/api/v1/checkpoints/summary")
+	var sum Summary
+	if err := json.Unmarshal([]byte(empty), &sum); err != nil || sum != (Summary{}) {
+		t.Fatalf("no checkpoints: %s (%v)", empty, err)
+	}
+	for i, d := range []time.Duration{300 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond} {
+		s.Observe(runtime.JobEvent{Kind: runtime.EventCheckpointCompleted, Attempt: 1, ID: checkpoint.ID(i + 1), Duration: d, Size: int64(1000 * (i + 1)),
+			SyncPart: time.Duration(i+1) * time.Millisecond, Tasks: []runtime.TaskTrace{{Align: d / 2}, {Align: d / 4}}})
+	}
+	s.Observe(runtime.JobEvent{Kind: runtime.EventCheckpointAborted, Attempt: 1, ID: 4, Reason: checkpoint.ReasonExpired})
+	if err := json.Unmarshal([]byte(get(t, s.Handler(), "/api/v1/checkpoints/summary")), &sum); err != nil {
+		t.Fatal(err)
+	}
+	want := Summary{Completed: 3, Aborted: 1,
+		Duration: Spread{Min: 0.1, Mean: 0.2, Max: 0.3, P99: 0.3},
+		Size:     Spread{Min: 1000, Mean: 2000, Max: 3000, P99: 3000},
+		Align:    Spread{Min: 0.05, Mean: 0.1, Max: 0.15, P99: 0.15},
+		SyncPart: Spread{Min: 0.001, Mean: 0.002, Max: 0.003, P99: 0.003}}
+	near := func(a, b Spread) bool {
+		d := func(x, y float64) bool { return math.Abs(x-y) < 1e-9 }
+		return d(a.Min, b.Min) && d(a.Mean, b.Mean) && d(a.Max, b.Max) && d(a.P99, b.P99)
+	}
+	if sum.Completed != 3 || sum.Aborted != 1 || !near(sum.Duration, want.Duration) || !near(sum.Size, want.Size) || !near(sum.Align, want.Align) || !near(sum.SyncPart, want.SyncPart) {
+		t.Fatalf("summary %+v, want %+v", sum, want)
+	}
+	var c Checkpoint
+	if err := json.Unmarshal([]byte(get(t, s.Handler(), "/api/v1/checkpoints/2")), &c); err != nil || c.Triggered == nil || !c.Triggered.Equal(now.Add(-100*time.Millisecond)) || c.AckedTasks != 2 {
+		t.Fatalf("checkpoint 2: triggered %v, %d tasks acknowledged (%v)", c.Triggered, c.AckedTasks, err)
 	}
 }
