@@ -274,7 +274,7 @@ function groupBy(xs, key) {
 // ---- checkpoints ----
 
 function renderCheckpoints(cps) {
-  const cols = ['ID', 'Kind', 'Status', 'Attempt', 'Triggered', 'At', 'Duration', 'Size', 'Uploaded', 'Alignment', 'Acks', 'Channel state', 'Longest sync part', 'Slowest task', 'Reason'];
+  const cols = ['ID', 'Kind', 'Status', 'Attempt', 'Triggered', 'At', 'Duration', 'Size', 'Uploaded', 'Acks', 'Alignment', 'Channel state', 'Longest sync part', 'Slowest task', 'Reason'];
   const rows = cps.slice().reverse().map((c) => h('tr', {
     'data-id': c.id,
     class: (c.status === 'completed' ? 'clickable' : '') + (c.id === ui.selectedCheckpoint ? ' selected' : ''),
@@ -286,8 +286,8 @@ function renderCheckpoints(cps) {
   h('td', {}, new Date(c.at).toLocaleTimeString()), h('td', { class: 'num' }, fmtSeconds(c.durationSeconds)),
   h('td', { class: 'num' }, c.status === 'completed' ? fmtBytes(c.sizeBytes) : ''),
   h('td', { class: 'num' }, c.status === 'completed' ? fmtBytes(c.uploadedBytes) : ''),
-  h('td', { class: `alignment ${c.alignment || ''}`, title: c.switchedTasks ? 'tasks switched to unaligned by the aligned-checkpoint timeout' : '' }, checkpointAlignment(c)),
   h('td', { class: 'num' }, c.acknowledgedTasks || ''),
+  h('td', { class: `alignment ${c.alignment || ''}`, title: c.switchedTasks ? 'tasks switched to unaligned by the aligned-checkpoint timeout' : '' }, checkpointAlignment(c)),
   h('td', { class: 'num' }, c.status === 'completed' && c.alignment ? fmtBytes(c.channelStateBytes) : ''),
   h('td', { class: 'num' }, fmtSeconds(c.syncSeconds)), h('td', {}, c.slowestTask || ''), h('td', {}, c.reason || '')));
   $('checkpoints').replaceChildren(
