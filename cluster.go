@@ -267,6 +267,21 @@ func (e *Environment) lead(ctx context.Context, spec runtime.Spec, name string, 
 		ectx, ecancel := context.WithTimeout(ctx, l.TTL())
 		before, err := l.Ended(ectx)
 		reopen := err == nil && before.Revision != 0 && before.Revision == atStart.Revision && before.Outcome != ha.Finished
+		if ctx.Err() != nil {
+			// Stopped while taking over, before the run. Cancelled through
+			// the API, the job ended (unless it had already): record it, or
+			// a standby would run it again.
+			ecancel()
+			bctx, bcancel := context.WithTimeout(context.Background(), l.TTL())
+			if cause := context.Cause(ctx); errors.Is(cause, ErrCancelled) && (err != nil || before.Revision == 0 || reopen) {
+				if eerr := l.End(bctx, "cancelled: "+cause.Error()); eerr != nil {
+					log.Warn("could not record in etcd that the job ended; a standby will restore its latest checkpoint", "err", eerr)
+				}
+			}
+			l.Resign(bctx)
+			bcancel()
+			return Result{}, context.Cause(ctx)
+		}
 		if err == nil && reopen {
 			log.Info("the job ended under an earlier leader; --restore latest runs it on from its latest checkpoint", "ended", before.Outcome)
 			err = l.Reopen(ectx, before.Revision)

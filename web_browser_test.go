@@ -62,6 +62,13 @@ func TestWebUIInABrowser(t *testing.T) {
 	if batch != "16" || wm != "200 ms" {
 		t.Fatalf("the configuration table says batch size %q, watermark interval %q; the job runs with 16 (its own) and 200 ms (the default)", batch, wm)
 	}
+	// The checkpoints were held by the slowed subtask, not by the tasks
+	// downstream that acknowledged last (issue 22 item 4).
+	held, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#checkpoints tbody td.held-by')].map(td => td.textContent).filter(x => x)`))
+	step("read who held the checkpoints", err)
+	if len(held) == 0 || !slices.ContainsFunc(held, func(h string) bool { return strings.HasPrefix(h, "slow#") }) {
+		t.Fatalf("the checkpoint table says they were held by %q, want the slowed subtask", held)
+	}
 	durations, err := chromedp.Run(ctx, chromedp.Text(`#checkpoint-summary tr[data-quantity="Duration"]`))
 	step("read the checkpoint summary", err)
 	if !strings.Contains(durations, "ms") && !strings.Contains(durations, " s") {

@@ -29,8 +29,8 @@ const (
 )
 
 // Debloater decides a task's input channel capacity from its throughput.
-// It is pure: the task tells it the events it took and the time it worked
-// in each period.
+// It is pure: the task tells it the events it took and the time it had
+// input in each period.
 type Debloater struct {
 	target time.Duration
 	max    int

@@ -6,6 +6,9 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -138,3 +141,62 @@ func TestCheckpointSummary(t *testing.T) {
 		t.Fatalf("checkpoint 2: triggered %v, %d tasks acknowledged (%v)", c.Triggered, c.AckedTasks, err)
 	}
 }
+
+// TestHeldByNamesTheCause: in the slowed job's checkpoint, the task that
+// acknowledged last (count#0) only waited for the slowed subtask; the
+// barrier waited in slow#0's input, behind its backlog, for 0.531 s:
+// slow#0 held the checkpoint (issue 22 item 4). The time from the last
+// acknowledgement to completion is the metadata's write.
+func TestHeldByNamesTheCause(t *testing.T) {
+	tasks := []TaskTimeline{
+		{Task: "numbers#0", Acked: 0.101, Sync: 0.001},
+		{Task: "numbers#1", Acked: 0.102, Sync: 0.001},
+		// Its first barrier (from numbers#1) came at 0.12, the last (from
+		// numbers#0, forwarded at 0.1) at 0.63.
+		{Task: "slow#0", Acked: 0.632, Sync: 0.001, Align: 0.51, Arrivals: []float64{0.51, 0}, Channels: []string{"numbers#0", "numbers#1"}},
+		{Task: "slow#1", Acked: 0.13, Sync: 0.001, Align: 0.02, Arrivals: []float64{0.02, 0}, Channels: []string{"numbers#0", "numbers#1"}},
+		// Blocked on slow#1's channel until slow#0's barrier came.
+		{Task: "count#0", Acked: 0.64, Sync: 0.001, Align: 0.5, Arrivals: []float64{0.5, 0}, Channels: []string{"slow#0", "slow#1"}},
+		{Task: "count#1", Acked: 0.635, Sync: 0.001, Align: 0.49, Arrivals: []float64{0.49, 0}, Channels: []string{"slow#0", "slow#1"}},
+	}
+	if held, wait := heldBy(tasks); held != "slow#0" || math.Abs(wait-0.531) > 1e-9 {
+		t.Fatalf("held by %s for %.3f s, want slow#0 for 0.531 s", held, wait)
+	}
+	// The path ends at a source that snapshotted late: the source held it.
+	late := slices.Clone(tasks)
+	late[0] = TaskTimeline{Task: "numbers#0", Acked: 0.9, Sync: 0.001}
+	late[2].Arrivals, late[2].Align, late[2].Acked = []float64{0.78, 0}, 0.78, 0.902
+	late[4].Acked = 0.91
+	if held, _ := heldBy(late); held != "numbers#0" {
+		t.Fatalf("with a late source: held by %s, want numbers#0", held)
+	}
+	now := time.Date(2026, 12, 2, 18, 0, 0, 0, time.UTC)
+	s := New("demo", Feeds{Operators: func() []Operator { return nil }, Inputs: func(task checkpoint.TaskID) []string {
+		for _, tt := range tasks {
+			if tt.Task == task.String() {
+				return tt.Channels
+			}
+		}
+		return nil
+	}}, Control{}, func() time.Time { return now })
+	var traces []runtime.TaskTrace
+	for _, tt := range tasks {
+		vertex, sub, _ := strings.Cut(tt.Task, "#")
+		n, _ := strconv.Atoi(sub)
+		tr := runtime.TaskTrace{Task: checkpoint.TaskID{Vertex: vertex, Subtask: n}, Acked: secs(tt.Acked), Align: secs(tt.Align), Sync: secs(tt.Sync)}
+		for _, a := range tt.Arrivals {
+			tr.Arrivals = append(tr.Arrivals, secs(a))
+		}
+		traces = append(traces, tr)
+	}
+	s.Observe(runtime.JobEvent{Kind: runtime.EventCheckpointCompleted, Attempt: 1, ID: 1, Duration: 700 * time.Millisecond, Tasks: traces})
+	var c Checkpoint
+	if err := json.Unmarshal([]byte(get(t, s.Handler(), "/api/v1/checkpoints/1")), &c); err != nil {
+		t.Fatal(err)
+	}
+	if c.HeldBy != "slow#0" || math.Abs(c.HeldFor-0.531) > 1e-6 || math.Abs(c.Finalize-0.06) > 1e-6 {
+		t.Fatalf("checkpoint 1: held by %s for %v, finalized in %v; want slow#0, 0.531 s, 0.06 s", c.HeldBy, c.HeldFor, c.Finalize)
+	}
+}
+
+func secs(x float64) time.Duration { return time.Duration(x * float64(time.Second)) }

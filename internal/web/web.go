@@ -6,6 +6,7 @@
 package web
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -56,9 +57,17 @@ type Checkpoint struct {
 	Size         int64      `json:"sizeBytes,omitempty"`
 	Uploaded     int64      `json:"uploadedBytes,omitempty"`
 	SyncPart     float64    `json:"syncSeconds,omitempty"`
-	Slowest      string     `json:"slowestTask,omitempty"`
-	Reason       string     `json:"reason,omitempty"`
-	Attempt      int        `json:"attempt"`
+	// Slowest is the task that acknowledged last: often a victim
+	// downstream of the cause. HeldBy is the task whose input backlog held
+	// the checkpoint's barrier longest on the path to the last
+	// acknowledgement, HeldFor how long (heldBy); Finalize the time from
+	// the last acknowledgement to completion (writing the metadata).
+	Slowest  string  `json:"slowestTask,omitempty"`
+	HeldBy   string  `json:"heldBy,omitempty"`
+	HeldFor  float64 `json:"heldSeconds,omitempty"`
+	Finalize float64 `json:"finalizeSeconds,omitempty"`
+	Reason   string  `json:"reason,omitempty"`
+	Attempt  int     `json:"attempt"`
 	// Savepoint: kept until deleted by hand.
 	Savepoint bool `json:"savepoint"`
 	// Location is where its metadata lives: what --restore takes.
@@ -580,6 +589,10 @@ func (s *Server) Observe(e runtime.JobEvent) {
 			}
 			c.Tasks = append(c.Tasks, tl)
 		}
+		c.HeldBy, c.HeldFor = heldBy(c.Tasks)
+		if len(c.Tasks) > 0 {
+			c.Finalize = max(c.Duration-slices.MaxFunc(c.Tasks, func(a, b TaskTimeline) int { return cmp.Compare(a.Acked, b.Acked) }).Acked, 0)
+		}
 		s.checkpoints = appendBounded(s.checkpoints, c)
 		s.settle(c)
 	case runtime.EventCheckpointAborted:
@@ -906,4 +919,50 @@ func spread(xs []float64) Spread {
 	}
 	rank := int(math.Ceil(0.99*float64(len(xs)))) - 1
 	return Spread{Min: xs[0], Mean: total / float64(len(xs)), Max: xs[len(xs)-1], P99: xs[rank]}
+}
+
+// heldBy follows a completed checkpoint's critical path back from the task
+// that acknowledged last: through each task's input channel whose barrier
+// came last, to the upstream subtask that sent it, up to a source. On each
+// hop the barrier waited in the receiver's input, behind the records queued
+// ahead of it, from when the sender forwarded it (its snapshot) to when it
+// arrived; a source waited from the trigger to its snapshot. The task
+// where that wait was longest held the checkpoint: it is the slow one, not
+// the tasks downstream that only waited for it. Times are the timeline's:
+// a task snapshots at Acked less its Async and Sync parts, its first
+// barrier came Align before that.
+func heldBy(tasks []TaskTimeline) (string, float64) {
+	if len(tasks) == 0 {
+		return "", 0
+	}
+	byTask := make(map[string]TaskTimeline, len(tasks))
+	for _, t := range tasks {
+		byTask[t.Task] = t
+	}
+	snap := func(t TaskTimeline) float64 { return t.Acked - t.Async - t.Sync }
+	t := slices.MaxFunc(tasks, func(a, b TaskTimeline) int { return cmp.Compare(a.Acked, b.Acked) })
+	held, wait := "", -1.0
+	for range tasks { // a path visits each task at most once
+		first := snap(t) - t.Align
+		last, up := -1, ""
+		for i, a := range t.Arrivals {
+			if a >= 0 && i < len(t.Channels) && (last < 0 || a > t.Arrivals[last]) {
+				last, up = i, t.Channels[i]
+			}
+		}
+		u, ok := byTask[up]
+		if last < 0 || !ok {
+			// A source (or a task whose upstream is not known): it waited
+			// from the trigger.
+			if first > wait {
+				held, wait = t.Task, first
+			}
+			break
+		}
+		if w := first + t.Arrivals[last] - snap(u); w > wait {
+			held, wait = t.Task, w
+		}
+		t = u
+	}
+	return held, max(wait, 0)
 }

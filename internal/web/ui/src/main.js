@@ -274,7 +274,7 @@ function groupBy(xs, key) {
 // ---- checkpoints ----
 
 function renderCheckpoints(cps) {
-  const cols = ['ID', 'Kind', 'Status', 'Attempt', 'Triggered', 'At', 'Duration', 'Size', 'Uploaded', 'Acks', 'Alignment', 'Channel state', 'Longest sync part', 'Slowest task', 'Reason'];
+  const cols = ['ID', 'Kind', 'Status', 'Attempt', 'Triggered', 'At', 'Duration', 'Size', 'Uploaded', 'Acks', 'Alignment', 'Channel state', 'Longest sync part', 'Held by', 'Reason'];
   const rows = cps.slice().reverse().map((c) => h('tr', {
     'data-id': c.id,
     class: (c.status === 'completed' ? 'clickable' : '') + (c.id === ui.selectedCheckpoint ? ' selected' : ''),
@@ -289,7 +289,10 @@ function renderCheckpoints(cps) {
   h('td', { class: 'num' }, c.acknowledgedTasks || ''),
   h('td', { class: `alignment ${c.alignment || ''}`, title: c.switchedTasks ? 'tasks switched to unaligned by the aligned-checkpoint timeout' : '' }, checkpointAlignment(c)),
   h('td', { class: 'num' }, c.status === 'completed' && c.alignment ? fmtBytes(c.channelStateBytes) : ''),
-  h('td', { class: 'num' }, fmtSeconds(c.syncSeconds)), h('td', {}, c.slowestTask || ''), h('td', {}, c.reason || '')));
+  h('td', { class: 'num' }, fmtSeconds(c.syncSeconds)),
+  h('td', { class: 'held-by', title: c.slowestTask ? `the barrier waited ${fmtSeconds(c.heldSeconds)} in this subtask's input, behind its backlog; the last to acknowledge was ${c.slowestTask}` : '' },
+    c.heldBy ? `${c.heldBy} (${fmtSeconds(c.heldSeconds)})` : ''),
+  h('td', {}, c.reason || '')));
   $('checkpoints').replaceChildren(
     h('thead', {}, h('tr', {}, ...cols.map((c) => h('th', {}, c)))),
     h('tbody', {}, ...rows));
@@ -348,7 +351,9 @@ function renderTimeline() {
   if (!c) return;
   const how = checkpointAlignment(c);
   $('timeline-title').textContent = `— ${c.savepoint ? 'savepoint' : 'checkpoint'} ${c.id}, ${fmtSeconds(c.durationSeconds)}, ${(c.tasks || []).length} subtasks` +
-    (how && how !== 'aligned' ? `, ${how}, ${fmtBytes(c.channelStateBytes)} of channel state` : '');
+    (how && how !== 'aligned' ? `, ${how}, ${fmtBytes(c.channelStateBytes)} of channel state` : '') +
+    (c.heldBy ? `; held by ${c.heldBy} for ${fmtSeconds(c.heldSeconds)}` : '') +
+    (c.finalizeSeconds !== undefined ? `; metadata written ${fmtSeconds(c.finalizeSeconds)} after the last acknowledgement` : '');
   const order = new Map(ui.graph.vertices.map((v, i) => [v.id, i]));
   const select = $('timeline-vertex');
   const options = [h('option', { value: '' }, 'all vertices'), ...ui.graph.vertices.map((v) => h('option', { value: v.id }, vertexLabel(v)))];
