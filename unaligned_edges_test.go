@@ -480,29 +480,9 @@ func savepointsUnderBackPressure(t *testing.T, cc weir.CheckpointConfig) {
 	cfg := weir.Config{Checkpoint: cc, Restart: weir.NoRestart{}, OnEvent: evs.on,
 		Web: "127.0.0.1:0", WebToken: "tok", OnWeb: func(a string) { addrs <- a }}
 	env := countJob(t, cfg, out, n, countFaults{slow: crawler()})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	done := make(chan struct{})
-	defer func() { cancel(); <-done }() // a test that fails midway ends the job
-	var res weir.Result
-	var err error
-	go func() {
-		defer close(done)
-		res, err = env.Execute(ctx)
-	}()
-	addr := <-addrs
-
 	// Unaligned checkpoints store the backlog.
-	k := 0
-	evs.wait(t, "two checkpoints with channel state", 30*time.Second, done, func(ev weir.JobEvent) bool {
-		if withChannelState(ev) {
-			k++
-		}
-		return k == 2
-	})
-	sp, perr := postSavepoint(addr, false)
-	if perr != nil {
-		t.Fatal(perr)
-	}
+	job := savepointWithChannelState(t, env, addrs, evs)
+	sp, addr, done := job.savepoint, job.addr, job.done
 	ev := evs.wait(t, fmt.Sprintf("end of savepoint %d", sp), 30*time.Second, done, func(ev weir.JobEvent) bool {
 		return ev.ID == sp && (ev.Kind == weir.EventCheckpointCompleted || ev.Kind == weir.EventCheckpointAborted)
 	})
@@ -517,8 +497,8 @@ func savepointsUnderBackPressure(t *testing.T, cc weir.CheckpointConfig) {
 		t.Fatal(perr)
 	}
 	<-done
-	if err != nil || res.StoppedWith != stop {
-		t.Fatalf("the job ended with %v, stopped with savepoint %d: want it stopped with %d", err, res.StoppedWith, stop)
+	if job.err != nil || job.res.StoppedWith != stop {
+		t.Fatalf("the job ended with %v, stopped with savepoint %d: want it stopped with %d", job.err, job.res.StoppedWith, stop)
 	}
 	ev = evs.wait(t, fmt.Sprintf("savepoint %d's completion", stop), time.Minute, nil, func(ev weir.JobEvent) bool {
 		return ev.ID == stop && ev.Kind == weir.EventCheckpointCompleted
@@ -626,37 +606,18 @@ func savepointCompletedLate(t *testing.T, cc weir.CheckpointConfig) {
 			return &slowSavepointSink{SinkWriter: w, slow: &slowID, delayed: &delayed}
 		},
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	done := make(chan struct{})
-	defer func() { cancel(); <-done }() // a test that fails midway ends the job
-	var res weir.Result
-	var err error
-	go func() {
-		defer close(done)
-		res, err = env.Execute(ctx)
-	}()
-	addr := <-addrs
-	k := 0
-	evs.wait(t, "two checkpoints with channel state", 30*time.Second, done, func(ev weir.JobEvent) bool {
-		if withChannelState(ev) {
-			k++
-		}
-		return k == 2
-	})
-	sp, perr := postSavepoint(addr, false)
-	if perr != nil {
-		t.Fatal(perr)
-	}
+	job := savepointWithChannelState(t, env, addrs, evs)
+	sp := job.savepoint
 	// NB: the savepoint aligns behind the backlog, for 100 ms or more,
 	// before the counting tasks snapshot it: time enough to say which.
 	slowID.Store(int64(sp))
-	<-done
-	if err != nil {
-		t.Fatalf("the job failed: %v", err)
+	<-job.done
+	if job.err != nil {
+		t.Fatalf("the job failed: %v", job.err)
 	}
 	all := evs.all()
-	if !delayed.Load() || res.Attempts != 2 {
-		t.Fatalf("savepoint %d delayed: %v; %d attempts, want 2: %v", sp, delayed.Load(), res.Attempts, summary(all))
+	if !delayed.Load() || job.res.Attempts != 2 {
+		t.Fatalf("savepoint %d delayed: %v; %d attempts, want 2: %v", sp, delayed.Load(), job.res.Attempts, summary(all))
 	}
 	// The newest checkpoint completed before the failure, and the one the
 	// second attempt restored.
@@ -806,3 +767,43 @@ func channelBytes(ev weir.JobEvent) int64 {
 	}
 	return cs
 }
+
+// countingRun is a counting job running in the background: done is closed
+// when Execute returned, with res and err.
+type countingRun struct {
+	addr      string
+	savepoint checkpoint.ID
+	done      chan struct{}
+	res       weir.Result
+	err       error
+}
+
+// savepointWithChannelState runs env (its web address comes on addrs),
+// within a minute, and once two checkpoints with channel state completed
+// triggers a savepoint through its API. A test that fails midway ends the
+// job.
+func savepointWithChannelState(t *testing.T, env *weir.Environment, addrs <-chan string, evs *events) *countingRun {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	r := &countingRun{done: make(chan struct{})}
+	t.Cleanup(func() { cancel(); <-r.done })
+	go func() {
+		defer close(r.done)
+		r.res, r.err = env.Execute(ctx)
+	}()
+	r.addr = <-addrs
+	k := 0
+	evs.wait(t, "two checkpoints with channel state", 30*time.Second, r.done, func(ev weir.JobEvent) bool {
+		if withChannelState(ev) {
+			k++
+		}
+		return k == 2
+	})
+	sp, err := postSavepoint(r.addr, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.savepoint = sp
+	return r
+}
+
