@@ -98,6 +98,7 @@ func chaos(t *testing.T, kills int, args ...string) {
 // read_committed is exactly-once, and the read reaches the end offsets: no
 // transaction the killed runs left open holds it back.
 func TestKill9KafkaToKafka(t *testing.T) {
+	inParallel(t)
 	addr := serveKafka(t, "lines", "counts")
 	j := newJob(t, 4, 60_000)
 	paths, _ := filepath.Glob(j.input)
@@ -127,6 +128,7 @@ func TestKill9KafkaToKafka(t *testing.T) {
 // moments, in both modes, and checks the table: one row per occurrence,
 // each once (exactly-once), or one row per word with its count (upsert).
 func TestKill9ToPostgres(t *testing.T) {
+	inParallel(t)
 	pg := pgtest.Start(t)
 	for _, mode := range []string{"exactly-once", "upsert"} {
 		t.Run(mode, func(t *testing.T) {
@@ -178,6 +180,7 @@ func checkTable(t *testing.T, url, table, mode string, want map[string]int64) {
 // restores, commits the prepared transactions that survived the restart,
 // and ends exactly-once.
 func TestPostgresRestartsDuringTheJob(t *testing.T) {
+	inParallel(t)
 	pg := pgtest.Start(t)
 	j := newJob(t, 4, 100_000)
 	cmd, _ := j.command("--output", pg.URL+"&table=counts", "--checkpoint-interval", "30ms", "--restart-delay", "200ms", "--restart-attempts", "50")

@@ -307,9 +307,10 @@ func TestClusterHAEtcdFailures(t *testing.T) {
 	for i, c := range h.coords {
 		deposed[i] = len(c.log.String())
 	}
-	// No quorum for twice the lease: nobody may lead or complete anything.
-	quiet := time.Now().Add(16 * time.Second)
-	waitFor(t, "sixteen seconds without an etcd quorum", func() bool { return time.Now().After(quiet) })
+	// No quorum for longer than the lease: nobody may lead or complete
+	// anything.
+	quiet := time.Now().Add(10 * time.Second)
+	waitFor(t, "ten seconds without an etcd quorum", func() bool { return time.Now().After(quiet) })
 	for i, c := range h.coords {
 		if after := c.log.String()[deposed[i]:]; strings.Contains(after, `msg="checkpoint completed"`) || strings.Contains(after, `msg="leading the job"`) {
 			t.Fatalf("coordinator %s led or completed a checkpoint while etcd had no quorum:\n%s", h.addrs[i], after)

@@ -112,6 +112,7 @@ func TestNexmarkBadFlags(t *testing.T) {
 // channel state (required). Under -race it runs one of the six
 // (unalignedVariants).
 func TestKill9NexmarkUnaligned(t *testing.T) {
+	inParallel(t)
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 21))
 	vs := unalignedVariants(t)
 	dir := t.TempDir()

@@ -52,6 +52,7 @@ func startWithAPI(t *testing.T, args []string) (*child, string) {
 // (--web-linger) saying so until Ctrl-C; a run restored from the
 // savepoint finishes it, exactly-once by counting.
 func TestSavepointCancelAndRestore(t *testing.T) {
+	inParallel(t)
 	j := newJob(t, 4, 250_000)
 	args := []string{"run", "wordcount", "--input", j.input, "--output", j.output, "--checkpoint-dir", j.ckpt, "--parallelism", "2",
 		"--checkpoint-interval", "100ms", "--log-level", "info", "--progress", "0"}
@@ -137,6 +138,7 @@ func TestSavepointCancelAndRestore(t *testing.T) {
 // another parallelism finishes the job exactly-once; savepoint dispose
 // then deletes the savepoint.
 func TestStopWithSavepoint(t *testing.T) {
+	inParallel(t)
 	j := newJob(t, 4, 250_000)
 	args := []string{"run", "wordcount", "--input", j.input, "--output", j.output, "--checkpoint-dir", j.ckpt, "--parallelism", "2",
 		"--checkpoint-interval", "100ms", "--log-level", "info", "--progress", "0"}
@@ -187,6 +189,7 @@ func TestStopWithSavepoint(t *testing.T) {
 // 2 counting tasks of 4 (the sources have no input channels to align)
 // were unaligned, and the bytes of channel state the API reports.
 func TestCheckpointsShowUnaligned(t *testing.T) {
+	inParallel(t)
 	j := newJob(t, 4, 250_000)
 	_, addr := startWithAPI(t, []string{"run", "wordcount", "--input", j.input, "--output", j.output, "--checkpoint-dir", j.ckpt, "--parallelism", "2",
 		"--checkpoint-interval", "50ms", "--checkpoint-alignment", "unaligned", "--log-level", "info", "--progress", "0"})

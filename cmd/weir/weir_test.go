@@ -68,10 +68,18 @@ func (j *job) command(extra ...string) (*exec.Cmd, *bytes.Buffer) {
 	return cmd, &stderr
 }
 
+// inParallel lets a test that kills or stops the processes of one job
+// (its own directories, servers on free ports, no fixed names, no timing
+// that load can break) run beside another such (t.Parallel, two at a time on two
+// cores), after the package's other tests: this package takes most of
+// CI's time, and by its end the other packages are done and a core idles.
+func inParallel(t *testing.T) { t.Parallel() }
+
 // TestKill9AndRestoreLatest kills the word count with SIGKILL at random
 // moments, restarts it with --restore latest each time until it finishes,
 // and checks the committed output by counting: no count lost, none twice.
 func TestKill9AndRestoreLatest(t *testing.T) {
+	inParallel(t)
 	kill9Until(t, newJob(t, 4, 500_000), nil, "--checkpoint-interval", "50ms")
 }
 
@@ -79,6 +87,7 @@ func TestKill9AndRestoreLatest(t *testing.T) {
 // checkpoints, and with aligned ones a 1 ms timeout switches (not under
 // -race, which makes it long: see raceEnabled).
 func TestKill9Unaligned(t *testing.T) {
+	inParallel(t)
 	modes := [][]string{{"--checkpoint-alignment", "unaligned"}, {"--aligned-checkpoint-timeout", "1ms"}}
 	if raceEnabled {
 		modes = modes[:1]
@@ -163,6 +172,7 @@ func completed(t *testing.T, jobDir string) []string {
 // damaged, --restore latest names the damaged file and restores the
 // previous checkpoint; nothing is lost.
 func TestDamagedLatestMetadataFallsBack(t *testing.T) {
+	inParallel(t)
 	j := newJob(t, 4, 150_000)
 	cmd, stderr := j.command("--checkpoint-interval", "30ms", "--checkpoints-retained", "3")
 	if err := cmd.Start(); err != nil {
@@ -317,6 +327,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // the output); --restore latest finishes the job exactly-once, and --fresh
 // starts it over.
 func TestRerunOverAKilledRun(t *testing.T) {
+	inParallel(t)
 	j := newJob(t, 4, 150_000)
 	cmd, stderr := j.command("--checkpoint-interval", "30ms")
 	if err := cmd.Start(); err != nil {
@@ -377,6 +388,7 @@ func TestTwoProcessesAtOnce(t *testing.T) {
 // status 130 and prints the command that resumes it; that command finishes
 // the job exactly-once.
 func TestInterruptExits130AndSaysHowToResume(t *testing.T) {
+	inParallel(t)
 	j := newJob(t, 4, 150_000)
 	cmd, stderr := j.command("--checkpoint-interval", "30ms")
 	if err := cmd.Start(); err != nil {
