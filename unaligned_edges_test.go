@@ -806,4 +806,3 @@ func savepointWithChannelState(t *testing.T, env *weir.Environment, addrs <-chan
 	r.savepoint = sp
 	return r
 }
-
