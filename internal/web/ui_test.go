@@ -133,7 +133,7 @@ func TestUIShowsHowCheckpointsAligned(t *testing.T) {
 	if got := read(`[...document.querySelectorAll('#timeline .tl-row')].map(r => r.dataset.task + ' ' + r.dataset.alignment + ' ' + r.dataset.channelState + ' ' + (r.querySelector('.tl-how')?.textContent ?? '-')).join('; ')`); got != "source#0 aligned 0 -; count#0 switched 4096 switched after 250 ms · 4.0 KiB; count#1 aligned 0 -; count#2 aligned 0 -" {
 		t.Errorf("checkpoint 3's timeline: %q", got)
 	}
-	if got := read(`document.getElementById('timeline-title').textContent`); got != "— checkpoint 3, 300 ms, 4 subtasks, switched 1/4, 4.0 KiB of channel state" {
+	if got := read(`document.getElementById('timeline-title').textContent`); got != "— checkpoint 3, 300 ms, 4 subtasks, switched 1/4, 4.0 KiB of channel state; held by source#0 for 297 ms" {
 		t.Errorf("checkpoint 3's timeline title: %q", got)
 	}
 	switchedPNG, err := chromedp.Run(ctx, chromedp.Screenshot(`#timeline-section`, chromedp.NodeVisible))
