@@ -189,7 +189,7 @@ type Subtask struct {
 	CommitSeconds float64 `json:"sinkCommitSeconds,omitempty"`
 	CommitLatency float64 `json:"sinkCommitLatencySeconds,omitempty"`
 	// InputCapacity is the events each input channel may hold, as buffer
-	// debloating sized them; absent without debloating.
+	// debloating sized them; absent until debloating first changed them.
 	InputCapacity int `json:"inputCapacity,omitempty"`
 }
 
@@ -473,7 +473,7 @@ var (
 	subtaskBPDesc   = prometheus.NewDesc("weir_subtask_backpressured_seconds_total", "Time a subtask waited for room downstream, in its current attempt.", subtaskLabels, nil)
 	subtaskBPRatio  = prometheus.NewDesc("weir_subtask_backpressure_ratio", "The share of the last second a subtask waited for room downstream.", subtaskLabels, nil)
 	sinkCommitDesc  = prometheus.NewDesc("weir_sink_commit_duration_seconds", "The time a subtask ending in a sink took to commit a completed checkpoint's output, in its current attempt.", subtaskLabels, nil)
-	subtaskCapDesc  = prometheus.NewDesc("weir_subtask_input_capacity", "Events each input channel of a subtask may hold, as buffer debloating sized them to its throughput (absent without debloating).", subtaskLabels, nil)
+	subtaskCapDesc  = prometheus.NewDesc("weir_subtask_input_capacity", "Events each input channel of a subtask may hold, as buffer debloating sized them to its throughput (absent until debloating first changed it).", subtaskLabels, nil)
 	subtaskWMDesc   = prometheus.NewDesc("weir_subtask_watermark_seconds", "A subtask's event-time watermark, in seconds since the epoch (absent while it has none).", subtaskLabels, nil)
 )
 
