@@ -171,6 +171,14 @@ func (e *Environment) executeClustered(ctx context.Context, plan *graph.Plan, sp
 		err = cluster.RunNode(ctx, cluster.NodeConfig{
 			Coordinator: cc.Join, Name: cc.Name, Slots: max(cc.Slots, 1), Listen: cc.Listen, Advertise: cc.Advertise,
 			TLS: tc, Spec: spec, Codec: e.wireCodec(plan), Logger: spec.Logger,
+			Operators: func() []cluster.OperatorCount {
+				ms := e.Metrics()
+				out := make([]cluster.OperatorCount, len(ms))
+				for i, m := range ms {
+					out[i] = cluster.OperatorCount{UID: m.UID, Records: m.Records, Late: m.Late}
+				}
+				return out
+			},
 		})
 		return Result{}, err
 	}
@@ -178,7 +186,7 @@ func (e *Environment) executeClustered(ctx context.Context, plan *graph.Plan, sp
 	if err != nil {
 		return Result{}, err
 	}
-	ccfg := cluster.CoordinatorConfig{Graph: cluster.GraphOf(spec), Listen: cmp.Or(cc.Listen, defaultCoordinatorListen), TLS: tc, Liveness: live, Logger: spec.Logger, Stats: spec.Stats}
+	ccfg := cluster.CoordinatorConfig{Graph: cluster.GraphOf(spec), Listen: cmp.Or(cc.Listen, defaultCoordinatorListen), TLS: tc, Liveness: live, Logger: spec.Logger, Stats: spec.Stats, Operators: e.clusterOps}
 	if cc.HA != "" {
 		return e.lead(ctx, spec, cmp.Or(cc.Advertise, ccfg.Listen), func(ctx context.Context, spec runtime.Spec, epoch uint64) (Result, error) {
 			ccfg.Epoch = epoch

@@ -59,7 +59,8 @@ func (h logRecords) after(t time.Time, level slog.Level) []string {
 // TestWorkersExitWhenTheJobFinishes: when the job finishes, its workers
 // return nil (a worker process exits 0) with one INFO line, instead of
 // looking for the coordinator that has gone and logging a WARN every
-// second (issue 19, defect 20).
+// second (issue 19, defect 20); and the coordinator counts every
+// operator's records as its workers ran them.
 func TestWorkersExitWhenTheJobFinishes(t *testing.T) {
 	dir := t.TempDir()
 	certs := filepath.Join(dir, "certs")
@@ -74,8 +75,12 @@ func TestWorkersExitWhenTheJobFinishes(t *testing.T) {
 		return weir.Config{Job: "sums", Parallelism: 2, Cluster: cc, Logger: logger,
 			Checkpoint: weir.CheckpointConfig{Dir: filepath.Join(dir, "ckpt"), Interval: 50 * time.Millisecond}}
 	}
+	var coordinatorEnv *weir.Environment
 	execute := func(cfg weir.Config) error {
 		env := weir.New(cfg)
+		if cfg.Cluster.Role == weir.Coordinator {
+			coordinatorEnv = env
+		}
 		if err := s.build(n)(env); err != nil {
 			return err
 		}
@@ -130,6 +135,14 @@ func TestWorkersExitWhenTheJobFinishes(t *testing.T) {
 	}
 	if infos := logs.after(time.Time{}, slog.LevelInfo); !containsMessage(infos, "INFO the job finished") {
 		t.Errorf("no worker said the job finished: %q", infos)
+	}
+	// The coordinator runs no operator: its counts are the workers',
+	// final since their last heartbeat heard the job finished (issue 22:
+	// a cluster's operators showed 0 records).
+	for _, m := range coordinatorEnv.Metrics() {
+		if m.Records != n {
+			t.Errorf("the coordinator counts %d records into %s, want %d (all: %+v)", m.Records, m.UID, n, coordinatorEnv.Metrics())
+		}
 	}
 }
 

@@ -35,6 +35,7 @@ import (
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/graph"
+	"github.com/weirstream/weir/internal/cluster"
 	"github.com/weirstream/weir/internal/keygroup"
 	"github.com/weirstream/weir/internal/runtime"
 	"github.com/weirstream/weir/operator"
@@ -272,6 +273,9 @@ type Environment struct {
 	cfg   Config
 	nodes []*node
 	err   error
+	// clusterOps sums the operators' counters of a coordinator's workers
+	// (nil in other roles): the coordinator runs no operator.
+	clusterOps *cluster.OperatorCounts
 }
 
 // New starts building a job.
@@ -300,7 +304,11 @@ func New(cfg Config) *Environment {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Environment{cfg: cfg}
+	e := &Environment{cfg: cfg}
+	if cfg.Cluster.Role == Coordinator {
+		e.clusterOps = cluster.NewOperatorCounts()
+	}
+	return e
 }
 
 // Config is the environment's configuration, defaults filled in.
@@ -519,11 +527,21 @@ type Metrics struct {
 	Late int64
 }
 
-// Metrics reads every operator's counters; safe while the job runs.
+// Metrics reads every operator's counters; safe while the job runs. On a
+// cluster's coordinator they are the sums of the workers' counters, as of
+// their last heartbeats, over every worker process that ran the job.
 func (e *Environment) Metrics() []Metrics {
 	out := make([]Metrics, len(e.nodes))
+	var workers map[string]cluster.OperatorCount
+	if e.clusterOps != nil {
+		workers = map[string]cluster.OperatorCount{}
+		for _, c := range e.clusterOps.Sum() {
+			workers[c.UID] = c
+		}
+	}
 	for i, n := range e.nodes {
-		out[i] = Metrics{UID: n.UID, Records: n.records.Load(), Late: n.late.Load()}
+		w := workers[n.UID]
+		out[i] = Metrics{UID: n.UID, Records: n.records.Load() + w.Records, Late: n.late.Load() + w.Late}
 		if len(n.remaining) == 0 {
 			continue
 		}

@@ -77,6 +77,9 @@ type CoordinatorConfig struct {
 	// Stats, if set, gets the subtasks' counters the workers' heartbeats
 	// carry.
 	Stats *runtime.Stats
+	// Operators, if set, gets the operators' counters the workers'
+	// heartbeats carry.
+	Operators *OperatorCounts
 	// Epoch is the coordinator's term of the job's leadership (0 without
 	// high availability): its workers' sessions are numbered above every
 	// earlier term's (NewMembers).
@@ -468,6 +471,8 @@ func (c *Coordinator) Heartbeat(ctx context.Context, req *connect.Request[cluste
 	c.mu.Lock()
 	if c.finished(req.Msg.GetWorker()) {
 		c.mu.Unlock()
+		// The worker's tasks ended: its counts are final.
+		c.reportOperators(req.Msg)
 		resp := connect.NewResponse(&clusterpb.HeartbeatResponse{})
 		resp.Header().Set(jobFinishedHeader, "true")
 		return resp, nil
@@ -489,7 +494,15 @@ func (c *Coordinator) Heartbeat(ctx context.Context, req *connect.Request[cluste
 	if c.cfg.Stats != nil {
 		c.cfg.Stats.Report(statsFromProto(req.Msg.GetStats()))
 	}
+	c.reportOperators(req.Msg)
 	return connect.NewResponse(&clusterpb.HeartbeatResponse{}), nil
+}
+
+// reportOperators takes the operators' counters a heartbeat carries.
+func (c *Coordinator) reportOperators(m *clusterpb.HeartbeatRequest) {
+	if c.cfg.Operators != nil && len(m.GetOperators()) > 0 {
+		c.cfg.Operators.report(m.GetWorker(), m.GetIncarnation(), operatorsFromProto(m.GetOperators()))
+	}
 }
 
 // Report implements the control plane's Report.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"strings"
@@ -53,6 +54,9 @@ type NodeConfig struct {
 	// RetryInterval is the pause between attempts to reach the
 	// coordinator (default 200ms).
 	RetryInterval time.Duration
+	// Operators, if set, reads the counters of the operators this process
+	// runs; the heartbeats carry them (WorkerConfig.Operators).
+	Operators func() []OperatorCount
 }
 
 // node is a worker process: it runs the tasks the coordinator deploys on
@@ -137,6 +141,7 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 	return RunWorker(ctx, WorkerConfig{
 		Coordinator: cfg.Coordinator, Name: cfg.Name, Slots: cfg.Slots, DataAddress: n.addr,
 		Graph: GraphOf(cfg.Spec), TLS: cfg.TLS, Logger: cfg.Logger, RetryInterval: cfg.RetryInterval, Stats: cfg.Spec.Stats,
+		Operators: cfg.Operators, Incarnation: rand.Uint64(),
 		Registered: func(w Worker, l Liveness, coordinator string) {
 			if clients[coordinator] == nil {
 				clients[coordinator] = clusterpbconnect.NewCoordinatorServiceClient(&http.Client{Transport: tr}, "https://"+coordinator, readLimit)

@@ -47,6 +47,11 @@ type WorkerConfig struct {
 	// Stats, if set, are the counters of the subtasks the worker runs;
 	// each heartbeat carries them.
 	Stats *runtime.Stats
+	// Operators, if set, reads the counters of the operators the worker's
+	// process ran; each heartbeat carries them, with Incarnation, which
+	// numbers the process (OperatorCounts).
+	Operators   func() []OperatorCount
+	Incarnation uint64
 }
 
 // errJobFinished says that the coordinator answered: the job finished.
@@ -276,6 +281,9 @@ func heartbeats(ctx context.Context, client clusterpbconnect.CoordinatorServiceC
 		sent := time.Now()
 		if cfg.Stats != nil {
 			req.Stats = statsToProto(cfg.Stats.Read(sent))
+		}
+		if cfg.Operators != nil {
+			req.Operators, req.Incarnation = operatorsToProto(cfg.Operators()), cfg.Incarnation
 		}
 		resp, err := client.Heartbeat(hctx, connect.NewRequest(req))
 		cancel()

@@ -285,7 +285,12 @@ type HeartbeatRequest struct {
 	Worker  string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
 	Session uint64                 `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`
 	// stats are the counters of the subtasks the worker runs (for the API).
-	Stats         []*SubtaskStats `protobuf:"bytes,3,rep,name=stats,proto3" json:"stats,omitempty"`
+	Stats []*SubtaskStats `protobuf:"bytes,3,rep,name=stats,proto3" json:"stats,omitempty"`
+	// operators are the counters of the operators the worker's process ran
+	// since it started; incarnation numbers that process (a new one after a
+	// restart), so that the coordinator keeps a replaced process's counts.
+	Operators     []*OperatorCount `protobuf:"bytes,30,rep,name=operators,proto3" json:"operators,omitempty"`
+	Incarnation   uint64           `protobuf:"varint,31,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -341,6 +346,81 @@ func (x *HeartbeatRequest) GetStats() []*SubtaskStats {
 	return nil
 }
 
+func (x *HeartbeatRequest) GetOperators() []*OperatorCount {
+	if x != nil {
+		return x.Operators
+	}
+	return nil
+}
+
+func (x *HeartbeatRequest) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+// OperatorCount is a cluster.OperatorCount.
+type OperatorCount struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Uid           string                 `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
+	Records       int64                  `protobuf:"varint,2,opt,name=records,proto3" json:"records,omitempty"`
+	Late          int64                  `protobuf:"varint,3,opt,name=late,proto3" json:"late,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OperatorCount) Reset() {
+	*x = OperatorCount{}
+	mi := &file_cluster_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OperatorCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OperatorCount) ProtoMessage() {}
+
+func (x *OperatorCount) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OperatorCount.ProtoReflect.Descriptor instead.
+func (*OperatorCount) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *OperatorCount) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *OperatorCount) GetRecords() int64 {
+	if x != nil {
+		return x.Records
+	}
+	return 0
+}
+
+func (x *OperatorCount) GetLate() int64 {
+	if x != nil {
+		return x.Late
+	}
+	return 0
+}
+
 // SubtaskStats is a runtime.SubtaskStats; durations in nanoseconds.
 type SubtaskStats struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
@@ -365,7 +445,7 @@ type SubtaskStats struct {
 
 func (x *SubtaskStats) Reset() {
 	*x = SubtaskStats{}
-	mi := &file_cluster_proto_msgTypes[5]
+	mi := &file_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -377,7 +457,7 @@ func (x *SubtaskStats) String() string {
 func (*SubtaskStats) ProtoMessage() {}
 
 func (x *SubtaskStats) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[5]
+	mi := &file_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -390,7 +470,7 @@ func (x *SubtaskStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubtaskStats.ProtoReflect.Descriptor instead.
 func (*SubtaskStats) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{5}
+	return file_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SubtaskStats) GetTask() *TaskID {
@@ -485,7 +565,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_cluster_proto_msgTypes[6]
+	mi := &file_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -497,7 +577,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[6]
+	mi := &file_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -510,7 +590,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{6}
+	return file_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 type TaskID struct {
@@ -523,7 +603,7 @@ type TaskID struct {
 
 func (x *TaskID) Reset() {
 	*x = TaskID{}
-	mi := &file_cluster_proto_msgTypes[7]
+	mi := &file_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -535,7 +615,7 @@ func (x *TaskID) String() string {
 func (*TaskID) ProtoMessage() {}
 
 func (x *TaskID) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[7]
+	mi := &file_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -548,7 +628,7 @@ func (x *TaskID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskID.ProtoReflect.Descriptor instead.
 func (*TaskID) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{7}
+	return file_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TaskID) GetVertex() string {
@@ -606,7 +686,7 @@ type TaskReport struct {
 
 func (x *TaskReport) Reset() {
 	*x = TaskReport{}
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -618,7 +698,7 @@ func (x *TaskReport) String() string {
 func (*TaskReport) ProtoMessage() {}
 
 func (x *TaskReport) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -631,7 +711,7 @@ func (x *TaskReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskReport.ProtoReflect.Descriptor instead.
 func (*TaskReport) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{8}
+	return file_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TaskReport) GetTask() *TaskID {
@@ -759,7 +839,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -771,7 +851,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -784,7 +864,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{9}
+	return file_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReportRequest) GetWorker() string {
@@ -823,7 +903,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -835,7 +915,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -848,7 +928,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{10}
+	return file_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 type Assignment struct {
@@ -861,7 +941,7 @@ type Assignment struct {
 
 func (x *Assignment) Reset() {
 	*x = Assignment{}
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -873,7 +953,7 @@ func (x *Assignment) String() string {
 func (*Assignment) ProtoMessage() {}
 
 func (x *Assignment) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -886,7 +966,7 @@ func (x *Assignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assignment.ProtoReflect.Descriptor instead.
 func (*Assignment) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{11}
+	return file_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Assignment) GetTask() *TaskID {
@@ -913,7 +993,7 @@ type Peer struct {
 
 func (x *Peer) Reset() {
 	*x = Peer{}
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -925,7 +1005,7 @@ func (x *Peer) String() string {
 func (*Peer) ProtoMessage() {}
 
 func (x *Peer) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -938,7 +1018,7 @@ func (x *Peer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Peer.ProtoReflect.Descriptor instead.
 func (*Peer) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{12}
+	return file_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Peer) GetWorker() string {
@@ -979,7 +1059,7 @@ type DeployRequest struct {
 
 func (x *DeployRequest) Reset() {
 	*x = DeployRequest{}
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -991,7 +1071,7 @@ func (x *DeployRequest) String() string {
 func (*DeployRequest) ProtoMessage() {}
 
 func (x *DeployRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1004,7 +1084,7 @@ func (x *DeployRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployRequest.ProtoReflect.Descriptor instead.
 func (*DeployRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{13}
+	return file_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DeployRequest) GetAttempt() uint64 {
@@ -1064,7 +1144,7 @@ type DeployResponse struct {
 
 func (x *DeployResponse) Reset() {
 	*x = DeployResponse{}
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1076,7 +1156,7 @@ func (x *DeployResponse) String() string {
 func (*DeployResponse) ProtoMessage() {}
 
 func (x *DeployResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1089,7 +1169,7 @@ func (x *DeployResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployResponse.ProtoReflect.Descriptor instead.
 func (*DeployResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{14}
+	return file_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 type ControlMessage struct {
@@ -1111,7 +1191,7 @@ type ControlMessage struct {
 
 func (x *ControlMessage) Reset() {
 	*x = ControlMessage{}
-	mi := &file_cluster_proto_msgTypes[15]
+	mi := &file_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1123,7 +1203,7 @@ func (x *ControlMessage) String() string {
 func (*ControlMessage) ProtoMessage() {}
 
 func (x *ControlMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[15]
+	mi := &file_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1136,7 +1216,7 @@ func (x *ControlMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlMessage.ProtoReflect.Descriptor instead.
 func (*ControlMessage) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{15}
+	return file_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ControlMessage) GetTask() *TaskID {
@@ -1198,7 +1278,7 @@ type ControlRequest struct {
 
 func (x *ControlRequest) Reset() {
 	*x = ControlRequest{}
-	mi := &file_cluster_proto_msgTypes[16]
+	mi := &file_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1210,7 +1290,7 @@ func (x *ControlRequest) String() string {
 func (*ControlRequest) ProtoMessage() {}
 
 func (x *ControlRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[16]
+	mi := &file_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1223,7 +1303,7 @@ func (x *ControlRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlRequest.ProtoReflect.Descriptor instead.
 func (*ControlRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{16}
+	return file_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ControlRequest) GetAttempt() uint64 {
@@ -1248,7 +1328,7 @@ type ControlResponse struct {
 
 func (x *ControlResponse) Reset() {
 	*x = ControlResponse{}
-	mi := &file_cluster_proto_msgTypes[17]
+	mi := &file_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1260,7 +1340,7 @@ func (x *ControlResponse) String() string {
 func (*ControlResponse) ProtoMessage() {}
 
 func (x *ControlResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[17]
+	mi := &file_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1273,7 +1353,7 @@ func (x *ControlResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlResponse.ProtoReflect.Descriptor instead.
 func (*ControlResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{17}
+	return file_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 type CancelRequest struct {
@@ -1285,7 +1365,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_cluster_proto_msgTypes[18]
+	mi := &file_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1297,7 +1377,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[18]
+	mi := &file_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1310,7 +1390,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{18}
+	return file_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CancelRequest) GetAttempt() uint64 {
@@ -1328,7 +1408,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_cluster_proto_msgTypes[19]
+	mi := &file_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1340,7 +1420,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[19]
+	mi := &file_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1353,7 +1433,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{19}
+	return file_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 type ProbeRequest struct {
@@ -1365,7 +1445,7 @@ type ProbeRequest struct {
 
 func (x *ProbeRequest) Reset() {
 	*x = ProbeRequest{}
-	mi := &file_cluster_proto_msgTypes[20]
+	mi := &file_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1377,7 +1457,7 @@ func (x *ProbeRequest) String() string {
 func (*ProbeRequest) ProtoMessage() {}
 
 func (x *ProbeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[20]
+	mi := &file_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1390,7 +1470,7 @@ func (x *ProbeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeRequest.ProtoReflect.Descriptor instead.
 func (*ProbeRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{20}
+	return file_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ProbeRequest) GetToken() string {
@@ -1408,7 +1488,7 @@ type ProbeResponse struct {
 
 func (x *ProbeResponse) Reset() {
 	*x = ProbeResponse{}
-	mi := &file_cluster_proto_msgTypes[21]
+	mi := &file_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1420,7 +1500,7 @@ func (x *ProbeResponse) String() string {
 func (*ProbeResponse) ProtoMessage() {}
 
 func (x *ProbeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[21]
+	mi := &file_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1433,7 +1513,7 @@ func (x *ProbeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeResponse.ProtoReflect.Descriptor instead.
 func (*ProbeResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{21}
+	return file_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 type StatusRequest struct {
@@ -1444,7 +1524,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_cluster_proto_msgTypes[22]
+	mi := &file_cluster_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1456,7 +1536,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[22]
+	mi := &file_cluster_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1469,7 +1549,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{22}
+	return file_cluster_proto_rawDescGZIP(), []int{23}
 }
 
 type WorkerStatus struct {
@@ -1489,7 +1569,7 @@ type WorkerStatus struct {
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_cluster_proto_msgTypes[23]
+	mi := &file_cluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1501,7 +1581,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[23]
+	mi := &file_cluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1514,7 +1594,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{23}
+	return file_cluster_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WorkerStatus) GetWorker() string {
@@ -1584,7 +1664,7 @@ type CheckpointStatus struct {
 
 func (x *CheckpointStatus) Reset() {
 	*x = CheckpointStatus{}
-	mi := &file_cluster_proto_msgTypes[24]
+	mi := &file_cluster_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1596,7 +1676,7 @@ func (x *CheckpointStatus) String() string {
 func (*CheckpointStatus) ProtoMessage() {}
 
 func (x *CheckpointStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[24]
+	mi := &file_cluster_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1609,7 +1689,7 @@ func (x *CheckpointStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointStatus.ProtoReflect.Descriptor instead.
 func (*CheckpointStatus) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{24}
+	return file_cluster_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CheckpointStatus) GetId() uint64 {
@@ -1678,7 +1758,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_cluster_proto_msgTypes[25]
+	mi := &file_cluster_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1690,7 +1770,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[25]
+	mi := &file_cluster_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1703,7 +1783,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{25}
+	return file_cluster_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *StatusResponse) GetJob() string {
@@ -1777,11 +1857,17 @@ const file_cluster_proto_rawDesc = "" +
 	"\asession\x18\x01 \x01(\x04R\asession\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x02 \x01(\x03R\x13heartbeatIntervalMs\x12\x1d\n" +
 	"\n" +
-	"timeout_ms\x18\x03 \x01(\x03R\ttimeoutMs\"y\n" +
+	"timeout_ms\x18\x03 \x01(\x03R\ttimeoutMs\"\xd9\x01\n" +
 	"\x10HeartbeatRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x123\n" +
-	"\x05stats\x18\x03 \x03(\v2\x1d.weir.cluster.v1.SubtaskStatsR\x05stats\"\x89\x03\n" +
+	"\x05stats\x18\x03 \x03(\v2\x1d.weir.cluster.v1.SubtaskStatsR\x05stats\x12<\n" +
+	"\toperators\x18\x1e \x03(\v2\x1e.weir.cluster.v1.OperatorCountR\toperators\x12 \n" +
+	"\vincarnation\x18\x1f \x01(\x04R\vincarnation\"O\n" +
+	"\rOperatorCount\x12\x10\n" +
+	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x18\n" +
+	"\arecords\x18\x02 \x01(\x03R\arecords\x12\x12\n" +
+	"\x04late\x18\x03 \x01(\x03R\x04late\"\x89\x03\n" +
 	"\fSubtaskStats\x12+\n" +
 	"\x04task\x18\x01 \x01(\v2\x17.weir.cluster.v1.TaskIDR\x04task\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x03R\aattempt\x12\x1b\n" +
@@ -1924,70 +2010,72 @@ func file_cluster_proto_rawDescGZIP() []byte {
 	return file_cluster_proto_rawDescData
 }
 
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_cluster_proto_goTypes = []any{
 	(*Operator)(nil),          // 0: weir.cluster.v1.Operator
 	(*Graph)(nil),             // 1: weir.cluster.v1.Graph
 	(*RegisterRequest)(nil),   // 2: weir.cluster.v1.RegisterRequest
 	(*RegisterResponse)(nil),  // 3: weir.cluster.v1.RegisterResponse
 	(*HeartbeatRequest)(nil),  // 4: weir.cluster.v1.HeartbeatRequest
-	(*SubtaskStats)(nil),      // 5: weir.cluster.v1.SubtaskStats
-	(*HeartbeatResponse)(nil), // 6: weir.cluster.v1.HeartbeatResponse
-	(*TaskID)(nil),            // 7: weir.cluster.v1.TaskID
-	(*TaskReport)(nil),        // 8: weir.cluster.v1.TaskReport
-	(*ReportRequest)(nil),     // 9: weir.cluster.v1.ReportRequest
-	(*ReportResponse)(nil),    // 10: weir.cluster.v1.ReportResponse
-	(*Assignment)(nil),        // 11: weir.cluster.v1.Assignment
-	(*Peer)(nil),              // 12: weir.cluster.v1.Peer
-	(*DeployRequest)(nil),     // 13: weir.cluster.v1.DeployRequest
-	(*DeployResponse)(nil),    // 14: weir.cluster.v1.DeployResponse
-	(*ControlMessage)(nil),    // 15: weir.cluster.v1.ControlMessage
-	(*ControlRequest)(nil),    // 16: weir.cluster.v1.ControlRequest
-	(*ControlResponse)(nil),   // 17: weir.cluster.v1.ControlResponse
-	(*CancelRequest)(nil),     // 18: weir.cluster.v1.CancelRequest
-	(*CancelResponse)(nil),    // 19: weir.cluster.v1.CancelResponse
-	(*ProbeRequest)(nil),      // 20: weir.cluster.v1.ProbeRequest
-	(*ProbeResponse)(nil),     // 21: weir.cluster.v1.ProbeResponse
-	(*StatusRequest)(nil),     // 22: weir.cluster.v1.StatusRequest
-	(*WorkerStatus)(nil),      // 23: weir.cluster.v1.WorkerStatus
-	(*CheckpointStatus)(nil),  // 24: weir.cluster.v1.CheckpointStatus
-	(*StatusResponse)(nil),    // 25: weir.cluster.v1.StatusResponse
+	(*OperatorCount)(nil),     // 5: weir.cluster.v1.OperatorCount
+	(*SubtaskStats)(nil),      // 6: weir.cluster.v1.SubtaskStats
+	(*HeartbeatResponse)(nil), // 7: weir.cluster.v1.HeartbeatResponse
+	(*TaskID)(nil),            // 8: weir.cluster.v1.TaskID
+	(*TaskReport)(nil),        // 9: weir.cluster.v1.TaskReport
+	(*ReportRequest)(nil),     // 10: weir.cluster.v1.ReportRequest
+	(*ReportResponse)(nil),    // 11: weir.cluster.v1.ReportResponse
+	(*Assignment)(nil),        // 12: weir.cluster.v1.Assignment
+	(*Peer)(nil),              // 13: weir.cluster.v1.Peer
+	(*DeployRequest)(nil),     // 14: weir.cluster.v1.DeployRequest
+	(*DeployResponse)(nil),    // 15: weir.cluster.v1.DeployResponse
+	(*ControlMessage)(nil),    // 16: weir.cluster.v1.ControlMessage
+	(*ControlRequest)(nil),    // 17: weir.cluster.v1.ControlRequest
+	(*ControlResponse)(nil),   // 18: weir.cluster.v1.ControlResponse
+	(*CancelRequest)(nil),     // 19: weir.cluster.v1.CancelRequest
+	(*CancelResponse)(nil),    // 20: weir.cluster.v1.CancelResponse
+	(*ProbeRequest)(nil),      // 21: weir.cluster.v1.ProbeRequest
+	(*ProbeResponse)(nil),     // 22: weir.cluster.v1.ProbeResponse
+	(*StatusRequest)(nil),     // 23: weir.cluster.v1.StatusRequest
+	(*WorkerStatus)(nil),      // 24: weir.cluster.v1.WorkerStatus
+	(*CheckpointStatus)(nil),  // 25: weir.cluster.v1.CheckpointStatus
+	(*StatusResponse)(nil),    // 26: weir.cluster.v1.StatusResponse
 }
 var file_cluster_proto_depIdxs = []int32{
 	0,  // 0: weir.cluster.v1.Graph.operators:type_name -> weir.cluster.v1.Operator
 	1,  // 1: weir.cluster.v1.RegisterRequest.graph:type_name -> weir.cluster.v1.Graph
-	5,  // 2: weir.cluster.v1.HeartbeatRequest.stats:type_name -> weir.cluster.v1.SubtaskStats
-	7,  // 3: weir.cluster.v1.SubtaskStats.task:type_name -> weir.cluster.v1.TaskID
-	7,  // 4: weir.cluster.v1.TaskReport.task:type_name -> weir.cluster.v1.TaskID
-	8,  // 5: weir.cluster.v1.ReportRequest.reports:type_name -> weir.cluster.v1.TaskReport
-	7,  // 6: weir.cluster.v1.Assignment.task:type_name -> weir.cluster.v1.TaskID
-	11, // 7: weir.cluster.v1.DeployRequest.placement:type_name -> weir.cluster.v1.Assignment
-	12, // 8: weir.cluster.v1.DeployRequest.peers:type_name -> weir.cluster.v1.Peer
-	7,  // 9: weir.cluster.v1.ControlMessage.task:type_name -> weir.cluster.v1.TaskID
-	15, // 10: weir.cluster.v1.ControlRequest.messages:type_name -> weir.cluster.v1.ControlMessage
-	23, // 11: weir.cluster.v1.StatusResponse.workers:type_name -> weir.cluster.v1.WorkerStatus
-	24, // 12: weir.cluster.v1.StatusResponse.checkpoints:type_name -> weir.cluster.v1.CheckpointStatus
-	2,  // 13: weir.cluster.v1.CoordinatorService.Register:input_type -> weir.cluster.v1.RegisterRequest
-	4,  // 14: weir.cluster.v1.CoordinatorService.Heartbeat:input_type -> weir.cluster.v1.HeartbeatRequest
-	9,  // 15: weir.cluster.v1.CoordinatorService.Report:input_type -> weir.cluster.v1.ReportRequest
-	22, // 16: weir.cluster.v1.CoordinatorService.Status:input_type -> weir.cluster.v1.StatusRequest
-	13, // 17: weir.cluster.v1.WorkerService.Deploy:input_type -> weir.cluster.v1.DeployRequest
-	16, // 18: weir.cluster.v1.WorkerService.Control:input_type -> weir.cluster.v1.ControlRequest
-	18, // 19: weir.cluster.v1.WorkerService.Cancel:input_type -> weir.cluster.v1.CancelRequest
-	20, // 20: weir.cluster.v1.WorkerService.Probe:input_type -> weir.cluster.v1.ProbeRequest
-	3,  // 21: weir.cluster.v1.CoordinatorService.Register:output_type -> weir.cluster.v1.RegisterResponse
-	6,  // 22: weir.cluster.v1.CoordinatorService.Heartbeat:output_type -> weir.cluster.v1.HeartbeatResponse
-	10, // 23: weir.cluster.v1.CoordinatorService.Report:output_type -> weir.cluster.v1.ReportResponse
-	25, // 24: weir.cluster.v1.CoordinatorService.Status:output_type -> weir.cluster.v1.StatusResponse
-	14, // 25: weir.cluster.v1.WorkerService.Deploy:output_type -> weir.cluster.v1.DeployResponse
-	17, // 26: weir.cluster.v1.WorkerService.Control:output_type -> weir.cluster.v1.ControlResponse
-	19, // 27: weir.cluster.v1.WorkerService.Cancel:output_type -> weir.cluster.v1.CancelResponse
-	21, // 28: weir.cluster.v1.WorkerService.Probe:output_type -> weir.cluster.v1.ProbeResponse
-	21, // [21:29] is the sub-list for method output_type
-	13, // [13:21] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	6,  // 2: weir.cluster.v1.HeartbeatRequest.stats:type_name -> weir.cluster.v1.SubtaskStats
+	5,  // 3: weir.cluster.v1.HeartbeatRequest.operators:type_name -> weir.cluster.v1.OperatorCount
+	8,  // 4: weir.cluster.v1.SubtaskStats.task:type_name -> weir.cluster.v1.TaskID
+	8,  // 5: weir.cluster.v1.TaskReport.task:type_name -> weir.cluster.v1.TaskID
+	9,  // 6: weir.cluster.v1.ReportRequest.reports:type_name -> weir.cluster.v1.TaskReport
+	8,  // 7: weir.cluster.v1.Assignment.task:type_name -> weir.cluster.v1.TaskID
+	12, // 8: weir.cluster.v1.DeployRequest.placement:type_name -> weir.cluster.v1.Assignment
+	13, // 9: weir.cluster.v1.DeployRequest.peers:type_name -> weir.cluster.v1.Peer
+	8,  // 10: weir.cluster.v1.ControlMessage.task:type_name -> weir.cluster.v1.TaskID
+	16, // 11: weir.cluster.v1.ControlRequest.messages:type_name -> weir.cluster.v1.ControlMessage
+	24, // 12: weir.cluster.v1.StatusResponse.workers:type_name -> weir.cluster.v1.WorkerStatus
+	25, // 13: weir.cluster.v1.StatusResponse.checkpoints:type_name -> weir.cluster.v1.CheckpointStatus
+	2,  // 14: weir.cluster.v1.CoordinatorService.Register:input_type -> weir.cluster.v1.RegisterRequest
+	4,  // 15: weir.cluster.v1.CoordinatorService.Heartbeat:input_type -> weir.cluster.v1.HeartbeatRequest
+	10, // 16: weir.cluster.v1.CoordinatorService.Report:input_type -> weir.cluster.v1.ReportRequest
+	23, // 17: weir.cluster.v1.CoordinatorService.Status:input_type -> weir.cluster.v1.StatusRequest
+	14, // 18: weir.cluster.v1.WorkerService.Deploy:input_type -> weir.cluster.v1.DeployRequest
+	17, // 19: weir.cluster.v1.WorkerService.Control:input_type -> weir.cluster.v1.ControlRequest
+	19, // 20: weir.cluster.v1.WorkerService.Cancel:input_type -> weir.cluster.v1.CancelRequest
+	21, // 21: weir.cluster.v1.WorkerService.Probe:input_type -> weir.cluster.v1.ProbeRequest
+	3,  // 22: weir.cluster.v1.CoordinatorService.Register:output_type -> weir.cluster.v1.RegisterResponse
+	7,  // 23: weir.cluster.v1.CoordinatorService.Heartbeat:output_type -> weir.cluster.v1.HeartbeatResponse
+	11, // 24: weir.cluster.v1.CoordinatorService.Report:output_type -> weir.cluster.v1.ReportResponse
+	26, // 25: weir.cluster.v1.CoordinatorService.Status:output_type -> weir.cluster.v1.StatusResponse
+	15, // 26: weir.cluster.v1.WorkerService.Deploy:output_type -> weir.cluster.v1.DeployResponse
+	18, // 27: weir.cluster.v1.WorkerService.Control:output_type -> weir.cluster.v1.ControlResponse
+	20, // 28: weir.cluster.v1.WorkerService.Cancel:output_type -> weir.cluster.v1.CancelResponse
+	22, // 29: weir.cluster.v1.WorkerService.Probe:output_type -> weir.cluster.v1.ProbeResponse
+	22, // [22:30] is the sub-list for method output_type
+	14, // [14:22] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_cluster_proto_init() }
@@ -2001,7 +2089,7 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   26,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
