@@ -35,6 +35,7 @@ import (
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/graph"
+	"github.com/weirstream/weir/internal/cluster"
 	"github.com/weirstream/weir/internal/keygroup"
 	"github.com/weirstream/weir/internal/runtime"
 	"github.com/weirstream/weir/operator"
@@ -272,6 +273,9 @@ type Environment struct {
 	cfg   Config
 	nodes []*node
 	err   error
+	// workers is the executor of the coordinator running now, if any: the
+	// web server reaches the workers' profiles through it.
+	workers atomic.Pointer[cluster.Executor]
 }
 
 // New starts building a job.
