@@ -97,6 +97,13 @@ async function takeProfile(ev) {
     const r = await fetch('api/v1/flamegraph?' + params, { headers: token ? { Authorization: 'Bearer ' + token } : {} });
     if (!r.ok) throw new Error(`${r.status}: ${(await r.text()).trim()}`);
     const g = await r.json();
+    if (g.samples === 0) {
+      byId('flamegraph').replaceChildren();
+      status.textContent = g.vertex
+        ? `No sample of vertex ${g.vertex} in ${g.totalSamples} of ${g.worker ? 'worker ' + g.worker : 'this process'}: its tasks used no CPU then, or run in another process.`
+        : 'No sample: the process used no CPU then.';
+      return;
+    }
     drawFlameGraph(g);
     status.textContent = describe(g);
   } catch (err) {
