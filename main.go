@@ -218,7 +218,7 @@ func jobCommand(ctx context.Context, role Role, cfg Config, build func(*Environm
 		fl.StringVar(&cl.HAKey, "ha-key", cl.HAKey, "TLS to etcd: the client certificate's key (PEM; as etcdctl --key)")
 		fl.StringVar(&c.Web, "web", c.Web, "serve the web UI (/), Prometheus metrics (/metrics) and the JSON API (/api/v1/) at this address, e.g. 127.0.0.1:8081 (:8081 is loopback too; 0.0.0.0:8081 every interface)")
 		fl.DurationVar(&c.WebLinger, "web-linger", cmp.Or(c.WebLinger, 10*time.Second), "with --web: after the job ended, keep the web UI up this long to show how (Ctrl-C ends it sooner; 0: exit at once)")
-		fl.StringVar(&c.WebToken, "web-token", cmp.Or(c.WebToken, os.Getenv("WEIR_WEB_TOKEN")), "the token the API's savepoint and cancel requests must carry (default $WEIR_WEB_TOKEN; none: refused)")
+		fl.StringVar(&c.WebToken, "web-token", cmp.Or(c.WebToken, os.Getenv("WEIR_WEB_TOKEN")), "the token the API's savepoint, cancel and profiling requests (flame graphs, /debug/pprof) must carry (default $WEIR_WEB_TOKEN; none: refused)")
 	}
 	if role != Local {
 		fl.StringVar(&cl.Certs, "certs", cl.Certs, "directory of the cluster's CA and certificates (weir cluster certs --out DIR)")

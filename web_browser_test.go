@@ -19,7 +19,10 @@ import (
 // coloured as back-pressured), the checkpoint table, the slowed
 // subtask's row after clicking its vertex, and an alignment timeline in
 // which the tasks downstream of the slowed subtask show a blocked
-// channel. It saves screenshots of the graph and the timeline.
+// channel. In the Profile section, with the job's token typed in, it takes
+// a CPU profile of vertex "slow" and finds the flame graph with a frame
+// of the slowed operator's function, and none of the sources'. It saves
+// screenshots of the graph, the timeline and the flame graph.
 func TestWebUIInABrowser(t *testing.T) {
 	ctx := browsertest.Start(t, 2*time.Minute)
 	base := "http://" + slowedJob(t) + "/"
@@ -82,6 +85,41 @@ func TestWebUIInABrowser(t *testing.T) {
 	step("click the slowed vertex for its subtasks", chromedp.Do(ctx,
 		chromedp.Click(`#graph .vertex[data-id="slow"]`),
 		chromedp.WaitVisible(`#subtasks tbody tr[data-task="slow#1"]`)))
+	// The profile of a busy vertex: its function sleeps more than it
+	// runs, so a short profile may not sample it; profile again until one
+	// does (each must hold no frame of another vertex).
+	step("type the token and choose vertex slow and 2 seconds", chromedp.Do(ctx,
+		chromedp.SendKeys(`#profile-token`, slowedToken),
+		chromedp.WaitReady(`#profile-vertex option[value="slow"]`),
+		chromedp.SetValue(`#profile-vertex`, "slow"),
+		chromedp.SetValue(`#profile-seconds`, "2")))
+	for try := 1; ; try++ {
+		step("take a profile", chromedp.Do(ctx, chromedp.Click(`#profile-start`), chromedp.WaitEnabled(`#profile-start`)))
+		frames, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#flamegraph svg g.frame')].map(g => g.getAttribute('name'))`))
+		step("list the flame graph's frames", err)
+		status, err := chromedp.Run(ctx, chromedp.Text(`#profile-status`))
+		step("read the profile's status", err)
+		if len(frames) == 0 || !strings.HasPrefix(frames[0], "vertex slow") {
+			t.Fatalf("the flame graph of vertex slow has frames %q; the page says %q", frames, status)
+		}
+		if i := slices.IndexFunc(frames, func(f string) bool { return strings.Contains(f, "connector/generator") }); i >= 0 {
+			t.Fatalf("the flame graph of vertex slow holds the sources' %s", frames[i])
+		}
+		if slices.ContainsFunc(frames, func(f string) bool { return strings.HasSuffix(f, "weir_test.slowSum") }) {
+			t.Logf("profile %d: %s", try, status)
+			break
+		}
+		if try == 10 {
+			t.Fatalf("10 profiles of vertex slow did not sample slowSum; the last has frames %q; the page says %q", frames, status)
+		}
+	}
+	visible, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`!!document.querySelector('#flamegraph svg g.frame[name$="weir_test.slowSum"] rect')`))
+	step("find slowSum's frame", err)
+	if !visible {
+		t.Fatal("slowSum's frame has no rectangle")
+	}
+	flamePNG, err := chromedp.Run(ctx, chromedp.Screenshot(`#profile`, chromedp.NodeVisible))
+	step("screenshot the flame graph", err)
 	graphPNG, err := chromedp.Run(ctx, chromedp.Screenshot(`#graph-section`, chromedp.NodeVisible))
 	step("screenshot the graph", err)
 	timelinePNG, err := chromedp.Run(ctx, chromedp.Screenshot(`#timeline-section`, chromedp.NodeVisible))
@@ -93,7 +131,7 @@ func TestWebUIInABrowser(t *testing.T) {
 		t.Fatalf("graph vertices %v", vertices)
 	}
 	dir := browsertest.Artifacts(t)
-	for name, b := range map[string][]byte{"ui-graph.png": graphPNG, "ui-timeline.png": timelinePNG, "ui-page.png": pagePNG} {
+	for name, b := range map[string][]byte{"ui-graph.png": graphPNG, "ui-timeline.png": timelinePNG, "ui-page.png": pagePNG, "ui-flamegraph.png": flamePNG} {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -124,11 +124,11 @@ func TestWebServesMetricsAndAPI(t *testing.T) {
 	}
 }
 
-// slowedJob starts a job that serves its API, in which one operator is
-// slowed on purpose: two sources (unbounded) send every record, by one
-// key, to one subtask of "slow", which sleeps 200µs a record; "count"
-// reads both subtasks of "slow". It returns the API's address and stops
-// the job when the test ends.
+// slowedJob starts a job that serves its API (with token slowedToken), in
+// which one operator is slowed on purpose: two sources (unbounded) send
+// every record, by one key, to one subtask of "slow", which takes 200µs
+// a record (slowSum); "count" reads both subtasks of "slow". It returns
+// the API's address and stops the job when the test ends.
 func slowedJob(t *testing.T) string {
 	t.Helper()
 	src, err := newRateLimited(0, 0)
@@ -137,11 +137,8 @@ func slowedJob(t *testing.T) string {
 	}
 	addrs := make(chan string, 1)
 	env := weir.New(weir.Config{Job: "slowed", Parallelism: 2, BatchSize: 16, Checkpoint: weir.CheckpointConfig{Interval: 100 * time.Millisecond},
-		Web: "127.0.0.1:0", OnWeb: func(addr string) { addrs <- addr }})
-	slow := weir.Reduce(weir.KeyBy(weir.Source(env, "numbers", src), func(int64) int64 { return 0 }), "slow", func(a, b int64) int64 {
-		time.Sleep(200 * time.Microsecond) // the slowness injected
-		return a + b
-	})
+		Web: "127.0.0.1:0", WebToken: slowedToken, OnWeb: func(addr string) { addrs <- addr }})
+	slow := weir.Reduce(weir.KeyBy(weir.Source(env, "numbers", src), func(int64) int64 { return 0 }), "slow", slowSum)
 	counts := weir.Reduce(weir.KeyBy(slow, func(i int64) int64 { return i % 7 }), "count", func(a, b int64) int64 { return a + b })
 	weir.Sink(counts, "discard", stdio.Print(io.Discard, func(dst []byte, i int64) []byte { return dst }))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -164,6 +161,22 @@ func slowedJob(t *testing.T) string {
 		t.Fatalf("the job ended (%v) before it served", err)
 	}
 	return ""
+}
+
+// slowedToken is the slowed job's web token.
+const slowedToken = "s3cret"
+
+// slowSum is the slowed operator's reducer: it takes 200µs a record, the
+// slowness injected, spinning for the first 50µs (so that a CPU profile
+// of a few seconds samples it) and sleeping the rest.
+//
+//go:noinline
+func slowSum(a, b int64) int64 {
+	start := time.Now()
+	for time.Since(start) < 50*time.Microsecond {
+	}
+	time.Sleep(150 * time.Microsecond)
+	return a + b
 }
 
 // getJSON decodes what GET url answers into v.

@@ -233,7 +233,7 @@ func (e *Environment) webControl(spec *runtime.Spec, cancel context.CancelCauseF
 	requests := make(chan runtime.SavepointRequest)
 	spec.Savepoints = requests
 	st := spec.Storage
-	return web.Control{
+	ctl := web.Control{
 		Token: e.cfg.WebToken,
 		Cancel: func(by string) {
 			e.cfg.Logger.Warn("job cancelled through the API", "by", by)
@@ -258,4 +258,22 @@ func (e *Environment) webControl(spec *runtime.Spec, cancel context.CancelCauseF
 			return storage.CheckpointLocation(st.Describe(), "", checkpoint.ID(id))
 		},
 	}
+	if e.cfg.Cluster.Role == Coordinator {
+		// The coordinator's executor comes and goes with its terms (--ha):
+		// between them there are no workers to profile.
+		ctl.Workers = func() []string {
+			if x := e.workers.Load(); x != nil {
+				return x.Workers()
+			}
+			return nil
+		}
+		ctl.Profile = func(ctx context.Context, worker string, d time.Duration) ([]byte, error) {
+			x := e.workers.Load()
+			if x == nil {
+				return nil, fmt.Errorf("worker %s: this coordinator runs no job now (it stands by)", worker)
+			}
+			return x.Profile(ctx, worker, d)
+		}
+	}
+	return ctl
 }

@@ -216,7 +216,8 @@ type Config struct {
 	// driver (this one, or a cluster's coordinator) serves the web UI at
 	// /, Prometheus metrics at /metrics and a JSON API under /api/v1/
 	// (job, graph, subtasks, checkpoints and their timelines, failures,
-	// operators, config), and takes savepoint and cancel requests that
+	// operators, config), and takes savepoint and cancel requests and
+	// serves CPU profiles (flame graphs, /debug/pprof) to requests that
 	// carry WebToken (none without it). OnWeb, if set, hears the address
 	// it listens on.
 	Web      string
@@ -276,6 +277,9 @@ type Environment struct {
 	// clusterOps sums the operators' counters of a coordinator's workers
 	// (nil in other roles): the coordinator runs no operator.
 	clusterOps *cluster.OperatorCounts
+	// workers is the executor of the coordinator running now, if any: the
+	// web server reaches the workers' profiles through it.
+	workers atomic.Pointer[cluster.Executor]
 }
 
 // New starts building a job.

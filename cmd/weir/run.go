@@ -180,7 +180,7 @@ func (f *jobFlags) add(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.debloat, "buffer-debloat", 0, "size each subtask's input channels so that what they hold drains in about this long at its throughput, as Flink's buffer debloating, e.g. 1s (0: off)")
 	if f.role != weir.Worker {
 		cmd.Flags().StringVar(&f.web, "web", "", "serve the web UI (/), Prometheus metrics (/metrics) and the JSON API (/api/v1/) at this address, e.g. 127.0.0.1:8081 (:8081 is loopback too; 0.0.0.0:8081 every interface)")
-		cmd.Flags().StringVar(&f.token, "web-token", os.Getenv("WEIR_WEB_TOKEN"), "the token the API's savepoint and cancel requests must carry (default $WEIR_WEB_TOKEN; none: refused)")
+		cmd.Flags().StringVar(&f.token, "web-token", os.Getenv("WEIR_WEB_TOKEN"), "the token the API's savepoint, cancel and profiling requests (flame graphs, /debug/pprof) must carry (default $WEIR_WEB_TOKEN; none: refused)")
 		cmd.Flags().DurationVar(&f.linger, "web-linger", 10*time.Second, "with --web: after the job ended, keep the web UI up this long to show how (Ctrl-C ends it sooner; 0: exit at once)")
 	}
 }

@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime/pprof"
 	"slices"
+	"strconv"
 	"sync"
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/checkpoint/barrier"
 	"github.com/weirstream/weir/graph"
 	"github.com/weirstream/weir/internal/keygroup"
+	"github.com/weirstream/weir/internal/profiling"
 	"github.com/weirstream/weir/operator"
 )
 
@@ -87,7 +90,13 @@ func StartTasks(parent context.Context, spec Spec, p Part, reports chan<- Report
 	}
 	for _, t := range ts.tasks {
 		ts.wg.Go(func() {
-			err := t.run(ctx)
+			// The task's goroutine and those it starts carry its vertex
+			// and subtask: a CPU profile of the process splits by them
+			// (internal/profiling). Set once here, never per record.
+			var err error
+			pprof.Do(ctx, pprof.Labels(profiling.LabelVertex, t.id.Vertex, profiling.LabelSubtask, strconv.Itoa(t.id.Subtask)), func(ctx context.Context) {
+				err = t.run(ctx)
+			})
 			failed := err != nil && !errors.Is(err, ErrStopped) && parent.Err() == nil
 			switch {
 			case err == nil:

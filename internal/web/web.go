@@ -257,6 +257,12 @@ type Control struct {
 	Cancel func(by string)
 	// Location is where checkpoint id lives, for --restore.
 	Location func(id uint64) string
+	// Workers lists a cluster's live workers by name; nil: none (local).
+	Workers func() []string
+	// Profile takes a CPU profile of worker for d and returns it in
+	// pprof's format (profiling.CPU on the worker); nil: none (local).
+	// It fails with profiling.ErrBusy while the worker takes another.
+	Profile func(ctx context.Context, worker string, d time.Duration) ([]byte, error)
 }
 
 // Feeds are what the server reads besides the job's events.
@@ -298,6 +304,9 @@ type Server struct {
 	// settled hears, per savepoint id waited for, the savepoint when it
 	// completes or aborts.
 	settled map[uint64]chan Checkpoint
+	// profiling holds a token while a flame graph is profiled: one at a
+	// time.
+	profiling chan struct{}
 
 	completed, aborted, restarts, restores prometheus.Counter
 	duration, size, sync, align            prometheus.Histogram
@@ -315,7 +324,7 @@ func New(job string, feeds Feeds, control Control, now func() time.Time) *Server
 	if feeds.Subtasks == nil {
 		feeds.Subtasks = func() []runtime.SubtaskStats { return nil }
 	}
-	s := &Server{now: now, feeds: feeds, control: control, reg: prometheus.NewRegistry(), job: Job{Name: job, State: "created", Started: now()}}
+	s := &Server{now: now, feeds: feeds, control: control, reg: prometheus.NewRegistry(), profiling: make(chan struct{}, 1), job: Job{Name: job, State: "created", Started: now()}}
 	labels := prometheus.Labels{"job": job}
 	counter := func(name, help string, l prometheus.Labels) prometheus.Counter {
 		c := prometheus.NewCounter(prometheus.CounterOpts{Namespace: "weir", Name: name, Help: help, ConstLabels: l})
@@ -656,8 +665,16 @@ func appendBounded[T any](s []T, v T) []T {
 //	                         sources emit nothing after it; it commits
 //	                         and ends); answers when it completed
 //	POST /api/v1/cancel      cancel the job (202; the token)
+//	GET /api/v1/workers      a cluster's live workers (local: [])
+//	GET /api/v1/flamegraph   a CPU flame graph (the token): ?seconds=N
+//	                         (1-30, default 5), ?vertex=ID (its tasks'
+//	                         samples only), ?worker=NAME (a worker's,
+//	                         through the coordinator); 409 while another
+//	                         is taken
+//	GET /debug/pprof/...     net/http/pprof (the token)
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
+	s.handleProfiling(mux)
 	uiHandler(mux)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /api/v1/job", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, s.jobState()) })
@@ -785,15 +802,30 @@ func (s *Server) Handler() http.Handler {
 
 // mutation lets h run only for a request that carries the token.
 func (s *Server) mutation(h http.HandlerFunc) http.HandlerFunc {
+	return s.withToken("mutations are off: start the job with a token (--web-token) to allow them",
+		"a mutation needs the job's token: Authorization: Bearer <token>", h)
+}
+
+// profiled lets h, which profiles the process, run only for a request that
+// carries the token.
+func (s *Server) profiled(h http.HandlerFunc) http.HandlerFunc {
+	return s.withToken("profiling is off: start the job with a token (--web-token) to allow it",
+		"profiling needs the job's token: Authorization: Bearer <token>", h)
+}
+
+// withToken lets h run only for a request that carries the token; it
+// answers off (403) when there is no token, and needToken (401) to a
+// request without it.
+func (s *Server) withToken(off, needToken string, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if s.control.Token == "" {
-			http.Error(w, "mutations are off: start the job with a token (--web-token) to allow them", http.StatusForbidden)
+			http.Error(w, off, http.StatusForbidden)
 			return
 		}
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.control.Token)) != 1 {
 			w.Header().Set("WWW-Authenticate", "Bearer")
-			http.Error(w, "a mutation needs the job's token: Authorization: Bearer <token>", http.StatusUnauthorized)
+			http.Error(w, needToken, http.StatusUnauthorized)
 			return
 		}
 		h(w, r)

@@ -1835,6 +1835,96 @@ func (x *StatusResponse) GetLastFailure() string {
 	return ""
 }
 
+type ProfileRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	DurationMs    int64                  `protobuf:"varint,1,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProfileRequest) Reset() {
+	*x = ProfileRequest{}
+	mi := &file_cluster_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProfileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProfileRequest) ProtoMessage() {}
+
+func (x *ProfileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProfileRequest.ProtoReflect.Descriptor instead.
+func (*ProfileRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ProfileRequest) GetDurationMs() int64 {
+	if x != nil {
+		return x.DurationMs
+	}
+	return 0
+}
+
+type ProfileResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// profile is the CPU profile, gzipped protocol buffers (pprof's
+	// format).
+	Profile       []byte `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProfileResponse) Reset() {
+	*x = ProfileResponse{}
+	mi := &file_cluster_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProfileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProfileResponse) ProtoMessage() {}
+
+func (x *ProfileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProfileResponse.ProtoReflect.Descriptor instead.
+func (*ProfileResponse) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ProfileResponse) GetProfile() []byte {
+	if x != nil {
+		return x.Profile
+	}
+	return nil
+}
+
 var File_cluster_proto protoreflect.FileDescriptor
 
 const file_cluster_proto_rawDesc = "" +
@@ -1986,17 +2076,23 @@ const file_cluster_proto_rawDesc = "" +
 	"\aworkers\x18\x04 \x03(\v2\x1d.weir.cluster.v1.WorkerStatusR\aworkers\x12C\n" +
 	"\vcheckpoints\x18\x05 \x03(\v2!.weir.cluster.v1.CheckpointStatusR\vcheckpoints\x12#\n" +
 	"\rrestored_from\x18\x06 \x01(\x04R\frestoredFrom\x12!\n" +
-	"\flast_failure\x18\a \x01(\tR\vlastFailure2\xcf\x02\n" +
+	"\flast_failure\x18\a \x01(\tR\vlastFailure\"1\n" +
+	"\x0eProfileRequest\x12\x1f\n" +
+	"\vduration_ms\x18\x01 \x01(\x03R\n" +
+	"durationMs\"+\n" +
+	"\x0fProfileResponse\x12\x18\n" +
+	"\aprofile\x18\x01 \x01(\fR\aprofile2\xcf\x02\n" +
 	"\x12CoordinatorService\x12O\n" +
 	"\bRegister\x12 .weir.cluster.v1.RegisterRequest\x1a!.weir.cluster.v1.RegisterResponse\x12R\n" +
 	"\tHeartbeat\x12!.weir.cluster.v1.HeartbeatRequest\x1a\".weir.cluster.v1.HeartbeatResponse\x12I\n" +
 	"\x06Report\x12\x1e.weir.cluster.v1.ReportRequest\x1a\x1f.weir.cluster.v1.ReportResponse\x12I\n" +
-	"\x06Status\x12\x1e.weir.cluster.v1.StatusRequest\x1a\x1f.weir.cluster.v1.StatusResponse2\xbb\x02\n" +
+	"\x06Status\x12\x1e.weir.cluster.v1.StatusRequest\x1a\x1f.weir.cluster.v1.StatusResponse2\x89\x03\n" +
 	"\rWorkerService\x12I\n" +
 	"\x06Deploy\x12\x1e.weir.cluster.v1.DeployRequest\x1a\x1f.weir.cluster.v1.DeployResponse\x12L\n" +
 	"\aControl\x12\x1f.weir.cluster.v1.ControlRequest\x1a .weir.cluster.v1.ControlResponse\x12I\n" +
 	"\x06Cancel\x12\x1e.weir.cluster.v1.CancelRequest\x1a\x1f.weir.cluster.v1.CancelResponse\x12F\n" +
-	"\x05Probe\x12\x1d.weir.cluster.v1.ProbeRequest\x1a\x1e.weir.cluster.v1.ProbeResponseB7Z5github.com/weirstream/weir/internal/cluster/clusterpbb\x06proto3"
+	"\x05Probe\x12\x1d.weir.cluster.v1.ProbeRequest\x1a\x1e.weir.cluster.v1.ProbeResponse\x12L\n" +
+	"\aProfile\x12\x1f.weir.cluster.v1.ProfileRequest\x1a .weir.cluster.v1.ProfileResponseB7Z5github.com/weirstream/weir/internal/cluster/clusterpbb\x06proto3"
 
 var (
 	file_cluster_proto_rawDescOnce sync.Once
@@ -2010,7 +2106,7 @@ func file_cluster_proto_rawDescGZIP() []byte {
 	return file_cluster_proto_rawDescData
 }
 
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_cluster_proto_goTypes = []any{
 	(*Operator)(nil),          // 0: weir.cluster.v1.Operator
 	(*Graph)(nil),             // 1: weir.cluster.v1.Graph
@@ -2039,6 +2135,8 @@ var file_cluster_proto_goTypes = []any{
 	(*WorkerStatus)(nil),      // 24: weir.cluster.v1.WorkerStatus
 	(*CheckpointStatus)(nil),  // 25: weir.cluster.v1.CheckpointStatus
 	(*StatusResponse)(nil),    // 26: weir.cluster.v1.StatusResponse
+	(*ProfileRequest)(nil),    // 27: weir.cluster.v1.ProfileRequest
+	(*ProfileResponse)(nil),   // 28: weir.cluster.v1.ProfileResponse
 }
 var file_cluster_proto_depIdxs = []int32{
 	0,  // 0: weir.cluster.v1.Graph.operators:type_name -> weir.cluster.v1.Operator
@@ -2063,16 +2161,18 @@ var file_cluster_proto_depIdxs = []int32{
 	17, // 19: weir.cluster.v1.WorkerService.Control:input_type -> weir.cluster.v1.ControlRequest
 	19, // 20: weir.cluster.v1.WorkerService.Cancel:input_type -> weir.cluster.v1.CancelRequest
 	21, // 21: weir.cluster.v1.WorkerService.Probe:input_type -> weir.cluster.v1.ProbeRequest
-	3,  // 22: weir.cluster.v1.CoordinatorService.Register:output_type -> weir.cluster.v1.RegisterResponse
-	7,  // 23: weir.cluster.v1.CoordinatorService.Heartbeat:output_type -> weir.cluster.v1.HeartbeatResponse
-	11, // 24: weir.cluster.v1.CoordinatorService.Report:output_type -> weir.cluster.v1.ReportResponse
-	26, // 25: weir.cluster.v1.CoordinatorService.Status:output_type -> weir.cluster.v1.StatusResponse
-	15, // 26: weir.cluster.v1.WorkerService.Deploy:output_type -> weir.cluster.v1.DeployResponse
-	18, // 27: weir.cluster.v1.WorkerService.Control:output_type -> weir.cluster.v1.ControlResponse
-	20, // 28: weir.cluster.v1.WorkerService.Cancel:output_type -> weir.cluster.v1.CancelResponse
-	22, // 29: weir.cluster.v1.WorkerService.Probe:output_type -> weir.cluster.v1.ProbeResponse
-	22, // [22:30] is the sub-list for method output_type
-	14, // [14:22] is the sub-list for method input_type
+	27, // 22: weir.cluster.v1.WorkerService.Profile:input_type -> weir.cluster.v1.ProfileRequest
+	3,  // 23: weir.cluster.v1.CoordinatorService.Register:output_type -> weir.cluster.v1.RegisterResponse
+	7,  // 24: weir.cluster.v1.CoordinatorService.Heartbeat:output_type -> weir.cluster.v1.HeartbeatResponse
+	11, // 25: weir.cluster.v1.CoordinatorService.Report:output_type -> weir.cluster.v1.ReportResponse
+	26, // 26: weir.cluster.v1.CoordinatorService.Status:output_type -> weir.cluster.v1.StatusResponse
+	15, // 27: weir.cluster.v1.WorkerService.Deploy:output_type -> weir.cluster.v1.DeployResponse
+	18, // 28: weir.cluster.v1.WorkerService.Control:output_type -> weir.cluster.v1.ControlResponse
+	20, // 29: weir.cluster.v1.WorkerService.Cancel:output_type -> weir.cluster.v1.CancelResponse
+	22, // 30: weir.cluster.v1.WorkerService.Probe:output_type -> weir.cluster.v1.ProbeResponse
+	28, // 31: weir.cluster.v1.WorkerService.Profile:output_type -> weir.cluster.v1.ProfileResponse
+	23, // [23:32] is the sub-list for method output_type
+	14, // [14:23] is the sub-list for method input_type
 	14, // [14:14] is the sub-list for extension type_name
 	14, // [14:14] is the sub-list for extension extendee
 	0,  // [0:14] is the sub-list for field type_name
@@ -2089,7 +2189,7 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   27,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -57,6 +57,8 @@ const (
 	WorkerServiceCancelProcedure = "/weir.cluster.v1.WorkerService/Cancel"
 	// WorkerServiceProbeProcedure is the fully-qualified name of the WorkerService's Probe RPC.
 	WorkerServiceProbeProcedure = "/weir.cluster.v1.WorkerService/Probe"
+	// WorkerServiceProfileProcedure is the fully-qualified name of the WorkerService's Profile RPC.
+	WorkerServiceProfileProcedure = "/weir.cluster.v1.WorkerService/Profile"
 )
 
 // CoordinatorServiceClient is a client for the weir.cluster.v1.CoordinatorService service.
@@ -259,6 +261,12 @@ type WorkerServiceClient interface {
 	// Probe writes a file into the job's checkpoint storage, which the
 	// coordinator reads back: the storage must be shared.
 	Probe(context.Context, *connect.Request[clusterpb.ProbeRequest]) (*connect.Response[clusterpb.ProbeResponse], error)
+	// Profile takes a CPU profile of the worker's process and returns it
+	// in pprof's format, its tasks' samples labelled with their vertex and
+	// subtask (the web UI's flame graphs). It is refused
+	// (INVALID_ARGUMENT) for a duration out of 1 s to 30 s, and
+	// (RESOURCE_EXHAUSTED) while the process takes another profile.
+	Profile(context.Context, *connect.Request[clusterpb.ProfileRequest]) (*connect.Response[clusterpb.ProfileResponse], error)
 }
 
 // NewWorkerServiceClient constructs a client for the weir.cluster.v1.WorkerService service. By
@@ -296,6 +304,12 @@ func NewWorkerServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithSchema(workerServiceMethods.ByName("Probe")),
 			connect.WithClientOptions(opts...),
 		),
+		profile: connect.NewClient[clusterpb.ProfileRequest, clusterpb.ProfileResponse](
+			httpClient,
+			baseURL+WorkerServiceProfileProcedure,
+			connect.WithSchema(workerServiceMethods.ByName("Profile")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -305,6 +319,7 @@ type workerServiceClient struct {
 	control *connect.Client[clusterpb.ControlRequest, clusterpb.ControlResponse]
 	cancel  *connect.Client[clusterpb.CancelRequest, clusterpb.CancelResponse]
 	probe   *connect.Client[clusterpb.ProbeRequest, clusterpb.ProbeResponse]
+	profile *connect.Client[clusterpb.ProfileRequest, clusterpb.ProfileResponse]
 }
 
 // Deploy calls weir.cluster.v1.WorkerService.Deploy.
@@ -327,6 +342,11 @@ func (c *workerServiceClient) Probe(ctx context.Context, req *connect.Request[cl
 	return c.probe.CallUnary(ctx, req)
 }
 
+// Profile calls weir.cluster.v1.WorkerService.Profile.
+func (c *workerServiceClient) Profile(ctx context.Context, req *connect.Request[clusterpb.ProfileRequest]) (*connect.Response[clusterpb.ProfileResponse], error) {
+	return c.profile.CallUnary(ctx, req)
+}
+
 // WorkerServiceHandler is an implementation of the weir.cluster.v1.WorkerService service.
 type WorkerServiceHandler interface {
 	// Deploy stops the worker's tasks of earlier attempts and starts its
@@ -341,6 +361,12 @@ type WorkerServiceHandler interface {
 	// Probe writes a file into the job's checkpoint storage, which the
 	// coordinator reads back: the storage must be shared.
 	Probe(context.Context, *connect.Request[clusterpb.ProbeRequest]) (*connect.Response[clusterpb.ProbeResponse], error)
+	// Profile takes a CPU profile of the worker's process and returns it
+	// in pprof's format, its tasks' samples labelled with their vertex and
+	// subtask (the web UI's flame graphs). It is refused
+	// (INVALID_ARGUMENT) for a duration out of 1 s to 30 s, and
+	// (RESOURCE_EXHAUSTED) while the process takes another profile.
+	Profile(context.Context, *connect.Request[clusterpb.ProfileRequest]) (*connect.Response[clusterpb.ProfileResponse], error)
 }
 
 // NewWorkerServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -374,6 +400,12 @@ func NewWorkerServiceHandler(svc WorkerServiceHandler, opts ...connect.HandlerOp
 		connect.WithSchema(workerServiceMethods.ByName("Probe")),
 		connect.WithHandlerOptions(opts...),
 	)
+	workerServiceProfileHandler := connect.NewUnaryHandler(
+		WorkerServiceProfileProcedure,
+		svc.Profile,
+		connect.WithSchema(workerServiceMethods.ByName("Profile")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/weir.cluster.v1.WorkerService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case WorkerServiceDeployProcedure:
@@ -384,6 +416,8 @@ func NewWorkerServiceHandler(svc WorkerServiceHandler, opts ...connect.HandlerOp
 			workerServiceCancelHandler.ServeHTTP(w, r)
 		case WorkerServiceProbeProcedure:
 			workerServiceProbeHandler.ServeHTTP(w, r)
+		case WorkerServiceProfileProcedure:
+			workerServiceProfileHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -407,4 +441,8 @@ func (UnimplementedWorkerServiceHandler) Cancel(context.Context, *connect.Reques
 
 func (UnimplementedWorkerServiceHandler) Probe(context.Context, *connect.Request[clusterpb.ProbeRequest]) (*connect.Response[clusterpb.ProbeResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.cluster.v1.WorkerService.Probe is not implemented"))
+}
+
+func (UnimplementedWorkerServiceHandler) Profile(context.Context, *connect.Request[clusterpb.ProfileRequest]) (*connect.Response[clusterpb.ProfileResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("weir.cluster.v1.WorkerService.Profile is not implemented"))
 }

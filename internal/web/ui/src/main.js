@@ -1,6 +1,7 @@
 // Weir's web UI: one page over the JSON API (/api/v1/...), polled every
 // two seconds. No framework; the graph layout is dagre's.
 import { graphlib, layout } from '@dagrejs/dagre';
+import { initProfile } from './profile.js';
 
 const POLL_MS = 2000;
 const SVGNS = 'http://www.w3.org/2000/svg';
@@ -562,3 +563,4 @@ async function refresh() {
 $('timeline-vertex').addEventListener('change', (e) => { ui.timelineVertex = e.target.value; renderTimeline(); });
 refresh();
 setInterval(refresh, POLL_MS);
+initProfile();

@@ -1,0 +1,123 @@
+package web
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/pprof"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/weirstream/weir/internal/profiling"
+)
+
+// Profiling: net/http/pprof's handlers under /debug/pprof/, and CPU flame
+// graphs of this process or, in a cluster, of a worker (through the
+// coordinator's control plane), at GET /api/v1/flamegraph. Both need the
+// job's token, as mutations do: a profile shows the code and costs CPU.
+
+// handleProfiling adds the profiling endpoints to mux.
+func (s *Server) handleProfiling(mux *http.ServeMux) {
+	// NB: net/http/pprof's init registers the same handlers on
+	// http.DefaultServeMux, which no server of Weir's serves.
+	mux.HandleFunc("GET /debug/pprof/", s.profiled(pprof.Index))
+	mux.HandleFunc("GET /debug/pprof/cmdline", s.profiled(pprof.Cmdline))
+	mux.HandleFunc("GET /debug/pprof/profile", s.profiled(pprof.Profile))
+	mux.HandleFunc("GET /debug/pprof/symbol", s.profiled(pprof.Symbol))
+	mux.HandleFunc("POST /debug/pprof/symbol", s.profiled(pprof.Symbol))
+	mux.HandleFunc("GET /debug/pprof/trace", s.profiled(pprof.Trace))
+	mux.HandleFunc("GET /api/v1/workers", func(w http.ResponseWriter, _ *http.Request) {
+		var ws []string
+		if s.control.Workers != nil {
+			ws = s.control.Workers()
+		}
+		writeJSON(w, ws)
+	})
+	mux.HandleFunc("GET /api/v1/flamegraph", s.profiled(s.flameGraph))
+}
+
+// FlameGraph is what GET /api/v1/flamegraph answers: a CPU profile as a
+// tree of frames, of the process named (Worker; "" this one).
+type FlameGraph struct {
+	profiling.FlameGraph
+	Worker string `json:"worker,omitempty"`
+}
+
+// flameGraph serves GET /api/v1/flamegraph?seconds=N&vertex=V&worker=W.
+func (s *Server) flameGraph(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	d := profiling.DefaultDuration
+	if v := q.Get("seconds"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || profiling.CheckDuration(time.Duration(n)*time.Second) != nil {
+			http.Error(w, fmt.Sprintf("seconds=%q: want a whole number of seconds from %d to %d (default %d)", v,
+				int(profiling.MinDuration.Seconds()), int(profiling.MaxDuration.Seconds()), int(profiling.DefaultDuration.Seconds())), http.StatusBadRequest)
+			return
+		}
+		d = time.Duration(n) * time.Second
+	}
+	vertex := q.Get("vertex")
+	if vertex != "" && !slices.ContainsFunc(s.feeds.Graph.Vertices, func(x Vertex) bool { return x.ID == vertex }) {
+		http.Error(w, fmt.Sprintf("vertex=%q is not in the job graph: leave it out for every vertex, or name one that GET /api/v1/graph lists", vertex), http.StatusBadRequest)
+		return
+	}
+	worker := q.Get("worker")
+	if worker != "" {
+		if s.control.Workers == nil || s.control.Profile == nil {
+			http.Error(w, fmt.Sprintf("worker=%q: this process has no workers (it runs the job alone); leave worker out to profile it", worker), http.StatusBadRequest)
+			return
+		}
+		if !slices.Contains(s.control.Workers(), worker) {
+			http.Error(w, fmt.Sprintf("worker=%q is not a live worker of this job (GET /api/v1/workers lists them)", worker), http.StatusNotFound)
+			return
+		}
+	}
+	select {
+	case s.profiling <- struct{}{}:
+		defer func() { <-s.profiling }()
+	default:
+		http.Error(w, "a flame graph is being profiled already (one at a time); try again when it is done", http.StatusConflict)
+		return
+	}
+	// NB: a client that goes away ends the profile (r.Context()); the
+	// bound is the profile's, plus time to reach a worker.
+	ctx, cancel := context.WithTimeout(r.Context(), d+profileSlack)
+	defer cancel()
+	var data []byte
+	var err error
+	if worker == "" {
+		data, err = profiling.CPU(ctx, d)
+	} else {
+		data, err = s.control.Profile(ctx, worker, d)
+	}
+	switch {
+	case errors.Is(err, profiling.ErrBusy):
+		http.Error(w, err.Error(), http.StatusConflict)
+		return
+	case err != nil && worker == "":
+		http.Error(w, fmt.Sprintf("profile %s: %v", processName(worker), err), http.StatusInternalServerError)
+		return
+	case err != nil:
+		http.Error(w, fmt.Sprintf("profile %s: %v", processName(worker), err), http.StatusBadGateway)
+		return
+	}
+	g, err := profiling.Tree(data, vertex)
+	if err != nil {
+		http.Error(w, fmt.Sprintf("profile %s: %v", processName(worker), err), http.StatusBadGateway)
+		return
+	}
+	writeJSON(w, FlameGraph{FlameGraph: *g, Worker: worker})
+}
+
+// profileSlack is how much longer than its duration a flame graph's
+// profile may take: reaching a worker and sending the profile back.
+const profileSlack = 10 * time.Second
+
+func processName(worker string) string {
+	if worker == "" {
+		return "this process"
+	}
+	return "worker " + worker
+}
