@@ -475,6 +475,7 @@ func (c *Coordinator) Heartbeat(ctx context.Context, req *connect.Request[cluste
 	suspect := c.members.Suspected(req.Msg.GetWorker())
 	err := c.members.Heartbeat(req.Msg.GetWorker(), req.Msg.GetSession(), c.cfg.Now())
 	if err == nil {
+		c.members.SetProcess(req.Msg.GetWorker(), req.Msg.GetSession(), req.Msg.GetProcess())
 		if pc := peerOf(ctx).conn; pc != nil {
 			c.via[req.Msg.GetWorker()] = pc
 		}

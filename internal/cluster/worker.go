@@ -257,6 +257,9 @@ func confirm(ctx context.Context, client clusterpbconnect.CoordinatorServiceClie
 	return nil
 }
 
+// self reads this process's memory, GC and CPU for heartbeats.
+var self = newProcessReader()
+
 // heartbeats sends heartbeats until the session lapses, and says why; or
 // until ctx ends.
 func heartbeats(ctx context.Context, client clusterpbconnect.CoordinatorServiceClient, cfg WorkerConfig, w Worker, l *liveness) error {
@@ -277,6 +280,7 @@ func heartbeats(ctx context.Context, client clusterpbconnect.CoordinatorServiceC
 		if cfg.Stats != nil {
 			req.Stats = statsToProto(cfg.Stats.Read(sent))
 		}
+		req.Process = self.read(sent)
 		resp, err := client.Heartbeat(hctx, connect.NewRequest(req))
 		cancel()
 		switch {

@@ -285,7 +285,10 @@ type HeartbeatRequest struct {
 	Worker  string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
 	Session uint64                 `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`
 	// stats are the counters of the subtasks the worker runs (for the API).
-	Stats         []*SubtaskStats `protobuf:"bytes,3,rep,name=stats,proto3" json:"stats,omitempty"`
+	Stats []*SubtaskStats `protobuf:"bytes,3,rep,name=stats,proto3" json:"stats,omitempty"`
+	// process is the worker process's memory, GC and CPU as its Go runtime
+	// measures them (for the API and weir status).
+	Process       *ProcessStats `protobuf:"bytes,4,opt,name=process,proto3" json:"process,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -341,6 +344,143 @@ func (x *HeartbeatRequest) GetStats() []*SubtaskStats {
 	return nil
 }
 
+func (x *HeartbeatRequest) GetProcess() *ProcessStats {
+	if x != nil {
+		return x.Process
+	}
+	return nil
+}
+
+// ProcessStats is a worker process's readings of its Go runtime
+// (runtime/metrics, which stops no goroutine to read them), as of the
+// heartbeat that carries them.
+type ProcessStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// heap_bytes: memory held by live and not yet swept heap objects;
+	// heap_objects, their number; memory_bytes, all the memory the Go
+	// runtime mapped (heap, stacks, runtime structures), less what it
+	// released to the system.
+	HeapBytes   int64 `protobuf:"varint,1,opt,name=heap_bytes,json=heapBytes,proto3" json:"heap_bytes,omitempty"`
+	HeapObjects int64 `protobuf:"varint,2,opt,name=heap_objects,json=heapObjects,proto3" json:"heap_objects,omitempty"`
+	MemoryBytes int64 `protobuf:"varint,3,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	// gc_cycles: garbage collections completed since the process started;
+	// gc_cpu_ns, the CPU time they took (the runtime's estimate);
+	// gc_pause_ns, the time goroutines were stopped for them (summed from
+	// the runtime's pause histogram: an estimate to within its buckets).
+	GcCycles   int64 `protobuf:"varint,4,opt,name=gc_cycles,json=gcCycles,proto3" json:"gc_cycles,omitempty"`
+	GcCpuNs    int64 `protobuf:"varint,5,opt,name=gc_cpu_ns,json=gcCpuNs,proto3" json:"gc_cpu_ns,omitempty"`
+	GcPauseNs  int64 `protobuf:"varint,6,opt,name=gc_pause_ns,json=gcPauseNs,proto3" json:"gc_pause_ns,omitempty"`
+	Goroutines int64 `protobuf:"varint,7,opt,name=goroutines,proto3" json:"goroutines,omitempty"`
+	// cpu_ns: CPU time the process used, user and system (getrusage; 0 on
+	// systems without it).
+	CpuNs     int64  `protobuf:"varint,8,opt,name=cpu_ns,json=cpuNs,proto3" json:"cpu_ns,omitempty"`
+	GoVersion string `protobuf:"bytes,9,opt,name=go_version,json=goVersion,proto3" json:"go_version,omitempty"`
+	// uptime_ns: since the process started its worker.
+	UptimeNs      int64 `protobuf:"varint,10,opt,name=uptime_ns,json=uptimeNs,proto3" json:"uptime_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProcessStats) Reset() {
+	*x = ProcessStats{}
+	mi := &file_cluster_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProcessStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProcessStats) ProtoMessage() {}
+
+func (x *ProcessStats) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProcessStats.ProtoReflect.Descriptor instead.
+func (*ProcessStats) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ProcessStats) GetHeapBytes() int64 {
+	if x != nil {
+		return x.HeapBytes
+	}
+	return 0
+}
+
+func (x *ProcessStats) GetHeapObjects() int64 {
+	if x != nil {
+		return x.HeapObjects
+	}
+	return 0
+}
+
+func (x *ProcessStats) GetMemoryBytes() int64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *ProcessStats) GetGcCycles() int64 {
+	if x != nil {
+		return x.GcCycles
+	}
+	return 0
+}
+
+func (x *ProcessStats) GetGcCpuNs() int64 {
+	if x != nil {
+		return x.GcCpuNs
+	}
+	return 0
+}
+
+func (x *ProcessStats) GetGcPauseNs() int64 {
+	if x != nil {
+		return x.GcPauseNs
+	}
+	return 0
+}
+
+func (x *ProcessStats) GetGoroutines() int64 {
+	if x != nil {
+		return x.Goroutines
+	}
+	return 0
+}
+
+func (x *ProcessStats) GetCpuNs() int64 {
+	if x != nil {
+		return x.CpuNs
+	}
+	return 0
+}
+
+func (x *ProcessStats) GetGoVersion() string {
+	if x != nil {
+		return x.GoVersion
+	}
+	return ""
+}
+
+func (x *ProcessStats) GetUptimeNs() int64 {
+	if x != nil {
+		return x.UptimeNs
+	}
+	return 0
+}
+
 // SubtaskStats is a runtime.SubtaskStats; durations in nanoseconds.
 type SubtaskStats struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
@@ -359,13 +499,18 @@ type SubtaskStats struct {
 	// input_capacity: events per input channel, as buffer debloating sized
 	// them (0: not debloated).
 	InputCapacity int32 `protobuf:"varint,12,opt,name=input_capacity,json=inputCapacity,proto3" json:"input_capacity,omitempty"`
+	// bytes_in, bytes_out: the bytes of the frames its channels received
+	// from and sent to other processes (every event, headers included);
+	// channels within one process pass batches by reference and count 0.
+	BytesIn       int64 `protobuf:"varint,13,opt,name=bytes_in,json=bytesIn,proto3" json:"bytes_in,omitempty"`
+	BytesOut      int64 `protobuf:"varint,14,opt,name=bytes_out,json=bytesOut,proto3" json:"bytes_out,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SubtaskStats) Reset() {
 	*x = SubtaskStats{}
-	mi := &file_cluster_proto_msgTypes[5]
+	mi := &file_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -377,7 +522,7 @@ func (x *SubtaskStats) String() string {
 func (*SubtaskStats) ProtoMessage() {}
 
 func (x *SubtaskStats) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[5]
+	mi := &file_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -390,7 +535,7 @@ func (x *SubtaskStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubtaskStats.ProtoReflect.Descriptor instead.
 func (*SubtaskStats) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{5}
+	return file_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SubtaskStats) GetTask() *TaskID {
@@ -477,6 +622,20 @@ func (x *SubtaskStats) GetInputCapacity() int32 {
 	return 0
 }
 
+func (x *SubtaskStats) GetBytesIn() int64 {
+	if x != nil {
+		return x.BytesIn
+	}
+	return 0
+}
+
+func (x *SubtaskStats) GetBytesOut() int64 {
+	if x != nil {
+		return x.BytesOut
+	}
+	return 0
+}
+
 type HeartbeatResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -485,7 +644,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_cluster_proto_msgTypes[6]
+	mi := &file_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -497,7 +656,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[6]
+	mi := &file_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -510,7 +669,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{6}
+	return file_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 type TaskID struct {
@@ -523,7 +682,7 @@ type TaskID struct {
 
 func (x *TaskID) Reset() {
 	*x = TaskID{}
-	mi := &file_cluster_proto_msgTypes[7]
+	mi := &file_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -535,7 +694,7 @@ func (x *TaskID) String() string {
 func (*TaskID) ProtoMessage() {}
 
 func (x *TaskID) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[7]
+	mi := &file_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -548,7 +707,7 @@ func (x *TaskID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskID.ProtoReflect.Descriptor instead.
 func (*TaskID) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{7}
+	return file_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TaskID) GetVertex() string {
@@ -606,7 +765,7 @@ type TaskReport struct {
 
 func (x *TaskReport) Reset() {
 	*x = TaskReport{}
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -618,7 +777,7 @@ func (x *TaskReport) String() string {
 func (*TaskReport) ProtoMessage() {}
 
 func (x *TaskReport) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -631,7 +790,7 @@ func (x *TaskReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskReport.ProtoReflect.Descriptor instead.
 func (*TaskReport) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{8}
+	return file_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TaskReport) GetTask() *TaskID {
@@ -759,7 +918,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -771,7 +930,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -784,7 +943,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{9}
+	return file_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReportRequest) GetWorker() string {
@@ -823,7 +982,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -835,7 +994,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -848,7 +1007,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{10}
+	return file_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 type Assignment struct {
@@ -861,7 +1020,7 @@ type Assignment struct {
 
 func (x *Assignment) Reset() {
 	*x = Assignment{}
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -873,7 +1032,7 @@ func (x *Assignment) String() string {
 func (*Assignment) ProtoMessage() {}
 
 func (x *Assignment) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -886,7 +1045,7 @@ func (x *Assignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assignment.ProtoReflect.Descriptor instead.
 func (*Assignment) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{11}
+	return file_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Assignment) GetTask() *TaskID {
@@ -913,7 +1072,7 @@ type Peer struct {
 
 func (x *Peer) Reset() {
 	*x = Peer{}
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -925,7 +1084,7 @@ func (x *Peer) String() string {
 func (*Peer) ProtoMessage() {}
 
 func (x *Peer) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -938,7 +1097,7 @@ func (x *Peer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Peer.ProtoReflect.Descriptor instead.
 func (*Peer) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{12}
+	return file_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Peer) GetWorker() string {
@@ -979,7 +1138,7 @@ type DeployRequest struct {
 
 func (x *DeployRequest) Reset() {
 	*x = DeployRequest{}
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -991,7 +1150,7 @@ func (x *DeployRequest) String() string {
 func (*DeployRequest) ProtoMessage() {}
 
 func (x *DeployRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1004,7 +1163,7 @@ func (x *DeployRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployRequest.ProtoReflect.Descriptor instead.
 func (*DeployRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{13}
+	return file_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DeployRequest) GetAttempt() uint64 {
@@ -1064,7 +1223,7 @@ type DeployResponse struct {
 
 func (x *DeployResponse) Reset() {
 	*x = DeployResponse{}
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1076,7 +1235,7 @@ func (x *DeployResponse) String() string {
 func (*DeployResponse) ProtoMessage() {}
 
 func (x *DeployResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1089,7 +1248,7 @@ func (x *DeployResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployResponse.ProtoReflect.Descriptor instead.
 func (*DeployResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{14}
+	return file_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 type ControlMessage struct {
@@ -1111,7 +1270,7 @@ type ControlMessage struct {
 
 func (x *ControlMessage) Reset() {
 	*x = ControlMessage{}
-	mi := &file_cluster_proto_msgTypes[15]
+	mi := &file_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1123,7 +1282,7 @@ func (x *ControlMessage) String() string {
 func (*ControlMessage) ProtoMessage() {}
 
 func (x *ControlMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[15]
+	mi := &file_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1136,7 +1295,7 @@ func (x *ControlMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlMessage.ProtoReflect.Descriptor instead.
 func (*ControlMessage) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{15}
+	return file_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ControlMessage) GetTask() *TaskID {
@@ -1198,7 +1357,7 @@ type ControlRequest struct {
 
 func (x *ControlRequest) Reset() {
 	*x = ControlRequest{}
-	mi := &file_cluster_proto_msgTypes[16]
+	mi := &file_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1210,7 +1369,7 @@ func (x *ControlRequest) String() string {
 func (*ControlRequest) ProtoMessage() {}
 
 func (x *ControlRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[16]
+	mi := &file_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1223,7 +1382,7 @@ func (x *ControlRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlRequest.ProtoReflect.Descriptor instead.
 func (*ControlRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{16}
+	return file_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ControlRequest) GetAttempt() uint64 {
@@ -1248,7 +1407,7 @@ type ControlResponse struct {
 
 func (x *ControlResponse) Reset() {
 	*x = ControlResponse{}
-	mi := &file_cluster_proto_msgTypes[17]
+	mi := &file_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1260,7 +1419,7 @@ func (x *ControlResponse) String() string {
 func (*ControlResponse) ProtoMessage() {}
 
 func (x *ControlResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[17]
+	mi := &file_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1273,7 +1432,7 @@ func (x *ControlResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlResponse.ProtoReflect.Descriptor instead.
 func (*ControlResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{17}
+	return file_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 type CancelRequest struct {
@@ -1285,7 +1444,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_cluster_proto_msgTypes[18]
+	mi := &file_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1297,7 +1456,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[18]
+	mi := &file_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1310,7 +1469,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{18}
+	return file_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CancelRequest) GetAttempt() uint64 {
@@ -1328,7 +1487,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_cluster_proto_msgTypes[19]
+	mi := &file_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1340,7 +1499,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[19]
+	mi := &file_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1353,7 +1512,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{19}
+	return file_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 type ProbeRequest struct {
@@ -1365,7 +1524,7 @@ type ProbeRequest struct {
 
 func (x *ProbeRequest) Reset() {
 	*x = ProbeRequest{}
-	mi := &file_cluster_proto_msgTypes[20]
+	mi := &file_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1377,7 +1536,7 @@ func (x *ProbeRequest) String() string {
 func (*ProbeRequest) ProtoMessage() {}
 
 func (x *ProbeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[20]
+	mi := &file_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1390,7 +1549,7 @@ func (x *ProbeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeRequest.ProtoReflect.Descriptor instead.
 func (*ProbeRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{20}
+	return file_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ProbeRequest) GetToken() string {
@@ -1408,7 +1567,7 @@ type ProbeResponse struct {
 
 func (x *ProbeResponse) Reset() {
 	*x = ProbeResponse{}
-	mi := &file_cluster_proto_msgTypes[21]
+	mi := &file_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1420,7 +1579,7 @@ func (x *ProbeResponse) String() string {
 func (*ProbeResponse) ProtoMessage() {}
 
 func (x *ProbeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[21]
+	mi := &file_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1433,7 +1592,7 @@ func (x *ProbeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeResponse.ProtoReflect.Descriptor instead.
 func (*ProbeResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{21}
+	return file_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 type StatusRequest struct {
@@ -1444,7 +1603,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_cluster_proto_msgTypes[22]
+	mi := &file_cluster_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1456,7 +1615,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[22]
+	mi := &file_cluster_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1469,7 +1628,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{22}
+	return file_cluster_proto_rawDescGZIP(), []int{23}
 }
 
 type WorkerStatus struct {
@@ -1483,13 +1642,19 @@ type WorkerStatus struct {
 	Suspect          bool     `protobuf:"varint,5,opt,name=suspect,proto3" json:"suspect,omitempty"`
 	SinceHeartbeatMs int64    `protobuf:"varint,6,opt,name=since_heartbeat_ms,json=sinceHeartbeatMs,proto3" json:"since_heartbeat_ms,omitempty"`
 	Tasks            []string `protobuf:"bytes,7,rep,name=tasks,proto3" json:"tasks,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// slots_used are the slots its tasks take (a slot holds subtask i of
+	// every vertex: Place), of slots.
+	SlotsUsed int32 `protobuf:"varint,8,opt,name=slots_used,json=slotsUsed,proto3" json:"slots_used,omitempty"`
+	// process is what its last heartbeat said of the process (absent
+	// before its first heartbeat, or from a worker that sends none).
+	Process       *ProcessStats `protobuf:"bytes,9,opt,name=process,proto3" json:"process,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_cluster_proto_msgTypes[23]
+	mi := &file_cluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1501,7 +1666,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[23]
+	mi := &file_cluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1514,7 +1679,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{23}
+	return file_cluster_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WorkerStatus) GetWorker() string {
@@ -1566,6 +1731,20 @@ func (x *WorkerStatus) GetTasks() []string {
 	return nil
 }
 
+func (x *WorkerStatus) GetSlotsUsed() int32 {
+	if x != nil {
+		return x.SlotsUsed
+	}
+	return 0
+}
+
+func (x *WorkerStatus) GetProcess() *ProcessStats {
+	if x != nil {
+		return x.Process
+	}
+	return nil
+}
+
 type CheckpointStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1584,7 +1763,7 @@ type CheckpointStatus struct {
 
 func (x *CheckpointStatus) Reset() {
 	*x = CheckpointStatus{}
-	mi := &file_cluster_proto_msgTypes[24]
+	mi := &file_cluster_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1596,7 +1775,7 @@ func (x *CheckpointStatus) String() string {
 func (*CheckpointStatus) ProtoMessage() {}
 
 func (x *CheckpointStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[24]
+	mi := &file_cluster_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1609,7 +1788,7 @@ func (x *CheckpointStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointStatus.ProtoReflect.Descriptor instead.
 func (*CheckpointStatus) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{24}
+	return file_cluster_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CheckpointStatus) GetId() uint64 {
@@ -1678,7 +1857,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_cluster_proto_msgTypes[25]
+	mi := &file_cluster_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1690,7 +1869,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[25]
+	mi := &file_cluster_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1703,7 +1882,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{25}
+	return file_cluster_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *StatusResponse) GetJob() string {
@@ -1777,11 +1956,28 @@ const file_cluster_proto_rawDesc = "" +
 	"\asession\x18\x01 \x01(\x04R\asession\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x02 \x01(\x03R\x13heartbeatIntervalMs\x12\x1d\n" +
 	"\n" +
-	"timeout_ms\x18\x03 \x01(\x03R\ttimeoutMs\"y\n" +
+	"timeout_ms\x18\x03 \x01(\x03R\ttimeoutMs\"\xb2\x01\n" +
 	"\x10HeartbeatRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x123\n" +
-	"\x05stats\x18\x03 \x03(\v2\x1d.weir.cluster.v1.SubtaskStatsR\x05stats\"\x89\x03\n" +
+	"\x05stats\x18\x03 \x03(\v2\x1d.weir.cluster.v1.SubtaskStatsR\x05stats\x127\n" +
+	"\aprocess\x18\x04 \x01(\v2\x1d.weir.cluster.v1.ProcessStatsR\aprocess\"\xbf\x02\n" +
+	"\fProcessStats\x12\x1d\n" +
+	"\n" +
+	"heap_bytes\x18\x01 \x01(\x03R\theapBytes\x12!\n" +
+	"\fheap_objects\x18\x02 \x01(\x03R\vheapObjects\x12!\n" +
+	"\fmemory_bytes\x18\x03 \x01(\x03R\vmemoryBytes\x12\x1b\n" +
+	"\tgc_cycles\x18\x04 \x01(\x03R\bgcCycles\x12\x1a\n" +
+	"\tgc_cpu_ns\x18\x05 \x01(\x03R\agcCpuNs\x12\x1e\n" +
+	"\vgc_pause_ns\x18\x06 \x01(\x03R\tgcPauseNs\x12\x1e\n" +
+	"\n" +
+	"goroutines\x18\a \x01(\x03R\n" +
+	"goroutines\x12\x15\n" +
+	"\x06cpu_ns\x18\b \x01(\x03R\x05cpuNs\x12\x1d\n" +
+	"\n" +
+	"go_version\x18\t \x01(\tR\tgoVersion\x12\x1b\n" +
+	"\tuptime_ns\x18\n" +
+	" \x01(\x03R\buptimeNs\"\xc1\x03\n" +
 	"\fSubtaskStats\x12+\n" +
 	"\x04task\x18\x01 \x01(\v2\x17.weir.cluster.v1.TaskIDR\x04task\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x03R\aattempt\x12\x1b\n" +
@@ -1797,7 +1993,9 @@ const file_cluster_proto_rawDesc = "" +
 	"\tcommit_ns\x18\n" +
 	" \x01(\x03R\bcommitNs\x12\x14\n" +
 	"\x05state\x18\v \x01(\x05R\x05state\x12%\n" +
-	"\x0einput_capacity\x18\f \x01(\x05R\rinputCapacity\"\x13\n" +
+	"\x0einput_capacity\x18\f \x01(\x05R\rinputCapacity\x12\x19\n" +
+	"\bbytes_in\x18\r \x01(\x03R\abytesIn\x12\x1b\n" +
+	"\tbytes_out\x18\x0e \x01(\x03R\bbytesOut\"\x13\n" +
 	"\x11HeartbeatResponse\":\n" +
 	"\x06TaskID\x12\x16\n" +
 	"\x06vertex\x18\x01 \x01(\tR\x06vertex\x12\x18\n" +
@@ -1874,7 +2072,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\fProbeRequest\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\"\x0f\n" +
 	"\rProbeResponse\"\x0f\n" +
-	"\rStatusRequest\"\xd7\x01\n" +
+	"\rStatusRequest\"\xaf\x02\n" +
 	"\fWorkerStatus\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x14\n" +
 	"\x05slots\x18\x02 \x01(\x05R\x05slots\x12!\n" +
@@ -1882,7 +2080,10 @@ const file_cluster_proto_rawDesc = "" +
 	"\asession\x18\x04 \x01(\x04R\asession\x12\x18\n" +
 	"\asuspect\x18\x05 \x01(\bR\asuspect\x12,\n" +
 	"\x12since_heartbeat_ms\x18\x06 \x01(\x03R\x10sinceHeartbeatMs\x12\x14\n" +
-	"\x05tasks\x18\a \x03(\tR\x05tasks\"\xbf\x01\n" +
+	"\x05tasks\x18\a \x03(\tR\x05tasks\x12\x1d\n" +
+	"\n" +
+	"slots_used\x18\b \x01(\x05R\tslotsUsed\x127\n" +
+	"\aprocess\x18\t \x01(\v2\x1d.weir.cluster.v1.ProcessStatsR\aprocess\"\xbf\x01\n" +
 	"\x10CheckpointStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1f\n" +
@@ -1924,70 +2125,73 @@ func file_cluster_proto_rawDescGZIP() []byte {
 	return file_cluster_proto_rawDescData
 }
 
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_cluster_proto_goTypes = []any{
 	(*Operator)(nil),          // 0: weir.cluster.v1.Operator
 	(*Graph)(nil),             // 1: weir.cluster.v1.Graph
 	(*RegisterRequest)(nil),   // 2: weir.cluster.v1.RegisterRequest
 	(*RegisterResponse)(nil),  // 3: weir.cluster.v1.RegisterResponse
 	(*HeartbeatRequest)(nil),  // 4: weir.cluster.v1.HeartbeatRequest
-	(*SubtaskStats)(nil),      // 5: weir.cluster.v1.SubtaskStats
-	(*HeartbeatResponse)(nil), // 6: weir.cluster.v1.HeartbeatResponse
-	(*TaskID)(nil),            // 7: weir.cluster.v1.TaskID
-	(*TaskReport)(nil),        // 8: weir.cluster.v1.TaskReport
-	(*ReportRequest)(nil),     // 9: weir.cluster.v1.ReportRequest
-	(*ReportResponse)(nil),    // 10: weir.cluster.v1.ReportResponse
-	(*Assignment)(nil),        // 11: weir.cluster.v1.Assignment
-	(*Peer)(nil),              // 12: weir.cluster.v1.Peer
-	(*DeployRequest)(nil),     // 13: weir.cluster.v1.DeployRequest
-	(*DeployResponse)(nil),    // 14: weir.cluster.v1.DeployResponse
-	(*ControlMessage)(nil),    // 15: weir.cluster.v1.ControlMessage
-	(*ControlRequest)(nil),    // 16: weir.cluster.v1.ControlRequest
-	(*ControlResponse)(nil),   // 17: weir.cluster.v1.ControlResponse
-	(*CancelRequest)(nil),     // 18: weir.cluster.v1.CancelRequest
-	(*CancelResponse)(nil),    // 19: weir.cluster.v1.CancelResponse
-	(*ProbeRequest)(nil),      // 20: weir.cluster.v1.ProbeRequest
-	(*ProbeResponse)(nil),     // 21: weir.cluster.v1.ProbeResponse
-	(*StatusRequest)(nil),     // 22: weir.cluster.v1.StatusRequest
-	(*WorkerStatus)(nil),      // 23: weir.cluster.v1.WorkerStatus
-	(*CheckpointStatus)(nil),  // 24: weir.cluster.v1.CheckpointStatus
-	(*StatusResponse)(nil),    // 25: weir.cluster.v1.StatusResponse
+	(*ProcessStats)(nil),      // 5: weir.cluster.v1.ProcessStats
+	(*SubtaskStats)(nil),      // 6: weir.cluster.v1.SubtaskStats
+	(*HeartbeatResponse)(nil), // 7: weir.cluster.v1.HeartbeatResponse
+	(*TaskID)(nil),            // 8: weir.cluster.v1.TaskID
+	(*TaskReport)(nil),        // 9: weir.cluster.v1.TaskReport
+	(*ReportRequest)(nil),     // 10: weir.cluster.v1.ReportRequest
+	(*ReportResponse)(nil),    // 11: weir.cluster.v1.ReportResponse
+	(*Assignment)(nil),        // 12: weir.cluster.v1.Assignment
+	(*Peer)(nil),              // 13: weir.cluster.v1.Peer
+	(*DeployRequest)(nil),     // 14: weir.cluster.v1.DeployRequest
+	(*DeployResponse)(nil),    // 15: weir.cluster.v1.DeployResponse
+	(*ControlMessage)(nil),    // 16: weir.cluster.v1.ControlMessage
+	(*ControlRequest)(nil),    // 17: weir.cluster.v1.ControlRequest
+	(*ControlResponse)(nil),   // 18: weir.cluster.v1.ControlResponse
+	(*CancelRequest)(nil),     // 19: weir.cluster.v1.CancelRequest
+	(*CancelResponse)(nil),    // 20: weir.cluster.v1.CancelResponse
+	(*ProbeRequest)(nil),      // 21: weir.cluster.v1.ProbeRequest
+	(*ProbeResponse)(nil),     // 22: weir.cluster.v1.ProbeResponse
+	(*StatusRequest)(nil),     // 23: weir.cluster.v1.StatusRequest
+	(*WorkerStatus)(nil),      // 24: weir.cluster.v1.WorkerStatus
+	(*CheckpointStatus)(nil),  // 25: weir.cluster.v1.CheckpointStatus
+	(*StatusResponse)(nil),    // 26: weir.cluster.v1.StatusResponse
 }
 var file_cluster_proto_depIdxs = []int32{
 	0,  // 0: weir.cluster.v1.Graph.operators:type_name -> weir.cluster.v1.Operator
 	1,  // 1: weir.cluster.v1.RegisterRequest.graph:type_name -> weir.cluster.v1.Graph
-	5,  // 2: weir.cluster.v1.HeartbeatRequest.stats:type_name -> weir.cluster.v1.SubtaskStats
-	7,  // 3: weir.cluster.v1.SubtaskStats.task:type_name -> weir.cluster.v1.TaskID
-	7,  // 4: weir.cluster.v1.TaskReport.task:type_name -> weir.cluster.v1.TaskID
-	8,  // 5: weir.cluster.v1.ReportRequest.reports:type_name -> weir.cluster.v1.TaskReport
-	7,  // 6: weir.cluster.v1.Assignment.task:type_name -> weir.cluster.v1.TaskID
-	11, // 7: weir.cluster.v1.DeployRequest.placement:type_name -> weir.cluster.v1.Assignment
-	12, // 8: weir.cluster.v1.DeployRequest.peers:type_name -> weir.cluster.v1.Peer
-	7,  // 9: weir.cluster.v1.ControlMessage.task:type_name -> weir.cluster.v1.TaskID
-	15, // 10: weir.cluster.v1.ControlRequest.messages:type_name -> weir.cluster.v1.ControlMessage
-	23, // 11: weir.cluster.v1.StatusResponse.workers:type_name -> weir.cluster.v1.WorkerStatus
-	24, // 12: weir.cluster.v1.StatusResponse.checkpoints:type_name -> weir.cluster.v1.CheckpointStatus
-	2,  // 13: weir.cluster.v1.CoordinatorService.Register:input_type -> weir.cluster.v1.RegisterRequest
-	4,  // 14: weir.cluster.v1.CoordinatorService.Heartbeat:input_type -> weir.cluster.v1.HeartbeatRequest
-	9,  // 15: weir.cluster.v1.CoordinatorService.Report:input_type -> weir.cluster.v1.ReportRequest
-	22, // 16: weir.cluster.v1.CoordinatorService.Status:input_type -> weir.cluster.v1.StatusRequest
-	13, // 17: weir.cluster.v1.WorkerService.Deploy:input_type -> weir.cluster.v1.DeployRequest
-	16, // 18: weir.cluster.v1.WorkerService.Control:input_type -> weir.cluster.v1.ControlRequest
-	18, // 19: weir.cluster.v1.WorkerService.Cancel:input_type -> weir.cluster.v1.CancelRequest
-	20, // 20: weir.cluster.v1.WorkerService.Probe:input_type -> weir.cluster.v1.ProbeRequest
-	3,  // 21: weir.cluster.v1.CoordinatorService.Register:output_type -> weir.cluster.v1.RegisterResponse
-	6,  // 22: weir.cluster.v1.CoordinatorService.Heartbeat:output_type -> weir.cluster.v1.HeartbeatResponse
-	10, // 23: weir.cluster.v1.CoordinatorService.Report:output_type -> weir.cluster.v1.ReportResponse
-	25, // 24: weir.cluster.v1.CoordinatorService.Status:output_type -> weir.cluster.v1.StatusResponse
-	14, // 25: weir.cluster.v1.WorkerService.Deploy:output_type -> weir.cluster.v1.DeployResponse
-	17, // 26: weir.cluster.v1.WorkerService.Control:output_type -> weir.cluster.v1.ControlResponse
-	19, // 27: weir.cluster.v1.WorkerService.Cancel:output_type -> weir.cluster.v1.CancelResponse
-	21, // 28: weir.cluster.v1.WorkerService.Probe:output_type -> weir.cluster.v1.ProbeResponse
-	21, // [21:29] is the sub-list for method output_type
-	13, // [13:21] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	6,  // 2: weir.cluster.v1.HeartbeatRequest.stats:type_name -> weir.cluster.v1.SubtaskStats
+	5,  // 3: weir.cluster.v1.HeartbeatRequest.process:type_name -> weir.cluster.v1.ProcessStats
+	8,  // 4: weir.cluster.v1.SubtaskStats.task:type_name -> weir.cluster.v1.TaskID
+	8,  // 5: weir.cluster.v1.TaskReport.task:type_name -> weir.cluster.v1.TaskID
+	9,  // 6: weir.cluster.v1.ReportRequest.reports:type_name -> weir.cluster.v1.TaskReport
+	8,  // 7: weir.cluster.v1.Assignment.task:type_name -> weir.cluster.v1.TaskID
+	12, // 8: weir.cluster.v1.DeployRequest.placement:type_name -> weir.cluster.v1.Assignment
+	13, // 9: weir.cluster.v1.DeployRequest.peers:type_name -> weir.cluster.v1.Peer
+	8,  // 10: weir.cluster.v1.ControlMessage.task:type_name -> weir.cluster.v1.TaskID
+	16, // 11: weir.cluster.v1.ControlRequest.messages:type_name -> weir.cluster.v1.ControlMessage
+	5,  // 12: weir.cluster.v1.WorkerStatus.process:type_name -> weir.cluster.v1.ProcessStats
+	24, // 13: weir.cluster.v1.StatusResponse.workers:type_name -> weir.cluster.v1.WorkerStatus
+	25, // 14: weir.cluster.v1.StatusResponse.checkpoints:type_name -> weir.cluster.v1.CheckpointStatus
+	2,  // 15: weir.cluster.v1.CoordinatorService.Register:input_type -> weir.cluster.v1.RegisterRequest
+	4,  // 16: weir.cluster.v1.CoordinatorService.Heartbeat:input_type -> weir.cluster.v1.HeartbeatRequest
+	10, // 17: weir.cluster.v1.CoordinatorService.Report:input_type -> weir.cluster.v1.ReportRequest
+	23, // 18: weir.cluster.v1.CoordinatorService.Status:input_type -> weir.cluster.v1.StatusRequest
+	14, // 19: weir.cluster.v1.WorkerService.Deploy:input_type -> weir.cluster.v1.DeployRequest
+	17, // 20: weir.cluster.v1.WorkerService.Control:input_type -> weir.cluster.v1.ControlRequest
+	19, // 21: weir.cluster.v1.WorkerService.Cancel:input_type -> weir.cluster.v1.CancelRequest
+	21, // 22: weir.cluster.v1.WorkerService.Probe:input_type -> weir.cluster.v1.ProbeRequest
+	3,  // 23: weir.cluster.v1.CoordinatorService.Register:output_type -> weir.cluster.v1.RegisterResponse
+	7,  // 24: weir.cluster.v1.CoordinatorService.Heartbeat:output_type -> weir.cluster.v1.HeartbeatResponse
+	11, // 25: weir.cluster.v1.CoordinatorService.Report:output_type -> weir.cluster.v1.ReportResponse
+	26, // 26: weir.cluster.v1.CoordinatorService.Status:output_type -> weir.cluster.v1.StatusResponse
+	15, // 27: weir.cluster.v1.WorkerService.Deploy:output_type -> weir.cluster.v1.DeployResponse
+	18, // 28: weir.cluster.v1.WorkerService.Control:output_type -> weir.cluster.v1.ControlResponse
+	20, // 29: weir.cluster.v1.WorkerService.Cancel:output_type -> weir.cluster.v1.CancelResponse
+	22, // 30: weir.cluster.v1.WorkerService.Probe:output_type -> weir.cluster.v1.ProbeResponse
+	23, // [23:31] is the sub-list for method output_type
+	15, // [15:23] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_cluster_proto_init() }
@@ -2001,7 +2205,7 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   26,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
