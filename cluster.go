@@ -196,6 +196,8 @@ func (e *Environment) coordinate(ctx context.Context, ccfg cluster.CoordinatorCo
 		return Result{}, err
 	}
 	defer c.Close()
+	e.coordinator.Store(c)
+	defer e.coordinator.CompareAndSwap(c, nil)
 	spec.Logger.Info("coordinator listening", "job", spec.Name, "addr", c.Addr())
 	if cc.OnListen != nil {
 		cc.OnListen(c.Addr())

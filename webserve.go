@@ -9,6 +9,8 @@ import (
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/graph"
+	"github.com/weirstream/weir/internal/cluster"
+	"github.com/weirstream/weir/internal/cluster/clusterpb"
 	"github.com/weirstream/weir/internal/runtime"
 	"github.com/weirstream/weir/internal/web"
 	"github.com/weirstream/weir/storage"
@@ -105,6 +107,15 @@ func (e *Environment) serveWeb(spec *runtime.Spec, cancel context.CancelCauseFun
 		Graph:    webGraph(spec.Plan),
 		Inputs:   inputNames(spec.Plan),
 		Config:   ec,
+	}
+	if e.cfg.Cluster.Role == Coordinator {
+		feeds.Workers = func() []web.Worker {
+			c := e.coordinator.Load()
+			if c == nil {
+				return nil // between terms of leadership, or not started yet
+			}
+			return webWorkers(c.WorkerStatus(), c.Liveness())
+		}
 	}
 	srv = web.New(e.cfg.Job, feeds, e.webControl(spec, cancel), now)
 	addr, stop, err := web.Serve(e.cfg.Web, srv.Handler())
@@ -258,4 +269,34 @@ func (e *Environment) webControl(spec *runtime.Spec, cancel context.CancelCauseF
 			return storage.CheckpointLocation(st.Describe(), "", checkpoint.ID(id))
 		},
 	}
+}
+
+// webWorkers are the coordinator's workers as the API shows them: one
+// whose last heartbeat is over two intervals old is late.
+func webWorkers(ws []*clusterpb.WorkerStatus, live cluster.Liveness) []web.Worker {
+	out := make([]web.Worker, 0, len(ws))
+	for _, w := range ws {
+		age := time.Duration(w.GetSinceHeartbeatMs()) * time.Millisecond
+		state := "alive"
+		switch {
+		case w.GetSuspect():
+			state = "suspect"
+		case age > 2*live.HeartbeatInterval:
+			state = "late"
+		}
+		ww := web.Worker{Name: w.GetWorker(), DataAddress: w.GetDataAddress(), Session: w.GetSession(),
+			Slots: int(w.GetSlots()), SlotsUsed: int(w.GetSlotsUsed()), SlotsFree: max(int(w.GetSlots()-w.GetSlotsUsed()), 0),
+			HeartbeatAge: age.Seconds(), State: state, Tasks: w.GetTasks()}
+		if ww.Tasks == nil {
+			ww.Tasks = []string{}
+		}
+		if p := w.GetProcess(); p != nil {
+			ww.Process = &web.Process{HeapBytes: p.GetHeapBytes(), HeapObjects: p.GetHeapObjects(), MemoryBytes: p.GetMemoryBytes(),
+				GCCycles: p.GetGcCycles(), GCCPUSeconds: time.Duration(p.GetGcCpuNs()).Seconds(), GCPauseSeconds: time.Duration(p.GetGcPauseNs()).Seconds(),
+				Goroutines: p.GetGoroutines(), CPUSeconds: time.Duration(p.GetCpuNs()).Seconds(), GoVersion: p.GetGoVersion(),
+				UptimeSeconds: time.Duration(p.GetUptimeNs()).Seconds()}
+		}
+		out = append(out, ww)
+	}
+	return out
 }

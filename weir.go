@@ -35,6 +35,7 @@ import (
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/graph"
+	"github.com/weirstream/weir/internal/cluster"
 	"github.com/weirstream/weir/internal/keygroup"
 	"github.com/weirstream/weir/internal/runtime"
 	"github.com/weirstream/weir/operator"
@@ -272,6 +273,10 @@ type Environment struct {
 	cfg   Config
 	nodes []*node
 	err   error
+	// coordinator is the cluster coordinator this process runs now, if
+	// any (one per term of leadership with --ha); the web server reads
+	// the workers from it.
+	coordinator atomic.Pointer[cluster.Coordinator]
 }
 
 // New starts building a job.
