@@ -56,7 +56,7 @@ func TestHeartbeatsCarryTheProcess(t *testing.T) {
 	}
 	var out bytes.Buffer
 	PrintStatus(&out, &clusterpb.StatusResponse{Job: "j", State: "running", Workers: ws})
-	for _, want := range []string{"HEAP", "GC", "0/2", " cycles, ", "iB (", "go1."} {
+	for _, want := range []string{"HEAP", "GC", "worker-1  2      0     ", " cycles, ", "iB (", "go1."} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("weir status prints no %q:\n%s", want, out.String())
 		}

@@ -148,7 +148,7 @@ func PrintStatus(w io.Writer, st *clusterpb.StatusResponse) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "WORKER\tSLOTS USED\tADDRESS\tSESSION\tHEARTBEAT\tHEAP\tMEMORY\tGC\tGOROUTINES\tCPU\tUP\tTASKS")
+	fmt.Fprintln(tw, "WORKER\tSLOTS\tUSED\tADDRESS\tSESSION\tHEARTBEAT\tHEAP\tMEMORY\tGC\tGOROUTINES\tCPU\tUP\tTASKS")
 	for _, ws := range st.GetWorkers() {
 		hb := fmt.Sprintf("%.1fs ago", float64(ws.GetSinceHeartbeatMs())/1000)
 		if ws.GetSuspect() {
@@ -167,7 +167,7 @@ func PrintStatus(w io.Writer, st *clusterpb.StatusResponse) {
 			cpu = time.Duration(p.GetCpuNs()).Round(time.Millisecond).String()
 			up = roughly(time.Duration(p.GetUptimeNs())) + " " + p.GetGoVersion()
 		}
-		fmt.Fprintf(tw, "%s\t%d/%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", ws.GetWorker(), ws.GetSlotsUsed(), ws.GetSlots(), ws.GetDataAddress(), ws.GetSession(), hb,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", ws.GetWorker(), ws.GetSlots(), ws.GetSlotsUsed(), ws.GetDataAddress(), ws.GetSession(), hb,
 			heap, mem, gc, gr, cpu, up, tasks)
 	}
 	tw.Flush()
