@@ -139,18 +139,22 @@ func TestClusterWebShowsWorkersAndBytes(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond) // polling what the coordinator serves
 	}
-	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	for _, want := range []string{`weir_worker_heap_bytes{job="clustered",worker="worker-1"} `, `weir_worker_slots{job="clustered",state="used",worker="worker-2"} 1`,
-		`weir_worker_heartbeat_age_seconds{job="clustered",worker="worker-1"} `, `weir_subtask_bytes_out_total{job="clustered",subtask="0",vertex="numbers"} `} {
-		if !strings.Contains(string(m), want) {
-			t.Errorf("metrics lack %s", want)
+	metrics := func(wants ...string) {
+		t.Helper()
+		resp, err := http.Get(base + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, want := range wants {
+			if !strings.Contains(string(m), want) {
+				t.Errorf("metrics lack %s", want)
+			}
 		}
 	}
+	metrics(`weir_worker_heap_bytes{job="clustered",worker="worker-1"} `, `weir_worker_slots{job="clustered",state="used",worker="worker-2"} 1`,
+		`weir_worker_heartbeat_age_seconds{job="clustered",worker="worker-1"} `)
 	// The bytes: only the hash edge's channels between the workers carry
 	// any (numbers#i sends, sum#j receives); the sums are chained with the
 	// discarding sink. The counters of the two
@@ -174,6 +178,7 @@ func TestClusterWebShowsWorkersAndBytes(t *testing.T) {
 				t.Fatalf("the sums sent %d bytes and received %d of the %d received: %+v", s[1], s[0], in, last)
 			}
 			t.Logf("the sources sent %d bytes over the network, the sums received %d", out, in)
+			metrics(`weir_subtask_bytes_out_total{job="clustered",subtask="0",vertex="numbers"} `, `weir_subtask_bytes_in_total{job="clustered",subtask="1",vertex="sum"} `)
 			break
 		}
 		if time.Now().After(deadline) {
