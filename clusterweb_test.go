@@ -28,7 +28,7 @@ import (
 // that subtask i of every vertex runs on worker i+1 and the hash edge
 // crosses between the workers. It returns the web server's address and a
 // function that stops a worker, and stops the processes when the test
-// ends. A worker is lost 10 s after its last heartbeat.
+// ends. A worker is lost 5 s after its last heartbeat.
 func clusterWithWeb(t *testing.T) (string, func(name string)) {
 	t.Helper()
 	dir := t.TempDir()
@@ -41,7 +41,7 @@ func clusterWithWeb(t *testing.T) (string, func(name string)) {
 	warnings := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	execute := func(ctx context.Context, cc weir.ClusterConfig, web string, onWeb func(string)) {
 		cc.Certs = certs
-		cc.HeartbeatInterval, cc.HeartbeatTimeout = 100*time.Millisecond, 10*time.Second
+		cc.HeartbeatInterval, cc.HeartbeatTimeout = 100*time.Millisecond, 5*time.Second
 		env := weir.New(weir.Config{Job: "clustered", Parallelism: 2, Cluster: cc, Web: web, OnWeb: onWeb, Logger: warnings,
 			Checkpoint: weir.CheckpointConfig{Dir: filepath.Join(dir, "ckpt"), Interval: 200 * time.Millisecond}})
 		src, err := newRateLimited(5000, 0)
@@ -224,7 +224,8 @@ func TestWebBytesAreZeroInOneProcess(t *testing.T) {
 // one slot used, a heap above 0; and, in the subtasks of the sums, the
 // bytes their channels received from the other worker. Once worker-2
 // stops, its row is marked (late, or suspect when worker-1's data
-// connection to it failed) until the coordinator declares it lost.
+// connection to it failed), then lost, with the reason, once the
+// coordinator declares it lost.
 func TestClusterWorkersInTheWebUI(t *testing.T) {
 	ctx := browsertest.Start(t, 2*time.Minute)
 	web, stopWorker := clusterWithWeb(t)
@@ -273,10 +274,17 @@ func TestClusterWorkersInTheWebUI(t *testing.T) {
 		chromedp.WaitVisible(`#workers tbody tr[data-worker="worker-2"]:is([data-state="late"], [data-state="suspect"])`)))
 	state, err := chromedp.Run(ctx, chromedp.Text(`#workers tbody tr[data-worker="worker-2"] td.worker-state`))
 	step("read the stopped worker's state", err)
+	step("wait for the stopped worker's row to say it was lost", chromedp.Do(waitCtx,
+		chromedp.WaitVisible(`#workers tbody tr[data-worker="worker-2"][data-state="lost"]`)))
+	lostRow, err := chromedp.Run(ctx, chromedp.Text(`#workers tbody tr[data-worker="worker-2"]`))
+	step("read the lost worker's row", err)
+	if !strings.Contains(lostRow, "no heartbeat within the timeout") {
+		t.Fatalf("the lost worker's row says %q, not why it was lost", lostRow)
+	}
 	png, err = chromedp.Run(ctx, chromedp.Screenshot(`#workers-section`, chromedp.NodeVisible))
 	step("screenshot the workers", err)
-	if err := os.WriteFile(filepath.Join(dir, "ui-workers-stopped.png"), png, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "ui-workers-lost.png"), png, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("worker-2 stopped: %s; screenshots in %s", state, dir)
+	t.Logf("worker-2 stopped: %s, then lost; screenshots in %s", state, dir)
 }

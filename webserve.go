@@ -272,13 +272,16 @@ func (e *Environment) webControl(spec *runtime.Spec, cancel context.CancelCauseF
 }
 
 // webWorkers are the coordinator's workers as the API shows them: one
-// whose last heartbeat is over two intervals old is late.
+// whose last heartbeat is over two intervals old is late; those lost
+// since are listed too.
 func webWorkers(ws []*clusterpb.WorkerStatus, live cluster.Liveness) []web.Worker {
 	out := make([]web.Worker, 0, len(ws))
 	for _, w := range ws {
 		age := time.Duration(w.GetSinceHeartbeatMs()) * time.Millisecond
 		state := "alive"
 		switch {
+		case w.GetLost():
+			state = "lost"
 		case w.GetSuspect():
 			state = "suspect"
 		case age > 2*live.HeartbeatInterval:
@@ -286,7 +289,11 @@ func webWorkers(ws []*clusterpb.WorkerStatus, live cluster.Liveness) []web.Worke
 		}
 		ww := web.Worker{Name: w.GetWorker(), DataAddress: w.GetDataAddress(), Session: w.GetSession(),
 			Slots: int(w.GetSlots()), SlotsUsed: int(w.GetSlotsUsed()), SlotsFree: max(int(w.GetSlots()-w.GetSlotsUsed()), 0),
-			HeartbeatAge: age.Seconds(), State: state, Tasks: w.GetTasks()}
+			HeartbeatAge: age.Seconds(), State: state, Tasks: w.GetTasks(), LostReason: w.GetLostReason(),
+			LostSecondsAgo: (time.Duration(w.GetSinceLostMs()) * time.Millisecond).Seconds()}
+		if ww.State == "lost" {
+			ww.SlotsFree = 0 // its process is gone, and its slots with it
+		}
 		if ww.Tasks == nil {
 			ww.Tasks = []string{}
 		}

@@ -80,3 +80,35 @@ func TestProcessStatsAreMeasured(t *testing.T) {
 }
 
 func runtimeGC() { goruntime.GC() }
+
+// TestLostWorkersStayListed: a worker declared lost stays in the status,
+// marked lost with the reason and no slots used, until a process
+// registers under its name again.
+func TestLostWorkersStayListed(t *testing.T) {
+	c := newCluster(t, Liveness{HeartbeatInterval: 50 * time.Millisecond, Timeout: 500 * time.Millisecond}, "worker-1", "worker-2")
+	stop1, _ := c.worker("worker-1", "worker-1", c.coord.Addr(), jobGraph)
+	defer stop1()
+	stop2, done2 := c.worker("worker-2", "worker-2", c.coord.Addr(), jobGraph)
+	c.waitFor("registered worker-1", 1)
+	c.waitFor("registered worker-2", 1)
+	stop2()
+	<-done2
+	c.waitFor("lost worker-2", 1)
+	ws := c.coord.WorkerStatus()
+	if len(ws) != 2 || ws[0].GetWorker() != "worker-1" || ws[0].GetLost() || ws[1].GetWorker() != "worker-2" || !ws[1].GetLost() ||
+		!strings.Contains(ws[1].GetLostReason(), "no heartbeat") || ws[1].GetSlotsUsed() != 0 || len(ws[1].GetTasks()) != 0 {
+		t.Fatalf("after worker-2 was lost: %v", ws)
+	}
+	var out bytes.Buffer
+	PrintStatus(&out, &clusterpb.StatusResponse{Workers: ws})
+	if !strings.Contains(out.String(), "s ago: no heartbeat within the timeout") {
+		t.Fatalf("weir status does not say worker-2 was lost:\n%s", out.String())
+	}
+	stop2, _ = c.worker("worker-2", "worker-2", c.coord.Addr(), jobGraph)
+	defer stop2()
+	c.waitFor("registered worker-2", 2)
+	ws = c.coord.WorkerStatus()
+	if len(ws) != 2 || ws[1].GetWorker() != "worker-2" || ws[1].GetLost() {
+		t.Fatalf("after worker-2 registered again: %v", ws)
+	}
+}

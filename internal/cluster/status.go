@@ -90,11 +90,13 @@ func (c *Coordinator) Status(ctx context.Context, _ *connect.Request[clusterpb.S
 // WorkerStatus returns the registered workers as they stand now, by name:
 // suspect or not, their heartbeat's age, the tasks of the running attempt
 // placed on them and the slots those take, and what their last heartbeat
-// said of their process.
+// said of their process; and the workers declared lost (of the last
+// maxGone) under whose name no process registered since.
 func (c *Coordinator) WorkerStatus() []*clusterpb.WorkerStatus {
 	c.mu.Lock()
 	members := c.members.All()
 	ex := c.exec
+	gone := slices.Clone(c.gone)
 	c.mu.Unlock()
 	tasks := map[string][]string{}
 	// A slot holds subtask i of every vertex (Place): a worker's tasks
@@ -117,6 +119,21 @@ func (c *Coordinator) WorkerStatus() []*clusterpb.WorkerStatus {
 		out = append(out, &clusterpb.WorkerStatus{Worker: m.Name, Slots: int32(m.Slots), DataAddress: m.DataAddress, Session: m.Session,
 			Suspect: m.Suspect, SinceHeartbeatMs: now.Sub(m.Last).Milliseconds(), Tasks: ts, SlotsUsed: int32(len(slots[m.Name])), Process: proto.CloneOf(m.Process)})
 	}
+	// The lost workers whose name no session holds now, the newest
+	// loss of each name.
+	listed := map[string]bool{}
+	for _, m := range members {
+		listed[m.Name] = true
+	}
+	for _, g := range slices.Backward(gone) {
+		if listed[g.Name] {
+			continue
+		}
+		listed[g.Name] = true
+		out = append(out, &clusterpb.WorkerStatus{Worker: g.Name, Slots: int32(g.Slots), DataAddress: g.DataAddress, Session: g.Session,
+			Lost: true, LostReason: g.why, SinceLostMs: now.Sub(g.at).Milliseconds()})
+	}
+	slices.SortFunc(out, func(a, b *clusterpb.WorkerStatus) int { return strings.Compare(a.GetWorker(), b.GetWorker()) })
 	return out
 }
 
@@ -153,6 +170,9 @@ func PrintStatus(w io.Writer, st *clusterpb.StatusResponse) {
 		hb := fmt.Sprintf("%.1fs ago", float64(ws.GetSinceHeartbeatMs())/1000)
 		if ws.GetSuspect() {
 			hb += " (suspect)"
+		}
+		if ws.GetLost() {
+			hb = fmt.Sprintf("lost %.1fs ago: %s", float64(ws.GetSinceLostMs())/1000, ws.GetLostReason())
 		}
 		tasks := strings.Join(ws.GetTasks(), " ")
 		if tasks == "" {

@@ -217,7 +217,8 @@ type Worker struct {
 	// Session numbers its registration (a restarted process gets a new
 	// one).
 	Session uint64 `json:"session"`
-	// Slots it offers; SlotsUsed those the running attempt's tasks take.
+	// Slots it offers; SlotsUsed those the running attempt's tasks take;
+	// SlotsFree the others (none once it is lost).
 	Slots     int `json:"slots"`
 	SlotsUsed int `json:"slotsUsed"`
 	SlotsFree int `json:"slotsFree"`
@@ -225,11 +226,15 @@ type Worker struct {
 	// registration).
 	HeartbeatAge float64 `json:"heartbeatAgeSeconds"`
 	// State is "alive"; "suspect" when a call or a data connection to it
-	// failed (it gets no tasks until its next heartbeat); or "late" when
-	// its last heartbeat is over two intervals old (at the heartbeat
-	// timeout it is lost, and leaves the list).
-	State string   `json:"state"`
-	Tasks []string `json:"tasks"`
+	// failed (it gets no tasks until its next heartbeat); "late" when its
+	// last heartbeat is over two intervals old (at the heartbeat timeout
+	// it is lost); or "lost": the coordinator declared it lost
+	// LostSecondsAgo, for LostReason, and no process has registered under
+	// its name since (the last 16 lost are kept).
+	State          string   `json:"state"`
+	LostReason     string   `json:"lostReason,omitempty"`
+	LostSecondsAgo float64  `json:"lostSecondsAgo,omitempty"`
+	Tasks          []string `json:"tasks"`
 	// Process is what its last heartbeat said of its process; absent
 	// before one did.
 	Process *Process `json:"process,omitempty"`

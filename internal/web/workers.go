@@ -60,6 +60,9 @@ func (c workerCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, l...)
 	}
 	for _, w := range c.s.feeds.Workers() {
+		if w.State == "lost" {
+			continue // its process is gone: so are its series
+		}
 		gauge(workerSlotsDesc, float64(w.SlotsUsed), c.job, w.Name, "used")
 		gauge(workerSlotsDesc, float64(w.SlotsFree), c.job, w.Name, "free")
 		gauge(workerAgeDesc, w.HeartbeatAge, c.job, w.Name)

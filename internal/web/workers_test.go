@@ -46,13 +46,14 @@ func TestWorkersOfACluster(t *testing.T) {
 		{Name: "w-1", DataAddress: "10.0.0.1:7000", Session: 3, Slots: 4, SlotsUsed: 3, SlotsFree: 1, HeartbeatAge: 0.25, State: "alive", Tasks: []string{"a#0", "b#0"},
 			Process: &Process{HeapBytes: 5 << 20, HeapObjects: 1000, MemoryBytes: 20 << 20, GCCycles: 7, GCCPUSeconds: 0.5, GCPauseSeconds: 0.002, Goroutines: 40, CPUSeconds: 3, GoVersion: "go1.26", UptimeSeconds: 60}},
 		{Name: "w-2", Slots: 2, SlotsFree: 2, HeartbeatAge: 3, State: "suspect", Tasks: []string{}},
+		{Name: "w-3", Slots: 2, State: "lost", LostReason: "no heartbeat within the timeout", LostSecondsAgo: 4, Tasks: []string{}},
 	}
 	h := New("demo", Feeds{Operators: func() []Operator { return nil }, Workers: func() []Worker { return workers }}, Control{}, nil).Handler()
 	var ws Workers
 	if err := json.Unmarshal([]byte(getBody(t, h, "/api/v1/workers")), &ws); err != nil {
 		t.Fatal(err)
 	}
-	if !ws.Cluster || ws.Note != "" || len(ws.Workers) != 2 || ws.Workers[0].Process.HeapBytes != 5<<20 || ws.Workers[1].Process != nil || ws.Workers[1].State != "suspect" {
+	if !ws.Cluster || ws.Note != "" || len(ws.Workers) != 3 || ws.Workers[2].LostReason == "" || ws.Workers[0].Process.HeapBytes != 5<<20 || ws.Workers[1].Process != nil || ws.Workers[1].State != "suspect" {
 		t.Fatalf("workers: %+v", ws)
 	}
 	m := getBody(t, h, "/metrics")
@@ -75,6 +76,9 @@ func TestWorkersOfACluster(t *testing.T) {
 	}
 	if strings.Contains(m, `weir_worker_heap_bytes{job="demo",worker="w-2"}`) {
 		t.Errorf("a worker that sent no heartbeat yet has a heap:\n%s", m)
+	}
+	if strings.Contains(m, `worker="w-3"`) {
+		t.Errorf("a lost worker has series:\n%s", m)
 	}
 	// An empty list between terms of leadership is [], not null.
 	h = New("demo", Feeds{Operators: func() []Operator { return nil }, Workers: func() []Worker { return nil }}, Control{}, nil).Handler()

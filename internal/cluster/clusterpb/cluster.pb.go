@@ -1647,7 +1647,13 @@ type WorkerStatus struct {
 	SlotsUsed int32 `protobuf:"varint,8,opt,name=slots_used,json=slotsUsed,proto3" json:"slots_used,omitempty"`
 	// process is what its last heartbeat said of the process (absent
 	// before its first heartbeat, or from a worker that sends none).
-	Process       *ProcessStats `protobuf:"bytes,9,opt,name=process,proto3" json:"process,omitempty"`
+	Process *ProcessStats `protobuf:"bytes,9,opt,name=process,proto3" json:"process,omitempty"`
+	// lost: the coordinator declared this session lost (lost_reason says
+	// why) since_lost_ms ago; it stays listed, with no tasks or slots used,
+	// until a process registers under its name (at most maxGone such).
+	Lost          bool   `protobuf:"varint,10,opt,name=lost,proto3" json:"lost,omitempty"`
+	LostReason    string `protobuf:"bytes,11,opt,name=lost_reason,json=lostReason,proto3" json:"lost_reason,omitempty"`
+	SinceLostMs   int64  `protobuf:"varint,12,opt,name=since_lost_ms,json=sinceLostMs,proto3" json:"since_lost_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1743,6 +1749,27 @@ func (x *WorkerStatus) GetProcess() *ProcessStats {
 		return x.Process
 	}
 	return nil
+}
+
+func (x *WorkerStatus) GetLost() bool {
+	if x != nil {
+		return x.Lost
+	}
+	return false
+}
+
+func (x *WorkerStatus) GetLostReason() string {
+	if x != nil {
+		return x.LostReason
+	}
+	return ""
+}
+
+func (x *WorkerStatus) GetSinceLostMs() int64 {
+	if x != nil {
+		return x.SinceLostMs
+	}
+	return 0
 }
 
 type CheckpointStatus struct {
@@ -2072,7 +2099,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\fProbeRequest\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\"\x0f\n" +
 	"\rProbeResponse\"\x0f\n" +
-	"\rStatusRequest\"\xaf\x02\n" +
+	"\rStatusRequest\"\x88\x03\n" +
 	"\fWorkerStatus\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x14\n" +
 	"\x05slots\x18\x02 \x01(\x05R\x05slots\x12!\n" +
@@ -2083,7 +2110,12 @@ const file_cluster_proto_rawDesc = "" +
 	"\x05tasks\x18\a \x03(\tR\x05tasks\x12\x1d\n" +
 	"\n" +
 	"slots_used\x18\b \x01(\x05R\tslotsUsed\x127\n" +
-	"\aprocess\x18\t \x01(\v2\x1d.weir.cluster.v1.ProcessStatsR\aprocess\"\xbf\x01\n" +
+	"\aprocess\x18\t \x01(\v2\x1d.weir.cluster.v1.ProcessStatsR\aprocess\x12\x12\n" +
+	"\x04lost\x18\n" +
+	" \x01(\bR\x04lost\x12\x1f\n" +
+	"\vlost_reason\x18\v \x01(\tR\n" +
+	"lostReason\x12\"\n" +
+	"\rsince_lost_ms\x18\f \x01(\x03R\vsinceLostMs\"\xbf\x01\n" +
 	"\x10CheckpointStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1f\n" +

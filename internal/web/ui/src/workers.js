@@ -20,7 +20,13 @@ export function startWorkers({ api, h, fmtBytes, fmtSeconds, fmtCount }, pollMs)
     alive: 'its heartbeats arrive',
     late: 'its last heartbeat is over two intervals old: at the heartbeat timeout it is declared lost and the job restarts without it',
     suspect: 'a call or a data connection to it failed: it gets no tasks until its next heartbeat',
+    lost: 'the coordinator declared it lost; it stays listed until a process registers under its name',
   };
+
+  function heartbeat(w) {
+    if (w.state === 'lost') return `lost ${fmtSeconds(w.lostSecondsAgo || 0) || '0'} ago`;
+    return w.heartbeatAgeSeconds < 0.001 ? 'just now' : `${fmtSeconds(w.heartbeatAgeSeconds)} ago`;
+  }
 
   function row(w) {
     const p = w.process;
@@ -36,13 +42,13 @@ export function startWorkers({ api, h, fmtBytes, fmtSeconds, fmtCount }, pollMs)
       num(fmtSeconds(p.cpuSeconds)),
       num(fmtSeconds(p.uptimeSeconds)),
       h('td', {}, p.goVersion),
-    ] : [h('td', { class: 'muted', colspan: 10 }, 'no heartbeat has told its process yet')];
+    ] : [h('td', { class: 'muted', colspan: 10 }, w.state === 'lost' ? `lost: ${w.lostReason}` : 'no heartbeat has told its process yet')];
     const tasks = w.tasks.length ? w.tasks.join(' ') : '—';
     return h('tr', { 'data-worker': w.name, 'data-state': w.state, 'data-slots-used': w.slotsUsed, class: `worker-${w.state}` },
       h('td', { title: w.dataAddress }, w.name),
-      h('td', { class: 'worker-state', title: stateTitle[w.state] || '' }, w.state),
+      h('td', { class: 'worker-state', title: (stateTitle[w.state] || '') + (w.lostReason ? `: ${w.lostReason}` : '') }, w.state),
       num(`${w.slotsUsed} / ${w.slots}`), num(w.slotsFree),
-      num(w.heartbeatAgeSeconds < 0.001 ? 'just now' : `${fmtSeconds(w.heartbeatAgeSeconds)} ago`), num(w.session),
+      num(heartbeat(w), { title: w.lostReason || '' }), num(w.session),
       ...proc,
       h('td', { class: 'worker-tasks', title: tasks }, tasks));
   }
@@ -59,7 +65,9 @@ export function startWorkers({ api, h, fmtBytes, fmtSeconds, fmtCount }, pollMs)
       return;
     }
     section.hidden = false;
-    note.textContent = ws.workers.length ? `${ws.workers.length} workers, ${ws.workers.reduce((a, w) => a + w.slotsFree, 0)} slots free.`
+    const live = ws.workers.filter((w) => w.state !== 'lost');
+    const lost = ws.workers.length - live.length;
+    note.textContent = ws.workers.length ? `${live.length} worker${live.length === 1 ? '' : 's'}, ${live.reduce((a, w) => a + w.slotsFree, 0)} slots free` + (lost ? `; ${lost} lost.` : '.')
       : 'No worker is registered (waiting for workers, or for this coordinator to lead).';
     table.replaceChildren(
       h('thead', {}, h('tr', {}, ...cols.map(([c, cls]) => h('th', { class: cls || '' }, c)))),
