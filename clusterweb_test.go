@@ -189,10 +189,20 @@ func TestClusterWebShowsWorkersAndBytes(t *testing.T) {
 }
 
 // TestWebBytesAreZeroInOneProcess: a job in one process has no workers
-// (its API says it is no cluster) and its channels carry no bytes over
-// the network: every subtask says 0.
+// (its API says it is no cluster, and its UI shows no Workers section)
+// and its channels carry no bytes over the network: every subtask says 0.
 func TestWebBytesAreZeroInOneProcess(t *testing.T) {
+	ctx := browsertest.Start(t, 2*time.Minute)
 	base := "http://" + slowedJob(t)
+	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := chromedp.Do(waitCtx, chromedp.Navigate(base+"/"), chromedp.WaitReady(`#workers-section[data-cluster="false"]`)); err != nil {
+		t.Fatalf("the UI at %s did not read its workers: %v", base, err)
+	}
+	hidden, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById('workers-section').hidden`))
+	if err != nil || !hidden {
+		t.Fatalf("the Workers section of a job in one process: hidden %v (%v)", hidden, err)
+	}
 	var ws apiWorkers
 	getJSON(t, base+"/api/v1/workers", &ws)
 	if ws.Cluster || len(ws.Workers) != 0 || ws.Note == "" {

@@ -60,6 +60,7 @@ export function startWorkers({ api, h, fmtBytes, fmtSeconds, fmtCount }, pollMs)
     } catch (err) {
       return; // the page's main refresh says the job does not answer
     }
+    section.dataset.cluster = ws.cluster; // the API answered
     if (!ws.cluster) {
       section.hidden = true;
       return;
