@@ -210,8 +210,8 @@ func (e *Environment) coordinate(ctx context.Context, ccfg cluster.CoordinatorCo
 	}
 	x := cluster.NewExecutor(c)
 	defer x.Close()
-	e.workers.Store(x)
-	defer e.workers.CompareAndSwap(x, nil)
+	e.running.Store(x)
+	defer e.running.CompareAndSwap(x, nil)
 	spec.Executor = x
 	onEvent := spec.OnEvent
 	spec.OnEvent = func(ev runtime.JobEvent) {

@@ -9,6 +9,8 @@ import (
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/graph"
+	"github.com/weirstream/weir/internal/cluster"
+	"github.com/weirstream/weir/internal/cluster/clusterpb"
 	"github.com/weirstream/weir/internal/runtime"
 	"github.com/weirstream/weir/internal/web"
 	"github.com/weirstream/weir/storage"
@@ -105,6 +107,15 @@ func (e *Environment) serveWeb(spec *runtime.Spec, cancel context.CancelCauseFun
 		Graph:    webGraph(spec.Plan),
 		Inputs:   inputNames(spec.Plan),
 		Config:   ec,
+	}
+	if e.cfg.Cluster.Role == Coordinator {
+		feeds.Workers = func() []web.Worker {
+			x := e.running.Load()
+			if x == nil {
+				return nil // between terms of leadership, or not started yet
+			}
+			return webWorkers(x.Coordinator().WorkerStatus(), x.Coordinator().Liveness())
+		}
 	}
 	srv = web.New(e.cfg.Job, feeds, e.webControl(spec, cancel), now)
 	addr, stop, err := web.Serve(e.cfg.Web, srv.Handler())
@@ -261,14 +272,8 @@ func (e *Environment) webControl(spec *runtime.Spec, cancel context.CancelCauseF
 	if e.cfg.Cluster.Role == Coordinator {
 		// The coordinator's executor comes and goes with its terms (--ha):
 		// between them there are no workers to profile.
-		ctl.Workers = func() []string {
-			if x := e.workers.Load(); x != nil {
-				return x.Workers()
-			}
-			return nil
-		}
 		ctl.Profile = func(ctx context.Context, worker string, d time.Duration) ([]byte, error) {
-			x := e.workers.Load()
+			x := e.running.Load()
 			if x == nil {
 				return nil, fmt.Errorf("worker %s: this coordinator runs no job now (it stands by)", worker)
 			}
@@ -276,4 +281,41 @@ func (e *Environment) webControl(spec *runtime.Spec, cancel context.CancelCauseF
 		}
 	}
 	return ctl
+}
+
+// webWorkers are the coordinator's workers as the API shows them: one
+// whose last heartbeat is over two intervals old is late; those lost
+// since are listed too.
+func webWorkers(ws []*clusterpb.WorkerStatus, live cluster.Liveness) []web.Worker {
+	out := make([]web.Worker, 0, len(ws))
+	for _, w := range ws {
+		age := time.Duration(w.GetSinceHeartbeatMs()) * time.Millisecond
+		state := "alive"
+		switch {
+		case w.GetLost():
+			state = "lost"
+		case w.GetSuspect():
+			state = "suspect"
+		case age > 2*live.HeartbeatInterval:
+			state = "late"
+		}
+		ww := web.Worker{Name: w.GetWorker(), DataAddress: w.GetDataAddress(), Session: w.GetSession(),
+			Slots: int(w.GetSlots()), SlotsUsed: int(w.GetSlotsUsed()), SlotsFree: max(int(w.GetSlots()-w.GetSlotsUsed()), 0),
+			HeartbeatAge: age.Seconds(), State: state, Tasks: w.GetTasks(), LostReason: w.GetLostReason(),
+			LostSecondsAgo: (time.Duration(w.GetSinceLostMs()) * time.Millisecond).Seconds()}
+		if ww.State == "lost" {
+			ww.SlotsFree = 0 // its process is gone, and its slots with it
+		}
+		if ww.Tasks == nil {
+			ww.Tasks = []string{}
+		}
+		if p := w.GetProcess(); p != nil {
+			ww.Process = &web.Process{HeapBytes: p.GetHeapBytes(), HeapObjects: p.GetHeapObjects(), MemoryBytes: p.GetMemoryBytes(),
+				GCCycles: p.GetGcCycles(), GCCPUSeconds: time.Duration(p.GetGcCpuNs()).Seconds(), GCPauseSeconds: time.Duration(p.GetGcPauseNs()).Seconds(),
+				Goroutines: p.GetGoroutines(), CPUSeconds: time.Duration(p.GetCpuNs()).Seconds(), GoVersion: p.GetGoVersion(),
+				UptimeSeconds: time.Duration(p.GetUptimeNs()).Seconds()}
+		}
+		out = append(out, ww)
+	}
+	return out
 }

@@ -277,9 +277,10 @@ type Environment struct {
 	// clusterOps sums the operators' counters of a coordinator's workers
 	// (nil in other roles): the coordinator runs no operator.
 	clusterOps *cluster.OperatorCounts
-	// workers is the executor of the coordinator running now, if any: the
-	// web server reaches the workers' profiles through it.
-	workers atomic.Pointer[cluster.Executor]
+	// running is the executor of the cluster coordinator this process
+	// runs now, if any (one per term of leadership with --ha): the web
+	// server reads the workers and their profiles through it.
+	running atomic.Pointer[cluster.Executor]
 }
 
 // New starts building a job.

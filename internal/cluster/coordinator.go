@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -110,6 +111,9 @@ type Coordinator struct {
 	done   bool
 	told   map[string]bool
 	status jobStatus
+	// gone are the workers declared lost, oldest first, at most maxGone:
+	// WorkerStatus lists those whose name no session holds now.
+	gone []goneWorker
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -312,12 +316,28 @@ func (c *Coordinator) expire() {
 		c.mu.Unlock()
 		for _, w := range lost {
 			c.cfg.Logger.Warn("worker lost: no heartbeat within the timeout", "worker", w.Name, "session", w.Session, "timeout", c.cfg.Liveness.Timeout)
-			c.reportLost(w)
+			c.reportLost(w, "no heartbeat within the timeout")
 		}
 	}
 }
 
-func (c *Coordinator) reportLost(w Worker) {
+// goneWorker is a worker declared lost, when and why.
+type goneWorker struct {
+	Worker
+	at  time.Time
+	why string
+}
+
+// maxGone bounds the lost workers the coordinator remembers.
+const maxGone = 16
+
+func (c *Coordinator) reportLost(w Worker, why string) {
+	c.mu.Lock()
+	if len(c.gone) == maxGone {
+		c.gone = slices.Delete(c.gone, 0, 1)
+	}
+	c.gone = append(c.gone, goneWorker{Worker: w, at: c.cfg.Now(), why: why})
+	c.mu.Unlock()
 	select {
 	case c.lost <- w:
 	case <-c.stop:
@@ -420,7 +440,7 @@ func (c *Coordinator) Register(ctx context.Context, req *connect.Request[cluster
 		c.mu.Unlock()
 		if replaced != nil {
 			c.cfg.Logger.Warn("worker lost: "+why, "worker", replaced.Name, "session", replaced.Session)
-			c.reportLost(*replaced)
+			c.reportLost(*replaced, why)
 		}
 		if held != nil && err != nil {
 			var gone <-chan struct{}
@@ -480,6 +500,7 @@ func (c *Coordinator) Heartbeat(ctx context.Context, req *connect.Request[cluste
 	suspect := c.members.Suspected(req.Msg.GetWorker())
 	err := c.members.Heartbeat(req.Msg.GetWorker(), req.Msg.GetSession(), c.cfg.Now())
 	if err == nil {
+		c.members.SetProcess(req.Msg.GetWorker(), req.Msg.GetSession(), req.Msg.GetProcess())
 		if pc := peerOf(ctx).conn; pc != nil {
 			c.via[req.Msg.GetWorker()] = pc
 		}

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/weirstream/weir/internal/cluster/clusterpb"
 )
 
 var (
@@ -64,6 +66,9 @@ type member struct {
 	// suspect: a call to the worker or a peer's data connection to it
 	// failed since; it gets no tasks until it answers again.
 	suspect bool
+	// process is what its last heartbeat said of its process; nil
+	// before one said it.
+	process *clusterpb.ProcessStats
 }
 
 // NewMembers returns an empty membership for job graph g, declaring a
@@ -147,6 +152,14 @@ func (m *Members) Heartbeat(name string, session uint64, now time.Time) error {
 	w.last = now
 	w.suspect = false
 	return nil
+}
+
+// SetProcess keeps p as what worker name's session last said of its
+// process (a heartbeat's); another session's is ignored.
+func (m *Members) SetProcess(name string, session uint64, p *clusterpb.ProcessStats) {
+	if w, ok := m.workers[name]; ok && w.Session == session && p != nil {
+		w.process = p
+	}
 }
 
 // Suspected reports whether the worker is suspect.
@@ -271,13 +284,16 @@ type Member struct {
 	// Suspect: see Suspect. Last is its last heartbeat or registration.
 	Suspect bool
 	Last    time.Time
+	// Process is what its last heartbeat said of its process (nil: none
+	// said it yet). NB: shared, not copied: read it only.
+	Process *clusterpb.ProcessStats
 }
 
 // All returns every registered worker, suspect or not, by name.
 func (m *Members) All() []Member {
 	var ms []Member
 	for _, w := range m.workers {
-		ms = append(ms, Member{Worker: w.Worker, Suspect: w.suspect, Last: w.last})
+		ms = append(ms, Member{Worker: w.Worker, Suspect: w.suspect, Last: w.last, Process: w.process})
 	}
 	slices.SortFunc(ms, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
 	return ms

@@ -22,16 +22,8 @@ import (
 // ErrNoWorker says that no live worker holds the name asked for.
 var ErrNoWorker = errors.New("no live worker of that name")
 
-// Workers returns the names of the live workers, sorted.
-func (x *Executor) Workers() []string {
-	ws, _ := x.c.Workers()
-	names := make([]string, len(ws))
-	for i, w := range ws {
-		names[i] = w.Name
-	}
-	slices.Sort(names)
-	return names
-}
+// Coordinator is the coordinator x places tasks with.
+func (x *Executor) Coordinator() *Coordinator { return x.c }
 
 // Profile takes a CPU profile of worker's process for d (profiling.CPU
 // on the worker) and returns it in pprof's format. It fails with

@@ -16,7 +16,7 @@ func statsToProto(ss []runtime.SubtaskStats) []*clusterpb.SubtaskStats {
 			Attempt: int64(s.Attempt), UptimeNs: int64(s.Uptime), RecordsIn: s.In, RecordsOut: s.Out,
 			IdleNs: int64(s.Idle), BackPressuredNs: int64(s.BackPressured), Watermark: s.Watermark,
 			Commits: s.Commits, CommitNs: int64(s.CommitTime), State: int32(s.State),
-			InputCapacity: int32(s.InputCapacity),
+			InputCapacity: int32(s.InputCapacity), BytesIn: s.BytesIn, BytesOut: s.BytesOut,
 		}
 	}
 	return out
@@ -30,7 +30,7 @@ func statsFromProto(ps []*clusterpb.SubtaskStats) []runtime.SubtaskStats {
 			Attempt: int(p.GetAttempt()), Uptime: time.Duration(p.GetUptimeNs()), In: p.GetRecordsIn(), Out: p.GetRecordsOut(),
 			Idle: time.Duration(p.GetIdleNs()), BackPressured: time.Duration(p.GetBackPressuredNs()), Watermark: p.GetWatermark(),
 			Commits: p.GetCommits(), CommitTime: time.Duration(p.GetCommitNs()), State: runtime.TaskState(p.GetState()),
-			InputCapacity: int(p.GetInputCapacity()),
+			InputCapacity: int(p.GetInputCapacity()), BytesIn: p.GetBytesIn(), BytesOut: p.GetBytesOut(),
 		}
 	}
 	return out

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/weirstream/weir/internal/cluster/clusterpb"
 	"github.com/weirstream/weir/internal/cluster/clusterpb/clusterpbconnect"
@@ -74,16 +75,6 @@ func (c *Coordinator) Status(ctx context.Context, _ *connect.Request[clusterpb.S
 	if err := checkAnyRole(ctx, "read the job's status"); err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	members := c.members.All()
-	ex := c.exec
-	c.mu.Unlock()
-	tasks := map[string][]string{}
-	if ex != nil {
-		for id, w := range ex.place {
-			tasks[w] = append(tasks[w], id.String())
-		}
-	}
 	s := &c.status
 	s.mu.Lock()
 	resp := &clusterpb.StatusResponse{Job: c.cfg.Graph.Job, State: s.state, Attempt: uint64(s.attempt), RestoredFrom: s.restoredFrom, LastFailure: s.lastFailure,
@@ -92,15 +83,63 @@ func (c *Coordinator) Status(ctx context.Context, _ *connect.Request[clusterpb.S
 	if resp.State == "" {
 		resp.State = "waiting for slots"
 	}
+	resp.Workers = c.WorkerStatus()
+	return connect.NewResponse(resp), nil
+}
+
+// WorkerStatus returns the registered workers as they stand now, by name:
+// suspect or not, their heartbeat's age, the tasks of the running attempt
+// placed on them and the slots those take, and what their last heartbeat
+// said of their process; and the workers declared lost (of the last
+// maxGone) under whose name no process registered since.
+func (c *Coordinator) WorkerStatus() []*clusterpb.WorkerStatus {
+	c.mu.Lock()
+	members := c.members.All()
+	ex := c.exec
+	gone := slices.Clone(c.gone)
+	c.mu.Unlock()
+	tasks := map[string][]string{}
+	// A slot holds subtask i of every vertex (Place): a worker's tasks
+	// take as many slots as they have subtask numbers.
+	slots := map[string]map[int]bool{}
+	if ex != nil {
+		for id, w := range ex.place {
+			tasks[w] = append(tasks[w], id.String())
+			if slots[w] == nil {
+				slots[w] = map[int]bool{}
+			}
+			slots[w][id.Subtask] = true
+		}
+	}
 	now := c.cfg.Now()
+	var out []*clusterpb.WorkerStatus
 	for _, m := range members {
 		ts := tasks[m.Name]
 		slices.Sort(ts)
-		resp.Workers = append(resp.Workers, &clusterpb.WorkerStatus{Worker: m.Name, Slots: int32(m.Slots), DataAddress: m.DataAddress, Session: m.Session,
-			Suspect: m.Suspect, SinceHeartbeatMs: now.Sub(m.Last).Milliseconds(), Tasks: ts})
+		out = append(out, &clusterpb.WorkerStatus{Worker: m.Name, Slots: int32(m.Slots), DataAddress: m.DataAddress, Session: m.Session,
+			Suspect: m.Suspect, SinceHeartbeatMs: now.Sub(m.Last).Milliseconds(), Tasks: ts, SlotsUsed: int32(len(slots[m.Name])), Process: proto.CloneOf(m.Process)})
 	}
-	return connect.NewResponse(resp), nil
+	// The lost workers whose name no session holds now, the newest
+	// loss of each name.
+	listed := map[string]bool{}
+	for _, m := range members {
+		listed[m.Name] = true
+	}
+	for _, g := range slices.Backward(gone) {
+		if listed[g.Name] {
+			continue
+		}
+		listed[g.Name] = true
+		out = append(out, &clusterpb.WorkerStatus{Worker: g.Name, Slots: int32(g.Slots), DataAddress: g.DataAddress, Session: g.Session,
+			Lost: true, LostReason: g.why, SinceLostMs: now.Sub(g.at).Milliseconds()})
+	}
+	slices.SortFunc(out, func(a, b *clusterpb.WorkerStatus) int { return strings.Compare(a.GetWorker(), b.GetWorker()) })
+	return out
 }
+
+// Liveness is the heartbeat interval and timeout the coordinator tells
+// its workers, defaults filled in.
+func (c *Coordinator) Liveness() Liveness { return c.cfg.Liveness }
 
 // FetchStatus asks the coordinator at addr how its job stands.
 func FetchStatus(ctx context.Context, addr string, tc *tls.Config) (*clusterpb.StatusResponse, error) {
@@ -126,17 +165,30 @@ func PrintStatus(w io.Writer, st *clusterpb.StatusResponse) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "WORKER\tSLOTS\tADDRESS\tSESSION\tHEARTBEAT\tTASKS")
+	fmt.Fprintln(tw, "WORKER\tSLOTS\tUSED\tADDRESS\tSESSION\tHEARTBEAT\tHEAP\tMEMORY\tGC\tGOROUTINES\tCPU\tUP\tTASKS")
 	for _, ws := range st.GetWorkers() {
 		hb := fmt.Sprintf("%.1fs ago", float64(ws.GetSinceHeartbeatMs())/1000)
 		if ws.GetSuspect() {
 			hb += " (suspect)"
 		}
+		if ws.GetLost() {
+			hb = fmt.Sprintf("lost %.1fs ago: %s", float64(ws.GetSinceLostMs())/1000, ws.GetLostReason())
+		}
 		tasks := strings.Join(ws.GetTasks(), " ")
 		if tasks == "" {
 			tasks = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\n", ws.GetWorker(), ws.GetSlots(), ws.GetDataAddress(), ws.GetSession(), hb, tasks)
+		heap, mem, gc, gr, cpu, up := "-", "-", "-", "-", "-", "-"
+		if p := ws.GetProcess(); p != nil {
+			heap = fmt.Sprintf("%s (%d objects)", sizeOf(p.GetHeapBytes()), p.GetHeapObjects())
+			mem = sizeOf(p.GetMemoryBytes())
+			gc = fmt.Sprintf("%d cycles, %v paused, %v CPU", p.GetGcCycles(), time.Duration(p.GetGcPauseNs()).Round(time.Microsecond), time.Duration(p.GetGcCpuNs()).Round(time.Millisecond))
+			gr = fmt.Sprint(p.GetGoroutines())
+			cpu = time.Duration(p.GetCpuNs()).Round(time.Millisecond).String()
+			up = roughly(time.Duration(p.GetUptimeNs())) + " " + p.GetGoVersion()
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", ws.GetWorker(), ws.GetSlots(), ws.GetSlotsUsed(), ws.GetDataAddress(), ws.GetSession(), hb,
+			heap, mem, gc, gr, cpu, up, tasks)
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
@@ -151,4 +203,28 @@ func PrintStatus(w io.Writer, st *clusterpb.StatusResponse) {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%dms\t%d\t%s\n", c.GetId(), c.GetState(), at, c.GetDurationMs(), c.GetBytes(), what)
 	}
 	tw.Flush()
+}
+
+// sizeOf says n bytes in binary units (KiB, MiB, GiB).
+func sizeOf(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, suffix := float64(n)/unit, "KiB"
+	for _, s := range []string{"MiB", "GiB", "TiB"} {
+		if v < unit {
+			break
+		}
+		v, suffix = v/unit, s
+	}
+	return fmt.Sprintf("%.1f %s", v, suffix)
+}
+
+// roughly says d to a tenth of a second below a minute, to a second above.
+func roughly(d time.Duration) string {
+	if d < time.Minute {
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
 }

@@ -262,6 +262,9 @@ func confirm(ctx context.Context, client clusterpbconnect.CoordinatorServiceClie
 	return nil
 }
 
+// self reads this process's memory, GC and CPU for heartbeats.
+var self = newProcessReader()
+
 // heartbeats sends heartbeats until the session lapses, and says why; or
 // until ctx ends.
 func heartbeats(ctx context.Context, client clusterpbconnect.CoordinatorServiceClient, cfg WorkerConfig, w Worker, l *liveness) error {
@@ -285,6 +288,7 @@ func heartbeats(ctx context.Context, client clusterpbconnect.CoordinatorServiceC
 		if cfg.Operators != nil {
 			req.Operators, req.Incarnation = operatorsToProto(cfg.Operators()), cfg.Incarnation
 		}
+		req.Process = self.read(sent)
 		resp, err := client.Heartbeat(hctx, connect.NewRequest(req))
 		cancel()
 		switch {

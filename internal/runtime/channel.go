@@ -103,6 +103,15 @@ type OutputChannel interface {
 	HasRoom() bool
 }
 
+// ByteCounter is implemented by channels that cross to another process:
+// Bytes is what the channel's end has sent or received so far, in the
+// frames that carried its events (headers included). Safe to call at
+// any time. Channels within a process pass batches by reference and have
+// no bytes to count.
+type ByteCounter interface {
+	Bytes() int64
+}
+
 // Resizable is implemented by input channels whose capacity their task
 // adapts to its throughput (buffer debloating, Debloater).
 type Resizable interface {

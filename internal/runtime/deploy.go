@@ -150,6 +150,9 @@ func (ts *Tasks) build(ctx context.Context, spec Spec, p Part, reports chan<- Re
 	channels := make([][][]channelInfo, len(plan.Vertices))
 	// outs[v][s][k] are the channels of output edge k of subtask s of v.
 	outs := make([][][][]OutputChannel, len(plan.Vertices))
+	// The channels that cross to another process, by task: their bytes
+	// are the task's (TaskStats).
+	netIn, netOut := map[checkpoint.TaskID][]ByteCounter{}, map[checkpoint.TaskID][]ByteCounter{}
 	for v, vx := range plan.Vertices {
 		gates[v] = make([]*Gate, vx.Parallelism)
 		inputOf[v] = make([][]int, vx.Parallelism)
@@ -191,10 +194,16 @@ func (ts *Tasks) build(ctx context.Context, spec Spec, p Part, reports chan<- Re
 							return fmt.Errorf("channel %s → %s: %w", from, to, err)
 						}
 						g.Add(in)
+						if bc, ok := in.(ByteCounter); ok {
+							netIn[to] = append(netIn[to], bc)
+						}
 					case sends:
 						var err error
 						if out, err = p.Remote.Output(ch, e, to); err != nil {
 							return fmt.Errorf("channel %s → %s: %w", from, to, err)
+						}
+						if bc, ok := out.(ByteCounter); ok {
+							netOut[from] = append(netOut[from], bc)
 						}
 					}
 					if receives {
@@ -237,7 +246,7 @@ func (ts *Tasks) build(ctx context.Context, spec Spec, p Part, reports chan<- Re
 			if !here(id(v, s)) {
 				continue
 			}
-			stats := spec.Stats.start(id(v, s), p.Attempt, spec.Now())
+			stats := spec.Stats.start(id(v, s), p.Attempt, spec.Now(), netIn[id(v, s)], netOut[id(v, s)])
 			parts, err := spec.Build(&TaskBuild{Ctx: ctx, Vertex: vx, Subtask: s, Outputs: outs[v][s], BatchSize: spec.BatchSize, Stats: stats,
 				Elastic: mode == barrier.Unaligned || len(opts) > 0})
 			if err != nil {

@@ -26,6 +26,9 @@ type TaskStats struct {
 	commits, commitTime atomic.Int64 // a sink's; nanoseconds
 	inputCapacity       atomic.Int32 // buffer debloating's; 0: not debloated
 	state               atomic.Int32 // a TaskState
+	// netIn and netOut are its channels to and from other processes,
+	// whose bytes Read sums; set before the task runs.
+	netIn, netOut []ByteCounter
 }
 
 // TaskState is where a subtask is in its life.
@@ -126,6 +129,12 @@ type SubtaskStats struct {
 	// InputCapacity is the events each of its input channels may hold,
 	// as buffer debloating last sized them; 0 while it has not.
 	InputCapacity int
+	// BytesIn and BytesOut are the bytes its channels received from and
+	// sent to other processes (ByteCounter): every event's frame,
+	// batches, barriers and watermarks, headers included. Channels within
+	// a process pass batches by reference and count nothing: a job in
+	// one process counts 0.
+	BytesIn, BytesOut int64
 }
 
 // Busy is the time the subtask worked.
@@ -146,12 +155,13 @@ func NewStats() *Stats {
 	return &Stats{live: map[checkpoint.TaskID]*TaskStats{}, reported: map[checkpoint.TaskID]SubtaskStats{}}
 }
 
-// start registers task's counters for attempt; nil when r is nil.
-func (r *Stats) start(task checkpoint.TaskID, attempt int, now time.Time) *TaskStats {
+// start registers task's counters for attempt, with its channels to and
+// from other processes; nil when r is nil.
+func (r *Stats) start(task checkpoint.TaskID, attempt int, now time.Time, netIn, netOut []ByteCounter) *TaskStats {
 	if r == nil {
 		return nil
 	}
-	s := &TaskStats{task: task, attempt: attempt, started: now}
+	s := &TaskStats{task: task, attempt: attempt, started: now, netIn: netIn, netOut: netOut}
 	s.watermark.Store(operator.MinTime)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -183,7 +193,7 @@ func (r *Stats) Read(now time.Time) []SubtaskStats {
 			In: s.in.Load(), Out: s.out.Load(),
 			Idle: time.Duration(s.idle.Load()), BackPressured: time.Duration(s.backPressured.Load()),
 			Watermark: s.watermark.Load(), Commits: s.commits.Load(), CommitTime: time.Duration(s.commitTime.Load()),
-			InputCapacity: int(s.inputCapacity.Load()),
+			InputCapacity: int(s.inputCapacity.Load()), BytesIn: sumBytes(s.netIn), BytesOut: sumBytes(s.netOut),
 		})
 	}
 	for _, s := range r.reported {
@@ -197,4 +207,12 @@ func (r *Stats) Read(now time.Time) []SubtaskStats {
 		return a.Task.Subtask - b.Task.Subtask
 	})
 	return out
+}
+
+func sumBytes(cs []ByteCounter) int64 {
+	var n int64
+	for _, c := range cs {
+		n += c.Bytes()
+	}
+	return n
 }

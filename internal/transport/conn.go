@@ -35,6 +35,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/weirstream/weir/internal/runtime"
@@ -362,6 +363,7 @@ func (c *Conn) dispatch(f frame) error {
 		if in == nil {
 			return protocolErr("an event on channel %d, which was granted no credit", f.channel)
 		}
+		in.bytes.Add(int64(f.size))
 		spare, _ := in.spares.Take()
 		e, tail, err := decodeEvent(f.payload, in.codec, spare)
 		if err != nil {
@@ -405,7 +407,14 @@ type Output struct {
 	// spare is the last batch sent: encoded, so the pushing task may fill
 	// it again.
 	spare runtime.Event
+	// bytes counts the frames of its events, as queued (Bytes).
+	bytes atomic.Int64
 }
+
+// Bytes implements runtime.ByteCounter: the bytes of the frames of the
+// events sent (queued for the connection's writer) so far, headers
+// included.
+func (o *Output) Bytes() int64 { return o.bytes.Load() }
 
 // Spare returns the last batch sent, if any, for the task to fill again.
 func (o *Output) Spare() (runtime.Event, bool) {
@@ -505,6 +514,7 @@ func (o *Output) queue(f []byte, batch runtime.Event) error {
 	if err != nil {
 		return err // NB: a credit taken is lost with the connection's owner failing the job
 	}
+	o.bytes.Add(int64(len(f)))
 	if batch.Kind == runtime.KindBatch {
 		o.spare = batch
 	}
@@ -543,7 +553,13 @@ type Input struct {
 	// spares holds batches the task has handled, for the connection's
 	// reader to decode the next ones into (as many as can be in use).
 	spares runtime.BatchPool
+	// bytes counts the frames of its events received (Bytes).
+	bytes atomic.Int64
 }
+
+// Bytes implements runtime.ByteCounter: the bytes of the frames of the
+// events received so far, headers included.
+func (in *Input) Bytes() int64 { return in.bytes.Load() }
 
 // Recycle takes a batch the task has handled and no longer holds.
 func (in *Input) Recycle(e runtime.Event) { in.spares.Put(e) }

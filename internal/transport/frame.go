@@ -161,6 +161,7 @@ type frame struct {
 	typ     byte
 	channel uint64
 	payload []byte
+	size    int // on the wire, its length prefix included
 }
 
 // readFrame reads one frame into a new buffer (a decoded batch may alias
@@ -185,7 +186,7 @@ func readFrame(r io.Reader) (frame, error) {
 	if k <= 0 {
 		return frame{}, protocolErr("bad channel number")
 	}
-	return frame{typ: buf[0], channel: ch, payload: buf[1+k:]}, nil
+	return frame{typ: buf[0], channel: ch, payload: buf[1+k:], size: 4 + int(n)}, nil
 }
 
 func checkHello(f frame) error {

@@ -28,13 +28,6 @@ func (s *Server) handleProfiling(mux *http.ServeMux) {
 	mux.HandleFunc("GET /debug/pprof/symbol", s.profiled(pprof.Symbol))
 	mux.HandleFunc("POST /debug/pprof/symbol", s.profiled(pprof.Symbol))
 	mux.HandleFunc("GET /debug/pprof/trace", s.profiled(pprof.Trace))
-	mux.HandleFunc("GET /api/v1/workers", func(w http.ResponseWriter, _ *http.Request) {
-		var ws []string
-		if s.control.Workers != nil {
-			ws = s.control.Workers()
-		}
-		writeJSON(w, ws)
-	})
 	mux.HandleFunc("GET /api/v1/flamegraph", s.profiled(s.flameGraph))
 }
 
@@ -65,11 +58,11 @@ func (s *Server) flameGraph(w http.ResponseWriter, r *http.Request) {
 	}
 	worker := q.Get("worker")
 	if worker != "" {
-		if s.control.Workers == nil || s.control.Profile == nil {
+		if s.feeds.Workers == nil || s.control.Profile == nil {
 			http.Error(w, fmt.Sprintf("worker=%q: this process has no workers (it runs the job alone); leave worker out to profile it", worker), http.StatusBadRequest)
 			return
 		}
-		if !slices.Contains(s.control.Workers(), worker) {
+		if !slices.ContainsFunc(s.feeds.Workers(), func(x Worker) bool { return x.Name == worker && x.State != "lost" }) {
 			http.Error(w, fmt.Sprintf("worker=%q is not a live worker of this job (GET /api/v1/workers lists them)", worker), http.StatusNotFound)
 			return
 		}

@@ -29,7 +29,12 @@ func request(h http.Handler, path, token string) (int, string) {
 
 func profiledServer(ctl Control) *Server {
 	g := Graph{Vertices: []Vertex{{ID: "burn", Parallelism: 1}, {ID: "other", Parallelism: 1}}}
-	return New("demo", Feeds{Operators: func() []Operator { return nil }, Graph: g}, ctl, nil)
+	feeds := Feeds{Operators: func() []Operator { return nil }, Graph: g}
+	if ctl.Profile != nil {
+		// A cluster: worker w1 is alive, w3 lost.
+		feeds.Workers = func() []Worker { return []Worker{{Name: "w1", State: "alive"}, {Name: "w3", State: "lost"}} }
+	}
+	return New("demo", feeds, ctl, nil)
 }
 
 // TestProfilingNeedsTheToken: pprof's handlers and flame graphs are off
@@ -82,15 +87,17 @@ func TestFlameGraphBadParameters(t *testing.T) {
 	if code != http.StatusConflict {
 		t.Fatalf("a flame graph while another is taken: %d %s", code, body)
 	}
-	busy := profiledServer(Control{Token: "s3cret", Workers: func() []string { return []string{"w1"} },
+	busy := profiledServer(Control{Token: "s3cret",
 		Profile: func(context.Context, string, time.Duration) ([]byte, error) {
 			return nil, fmt.Errorf("worker w1: %w", profiling.ErrBusy)
 		}}).Handler()
 	if code, body := request(busy, "/api/v1/flamegraph?seconds=1&worker=w1", "s3cret"); code != http.StatusConflict {
 		t.Fatalf("a worker that takes another profile: %d %s", code, body)
 	}
-	if code, body := request(busy, "/api/v1/flamegraph?seconds=1&worker=w2", "s3cret"); code != http.StatusNotFound || !strings.Contains(body, "/api/v1/workers") {
-		t.Fatalf("a worker that is not live: %d %s", code, body)
+	for _, w := range []string{"w2", "w3"} {
+		if code, body := request(busy, "/api/v1/flamegraph?seconds=1&worker="+w, "s3cret"); code != http.StatusNotFound || !strings.Contains(body, "/api/v1/workers") {
+			t.Fatalf("worker %s, which is not live: %d %s", w, code, body)
+		}
 	}
 }
 
@@ -144,7 +151,7 @@ func TestFlameGraphOfAVertex(t *testing.T) {
 	defer wg.Wait()
 	defer close(stop)
 	var worker []string
-	h := profiledServer(Control{Token: "s3cret", Workers: func() []string { return []string{"w1"} },
+	h := profiledServer(Control{Token: "s3cret",
 		Profile: func(ctx context.Context, w string, d time.Duration) ([]byte, error) {
 			worker = append(worker, w)
 			return profiling.CPU(ctx, d)

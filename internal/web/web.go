@@ -191,6 +191,75 @@ type Subtask struct {
 	// InputCapacity is the events each input channel may hold, as buffer
 	// debloating sized them; absent until debloating first changed them.
 	InputCapacity int `json:"inputCapacity,omitempty"`
+	// BytesIn and BytesOut are the bytes sent over the network to and
+	// from the subtask's channels to other processes, as frames
+	// (batches, barriers, watermarks; headers included). Channels within
+	// a process pass batches by reference and count nothing: in one
+	// process, and between subtasks of one worker, they stay 0.
+	BytesIn  int64 `json:"bytesIn"`
+	BytesOut int64 `json:"bytesOut"`
+}
+
+// Workers is what GET /api/v1/workers answers: the cluster's workers as
+// the coordinator sees them, or, in a process that runs the whole job,
+// none and a note saying so.
+type Workers struct {
+	// Cluster: this process coordinates a cluster's workers.
+	Cluster bool     `json:"cluster"`
+	Note    string   `json:"note,omitempty"`
+	Workers []Worker `json:"workers"`
+}
+
+// Worker is a registered worker process of the cluster.
+type Worker struct {
+	Name        string `json:"name"`
+	DataAddress string `json:"dataAddress"`
+	// Session numbers its registration (a restarted process gets a new
+	// one).
+	Session uint64 `json:"session"`
+	// Slots it offers; SlotsUsed those the running attempt's tasks take;
+	// SlotsFree the others (none once it is lost).
+	Slots     int `json:"slots"`
+	SlotsUsed int `json:"slotsUsed"`
+	SlotsFree int `json:"slotsFree"`
+	// HeartbeatAge is the time since its last heartbeat (or its
+	// registration).
+	HeartbeatAge float64 `json:"heartbeatAgeSeconds"`
+	// State is "alive"; "suspect" when a call or a data connection to it
+	// failed (it gets no tasks until its next heartbeat); "late" when its
+	// last heartbeat is over two intervals old (at the heartbeat timeout
+	// it is lost); or "lost": the coordinator declared it lost
+	// LostSecondsAgo, for LostReason, and no process has registered under
+	// its name since (the last 16 lost are kept).
+	State          string   `json:"state"`
+	LostReason     string   `json:"lostReason,omitempty"`
+	LostSecondsAgo float64  `json:"lostSecondsAgo,omitempty"`
+	Tasks          []string `json:"tasks"`
+	// Process is what its last heartbeat said of its process; absent
+	// before one did.
+	Process *Process `json:"process,omitempty"`
+}
+
+// Process is a worker process's Go runtime, as its heartbeat read it.
+type Process struct {
+	// HeapBytes: live and not yet swept heap objects; MemoryBytes: all
+	// the memory the Go runtime holds from the system (heap, stacks,
+	// runtime structures).
+	HeapBytes   int64 `json:"heapBytes"`
+	HeapObjects int64 `json:"heapObjects"`
+	MemoryBytes int64 `json:"memoryBytes"`
+	// GCCycles since it started, the CPU time they took and the time
+	// goroutines stood stopped for them (estimated from the runtime's
+	// pause histogram).
+	GCCycles       int64   `json:"gcCycles"`
+	GCCPUSeconds   float64 `json:"gcCpuSeconds"`
+	GCPauseSeconds float64 `json:"gcPauseSeconds"`
+	Goroutines     int64   `json:"goroutines"`
+	// CPUSeconds is the CPU time it used, user and system (0 where the
+	// system does not tell).
+	CPUSeconds    float64 `json:"cpuSeconds"`
+	GoVersion     string  `json:"goVersion"`
+	UptimeSeconds float64 `json:"uptimeSeconds"`
 }
 
 // Failure is one failure that restarted the job.
@@ -257,8 +326,6 @@ type Control struct {
 	Cancel func(by string)
 	// Location is where checkpoint id lives, for --restore.
 	Location func(id uint64) string
-	// Workers lists a cluster's live workers by name; nil: none (local).
-	Workers func() []string
 	// Profile takes a CPU profile of worker for d and returns it in
 	// pprof's format (profiling.CPU on the worker); nil: none (local).
 	// It fails with profiling.ErrBusy while the worker takes another.
@@ -277,6 +344,9 @@ type Feeds struct {
 	Inputs func(checkpoint.TaskID) []string
 	// Config is the effective configuration /api/v1/config shows.
 	Config any
+	// Workers reads the cluster's workers at each request or scrape; nil:
+	// this process runs the whole job, and has none.
+	Workers func() []Worker
 }
 
 // rateInterval is the least time between the two readings the subtasks'
@@ -366,7 +436,7 @@ func New(job string, feeds Feeds, control Control, now func() time.Time) *Server
 		defer s.mu.Unlock()
 		return float64(s.job.Attempt)
 	}))
-	s.reg.MustRegister(operatorCollector{s: s, job: job}, jobStateCollector{s: s, job: job},
+	s.reg.MustRegister(operatorCollector{s: s, job: job}, jobStateCollector{s: s, job: job}, workerCollector{s: s, job: job},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return s
 }
@@ -437,7 +507,8 @@ func (s *Server) subtasks() []Subtask {
 		r := Subtask{Task: st.Task.String(), Vertex: st.Task.Vertex, Subtask: st.Task.Subtask, Attempt: st.Attempt, State: st.State.String(),
 			Uptime: st.Uptime.Seconds(), RecordsIn: st.In, RecordsOut: st.Out,
 			BusySeconds: st.Busy().Seconds(), IdleSeconds: st.Idle.Seconds(), BackPressuredSeconds: st.BackPressured.Seconds(),
-			Commits: st.Commits, CommitSeconds: st.CommitTime.Seconds(), InputCapacity: st.InputCapacity}
+			Commits: st.Commits, CommitSeconds: st.CommitTime.Seconds(), InputCapacity: st.InputCapacity,
+			BytesIn: st.BytesIn, BytesOut: st.BytesOut}
 		if st.Watermark != operator.MinTime {
 			r.Watermark = &st.Watermark
 		}
@@ -484,10 +555,12 @@ var (
 	sinkCommitDesc  = prometheus.NewDesc("weir_sink_commit_duration_seconds", "The time a subtask ending in a sink took to commit a completed checkpoint's output, in its current attempt.", subtaskLabels, nil)
 	subtaskCapDesc  = prometheus.NewDesc("weir_subtask_input_capacity", "Events each input channel of a subtask may hold, as buffer debloating sized them to its throughput (absent until debloating first changed it).", subtaskLabels, nil)
 	subtaskWMDesc   = prometheus.NewDesc("weir_subtask_watermark_seconds", "A subtask's event-time watermark, in seconds since the epoch (absent while it has none).", subtaskLabels, nil)
+	subtaskBInDesc  = prometheus.NewDesc("weir_subtask_bytes_in_total", "Bytes a subtask received over the network from other processes, in its current attempt (channels within a process count none).", subtaskLabels, nil)
+	subtaskBOutDesc = prometheus.NewDesc("weir_subtask_bytes_out_total", "Bytes a subtask sent over the network to other processes, in its current attempt (channels within a process count none).", subtaskLabels, nil)
 )
 
 func (c operatorCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{recordsDesc, lateDesc, subtaskInDesc, subtaskOutDesc, subtaskBusyDesc, subtaskIdleDesc, subtaskBPDesc, subtaskBPRatio, subtaskWMDesc, subtaskCapDesc, sinkCommitDesc} {
+	for _, d := range []*prometheus.Desc{recordsDesc, lateDesc, subtaskInDesc, subtaskOutDesc, subtaskBusyDesc, subtaskIdleDesc, subtaskBPDesc, subtaskBPRatio, subtaskWMDesc, subtaskCapDesc, sinkCommitDesc, subtaskBInDesc, subtaskBOutDesc} {
 		ch <- d
 	}
 }
@@ -505,6 +578,8 @@ func (c operatorCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(subtaskIdleDesc, prometheus.CounterValue, st.IdleSeconds, l...)
 		ch <- prometheus.MustNewConstMetric(subtaskBPDesc, prometheus.CounterValue, st.BackPressuredSeconds, l...)
 		ch <- prometheus.MustNewConstMetric(subtaskBPRatio, prometheus.GaugeValue, st.BackPressured, l...)
+		ch <- prometheus.MustNewConstMetric(subtaskBInDesc, prometheus.CounterValue, float64(st.BytesIn), l...)
+		ch <- prometheus.MustNewConstMetric(subtaskBOutDesc, prometheus.CounterValue, float64(st.BytesOut), l...)
 		if st.Commits > 0 {
 			ch <- prometheus.MustNewConstSummary(sinkCommitDesc, uint64(st.Commits), st.CommitSeconds, nil, l...)
 		}
@@ -659,13 +734,15 @@ func appendBounded[T any](s []T, v T) []T {
 //	GET /api/v1/graph        the job graph: vertices and edges
 //	GET /api/v1/subtasks     every subtask's counters, rates and time
 //	                         ratios (?vertex=ID: one vertex's)
+//	GET /api/v1/workers      the cluster's workers: slots, heartbeat,
+//	                         memory and GC (cluster false, none, in a
+//	                         process that runs the whole job)
 //	GET /api/v1/config       the effective configuration
 //	POST /api/v1/savepoints  trigger a savepoint (202, its id; the token);
 //	                         ?stop=true: the job stops with it (its
 //	                         sources emit nothing after it; it commits
 //	                         and ends); answers when it completed
 //	POST /api/v1/cancel      cancel the job (202; the token)
-//	GET /api/v1/workers      a cluster's live workers (local: [])
 //	GET /api/v1/flamegraph   a CPU flame graph (the token): ?seconds=N
 //	                         (1-30, default 5), ?vertex=ID (its tasks'
 //	                         samples only), ?worker=NAME (a worker's,
@@ -748,6 +825,7 @@ func (s *Server) Handler() http.Handler {
 		}
 		writeJSON(w, slices.DeleteFunc(slices.Clone(all), func(x Subtask) bool { return x.Vertex != v }))
 	})
+	mux.HandleFunc("GET /api/v1/workers", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, s.workers()) })
 	mux.HandleFunc("GET /api/v1/config", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, s.feeds.Config) })
 	mux.HandleFunc("POST /api/v1/savepoints", s.mutation(func(w http.ResponseWriter, r *http.Request) {
 		if s.control.Savepoint == nil {

@@ -286,6 +286,9 @@ type HeartbeatRequest struct {
 	Session uint64                 `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`
 	// stats are the counters of the subtasks the worker runs (for the API).
 	Stats []*SubtaskStats `protobuf:"bytes,3,rep,name=stats,proto3" json:"stats,omitempty"`
+	// process is the worker process's memory, GC and CPU as its Go runtime
+	// measures them (for the API and weir status).
+	Process *ProcessStats `protobuf:"bytes,4,opt,name=process,proto3" json:"process,omitempty"`
 	// operators are the counters of the operators the worker's process ran
 	// since it started; incarnation numbers that process (a new one after a
 	// restart), so that the coordinator keeps a replaced process's counts.
@@ -346,6 +349,13 @@ func (x *HeartbeatRequest) GetStats() []*SubtaskStats {
 	return nil
 }
 
+func (x *HeartbeatRequest) GetProcess() *ProcessStats {
+	if x != nil {
+		return x.Process
+	}
+	return nil
+}
+
 func (x *HeartbeatRequest) GetOperators() []*OperatorCount {
 	if x != nil {
 		return x.Operators
@@ -356,6 +366,136 @@ func (x *HeartbeatRequest) GetOperators() []*OperatorCount {
 func (x *HeartbeatRequest) GetIncarnation() uint64 {
 	if x != nil {
 		return x.Incarnation
+	}
+	return 0
+}
+
+// ProcessStats is a worker process's readings of its Go runtime
+// (runtime/metrics, which stops no goroutine to read them), as of the
+// heartbeat that carries them.
+type ProcessStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// heap_bytes: memory held by live and not yet swept heap objects;
+	// heap_objects, their number; memory_bytes, all the memory the Go
+	// runtime mapped (heap, stacks, runtime structures), less what it
+	// released to the system.
+	HeapBytes   int64 `protobuf:"varint,1,opt,name=heap_bytes,json=heapBytes,proto3" json:"heap_bytes,omitempty"`
+	HeapObjects int64 `protobuf:"varint,2,opt,name=heap_objects,json=heapObjects,proto3" json:"heap_objects,omitempty"`
+	MemoryBytes int64 `protobuf:"varint,3,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	// gc_cycles: garbage collections completed since the process started;
+	// gc_cpu_ns, the CPU time they took (the runtime's estimate);
+	// gc_pause_ns, the time goroutines were stopped for them (summed from
+	// the runtime's pause histogram: an estimate to within its buckets).
+	GcCycles   int64 `protobuf:"varint,4,opt,name=gc_cycles,json=gcCycles,proto3" json:"gc_cycles,omitempty"`
+	GcCpuNs    int64 `protobuf:"varint,5,opt,name=gc_cpu_ns,json=gcCpuNs,proto3" json:"gc_cpu_ns,omitempty"`
+	GcPauseNs  int64 `protobuf:"varint,6,opt,name=gc_pause_ns,json=gcPauseNs,proto3" json:"gc_pause_ns,omitempty"`
+	Goroutines int64 `protobuf:"varint,7,opt,name=goroutines,proto3" json:"goroutines,omitempty"`
+	// cpu_ns: CPU time the process used, user and system (getrusage; 0 on
+	// systems without it).
+	CpuNs     int64  `protobuf:"varint,8,opt,name=cpu_ns,json=cpuNs,proto3" json:"cpu_ns,omitempty"`
+	GoVersion string `protobuf:"bytes,9,opt,name=go_version,json=goVersion,proto3" json:"go_version,omitempty"`
+	// uptime_ns: since the process started its worker.
+	UptimeNs      int64 `protobuf:"varint,10,opt,name=uptime_ns,json=uptimeNs,proto3" json:"uptime_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProcessStats) Reset() {
+	*x = ProcessStats{}
+	mi := &file_cluster_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProcessStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProcessStats) ProtoMessage() {}
+
+func (x *ProcessStats) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProcessStats.ProtoReflect.Descriptor instead.
+func (*ProcessStats) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ProcessStats) GetHeapBytes() int64 {
+	if x != nil {
+		return x.HeapBytes
+	}
+	return 0
+}
+
+func (x *ProcessStats) GetHeapObjects() int64 {
+	if x != nil {
+		return x.HeapObjects
+	}
+	return 0
+}
+
+func (x *ProcessStats) GetMemoryBytes() int64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *ProcessStats) GetGcCycles() int64 {
+	if x != nil {
+		return x.GcCycles
+	}
+	return 0
+}
+
+func (x *ProcessStats) GetGcCpuNs() int64 {
+	if x != nil {
+		return x.GcCpuNs
+	}
+	return 0
+}
+
+func (x *ProcessStats) GetGcPauseNs() int64 {
+	if x != nil {
+		return x.GcPauseNs
+	}
+	return 0
+}
+
+func (x *ProcessStats) GetGoroutines() int64 {
+	if x != nil {
+		return x.Goroutines
+	}
+	return 0
+}
+
+func (x *ProcessStats) GetCpuNs() int64 {
+	if x != nil {
+		return x.CpuNs
+	}
+	return 0
+}
+
+func (x *ProcessStats) GetGoVersion() string {
+	if x != nil {
+		return x.GoVersion
+	}
+	return ""
+}
+
+func (x *ProcessStats) GetUptimeNs() int64 {
+	if x != nil {
+		return x.UptimeNs
 	}
 	return 0
 }
@@ -372,7 +512,7 @@ type OperatorCount struct {
 
 func (x *OperatorCount) Reset() {
 	*x = OperatorCount{}
-	mi := &file_cluster_proto_msgTypes[5]
+	mi := &file_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -384,7 +524,7 @@ func (x *OperatorCount) String() string {
 func (*OperatorCount) ProtoMessage() {}
 
 func (x *OperatorCount) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[5]
+	mi := &file_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -397,7 +537,7 @@ func (x *OperatorCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperatorCount.ProtoReflect.Descriptor instead.
 func (*OperatorCount) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{5}
+	return file_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *OperatorCount) GetUid() string {
@@ -439,13 +579,18 @@ type SubtaskStats struct {
 	// input_capacity: events per input channel, as buffer debloating sized
 	// them (0: not debloated).
 	InputCapacity int32 `protobuf:"varint,12,opt,name=input_capacity,json=inputCapacity,proto3" json:"input_capacity,omitempty"`
+	// bytes_in, bytes_out: the bytes of the frames its channels received
+	// from and sent to other processes (every event, headers included);
+	// channels within one process pass batches by reference and count 0.
+	BytesIn       int64 `protobuf:"varint,13,opt,name=bytes_in,json=bytesIn,proto3" json:"bytes_in,omitempty"`
+	BytesOut      int64 `protobuf:"varint,14,opt,name=bytes_out,json=bytesOut,proto3" json:"bytes_out,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SubtaskStats) Reset() {
 	*x = SubtaskStats{}
-	mi := &file_cluster_proto_msgTypes[6]
+	mi := &file_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -457,7 +602,7 @@ func (x *SubtaskStats) String() string {
 func (*SubtaskStats) ProtoMessage() {}
 
 func (x *SubtaskStats) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[6]
+	mi := &file_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -470,7 +615,7 @@ func (x *SubtaskStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubtaskStats.ProtoReflect.Descriptor instead.
 func (*SubtaskStats) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{6}
+	return file_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SubtaskStats) GetTask() *TaskID {
@@ -557,6 +702,20 @@ func (x *SubtaskStats) GetInputCapacity() int32 {
 	return 0
 }
 
+func (x *SubtaskStats) GetBytesIn() int64 {
+	if x != nil {
+		return x.BytesIn
+	}
+	return 0
+}
+
+func (x *SubtaskStats) GetBytesOut() int64 {
+	if x != nil {
+		return x.BytesOut
+	}
+	return 0
+}
+
 type HeartbeatResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -565,7 +724,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_cluster_proto_msgTypes[7]
+	mi := &file_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -577,7 +736,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[7]
+	mi := &file_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -590,7 +749,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{7}
+	return file_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 type TaskID struct {
@@ -603,7 +762,7 @@ type TaskID struct {
 
 func (x *TaskID) Reset() {
 	*x = TaskID{}
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -615,7 +774,7 @@ func (x *TaskID) String() string {
 func (*TaskID) ProtoMessage() {}
 
 func (x *TaskID) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -628,7 +787,7 @@ func (x *TaskID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskID.ProtoReflect.Descriptor instead.
 func (*TaskID) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{8}
+	return file_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TaskID) GetVertex() string {
@@ -686,7 +845,7 @@ type TaskReport struct {
 
 func (x *TaskReport) Reset() {
 	*x = TaskReport{}
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -698,7 +857,7 @@ func (x *TaskReport) String() string {
 func (*TaskReport) ProtoMessage() {}
 
 func (x *TaskReport) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -711,7 +870,7 @@ func (x *TaskReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskReport.ProtoReflect.Descriptor instead.
 func (*TaskReport) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{9}
+	return file_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TaskReport) GetTask() *TaskID {
@@ -839,7 +998,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -851,7 +1010,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -864,7 +1023,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{10}
+	return file_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReportRequest) GetWorker() string {
@@ -903,7 +1062,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -915,7 +1074,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -928,7 +1087,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{11}
+	return file_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 type Assignment struct {
@@ -941,7 +1100,7 @@ type Assignment struct {
 
 func (x *Assignment) Reset() {
 	*x = Assignment{}
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -953,7 +1112,7 @@ func (x *Assignment) String() string {
 func (*Assignment) ProtoMessage() {}
 
 func (x *Assignment) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -966,7 +1125,7 @@ func (x *Assignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assignment.ProtoReflect.Descriptor instead.
 func (*Assignment) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{12}
+	return file_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Assignment) GetTask() *TaskID {
@@ -993,7 +1152,7 @@ type Peer struct {
 
 func (x *Peer) Reset() {
 	*x = Peer{}
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1005,7 +1164,7 @@ func (x *Peer) String() string {
 func (*Peer) ProtoMessage() {}
 
 func (x *Peer) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1018,7 +1177,7 @@ func (x *Peer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Peer.ProtoReflect.Descriptor instead.
 func (*Peer) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{13}
+	return file_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Peer) GetWorker() string {
@@ -1059,7 +1218,7 @@ type DeployRequest struct {
 
 func (x *DeployRequest) Reset() {
 	*x = DeployRequest{}
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1071,7 +1230,7 @@ func (x *DeployRequest) String() string {
 func (*DeployRequest) ProtoMessage() {}
 
 func (x *DeployRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1084,7 +1243,7 @@ func (x *DeployRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployRequest.ProtoReflect.Descriptor instead.
 func (*DeployRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{14}
+	return file_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DeployRequest) GetAttempt() uint64 {
@@ -1144,7 +1303,7 @@ type DeployResponse struct {
 
 func (x *DeployResponse) Reset() {
 	*x = DeployResponse{}
-	mi := &file_cluster_proto_msgTypes[15]
+	mi := &file_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1156,7 +1315,7 @@ func (x *DeployResponse) String() string {
 func (*DeployResponse) ProtoMessage() {}
 
 func (x *DeployResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[15]
+	mi := &file_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1169,7 +1328,7 @@ func (x *DeployResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployResponse.ProtoReflect.Descriptor instead.
 func (*DeployResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{15}
+	return file_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 type ControlMessage struct {
@@ -1191,7 +1350,7 @@ type ControlMessage struct {
 
 func (x *ControlMessage) Reset() {
 	*x = ControlMessage{}
-	mi := &file_cluster_proto_msgTypes[16]
+	mi := &file_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1203,7 +1362,7 @@ func (x *ControlMessage) String() string {
 func (*ControlMessage) ProtoMessage() {}
 
 func (x *ControlMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[16]
+	mi := &file_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1216,7 +1375,7 @@ func (x *ControlMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlMessage.ProtoReflect.Descriptor instead.
 func (*ControlMessage) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{16}
+	return file_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ControlMessage) GetTask() *TaskID {
@@ -1278,7 +1437,7 @@ type ControlRequest struct {
 
 func (x *ControlRequest) Reset() {
 	*x = ControlRequest{}
-	mi := &file_cluster_proto_msgTypes[17]
+	mi := &file_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1290,7 +1449,7 @@ func (x *ControlRequest) String() string {
 func (*ControlRequest) ProtoMessage() {}
 
 func (x *ControlRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[17]
+	mi := &file_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1303,7 +1462,7 @@ func (x *ControlRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlRequest.ProtoReflect.Descriptor instead.
 func (*ControlRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{17}
+	return file_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ControlRequest) GetAttempt() uint64 {
@@ -1328,7 +1487,7 @@ type ControlResponse struct {
 
 func (x *ControlResponse) Reset() {
 	*x = ControlResponse{}
-	mi := &file_cluster_proto_msgTypes[18]
+	mi := &file_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1340,7 +1499,7 @@ func (x *ControlResponse) String() string {
 func (*ControlResponse) ProtoMessage() {}
 
 func (x *ControlResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[18]
+	mi := &file_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1353,7 +1512,7 @@ func (x *ControlResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlResponse.ProtoReflect.Descriptor instead.
 func (*ControlResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{18}
+	return file_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 type CancelRequest struct {
@@ -1365,7 +1524,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_cluster_proto_msgTypes[19]
+	mi := &file_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1377,7 +1536,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[19]
+	mi := &file_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1390,7 +1549,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{19}
+	return file_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CancelRequest) GetAttempt() uint64 {
@@ -1408,7 +1567,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_cluster_proto_msgTypes[20]
+	mi := &file_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1420,7 +1579,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[20]
+	mi := &file_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1433,7 +1592,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{20}
+	return file_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 type ProbeRequest struct {
@@ -1445,7 +1604,7 @@ type ProbeRequest struct {
 
 func (x *ProbeRequest) Reset() {
 	*x = ProbeRequest{}
-	mi := &file_cluster_proto_msgTypes[21]
+	mi := &file_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1457,7 +1616,7 @@ func (x *ProbeRequest) String() string {
 func (*ProbeRequest) ProtoMessage() {}
 
 func (x *ProbeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[21]
+	mi := &file_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1470,7 +1629,7 @@ func (x *ProbeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeRequest.ProtoReflect.Descriptor instead.
 func (*ProbeRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{21}
+	return file_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ProbeRequest) GetToken() string {
@@ -1488,7 +1647,7 @@ type ProbeResponse struct {
 
 func (x *ProbeResponse) Reset() {
 	*x = ProbeResponse{}
-	mi := &file_cluster_proto_msgTypes[22]
+	mi := &file_cluster_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1500,7 +1659,7 @@ func (x *ProbeResponse) String() string {
 func (*ProbeResponse) ProtoMessage() {}
 
 func (x *ProbeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[22]
+	mi := &file_cluster_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1513,7 +1672,7 @@ func (x *ProbeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeResponse.ProtoReflect.Descriptor instead.
 func (*ProbeResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{22}
+	return file_cluster_proto_rawDescGZIP(), []int{23}
 }
 
 type StatusRequest struct {
@@ -1524,7 +1683,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_cluster_proto_msgTypes[23]
+	mi := &file_cluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1536,7 +1695,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[23]
+	mi := &file_cluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1549,7 +1708,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{23}
+	return file_cluster_proto_rawDescGZIP(), []int{24}
 }
 
 type WorkerStatus struct {
@@ -1563,13 +1722,25 @@ type WorkerStatus struct {
 	Suspect          bool     `protobuf:"varint,5,opt,name=suspect,proto3" json:"suspect,omitempty"`
 	SinceHeartbeatMs int64    `protobuf:"varint,6,opt,name=since_heartbeat_ms,json=sinceHeartbeatMs,proto3" json:"since_heartbeat_ms,omitempty"`
 	Tasks            []string `protobuf:"bytes,7,rep,name=tasks,proto3" json:"tasks,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// slots_used are the slots its tasks take (a slot holds subtask i of
+	// every vertex: Place), of slots.
+	SlotsUsed int32 `protobuf:"varint,8,opt,name=slots_used,json=slotsUsed,proto3" json:"slots_used,omitempty"`
+	// process is what its last heartbeat said of the process (absent
+	// before its first heartbeat, or from a worker that sends none).
+	Process *ProcessStats `protobuf:"bytes,9,opt,name=process,proto3" json:"process,omitempty"`
+	// lost: the coordinator declared this session lost (lost_reason says
+	// why) since_lost_ms ago; it stays listed, with no tasks or slots used,
+	// until a process registers under its name (at most maxGone such).
+	Lost          bool   `protobuf:"varint,10,opt,name=lost,proto3" json:"lost,omitempty"`
+	LostReason    string `protobuf:"bytes,11,opt,name=lost_reason,json=lostReason,proto3" json:"lost_reason,omitempty"`
+	SinceLostMs   int64  `protobuf:"varint,12,opt,name=since_lost_ms,json=sinceLostMs,proto3" json:"since_lost_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_cluster_proto_msgTypes[24]
+	mi := &file_cluster_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1581,7 +1752,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[24]
+	mi := &file_cluster_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1594,7 +1765,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{24}
+	return file_cluster_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WorkerStatus) GetWorker() string {
@@ -1646,6 +1817,41 @@ func (x *WorkerStatus) GetTasks() []string {
 	return nil
 }
 
+func (x *WorkerStatus) GetSlotsUsed() int32 {
+	if x != nil {
+		return x.SlotsUsed
+	}
+	return 0
+}
+
+func (x *WorkerStatus) GetProcess() *ProcessStats {
+	if x != nil {
+		return x.Process
+	}
+	return nil
+}
+
+func (x *WorkerStatus) GetLost() bool {
+	if x != nil {
+		return x.Lost
+	}
+	return false
+}
+
+func (x *WorkerStatus) GetLostReason() string {
+	if x != nil {
+		return x.LostReason
+	}
+	return ""
+}
+
+func (x *WorkerStatus) GetSinceLostMs() int64 {
+	if x != nil {
+		return x.SinceLostMs
+	}
+	return 0
+}
+
 type CheckpointStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1664,7 +1870,7 @@ type CheckpointStatus struct {
 
 func (x *CheckpointStatus) Reset() {
 	*x = CheckpointStatus{}
-	mi := &file_cluster_proto_msgTypes[25]
+	mi := &file_cluster_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1676,7 +1882,7 @@ func (x *CheckpointStatus) String() string {
 func (*CheckpointStatus) ProtoMessage() {}
 
 func (x *CheckpointStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[25]
+	mi := &file_cluster_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1689,7 +1895,7 @@ func (x *CheckpointStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointStatus.ProtoReflect.Descriptor instead.
 func (*CheckpointStatus) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{25}
+	return file_cluster_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CheckpointStatus) GetId() uint64 {
@@ -1758,7 +1964,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_cluster_proto_msgTypes[26]
+	mi := &file_cluster_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1770,7 +1976,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[26]
+	mi := &file_cluster_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1783,7 +1989,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{26}
+	return file_cluster_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *StatusResponse) GetJob() string {
@@ -1844,7 +2050,7 @@ type ProfileRequest struct {
 
 func (x *ProfileRequest) Reset() {
 	*x = ProfileRequest{}
-	mi := &file_cluster_proto_msgTypes[27]
+	mi := &file_cluster_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1856,7 +2062,7 @@ func (x *ProfileRequest) String() string {
 func (*ProfileRequest) ProtoMessage() {}
 
 func (x *ProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[27]
+	mi := &file_cluster_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1869,7 +2075,7 @@ func (x *ProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProfileRequest.ProtoReflect.Descriptor instead.
 func (*ProfileRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{27}
+	return file_cluster_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ProfileRequest) GetDurationMs() int64 {
@@ -1890,7 +2096,7 @@ type ProfileResponse struct {
 
 func (x *ProfileResponse) Reset() {
 	*x = ProfileResponse{}
-	mi := &file_cluster_proto_msgTypes[28]
+	mi := &file_cluster_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1902,7 +2108,7 @@ func (x *ProfileResponse) String() string {
 func (*ProfileResponse) ProtoMessage() {}
 
 func (x *ProfileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[28]
+	mi := &file_cluster_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1915,7 +2121,7 @@ func (x *ProfileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProfileResponse.ProtoReflect.Descriptor instead.
 func (*ProfileResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{28}
+	return file_cluster_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ProfileResponse) GetProfile() []byte {
@@ -1947,17 +2153,34 @@ const file_cluster_proto_rawDesc = "" +
 	"\asession\x18\x01 \x01(\x04R\asession\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x02 \x01(\x03R\x13heartbeatIntervalMs\x12\x1d\n" +
 	"\n" +
-	"timeout_ms\x18\x03 \x01(\x03R\ttimeoutMs\"\xd9\x01\n" +
+	"timeout_ms\x18\x03 \x01(\x03R\ttimeoutMs\"\x92\x02\n" +
 	"\x10HeartbeatRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x123\n" +
-	"\x05stats\x18\x03 \x03(\v2\x1d.weir.cluster.v1.SubtaskStatsR\x05stats\x12<\n" +
+	"\x05stats\x18\x03 \x03(\v2\x1d.weir.cluster.v1.SubtaskStatsR\x05stats\x127\n" +
+	"\aprocess\x18\x04 \x01(\v2\x1d.weir.cluster.v1.ProcessStatsR\aprocess\x12<\n" +
 	"\toperators\x18\x1e \x03(\v2\x1e.weir.cluster.v1.OperatorCountR\toperators\x12 \n" +
-	"\vincarnation\x18\x1f \x01(\x04R\vincarnation\"O\n" +
+	"\vincarnation\x18\x1f \x01(\x04R\vincarnation\"\xbf\x02\n" +
+	"\fProcessStats\x12\x1d\n" +
+	"\n" +
+	"heap_bytes\x18\x01 \x01(\x03R\theapBytes\x12!\n" +
+	"\fheap_objects\x18\x02 \x01(\x03R\vheapObjects\x12!\n" +
+	"\fmemory_bytes\x18\x03 \x01(\x03R\vmemoryBytes\x12\x1b\n" +
+	"\tgc_cycles\x18\x04 \x01(\x03R\bgcCycles\x12\x1a\n" +
+	"\tgc_cpu_ns\x18\x05 \x01(\x03R\agcCpuNs\x12\x1e\n" +
+	"\vgc_pause_ns\x18\x06 \x01(\x03R\tgcPauseNs\x12\x1e\n" +
+	"\n" +
+	"goroutines\x18\a \x01(\x03R\n" +
+	"goroutines\x12\x15\n" +
+	"\x06cpu_ns\x18\b \x01(\x03R\x05cpuNs\x12\x1d\n" +
+	"\n" +
+	"go_version\x18\t \x01(\tR\tgoVersion\x12\x1b\n" +
+	"\tuptime_ns\x18\n" +
+	" \x01(\x03R\buptimeNs\"O\n" +
 	"\rOperatorCount\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x18\n" +
 	"\arecords\x18\x02 \x01(\x03R\arecords\x12\x12\n" +
-	"\x04late\x18\x03 \x01(\x03R\x04late\"\x89\x03\n" +
+	"\x04late\x18\x03 \x01(\x03R\x04late\"\xc1\x03\n" +
 	"\fSubtaskStats\x12+\n" +
 	"\x04task\x18\x01 \x01(\v2\x17.weir.cluster.v1.TaskIDR\x04task\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x03R\aattempt\x12\x1b\n" +
@@ -1973,7 +2196,9 @@ const file_cluster_proto_rawDesc = "" +
 	"\tcommit_ns\x18\n" +
 	" \x01(\x03R\bcommitNs\x12\x14\n" +
 	"\x05state\x18\v \x01(\x05R\x05state\x12%\n" +
-	"\x0einput_capacity\x18\f \x01(\x05R\rinputCapacity\"\x13\n" +
+	"\x0einput_capacity\x18\f \x01(\x05R\rinputCapacity\x12\x19\n" +
+	"\bbytes_in\x18\r \x01(\x03R\abytesIn\x12\x1b\n" +
+	"\tbytes_out\x18\x0e \x01(\x03R\bbytesOut\"\x13\n" +
 	"\x11HeartbeatResponse\":\n" +
 	"\x06TaskID\x12\x16\n" +
 	"\x06vertex\x18\x01 \x01(\tR\x06vertex\x12\x18\n" +
@@ -2050,7 +2275,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\fProbeRequest\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\"\x0f\n" +
 	"\rProbeResponse\"\x0f\n" +
-	"\rStatusRequest\"\xd7\x01\n" +
+	"\rStatusRequest\"\x88\x03\n" +
 	"\fWorkerStatus\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x14\n" +
 	"\x05slots\x18\x02 \x01(\x05R\x05slots\x12!\n" +
@@ -2058,7 +2283,15 @@ const file_cluster_proto_rawDesc = "" +
 	"\asession\x18\x04 \x01(\x04R\asession\x12\x18\n" +
 	"\asuspect\x18\x05 \x01(\bR\asuspect\x12,\n" +
 	"\x12since_heartbeat_ms\x18\x06 \x01(\x03R\x10sinceHeartbeatMs\x12\x14\n" +
-	"\x05tasks\x18\a \x03(\tR\x05tasks\"\xbf\x01\n" +
+	"\x05tasks\x18\a \x03(\tR\x05tasks\x12\x1d\n" +
+	"\n" +
+	"slots_used\x18\b \x01(\x05R\tslotsUsed\x127\n" +
+	"\aprocess\x18\t \x01(\v2\x1d.weir.cluster.v1.ProcessStatsR\aprocess\x12\x12\n" +
+	"\x04lost\x18\n" +
+	" \x01(\bR\x04lost\x12\x1f\n" +
+	"\vlost_reason\x18\v \x01(\tR\n" +
+	"lostReason\x12\"\n" +
+	"\rsince_lost_ms\x18\f \x01(\x03R\vsinceLostMs\"\xbf\x01\n" +
 	"\x10CheckpointStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1f\n" +
@@ -2106,76 +2339,79 @@ func file_cluster_proto_rawDescGZIP() []byte {
 	return file_cluster_proto_rawDescData
 }
 
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_cluster_proto_goTypes = []any{
 	(*Operator)(nil),          // 0: weir.cluster.v1.Operator
 	(*Graph)(nil),             // 1: weir.cluster.v1.Graph
 	(*RegisterRequest)(nil),   // 2: weir.cluster.v1.RegisterRequest
 	(*RegisterResponse)(nil),  // 3: weir.cluster.v1.RegisterResponse
 	(*HeartbeatRequest)(nil),  // 4: weir.cluster.v1.HeartbeatRequest
-	(*OperatorCount)(nil),     // 5: weir.cluster.v1.OperatorCount
-	(*SubtaskStats)(nil),      // 6: weir.cluster.v1.SubtaskStats
-	(*HeartbeatResponse)(nil), // 7: weir.cluster.v1.HeartbeatResponse
-	(*TaskID)(nil),            // 8: weir.cluster.v1.TaskID
-	(*TaskReport)(nil),        // 9: weir.cluster.v1.TaskReport
-	(*ReportRequest)(nil),     // 10: weir.cluster.v1.ReportRequest
-	(*ReportResponse)(nil),    // 11: weir.cluster.v1.ReportResponse
-	(*Assignment)(nil),        // 12: weir.cluster.v1.Assignment
-	(*Peer)(nil),              // 13: weir.cluster.v1.Peer
-	(*DeployRequest)(nil),     // 14: weir.cluster.v1.DeployRequest
-	(*DeployResponse)(nil),    // 15: weir.cluster.v1.DeployResponse
-	(*ControlMessage)(nil),    // 16: weir.cluster.v1.ControlMessage
-	(*ControlRequest)(nil),    // 17: weir.cluster.v1.ControlRequest
-	(*ControlResponse)(nil),   // 18: weir.cluster.v1.ControlResponse
-	(*CancelRequest)(nil),     // 19: weir.cluster.v1.CancelRequest
-	(*CancelResponse)(nil),    // 20: weir.cluster.v1.CancelResponse
-	(*ProbeRequest)(nil),      // 21: weir.cluster.v1.ProbeRequest
-	(*ProbeResponse)(nil),     // 22: weir.cluster.v1.ProbeResponse
-	(*StatusRequest)(nil),     // 23: weir.cluster.v1.StatusRequest
-	(*WorkerStatus)(nil),      // 24: weir.cluster.v1.WorkerStatus
-	(*CheckpointStatus)(nil),  // 25: weir.cluster.v1.CheckpointStatus
-	(*StatusResponse)(nil),    // 26: weir.cluster.v1.StatusResponse
-	(*ProfileRequest)(nil),    // 27: weir.cluster.v1.ProfileRequest
-	(*ProfileResponse)(nil),   // 28: weir.cluster.v1.ProfileResponse
+	(*ProcessStats)(nil),      // 5: weir.cluster.v1.ProcessStats
+	(*OperatorCount)(nil),     // 6: weir.cluster.v1.OperatorCount
+	(*SubtaskStats)(nil),      // 7: weir.cluster.v1.SubtaskStats
+	(*HeartbeatResponse)(nil), // 8: weir.cluster.v1.HeartbeatResponse
+	(*TaskID)(nil),            // 9: weir.cluster.v1.TaskID
+	(*TaskReport)(nil),        // 10: weir.cluster.v1.TaskReport
+	(*ReportRequest)(nil),     // 11: weir.cluster.v1.ReportRequest
+	(*ReportResponse)(nil),    // 12: weir.cluster.v1.ReportResponse
+	(*Assignment)(nil),        // 13: weir.cluster.v1.Assignment
+	(*Peer)(nil),              // 14: weir.cluster.v1.Peer
+	(*DeployRequest)(nil),     // 15: weir.cluster.v1.DeployRequest
+	(*DeployResponse)(nil),    // 16: weir.cluster.v1.DeployResponse
+	(*ControlMessage)(nil),    // 17: weir.cluster.v1.ControlMessage
+	(*ControlRequest)(nil),    // 18: weir.cluster.v1.ControlRequest
+	(*ControlResponse)(nil),   // 19: weir.cluster.v1.ControlResponse
+	(*CancelRequest)(nil),     // 20: weir.cluster.v1.CancelRequest
+	(*CancelResponse)(nil),    // 21: weir.cluster.v1.CancelResponse
+	(*ProbeRequest)(nil),      // 22: weir.cluster.v1.ProbeRequest
+	(*ProbeResponse)(nil),     // 23: weir.cluster.v1.ProbeResponse
+	(*StatusRequest)(nil),     // 24: weir.cluster.v1.StatusRequest
+	(*WorkerStatus)(nil),      // 25: weir.cluster.v1.WorkerStatus
+	(*CheckpointStatus)(nil),  // 26: weir.cluster.v1.CheckpointStatus
+	(*StatusResponse)(nil),    // 27: weir.cluster.v1.StatusResponse
+	(*ProfileRequest)(nil),    // 28: weir.cluster.v1.ProfileRequest
+	(*ProfileResponse)(nil),   // 29: weir.cluster.v1.ProfileResponse
 }
 var file_cluster_proto_depIdxs = []int32{
 	0,  // 0: weir.cluster.v1.Graph.operators:type_name -> weir.cluster.v1.Operator
 	1,  // 1: weir.cluster.v1.RegisterRequest.graph:type_name -> weir.cluster.v1.Graph
-	6,  // 2: weir.cluster.v1.HeartbeatRequest.stats:type_name -> weir.cluster.v1.SubtaskStats
-	5,  // 3: weir.cluster.v1.HeartbeatRequest.operators:type_name -> weir.cluster.v1.OperatorCount
-	8,  // 4: weir.cluster.v1.SubtaskStats.task:type_name -> weir.cluster.v1.TaskID
-	8,  // 5: weir.cluster.v1.TaskReport.task:type_name -> weir.cluster.v1.TaskID
-	9,  // 6: weir.cluster.v1.ReportRequest.reports:type_name -> weir.cluster.v1.TaskReport
-	8,  // 7: weir.cluster.v1.Assignment.task:type_name -> weir.cluster.v1.TaskID
-	12, // 8: weir.cluster.v1.DeployRequest.placement:type_name -> weir.cluster.v1.Assignment
-	13, // 9: weir.cluster.v1.DeployRequest.peers:type_name -> weir.cluster.v1.Peer
-	8,  // 10: weir.cluster.v1.ControlMessage.task:type_name -> weir.cluster.v1.TaskID
-	16, // 11: weir.cluster.v1.ControlRequest.messages:type_name -> weir.cluster.v1.ControlMessage
-	24, // 12: weir.cluster.v1.StatusResponse.workers:type_name -> weir.cluster.v1.WorkerStatus
-	25, // 13: weir.cluster.v1.StatusResponse.checkpoints:type_name -> weir.cluster.v1.CheckpointStatus
-	2,  // 14: weir.cluster.v1.CoordinatorService.Register:input_type -> weir.cluster.v1.RegisterRequest
-	4,  // 15: weir.cluster.v1.CoordinatorService.Heartbeat:input_type -> weir.cluster.v1.HeartbeatRequest
-	10, // 16: weir.cluster.v1.CoordinatorService.Report:input_type -> weir.cluster.v1.ReportRequest
-	23, // 17: weir.cluster.v1.CoordinatorService.Status:input_type -> weir.cluster.v1.StatusRequest
-	14, // 18: weir.cluster.v1.WorkerService.Deploy:input_type -> weir.cluster.v1.DeployRequest
-	17, // 19: weir.cluster.v1.WorkerService.Control:input_type -> weir.cluster.v1.ControlRequest
-	19, // 20: weir.cluster.v1.WorkerService.Cancel:input_type -> weir.cluster.v1.CancelRequest
-	21, // 21: weir.cluster.v1.WorkerService.Probe:input_type -> weir.cluster.v1.ProbeRequest
-	27, // 22: weir.cluster.v1.WorkerService.Profile:input_type -> weir.cluster.v1.ProfileRequest
-	3,  // 23: weir.cluster.v1.CoordinatorService.Register:output_type -> weir.cluster.v1.RegisterResponse
-	7,  // 24: weir.cluster.v1.CoordinatorService.Heartbeat:output_type -> weir.cluster.v1.HeartbeatResponse
-	11, // 25: weir.cluster.v1.CoordinatorService.Report:output_type -> weir.cluster.v1.ReportResponse
-	26, // 26: weir.cluster.v1.CoordinatorService.Status:output_type -> weir.cluster.v1.StatusResponse
-	15, // 27: weir.cluster.v1.WorkerService.Deploy:output_type -> weir.cluster.v1.DeployResponse
-	18, // 28: weir.cluster.v1.WorkerService.Control:output_type -> weir.cluster.v1.ControlResponse
-	20, // 29: weir.cluster.v1.WorkerService.Cancel:output_type -> weir.cluster.v1.CancelResponse
-	22, // 30: weir.cluster.v1.WorkerService.Probe:output_type -> weir.cluster.v1.ProbeResponse
-	28, // 31: weir.cluster.v1.WorkerService.Profile:output_type -> weir.cluster.v1.ProfileResponse
-	23, // [23:32] is the sub-list for method output_type
-	14, // [14:23] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	7,  // 2: weir.cluster.v1.HeartbeatRequest.stats:type_name -> weir.cluster.v1.SubtaskStats
+	5,  // 3: weir.cluster.v1.HeartbeatRequest.process:type_name -> weir.cluster.v1.ProcessStats
+	6,  // 4: weir.cluster.v1.HeartbeatRequest.operators:type_name -> weir.cluster.v1.OperatorCount
+	9,  // 5: weir.cluster.v1.SubtaskStats.task:type_name -> weir.cluster.v1.TaskID
+	9,  // 6: weir.cluster.v1.TaskReport.task:type_name -> weir.cluster.v1.TaskID
+	10, // 7: weir.cluster.v1.ReportRequest.reports:type_name -> weir.cluster.v1.TaskReport
+	9,  // 8: weir.cluster.v1.Assignment.task:type_name -> weir.cluster.v1.TaskID
+	13, // 9: weir.cluster.v1.DeployRequest.placement:type_name -> weir.cluster.v1.Assignment
+	14, // 10: weir.cluster.v1.DeployRequest.peers:type_name -> weir.cluster.v1.Peer
+	9,  // 11: weir.cluster.v1.ControlMessage.task:type_name -> weir.cluster.v1.TaskID
+	17, // 12: weir.cluster.v1.ControlRequest.messages:type_name -> weir.cluster.v1.ControlMessage
+	5,  // 13: weir.cluster.v1.WorkerStatus.process:type_name -> weir.cluster.v1.ProcessStats
+	25, // 14: weir.cluster.v1.StatusResponse.workers:type_name -> weir.cluster.v1.WorkerStatus
+	26, // 15: weir.cluster.v1.StatusResponse.checkpoints:type_name -> weir.cluster.v1.CheckpointStatus
+	2,  // 16: weir.cluster.v1.CoordinatorService.Register:input_type -> weir.cluster.v1.RegisterRequest
+	4,  // 17: weir.cluster.v1.CoordinatorService.Heartbeat:input_type -> weir.cluster.v1.HeartbeatRequest
+	11, // 18: weir.cluster.v1.CoordinatorService.Report:input_type -> weir.cluster.v1.ReportRequest
+	24, // 19: weir.cluster.v1.CoordinatorService.Status:input_type -> weir.cluster.v1.StatusRequest
+	15, // 20: weir.cluster.v1.WorkerService.Deploy:input_type -> weir.cluster.v1.DeployRequest
+	18, // 21: weir.cluster.v1.WorkerService.Control:input_type -> weir.cluster.v1.ControlRequest
+	20, // 22: weir.cluster.v1.WorkerService.Cancel:input_type -> weir.cluster.v1.CancelRequest
+	22, // 23: weir.cluster.v1.WorkerService.Probe:input_type -> weir.cluster.v1.ProbeRequest
+	28, // 24: weir.cluster.v1.WorkerService.Profile:input_type -> weir.cluster.v1.ProfileRequest
+	3,  // 25: weir.cluster.v1.CoordinatorService.Register:output_type -> weir.cluster.v1.RegisterResponse
+	8,  // 26: weir.cluster.v1.CoordinatorService.Heartbeat:output_type -> weir.cluster.v1.HeartbeatResponse
+	12, // 27: weir.cluster.v1.CoordinatorService.Report:output_type -> weir.cluster.v1.ReportResponse
+	27, // 28: weir.cluster.v1.CoordinatorService.Status:output_type -> weir.cluster.v1.StatusResponse
+	16, // 29: weir.cluster.v1.WorkerService.Deploy:output_type -> weir.cluster.v1.DeployResponse
+	19, // 30: weir.cluster.v1.WorkerService.Control:output_type -> weir.cluster.v1.ControlResponse
+	21, // 31: weir.cluster.v1.WorkerService.Cancel:output_type -> weir.cluster.v1.CancelResponse
+	23, // 32: weir.cluster.v1.WorkerService.Probe:output_type -> weir.cluster.v1.ProbeResponse
+	29, // 33: weir.cluster.v1.WorkerService.Profile:output_type -> weir.cluster.v1.ProfileResponse
+	25, // [25:34] is the sub-list for method output_type
+	16, // [16:25] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_cluster_proto_init() }
@@ -2189,7 +2425,7 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   29,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -2,6 +2,7 @@
 // two seconds. No framework; the graph layout is dagre's.
 import { graphlib, layout } from '@dagrejs/dagre';
 import { initProfile } from './profile.js';
+import { startWorkers } from './workers.js';
 
 const POLL_MS = 2000;
 const SVGNS = 'http://www.w3.org/2000/svg';
@@ -245,7 +246,7 @@ function renderVertex() {
     $('vertex').replaceChildren();
     return;
   }
-  const cols = ['Subtask', 'State', 'Attempt', 'Records in', 'Records out', 'In / s', 'Out / s', 'Busy', 'Idle', 'Back-pressured', 'Sink commit', 'Watermark'];
+  const cols = ['Subtask', 'State', 'Attempt', 'Records in', 'Records out', 'In / s', 'Out / s', 'Busy', 'Idle', 'Back-pressured', 'Sink commit', 'Watermark', 'Bytes in', 'Bytes out'];
   const rows = ui.subtasks.filter((t) => t.vertex === v.id).map((t) => h('tr', { 'data-task': t.task },
     h('td', {}, t.task), h('td', { class: t.state === 'failed' ? 'error' : '' }, t.state), h('td', { class: 'num' }, t.attempt),
     h('td', { class: 'num' }, fmtCount(t.recordsIn)), h('td', { class: 'num' }, fmtCount(t.recordsOut)),
@@ -254,12 +255,21 @@ function renderVertex() {
     h('td', { class: 'num', style: `background:${pressureColour[pressureLevel(t.backPressuredRatio)]}` }, pct(t.backPressuredRatio)),
     h('td', { class: 'num', title: t.sinkCommits ? `${t.sinkCommits} commits, ${fmtSeconds(t.sinkCommitSeconds)} in all` : '' },
       t.sinkCommits ? fmtSeconds(t.sinkCommitLatencySeconds || t.sinkCommitSeconds / t.sinkCommits) : '—'),
-    h('td', {}, t.watermark === undefined ? '—' : new Date(t.watermark).toISOString())));
+    h('td', {}, t.watermark === undefined ? '—' : new Date(t.watermark).toISOString()),
+    ...subtaskBytes(t)));
   $('vertex').replaceChildren(
     h('h3', {}, `${vertexLabel(v)} — ${v.parallelism} subtasks (max parallelism ${v.maxParallelism})`),
     h('div', { class: 'scroll' }, h('table', { id: 'subtasks' },
-      h('thead', {}, h('tr', {}, ...cols.map((c, i) => h('th', { class: i > 2 && i < 11 ? 'num' : '' }, c)))),
+      h('thead', {}, h('tr', {}, ...cols.map((c, i) => h('th', { class: i > 2 && i !== 11 ? 'num' : '', title: i > 11 ? BYTES_TITLE : '' }, c)))),
       h('tbody', {}, ...rows))));
+}
+
+const BYTES_TITLE = 'sent over the network to and from other processes (frames, headers included); channels within a process pass batches by reference and count 0';
+
+// subtaskBytes are the cells of a subtask's bytes in and out.
+function subtaskBytes(t) {
+  return [t.bytesIn, t.bytesOut].map((n, i) =>
+    h('td', { class: 'num', 'data-bytes': i ? 'out' : 'in', 'data-value': n || 0, title: BYTES_TITLE }, fmtBytes(n || 0)));
 }
 
 function groupBy(xs, key) {
@@ -564,3 +574,4 @@ $('timeline-vertex').addEventListener('change', (e) => { ui.timelineVertex = e.t
 refresh();
 setInterval(refresh, POLL_MS);
 initProfile();
+startWorkers({ api, h, fmtBytes, fmtSeconds, fmtCount }, POLL_MS);

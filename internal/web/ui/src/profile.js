@@ -34,9 +34,10 @@ async function getJSON(path) {
 
 // loadChoices offers the job graph's vertices and the live workers.
 async function loadChoices() {
-  const [graph, workers] = await Promise.all([getJSON('api/v1/graph'), getJSON('api/v1/workers')]);
+  const [graph, cluster] = await Promise.all([getJSON('api/v1/graph'), getJSON('api/v1/workers')]);
   fillSelect(byId('profile-vertex'), [['', 'every vertex'], ...graph.vertices.map((v) => [v.id, v.id])]);
-  const processes = [['', workers.length ? 'the coordinator (this process)' : 'this process']];
+  const workers = cluster.workers.filter((w) => w.state !== 'lost').map((w) => w.name);
+  const processes = [['', cluster.cluster ? 'the coordinator (this process)' : 'this process']];
   for (const w of workers) processes.push([w, `worker ${w}`]);
   fillSelect(byId('profile-worker'), processes);
 }
