@@ -2,10 +2,13 @@ package web
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -13,7 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/browsertest"
 	"github.com/weirstream/weir/internal/runtime"
 )
 
@@ -55,6 +61,10 @@ func newInflightStory(t *testing.T) *inflightStory {
 		{Task: storySrc, Attempt: 1, Barrier: runtime.BarrierProgress{ID: 7, Since: st.now.Add(-90 * time.Millisecond)}},
 	}
 	feeds := Feeds{Operators: func() []Operator { return nil },
+		Graph: Graph{Vertices: []Vertex{{ID: "source", Parallelism: 1, MaxParallelism: 128, Operators: []GraphOperator{{UID: "source", Name: "source", Kind: "source"}}},
+			{ID: "count", Parallelism: 2, MaxParallelism: 128, Operators: []GraphOperator{{UID: "count", Name: "count", Kind: "process"}}}},
+			Edges: []Edge{{From: "source", To: "count", Partition: "hash"}}},
+		Config: map[string]any{"mode": "exactly-once", "checkpointAlignment": "aligned"},
 		Subtasks: func() []runtime.SubtaskStats { st.mu.Lock(); defer st.mu.Unlock(); return st.stats },
 		Pending:  func() []checkpoint.PendingCheckpoint { st.mu.Lock(); defer st.mu.Unlock(); return st.pending }}
 	st.s = New("demo", feeds, Control{}, func() time.Time { return st.now })
@@ -137,8 +147,8 @@ func TestCheckpointsInProgress(t *testing.T) {
 		states[tp.Task] = tp.State
 	}
 	// The counters' newest barrier is of 6: they wait for 7's. The source
-	// took 7's trigger and has not yet snapshotted.
-	if want := map[string]string{"source#0": "aligning", "count#0": "waiting", "count#1": "waiting"}; !maps.Equal(states, want) {
+	// took 7's trigger and snapshots.
+	if want := map[string]string{"source#0": "snapshotting", "count#0": "waiting", "count#1": "waiting"}; !maps.Equal(states, want) {
 		t.Errorf("savepoint 7's tasks: %v, want %v", states, want)
 	}
 	if got := inProgressGauge(t, h); got != "2" {
@@ -239,4 +249,53 @@ func inProgressGauge(t *testing.T, h http.Handler) string {
 		t.Fatal("no weir_checkpoints_in_progress in /metrics")
 	}
 	return m[1]
+}
+
+// TestUIShowsCheckpointsInProgress loads the UI of inflightStory: the
+// checkpoint table has rows in progress (newest first, above the history)
+// with their acknowledgements, and the area below says where each task
+// is; once checkpoint 6 completes, the page's poll moves it to the history.
+func TestUIShowsCheckpointsInProgress(t *testing.T) {
+	ctx := browsertest.Start(t, time.Minute)
+	st := newInflightStory(t)
+	srv := httptest.NewServer(st.s.Handler())
+	defer srv.Close()
+	wait, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := chromedp.Do(wait, chromedp.Navigate(srv.URL+"/"),
+		chromedp.WaitVisible(`#inflight .task[data-task="count#1"][data-state="aligning"]`)); err != nil {
+		text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
+		t.Fatalf("%v; the page says:\n%s", err, text)
+	}
+	read := func(js string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](js))
+		if err != nil {
+			t.Fatalf("%s: %v", js, err)
+		}
+		return v
+	}
+	if got := read(`[...document.querySelectorAll('#checkpoints tbody tr')].map(r => r.dataset.id + ' ' + r.dataset.status + (r.dataset.status === 'in_progress' ? ' ' + r.querySelector('td.acks').textContent + ' ' + r.querySelector('td.age').textContent : '')).join('; ')`); got != "7 in_progress 0/3 100 ms; 6 in_progress 1/3 2.00 s; 5 completed" {
+		t.Errorf("the checkpoint table: %q", got)
+	}
+	if got := read(`[...document.querySelectorAll('#inflight .inflight-cp[data-id="6"] .task')].map(e => e.dataset.state + ': ' + e.textContent).join('; ')`); got != "aligning: count#1 aligning for 1.50 s, 1 of 2 barriers; snapshotting: count#0 snapshotting: writing its state; acknowledged: source#0 acknowledged after 20 ms" {
+		t.Errorf("checkpoint 6's tasks: %q", got)
+	}
+	if got := read(`document.querySelector('#inflight .inflight-cp[data-id="7"] h3').textContent`); got != "Savepoint 7: in progress for 100 ms, 0 of 3 tasks acknowledged" {
+		t.Errorf("savepoint 7's title: %q", got)
+	}
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.s.Observe(runtime.JobEvent{Kind: runtime.EventCheckpointCompleted, Attempt: 1, ID: 6, Duration: 2 * time.Second,
+		Tasks: []runtime.TaskTrace{{Task: storySrc}, {Task: storyCount0}, {Task: storyCount1}}})
+	st.set(st.pending[1:])
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(`#checkpoints tbody tr[data-id="6"][data-status="completed"]`),
+		chromedp.WaitNotPresent(`#inflight .inflight-cp[data-id="6"]`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(browsertest.Artifacts(t), "ui-inflight.png"), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -105,9 +105,10 @@ type Checkpoint struct {
 //
 //   - "acknowledged": it wrote its state, Acked seconds after the trigger;
 //   - "snapshotting": it is through its barriers (a source: it took the
-//     trigger), took its snapshot and is writing its state;
-//   - "aligning": its first barrier came at AlignSince, AlignSeconds ago,
-//     and Barriers of its Channels input channels have theirs; an
+//     trigger) and takes its snapshot or writes its state;
+//   - "aligning": its first barrier came at AlignSince, AlignSeconds ago
+//     (snapshotting: when it came, or the trigger), and Barriers of its
+//     Channels input channels have theirs; an
 //     unaligned snapshot (Alignment) was taken at the first barrier, and
 //     waits for the others to complete its channel state;
 //   - "waiting": no barrier yet (a source: no trigger).
@@ -740,12 +741,16 @@ func progress(p checkpoint.PendingCheckpoint, pt checkpoint.PendingTask, b runti
 		return tp // no barrier of p yet (b is of an older checkpoint)
 	case b.ID > p.ID:
 		// It went on to a newer checkpoint: it is through p's barriers
-		// (they come in order) and writes its state.
+		// (they come in order) and writes its state. NB: unaligned, a
+		// channel may bring the newer one's barrier before another brings
+		// p's: the task is still aligning p then, and this says not.
 		tp.State = "snapshotting"
 		return tp
 	}
 	tp.State, tp.Barriers, tp.Channels = "aligning", b.Barriers, b.Channels
-	if b.Done {
+	if b.Done || b.Channels == 0 {
+		// A source snapshots as it takes the trigger: it has no
+		// barriers to wait for.
 		tp.State = "snapshotting"
 	}
 	if !b.Since.IsZero() {
