@@ -64,7 +64,7 @@ func newInflightStory(t *testing.T) *inflightStory {
 		Graph: Graph{Vertices: []Vertex{{ID: "source", Parallelism: 1, MaxParallelism: 128, Operators: []GraphOperator{{UID: "source", Name: "source", Kind: "source"}}},
 			{ID: "count", Parallelism: 2, MaxParallelism: 128, Operators: []GraphOperator{{UID: "count", Name: "count", Kind: "process"}}}},
 			Edges: []Edge{{From: "source", To: "count", Partition: "hash"}}},
-		Config: map[string]any{"mode": "exactly-once", "checkpointAlignment": "aligned"},
+		Config:   map[string]any{"mode": "exactly-once", "checkpointAlignment": "aligned"},
 		Subtasks: func() []runtime.SubtaskStats { st.mu.Lock(); defer st.mu.Unlock(); return st.stats },
 		Pending:  func() []checkpoint.PendingCheckpoint { st.mu.Lock(); defer st.mu.Unlock(); return st.pending }}
 	st.s = New("demo", feeds, Control{}, func() time.Time { return st.now })
