@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -297,5 +298,40 @@ func TestUIShowsCheckpointsInProgress(t *testing.T) {
 	}
 	if err := os.WriteFile(filepath.Join(browsertest.Artifacts(t), "ui-inflight.png"), png, 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSavepointCommandWaitsWhileInProgress: weir savepoint polls the
+// checkpoints until its savepoint completed; a row that says it is in
+// progress is no abort (it said "savepoint 7 was aborted" of it).
+func TestSavepointCommandWaitsWhileInProgress(t *testing.T) {
+	var s *Server
+	var polls atomic.Int32
+	pending := []checkpoint.PendingCheckpoint{{ID: 7, Savepoint: true, Triggered: time.Now(), Tasks: []checkpoint.PendingTask{{Task: storySrc}}}}
+	feeds := Feeds{Operators: func() []Operator { return nil }, Pending: func() []checkpoint.PendingCheckpoint {
+		// The third listing finds it completed.
+		if polls.Add(1) == 3 {
+			s.Observe(runtime.JobEvent{Kind: runtime.EventCheckpointCompleted, Attempt: 1, ID: 7, Savepoint: true, Tasks: []runtime.TaskTrace{{Task: storySrc}}})
+		}
+		return pending
+	}}
+	ctl := Control{Token: "tok", Savepoint: func(context.Context, bool) (uint64, error) { return 7, nil }, Location: func(id uint64) string { return "ckpt/demo/chk-" + strconvU(id) }}
+	s = New("demo", feeds, ctl, nil)
+	s.Observe(runtime.JobEvent{Kind: runtime.EventRunning, Attempt: 1})
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	var out bytes.Buffer
+	for _, cmd := range Commands() {
+		if cmd.Name() != "savepoint" {
+			continue
+		}
+		cmd.SetArgs([]string{"--web", srv.Listener.Addr().String(), "--token", "tok"})
+		cmd.SetOut(&out)
+		if err := cmd.Execute(); err != nil {
+			t.Fatalf("%v (after %d listings)", err, polls.Load())
+		}
+	}
+	if got := out.String(); got != "savepoint 7: ckpt/demo/chk-7\n" || polls.Load() < 3 {
+		t.Fatalf("weir savepoint said %q after %d listings", got, polls.Load())
 	}
 }
