@@ -68,6 +68,12 @@ func buildHeld(t *testing.T, env *weir.Environment, h *holdable) {
 // acknowledged slow subtask). It returns that checkpoint as the API tells
 // it.
 func heldCheckpoint(t *testing.T, base string, h *holdable) web.Checkpoint {
+	return heldCheckpointAligning(t, base, h, "aligned")
+}
+
+// heldCheckpointAligning is heldCheckpoint with the counters' snapshots
+// going as alignment says: aligned, unaligned or switched.
+func heldCheckpointAligning(t *testing.T, base string, h *holdable, alignment string) web.Checkpoint {
 	t.Helper()
 	h.hold()
 	var last string // what the API said last, to tell why
@@ -84,7 +90,7 @@ func heldCheckpoint(t *testing.T, base string, h *holdable) web.Checkpoint {
 			if one.Status != "in_progress" {
 				continue // it completed since
 			}
-			why := heldAsExpected(one)
+			why := heldAsExpected(one, alignment)
 			if why == "" {
 				return one
 			}
@@ -99,7 +105,7 @@ func heldCheckpoint(t *testing.T, base string, h *holdable) web.Checkpoint {
 
 // heldAsExpected says what in c is not as heldCheckpoint wants it; "" if
 // all is.
-func heldAsExpected(c web.Checkpoint) string {
+func heldAsExpected(c web.Checkpoint, alignment string) string {
 	acked, slowAcked, slowNot, aligning := 0, 0, 0, 0
 	for _, p := range c.Progress {
 		switch vertex, _, _ := strings.Cut(p.Task, "#"); {
@@ -111,10 +117,10 @@ func heldAsExpected(c web.Checkpoint) string {
 			slowNot++
 		case vertex == "slow":
 			return p.Task + " is " + p.State
-		case vertex == "count" && p.State == "aligning" && p.Barriers == 1 && p.Channels == 2 && p.AlignSince != nil && p.Alignment == "aligned":
+		case vertex == "count" && p.State == "aligning" && p.Barriers == 1 && p.Channels == 2 && p.AlignSince != nil && p.Alignment == alignment:
 			aligning++
 		case vertex == "count":
-			return fmt.Sprintf("%s is %s with %d of %d barriers", p.Task, p.State, p.Barriers, p.Channels)
+			return fmt.Sprintf("%s is %s (%s) with %d of %d barriers", p.Task, p.State, p.Alignment, p.Barriers, p.Channels)
 		}
 		if p.State == "acknowledged" {
 			acked++
@@ -191,6 +197,50 @@ func TestWebShowsACheckpointInProgress(t *testing.T) {
 	}
 	t.Logf("checkpoint %d held: %+v", held.ID, held.Progress)
 	releaseHeld(t, base, h, held)
+}
+
+// TestWebShowsUnalignedTasksInProgress: with unaligned checkpoints, and
+// with aligned ones the aligned-checkpoint timeout switches, the counters
+// held waiting for the held subtask's barrier say so.
+func TestWebShowsUnalignedTasksInProgress(t *testing.T) {
+	for _, tc := range []struct {
+		alignment string
+		config    weir.CheckpointConfig
+	}{
+		{"unaligned", weir.CheckpointConfig{Interval: 50 * time.Millisecond, Alignment: weir.Unaligned}},
+		{"switched", weir.CheckpointConfig{Interval: 50 * time.Millisecond, AlignedTimeout: 20 * time.Millisecond}},
+	} {
+		t.Run(tc.alignment, func(t *testing.T) {
+			h := &holdable{}
+			addrs := make(chan string, 1)
+			env := weir.New(weir.Config{Job: "held", Parallelism: 2, Checkpoint: tc.config, Web: "127.0.0.1:0", OnWeb: func(addr string) { addrs <- addr }})
+			buildHeld(t, env, h)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				_, err := env.Execute(ctx)
+				done <- err
+			}()
+			t.Cleanup(func() {
+				h.release()
+				cancel()
+				if err := <-done; !errors.Is(err, context.Canceled) {
+					t.Errorf("the held job ended with %v, want cancelled", err)
+				}
+			})
+			var base string
+			select {
+			case addr := <-addrs:
+				base = "http://" + addr
+			case err := <-done:
+				done <- err
+				t.Fatalf("the job ended (%v) before it served", err)
+			}
+			held := heldCheckpointAligning(t, base, h, tc.alignment)
+			t.Logf("checkpoint %d held: %+v", held.ID, held.Progress)
+			releaseHeld(t, base, h, held)
+		})
+	}
 }
 
 // TestClusterWebShowsACheckpointInProgress: on a cluster the tasks run on
