@@ -21,7 +21,8 @@ import (
 // subtask's row after clicking its vertex, and an alignment timeline in
 // which the tasks downstream of the slowed subtask show a blocked
 // channel, and a checkpoint in progress with its subtasks' states. It
-// saves screenshots of the graph and the timeline.
+// saves screenshots of the graph, the timeline and the checkpoints in
+// progress.
 func TestWebUIInABrowser(t *testing.T) {
 	ctx := browsertest.Start(t, 2*time.Minute)
 	base := "http://" + slowedJob(t) + "/"
@@ -98,6 +99,8 @@ func TestWebUIInABrowser(t *testing.T) {
 		t.Fatalf("the checkpoints in progress: %q; want each of the 6 subtasks' state and the acknowledgements", inflight)
 	}
 	t.Logf("in progress: %q", inflight)
+	inflightPNG, err := chromedp.Run(ctx, chromedp.Screenshot(`#inflight`, chromedp.NodeVisible))
+	step("screenshot the checkpoints in progress", err)
 	step("click the slowed vertex for its subtasks", chromedp.Do(ctx,
 		chromedp.Click(`#graph .vertex[data-id="slow"]`),
 		chromedp.WaitVisible(`#subtasks tbody tr[data-task="slow#1"]`)))
@@ -112,7 +115,7 @@ func TestWebUIInABrowser(t *testing.T) {
 		t.Fatalf("graph vertices %v", vertices)
 	}
 	dir := browsertest.Artifacts(t)
-	for name, b := range map[string][]byte{"ui-graph.png": graphPNG, "ui-timeline.png": timelinePNG, "ui-page.png": pagePNG} {
+	for name, b := range map[string][]byte{"ui-graph.png": graphPNG, "ui-timeline.png": timelinePNG, "ui-page.png": pagePNG, "ui-inflight.png": inflightPNG} {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
