@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -19,10 +20,12 @@ import (
 // coloured as back-pressured), the checkpoint table, the slowed
 // subtask's row after clicking its vertex, and an alignment timeline in
 // which the tasks downstream of the slowed subtask show a blocked
-// channel. In the Profile section, with the job's token typed in, it takes
-// a CPU profile of vertex "slow" and finds the flame graph with a frame
-// of the slowed operator's function, and none of the sources'. It saves
-// screenshots of the graph, the timeline and the flame graph.
+// channel, and a checkpoint in progress with its subtasks' states. In the
+// Profile section, with the job's token typed in, it takes a CPU profile
+// of vertex "slow" and finds the flame graph with a frame of the slowed
+// operator's function, and none of the sources'. It saves screenshots of
+// the graph, the timeline, the checkpoints in progress and the flame
+// graph.
 func TestWebUIInABrowser(t *testing.T) {
 	ctx := browsertest.Start(t, 2*time.Minute)
 	base := "http://" + slowedJob(t) + "/"
@@ -82,6 +85,25 @@ func TestWebUIInABrowser(t *testing.T) {
 	if !strings.HasPrefix(status, "updated") || !strings.Contains(failures, "No failures.") {
 		t.Fatalf("the page's status %q (its last refresh failed?); failures table %q", status, failures)
 	}
+	// A checkpoint in progress: the slowed subtask's backlog holds every
+	// checkpoint's barriers for a while, so the page's poll finds one in
+	// progress now and then, above the history, with where each subtask is.
+	inflightCtx, cancelInflight := context.WithTimeout(ctx, time.Minute)
+	defer cancelInflight()
+	step("wait for a checkpoint in progress in the table and its subtasks' states below it", chromedp.Do(inflightCtx,
+		chromedp.WaitVisible(`#checkpoints tbody tr[data-status="in_progress"]`),
+		chromedp.WaitVisible(`#inflight .inflight-cp .task[data-task^="slow#"][data-state]`)))
+	inflight, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#inflight .inflight-cp')].map(c => c.dataset.id + ': ' +
+		[...c.querySelectorAll('.task')].map(e => e.dataset.task + ' ' + e.dataset.state).join(', ') + '; ' +
+		document.querySelector('#checkpoints tbody tr[data-status="in_progress"][data-id="' + c.dataset.id + '"] td.acks')?.textContent)`))
+	step("read the checkpoints in progress", err)
+	inflightShape := regexp.MustCompile(`^\d+: ((numbers|slow|count)#[01] (waiting|aligning|snapshotting|acknowledged)(, |; ))+[0-6]/6$`)
+	if len(inflight) == 0 || !slices.ContainsFunc(inflight, inflightShape.MatchString) {
+		t.Fatalf("the checkpoints in progress: %q; want each of the 6 subtasks' state and the acknowledgements", inflight)
+	}
+	t.Logf("in progress: %q", inflight)
+	inflightPNG, err := chromedp.Run(ctx, chromedp.Screenshot(`#inflight`, chromedp.NodeVisible))
+	step("screenshot the checkpoints in progress", err)
 	step("click the slowed vertex for its subtasks", chromedp.Do(ctx,
 		chromedp.Click(`#graph .vertex[data-id="slow"]`),
 		chromedp.WaitVisible(`#subtasks tbody tr[data-task="slow#1"]`)))
@@ -131,7 +153,7 @@ func TestWebUIInABrowser(t *testing.T) {
 		t.Fatalf("graph vertices %v", vertices)
 	}
 	dir := browsertest.Artifacts(t)
-	for name, b := range map[string][]byte{"ui-graph.png": graphPNG, "ui-timeline.png": timelinePNG, "ui-page.png": pagePNG, "ui-flamegraph.png": flamePNG} {
+	for name, b := range map[string][]byte{"ui-graph.png": graphPNG, "ui-timeline.png": timelinePNG, "ui-page.png": pagePNG, "ui-flamegraph.png": flamePNG, "ui-inflight.png": inflightPNG} {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -104,6 +104,7 @@ func (e *Environment) serveWeb(spec *runtime.Spec, cancel context.CancelCauseFun
 			return ops
 		},
 		Subtasks: func() []runtime.SubtaskStats { return stats.Read(now()) },
+		Pending:  stats.Pending,
 		Graph:    webGraph(spec.Plan),
 		Inputs:   inputNames(spec.Plan),
 		Config:   ec,

@@ -64,6 +64,7 @@ type pending struct {
 	final      bool
 	triggered  time.Time
 	acked      []bool
+	ackedAt    []time.Time // as the driver passed it to Acknowledge
 	handles    [][]Handle
 	remaining  int
 	persisting bool
@@ -213,6 +214,58 @@ func (c *Coordinator) PendingIDs() []ID {
 	return ids
 }
 
+// PendingCheckpoint is a checkpoint triggered and not yet completed or
+// aborted, as the Coordinator sees it (Pending). It is a copy: the caller
+// may keep it and hand it to other goroutines.
+type PendingCheckpoint struct {
+	ID        ID
+	Savepoint bool
+	// Triggered is the time the driver passed to the call that triggered
+	// it (Tick, TriggerSavepoint, InputExhausted or Persisted).
+	Triggered time.Time
+	// Tasks are every task of the job, in TaskID order, with their
+	// acknowledgements.
+	Tasks []PendingTask
+	// Persisting: every task acknowledged, and the driver is writing its
+	// metadata (Persist); it no longer expires.
+	Persisting bool
+}
+
+// Acknowledged counts the tasks that acknowledged p.
+func (p PendingCheckpoint) Acknowledged() int {
+	n := 0
+	for _, t := range p.Tasks {
+		if t.Acknowledged {
+			n++
+		}
+	}
+	return n
+}
+
+// PendingTask is one task of a PendingCheckpoint: whether it acknowledged,
+// and At, the time the driver passed to Acknowledge when it did.
+type PendingTask struct {
+	Task         TaskID
+	Acknowledged bool
+	At           time.Time
+}
+
+// Pending returns the checkpoints triggered but not yet completed or
+// aborted, ascending by id: at most MaxConcurrent periodic ones and a
+// savepoint, each with every task. It changes nothing; the cost is one
+// copy of that.
+func (c *Coordinator) Pending() []PendingCheckpoint {
+	out := make([]PendingCheckpoint, len(c.pending))
+	for i, p := range c.pending {
+		ts := make([]PendingTask, len(c.tasks))
+		for j, t := range c.tasks {
+			ts[j] = PendingTask{Task: t, Acknowledged: p.acked[j], At: p.ackedAt[j]}
+		}
+		out[i] = PendingCheckpoint{ID: p.id, Savepoint: p.savepoint, Triggered: p.triggered, Tasks: ts, Persisting: p.persisting}
+	}
+	return out
+}
+
 // LastID is the highest id triggered so far (or restored).
 func (c *Coordinator) LastID() ID { return c.lastID }
 
@@ -278,8 +331,9 @@ func (c *Coordinator) InputExhausted(now time.Time, task TaskID) {
 	c.maybeTrigger(now)
 }
 
-// Acknowledge records that task wrote its state for checkpoint id.
-func (c *Coordinator) Acknowledge(task TaskID, id ID, handles []Handle) AckResult {
+// Acknowledge records that task wrote its state for checkpoint id; now is
+// when the driver received the acknowledgement (Pending tells it).
+func (c *Coordinator) Acknowledge(now time.Time, task TaskID, id ID, handles []Handle) AckResult {
 	p := c.find(id)
 	if p == nil {
 		if c.isCompleted(id) {
@@ -304,7 +358,7 @@ func (c *Coordinator) Acknowledge(task TaskID, id ID, handles []Handle) AckResul
 	if p.acked[i] {
 		return AckDuplicate
 	}
-	p.acked[i] = true
+	p.acked[i], p.ackedAt[i] = true, now
 	p.handles[i] = handles
 	p.remaining--
 	if p.remaining == 0 {
@@ -438,6 +492,7 @@ func (c *Coordinator) trigger(now time.Time, savepoint, final bool) ID {
 		final:     final,
 		triggered: now,
 		acked:     make([]bool, len(c.tasks)),
+		ackedAt:   make([]time.Time, len(c.tasks)),
 		handles:   make([][]Handle, len(c.tasks)),
 		remaining: len(c.tasks),
 	}

@@ -42,6 +42,13 @@ func TestCoordinatorScripts(t *testing.T) {
 			d.ScanArgs(t, "t", &ms)
 			return t0.Add(time.Duration(ms) * time.Millisecond)
 		}
+		// maybeAt is at, or t0 for a command that does not say.
+		maybeAt := func(d *datadriven.TestData) time.Time {
+			if d.HasArg("t") {
+				return at(d)
+			}
+			return t0
+		}
 		taskArg := func(d *datadriven.TestData) TaskID {
 			var s string
 			d.ScanArgs(t, "task", &s)
@@ -117,7 +124,7 @@ func TestCoordinatorScripts(t *testing.T) {
 			case "tick":
 				c.Tick(at(d))
 			case "ack":
-				fmt.Fprintf(&b, "ack: %v\n", c.Acknowledge(taskArg(d), idArg(d), []Handle{{Operator: "op", Parallelism: 1, Inline: []byte("s")}}))
+				fmt.Fprintf(&b, "ack: %v\n", c.Acknowledge(maybeAt(d), taskArg(d), idArg(d), []Handle{{Operator: "op", Parallelism: 1, Inline: []byte("s")}}))
 			case "decline":
 				var cause error = errors.New("snapshot failed")
 				if d.HasArg("subsumed") {
@@ -152,6 +159,21 @@ func TestCoordinatorScripts(t *testing.T) {
 				l, _ := c.Latest()
 				fmt.Fprintf(&b, "pending=%v latest=%d retained=%v failures=%d last-id=%d\n",
 					c.PendingIDs(), l.ID, c.Retained(), c.ConsecutiveFailures(), c.LastID())
+				return b.String()
+			case "pending":
+				for _, p := range c.Pending() {
+					fmt.Fprintf(&b, "%d savepoint=%v triggered=%s persisting=%v acked=%d/%d\n", p.ID, p.Savepoint, p.Triggered.Sub(t0), p.Persisting, p.Acknowledged(), len(p.Tasks))
+					for _, pt := range p.Tasks {
+						if pt.Acknowledged {
+							fmt.Fprintf(&b, "  %s acked at %s\n", pt.Task, pt.At.Sub(t0))
+						} else {
+							fmt.Fprintf(&b, "  %s waiting\n", pt.Task)
+						}
+					}
+				}
+				if b.Len() == 0 {
+					return "(none)\n"
+				}
 				return b.String()
 			default:
 				t.Fatalf("unknown command %q", d.Cmd)

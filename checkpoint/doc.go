@@ -43,5 +43,7 @@
 //     and the result of every Persist;
 //   - after each call, takes Ready and carries out the actions in order;
 //   - reports the result of every Persist before it picks a checkpoint to
-//     restore from, so that a checkpoint being written is not overlooked.
+//     restore from, so that a checkpoint being written is not overlooked;
+//   - shows other goroutines the checkpoints in flight, if it will, by
+//     handing them a copy (Pending), never the Coordinator.
 package checkpoint

@@ -52,7 +52,7 @@ func TestCoordinatorAgainstModel(t *testing.T) {
 				case r < 12 && m.maxID > 0:
 					id := ID(1 + rng.IntN(int(m.maxID)+1))
 					task := tasks.All[rng.IntN(len(tasks.All))]
-					got := c.Acknowledge(task, id, nil)
+					got := c.Acknowledge(now, task, id, nil)
 					want := AckUnknown
 					switch m.status[id] {
 					case "pending":

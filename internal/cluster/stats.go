@@ -17,9 +17,39 @@ func statsToProto(ss []runtime.SubtaskStats) []*clusterpb.SubtaskStats {
 			IdleNs: int64(s.Idle), BackPressuredNs: int64(s.BackPressured), Watermark: s.Watermark,
 			Commits: s.Commits, CommitNs: int64(s.CommitTime), State: int32(s.State),
 			InputCapacity: int32(s.InputCapacity), BytesIn: s.BytesIn, BytesOut: s.BytesOut,
+			BarrierCheckpoint: uint64(s.Barrier.ID), BarrierSinceUnixNanos: unixNanos(s.Barrier.Since),
+			BarriersReceived: int32(s.Barrier.Barriers), InputChannels: int32(s.Barrier.Channels), BarrierFlags: barrierFlags(s.Barrier),
 		}
 	}
 	return out
+}
+
+// The bits of SubtaskStats.barrier_flags.
+const (
+	barrierUnaligned = 1 << iota
+	barrierSwitched
+	barrierDone
+)
+
+func barrierFlags(b runtime.BarrierProgress) int32 {
+	var f int32
+	for _, x := range []struct {
+		set bool
+		bit int32
+	}{{b.Unaligned, barrierUnaligned}, {b.Switched, barrierSwitched}, {b.Done, barrierDone}} {
+		if x.set {
+			f |= x.bit
+		}
+	}
+	return f
+}
+
+// unixNanos is t in Unix nanoseconds, 0 for the zero time (not said).
+func unixNanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
 }
 
 func statsFromProto(ps []*clusterpb.SubtaskStats) []runtime.SubtaskStats {
@@ -31,6 +61,11 @@ func statsFromProto(ps []*clusterpb.SubtaskStats) []runtime.SubtaskStats {
 			Idle: time.Duration(p.GetIdleNs()), BackPressured: time.Duration(p.GetBackPressuredNs()), Watermark: p.GetWatermark(),
 			Commits: p.GetCommits(), CommitTime: time.Duration(p.GetCommitNs()), State: runtime.TaskState(p.GetState()),
 			InputCapacity: int(p.GetInputCapacity()), BytesIn: p.GetBytesIn(), BytesOut: p.GetBytesOut(),
+			Barrier: runtime.BarrierProgress{ID: checkpoint.ID(p.GetBarrierCheckpoint()), Barriers: int(p.GetBarriersReceived()), Channels: int(p.GetInputChannels()),
+				Unaligned: p.GetBarrierFlags()&barrierUnaligned != 0, Switched: p.GetBarrierFlags()&barrierSwitched != 0, Done: p.GetBarrierFlags()&barrierDone != 0},
+		}
+		if n := p.GetBarrierSinceUnixNanos(); n != 0 {
+			out[i].Barrier.Since = time.Unix(0, n)
 		}
 	}
 	return out

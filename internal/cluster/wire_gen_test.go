@@ -54,6 +54,8 @@ var narrowed = map[string]string{
 	"checkpoint.Operator.MaxParallelism": "at most keygroup.MaxMaxParallelism",
 	"runtime.Control.Kind":               "one of runtime's few control kinds",
 	"runtime.SubtaskStats.InputCapacity": "the events one input channel holds",
+	"runtime.BarrierProgress.Barriers":   "at most a subtask's input channels",
+	"runtime.BarrierProgress.Channels":   "a subtask's input channels",
 }
 
 // addressed is a control message with the task it goes to, as

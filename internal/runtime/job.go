@@ -327,6 +327,9 @@ type driver struct {
 	// lease is the storage's lock, if it can tell that another run took
 	// it over (storage.Blob's lease).
 	lease interface{ Held() error }
+	// unpublished: acknowledgements came since the checkpoints in flight
+	// were last published (publishPending).
+	unpublished bool
 }
 
 // WithDefaults fills in what spec leaves unset: the settings it runs with.
@@ -599,6 +602,7 @@ func (d *driver) emit(e JobEvent) {
 }
 
 func (d *driver) run(ctx context.Context) (Result, error) {
+	defer d.spec.Stats.setPending(nil) // nothing is in flight once the run ended
 	defer func() {
 		if err := d.deleteUnsure(); err != nil {
 			d.log.Error("a checkpoint whose commit failed is left in storage, where it looks completed: delete it by hand before a run restores it or one before it",
@@ -915,6 +919,9 @@ func (d *driver) runAttempt(parent context.Context) error {
 		case <-tick.C:
 			if d.coord != nil {
 				d.coord.Tick(d.spec.Now())
+				if d.unpublished {
+					d.publishPending()
+				}
 			}
 		case req := <-d.spec.Savepoints:
 			var r SavepointReply
@@ -942,7 +949,8 @@ func (d *driver) runAttempt(parent context.Context) error {
 				}
 				d.acks[r.ID] = append(d.acks[r.ID], TaskTrace{Task: r.Task, Acked: d.spec.Now().Sub(d.triggered[r.ID]), Align: r.Align, Sync: r.Sync, Async: r.Async, Bytes: bytes, Arrivals: r.Arrivals, Unaligned: r.Unaligned, Switched: r.Switched, ChannelState: r.ChannelState})
 				d.res.MaxSyncSnapshot = max(d.res.MaxSyncSnapshot, r.Sync)
-				d.coord.Acknowledge(r.Task, r.ID, r.Handles)
+				d.coord.Acknowledge(d.spec.Now(), r.Task, r.ID, r.Handles)
+				d.unpublished = true
 			case ReportDecline:
 				d.coord.Decline(r.Task, r.ID, r.Err)
 			case ReportExhausted:
@@ -1008,13 +1016,26 @@ func (d *driver) tickInterval() time.Duration {
 	return min(max(iv/10, time.Millisecond), 100*time.Millisecond)
 }
 
+// publishPending publishes the checkpoints in flight (Stats.Pending) for
+// the web server's goroutines. NB: a copy of them, each with every task,
+// at every trigger, completion and abort, but after acknowledgements at
+// most once per tick: a copy per acknowledgement would cost the square of
+// the tasks per checkpoint.
+func (d *driver) publishPending() {
+	d.spec.Stats.setPending(d.coord.Pending())
+	d.unpublished = false
+}
+
 // carryOut executes the coordinator's decisions until it has none; a
 // FailJob decision is returned as the failure.
 func (d *driver) carryOut(ctx context.Context, x Execution) error {
 	var failure error
-	for {
+	for n := 0; ; n++ {
 		acts := d.coord.Ready()
 		if len(acts) == 0 {
+			if n > 0 {
+				d.publishPending() // one may have been triggered, completed or aborted
+			}
 			return failure
 		}
 		for _, act := range acts {

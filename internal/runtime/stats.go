@@ -29,6 +29,96 @@ type TaskStats struct {
 	// netIn and netOut are its channels to and from other processes,
 	// whose bytes Read sums; set before the task runs.
 	netIn, netOut []ByteCounter
+
+	// barrier is its progress through its newest checkpoint. NB: a mutex,
+	// not atomics, so that a reading is never torn between two
+	// checkpoints; it is taken once per barrier or snapshot, and by a
+	// reading.
+	barrierMu sync.Mutex
+	barrier   BarrierProgress
+}
+
+// BarrierProgress is a subtask's way through the newest checkpoint it
+// took part in, as its task publishes it (once per barrier and per
+// snapshot, never per record). The zero value: no checkpoint yet in this
+// attempt.
+type BarrierProgress struct {
+	// ID is the newest checkpoint whose first barrier (a source: its
+	// trigger) the subtask received; Since is when.
+	ID    checkpoint.ID
+	Since time.Time
+	// Barriers counts the input channels whose barrier of ID came, of
+	// Channels, all the subtask's input channels (0: a source).
+	Barriers, Channels int
+	// Unaligned: its snapshot of ID is unaligned; Switched: it began
+	// aligned, and the aligned-checkpoint timeout switched it.
+	Unaligned, Switched bool
+	// Done: the subtask is through ID's barriers: it took its snapshot,
+	// with its channel state complete when unaligned, and is writing its
+	// state; its acknowledgement follows. NB: an aligned snapshot is
+	// taken when the barriers of the channels that have not ended came,
+	// so Barriers may stay below Channels.
+	Done bool
+}
+
+// barrierArrived notes checkpoint id's barrier on one of channels input
+// channels at now.
+func (s *TaskStats) barrierArrived(id checkpoint.ID, channels int, now time.Time) {
+	if s == nil {
+		return
+	}
+	s.barrierMu.Lock()
+	defer s.barrierMu.Unlock()
+	switch b := &s.barrier; {
+	case id > b.ID:
+		*b = BarrierProgress{ID: id, Since: now, Barriers: 1, Channels: channels}
+	case id == b.ID:
+		b.Barriers = min(b.Barriers+1, b.Channels)
+	}
+}
+
+// triggered notes that a source took checkpoint id's trigger at now.
+func (s *TaskStats) triggered(id checkpoint.ID, now time.Time) {
+	if s == nil {
+		return
+	}
+	s.barrierMu.Lock()
+	defer s.barrierMu.Unlock()
+	if id > s.barrier.ID {
+		s.barrier = BarrierProgress{ID: id, Since: now}
+	}
+}
+
+// snapshotted notes the subtask's snapshot of checkpoint id; done says it
+// is through id's barriers (BarrierProgress.Done).
+func (s *TaskStats) snapshotted(id checkpoint.ID, unaligned, switched, done bool) {
+	if s == nil {
+		return
+	}
+	s.barrierMu.Lock()
+	defer s.barrierMu.Unlock()
+	if b := &s.barrier; b.ID == id {
+		b.Unaligned, b.Switched, b.Done = unaligned, switched, b.Done || done
+	}
+}
+
+// barriersDone notes that an unaligned snapshot of checkpoint id has all
+// its channel state.
+func (s *TaskStats) barriersDone(id checkpoint.ID) {
+	if s == nil {
+		return
+	}
+	s.barrierMu.Lock()
+	defer s.barrierMu.Unlock()
+	if s.barrier.ID == id {
+		s.barrier.Done = true
+	}
+}
+
+func (s *TaskStats) barrierProgress() BarrierProgress {
+	s.barrierMu.Lock()
+	defer s.barrierMu.Unlock()
+	return s.barrier
 }
 
 // TaskState is where a subtask is in its life.
@@ -135,6 +225,10 @@ type SubtaskStats struct {
 	// a process pass batches by reference and count nothing: a job in
 	// one process counts 0.
 	BytesIn, BytesOut int64
+	// Barrier is its progress through the newest checkpoint it took part
+	// in: with the coordinator's acknowledgements (Stats.Pending), what
+	// the tasks of a checkpoint in flight are doing.
+	Barrier BarrierProgress
 }
 
 // Busy is the time the subtask worked.
@@ -143,11 +237,38 @@ func (s SubtaskStats) Busy() time.Duration { return max(s.Uptime-s.Idle-s.BackPr
 // Stats holds the counters of the subtasks of a job: those running in this
 // process (live), and those a cluster's workers reported (Report). A
 // subtask's entry stays, with its last values, until a later attempt
-// replaces it.
+// replaces it. In the process that runs the job's driver it also holds the
+// checkpoints in flight (Pending). It is safe for concurrent use.
 type Stats struct {
 	mu       sync.Mutex
 	live     map[checkpoint.TaskID]*TaskStats
 	reported map[checkpoint.TaskID]SubtaskStats
+	// pending is what the driver last published; never changed after.
+	pending []checkpoint.PendingCheckpoint
+}
+
+// Pending returns the checkpoints in flight as the job's driver last
+// published them (checkpoint.Coordinator.Pending), ascending by id: it
+// publishes when one is triggered, completes or aborts, and, at its next
+// tick, after acknowledgements. Empty in a process that does not run the
+// driver, and once the run ended. The caller must not modify them.
+func (r *Stats) Pending() []checkpoint.PendingCheckpoint {
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pending
+}
+
+// setPending publishes the checkpoints in flight; p is not changed after.
+func (r *Stats) setPending(p []checkpoint.PendingCheckpoint) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pending = p
 }
 
 // NewStats returns an empty registry.
@@ -193,7 +314,7 @@ func (r *Stats) Read(now time.Time) []SubtaskStats {
 			In: s.in.Load(), Out: s.out.Load(),
 			Idle: time.Duration(s.idle.Load()), BackPressured: time.Duration(s.backPressured.Load()),
 			Watermark: s.watermark.Load(), Commits: s.commits.Load(), CommitTime: time.Duration(s.commitTime.Load()),
-			InputCapacity: int(s.inputCapacity.Load()), BytesIn: sumBytes(s.netIn), BytesOut: sumBytes(s.netOut),
+			InputCapacity: int(s.inputCapacity.Load()), BytesIn: sumBytes(s.netIn), BytesOut: sumBytes(s.netOut), Barrier: s.barrierProgress(),
 		})
 	}
 	for _, s := range r.reported {

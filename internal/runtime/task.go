@@ -497,6 +497,7 @@ func (t *task) handle(ctx context.Context, ch int, ev Event) error {
 		t.chanIdle[ch] = true
 		return t.advance()
 	case KindBarrier:
+		t.stats.barrierArrived(ev.ID, t.gate.Len(), t.now())
 		t.traceBarrier(ch, ev.ID)
 		var triggered time.Time
 		if ev.Time != 0 {
@@ -631,6 +632,9 @@ func (t *task) aligned(ctx context.Context, acts []barrier.Action, by Event) err
 		case barrier.Block, barrier.UnblockAll:
 			// The gate asks the aligner which channels it may read.
 		case barrier.Snapshot:
+			// An unaligned snapshot is through its barriers once its
+			// channel state is complete (ChannelStateComplete).
+			t.stats.snapshotted(a.ID, a.Unaligned, a.Unaligned && t.alignedTO, !a.Unaligned)
 			t.snapshot(ctx, a.ID, a.Unaligned)
 			delete(t.traces, a.ID)
 			t.snapshotted = max(t.snapshotted, a.ID)
@@ -648,6 +652,7 @@ func (t *task) aligned(ctx context.Context, acts []barrier.Action, by Event) err
 		case barrier.EndPersist:
 			t.persisting[a.Channel] = slices.DeleteFunc(t.persisting[a.Channel], func(id checkpoint.ID) bool { return id == a.ID })
 		case barrier.ChannelStateComplete:
+			t.stats.barriersDone(a.ID)
 			if p := t.pending[a.ID]; p != nil && p.snapshot != nil {
 				delete(t.pending, a.ID)
 				t.write(ctx, a.ID, p.snapshot, p)
@@ -672,7 +677,9 @@ func (t *task) control(ctx context.Context, m Control) error {
 		if t.source == nil || t.finished {
 			return nil
 		}
+		t.stats.triggered(m.ID, t.now())
 		if t.snapshot(ctx, m.ID, false) {
+			t.stats.snapshotted(m.ID, false, false, true)
 			if m.Stop {
 				t.suspendedAt = m.ID // nothing after the savepoint's barrier
 			}

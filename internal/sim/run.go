@@ -1271,7 +1271,7 @@ func (s *sim) deliverCoord(l *leader, w int) {
 		// flight at the failover, or an old term's) names a checkpoint
 		// that failover aborted, or another term's: the coordinator must
 		// refuse it.
-		if res := l.coord.Acknowledge(m.task, m.id, m.handles); res == checkpoint.AckOK && m.attempt != l.attempt {
+		if res := l.coord.Acknowledge(s.now, m.task, m.id, m.handles); res == checkpoint.AckOK && m.attempt != l.attempt {
 			s.fail("the coordinator accepted %s's acknowledgement of checkpoint %d from attempt %#x in attempt %#x", m.task, m.id, m.attempt, l.attempt)
 		}
 	case mDecline:

@@ -53,7 +53,7 @@ import (
 type Coordinator interface {
 	Start(now time.Time)
 	Tick(now time.Time)
-	Acknowledge(task checkpoint.TaskID, id checkpoint.ID, hs []checkpoint.Handle) checkpoint.AckResult
+	Acknowledge(now time.Time, task checkpoint.TaskID, id checkpoint.ID, hs []checkpoint.Handle) checkpoint.AckResult
 	TriggerFailed(id checkpoint.ID, cause error)
 	Decline(task checkpoint.TaskID, id checkpoint.ID, cause error)
 	Persisted(now time.Time, id checkpoint.ID, err error)

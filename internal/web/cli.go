@@ -66,7 +66,7 @@ func Commands() []*cobra.Command {
 					return err
 				}
 				for _, cp := range cs {
-					if cp.ID != started.ID {
+					if cp.ID != started.ID || cp.Status == "in_progress" {
 						continue
 					}
 					if cp.Status != "completed" {
@@ -119,7 +119,7 @@ func Commands() []*cobra.Command {
 	}, true)
 	checkpoints := flags(&cobra.Command{
 		Use:   "checkpoints",
-		Short: "List a running job's last checkpoints: how their tasks aligned (aligned, unaligned, switched by the aligned-checkpoint timeout) and the channel state they hold",
+		Short: "List a running job's checkpoints in progress (acknowledged tasks, age) and its last checkpoints: how their tasks aligned (aligned, unaligned, switched by the aligned-checkpoint timeout) and the channel state they hold",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := newClient(cmd.Context(), addr, "", timeout, args)
 			if err != nil {
@@ -136,6 +136,11 @@ func Commands() []*cobra.Command {
 				kind, what := "checkpoint", cp.Slowest
 				if cp.Savepoint {
 					kind = "savepoint"
+				}
+				if cp.Status == "in_progress" {
+					// Its duration so far; what it holds is not known yet.
+					fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%.0fms\t-\t-\t-\t%s\n", cp.ID, kind, cp.Status, cp.At.Format("15:04:05.000"), cp.Age*1000, inProgressOf(cp))
+					continue
 				}
 				if cp.Status != "completed" {
 					what = cp.Reason
@@ -188,6 +193,12 @@ func alignmentOf(cp Checkpoint) string {
 		return fmt.Sprintf("switched %d/%d tasks", cp.SwitchedTasks, cp.AckedTasks)
 	}
 	return fmt.Sprintf("unaligned %d/%d tasks, %d switched", cp.UnalignedTasks, cp.AckedTasks, cp.SwitchedTasks)
+}
+
+// inProgressOf says of a checkpoint in progress how many of its tasks
+// acknowledged and how old it is: "acks 3/4, age 1.2s".
+func inProgressOf(cp Checkpoint) string {
+	return fmt.Sprintf("acks %d/%d, age %s", cp.AckedTasks, cp.TotalTasks, (time.Duration(cp.Age * float64(time.Second))).Round(100*time.Millisecond))
 }
 
 // channelStateOf is the bytes of channel state checkpoint cp holds; "-"

@@ -44,11 +44,15 @@ type Operator struct {
 	Late int64 `json:"lateDropped"`
 }
 
-// Checkpoint is one checkpoint of the history.
+// Checkpoint is one checkpoint of the history, or one in progress.
 type Checkpoint struct {
-	ID       uint64    `json:"id"`
-	Status   string    `json:"status"` // completed or aborted
-	At       time.Time `json:"at"`     // completion or abort
+	ID uint64 `json:"id"`
+	// Status is completed, aborted, or in_progress (triggered, not yet
+	// completed or aborted).
+	Status string `json:"status"`
+	// At is when it completed or aborted; in progress, when it was
+	// triggered.
+	At       time.Time `json:"at"`
 	Duration float64   `json:"durationSeconds,omitempty"`
 	// Triggered is when a completed checkpoint was triggered (At less its
 	// Duration); AlignSeconds its longest alignment of a task.
@@ -88,6 +92,40 @@ type Checkpoint struct {
 	// Tasks are the tasks' parts, in the order they acknowledged
 	// (/api/v1/checkpoints/{id} only).
 	Tasks []TaskTimeline `json:"tasks,omitempty"`
+	// In progress: Age is the time since its trigger, as of the answer;
+	// of its TotalTasks, AckedTasks acknowledged; Progress is every task's
+	// part so far, in task order (/api/v1/checkpoints/{id} only).
+	Age        float64        `json:"ageSeconds,omitempty"`
+	TotalTasks int            `json:"totalTasks,omitempty"`
+	Progress   []TaskProgress `json:"progress,omitempty"`
+}
+
+// TaskProgress is one task's part so far in a checkpoint in progress. Its
+// State is one of
+//
+//   - "acknowledged": it wrote its state, Acked seconds after the trigger;
+//   - "snapshotting": it is through its barriers (a source: it took the
+//     trigger) and takes its snapshot or writes its state;
+//   - "aligning": its first barrier came at AlignSince, AlignSeconds ago
+//     (snapshotting: when it came, or the trigger), and Barriers of its
+//     Channels input channels have theirs; an
+//     unaligned snapshot (Alignment) was taken at the first barrier, and
+//     waits for the others to complete its channel state;
+//   - "waiting": no barrier yet (a source: no trigger).
+//
+// Alignment says, from the first barrier on, how its snapshot goes:
+// "aligned" so far, "unaligned" or "switched" (by the aligned-checkpoint
+// timeout). NB: in a cluster a task's progress comes with its worker's
+// heartbeats, so it may lag by one; its acknowledgement does not.
+type TaskProgress struct {
+	Task       string     `json:"task"`
+	State      string     `json:"state"`
+	Acked      *float64   `json:"ackedSeconds,omitempty"`
+	AlignSince *time.Time `json:"alignSince,omitempty"`
+	Align      float64    `json:"alignSeconds,omitempty"`
+	Barriers   int        `json:"barriersReceived"`
+	Channels   int        `json:"inputChannels"`
+	Alignment  string     `json:"alignment,omitempty"`
 }
 
 // TaskTimeline is one task's part in a completed checkpoint, in seconds
@@ -342,6 +380,9 @@ type Feeds struct {
 	// Inputs names the upstream subtask of each input channel of a task,
 	// in its gate's order; nil: none named.
 	Inputs func(checkpoint.TaskID) []string
+	// Pending reads the checkpoints in flight (runtime.Stats.Pending);
+	// nil: none.
+	Pending func() []checkpoint.PendingCheckpoint
 	// Config is the effective configuration /api/v1/config shows.
 	Config any
 	// Workers reads the cluster's workers at each request or scrape; nil:
@@ -394,6 +435,9 @@ func New(job string, feeds Feeds, control Control, now func() time.Time) *Server
 	if feeds.Subtasks == nil {
 		feeds.Subtasks = func() []runtime.SubtaskStats { return nil }
 	}
+	if feeds.Pending == nil {
+		feeds.Pending = func() []checkpoint.PendingCheckpoint { return nil }
+	}
 	s := &Server{now: now, feeds: feeds, control: control, reg: prometheus.NewRegistry(), profiling: make(chan struct{}, 1), job: Job{Name: job, State: "created", Started: now()}}
 	labels := prometheus.Labels{"job": job}
 	counter := func(name, help string, l prometheus.Labels) prometheus.Counter {
@@ -429,6 +473,10 @@ func New(job string, feeds Feeds, control Control, now func() time.Time) *Server
 			since = *s.job.LastCheckpoint
 		}
 		return s.now().Sub(since).Seconds()
+	}))
+	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "weir", Name: "checkpoints_in_progress", ConstLabels: labels,
+		Help: "Checkpoints and savepoints triggered and not yet completed or aborted."}, func() float64 {
+		return float64(len(s.inProgress(false)))
 	}))
 	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "weir", Name: "attempt", ConstLabels: labels,
 		Help: "The job's current attempt (1 until a restart)."}, func() float64 {
@@ -722,13 +770,96 @@ func appendBounded[T any](s []T, v T) []T {
 	return append(s, v)
 }
 
+// inProgress returns the checkpoints in flight (Feeds.Pending), newest
+// first, as of now; with tasks, each with its tasks' progress (the
+// subtasks' BarrierProgress). One the history holds already is left out:
+// the driver tells its completion before it publishes what is in flight.
+func (s *Server) inProgress(tasks bool) []Checkpoint {
+	pending := s.feeds.Pending()
+	if len(pending) == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	now, attempt := s.now(), s.job.Attempt
+	var settled []uint64
+	for _, c := range s.checkpoints {
+		settled = append(settled, c.ID)
+	}
+	s.mu.Unlock()
+	var barriers map[checkpoint.TaskID]runtime.BarrierProgress
+	if tasks {
+		stats := s.feeds.Subtasks()
+		barriers = make(map[checkpoint.TaskID]runtime.BarrierProgress, len(stats))
+		for _, st := range stats {
+			barriers[st.Task] = st.Barrier
+		}
+	}
+	out := make([]Checkpoint, 0, len(pending))
+	for _, p := range slices.Backward(pending) {
+		if slices.Contains(settled, uint64(p.ID)) {
+			continue
+		}
+		triggered := p.Triggered
+		c := Checkpoint{ID: uint64(p.ID), Status: "in_progress", At: triggered, Triggered: &triggered, Attempt: attempt, Savepoint: p.Savepoint,
+			Age: max(now.Sub(triggered), 0).Seconds(), AckedTasks: p.Acknowledged(), TotalTasks: len(p.Tasks)}
+		if tasks {
+			for _, pt := range p.Tasks {
+				c.Progress = append(c.Progress, progress(p, pt, barriers[pt.Task], now))
+			}
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// progress is task pt's part so far in checkpoint p, from its
+// acknowledgement or else from its progress through its newest checkpoint.
+func progress(p checkpoint.PendingCheckpoint, pt checkpoint.PendingTask, b runtime.BarrierProgress, now time.Time) TaskProgress {
+	tp := TaskProgress{Task: pt.Task.String(), State: "waiting"}
+	switch {
+	case pt.Acknowledged:
+		acked := max(pt.At.Sub(p.Triggered), 0).Seconds()
+		tp.State, tp.Acked = "acknowledged", &acked
+		return tp
+	case b.ID < p.ID:
+		return tp // no barrier of p yet (b is of an older checkpoint)
+	case b.ID > p.ID:
+		// It went on to a newer checkpoint: it is through p's barriers
+		// (they come in order) and writes its state. NB: unaligned, a
+		// channel may bring the newer one's barrier before another brings
+		// p's: the task is still aligning p then, and this says not.
+		tp.State = "snapshotting"
+		return tp
+	}
+	tp.State, tp.Barriers, tp.Channels = "aligning", b.Barriers, b.Channels
+	if b.Done || b.Channels == 0 {
+		// A source snapshots as it takes the trigger: it has no
+		// barriers to wait for.
+		tp.State = "snapshotting"
+	}
+	if !b.Since.IsZero() {
+		since := b.Since
+		tp.AlignSince, tp.Align = &since, max(now.Sub(since), 0).Seconds()
+	}
+	tp.Alignment = "aligned"
+	switch {
+	case b.Switched:
+		tp.Alignment = "switched"
+	case b.Unaligned:
+		tp.Alignment = "unaligned"
+	}
+	return tp
+}
+
 // Handler serves the web UI at /, /metrics and the API:
 //
 //	GET /api/v1/job          the job's state
 //	GET /api/v1/jobs         the jobs this process runs (one)
 //	GET /api/v1/jobs/{job}   that job's state; 404 for another name
-//	GET /api/v1/checkpoints  the last 100 checkpoints, oldest first
-//	GET /api/v1/checkpoints/{id}  one of them with its tasks' timeline
+//	GET /api/v1/checkpoints  those in progress, newest first, then the
+//	                         last 100 completed or aborted, oldest first
+//	GET /api/v1/checkpoints/{id}  one of them with its tasks' timeline,
+//	                         or in progress each task's part so far
 //	GET /api/v1/failures     the last 100 failures, oldest first
 //	GET /api/v1/operators    the operators' counters
 //	GET /api/v1/graph        the job graph: vertices and edges
@@ -765,8 +896,9 @@ func (s *Server) Handler() http.Handler {
 		writeJSON(w, j)
 	})
 	mux.HandleFunc("GET /api/v1/checkpoints", func(w http.ResponseWriter, _ *http.Request) {
+		cs := s.inProgress(false)
 		s.mu.Lock()
-		cs := slices.Clone(s.checkpoints)
+		cs = append(cs, s.checkpoints...)
 		s.mu.Unlock()
 		for i := range cs {
 			cs[i].Tasks = nil
@@ -792,6 +924,13 @@ func (s *Server) Handler() http.Handler {
 			c = s.checkpoints[i]
 		}
 		s.mu.Unlock()
+		if i < 0 {
+			for _, p := range s.inProgress(true) {
+				if p.ID == id {
+					c, i = p, 0
+				}
+			}
+		}
 		if i < 0 {
 			http.Error(w, fmt.Sprintf("checkpoint %d is not among the last %d", id, maxHistory), http.StatusNotFound)
 			return

@@ -582,10 +582,20 @@ type SubtaskStats struct {
 	// bytes_in, bytes_out: the bytes of the frames its channels received
 	// from and sent to other processes (every event, headers included);
 	// channels within one process pass batches by reference and count 0.
-	BytesIn       int64 `protobuf:"varint,13,opt,name=bytes_in,json=bytesIn,proto3" json:"bytes_in,omitempty"`
-	BytesOut      int64 `protobuf:"varint,14,opt,name=bytes_out,json=bytesOut,proto3" json:"bytes_out,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	BytesIn  int64 `protobuf:"varint,13,opt,name=bytes_in,json=bytesIn,proto3" json:"bytes_in,omitempty"`
+	BytesOut int64 `protobuf:"varint,14,opt,name=bytes_out,json=bytesOut,proto3" json:"bytes_out,omitempty"`
+	// Its progress through its newest checkpoint (runtime.BarrierProgress):
+	// the checkpoint (0: none yet), when its first barrier came (Unix
+	// nanoseconds; 0: not said), the input channels whose barrier came and
+	// all of them, and barrier_flags, of barrierUnaligned (1),
+	// barrierSwitched (2) and barrierDone (4).
+	BarrierCheckpoint     uint64 `protobuf:"varint,15,opt,name=barrier_checkpoint,json=barrierCheckpoint,proto3" json:"barrier_checkpoint,omitempty"`
+	BarrierSinceUnixNanos int64  `protobuf:"varint,16,opt,name=barrier_since_unix_nanos,json=barrierSinceUnixNanos,proto3" json:"barrier_since_unix_nanos,omitempty"`
+	BarriersReceived      int32  `protobuf:"varint,17,opt,name=barriers_received,json=barriersReceived,proto3" json:"barriers_received,omitempty"`
+	InputChannels         int32  `protobuf:"varint,18,opt,name=input_channels,json=inputChannels,proto3" json:"input_channels,omitempty"`
+	BarrierFlags          int32  `protobuf:"varint,19,opt,name=barrier_flags,json=barrierFlags,proto3" json:"barrier_flags,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *SubtaskStats) Reset() {
@@ -712,6 +722,41 @@ func (x *SubtaskStats) GetBytesIn() int64 {
 func (x *SubtaskStats) GetBytesOut() int64 {
 	if x != nil {
 		return x.BytesOut
+	}
+	return 0
+}
+
+func (x *SubtaskStats) GetBarrierCheckpoint() uint64 {
+	if x != nil {
+		return x.BarrierCheckpoint
+	}
+	return 0
+}
+
+func (x *SubtaskStats) GetBarrierSinceUnixNanos() int64 {
+	if x != nil {
+		return x.BarrierSinceUnixNanos
+	}
+	return 0
+}
+
+func (x *SubtaskStats) GetBarriersReceived() int32 {
+	if x != nil {
+		return x.BarriersReceived
+	}
+	return 0
+}
+
+func (x *SubtaskStats) GetInputChannels() int32 {
+	if x != nil {
+		return x.InputChannels
+	}
+	return 0
+}
+
+func (x *SubtaskStats) GetBarrierFlags() int32 {
+	if x != nil {
+		return x.BarrierFlags
 	}
 	return 0
 }
@@ -2180,7 +2225,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\rOperatorCount\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x18\n" +
 	"\arecords\x18\x02 \x01(\x03R\arecords\x12\x12\n" +
-	"\x04late\x18\x03 \x01(\x03R\x04late\"\xc1\x03\n" +
+	"\x04late\x18\x03 \x01(\x03R\x04late\"\xa2\x05\n" +
 	"\fSubtaskStats\x12+\n" +
 	"\x04task\x18\x01 \x01(\v2\x17.weir.cluster.v1.TaskIDR\x04task\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x03R\aattempt\x12\x1b\n" +
@@ -2198,7 +2243,12 @@ const file_cluster_proto_rawDesc = "" +
 	"\x05state\x18\v \x01(\x05R\x05state\x12%\n" +
 	"\x0einput_capacity\x18\f \x01(\x05R\rinputCapacity\x12\x19\n" +
 	"\bbytes_in\x18\r \x01(\x03R\abytesIn\x12\x1b\n" +
-	"\tbytes_out\x18\x0e \x01(\x03R\bbytesOut\"\x13\n" +
+	"\tbytes_out\x18\x0e \x01(\x03R\bbytesOut\x12-\n" +
+	"\x12barrier_checkpoint\x18\x0f \x01(\x04R\x11barrierCheckpoint\x127\n" +
+	"\x18barrier_since_unix_nanos\x18\x10 \x01(\x03R\x15barrierSinceUnixNanos\x12+\n" +
+	"\x11barriers_received\x18\x11 \x01(\x05R\x10barriersReceived\x12%\n" +
+	"\x0einput_channels\x18\x12 \x01(\x05R\rinputChannels\x12#\n" +
+	"\rbarrier_flags\x18\x13 \x01(\x05R\fbarrierFlags\"\x13\n" +
 	"\x11HeartbeatResponse\":\n" +
 	"\x06TaskID\x12\x16\n" +
 	"\x06vertex\x18\x01 \x01(\tR\x06vertex\x12\x18\n" +

@@ -286,8 +286,8 @@ function groupBy(xs, key) {
 
 function renderCheckpoints(cps) {
   const cols = ['ID', 'Kind', 'Status', 'Attempt', 'Triggered', 'At', 'Duration', 'Size', 'Uploaded', 'Acks', 'Alignment', 'Channel state', 'Longest sync part', 'Held by', 'Reason'];
-  const rows = cps.slice().reverse().map((c) => h('tr', {
-    'data-id': c.id,
+  const rows = [...inflightRows(), ...cps.slice().reverse().map((c) => h('tr', {
+    'data-id': c.id, 'data-status': c.status,
     class: (c.status === 'completed' ? 'clickable' : '') + (c.id === ui.selectedCheckpoint ? ' selected' : ''),
     onclick: c.status === 'completed' ? () => { ui.selectedCheckpoint = c.id; ui.follow = false; renderCheckpoints(ui.checkpoints); loadTimeline(); } : undefined,
   },
@@ -303,7 +303,7 @@ function renderCheckpoints(cps) {
   h('td', { class: 'num' }, fmtSeconds(c.syncSeconds)),
   h('td', { class: 'held-by', title: c.slowestTask ? `the barrier waited ${fmtSeconds(c.heldSeconds)} in this subtask's input, behind its backlog; the last to acknowledge was ${c.slowestTask}` : '' },
     c.heldBy ? `${c.heldBy} (${fmtSeconds(c.heldSeconds)})` : ''),
-  h('td', {}, c.reason || '')));
+  h('td', {}, c.reason || '')))];
   $('checkpoints').replaceChildren(
     h('thead', {}, h('tr', {}, ...cols.map((c) => h('th', {}, c)))),
     h('tbody', {}, ...rows));
@@ -341,6 +341,61 @@ function renderChart(into, cps, value, fmt) {
     root.append(s('text', { x: L, y: H - 3 }, `#${cps[0].id}`), s('text', { x: W, y: H - 3, 'text-anchor': 'end' }, `#${cps[cps.length - 1].id}`));
   }
   into.replaceChildren(root);
+}
+
+// ---- checkpoints in progress ----
+
+// ui.inflight holds the checkpoints in progress, newest first, each with
+// its tasks' progress (/api/v1/checkpoints/{id}).
+ui.inflight = [];
+
+// loadInflight takes the checkpoints in progress out of cps (the list
+// /api/v1/checkpoints answered: they come first), leaving the history, and
+// loads each one's tasks into ui.inflight.
+async function loadInflight(cps) {
+  const n = cps.findIndex((c) => c.status !== 'in_progress');
+  const inflight = cps.splice(0, n < 0 ? cps.length : n);
+  // One that completed in between answers as such; it shows in the history
+  // at the next poll.
+  ui.inflight = (await Promise.all(inflight.map((c) => api(`checkpoints/${c.id}`).catch(() => null))))
+    .filter((c) => c && c.status === 'in_progress');
+}
+
+// inflightRows are the rows of the checkpoint table for the checkpoints in
+// progress: their age so far and the tasks that acknowledged.
+function inflightRows() {
+  return ui.inflight.map((c) => h('tr', { 'data-id': c.id, 'data-status': c.status, class: 'inflight' },
+    h('td', { class: 'num' }, c.id), h('td', {}, c.savepoint ? 'savepoint' : 'checkpoint'),
+    h('td', { class: 'in-progress' }, 'in progress'), h('td', { class: 'num' }, c.attempt),
+    h('td', {}, new Date(c.triggered).toLocaleTimeString()), h('td', {}, ''),
+    h('td', { class: 'num age', title: 'so far' }, fmtSeconds(c.ageSeconds || 0)), h('td', {}, ''), h('td', {}, ''),
+    h('td', { class: 'num acks' }, `${c.acknowledgedTasks || 0}/${c.totalTasks}`),
+    h('td', {}, ''), h('td', {}, ''), h('td', {}, ''), h('td', {}, ''), h('td', {}, '')));
+}
+
+// inflightTask says where one task is in a checkpoint in progress.
+function inflightTask(t) {
+  switch (t.state) {
+    case 'acknowledged': return `acknowledged after ${fmtSeconds(t.ackedSeconds || 0)}`;
+    case 'aligning': return `aligning for ${fmtSeconds(t.alignSeconds || 0)}, ${t.barriersReceived} of ${t.inputChannels} barriers` +
+      (t.alignment && t.alignment !== 'aligned' ? ` (${t.alignment})` : '');
+    case 'snapshotting': return 'snapshotting: writing its state';
+    default: return t.state === 'waiting' ? 'waiting: no barrier yet' : t.state;
+  }
+}
+
+// renderInflight shows each checkpoint in progress with where each task
+// is: acknowledged, snapshotting, aligning (since when, barriers received
+// of its channels) or waiting for its first barrier.
+function renderInflight() {
+  const order = { waiting: 0, aligning: 1, snapshotting: 2, acknowledged: 3 };
+  $('inflight').replaceChildren(...(ui.inflight.length ? ui.inflight.map((c) => h('div', { class: 'inflight-cp', 'data-id': c.id },
+    h('h3', {}, `${c.savepoint ? 'Savepoint' : 'Checkpoint'} ${c.id}: in progress for ${fmtSeconds(c.ageSeconds || 0)}, ` +
+      `${c.acknowledgedTasks || 0} of ${c.totalTasks} tasks acknowledged`),
+    h('div', { class: 'tasks' }, ...(c.progress || []).slice().sort((a, b) => order[a.state] - order[b.state] || a.task.localeCompare(b.task))
+      .map((t) => h('span', { class: `task ${t.state}`, 'data-task': t.task, 'data-state': t.state, title: t.alignSince ? `first barrier at ${new Date(t.alignSince).toLocaleTimeString()}` : '' },
+        h('b', {}, t.task), ' ', inflightTask(t))))))
+    : [h('p', { class: 'muted' }, 'No checkpoint in progress.')]));
 }
 
 // ---- the alignment timeline ----
@@ -539,6 +594,7 @@ async function refresh() {
       renderConfig(ui.config);
     }
     const [job, cps, subtasks, failures, summary] = await Promise.all([api('job'), api('checkpoints'), api('subtasks'), api('failures'), api('checkpoints/summary')]);
+    await loadInflight(cps);
     ui.subtasks = subtasks;
     ui.checkpoints = cps;
     renderOverview(job, cps);
@@ -552,6 +608,7 @@ async function refresh() {
       }
     }
     renderCheckpoints(cps);
+    renderInflight();
     renderSummary(summary);
     renderFailures(failures);
     $('updated').textContent = `updated ${new Date().toLocaleTimeString()}`;
