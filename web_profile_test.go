@@ -16,6 +16,7 @@ import (
 	"github.com/weirstream/weir"
 	"github.com/weirstream/weir/connector/stdio"
 	"github.com/weirstream/weir/internal/transport"
+	"github.com/weirstream/weir/internal/web"
 )
 
 // burnSum is the reducer of vertex "burn" in the profiled cluster: it
@@ -107,18 +108,18 @@ func TestClusterWebFlameGraphOfAWorker(t *testing.T) {
 		_, err = env.Execute(ctx)
 		return err
 	}
-	listening, web := make(chan string, 1), make(chan string, 1)
+	listening, webAddr := make(chan string, 1), make(chan string, 1)
 	done := make(chan error, 3)
 	go func() {
 		cfg := config(weir.ClusterConfig{Role: weir.Coordinator, Listen: "127.0.0.1:0", OnListen: func(addr string) { listening <- addr }})
-		cfg.Web, cfg.WebToken, cfg.OnWeb = "127.0.0.1:0", token, func(addr string) { web <- addr }
+		cfg.Web, cfg.WebToken, cfg.OnWeb = "127.0.0.1:0", token, func(addr string) { webAddr <- addr }
 		done <- execute(cfg)
 	}()
 	var addr, base string
 	for addr == "" || base == "" {
 		select {
 		case addr = <-listening:
-		case a := <-web:
+		case a := <-webAddr:
 			base = "http://" + a
 		case err := <-done:
 			t.Fatalf("the coordinator ended: %v", err)
@@ -143,8 +144,13 @@ func TestClusterWebFlameGraphOfAWorker(t *testing.T) {
 	}()
 	deadline := time.Now().Add(time.Minute)
 	for {
+		var got web.Workers
+		getJSON(t, base+"/api/v1/workers", &got)
 		var ws []string
-		getJSON(t, base+"/api/v1/workers", &ws)
+		for _, w := range got.Workers {
+			ws = append(ws, w.Name)
+		}
+		slices.Sort(ws)
 		if slices.Equal(ws, []string{"worker-1", "worker-2"}) {
 			break
 		}
