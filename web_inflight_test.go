@@ -164,32 +164,7 @@ var inProgressGauge = regexp.MustCompile(`(?m)^weir_checkpoints_in_progress\{job
 // downstream aligning, one barrier of two), and the gauge counts it; once
 // released, it completes.
 func TestWebShowsACheckpointInProgress(t *testing.T) {
-	h := &holdable{}
-	addrs := make(chan string, 1)
-	env := weir.New(weir.Config{Job: "held", Parallelism: 2, Checkpoint: weir.CheckpointConfig{Interval: 50 * time.Millisecond},
-		Web: "127.0.0.1:0", OnWeb: func(addr string) { addrs <- addr }})
-	buildHeld(t, env, h)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		_, err := env.Execute(ctx)
-		done <- err
-	}()
-	t.Cleanup(func() {
-		h.release()
-		cancel()
-		if err := <-done; !errors.Is(err, context.Canceled) {
-			t.Errorf("the held job ended with %v, want cancelled", err)
-		}
-	})
-	var base string
-	select {
-	case addr := <-addrs:
-		base = "http://" + addr
-	case err := <-done:
-		done <- err
-		t.Fatalf("the job ended (%v) before it served", err)
-	}
+	h, base := startHeld(t, weir.CheckpointConfig{Interval: 50 * time.Millisecond})
 	held := heldCheckpoint(t, base, h)
 	metrics := getText(t, base+"/metrics")
 	if !inProgressGauge.MatchString(metrics) {
@@ -211,31 +186,7 @@ func TestWebShowsUnalignedTasksInProgress(t *testing.T) {
 		{"switched", weir.CheckpointConfig{Interval: 50 * time.Millisecond, AlignedTimeout: 20 * time.Millisecond}},
 	} {
 		t.Run(tc.alignment, func(t *testing.T) {
-			h := &holdable{}
-			addrs := make(chan string, 1)
-			env := weir.New(weir.Config{Job: "held", Parallelism: 2, Checkpoint: tc.config, Web: "127.0.0.1:0", OnWeb: func(addr string) { addrs <- addr }})
-			buildHeld(t, env, h)
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() {
-				_, err := env.Execute(ctx)
-				done <- err
-			}()
-			t.Cleanup(func() {
-				h.release()
-				cancel()
-				if err := <-done; !errors.Is(err, context.Canceled) {
-					t.Errorf("the held job ended with %v, want cancelled", err)
-				}
-			})
-			var base string
-			select {
-			case addr := <-addrs:
-				base = "http://" + addr
-			case err := <-done:
-				done <- err
-				t.Fatalf("the job ended (%v) before it served", err)
-			}
+			h, base := startHeld(t, tc.config)
 			held := heldCheckpointAligning(t, base, h, tc.alignment)
 			t.Logf("checkpoint %d held: %+v", held.ID, held.Progress)
 			releaseHeld(t, base, h, held)
@@ -326,4 +277,36 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// startHeld runs the held job (buildHeld) with checkpoints cc and a web
+// server until the test ends, and returns its hold and the server's base
+// URL.
+func startHeld(t *testing.T, cc weir.CheckpointConfig) (*holdable, string) {
+	t.Helper()
+	h := &holdable{}
+	addrs := make(chan string, 1)
+	env := weir.New(weir.Config{Job: "held", Parallelism: 2, Checkpoint: cc, Web: "127.0.0.1:0", OnWeb: func(addr string) { addrs <- addr }})
+	buildHeld(t, env, h)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := env.Execute(ctx)
+		done <- err
+	}()
+	t.Cleanup(func() {
+		h.release()
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("the held job ended with %v, want cancelled", err)
+		}
+	})
+	select {
+	case addr := <-addrs:
+		return h, "http://" + addr
+	case err := <-done:
+		done <- err
+		t.Fatalf("the job ended (%v) before it served", err)
+		return nil, ""
+	}
 }
