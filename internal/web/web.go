@@ -1027,7 +1027,28 @@ func (s *Server) mutation(h http.HandlerFunc) http.HandlerFunc {
 // carries the token.
 func (s *Server) profiled(h http.HandlerFunc) http.HandlerFunc {
 	return s.withToken("profiling is off: start the job with a token (--web-token) to allow it",
-		"profiling needs the job's token: Authorization: Bearer <token>", h)
+		"profiling needs the job's token: Authorization: Bearer <token>", endsWithServer(h))
+}
+
+// stoppingKey is the key of the context, in a request's (Serve's base
+// context), that Serve's stop cancels.
+type stoppingKey struct{}
+
+// endsWithServer ends h's request context when Serve's stop begins: a
+// profile must not run on (up to 30 s, holding the process's CPU
+// profiler) after the job ended, nor hold the stop for Shutdown's bound.
+func endsWithServer(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		stopping, ok := r.Context().Value(stoppingKey{}).(context.Context)
+		if !ok {
+			h(w, r)
+			return
+		}
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		defer context.AfterFunc(stopping, cancel)()
+		h(w, r.WithContext(ctx))
+	}
 }
 
 // withToken lets h run only for a request that carries the token; it
@@ -1085,7 +1106,10 @@ func Serve(addr string, h http.Handler) (bound string, stop func(), err error) {
 	if ip := ln.Addr().(*net.TCPAddr).IP; ip.IsLoopback() {
 		h = LoopbackHostsOnly(h)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	stopping, stopped := context.WithCancel(context.Background())
+	base := context.WithValue(context.Background(), stoppingKey{}, stopping)
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return base }}
+	srv.RegisterOnShutdown(stopped) // profiles end (endsWithServer)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
