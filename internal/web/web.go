@@ -775,17 +775,26 @@ func appendBounded[T any](s []T, v T) []T {
 // subtasks' BarrierProgress). One the history holds already is left out:
 // the driver tells its completion before it publishes what is in flight.
 func (s *Server) inProgress(tasks bool) []Checkpoint {
+	cs, _ := s.inProgressAndHistory(tasks)
+	return cs
+}
+
+// inProgressAndHistory returns inProgress and, read under the same lock
+// as the ids it leaves out, the history: a checkpoint completing in
+// between is in one of them only.
+func (s *Server) inProgressAndHistory(tasks bool) (inProgress, history []Checkpoint) {
 	pending := s.feeds.Pending()
-	if len(pending) == 0 {
-		return nil
-	}
 	s.mu.Lock()
 	now, attempt := s.now(), s.job.Attempt
+	history = slices.Clone(s.checkpoints)
+	s.mu.Unlock()
+	if len(pending) == 0 {
+		return nil, history
+	}
 	var settled []uint64
-	for _, c := range s.checkpoints {
+	for _, c := range history {
 		settled = append(settled, c.ID)
 	}
-	s.mu.Unlock()
 	var barriers map[checkpoint.TaskID]runtime.BarrierProgress
 	if tasks {
 		stats := s.feeds.Subtasks()
@@ -809,7 +818,7 @@ func (s *Server) inProgress(tasks bool) []Checkpoint {
 		}
 		out = append(out, c)
 	}
-	return out
+	return out, history
 }
 
 // progress is task pt's part so far in checkpoint p, from its
@@ -896,10 +905,8 @@ func (s *Server) Handler() http.Handler {
 		writeJSON(w, j)
 	})
 	mux.HandleFunc("GET /api/v1/checkpoints", func(w http.ResponseWriter, _ *http.Request) {
-		cs := s.inProgress(false)
-		s.mu.Lock()
-		cs = append(cs, s.checkpoints...)
-		s.mu.Unlock()
+		cs, history := s.inProgressAndHistory(false)
+		cs = append(cs, history...)
 		for i := range cs {
 			cs[i].Tasks = nil
 		}
