@@ -24,7 +24,18 @@ import (
 // processes counted (the replaced process's counts kept once, not
 // twice), and afterwards /api/v1/workers lists worker-1 once, alive, in a
 // new session.
-func TestClusterWorkerRestartsUnderItsName(t *testing.T) {
+func TestClusterWorkerRestartsUnderItsName(t *testing.T) { testWorkerRestart(t, false) }
+
+// TestClusterWorkerEnvironmentExecutesAgain: as
+// TestClusterWorkerRestartsUnderItsName, but the worker's process stays:
+// its Environment, whose Execute returned when it was stopped, executes
+// again under the same name. Its operators' counters are the
+// Environment's, from its first Execute on; each RunNode draws a new
+// incarnation, so the coordinator keeps the first run's counts as a
+// replaced process's and adds the same counts again with the second's.
+func TestClusterWorkerEnvironmentExecutesAgain(t *testing.T) { testWorkerRestart(t, true) }
+
+func testWorkerRestart(t *testing.T, reuse bool) {
 	dir := t.TempDir()
 	certs := filepath.Join(dir, "certs")
 	if err := transport.WriteCerts(certs, []string{"coordinator", "worker-1", "worker-2"}, []string{"127.0.0.1"}, time.Hour); err != nil {
@@ -36,24 +47,31 @@ func TestClusterWorkerRestartsUnderItsName(t *testing.T) {
 	warnings := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	var mu sync.Mutex
 	var workerEnvs []*weir.Environment
+	envs := map[string]*weir.Environment{}
 	execute := func(ctx context.Context, cc weir.ClusterConfig, web string, onWeb func(string)) {
 		defer wg.Done()
 		cc.Certs = certs
 		cc.HeartbeatInterval, cc.HeartbeatTimeout = 100*time.Millisecond, 3*time.Second
-		env := weir.New(weir.Config{Job: "clustered", Parallelism: 2, Cluster: cc, Web: web, OnWeb: onWeb, Logger: warnings,
-			Checkpoint: weir.CheckpointConfig{Dir: filepath.Join(dir, "ckpt"), Interval: 200 * time.Millisecond}})
-		if cc.Role == weir.Worker {
-			mu.Lock()
-			workerEnvs = append(workerEnvs, env)
-			mu.Unlock()
+		mu.Lock()
+		env := envs[cc.Name]
+		mu.Unlock()
+		if env == nil || !reuse || cc.Role != weir.Worker {
+			env = weir.New(weir.Config{Job: "clustered", Parallelism: 2, Cluster: cc, Web: web, OnWeb: onWeb, Logger: warnings,
+				Checkpoint: weir.CheckpointConfig{Dir: filepath.Join(dir, "ckpt"), Interval: 200 * time.Millisecond}})
+			if cc.Role == weir.Worker {
+				mu.Lock()
+				workerEnvs = append(workerEnvs, env)
+				envs[cc.Name] = env
+				mu.Unlock()
+			}
+			src, err := newRateLimited(2000, 0)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			sums := weir.Reduce(weir.KeyBy(weir.Source(env, "numbers", src), func(i int64) int64 { return i % 8 }), "sum", func(a, b int64) int64 { return a + b })
+			weir.Sink(sums, "discard", stdio.Print(io.Discard, func(dst []byte, i int64) []byte { return dst }))
 		}
-		src, err := newRateLimited(2000, 0)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		sums := weir.Reduce(weir.KeyBy(weir.Source(env, "numbers", src), func(i int64) int64 { return i % 8 }), "sum", func(a, b int64) int64 { return a + b })
-		weir.Sink(sums, "discard", stdio.Print(io.Discard, func(dst []byte, i int64) []byte { return dst }))
 		if _, err := env.Execute(ctx); err != nil && !errors.Is(err, context.Canceled) && ctx.Err() == nil {
 			t.Logf("%s ended: %v", cc.Role, err)
 		}
