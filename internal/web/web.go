@@ -932,9 +932,12 @@ func (s *Server) Handler() http.Handler {
 		}
 		s.mu.Unlock()
 		if i < 0 {
-			for _, p := range s.inProgress(true) {
+			// Both read at once: one completing since is in one of them.
+			inProgress, history := s.inProgressAndHistory(true)
+			for _, p := range append(history, inProgress...) {
 				if p.ID == id {
 					c, i = p, 0
+					break
 				}
 			}
 		}
