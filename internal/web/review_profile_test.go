@@ -93,3 +93,47 @@ func TestServeStopEndsAProfile(t *testing.T) {
 		t.Fatal("after the server stopped, the CPU profiler is still held by its flame graph")
 	}
 }
+
+// TestCancelledFlameGraphEndsItsProfile: a client that goes away ends its
+// flame graph's profile at once: the server's token and the process's
+// CPU profiler are free again, no goroutine profiles on for 30 s.
+func TestCancelledFlameGraphEndsItsProfile(t *testing.T) {
+	s := profiledServer(Control{Token: "secret"})
+	addr, stop, err := Serve("127.0.0.1:0", s.Handler())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/api/v1/flamegraph?seconds=30", nil)
+	req.Header.Set("Authorization", "Bearer secret")
+	answered := make(chan struct{})
+	go func() {
+		defer close(answered)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(s.profiling) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the flame graph did not start profiling within 10 s")
+		}
+		time.Sleep(5 * time.Millisecond) // polling a condition
+	}
+	cancel()
+	<-answered
+	deadline = time.Now().Add(2 * time.Second)
+	for len(s.profiling) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the flame graph still profiles 2 s after its client went away")
+		}
+		time.Sleep(5 * time.Millisecond) // polling a condition
+	}
+	pctx, pcancel := context.WithCancel(context.Background())
+	pcancel()
+	if _, err := profiling.CPU(pctx, time.Second); errors.Is(err, profiling.ErrBusy) {
+		t.Fatal("the CPU profiler is still held after the flame graph's client went away")
+	}
+}
