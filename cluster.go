@@ -171,6 +171,7 @@ func (e *Environment) executeClustered(ctx context.Context, plan *graph.Plan, sp
 		err = cluster.RunNode(ctx, cluster.NodeConfig{
 			Coordinator: cc.Join, Name: cc.Name, Slots: max(cc.Slots, 1), Listen: cc.Listen, Advertise: cc.Advertise,
 			TLS: tc, Spec: spec, Codec: e.wireCodec(plan), Logger: spec.Logger,
+			Incarnation: e.incarnation, // its counters are the Environment's, over every Execute
 			Operators: func() []cluster.OperatorCount {
 				ms := e.Metrics()
 				out := make([]cluster.OperatorCount, len(ms))

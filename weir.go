@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"reflect"
 	"strings"
@@ -281,6 +282,9 @@ type Environment struct {
 	// runs now, if any (one per term of leadership with --ha): the web
 	// server reads the workers and their profiles through it.
 	running atomic.Pointer[cluster.Executor]
+	// incarnation numbers the operators' counters of a worker (nodes):
+	// they count over every Execute, and so does its number.
+	incarnation uint64
 }
 
 // New starts building a job.
@@ -309,7 +313,7 @@ func New(cfg Config) *Environment {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	e := &Environment{cfg: cfg}
+	e := &Environment{cfg: cfg, incarnation: rand.Uint64() | 1}
 	if cfg.Cluster.Role == Coordinator {
 		e.clusterOps = cluster.NewOperatorCounts()
 	}

@@ -490,9 +490,15 @@ func (c *Coordinator) Heartbeat(ctx context.Context, req *connect.Request[cluste
 	}
 	c.mu.Lock()
 	if c.finished(req.Msg.GetWorker()) {
+		// The worker's tasks ended: its counts are final. NB: only the
+		// current session's: an earlier process's, under the same name,
+		// would swap the incarnations back and count them twice.
+		w, ok := c.members.workers[req.Msg.GetWorker()]
+		current := ok && w.Session == req.Msg.GetSession()
 		c.mu.Unlock()
-		// The worker's tasks ended: its counts are final.
-		c.reportOperators(req.Msg)
+		if current {
+			c.reportOperators(req.Msg)
+		}
 		resp := connect.NewResponse(&clusterpb.HeartbeatResponse{})
 		resp.Header().Set(jobFinishedHeader, "true")
 		return resp, nil

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -57,6 +58,11 @@ type NodeConfig struct {
 	// Operators, if set, reads the counters of the operators this process
 	// runs; the heartbeats carry them (WorkerConfig.Operators).
 	Operators func() []OperatorCount
+	// Incarnation numbers the counters Operators reads: the same as long
+	// as they count on (an Environment executing again keeps its
+	// counters, and must keep its number, or the coordinator counts
+	// them twice); 0: a new one for this call.
+	Incarnation uint64
 }
 
 // node is a worker process: it runs the tasks the coordinator deploys on
@@ -141,7 +147,7 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 	return RunWorker(ctx, WorkerConfig{
 		Coordinator: cfg.Coordinator, Name: cfg.Name, Slots: cfg.Slots, DataAddress: n.addr,
 		Graph: GraphOf(cfg.Spec), TLS: cfg.TLS, Logger: cfg.Logger, RetryInterval: cfg.RetryInterval, Stats: cfg.Spec.Stats,
-		Operators: cfg.Operators, Incarnation: rand.Uint64(),
+		Operators: cfg.Operators, Incarnation: cmp.Or(cfg.Incarnation, rand.Uint64()),
 		Registered: func(w Worker, l Liveness, coordinator string) {
 			if clients[coordinator] == nil {
 				clients[coordinator] = clusterpbconnect.NewCoordinatorServiceClient(&http.Client{Transport: tr}, "https://"+coordinator, readLimit)

@@ -22,13 +22,30 @@ import (
 func (s *Server) handleProfiling(mux *http.ServeMux) {
 	// NB: net/http/pprof's init registers the same handlers on
 	// http.DefaultServeMux, which no server of Weir's serves.
-	mux.HandleFunc("GET /debug/pprof/", s.profiled(pprof.Index))
+	// NB: pprof's handlers take any ?seconds= (profile, trace, and the
+	// delta of heap, allocs, block...): bounded as the flame graph's.
+	mux.HandleFunc("GET /debug/pprof/", s.profiled(boundedSeconds(pprof.Index)))
 	mux.HandleFunc("GET /debug/pprof/cmdline", s.profiled(pprof.Cmdline))
-	mux.HandleFunc("GET /debug/pprof/profile", s.profiled(pprof.Profile))
+	mux.HandleFunc("GET /debug/pprof/profile", s.profiled(boundedSeconds(pprof.Profile)))
 	mux.HandleFunc("GET /debug/pprof/symbol", s.profiled(pprof.Symbol))
 	mux.HandleFunc("POST /debug/pprof/symbol", s.profiled(pprof.Symbol))
-	mux.HandleFunc("GET /debug/pprof/trace", s.profiled(pprof.Trace))
+	mux.HandleFunc("GET /debug/pprof/trace", s.profiled(boundedSeconds(pprof.Trace)))
 	mux.HandleFunc("GET /api/v1/flamegraph", s.profiled(s.flameGraph))
+}
+
+// boundedSeconds lets h run only for a request whose ?seconds=, if any,
+// is within the flame graph's bounds (at most profiling.MaxDuration).
+func boundedSeconds(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if v := r.URL.Query().Get("seconds"); v != "" {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil || !(f > 0 && f <= profiling.MaxDuration.Seconds()) {
+				http.Error(w, fmt.Sprintf("seconds=%q: want more than 0 and at most %d", v, int(profiling.MaxDuration.Seconds())), http.StatusBadRequest)
+				return
+			}
+		}
+		h(w, r)
+	}
 }
 
 // FlameGraph is what GET /api/v1/flamegraph answers: a CPU profile as a

@@ -775,17 +775,26 @@ func appendBounded[T any](s []T, v T) []T {
 // subtasks' BarrierProgress). One the history holds already is left out:
 // the driver tells its completion before it publishes what is in flight.
 func (s *Server) inProgress(tasks bool) []Checkpoint {
+	cs, _ := s.inProgressAndHistory(tasks)
+	return cs
+}
+
+// inProgressAndHistory returns inProgress and, read under the same lock
+// as the ids it leaves out, the history: a checkpoint completing in
+// between is in one of them only.
+func (s *Server) inProgressAndHistory(tasks bool) (inProgress, history []Checkpoint) {
 	pending := s.feeds.Pending()
-	if len(pending) == 0 {
-		return nil
-	}
 	s.mu.Lock()
 	now, attempt := s.now(), s.job.Attempt
+	history = slices.Clone(s.checkpoints)
+	s.mu.Unlock()
+	if len(pending) == 0 {
+		return nil, history
+	}
 	var settled []uint64
-	for _, c := range s.checkpoints {
+	for _, c := range history {
 		settled = append(settled, c.ID)
 	}
-	s.mu.Unlock()
 	var barriers map[checkpoint.TaskID]runtime.BarrierProgress
 	if tasks {
 		stats := s.feeds.Subtasks()
@@ -809,7 +818,7 @@ func (s *Server) inProgress(tasks bool) []Checkpoint {
 		}
 		out = append(out, c)
 	}
-	return out
+	return out, history
 }
 
 // progress is task pt's part so far in checkpoint p, from its
@@ -896,10 +905,8 @@ func (s *Server) Handler() http.Handler {
 		writeJSON(w, j)
 	})
 	mux.HandleFunc("GET /api/v1/checkpoints", func(w http.ResponseWriter, _ *http.Request) {
-		cs := s.inProgress(false)
-		s.mu.Lock()
-		cs = append(cs, s.checkpoints...)
-		s.mu.Unlock()
+		cs, history := s.inProgressAndHistory(false)
+		cs = append(cs, history...)
 		for i := range cs {
 			cs[i].Tasks = nil
 		}
@@ -925,9 +932,12 @@ func (s *Server) Handler() http.Handler {
 		}
 		s.mu.Unlock()
 		if i < 0 {
-			for _, p := range s.inProgress(true) {
+			// Both read at once: one completing since is in one of them.
+			inProgress, history := s.inProgressAndHistory(true)
+			for _, p := range append(history, inProgress...) {
 				if p.ID == id {
 					c, i = p, 0
+					break
 				}
 			}
 		}
@@ -1027,7 +1037,28 @@ func (s *Server) mutation(h http.HandlerFunc) http.HandlerFunc {
 // carries the token.
 func (s *Server) profiled(h http.HandlerFunc) http.HandlerFunc {
 	return s.withToken("profiling is off: start the job with a token (--web-token) to allow it",
-		"profiling needs the job's token: Authorization: Bearer <token>", h)
+		"profiling needs the job's token: Authorization: Bearer <token>", endsWithServer(h))
+}
+
+// stoppingKey is the key of the context, in a request's (Serve's base
+// context), that Serve's stop cancels.
+type stoppingKey struct{}
+
+// endsWithServer ends h's request context when Serve's stop begins: a
+// profile must not run on (up to 30 s, holding the process's CPU
+// profiler) after the job ended, nor hold the stop for Shutdown's bound.
+func endsWithServer(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		stopping, ok := r.Context().Value(stoppingKey{}).(context.Context)
+		if !ok {
+			h(w, r)
+			return
+		}
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		defer context.AfterFunc(stopping, cancel)()
+		h(w, r.WithContext(ctx))
+	}
 }
 
 // withToken lets h run only for a request that carries the token; it
@@ -1085,7 +1116,10 @@ func Serve(addr string, h http.Handler) (bound string, stop func(), err error) {
 	if ip := ln.Addr().(*net.TCPAddr).IP; ip.IsLoopback() {
 		h = LoopbackHostsOnly(h)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	stopping, stopped := context.WithCancel(context.Background())
+	base := context.WithValue(context.Background(), stoppingKey{}, stopping)
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return base }}
+	srv.RegisterOnShutdown(stopped) // profiles end (endsWithServer)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
