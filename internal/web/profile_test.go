@@ -168,11 +168,13 @@ func TestFlameGraphOfAVertex(t *testing.T) {
 		}
 		return g
 	}
+	// NB: the profile's own duration (pprof's, from when its writer
+	// started) can be short of the second asked for: CI saw 0.98 s.
 	// A second of a busy goroutine on a shared machine may go unsampled:
 	// profile again until it shows (the assertions hold of every one).
 	for try := 1; ; try++ {
 		g := flame("&vertex=burn")
-		if g.Vertex != "burn" || g.Root.Name != "vertex burn" || g.Seconds < 1 || g.Samples != g.Root.Value || g.Samples != g.Vertices["burn"] {
+		if g.Vertex != "burn" || g.Root.Name != "vertex burn" || g.Seconds <= 0 || g.Seconds > 2 || g.Samples != g.Root.Value || g.Samples != g.Vertices["burn"] {
 			t.Fatalf("the flame graph of vertex burn: %+v", g.FlameGraph)
 		}
 		if f := findFrame(g.Root, "otherCPU"); f != nil {
