@@ -56,7 +56,8 @@ func CPU(ctx context.Context, d time.Duration) ([]byte, error) {
 	defer busy.Unlock()
 	var buf bytes.Buffer
 	if err := pprof.StartCPUProfile(&buf); err != nil {
-		// NB: net/http/pprof's /debug/pprof/profile does not take busy.
+		// NB: a CPU profile started in this process other than through
+		// CPU holds the runtime's profiler without busy.
 		return nil, fmt.Errorf("%w (%v)", ErrBusy, err)
 	}
 	t := time.NewTimer(d)

@@ -26,7 +26,7 @@ func (s *Server) handleProfiling(mux *http.ServeMux) {
 	// delta of heap, allocs, block...): bounded as the flame graph's.
 	mux.HandleFunc("GET /debug/pprof/", s.profiled(boundedSeconds(pprof.Index)))
 	mux.HandleFunc("GET /debug/pprof/cmdline", s.profiled(pprof.Cmdline))
-	mux.HandleFunc("GET /debug/pprof/profile", s.profiled(boundedSeconds(pprof.Profile)))
+	mux.HandleFunc("GET /debug/pprof/profile", s.profiled(cpuProfile))
 	mux.HandleFunc("GET /debug/pprof/symbol", s.profiled(pprof.Symbol))
 	mux.HandleFunc("POST /debug/pprof/symbol", s.profiled(pprof.Symbol))
 	mux.HandleFunc("GET /debug/pprof/trace", s.profiled(boundedSeconds(pprof.Trace)))
@@ -48,6 +48,45 @@ func boundedSeconds(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
+// profileSeconds reads a profile's ?seconds= (def without one); it
+// answers 400 and says false when they are no whole number within
+// profiling's bounds.
+func profileSeconds(w http.ResponseWriter, r *http.Request, def time.Duration) (time.Duration, bool) {
+	v := r.URL.Query().Get("seconds")
+	if v == "" {
+		return def, true
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || profiling.CheckDuration(time.Duration(n)*time.Second) != nil {
+		http.Error(w, fmt.Sprintf("seconds=%q: want a whole number of seconds from %d to %d (default %d)", v,
+			int(profiling.MinDuration.Seconds()), int(profiling.MaxDuration.Seconds()), int(def.Seconds())), http.StatusBadRequest)
+		return 0, false
+	}
+	return time.Duration(n) * time.Second, true
+}
+
+// cpuProfile serves /debug/pprof/profile as net/http/pprof does (30 s by
+// default, pprof's format), through profiling.CPU: one taken while a
+// flame graph's is (or the reverse) answers 409, not pprof's 500.
+func cpuProfile(w http.ResponseWriter, r *http.Request) {
+	d, ok := profileSeconds(w, r, profiling.MaxDuration)
+	if !ok {
+		return
+	}
+	data, err := profiling.CPU(r.Context(), d)
+	switch {
+	case errors.Is(err, profiling.ErrBusy):
+		http.Error(w, err.Error(), http.StatusConflict)
+		return
+	case err != nil:
+		http.Error(w, fmt.Sprintf("profile: %v", err), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Disposition", `attachment; filename="profile"`)
+	w.Write(data)
+}
+
 // FlameGraph is what GET /api/v1/flamegraph answers: a CPU profile as a
 // tree of frames, of the process named (Worker; "" this one).
 type FlameGraph struct {
@@ -58,15 +97,9 @@ type FlameGraph struct {
 // flameGraph serves GET /api/v1/flamegraph?seconds=N&vertex=V&worker=W.
 func (s *Server) flameGraph(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	d := profiling.DefaultDuration
-	if v := q.Get("seconds"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || profiling.CheckDuration(time.Duration(n)*time.Second) != nil {
-			http.Error(w, fmt.Sprintf("seconds=%q: want a whole number of seconds from %d to %d (default %d)", v,
-				int(profiling.MinDuration.Seconds()), int(profiling.MaxDuration.Seconds()), int(profiling.DefaultDuration.Seconds())), http.StatusBadRequest)
-			return
-		}
-		d = time.Duration(n) * time.Second
+	d, ok := profileSeconds(w, r, profiling.DefaultDuration)
+	if !ok {
+		return
 	}
 	vertex := q.Get("vertex")
 	if vertex != "" && !slices.ContainsFunc(s.feeds.Graph.Vertices, func(x Vertex) bool { return x.ID == vertex }) {

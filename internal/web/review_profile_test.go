@@ -3,10 +3,16 @@ package web
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"runtime/pprof"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/pprof/profile"
 
 	"github.com/weirstream/weir/internal/profiling"
 )
@@ -135,5 +141,50 @@ func TestCancelledFlameGraphEndsItsProfile(t *testing.T) {
 	pcancel()
 	if _, err := profiling.CPU(pctx, time.Second); errors.Is(err, profiling.ErrBusy) {
 		t.Fatal("the CPU profiler is still held after the flame graph's client went away")
+	}
+}
+
+// TestPprofProfileAndFlameGraphsTakeTurns: /debug/pprof/profile is
+// pprof's format, and while another CPU profile of the process runs (a
+// flame graph's) it answers 409 as a flame graph does, not pprof's 500
+// ("cpu profiling already in use").
+func TestPprofProfileAndFlameGraphsTakeTurns(t *testing.T) {
+	h := profiledServer(Control{Token: "secret"}).Handler()
+	code, body := request(h, "/debug/pprof/profile?seconds=1", "secret")
+	if code != http.StatusOK {
+		t.Fatalf("GET /debug/pprof/profile?seconds=1: %d %s", code, body)
+	}
+	if p, err := profile.ParseData([]byte(body)); err != nil || p.DurationNanos <= 0 {
+		t.Fatalf("GET /debug/pprof/profile answered no CPU profile: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	held := make(chan error, 1)
+	go func() {
+		for {
+			_, err := profiling.CPU(ctx, profiling.MaxDuration)
+			if !errors.Is(err, profiling.ErrBusy) || ctx.Err() != nil {
+				held <- err
+				return
+			}
+		}
+	}()
+	defer func() {
+		cancel()
+		<-held
+	}()
+	// Wait until that profile runs: the runtime refuses another then.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if err := pprof.StartCPUProfile(io.Discard); err != nil {
+			break
+		}
+		pprof.StopCPUProfile()
+		if time.Now().After(deadline) {
+			t.Fatal("the other profile did not start within 10 s")
+		}
+		runtime.Gosched() // polling a condition
+	}
+	if code, body := request(h, "/debug/pprof/profile?seconds=1", "secret"); code != http.StatusConflict || !strings.Contains(body, "already") {
+		t.Fatalf("GET /debug/pprof/profile while another profile runs: %d %s, want 409", code, body)
 	}
 }
