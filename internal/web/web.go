@@ -476,7 +476,8 @@ func New(job string, feeds Feeds, control Control, now func() time.Time) *Server
 	}))
 	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "weir", Name: "checkpoints_in_progress", ConstLabels: labels,
 		Help: "Checkpoints and savepoints triggered and not yet completed or aborted."}, func() float64 {
-		return float64(len(s.inProgress(false)))
+		cs, _ := s.inProgressAndHistory(false)
+		return float64(len(cs))
 	}))
 	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "weir", Name: "attempt", ConstLabels: labels,
 		Help: "The job's current attempt (1 until a restart)."}, func() float64 {
@@ -770,18 +771,12 @@ func appendBounded[T any](s []T, v T) []T {
 	return append(s, v)
 }
 
-// inProgress returns the checkpoints in flight (Feeds.Pending), newest
-// first, as of now; with tasks, each with its tasks' progress (the
-// subtasks' BarrierProgress). One the history holds already is left out:
-// the driver tells its completion before it publishes what is in flight.
-func (s *Server) inProgress(tasks bool) []Checkpoint {
-	cs, _ := s.inProgressAndHistory(tasks)
-	return cs
-}
-
-// inProgressAndHistory returns inProgress and, read under the same lock
-// as the ids it leaves out, the history: a checkpoint completing in
-// between is in one of them only.
+// inProgressAndHistory returns the checkpoints in flight (Feeds.Pending),
+// newest first, as of now, with tasks each with its tasks' progress (the
+// subtasks' BarrierProgress); and the history, read under the same lock
+// as the ids it leaves out of the first: a checkpoint completing in
+// between is in one of them only (the driver tells its completion before
+// it publishes what is in flight).
 func (s *Server) inProgressAndHistory(tasks bool) (inProgress, history []Checkpoint) {
 	pending := s.feeds.Pending()
 	s.mu.Lock()
