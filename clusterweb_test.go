@@ -22,14 +22,23 @@ import (
 	"github.com/weirstream/weir/internal/transport"
 )
 
-// clusterWithWeb runs an unbounded job on a cluster of a coordinator that
-// serves the web UI and API, and two workers of one slot each: numbers
-// (5,000 records a second) → by key → sum → discard, parallelism 2, so
-// that subtask i of every vertex runs on worker i+1 and the hash edge
-// crosses between the workers. It returns the web server's address and a
-// function that stops a worker, and stops the processes when the test
-// ends. A worker is lost 5 s after its last heartbeat.
-func clusterWithWeb(t *testing.T) (string, func(name string)) {
+// webCluster runs a job on a cluster in this process: a coordinator that
+// serves the web UI and API (with token, if set) and two workers of one
+// slot each, worker-1 and worker-2, at parallelism 2, so that subtask i of
+// every vertex runs on worker i+1 and a hash edge crosses between them.
+type webCluster struct {
+	job   string
+	build func(env *weir.Environment) error
+	token string
+	// checkpoints is the checkpoint interval; heartbeat and timeout the
+	// workers' liveness settings.
+	checkpoints, heartbeat, timeout time.Duration
+}
+
+// start runs the cluster until the test ends, and returns the web
+// server's address and a function that stops a worker. Every process
+// must end cancelled when the test ends.
+func (c webCluster) start(t *testing.T) (string, func(name string)) {
 	t.Helper()
 	dir := t.TempDir()
 	certs := filepath.Join(dir, "certs")
@@ -41,17 +50,16 @@ func clusterWithWeb(t *testing.T) (string, func(name string)) {
 	warnings := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	execute := func(ctx context.Context, cc weir.ClusterConfig, web string, onWeb func(string)) {
 		cc.Certs = certs
-		cc.HeartbeatInterval, cc.HeartbeatTimeout = 100*time.Millisecond, 5*time.Second
-		env := weir.New(weir.Config{Job: "clustered", Parallelism: 2, Cluster: cc, Web: web, OnWeb: onWeb, Logger: warnings,
-			Checkpoint: weir.CheckpointConfig{Dir: filepath.Join(dir, "ckpt"), Interval: 200 * time.Millisecond}})
-		src, err := newRateLimited(5000, 0)
-		if err != nil {
-			done <- err
-			return
+		cc.HeartbeatInterval, cc.HeartbeatTimeout = c.heartbeat, c.timeout
+		env := weir.New(weir.Config{Job: c.job, Parallelism: 2, Cluster: cc, Web: web, WebToken: c.token, OnWeb: onWeb, Logger: warnings,
+			Checkpoint: weir.CheckpointConfig{Dir: filepath.Join(dir, "ckpt"), Interval: c.checkpoints}})
+		err := c.build(env)
+		if err == nil {
+			_, err = env.Execute(ctx)
 		}
-		sums := weir.Reduce(weir.KeyBy(weir.Source(env, "numbers", src), func(i int64) int64 { return i % 8 }), "sum", func(a, b int64) int64 { return a + b })
-		weir.Sink(sums, "discard", stdio.Print(io.Discard, func(dst []byte, i int64) []byte { return dst }))
-		_, err = env.Execute(ctx)
+		if err != nil && cc.Name != "" {
+			err = fmt.Errorf("%s: %w", cc.Name, err)
+		}
 		done <- err
 	}
 	listening, webAt := make(chan string, 1), make(chan string, 1)
@@ -65,7 +73,7 @@ func clusterWithWeb(t *testing.T) (string, func(name string)) {
 			select {
 			case err := <-done:
 				if err != nil && !errors.Is(err, context.Canceled) {
-					t.Logf("a process of the cluster ended with %v", err)
+					t.Errorf("a process of the cluster ended with %v", err)
 				}
 			case <-deadline:
 				t.Error("the cluster's processes did not end within 30s of the cancel")
@@ -91,6 +99,23 @@ func clusterWithWeb(t *testing.T) (string, func(name string)) {
 		go execute(wctx, weir.ClusterConfig{Role: weir.Worker, Join: addr, Name: name, Listen: "127.0.0.1:0", Slots: 1}, "", nil)
 	}
 	return web, func(name string) { stop[name]() }
+}
+
+// clusterWithWeb runs an unbounded job on a webCluster: numbers (5,000
+// records a second) → by key → sum → discard. A worker is lost 5 s after
+// its last heartbeat.
+func clusterWithWeb(t *testing.T) (string, func(name string)) {
+	t.Helper()
+	return webCluster{job: "clustered", checkpoints: 200 * time.Millisecond, heartbeat: 100 * time.Millisecond, timeout: 5 * time.Second,
+		build: func(env *weir.Environment) error {
+			src, err := newRateLimited(5000, 0)
+			if err != nil {
+				return err
+			}
+			sums := weir.Reduce(weir.KeyBy(weir.Source(env, "numbers", src), func(i int64) int64 { return i % 8 }), "sum", func(a, b int64) int64 { return a + b })
+			weir.Sink(sums, "discard", stdio.Print(io.Discard, func(dst []byte, i int64) []byte { return dst }))
+			return nil
+		}}.start(t)
 }
 
 type apiWorkers struct {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync/atomic"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/weirstream/weir"
 	"github.com/weirstream/weir/connector/stdio"
-	"github.com/weirstream/weir/internal/transport"
 	"github.com/weirstream/weir/internal/web"
 )
 
@@ -199,55 +197,11 @@ func TestWebShowsUnalignedTasksInProgress(t *testing.T) {
 // checkpoint: their progress through it comes with the workers'
 // heartbeats.
 func TestClusterWebShowsACheckpointInProgress(t *testing.T) {
-	dir := t.TempDir()
-	certs := filepath.Join(dir, "certs")
-	if err := transport.WriteCerts(certs, []string{"coordinator", "worker-1", "worker-2"}, []string{"127.0.0.1"}, time.Hour); err != nil {
-		t.Fatal(err)
-	}
 	h := &holdable{}
-	config := func(cc weir.ClusterConfig) weir.Config {
-		cc.Certs = certs
-		cc.HeartbeatInterval, cc.HeartbeatTimeout = 100*time.Millisecond, 3*time.Second
-		return weir.Config{Job: "held", Parallelism: 2, Cluster: cc,
-			Checkpoint: weir.CheckpointConfig{Dir: filepath.Join(dir, "ckpt"), Interval: 50 * time.Millisecond}}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	runs := make(chan error, 3)
-	execute := func(cfg weir.Config) {
-		env := weir.New(cfg)
-		buildHeld(t, env, h)
-		_, err := env.Execute(ctx)
-		runs <- err
-	}
-	listening, webs := make(chan string, 1), make(chan string, 1)
-	cfg := config(weir.ClusterConfig{Role: weir.Coordinator, Listen: "127.0.0.1:0", OnListen: func(addr string) { listening <- addr }})
-	cfg.Web, cfg.OnWeb = "127.0.0.1:0", func(addr string) { webs <- addr }
-	go execute(cfg)
-	t.Cleanup(func() {
-		h.release()
-		cancel()
-		for range 3 {
-			select {
-			case <-runs: // cancelled, or lost the coordinator
-			case <-time.After(30 * time.Second):
-				t.Error("a process of the cluster still runs 30 s after the test cancelled it")
-				return
-			}
-		}
-	})
-	var join, base string
-	for join == "" || base == "" {
-		select {
-		case join = <-listening:
-		case addr := <-webs:
-			base = "http://" + addr
-		case err := <-runs:
-			t.Fatalf("the coordinator ended (%v) before it listened", err)
-		}
-	}
-	for _, name := range []string{"worker-1", "worker-2"} {
-		go execute(config(weir.ClusterConfig{Role: weir.Worker, Join: join, Name: name, Listen: "127.0.0.1:0"}))
-	}
+	addr, _ := webCluster{job: "held", checkpoints: 50 * time.Millisecond, heartbeat: 100 * time.Millisecond, timeout: 3 * time.Second,
+		build: func(env *weir.Environment) error { buildHeld(t, env, h); return nil }}.start(t)
+	t.Cleanup(h.release) // before the cluster's processes are cancelled
+	base := "http://" + addr
 	held := heldCheckpoint(t, base, h)
 	t.Logf("checkpoint %d held: %+v", held.ID, held.Progress)
 	releaseHeld(t, base, h, held)

@@ -1,13 +1,9 @@
 package weir_test
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"io"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -15,7 +11,6 @@ import (
 
 	"github.com/weirstream/weir"
 	"github.com/weirstream/weir/connector/stdio"
-	"github.com/weirstream/weir/internal/transport"
 	"github.com/weirstream/weir/internal/web"
 )
 
@@ -84,64 +79,18 @@ func getWithToken(t *testing.T, url, token string) (int, []byte) {
 // is the whole process's; what the test shows is the path (token, the
 // RPC to the named worker, its vertex labels), not which process ran what.
 func TestClusterWebFlameGraphOfAWorker(t *testing.T) {
-	dir := t.TempDir()
-	certs := filepath.Join(dir, "certs")
-	if err := transport.WriteCerts(certs, []string{"coordinator", "worker-1", "worker-2"}, []string{"127.0.0.1"}, time.Hour); err != nil {
-		t.Fatal(err)
-	}
 	const token = "s3cret"
-	config := func(cc weir.ClusterConfig) weir.Config {
-		cc.Certs = certs
-		cc.HeartbeatInterval, cc.HeartbeatTimeout = 200*time.Millisecond, 3*time.Second
-		return weir.Config{Job: "burning", Parallelism: 2, Cluster: cc,
-			Checkpoint: weir.CheckpointConfig{Dir: filepath.Join(dir, "ckpt"), Interval: 500 * time.Millisecond}}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	execute := func(cfg weir.Config) error {
-		env := weir.New(cfg)
-		src, err := newRateLimited(2000, 0)
-		if err != nil {
-			return err
-		}
-		burn := weir.Reduce(weir.KeyBy(weir.Source(env, "numbers", src), func(i int64) int64 { return i % 4 }), "burn", burnSum)
-		weir.Sink(burn, "discard", stdio.Print(io.Discard, func(dst []byte, i int64) []byte { return dst }))
-		_, err = env.Execute(ctx)
-		return err
-	}
-	listening, webAddr := make(chan string, 1), make(chan string, 1)
-	done := make(chan error, 3)
-	go func() {
-		cfg := config(weir.ClusterConfig{Role: weir.Coordinator, Listen: "127.0.0.1:0", OnListen: func(addr string) { listening <- addr }})
-		cfg.Web, cfg.WebToken, cfg.OnWeb = "127.0.0.1:0", token, func(addr string) { webAddr <- addr }
-		done <- execute(cfg)
-	}()
-	var addr, base string
-	for addr == "" || base == "" {
-		select {
-		case addr = <-listening:
-		case a := <-webAddr:
-			base = "http://" + a
-		case err := <-done:
-			t.Fatalf("the coordinator ended: %v", err)
-		}
-	}
-	for _, name := range []string{"worker-1", "worker-2"} {
-		go func() {
-			err := execute(config(weir.ClusterConfig{Role: weir.Worker, Join: addr, Name: name, Listen: "127.0.0.1:0"}))
+	addr, _ := webCluster{job: "burning", token: token, checkpoints: 500 * time.Millisecond, heartbeat: 200 * time.Millisecond, timeout: 3 * time.Second,
+		build: func(env *weir.Environment) error {
+			src, err := newRateLimited(2000, 0)
 			if err != nil {
-				err = fmt.Errorf("%s: %w", name, err)
+				return err
 			}
-			done <- err
-		}()
-	}
-	defer func() {
-		cancel()
-		for range 3 {
-			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-				t.Errorf("a process ended with %v", err)
-			}
-		}
-	}()
+			burn := weir.Reduce(weir.KeyBy(weir.Source(env, "numbers", src), func(i int64) int64 { return i % 4 }), "burn", burnSum)
+			weir.Sink(burn, "discard", stdio.Print(io.Discard, func(dst []byte, i int64) []byte { return dst }))
+			return nil
+		}}.start(t)
+	base := "http://" + addr
 	deadline := time.Now().Add(time.Minute)
 	for {
 		var got web.Workers
