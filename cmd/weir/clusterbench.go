@@ -37,7 +37,12 @@ on three workers, kill one with SIGKILL after a checkpoint, and print the time
 from the kill to the tasks running again on the other two and to the first
 checkpoint after (when the file sink commits output again): with the default
 settings, with a restart delay of 0, and with that and checkpoints every
-100 ms. Outputs are checked by counting.`,
+100 ms. Outputs are checked by counting.
+
+With --cpuprofile F, each process of the last run of each mode writes its
+own CPU profile: F.local for one process, F.coordinator and F.worker-1,
+F.worker-2 for the cluster (go tool pprof -top F.coordinator F.worker-*
+merges them).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if files < 1 || lines < 1 || runs < 1 || recoveries < 0 {
@@ -185,11 +190,20 @@ func (b *clusterBench) verify(output string) error {
 	return err
 }
 
+// profile is the flags that make a process write its CPU profile to
+// cpuProfile, suffixed with its name (none without --cpuprofile).
+func profile(name string) []string {
+	if cpuProfile == "" {
+		return nil
+	}
+	return []string{"--cpuprofile", cpuProfile + "." + name}
+}
+
 // local runs the word count in one process: its CPU time and log.
 func (b *clusterBench) local() (time.Duration, string, error) {
 	output, ckpt := b.dirs()
 	defer os.RemoveAll(ckpt)
-	p, err := startChild(b.ctx, b.self, b.jobArgs("run", output, ckpt, "--progress", "0")...)
+	p, err := startChild(b.ctx, b.self, b.jobArgs("run", output, ckpt, append([]string{"--progress", "0"}, profile("local")...)...)...)
 	if err != nil {
 		return 0, "", err
 	}
@@ -201,8 +215,13 @@ func (b *clusterBench) local() (time.Duration, string, error) {
 }
 
 // cluster starts a coordinator and workers (extra: the coordinator's extra
-// flags).
-func (b *clusterBench) cluster(output, ckpt string, workers int, extra ...string) (*child, []*child, error) {
+// flags), profiled if asked.
+func (b *clusterBench) cluster(output, ckpt string, workers int, profiled bool, extra ...string) (*child, []*child, error) {
+	prof := func(string) []string { return nil }
+	if profiled {
+		prof = profile
+	}
+	extra = append(extra, prof("coordinator")...)
 	coord, err := startChild(b.ctx, b.self, b.jobArgs("coordinator", output, ckpt, append([]string{"--listen", "127.0.0.1:0", "--certs", b.certs}, extra...)...)...)
 	if err != nil {
 		return nil, nil, err
@@ -213,7 +232,8 @@ func (b *clusterBench) cluster(output, ckpt string, workers int, extra ...string
 	}
 	var ws []*child
 	for i := 1; i <= workers; i++ {
-		w, err := startChild(b.ctx, b.self, b.jobArgs("worker", output, ckpt, "--join", m[1], "--name", fmt.Sprint("worker-", i), "--certs", b.certs)...)
+		name := fmt.Sprint("worker-", i)
+		w, err := startChild(b.ctx, b.self, b.jobArgs("worker", output, ckpt, append([]string{"--join", m[1], "--name", name, "--certs", b.certs}, prof(name)...)...)...)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -227,7 +247,7 @@ func (b *clusterBench) cluster(output, ckpt string, workers int, extra ...string
 func (b *clusterBench) clustered() (time.Duration, string, error) {
 	output, ckpt := b.dirs()
 	defer os.RemoveAll(ckpt)
-	coord, ws, err := b.cluster(output, ckpt, 2)
+	coord, ws, err := b.cluster(output, ckpt, 2, true)
 	if err != nil {
 		return 0, "", err
 	}
@@ -256,7 +276,7 @@ func (b *clusterBench) recovery(extra ...string) (toRunning, toCommitted time.Du
 	output, ckpt := b.dirs()
 	defer os.RemoveAll(ckpt)
 	defer os.RemoveAll(output)
-	coord, ws, err := b.cluster(output, ckpt, 3, extra...)
+	coord, ws, err := b.cluster(output, ckpt, 3, false, extra...)
 	if err != nil {
 		return 0, 0, err
 	}
