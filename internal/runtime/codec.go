@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/weirstream/weir/codec"
+	"github.com/weirstream/weir/internal/arena"
 )
 
 // MaxBatchBytes bounds an encoded batch: a network frame carries one, and
@@ -16,16 +17,39 @@ const MaxBatchBytes = 16 << 20
 // BatchCodec encodes a channel's batches (a []T, as Event.Batch holds them).
 type BatchCodec interface {
 	Append(dst []byte, batch any) []byte
-	// Decode decodes a whole batch of n records; it may alias src. It may
-	// decode into reuse, a batch of the same type the receiver is done
-	// with (nil: none).
+	// Decode decodes a whole batch of n records. NB: the batch must not
+	// alias src, which the caller reuses (a connection reads the next
+	// frame into it). It may decode into reuse, a batch of the same type
+	// the receiver is done with (nil: none).
 	Decode(src []byte, reuse any) (batch any, n int, err error)
 }
 
-// Batches is the BatchCodec of []T with c for each record.
-func Batches[T any](c codec.Codec[T]) BatchCodec { return batches[T]{c} }
+// Batches is the BatchCodec of []T with c for each record; c must not
+// alias what it decodes from (codec.For's codecs copy).
+func Batches[T any](c codec.Codec[T]) BatchCodec {
+	b := batches[T]{c: c, decode: func(src []byte, _ *arena.Strings) (T, int, error) { return c.Decode(src) }}
+	if sc, ok := any(c).(codec.Codec[string]); ok && sc == codec.For[string]() {
+		b.decode = any(decodeShared).(func([]byte, *arena.Strings) (T, int, error))
+	}
+	return b
+}
 
-type batches[T any] struct{ c codec.Codec[T] }
+type batches[T any] struct {
+	c codec.Codec[T]
+	// decode decodes a record with c, or for strings with codec.For's
+	// codec, decodeShared.
+	decode func(src []byte, chunks *arena.Strings) (T, int, error)
+}
+
+// decodeShared decodes a string as codec.For's codec does, into chunks
+// shared with the batch's other strings (internal/arena): a few
+// allocations a batch where a string each would cost one apiece. NB: a
+// decoded string keeps at most a chunk alive; heap state copies the keys
+// it keeps, as it does those of a file source's shared blocks.
+func decodeShared(src []byte, chunks *arena.Strings) (string, int, error) {
+	b, n, err := codec.ReadBytes(src)
+	return chunks.Copy(b), n, err
+}
 
 func (b batches[T]) Append(dst []byte, batch any) []byte {
 	recs := batch.([]T)
@@ -50,8 +74,9 @@ func (b batches[T]) Decode(src []byte, reuse any) (any, int, error) {
 	old, _ := reuse.([]T)
 	clear(old)
 	recs := slices.Grow(old[:0], min(int(n), len(src)))
+	var chunks arena.Strings
 	for range n {
-		r, used, err := b.c.Decode(src)
+		r, used, err := b.decode(src, &chunks)
 		if err != nil {
 			return nil, 0, fmt.Errorf("batch: record %d: %w", len(recs), err)
 		}

@@ -29,7 +29,6 @@ package transport
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -58,6 +57,10 @@ const maxChannels = 1 << 16
 // a task that holds the channel's capacity and takes nothing for many
 // checkpoint timeouts.
 const maxOvertaking = 1 << 14
+
+// maxFree bounds the written frames a connection keeps for reuse; it
+// keeps none larger than maxKeptBytes.
+const maxFree = 64
 
 // ErrClosed is the error of a connection closed by its owner.
 var ErrClosed = errors.New("transport: connection closed")
@@ -93,6 +96,9 @@ type Conn struct {
 	outputs map[uint64]*Output
 	inputs  map[uint64]*Input
 	queue   [][]byte       // frames for the writer, in order
+	// free holds frames written, for outputs to encode the next ones
+	// into: at most maxFree.
+	free [][]byte
 	grant   map[uint64]int // credits to send, by channel
 	err     error
 	done    chan struct{} // closed when err is set
@@ -266,16 +272,41 @@ func (c *Conn) write() {
 			c.fail(err)
 			return
 		}
+		c.recycle(frames)
 		quiet.Reset(c.idleTimeout / 4)
+	}
+}
+
+// frameBuf returns an empty buffer to encode a frame into, of at least
+// size bytes if it is new.
+func (c *Conn) frameBuf(size int) []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := len(c.free); n > 0 {
+		f := c.free[n-1]
+		c.free = c.free[:n-1]
+		return f[:0]
+	}
+	return make([]byte, 0, size)
+}
+
+// recycle keeps frames written for frameBuf.
+func (c *Conn) recycle(frames [][]byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, f := range frames {
+		if len(c.free) < maxFree && cap(f) <= maxKeptBytes {
+			c.free = append(c.free, f)
+		}
 	}
 }
 
 // read dispatches the peer's frames until the connection fails. It never
 // waits for a task: credits bound what it buffers.
 func (c *Conn) read() {
-	r := bufio.NewReaderSize(c.nc, 64<<10)
+	fr := &frameReader{r: bufio.NewReaderSize(c.nc, 64<<10)}
 	c.nc.SetReadDeadline(time.Now().Add(c.frameTimeout))
-	f, err := readFrame(r)
+	f, err := fr.next()
 	switch {
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		err = fmt.Errorf("%w: the peer did not greet within %v", ErrFrameStalled, c.frameTimeout)
@@ -286,7 +317,7 @@ func (c *Conn) read() {
 		err = checkHello(f)
 	}
 	for err == nil {
-		if f, err = c.readNext(r); err == nil {
+		if f, err = c.readNext(fr); err == nil {
 			err = c.dispatch(f)
 		}
 	}
@@ -297,36 +328,25 @@ func (c *Conn) read() {
 // the rest within frameTimeout unless it is buffered whole already. NB: a
 // deadline matters only to a read that waits for the network, and each
 // such read is given a fresh one: a stale deadline is never cleared.
-func (c *Conn) readNext(r *bufio.Reader) (frame, error) {
-	if r.Buffered() == 0 {
+func (c *Conn) readNext(fr *frameReader) (frame, error) {
+	fr.release()
+	if fr.r.Buffered() == 0 {
 		c.nc.SetReadDeadline(time.Now().Add(c.idleTimeout))
 	}
-	if _, err := r.Peek(1); err != nil {
+	if _, err := fr.r.Peek(1); err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			err = fmt.Errorf("%w: it sent nothing, not even a keep-alive, for %v", ErrPeerSilent, c.idleTimeout)
 		}
 		return frame{}, err
 	}
-	if !buffered(r) {
+	if !fr.buffered() {
 		c.nc.SetReadDeadline(time.Now().Add(c.frameTimeout))
 	}
-	f, err := readFrame(r)
+	f, err := fr.next()
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		err = fmt.Errorf("%w: the rest of a frame did not arrive within %v of its start", ErrFrameStalled, c.frameTimeout)
 	}
 	return f, err
-}
-
-// buffered reports whether r holds the next frame whole.
-func buffered(r *bufio.Reader) bool {
-	if r.Buffered() < 4 {
-		return false // NB: before Peek, which would wait for more
-	}
-	head, err := r.Peek(4)
-	if err != nil {
-		return false
-	}
-	return uint64(r.Buffered()) >= 4+uint64(binary.BigEndian.Uint32(head))
 }
 
 func (c *Conn) dispatch(f frame) error {
@@ -471,7 +491,7 @@ func (o *Output) Overtake(b, tail runtime.Event) error {
 	if err != nil {
 		return err
 	}
-	return o.queue(appendOvertake(make([]byte, 0, o.sizeHint), o.ch, b, tail, o.codec), tail)
+	return o.queue(appendOvertake(o.c.frameBuf(o.sizeHint), o.ch, b, tail, o.codec), tail)
 }
 
 // ForcePush sends e without a credit: the receiver queues it beyond its
@@ -485,7 +505,7 @@ func (o *Output) ForcePush(e runtime.Event) error {
 	if err != nil {
 		return err
 	}
-	return o.queue(appendEvent(make([]byte, 0, o.sizeHint), typeForced, o.ch, e, o.codec), e)
+	return o.queue(appendEvent(o.c.frameBuf(o.sizeHint), typeForced, o.ch, e, o.codec), e)
 }
 
 // Room is signalled when credits arrive.
@@ -502,7 +522,7 @@ func (o *Output) HasRoom() bool {
 // send encodes e and queues it for the connection's writer; its credit is
 // taken.
 func (o *Output) send(e runtime.Event) error {
-	return o.queue(appendEvent(make([]byte, 0, o.sizeHint), typeEvent, o.ch, e, o.codec), e)
+	return o.queue(appendEvent(o.c.frameBuf(o.sizeHint), typeEvent, o.ch, e, o.codec), e)
 }
 
 // queue finishes frame f and queues it for the connection's writer. If

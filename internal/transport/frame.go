@@ -1,10 +1,12 @@
 package transport
 
 import (
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/internal/runtime"
@@ -156,7 +158,8 @@ func appendBarrier(dst []byte, b runtime.Event, flags byte) []byte {
 	return append(dst, flags)
 }
 
-// frame is a received frame; payload aliases the frame's buffer.
+// frame is a received frame; payload aliases a frameReader's buffers,
+// until its next frame.
 type frame struct {
 	typ     byte
 	channel uint64
@@ -164,19 +167,72 @@ type frame struct {
 	size    int // on the wire, its length prefix included
 }
 
-// readFrame reads one frame into a new buffer (a decoded batch may alias
-// it, and a receiver may hold the batch).
-func readFrame(r io.Reader) (frame, error) {
-	var head [4]byte
-	if _, err := io.ReadFull(r, head[:]); err != nil {
+// frameReader reads frames without copying those its bufio.Reader holds
+// whole: a frame aliases the reader's buffer, or big for one larger than
+// that, and is valid until the next. NB: what a frame decodes into must
+// not alias it (runtime.BatchCodec.Decode copies).
+type frameReader struct {
+	r *bufio.Reader
+	// pending is the size of the frame last returned, which the next
+	// read discards: its bytes stay put until then.
+	pending int
+	big     []byte // for frames larger than r's buffer
+}
+
+// maxKeptBytes bounds the buffer a frameReader keeps for large frames
+// between them: a larger one is read into a buffer of its own.
+const maxKeptBytes = 1 << 20
+
+// release lets the buffers of the frame last read go.
+func (fr *frameReader) release() {
+	fr.r.Discard(fr.pending) // NB: buffered: Peek returned it
+	fr.pending = 0
+}
+
+// buffered reports whether the next frame is buffered whole.
+func (fr *frameReader) buffered() bool {
+	r := fr.r
+	if r.Buffered() < 4 {
+		return false // NB: before Peek, which would wait for more
+	}
+	head, err := r.Peek(4)
+	if err != nil {
+		return false
+	}
+	return uint64(r.Buffered()) >= 4+uint64(binary.BigEndian.Uint32(head))
+}
+
+// next releases the last frame and reads the next.
+func (fr *frameReader) next() (frame, error) {
+	fr.release()
+	r := fr.r
+	head, err := r.Peek(4)
+	if err != nil {
+		if errors.Is(err, io.EOF) && r.Buffered() > 0 {
+			err = io.ErrUnexpectedEOF
+		}
 		return frame{}, err
 	}
-	n := binary.BigEndian.Uint32(head[:])
+	n := binary.BigEndian.Uint32(head)
 	if n < 2 || n > MaxFrameBytes {
 		return frame{}, protocolErr("frame length %d outside 2..%d", n, MaxFrameBytes)
 	}
-	buf := make([]byte, n)
-	if _, err := io.ReadFull(r, buf); err != nil {
+	var buf []byte
+	if size := 4 + int(n); size <= r.Size() {
+		if buf, err = r.Peek(size); err == nil {
+			buf, fr.pending = buf[4:], size
+		}
+	} else {
+		r.Discard(4)
+		if int(n) <= maxKeptBytes {
+			fr.big = slices.Grow(fr.big[:0], int(n))
+			buf = fr.big[:n]
+		} else {
+			buf = make([]byte, n)
+		}
+		_, err = io.ReadFull(r, buf)
+	}
+	if err != nil {
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
 		}
