@@ -95,14 +95,14 @@ type Conn struct {
 	mu      sync.Mutex
 	outputs map[uint64]*Output
 	inputs  map[uint64]*Input
-	queue   [][]byte       // frames for the writer, in order
+	queue   [][]byte // frames for the writer, in order
 	// free holds frames written, for outputs to encode the next ones
 	// into: at most maxFree.
-	free [][]byte
-	grant   map[uint64]int // credits to send, by channel
-	err     error
-	done    chan struct{} // closed when err is set
-	wake    chan struct{} // the writer has work
+	free  [][]byte
+	grant map[uint64]int // credits to send, by channel
+	err   error
+	done  chan struct{} // closed when err is set
+	wake  chan struct{} // the writer has work
 
 	wg sync.WaitGroup
 }
