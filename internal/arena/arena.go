@@ -5,7 +5,8 @@
 // costs the garbage collector. Strings copies them into shared chunks
 // instead, in ordinary Go: a strings.Builder only ever appends, so a string
 // it returned is never written again, and a full chunk is dropped, not
-// reused.
+// reused. Cuts does the same for strings that lie next to each other in a
+// buffer (a batch off the network), copying a chunk of it at once.
 //
 // NB: a string cut from a chunk keeps the whole chunk alive, so whoever
 // keeps one for long should keep a copy (strings.Clone). Weir's heap state
@@ -37,4 +38,32 @@ func (a *Strings) Copy(p []byte) string {
 	start := a.b.Len()
 	a.b.Write(p)
 	return a.b.String()[start:]
+}
+
+// Cuts cuts strings out of one byte slice in which they lie one after
+// another (a batch decoded off the network), copying the slice a chunk at
+// a time: one allocation and one copy a chunk, and no more than a chunk (or
+// the string, if longer) kept alive by a string that outlives the others.
+// The copies are its own: the slice may be written again once the strings
+// are cut. The zero value cuts from an empty slice; it is not safe for
+// concurrent use.
+type Cuts struct {
+	src  []byte
+	s    string // a copy of src[base : base+len(s)]
+	base int
+}
+
+// Reset makes c cut from src.
+func (c *Cuts) Reset(src []byte) { *c = Cuts{src: src} }
+
+// Cut returns rest[:n] as a string, where rest is a suffix of the slice c
+// cuts from (what is left of it to decode). Cut strings in the order they
+// lie in for a chunk to serve many.
+func (c *Cuts) Cut(rest []byte, n int) string {
+	off := len(c.src) - len(rest)
+	if off < c.base || off+n > c.base+len(c.s) {
+		end := min(len(c.src), off+max(n, ChunkBytes))
+		c.s, c.base = string(c.src[off:end]), off
+	}
+	return c.s[off-c.base : off-c.base+n]
 }

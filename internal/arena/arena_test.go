@@ -43,3 +43,43 @@ func TestAllocatesPerChunk(t *testing.T) {
 		t.Fatalf("%d copies of %d bytes made %.0f allocations, want at most %.0f", n, len(p), allocs, want)
 	}
 }
+
+// Strings cut from a slice keep their bytes once the slice is written
+// again, long ones (longer than a chunk) included, and short ones cost an
+// allocation a chunk.
+func TestCutsAreCopies(t *testing.T) {
+	var src []byte
+	var want []string
+	for i := range 5000 {
+		s := fmt.Sprintf("word%d", i)
+		if i%997 == 0 {
+			s = strings.Repeat(s, 2*ChunkBytes/len(s))
+		}
+		src = append(src, s...)
+		want = append(want, s)
+	}
+	var c Cuts
+	cut := func() []string {
+		c.Reset(src)
+		var got []string
+		rest := src
+		for _, w := range want {
+			got = append(got, c.Cut(rest, len(w)))
+			rest = rest[len(w):]
+		}
+		return got
+	}
+	got := cut()
+	clear(src)
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("string %d is %.40q, want %.40q", i, got[i], want[i])
+		}
+	}
+	allocs := testing.AllocsPerRun(5, func() { cut() })
+	// cut's own slice grows ~14 times; each chunk, long strings included,
+	// is one allocation.
+	if most := float64(len(src)/ChunkBytes + 6 + 14); allocs > most {
+		t.Fatalf("cutting %d strings from %d bytes made %.0f allocations, want at most %.0f", len(want), len(src), allocs, most)
+	}
+}

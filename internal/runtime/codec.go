@@ -27,9 +27,9 @@ type BatchCodec interface {
 // Batches is the BatchCodec of []T with c for each record; c must not
 // alias what it decodes from (codec.For's codecs copy).
 func Batches[T any](c codec.Codec[T]) BatchCodec {
-	b := batches[T]{c: c, decode: func(src []byte, _ *arena.Strings) (T, int, error) { return c.Decode(src) }}
+	b := batches[T]{c: c, decode: func(src []byte, _ *arena.Cuts) (T, int, error) { return c.Decode(src) }}
 	if sc, ok := any(c).(codec.Codec[string]); ok && sc == codec.For[string]() {
-		b.decode = any(decodeShared).(func([]byte, *arena.Strings) (T, int, error))
+		b.decode = any(decodeShared).(func([]byte, *arena.Cuts) (T, int, error))
 	}
 	return b
 }
@@ -38,17 +38,21 @@ type batches[T any] struct {
 	c codec.Codec[T]
 	// decode decodes a record with c, or for strings with codec.For's
 	// codec, decodeShared.
-	decode func(src []byte, chunks *arena.Strings) (T, int, error)
+	decode func(src []byte, chunks *arena.Cuts) (T, int, error)
 }
 
-// decodeShared decodes a string as codec.For's codec does, into chunks
-// shared with the batch's other strings (internal/arena): a few
+// decodeShared decodes a string as codec.For's codec does, cut from a
+// chunk of the batch copied once for many strings (arena.Cuts): a few
 // allocations a batch where a string each would cost one apiece. NB: a
-// decoded string keeps at most a chunk alive; heap state copies the keys
-// it keeps, as it does those of a file source's shared blocks.
-func decodeShared(src []byte, chunks *arena.Strings) (string, int, error) {
-	b, n, err := codec.ReadBytes(src)
-	return chunks.Copy(b), n, err
+// decoded string keeps at most its chunk alive (4 KiB, or itself if
+// longer); heap state copies the keys it keeps, as it does those cut from
+// a file source's shared blocks.
+func decodeShared(src []byte, chunks *arena.Cuts) (string, int, error) {
+	n, k, err := codec.ReadLen(src)
+	if err != nil {
+		return "", 0, err
+	}
+	return chunks.Cut(src[k:], n), k + n, nil
 }
 
 func (b batches[T]) Append(dst []byte, batch any) []byte {
@@ -74,7 +78,8 @@ func (b batches[T]) Decode(src []byte, reuse any) (any, int, error) {
 	old, _ := reuse.([]T)
 	clear(old)
 	recs := slices.Grow(old[:0], min(int(n), len(src)))
-	var chunks arena.Strings
+	var chunks arena.Cuts
+	chunks.Reset(src)
 	for range n {
 		r, used, err := b.decode(src, &chunks)
 		if err != nil {
