@@ -190,9 +190,9 @@ func (b *clusterBench) verify(output string) error {
 	return err
 }
 
-// profile is the flags that make a process write its CPU profile to
+// profileFlags are the flags that make a process write its CPU profile to
 // cpuProfile, suffixed with its name (none without --cpuprofile).
-func profile(name string) []string {
+func profileFlags(name string) []string {
 	if cpuProfile == "" {
 		return nil
 	}
@@ -203,7 +203,7 @@ func profile(name string) []string {
 func (b *clusterBench) local() (time.Duration, string, error) {
 	output, ckpt := b.dirs()
 	defer os.RemoveAll(ckpt)
-	p, err := startChild(b.ctx, b.self, b.jobArgs("run", output, ckpt, append([]string{"--progress", "0"}, profile("local")...)...)...)
+	p, err := startChild(b.ctx, b.self, b.jobArgs("run", output, ckpt, append([]string{"--progress", "0"}, profileFlags("local")...)...)...)
 	if err != nil {
 		return 0, "", err
 	}
@@ -219,7 +219,7 @@ func (b *clusterBench) local() (time.Duration, string, error) {
 func (b *clusterBench) cluster(output, ckpt string, workers int, profiled bool, extra ...string) (*child, []*child, error) {
 	prof := func(string) []string { return nil }
 	if profiled {
-		prof = profile
+		prof = profileFlags
 	}
 	extra = append(extra, prof("coordinator")...)
 	coord, err := startChild(b.ctx, b.self, b.jobArgs("coordinator", output, ckpt, append([]string{"--listen", "127.0.0.1:0", "--certs", b.certs}, extra...)...)...)

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/google/pprof/profile"
 )
 
 // TestWordCountBench runs `weir bench wordcount` on a small corpus: a row
@@ -18,6 +22,29 @@ func TestWordCountBench(t *testing.T) {
 	for _, want := range []string{"32000 words", "words/cpu-s", "median", "weir, checkpoints off", "weir, checkpoints every 1s", "weir, checkpoints every 100ms", "wcfast: skipped: no source at"} {
 		if !strings.Contains(s, want) {
 			t.Fatalf("no %q in:\n%s", want, s)
+		}
+	}
+}
+
+// TestClusterBenchProfilesEveryProcess: `weir bench cluster --cpuprofile F`
+// leaves a CPU profile of each process of the last run of each mode, which
+// pprof reads (the flag used to profile only the bench's parent process,
+// which does none of the work).
+func TestClusterBenchProfilesEveryProcess(t *testing.T) {
+	prof := filepath.Join(t.TempDir(), "cpu")
+	out, err := exec.Command(weirBin, "bench", "cluster", "--files", "1", "--lines", "2000", "--runs", "1", "--recoveries", "0", "--cpuprofile", prof).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, p := range []string{"local", "coordinator", "worker-1", "worker-2"} {
+		f, err := os.Open(prof + "." + p)
+		if err != nil {
+			t.Fatalf("%v (bench output:\n%s)", err, out)
+		}
+		_, err = profile.Parse(f)
+		f.Close()
+		if err != nil {
+			t.Fatalf("the profile of %s: %v", p, err)
 		}
 	}
 }
