@@ -28,8 +28,7 @@ func TestWordCountBench(t *testing.T) {
 
 // TestClusterBenchProfilesEveryProcess: `weir bench cluster --cpuprofile F`
 // leaves a CPU profile of each process of the last run of each mode, which
-// pprof reads (the flag used to profile only the bench's parent process,
-// which does none of the work).
+// pprof reads (`bench cluster` used to take the flag and profile nothing).
 func TestClusterBenchProfilesEveryProcess(t *testing.T) {
 	prof := filepath.Join(t.TempDir(), "cpu")
 	out, err := exec.Command(weirBin, "bench", "cluster", "--files", "1", "--lines", "2000", "--runs", "1", "--recoveries", "0", "--cpuprofile", prof).CombinedOutput()
