@@ -39,6 +39,12 @@ func open(t *testing.T, r keygroup.Range, restore []checkpoint.Handle, blobs map
 			t.Fatal(err)
 		}
 	}
+	return declare(t, b)
+}
+
+// declare registers a table of each kind in b.
+func declare(t *testing.T, b *Backend) *tables {
+	t.Helper()
 	var ts tables
 	var err error
 	ts.b = b
