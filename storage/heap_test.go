@@ -6,7 +6,6 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -257,26 +256,3 @@ func TestHeapSharedFilesAfterACrash(t *testing.T) {
 	}
 }
 
-// TestDiscardOfACheckpointWithOnlySharedFiles: a checkpoint whose state is
-// all shared or inline has no directory until its commit makes one; when
-// the commit fails before, its discard deletes its shared files (it
-// failed, "file does not exist", and the job gave up: TestStorageFaults).
-func TestDiscardOfACheckpointWithOnlySharedFiles(t *testing.T) {
-	d, err := NewDir(vfs.NewMem(), "/ckpt", "job", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Scan()
-	if err := d.Reserve(1); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.WriteShared(1, checkpoint.Handle{Operator: "count", Kind: heap.KindData, File: "heap-1"}, strings.NewReader("WKI1")); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Discard(1); err != nil {
-		t.Fatal(err)
-	}
-	if got := dirShared(t, d); len(got) != 0 {
-		t.Fatalf("shared files %v left", got)
-	}
-}
