@@ -20,10 +20,10 @@ package heap
 // base's epoch.
 //
 // A chain longer than a bound, or whose deltas outweigh its full section,
-// is rewritten whole from the frozen map (the bound differs between
-// groups, so groups that change at every checkpoint are not all
-// rewritten at once): a restore reads at most maxLinks sections per
-// table and group.
+// is rewritten whole from the frozen map (the bounds differ between
+// groups, so groups that change alike are not all rewritten at once): a
+// restore reads at most maxLinks sections per table and group, and less
+// than 2.75 times the bytes of their full section.
 
 import (
 	"bytes"
@@ -49,8 +49,10 @@ var (
 	castagnoli = crc32.MakeTable(crc32.Castagnoli)
 )
 
-// maxLinks bounds a chain's sections.
-const maxLinks = 8
+// maxLinks bounds a chain's sections. Its bytes are bounded by the deltas
+// rule (see compactionDue): a long chain of small deltas costs a restore
+// little, while rewriting a group whole costs a checkpoint all of it.
+const maxLinks = 32
 
 // section is a restored part of a chain: full, or a delta.
 type section struct {
@@ -268,7 +270,11 @@ func (b *Backend) snapshotIncremental(id checkpoint.ID) state.Async {
 
 // compactionDue says whether chain prev is rewritten whole rather than
 // extended: when it is at its bound, between maxLinks/2+1 and maxLinks
-// depending on salt, or its deltas outweigh its full section.
+// sections, or its deltas outweigh its full section 1 to 1.75 times,
+// depending on salt. Groups with other salts (key group and table) reach
+// their bounds at other checkpoints, so groups that change alike (every
+// group, as state grows) are not all rewritten at once. A chain's bytes
+// stay below 2.75 times its full section's.
 func compactionDue(prev []link, salt int) bool {
 	if len(prev) >= maxLinks/2+1+salt%(maxLinks/2) {
 		return true
@@ -277,7 +283,7 @@ func compactionDue(prev []link, salt int) bool {
 	for _, l := range prev[1:] {
 		deltas += l.n
 	}
-	return deltas > prev[0].n
+	return deltas*4 > prev[0].n*(4+salt%4)
 }
 
 // encodeIndex writes the chains of key groups first..last: the shared
