@@ -255,4 +255,3 @@ func TestHeapSharedFilesAfterACrash(t *testing.T) {
 		}
 	}
 }
-
