@@ -109,9 +109,11 @@ func eventTimeConfig(sb weir.StateBackend) weir.Config {
 	return weir.Config{Parallelism: 2, WatermarkInterval: time.Millisecond, Restart: weir.FixedDelay{Delay: time.Millisecond, MaxAttempts: 5}, StateBackend: sb}
 }
 
-// onBackends runs f with the heap backend and with Pebble.
+// onBackends runs f with the heap backend (incremental checkpoints, the
+// default, and full ones) and with Pebble.
 func onBackends(t *testing.T, f func(t *testing.T, sb weir.StateBackend)) {
 	t.Run("heap", func(t *testing.T) { f(t, weir.StateBackend{}) })
+	t.Run("heap full", func(t *testing.T) { f(t, weir.StateBackend{Full: true}) })
 	t.Run("pebble", func(t *testing.T) { f(t, weir.StateBackend{Kind: weir.PebbleState, Dir: t.TempDir()}) })
 }
 

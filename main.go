@@ -124,6 +124,7 @@ func jobCommand(ctx context.Context, role Role, cfg Config, build func(*Environm
 	}[role]
 	c := cfg
 	var mode, backend, alignment string
+	var incremental bool
 	if c.Checkpoint.Mode == 0 {
 		c.Checkpoint.Mode = ExactlyOnce
 	}
@@ -148,6 +149,7 @@ func jobCommand(ctx context.Context, role Role, cfg Config, build func(*Environm
 			default:
 				return fmt.Errorf("--state-backend %q: want heap or pebble", backend)
 			}
+			c.StateBackend.Full = !incremental
 			if c.Logger, err = logger(); err != nil {
 				return err
 			}
@@ -196,6 +198,7 @@ func jobCommand(ctx context.Context, role Role, cfg Config, build func(*Environm
 	}
 	fl.StringVar(&backend, "state-backend", backendName, "where keyed state lives: heap or pebble")
 	fl.StringVar(&c.StateBackend.Dir, "state-dir", c.StateBackend.Dir, "pebble: local working directory of its databases")
+	fl.BoolVar(&incremental, "incremental", !c.StateBackend.Full, "incremental checkpoints: write only the state changed since the last completed one (false: every checkpoint writes all the state)")
 	cl := &c.Cluster
 	switch role {
 	case Coordinator:

@@ -103,24 +103,6 @@ func DecodeKeyed(blob []byte, want keygroup.Range, visit func(name string, group
 	return nil
 }
 
-// RestoreKeyed decodes, from every keyed handle that overlaps want, the
-// entries of want's key groups.
-func RestoreKeyed(hs []checkpoint.Handle, read func(checkpoint.Handle) ([]byte, error), want keygroup.Range, visit func(name string, group int, entries []byte) error) error {
-	for _, h := range hs {
-		if h.Kind != KindKeyed || h.KeyGroups.Intersect(want).Len() == 0 {
-			continue
-		}
-		blob, err := read(h)
-		if err != nil {
-			return err
-		}
-		if err := DecodeKeyed(blob, want, visit); err != nil {
-			return fmt.Errorf("keyed state of %s subtask %d: %w", h.Operator, h.Subtask, err)
-		}
-	}
-	return nil
-}
-
 // Distribution says how operator list state is redistributed on restore.
 type Distribution string
 

@@ -363,20 +363,28 @@ func ReadMetadata(fs vfs.FS, path string) (*checkpoint.Metadata, error) {
 func (d *Dir) Discard(id checkpoint.ID) error {
 	defer d.gate.discard(id)()
 	dir := d.CheckpointDir(id)
-	if st, err := d.fs.Stat(dir); err == nil && !st.IsDir() {
+	st, err := d.fs.Stat(dir)
+	switch {
+	case err == nil && !st.IsDir():
 		return nil // a file named like a checkpoint: not Weir's to delete
-	}
-	// The metadata goes first, durably: from then on the checkpoint is
-	// incomplete, and an incomplete checkpoint is deleted at the next start.
-	if err := d.fs.Remove(d.fs.PathJoin(dir, MetadataFile)); err == nil {
-		if err := d.syncDir(dir); err != nil {
+	case errors.Is(err, os.ErrNotExist):
+		// Nothing of its own was written: its state was inline or shared
+		// (an incremental heap checkpoint's), and its commit failed
+		// before it made the directory.
+	default:
+		// The metadata goes first, durably: from then on the checkpoint
+		// is incomplete, and an incomplete checkpoint is deleted at the
+		// next start.
+		if err := d.fs.Remove(d.fs.PathJoin(dir, MetadataFile)); err == nil {
+			if err := d.syncDir(dir); err != nil {
+				return fmt.Errorf("discard checkpoint %d: %w", id, err)
+			}
+		} else if !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("discard checkpoint %d: %w", id, err)
 		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("discard checkpoint %d: %w", id, err)
-	}
-	if err := d.fs.RemoveAll(dir); err != nil {
-		return fmt.Errorf("discard checkpoint %d: %w", id, err)
+		if err := d.fs.RemoveAll(dir); err != nil {
+			return fmt.Errorf("discard checkpoint %d: %w", id, err)
+		}
 	}
 	// Shared files go last: a crash before leaves them unreferenced, and
 	// the next start deletes them.

@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
+	"github.com/weirstream/weir/state/heap"
 	"github.com/weirstream/weir/storage"
 )
 
@@ -132,7 +133,10 @@ func (d damage) String() string {
 }
 
 // plantDamage damages checkpoint dir on fs as d says, choosing with rng;
-// it reports false when d cannot be planted there (no state file).
+// it reports false when d cannot be planted there (no state file). The
+// state files of a checkpoint are those in its directory and the shared
+// files no other completed checkpoint references (an incremental heap
+// checkpoint's keyed state is in those; its index is inline).
 func plantDamage(fs vfs.FS, dir string, d damage, rng *rand.Rand) (bool, error) {
 	path := fs.PathJoin(dir, storage.MetadataFile)
 	if d == truncateState || d == flipState {
@@ -143,13 +147,18 @@ func plantDamage(fs vfs.FS, dir string, d damage, rng *rand.Rand) (bool, error) 
 		var files []string
 		for _, n := range names {
 			if n != storage.MetadataFile && (d == truncateState || strings.Contains(n, ".keyed.")) {
-				files = append(files, n)
+				files = append(files, fs.PathJoin(dir, n))
 			}
 		}
+		own, err := sharedOnlyIn(fs, dir)
+		if err != nil {
+			return false, err
+		}
+		files = append(files, own...)
 		if len(files) == 0 {
 			return false, nil
 		}
-		path = fs.PathJoin(dir, files[rng.IntN(len(files))])
+		path = files[rng.IntN(len(files))]
 	}
 	data, err := readAll(fs, path)
 	if err != nil || len(data) < 2 {
@@ -171,6 +180,36 @@ func plantDamage(fs vfs.FS, dir string, d damage, rng *rand.Rand) (bool, error) 
 		return false, err
 	}
 	return true, errors.Join(w.Sync(), w.Close())
+}
+
+// sharedOnlyIn lists the shared files of incremental heap state that
+// checkpoint dir references and no other completed checkpoint does.
+func sharedOnlyIn(fs vfs.FS, dir string) ([]string, error) {
+	scan, err := cleanScan(fs)
+	if err != nil {
+		return nil, err
+	}
+	refs := map[string]int{}
+	var mine []string
+	for _, m := range scan.Completed {
+		for _, ts := range m.Tasks {
+			for _, h := range ts.Handles {
+				if storage.IsShared(h) {
+					refs[h.Path]++
+					if fs.PathBase(dir) == fmt.Sprintf("chk-%d", m.ID) && h.Kind == heap.KindData {
+						mine = append(mine, h.Path)
+					}
+				}
+			}
+		}
+	}
+	var files []string
+	for _, p := range mine {
+		if refs[p] == 1 {
+			files = append(files, fs.PathJoin(fs.PathDir(dir), p))
+		}
+	}
+	return files, nil
 }
 
 func readAll(fs vfs.FS, path string) ([]byte, error) {

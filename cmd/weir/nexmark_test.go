@@ -89,7 +89,7 @@ func TestNexmarkBadFlags(t *testing.T) {
 	}{
 		{[]string{"bench", "nexmark", "--query", "q6"}, `--query: nexmark: no query "q6": choose from q0, q1, q2, q3, q4, q5, q7, q8, or all`},
 		{[]string{"bench", "nexmark", "--state-backend", "rocksdb"}, `--state-backend "rocksdb": want heap or pebble`},
-		{[]string{"bench", "nexmark", "--state-dir", "/tmp/x"}, "--state-dir and --incremental are settings of --state-backend pebble"},
+		{[]string{"bench", "nexmark", "--state-dir", "/tmp/x"}, "--state-dir is a setting of --state-backend pebble"},
 		{[]string{"bench", "nexmark", "--events", "0"}, "--events 0: must be at least 1"},
 		{[]string{"bench", "nexmark", "--events", "2X"}, `invalid argument "2X" for "--events" flag: want a whole number, with k, M or G`},
 		{[]string{"bench", "nexmark", "--mode", "none", "--output", "x"}, "--output writes exactly-once, at checkpoints"},

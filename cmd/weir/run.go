@@ -73,18 +73,18 @@ func (f *checkpointFlags) add(cmd *cobra.Command) {
 // addStateFlags adds the state backend flags.
 func addStateFlags(cmd *cobra.Command, backend, dir *string, incremental *bool) {
 	fl := cmd.Flags()
-	fl.StringVar(backend, "state-backend", "heap", "where keyed state lives: heap (memory; checkpoints write all of it) or pebble (local disk; checkpoints upload what changed)")
+	fl.StringVar(backend, "state-backend", "heap", "where keyed state lives: heap (memory) or pebble (local disk); checkpoints of either write what changed")
 	fl.StringVar(dir, "state-dir", "", "pebble: local working directory of its databases (default: weir-state in the temporary directory)")
-	fl.BoolVar(incremental, "incremental", true, "pebble: incremental checkpoints (false: every checkpoint uploads all the state)")
+	fl.BoolVar(incremental, "incremental", true, "incremental checkpoints: write only the state changed since the last completed one (false: every checkpoint writes all the state)")
 }
 
 // stateBackend validates the state backend flags.
 func stateBackend(cmd *cobra.Command, backend, dir string, incremental bool) (weir.StateBackend, error) {
-	sb := weir.StateBackend{Kind: weir.HeapState}
+	sb := weir.StateBackend{Kind: weir.HeapState, Full: !incremental}
 	switch backend {
 	case "heap":
-		if dir != "" || cmd.Flags().Changed("incremental") {
-			return sb, errors.New("--state-dir and --incremental are settings of --state-backend pebble")
+		if dir != "" {
+			return sb, errors.New("--state-dir is a setting of --state-backend pebble")
 		}
 	case "pebble":
 		sb = weir.StateBackend{Kind: weir.PebbleState, Dir: dir, Full: !incremental}

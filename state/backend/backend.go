@@ -20,7 +20,8 @@ import (
 type Kind string
 
 const (
-	// Heap keeps state in Go maps; a checkpoint writes all of it.
+	// Heap keeps state in Go maps; checkpoints write what changed since
+	// the last completed one unless Full is set.
 	Heap Kind = "heap"
 	// Pebble keeps state in a Pebble database on local disk; checkpoints
 	// are incremental unless Full is set.
@@ -34,8 +35,9 @@ type Config struct {
 	// Dir is where Pebble keeps its databases; default
 	// <os.TempDir()>/weir-state.
 	Dir string
-	// Full makes every Pebble checkpoint upload all of its data files,
-	// not only those no completed checkpoint holds.
+	// Full makes every checkpoint write all of the state: Pebble uploads
+	// all of its data files, not only those no completed checkpoint
+	// holds; heap writes every key group whole, not only what changed.
 	Full bool
 	// CacheBytes bounds the block cache the process's Pebble databases
 	// share (default 256 MiB), MemTableBytes each one's memtable (default
@@ -50,8 +52,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("state backend %q: want heap or pebble", c.Kind)
 	case c.CacheBytes < 0 || c.MemTableBytes < 0:
 		return fmt.Errorf("state backend: cache (%d bytes) and memtable (%d bytes) must not be negative", c.CacheBytes, c.MemTableBytes)
-	case c.Kind != Pebble && (c.Dir != "" || c.Full || c.CacheBytes != 0 || c.MemTableBytes != 0):
-		return fmt.Errorf("state backend %s: a directory, full checkpoints, cache and memtable sizes are Pebble's settings", c.kind())
+	case c.Kind != Pebble && (c.Dir != "" || c.CacheBytes != 0 || c.MemTableBytes != 0):
+		return fmt.Errorf("state backend %s: a directory, cache and memtable sizes are Pebble's settings", c.kind())
 	}
 	return nil
 }
@@ -81,7 +83,10 @@ func New(cfg Config, sc Scope, hs []checkpoint.Handle, r state.Reader) (state.Ba
 		return pebble.New(pebble.Options{Dir: dir, Incremental: !cfg.Full, CacheBytes: cfg.CacheBytes, MemTableBytes: cfg.MemTableBytes},
 			pebble.Scope(sc), hs, r)
 	}
-	b := heap.New(sc.KeyGroups)
+	b := heap.NewIncremental(sc.KeyGroups)
+	if cfg.Full {
+		b = heap.New(sc.KeyGroups)
+	}
 	if hs != nil {
 		if err := b.Restore(hs, r.Read); err != nil {
 			return nil, err

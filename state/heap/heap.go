@@ -38,22 +38,45 @@ import (
 
 // Backend holds one subtask's keyed state.
 type Backend struct {
-	groups  keygroup.Range
-	current int    // index of the current key's group within groups
-	epoch   uint64 // incremented by every freeze
-	tables  []table
-	byName  map[string]table
-	pending map[string]map[int][]byte // restored entries of tables not yet registered
+	groups      keygroup.Range
+	current     int    // index of the current key's group within groups
+	epoch       uint64 // incremented by every freeze
+	incremental bool
+	tables      []table
+	byName      map[string]table
+	pending     map[string]map[int][]section // restored sections of tables not yet registered, per key group (index)
+
+	// confirmed are the chains of the newest completed checkpoint (nil:
+	// none since the start or the restore): an incremental snapshot
+	// writes what changed since it. taken holds, per checkpoint taken and
+	// not yet completed or aborted, its chains (filled by the
+	// asynchronous part, read only after it returned).
+	confirmed *chains
+	taken     map[checkpoint.ID]*chains
 }
 
 type table interface {
-	freeze() func(dst []byte, group int) []byte
-	restore(group int, entries []byte) error
+	freeze() frozen
+	// put decodes one entry of a snapshot into key group g (index).
+	put(g int, src []byte) (used int, err error)
+	// deleteEncoded decodes a key of a delta and deletes it from key
+	// group g (index).
+	deleteEncoded(g int, src []byte) (used int, err error)
 }
 
-// New returns an empty backend for key groups r.
+// New returns an empty backend for key groups r whose snapshots are full:
+// one keyed blob.
 func New(r keygroup.Range) *Backend {
-	return &Backend{groups: r, byName: map[string]table{}, pending: map[string]map[int][]byte{}}
+	return &Backend{groups: r, byName: map[string]table{}, pending: map[string]map[int][]section{}, taken: map[checkpoint.ID]*chains{}}
+}
+
+// NewIncremental returns an empty backend for key groups r whose
+// snapshots write what changed since the newest completed checkpoint (see
+// incremental.go).
+func NewIncremental(r keygroup.Range) *Backend {
+	b := New(r)
+	b.incremental = true
+	return b
 }
 
 // SetGroup makes key group g (absolute) current; every table access that
@@ -70,25 +93,58 @@ func (b *Backend) SetGroup(g int) {
 func (b *Backend) Group() int { return b.groups.First + b.current }
 
 // Restore loads the keyed state of this backend's key groups from handles
-// written by any parallelism. Tables registered later pick up their part.
+// written by any parallelism, full or incremental. Tables registered later
+// pick up their part.
 func (b *Backend) Restore(hs []checkpoint.Handle, read func(checkpoint.Handle) ([]byte, error)) error {
-	return state.RestoreKeyed(hs, read, b.groups, func(name string, g int, entries []byte) error {
-		if t, ok := b.byName[name]; ok {
-			return t.restore(g-b.groups.First, entries)
+	b.confirmed = nil // the first snapshot after a restore is full
+	for _, h := range hs {
+		if h.Kind != state.KindKeyed || h.KeyGroups.Intersect(b.groups).Len() == 0 {
+			continue
 		}
-		if b.pending[name] == nil {
-			b.pending[name] = map[int][]byte{}
+		blob, err := read(h)
+		if err != nil {
+			return err
 		}
-		b.pending[name][g-b.groups.First] = entries
-		return nil
-	})
+		if isIndex(blob) {
+			err = b.restoreChains(h, blob, hs, read)
+		} else {
+			err = state.DecodeKeyed(blob, b.groups, func(name string, g int, entries []byte) error {
+				return b.apply(name, g, section{full: true, data: entries})
+			})
+		}
+		if err != nil {
+			return fmt.Errorf("keyed state of %s subtask %d: %w", h.Operator, h.Subtask, err)
+		}
+	}
+	return nil
+}
+
+// apply applies one restored section of table name in key group g
+// (absolute), or keeps it until the table is registered.
+func (b *Backend) apply(name string, g int, s section) error {
+	i := g - b.groups.First
+	if t, ok := b.byName[name]; ok {
+		return applySection(t, i, s)
+	}
+	if b.pending[name] == nil {
+		b.pending[name] = map[int][]section{}
+	}
+	s.data = slices.Clone(s.data) // not the whole file it was read from
+	b.pending[name][i] = append(b.pending[name][i], s)
+	return nil
 }
 
 // Snapshot freezes every table and returns the asynchronous part, which
-// encodes the frozen state (while the tables change) and writes it as one
-// keyed blob.
-func (b *Backend) Snapshot(checkpoint.ID) (state.Async, error) {
-	encode := b.Freeze()
+// encodes the frozen state (while the tables change) and writes it: as
+// one keyed blob, or incrementally.
+func (b *Backend) Snapshot(id checkpoint.ID) (state.Async, error) {
+	if b.incremental {
+		return b.snapshotIncremental(id), nil
+	}
+	encode, err := b.Freeze()
+	if err != nil {
+		return nil, err
+	}
 	r := b.groups
 	return func(w state.Writer) ([]checkpoint.Handle, error) {
 		h, err := w.Write(checkpoint.Handle{Kind: state.KindKeyed, KeyGroups: r}, encode())
@@ -96,33 +152,52 @@ func (b *Backend) Snapshot(checkpoint.ID) (state.Async, error) {
 	}, nil
 }
 
-// Freeze freezes every table and returns the encoder of the frozen state;
-// the encoder may run on another goroutine while the tables change.
-func (b *Backend) Freeze() func() []byte {
+// Freeze freezes every table and returns the encoder of the frozen state
+// as one keyed blob; the encoder may run on another goroutine while the
+// tables change.
+func (b *Backend) Freeze() (func() []byte, error) {
 	b.epoch++
-	sections := make([]state.KeyedSection, 0, len(b.tables))
-	names := slices.Sorted(maps.Keys(b.byName))
-	for _, n := range names {
-		sections = append(sections, state.KeyedSection{Name: n, Append: b.byName[n].freeze()})
+	sections := make([]state.KeyedSection, 0, len(b.tables)+len(b.pending))
+	first := b.groups.First
+	for _, n := range slices.Sorted(maps.Keys(b.byName)) {
+		f := b.byName[n].freeze()
+		sections = append(sections, state.KeyedSection{Name: n, Append: func(dst []byte, g int) []byte { return f.appendFull(dst, g-first) }})
 	}
 	// Restored state of tables this run never registered is carried on, so
 	// a job that stops using a state for a while does not lose it.
 	for name, groups := range b.pending {
 		frozen := maps.Clone(groups)
+		for _, ss := range frozen {
+			if len(ss) != 1 || !ss[0].full {
+				return nil, fmt.Errorf("state %q, restored from an incremental checkpoint, is not declared by this job: a full checkpoint cannot carry it on; declare it, or take incremental checkpoints", name)
+			}
+		}
 		sections = append(sections, state.KeyedSection{Name: name, Append: func(dst []byte, g int) []byte {
-			if e, ok := frozen[g-b.groups.First]; ok {
-				return append(dst, e...)
+			if ss, ok := frozen[g-first]; ok {
+				return append(dst, ss[0].data...)
 			}
 			return codec.AppendLen(dst, 0)
 		}})
 	}
 	r := b.groups
-	return func() []byte { return state.EncodeKeyed(r, sections) }
+	return func() []byte { return state.EncodeKeyed(r, sections) }, nil
 }
 
-func (b *Backend) NotifyComplete(checkpoint.ID) {}
-func (b *Backend) NotifyAborted(checkpoint.ID)  {}
-func (b *Backend) Close() error                 { return nil }
+// NotifyComplete makes checkpoint id's chains those the next snapshots
+// extend.
+func (b *Backend) NotifyComplete(id checkpoint.ID) {
+	if c, ok := b.taken[id]; ok {
+		b.confirmed = c
+	}
+	for c := range b.taken {
+		if c <= id {
+			delete(b.taken, c)
+		}
+	}
+}
+
+func (b *Backend) NotifyAborted(id checkpoint.ID) { delete(b.taken, id) }
+func (b *Backend) Close() error                   { return nil }
 
 func (b *Backend) register(name string, t table) error {
 	if _, dup := b.byName[name]; dup {
@@ -130,26 +205,49 @@ func (b *Backend) register(name string, t table) error {
 	}
 	b.byName[name] = t
 	b.tables = append(b.tables, t)
-	for g, entries := range b.pending[name] {
-		if err := t.restore(g, entries); err != nil {
-			return fmt.Errorf("restore state %q, key group %d: %w", name, b.groups.First+g, err)
+	for g, ss := range b.pending[name] {
+		for _, s := range ss {
+			if err := applySection(t, g, s); err != nil {
+				return fmt.Errorf("restore state %q, key group %d: %w", name, b.groups.First+g, err)
+			}
 		}
 	}
 	delete(b.pending, name)
 	return nil
 }
 
-// cow is the copy-on-write bookkeeping of one table: a map per key group and
-// whether a snapshot still reads it.
-type cow[K comparable, E any] struct {
-	b      *Backend
-	groups []map[K]E
-	shared []bool
+// entryCodec is how a table encodes its entries and keys, and which of its
+// entries changed.
+type entryCodec[K comparable, E any] struct {
+	appendEntry func(dst []byte, k K, e E) []byte
+	appendKey   func(dst []byte, k K) []byte
+	decodeKey   func(src []byte) (K, int, error)
+	// epochOf is the epoch an entry was last written in.
+	epochOf func(E) uint64
+	// keyOf is the table's own copy of key k of entry e (see owner).
+	keyOf func(k K, e E) K
 }
 
-func newCow[K comparable, E any](b *Backend) cow[K, E] {
+// cow is the copy-on-write bookkeeping of one table: a map per key group and
+// whether a snapshot still reads it; and, for incremental snapshots, what
+// changed when.
+type cow[K comparable, E any] struct {
+	b        *Backend
+	groups   []map[K]E
+	shared   []bool
+	modified []uint64 // per group: the epoch of its latest write
+	cleared  []uint64 // per group: the epoch of its latest Clear (0: none)
+	// deleted holds per group, if incremental, the keys deleted since the
+	// newest completed checkpoint (at least), with the epoch of their
+	// deletion; nil when none.
+	deleted []map[K]uint64
+	ec      entryCodec[K, E]
+}
+
+func newCow[K comparable, E any](b *Backend, ec entryCodec[K, E]) cow[K, E] {
 	n := b.groups.Len()
-	c := cow[K, E]{b: b, groups: make([]map[K]E, n), shared: make([]bool, n)}
+	c := cow[K, E]{b: b, groups: make([]map[K]E, n), shared: make([]bool, n),
+		modified: make([]uint64, n), cleared: make([]uint64, n), deleted: make([]map[K]uint64, n), ec: ec}
 	for i := range c.groups {
 		c.groups[i] = map[K]E{}
 	}
@@ -165,32 +263,56 @@ func (c *cow[K, E]) write() map[K]E {
 	if c.shared[g] {
 		c.groups[g] = maps.Clone(c.groups[g])
 		c.shared[g] = false
+		if len(c.deleted[g]) > 0 {
+			c.deleted[g] = pruned(c.deleted[g], c.b.confirmedEpoch())
+		}
 	}
+	c.modified[g] = c.b.epoch
 	return c.groups[g]
 }
 
 // delete removes k from the current group, copying the group first only if
 // k is there.
 func (c *cow[K, E]) delete(k K) {
-	if _, ok := c.read()[k]; ok {
+	if e, ok := c.read()[k]; ok {
 		delete(c.write(), k)
+		if c.b.incremental {
+			c.noteDeleted(c.ec.keyOf(k, e))
+		}
 	}
 }
 
-func (c *cow[K, E]) freezeWith(appendEntry func(dst []byte, k K, e E) []byte) func([]byte, int) []byte {
-	frozen := slices.Clone(c.groups)
+// noteDeleted records the deletion of k (the table's own copy) from the
+// current group, which write made private.
+func (c *cow[K, E]) noteDeleted(k K) {
+	g := c.b.current
+	if c.deleted[g] == nil {
+		c.deleted[g] = map[K]uint64{}
+	}
+	c.deleted[g][k] = c.b.epoch
+}
+
+// clear empties group g (index), which a snapshot may still read.
+func (c *cow[K, E]) clear(g int) {
+	c.groups[g], c.shared[g], c.deleted[g] = map[K]E{}, false, nil
+	c.modified[g], c.cleared[g] = c.b.epoch, c.b.epoch
+}
+
+func (c *cow[K, E]) freeze() frozen {
+	f := &frozenCow[K, E]{ec: &c.ec, groups: slices.Clone(c.groups), deleted: slices.Clone(c.deleted),
+		modified: slices.Clone(c.modified), cleared: slices.Clone(c.cleared)}
 	for i := range c.shared {
 		c.shared[i] = true
 	}
-	first := c.b.groups.First
-	return func(dst []byte, g int) []byte {
-		m := frozen[g-first]
-		dst = codec.AppendLen(dst, len(m))
-		for k, e := range m {
-			dst = appendEntry(dst, k, e)
-		}
-		return dst
+	return f
+}
+
+func (c *cow[K, E]) deleteEncoded(g int, src []byte) (int, error) {
+	k, n, err := c.ec.decodeKey(src)
+	if err == nil {
+		delete(c.groups[g], k)
 	}
+	return n, err
 }
 
 func restoreEntries(entries []byte, decode func([]byte) (int, error)) error {
@@ -247,7 +369,14 @@ type valueEntry[K comparable, V any] struct {
 
 // NewValue registers value state name.
 func NewValue[K comparable, V any](b *Backend, name string, kc codec.Codec[K], vc codec.Codec[V]) (*Value[K, V], error) {
-	t := &Value[K, V]{cow: newCow[K, *valueEntry[K, V]](b), keys: ownerOf[K](), kc: kc, vc: vc}
+	t := &Value[K, V]{keys: ownerOf[K](), kc: kc, vc: vc}
+	t.cow = newCow(b, entryCodec[K, *valueEntry[K, V]]{
+		appendEntry: func(dst []byte, k K, e *valueEntry[K, V]) []byte { return vc.Append(kc.Append(dst, k), e.v) },
+		appendKey:   kc.Append,
+		decodeKey:   kc.Decode,
+		epochOf:     func(e *valueEntry[K, V]) uint64 { return e.epoch },
+		keyOf:       func(_ K, e *valueEntry[K, V]) K { return e.key },
+	})
 	return t, b.register(name, t)
 }
 
@@ -284,25 +413,25 @@ func (t *Value[K, V]) Delete(k K) {
 	t.delete(k)
 }
 
-func (t *Value[K, V]) freeze() func([]byte, int) []byte {
-	return t.freezeWith(func(dst []byte, k K, e *valueEntry[K, V]) []byte { return t.vc.Append(t.kc.Append(dst, k), e.v) })
+// put stores a restored entry as of epoch 0, which no snapshot after the
+// restore takes for a change.
+func (t *Value[K, V]) put(g int, src []byte) (int, error) {
+	t.last = nil
+	k, n1, err := t.kc.Decode(src)
+	if err != nil {
+		return 0, err
+	}
+	v, n2, err := t.vc.Decode(src[n1:])
+	if err != nil {
+		return 0, err
+	}
+	t.groups[g][k] = &valueEntry[K, V]{key: k, v: v}
+	return n1 + n2, nil
 }
 
-func (t *Value[K, V]) restore(g int, entries []byte) error {
+func (t *Value[K, V]) deleteEncoded(g int, src []byte) (int, error) {
 	t.last = nil
-	m := t.groups[g]
-	return restoreEntries(entries, func(src []byte) (int, error) {
-		k, n1, err := t.kc.Decode(src)
-		if err != nil {
-			return 0, err
-		}
-		v, n2, err := t.vc.Decode(src[n1:])
-		if err != nil {
-			return 0, err
-		}
-		m[k] = &valueEntry[K, V]{key: k, v: v, epoch: t.b.epoch}
-		return n1 + n2, nil
-	})
+	return t.cow.deleteEncoded(g, src)
 }
 
 // List is keyed state holding a list per key.
@@ -321,7 +450,20 @@ type listEntry[K comparable, V any] struct {
 
 // NewList registers list state name.
 func NewList[K comparable, V any](b *Backend, name string, kc codec.Codec[K], vc codec.Codec[V]) (*List[K, V], error) {
-	t := &List[K, V]{cow: newCow[K, *listEntry[K, V]](b), keys: ownerOf[K](), kc: kc, vc: vc}
+	t := &List[K, V]{keys: ownerOf[K](), kc: kc, vc: vc}
+	t.cow = newCow(b, entryCodec[K, *listEntry[K, V]]{
+		appendEntry: func(dst []byte, k K, e *listEntry[K, V]) []byte {
+			dst = codec.AppendLen(kc.Append(dst, k), len(e.vs))
+			for _, v := range e.vs {
+				dst = vc.Append(dst, v)
+			}
+			return dst
+		},
+		appendKey: kc.Append,
+		decodeKey: kc.Decode,
+		epochOf:   func(e *listEntry[K, V]) uint64 { return e.epoch },
+		keyOf:     func(_ K, e *listEntry[K, V]) K { return e.key },
+	})
 	return t, b.register(name, t)
 }
 
@@ -369,35 +511,22 @@ func (t *List[K, V]) Update(k K, vs []V) {
 
 func (t *List[K, V]) Delete(k K) { t.delete(k) }
 
-func (t *List[K, V]) freeze() func([]byte, int) []byte {
-	return t.freezeWith(func(dst []byte, k K, e *listEntry[K, V]) []byte {
-		dst = codec.AppendLen(t.kc.Append(dst, k), len(e.vs))
-		for _, v := range e.vs {
-			dst = t.vc.Append(dst, v)
-		}
-		return dst
-	})
-}
-
-func (t *List[K, V]) restore(g int, entries []byte) error {
-	m := t.groups[g]
-	return restoreEntries(entries, func(src []byte) (int, error) {
-		k, n, used, err := keyAndLen(t.kc, src)
+func (t *List[K, V]) put(g int, src []byte) (int, error) {
+	k, n, used, err := keyAndLen(t.kc, src)
+	if err != nil {
+		return 0, err
+	}
+	vs := make([]V, 0, min(n, len(src)))
+	for range n {
+		v, k3, err := t.vc.Decode(src[used:])
 		if err != nil {
 			return 0, err
 		}
-		vs := make([]V, 0, n)
-		for range n {
-			v, k3, err := t.vc.Decode(src[used:])
-			if err != nil {
-				return 0, err
-			}
-			vs = append(vs, v)
-			used += k3
-		}
-		m[k] = &listEntry[K, V]{key: k, vs: vs, epoch: t.b.epoch}
-		return used, nil
-	})
+		vs = append(vs, v)
+		used += k3
+	}
+	t.groups[g][k] = &listEntry[K, V]{key: k, vs: vs}
+	return used, nil
 }
 
 // Map is keyed state holding a map per key.
@@ -423,7 +552,20 @@ type mapEntry[UK comparable, V any] struct {
 
 // NewMap registers map state name.
 func NewMap[K, UK comparable, V any](b *Backend, name string, kc codec.Codec[K], ukc codec.Codec[UK], vc codec.Codec[V]) (*Map[K, UK, V], error) {
-	t := &Map[K, UK, V]{cow: newCow[K, *inner[K, UK, V]](b), keys: ownerOf[K](), userKeys: ownerOf[UK](), kc: kc, ukc: ukc, vc: vc}
+	t := &Map[K, UK, V]{keys: ownerOf[K](), userKeys: ownerOf[UK](), kc: kc, ukc: ukc, vc: vc}
+	t.cow = newCow(b, entryCodec[K, *inner[K, UK, V]]{
+		appendEntry: func(dst []byte, k K, in *inner[K, UK, V]) []byte {
+			dst = codec.AppendLen(kc.Append(dst, k), len(in.m))
+			for uk, e := range in.m {
+				dst = vc.Append(ukc.Append(dst, uk), e.v)
+			}
+			return dst
+		},
+		appendKey: kc.Append,
+		decodeKey: kc.Decode,
+		epochOf:   func(in *inner[K, UK, V]) uint64 { return in.epoch },
+		keyOf:     func(_ K, in *inner[K, UK, V]) K { return in.key },
+	})
 	return t, b.register(name, t)
 }
 
@@ -497,48 +639,35 @@ func (t *Map[K, UK, V]) writable(k K) *inner[K, UK, V] {
 	return in
 }
 
-func (t *Map[K, UK, V]) freeze() func([]byte, int) []byte {
-	return t.freezeWith(func(dst []byte, k K, in *inner[K, UK, V]) []byte {
-		dst = codec.AppendLen(t.kc.Append(dst, k), len(in.m))
-		for uk, e := range in.m {
-			dst = t.vc.Append(t.ukc.Append(dst, uk), e.v)
-		}
-		return dst
-	})
-}
-
-func (t *Map[K, UK, V]) restore(g int, entries []byte) error {
-	m := t.groups[g]
-	return restoreEntries(entries, func(src []byte) (int, error) {
-		k, n, used, err := keyAndLen(t.kc, src)
+func (t *Map[K, UK, V]) put(g int, src []byte) (int, error) {
+	k, n, used, err := keyAndLen(t.kc, src)
+	if err != nil {
+		return 0, err
+	}
+	in := &inner[K, UK, V]{key: k, m: make(map[UK]mapEntry[UK, V], min(n, len(src)))}
+	for range n {
+		uk, a, err := t.ukc.Decode(src[used:])
 		if err != nil {
 			return 0, err
 		}
-		in := &inner[K, UK, V]{key: k, m: make(map[UK]mapEntry[UK, V], n)}
-		for range n {
-			uk, a, err := t.ukc.Decode(src[used:])
-			if err != nil {
-				return 0, err
-			}
-			v, b, err := t.vc.Decode(src[used+a:])
-			if err != nil {
-				return 0, err
-			}
-			in.m[uk] = mapEntry[UK, V]{uk: uk, v: v}
-			used += a + b
+		v, b, err := t.vc.Decode(src[used+a:])
+		if err != nil {
+			return 0, err
 		}
-		m[k] = in
-		return used, nil
-	})
+		in.m[uk] = mapEntry[UK, V]{uk: uk, v: v}
+		used += a + b
+	}
+	t.groups[g][k] = in
+	return used, nil
 }
 
 // Timers are processing-time timers per key; they are keyed state too and
 // are checkpointed with it.
 type Timers[K comparable] struct {
-	cow[timer[K], struct{}]
-	keys  owner[K]
-	kc    codec.Codec[K]
-	queue timerQueue[K]
+	cow[timer[K], uint64] // a timer's epoch
+	keys                  owner[K]
+	kc                    codec.Codec[K]
+	queue                 timerQueue[K]
 }
 
 type timer[K comparable] struct {
@@ -566,7 +695,15 @@ func (q *timerQueue[K]) Pop() any {
 
 // NewTimers registers a timer table named name.
 func NewTimers[K comparable](b *Backend, name string, kc codec.Codec[K]) (*Timers[K], error) {
-	t := &Timers[K]{cow: newCow[timer[K], struct{}](b), keys: ownerOf[K](), kc: kc}
+	t := &Timers[K]{keys: ownerOf[K](), kc: kc}
+	appendKey := func(dst []byte, tm timer[K]) []byte { return kc.Append(binary.AppendVarint(dst, tm.atMillis), tm.key) }
+	t.cow = newCow(b, entryCodec[timer[K], uint64]{
+		appendEntry: func(dst []byte, tm timer[K], _ uint64) []byte { return appendKey(dst, tm) },
+		appendKey:   appendKey,
+		decodeKey:   t.decodeTimer,
+		epochOf:     func(epoch uint64) uint64 { return epoch },
+		keyOf:       func(tm timer[K], _ uint64) timer[K] { tm.key = t.keys.own(tm.key); return tm },
+	})
 	return t, b.register(name, t)
 }
 
@@ -578,7 +715,7 @@ func (t *Timers[K]) Register(k K, at time.Time) {
 		return
 	}
 	tm.key = t.keys.own(k)
-	t.write()[tm] = struct{}{}
+	t.write()[tm] = t.b.epoch
 	heap.Push(&t.queue, queued[K]{timer: tm, group: t.b.current})
 }
 
@@ -591,8 +728,7 @@ func (t *Timers[K]) Delete(k K, at time.Time) {
 func (t *Timers[K]) Clear() {
 	for g := range t.groups {
 		if len(t.groups[g]) > 0 {
-			// A snapshot may still read the old map: replace it.
-			t.groups[g], t.shared[g] = map[timer[K]]struct{}{}, false
+			t.clear(g) // a snapshot may still read the old map
 		}
 	}
 	t.queue = nil
@@ -621,6 +757,9 @@ func (t *Timers[K]) FireUpTo(limit int64, fire func(k K, at time.Time) error) er
 		}
 		t.b.current = q.group
 		delete(t.write(), q.timer)
+		if t.b.incremental {
+			t.noteDeleted(q.timer)
+		}
 		if err := fire(q.key, time.UnixMilli(q.atMillis)); err != nil {
 			return err
 		}
@@ -628,26 +767,23 @@ func (t *Timers[K]) FireUpTo(limit int64, fire func(k K, at time.Time) error) er
 	return nil
 }
 
-func (t *Timers[K]) freeze() func([]byte, int) []byte {
-	return t.freezeWith(func(dst []byte, tm timer[K], _ struct{}) []byte {
-		return t.kc.Append(binary.AppendVarint(dst, tm.atMillis), tm.key)
-	})
+func (t *Timers[K]) decodeTimer(src []byte) (timer[K], int, error) {
+	at, n1 := binary.Varint(src)
+	if n1 <= 0 {
+		return timer[K]{}, 0, codec.ErrShort
+	}
+	k, n2, err := t.kc.Decode(src[n1:])
+	return timer[K]{atMillis: at, key: k}, n1 + n2, err
 }
 
-func (t *Timers[K]) restore(g int, entries []byte) error {
-	m := t.groups[g]
-	return restoreEntries(entries, func(src []byte) (int, error) {
-		at, n1 := binary.Varint(src)
-		if n1 <= 0 {
-			return 0, codec.ErrShort
-		}
-		k, n2, err := t.kc.Decode(src[n1:])
-		if err != nil {
-			return 0, err
-		}
-		tm := timer[K]{atMillis: at, key: k}
-		m[tm] = struct{}{}
-		heap.Push(&t.queue, queued[K]{timer: tm, group: g})
-		return n1 + n2, nil
-	})
+// put restores a timer; a queued timer a later delta deletes is dropped
+// when it surfaces, as after Delete.
+func (t *Timers[K]) put(g int, src []byte) (int, error) {
+	tm, n, err := t.decodeTimer(src)
+	if err != nil {
+		return 0, err
+	}
+	t.groups[g][tm] = 0
+	heap.Push(&t.queue, queued[K]{timer: tm, group: g})
+	return n, nil
 }

@@ -39,6 +39,12 @@ func open(t *testing.T, r keygroup.Range, restore []checkpoint.Handle, blobs map
 			t.Fatal(err)
 		}
 	}
+	return declare(t, b)
+}
+
+// declare registers a table of each kind in b.
+func declare(t *testing.T, b *Backend) *tables {
+	t.Helper()
 	var ts tables
 	var err error
 	ts.b = b
@@ -80,7 +86,10 @@ func TestSnapshotIsIsolatedFromLaterWrites(t *testing.T) {
 	all := keygroup.Range{First: 0, Last: maxP - 1}
 	ts := open(t, all, nil, nil)
 	fill(ts, 500, 1)
-	encode := ts.b.Freeze()
+	encode, err := ts.b.Freeze()
+	if err != nil {
+		t.Fatal(err)
+	}
 	var blob []byte
 	var wg sync.WaitGroup
 	wg.Go(func() { blob = encode() })
@@ -125,7 +134,7 @@ func TestRestoreAtAnotherParallelism(t *testing.T) {
 	ts := open(t, all, nil, nil)
 	fill(ts, 300, 1)
 	blobs := map[string][]byte{}
-	one := []checkpoint.Handle{handleOf(all, ts.b.Freeze()(), blobs)}
+	one := []checkpoint.Handle{handleOf(all, encodeAll(t, ts.b), blobs)}
 
 	var two []checkpoint.Handle
 	total := 0
@@ -144,7 +153,7 @@ func TestRestoreAtAnotherParallelism(t *testing.T) {
 			}
 			total++
 		}
-		two = append(two, handleOf(r, part.b.Freeze()(), blobs))
+		two = append(two, handleOf(r, encodeAll(t, part.b), blobs))
 	}
 	if total != 300 {
 		t.Fatalf("%d keys across two subtasks, want 300", total)
@@ -176,7 +185,7 @@ func TestCorruptStateIsAnError(t *testing.T) {
 	all := keygroup.Range{First: 0, Last: maxP - 1}
 	ts := open(t, all, nil, nil)
 	fill(ts, 10, 1)
-	blob := ts.b.Freeze()()
+	blob := encodeAll(t, ts.b)
 	blob[len(blob)/2] ^= 0xff
 	b := New(all)
 	err := b.Restore([]checkpoint.Handle{{Kind: state.KindKeyed, KeyGroups: all}}, func(checkpoint.Handle) ([]byte, error) { return blob, nil })
@@ -213,4 +222,14 @@ func BenchmarkValueUpdate(b *testing.B) {
 		n, _ := v.Get(keys[j])
 		v.Put(keys[j], n+1)
 	}
+}
+
+// encodeAll freezes b and encodes it as one keyed blob.
+func encodeAll(t *testing.T, b *Backend) []byte {
+	t.Helper()
+	encode, err := b.Freeze()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return encode()
 }

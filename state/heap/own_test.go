@@ -31,7 +31,7 @@ func TestTablesKeepCopiesOfKeys(t *testing.T) {
 		ts.lists.Update(word(), []string{"y"})
 		ts.maps.Put(word(), other, round)
 		ts.timers.Register(word(), time.UnixMilli(int64(round)))
-		ts.b.Freeze()
+		encodeAll(t, ts.b)
 	}
 	g := keygroup.Of(hasher.Hash("word"), maxP)
 	check := func(table, k string) {

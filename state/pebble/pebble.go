@@ -272,7 +272,10 @@ func (b *Backend) Snapshot(id checkpoint.ID) (state.Async, error) {
 	if err := b.db.Checkpoint(dir); err != nil {
 		return nil, fmt.Errorf("pebble state backend: checkpoint: %w", err)
 	}
-	timers := b.timers.Freeze()
+	timers, err := b.timers.Freeze()
+	if err != nil {
+		return nil, err
+	}
 	reuse := b.confirmed
 	if !b.opts.Incremental {
 		reuse = nil

@@ -15,3 +15,7 @@ func TestPebble(t *testing.T) {
 func TestPebbleFullCheckpoints(t *testing.T) {
 	Run(t, backend.Config{Kind: backend.Pebble, Dir: t.TempDir(), Full: true})
 }
+
+func TestHeapFullCheckpoints(t *testing.T) {
+	Run(t, backend.Config{Kind: backend.Heap, Full: true})
+}

@@ -1,0 +1,465 @@
+package heap
+
+// Incremental snapshots (design note 86).
+//
+// Each table's state in each key group is a chain: a full section (every
+// entry of the group) and then deltas (the keys deleted and the entries
+// written since the section before). A snapshot writes one shared file
+// holding a section for each (table, key group) that changed since the
+// newest completed checkpoint, and a small index, the checkpoint's own
+// keyed blob, that lists every chain: its sections' files, offsets and
+// lengths. Its handles are the index and every shared file a chain still
+// references; the storage's registry deletes the files no retained
+// checkpoint references.
+//
+// Change tracking costs the task one store per write: an entry carries
+// the epoch it was written in (copy-on-write needs it anyway), a group the
+// epoch of its latest write, and a deletion is recorded with its epoch. The
+// asynchronous part skips unchanged groups without reading them and
+// emits, of the changed ones, the entries and deletions newer than the
+// base's epoch.
+//
+// A chain longer than a bound, or whose deltas outweigh its full section,
+// is rewritten whole from the frozen map (the bounds differ between
+// groups, so groups that change alike are not all rewritten at once): a
+// restore reads at most maxLinks sections per table and group, and less
+// than 2.75 times the bytes of their full section.
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"maps"
+	"slices"
+
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/codec"
+	"github.com/weirstream/weir/state"
+)
+
+// KindData is the Handle.Kind of an incremental snapshot's shared file.
+// The index is a keyed blob (state.KindKeyed).
+const KindData = "heap-data"
+
+var (
+	dataMagic  = [4]byte{'W', 'K', 'I', '1'}
+	indexMagic = [4]byte{'W', 'K', 'X', '1'}
+	castagnoli = crc32.MakeTable(crc32.Castagnoli)
+)
+
+// maxLinks bounds a chain's sections. Its bytes are bounded by the deltas
+// rule (see compactionDue): a long chain of small deltas costs a restore
+// little, while rewriting a group whole costs a checkpoint all of it.
+const maxLinks = 32
+
+// section is a restored part of a chain: full, or a delta.
+type section struct {
+	full bool
+	data []byte
+}
+
+// link is a section of a chain in a shared file: bytes [off, off+n).
+type link struct {
+	file   *sharedFile
+	off, n int
+	full   bool
+}
+
+// sharedFile is a shared file of a snapshot; h is set once it is written.
+type sharedFile struct{ h checkpoint.Handle }
+
+// chains are a snapshot's chains: per table, per key group (index); a
+// group with no state has none.
+type chains struct {
+	epoch  uint64 // the snapshot holds every write of this epoch and before
+	tables map[string][][]link
+}
+
+func (b *Backend) confirmedEpoch() uint64 {
+	if b.confirmed == nil {
+		return 0
+	}
+	return b.confirmed.epoch
+}
+
+// pruned is a copy of deleted without the deletions a delta never needs
+// again: those of epoch floor and before.
+func pruned[K comparable](deleted map[K]uint64, floor uint64) map[K]uint64 {
+	out := make(map[K]uint64, len(deleted))
+	for k, e := range deleted {
+		if e > floor {
+			out[k] = e
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// frozen is a table as a freeze left it; key groups are indexes.
+type frozen interface {
+	empty(g int) bool
+	// changed: a write since epoch; whole: a Clear since epoch (a delta
+	// cannot say it).
+	changed(g int, since uint64) (changed, whole bool)
+	appendFull(dst []byte, g int) []byte
+	appendDelta(dst []byte, g int, since uint64) []byte
+}
+
+type frozenCow[K comparable, E any] struct {
+	ec                *entryCodec[K, E]
+	groups            []map[K]E
+	deleted           []map[K]uint64
+	modified, cleared []uint64
+}
+
+func (f *frozenCow[K, E]) empty(g int) bool { return len(f.groups[g]) == 0 }
+
+func (f *frozenCow[K, E]) changed(g int, since uint64) (bool, bool) {
+	return f.modified[g] > since, f.cleared[g] > since
+}
+
+// appendFull appends a count and every entry of group g.
+func (f *frozenCow[K, E]) appendFull(dst []byte, g int) []byte {
+	m := f.groups[g]
+	dst = codec.AppendLen(dst, len(m))
+	for k, e := range m {
+		dst = f.ec.appendEntry(dst, k, e)
+	}
+	return dst
+}
+
+// appendDelta appends the keys deleted since epoch since, then the
+// entries written since; each list begins with its count (4 bytes).
+// Applied in this order, a key deleted and written again is there.
+func (f *frozenCow[K, E]) appendDelta(dst []byte, g int, since uint64) []byte {
+	at, n := len(dst), 0
+	dst = append(dst, 0, 0, 0, 0)
+	for k, e := range f.deleted[g] {
+		if e > since {
+			dst = f.ec.appendKey(dst, k)
+			n++
+		}
+	}
+	binary.BigEndian.PutUint32(dst[at:], uint32(n))
+	at, n = len(dst), 0
+	dst = append(dst, 0, 0, 0, 0)
+	for k, e := range f.groups[g] {
+		if f.ec.epochOf(e) > since {
+			dst = f.ec.appendEntry(dst, k, e)
+			n++
+		}
+	}
+	binary.BigEndian.PutUint32(dst[at:], uint32(n))
+	return dst
+}
+
+func applySection(t table, g int, s section) error {
+	put := func(src []byte) (int, error) { return t.put(g, src) }
+	if s.full {
+		return restoreEntries(s.data, put)
+	}
+	data := s.data
+	for _, apply := range []func([]byte) (int, error){func(src []byte) (int, error) { return t.deleteEncoded(g, src) }, put} {
+		if len(data) < 4 {
+			return codec.ErrShort
+		}
+		n := binary.BigEndian.Uint32(data)
+		data = data[4:]
+		for range n {
+			used, err := apply(data)
+			if err != nil {
+				return err
+			}
+			data = data[used:]
+		}
+	}
+	if len(data) != 0 {
+		return fmt.Errorf("%d bytes after the last entry of a delta", len(data))
+	}
+	return nil
+}
+
+// snapshotIncremental freezes every table; the asynchronous part writes
+// the sections of what changed since the newest completed checkpoint.
+func (b *Backend) snapshotIncremental(id checkpoint.ID) state.Async {
+	base := b.confirmed
+	out := &chains{epoch: b.epoch}
+	b.epoch++
+	b.taken[id] = out // filled by the asynchronous part
+	names := slices.Sorted(maps.Keys(b.byName))
+	tables := make([]frozen, len(names))
+	for i, n := range names {
+		tables[i] = b.byName[n].freeze()
+	}
+	pendingNames := slices.Sorted(maps.Keys(b.pending))
+	pending := make([]map[int][]section, len(pendingNames))
+	for i, n := range pendingNames {
+		pending[i] = maps.Clone(b.pending[n])
+	}
+	r := b.groups
+	return func(w state.Writer) ([]checkpoint.Handle, error) {
+		file := &sharedFile{}
+		buf := slices.Clone(dataMagic[:])
+		add := func(dst []link, full bool, appendSection func([]byte) []byte) []link {
+			off := len(buf)
+			buf = appendSection(buf)
+			return append(slices.Clip(dst), link{file: file, off: off, n: len(buf) - off, full: full})
+		}
+		result := map[string][][]link{}
+		for i, name := range names {
+			f, cs := tables[i], make([][]link, r.Len())
+			var prev [][]link
+			if base != nil {
+				prev = base.tables[name]
+			}
+			for g := range cs {
+				changed, whole := true, true // with no base chain, a full section
+				if prev != nil {
+					changed, whole = f.changed(g, base.epoch)
+				}
+				switch {
+				case !changed:
+					cs[g] = prev[g]
+				case !whole && len(prev[g]) > 0 && !compactionDue(prev[g], g+i):
+					cs[g] = add(prev[g], false, func(dst []byte) []byte { return f.appendDelta(dst, g, base.epoch) })
+				case !f.empty(g):
+					cs[g] = add(nil, true, func(dst []byte) []byte { return f.appendFull(dst, g) })
+				}
+			}
+			result[name] = cs
+		}
+		// Tables restored and not registered do not change: their chains
+		// are copied once into this file, then referenced.
+		for i, name := range pendingNames {
+			cs := make([][]link, r.Len())
+			if base != nil && base.tables[name] != nil {
+				cs = base.tables[name]
+			} else {
+				for g, ss := range pending[i] {
+					for _, s := range ss {
+						cs[g] = add(cs[g], s.full, func(dst []byte) []byte { return append(dst, s.data...) })
+					}
+				}
+			}
+			result[name] = cs
+		}
+		if len(buf) > len(dataMagic) {
+			h, err := w.WriteShared(checkpoint.Handle{Kind: KindData, KeyGroups: r, File: fmt.Sprintf("heap-%d", id), CRC32C: crc32.Checksum(buf, castagnoli)}, bytes.NewReader(buf))
+			if err != nil {
+				return nil, err
+			}
+			file.h = h
+		}
+		index, files := encodeIndex(r.First, r.Last, result)
+		h, err := w.Write(checkpoint.Handle{Kind: state.KindKeyed, KeyGroups: r}, index)
+		if err != nil {
+			return nil, err
+		}
+		out.tables = result
+		hs := []checkpoint.Handle{h}
+		for _, f := range files {
+			hs = append(hs, f.h)
+		}
+		return hs, nil
+	}
+}
+
+// compactionDue says whether chain prev is rewritten whole rather than
+// extended: when it is at its bound, between maxLinks/2+1 and maxLinks
+// sections, or its deltas outweigh its full section 1 to 1.75 times,
+// depending on salt. Groups with other salts (key group and table) reach
+// their bounds at other checkpoints, so groups that change alike (every
+// group, as state grows) are not all rewritten at once. A chain's bytes
+// stay below 2.75 times its full section's.
+func compactionDue(prev []link, salt int) bool {
+	if len(prev) >= maxLinks/2+1+salt%(maxLinks/2) {
+		return true
+	}
+	deltas := 0
+	for _, l := range prev[1:] {
+		deltas += l.n
+	}
+	return deltas*4 > prev[0].n*(4+salt%4)
+}
+
+// encodeIndex writes the chains of key groups first..last: the shared
+// files they reference (by File name), then per key group the tables'
+// chains, and a CRC-32C. It returns the files in the index's order.
+func encodeIndex(first, last int, tables map[string][][]link) ([]byte, []*sharedFile) {
+	var files []*sharedFile
+	fileIndex := map[*sharedFile]int{}
+	for _, cs := range tables {
+		for _, c := range cs {
+			for _, l := range c {
+				if _, ok := fileIndex[l.file]; !ok {
+					fileIndex[l.file] = len(files)
+					files = append(files, l.file)
+				}
+			}
+		}
+	}
+	buf := slices.Clone(indexMagic[:])
+	buf = binary.BigEndian.AppendUint32(buf, uint32(first))
+	buf = binary.BigEndian.AppendUint32(buf, uint32(last))
+	buf = codec.AppendLen(buf, len(files))
+	for _, f := range files {
+		buf = codec.AppendBytes(buf, []byte(f.h.File))
+	}
+	names := slices.Sorted(maps.Keys(tables))
+	for g := range last - first + 1 {
+		n := 0
+		for _, name := range names {
+			if len(tables[name][g]) > 0 {
+				n++
+			}
+		}
+		buf = codec.AppendLen(buf, n)
+		for _, name := range names {
+			c := tables[name][g]
+			if len(c) == 0 {
+				continue
+			}
+			buf = codec.AppendLen(codec.AppendBytes(buf, []byte(name)), len(c))
+			for _, l := range c {
+				full := 0
+				if l.full {
+					full = 1
+				}
+				buf = codec.AppendLen(buf, fileIndex[l.file])
+				buf = codec.AppendLen(buf, full)
+				buf = codec.AppendLen(buf, l.off)
+				buf = codec.AppendLen(buf, l.n)
+			}
+		}
+	}
+	return binary.BigEndian.AppendUint32(buf, crc32.Checksum(buf, castagnoli)), files
+}
+
+func isIndex(blob []byte) bool { return len(blob) >= 4 && [4]byte(blob[:4]) == indexMagic }
+
+// restoreChains applies the chains of the index blob (of handle ih) for
+// this backend's key groups, reading each shared file they reference once
+// and checking it against its handle.
+func (b *Backend) restoreChains(ih checkpoint.Handle, blob []byte, hs []checkpoint.Handle, read func(checkpoint.Handle) ([]byte, error)) error {
+	if len(blob) < 4+8+4 {
+		return fmt.Errorf("%w: heap index: short", state.ErrCorrupt)
+	}
+	body := blob[:len(blob)-4]
+	if crc32.Checksum(body, castagnoli) != binary.BigEndian.Uint32(blob[len(blob)-4:]) {
+		return fmt.Errorf("%w: heap index: checksum mismatch", state.ErrCorrupt)
+	}
+	first, last := int(binary.BigEndian.Uint32(body[4:])), int(binary.BigEndian.Uint32(body[8:]))
+	in := &indexReader{src: body[12:]}
+	nf := in.len(len(hs))
+	handles := make([]checkpoint.Handle, nf)
+	for i := range handles {
+		name := in.bytes()
+		j := slices.IndexFunc(hs, func(h checkpoint.Handle) bool {
+			return h.Kind == KindData && h.Operator == ih.Operator && h.Subtask == ih.Subtask && h.File == name
+		})
+		if j < 0 && in.err == nil {
+			return fmt.Errorf("%w: heap state file %s of %s subtask %d is not in the checkpoint", checkpoint.ErrStateDamaged, name, ih.Operator, ih.Subtask)
+		}
+		if j >= 0 {
+			handles[i] = hs[j]
+		}
+	}
+	data := make([][]byte, nf) // read when first needed
+	for g := first; g <= last && in.err == nil; g++ {
+		for range in.len(len(in.src)) {
+			name := in.bytes()
+			for range in.len(maxLinks) {
+				fi, full, off, n := in.len(nf-1), in.len(1), in.len(1<<62), in.len(1<<62)
+				if in.err != nil || !b.groups.Contains(g) {
+					continue
+				}
+				if data[fi] == nil {
+					d, err := readShared(handles[fi], read)
+					if err != nil {
+						return err
+					}
+					data[fi] = d
+				}
+				if off < len(dataMagic) || off+n > len(data[fi]) {
+					return fmt.Errorf("%w: heap state file %s (%s): key group %d, state %q: section out of bounds", state.ErrCorrupt, handles[fi].File, where(handles[fi]), g, name)
+				}
+				if err := b.apply(name, g, section{full: full == 1, data: data[fi][off : off+n]}); err != nil {
+					return fmt.Errorf("key group %d, state %q: %w", g, name, err)
+				}
+			}
+		}
+	}
+	if in.err == nil && len(in.src) != 0 {
+		in.err = errors.New("bytes after the last key group")
+	}
+	if in.err != nil {
+		return fmt.Errorf("%w: heap index: %v", state.ErrCorrupt, in.err)
+	}
+	return nil
+}
+
+// indexReader decodes an index; its first error sticks, and every read
+// after it returns zero.
+type indexReader struct {
+	src []byte
+	err error
+}
+
+// len reads a count or offset, at most limit.
+func (r *indexReader) len(limit int) int {
+	if r.err != nil {
+		return 0
+	}
+	u, used := binary.Uvarint(r.src)
+	n := int(u)
+	switch {
+	case used <= 0:
+		r.err = codec.ErrShort
+		return 0
+	case limit < 0 || u > uint64(limit):
+		r.err = fmt.Errorf("%d where at most %d fits", n, limit)
+		return 0
+	}
+	r.src = r.src[used:]
+	return n
+}
+
+func (r *indexReader) bytes() string {
+	if r.err != nil {
+		return ""
+	}
+	s, used, err := codec.ReadBytes(r.src)
+	if err != nil {
+		r.err = err
+		return ""
+	}
+	r.src = r.src[used:]
+	return string(s)
+}
+
+// readShared reads a shared file and checks its size and checksum.
+func readShared(h checkpoint.Handle, read func(checkpoint.Handle) ([]byte, error)) ([]byte, error) {
+	d, err := read(h)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("heap state file %s (%s): %w", h.File, where(h), err)
+	case int64(len(d)) != h.SizeBytes:
+		return nil, fmt.Errorf("%w: heap state file %s (%s): %d bytes, the checkpoint says %d", checkpoint.ErrStateDamaged, h.File, where(h), len(d), h.SizeBytes)
+	case crc32.Checksum(d, castagnoli) != h.CRC32C:
+		return nil, fmt.Errorf("%w: heap state file %s (%s): checksum %08x, the checkpoint says %08x", checkpoint.ErrStateDamaged, h.File, where(h), crc32.Checksum(d, castagnoli), h.CRC32C)
+	case len(d) < len(dataMagic) || [4]byte(d[:4]) != dataMagic:
+		return nil, fmt.Errorf("%w: heap state file %s (%s) is not a heap state file", state.ErrCorrupt, h.File, where(h))
+	}
+	return d, nil
+}
+
+func where(h checkpoint.Handle) string {
+	if h.Path == "" {
+		return "inline"
+	}
+	return h.Path
+}
