@@ -2,6 +2,9 @@ package weir_test
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -17,7 +20,9 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/weirstream/weir"
+	"github.com/weirstream/weir/connector/generator"
 	"github.com/weirstream/weir/examples/wordcount"
+	"github.com/weirstream/weir/internal/s3test"
 )
 
 // stateReads is a file system that counts the state files opened for
@@ -54,7 +59,7 @@ func manyWords(t *testing.T, dir string) wordcount.Options {
 var restoredLine = regexp.MustCompile(`msg="restored state".* localBytes=(\d+) remotePieces=\d+ remoteBytes=(\d+)`)
 
 // restoredBytes sums the "restored state" log lines.
-func restoredBytes(t *testing.T, logs string) (local, remote int64) {
+func restoredBytes(t testing.TB, logs string) (local, remote int64) {
 	t.Helper()
 	for _, m := range restoredLine.FindAllStringSubmatch(logs, -1) {
 		l, _ := strconv.ParseInt(m[1], 10, 64)
@@ -133,4 +138,106 @@ func testLocalRecovery(t *testing.T, sb weir.StateBackend, damage func(path stri
 	if local != 0 || remote == 0 || reads.n.Load() == 0 {
 		t.Fatalf("from a damaged local copy: restored %d bytes locally, %d remotely, reading %d state files of the checkpoint storage; want only remote", local, remote, reads.n.Load())
 	}
+}
+
+var recoveryMiB = flag.Int("recovery-mib", 32, "BenchmarkLocalRecovery: MiB of Pebble state (1 KiB values that do not compress)")
+
+// padded is keyed state of 1 KiB per key, values that do not compress.
+type padded struct {
+	v *weir.ValueState[int64, []byte]
+}
+
+func (p *padded) Open(c *weir.KeyedContext[int64]) (err error) {
+	p.v, err = weir.NewValueState[int64, []byte](c, "v")
+	return err
+}
+
+func (p *padded) Process(c *weir.KeyedContext[int64], i int64, _ weir.Collector[int64]) error {
+	if i >= int64(*recoveryMiB)<<10 {
+		return nil // the load is over: the job idles on
+	}
+	v := make([]byte, 1<<10)
+	x := uint64(i)*0x9e3779b97f4a7c15 + 1
+	for j := range v {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		v[j] = byte(x)
+	}
+	p.v.Update(v)
+	return nil
+}
+
+// BenchmarkLocalRecovery times a restart of a job with -recovery-mib of
+// Pebble state on S3 (in memory, on loopback): from Execute to the first
+// checkpoint completed after the restore (the first new committed output),
+// restoring from the local copy (local) or downloading (remote: the local
+// directory is empty). The state is loaded once; each iteration restores
+// the latest checkpoint. It reports seconds to the first commit and the
+// bytes restored from each source.
+func BenchmarkLocalRecovery(b *testing.B) {
+	s3 := s3test.Start(b)
+	dir := b.TempDir()
+	keys := int64(*recoveryMiB) << 10
+	cfg := func(localDir string, logs *bytes.Buffer, onEvent func(weir.JobEvent)) *weir.Environment {
+		e := weir.New(weir.Config{Job: "recovery", Parallelism: 1, Restore: "latest",
+			Checkpoint:    weir.CheckpointConfig{Interval: 200 * time.Millisecond, Dir: s3.URL},
+			StateBackend:  weir.StateBackend{Kind: weir.PebbleState, Dir: filepath.Join(dir, "state")},
+			LocalRecovery: true, LocalRecoveryDir: localDir, OnEvent: onEvent,
+			Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+		src, err := generator.New(generator.Config[int64]{Make: func(i int64) int64 { return i }, RatePerSecond: 100_000})
+		if err != nil {
+			b.Fatal(err)
+		}
+		keyed := weir.KeyBy(weir.Source(e, "numbers", src), func(i int64) int64 { return i })
+		weir.Sink(weir.Process(keyed, "load", func() weir.KeyedProcessFunction[int64, int64, int64] { return &padded{} }), "drop",
+			weir.SinkFunc(func(int64) error { return nil }))
+		return e
+	}
+	// run runs until done says so at a completed checkpoint, and returns
+	// the time to the first one.
+	run := func(localDir string, done func(weir.JobEvent) bool) (time.Duration, string) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var first atomic.Int64
+		start := time.Now()
+		var logs bytes.Buffer
+		e := cfg(localDir, &logs, func(ev weir.JobEvent) {
+			if ev.Kind == weir.EventCheckpointCompleted {
+				first.CompareAndSwap(0, int64(time.Since(start)))
+				if done(ev) {
+					cancel()
+				}
+			}
+		})
+		if _, err := e.Execute(ctx); !errors.Is(err, context.Canceled) {
+			b.Fatal(err)
+		}
+		return time.Duration(first.Load()), logs.String()
+	}
+	local := filepath.Join(dir, "local")
+	loadedAt := time.Now().Add(time.Duration(keys) * time.Second / 100_000)
+	run(local, func(ev weir.JobEvent) bool {
+		return time.Now().After(loadedAt.Add(time.Second)) && ev.Size >= keys<<10*9/10
+	})
+	b.ResetTimer()
+	var firstLocal, firstRemote time.Duration
+	var bytesLocal, bytesRemote [2]int64
+	for range b.N {
+		d, logs := run(local, func(weir.JobEvent) bool { return true })
+		firstLocal += d
+		l, r := restoredBytes(b, logs)
+		bytesLocal[0], bytesLocal[1] = bytesLocal[0]+l, bytesLocal[1]+r
+		dr, logs := run(filepath.Join(b.TempDir(), "empty"), func(weir.JobEvent) bool { return true })
+		firstRemote += dr
+		b.Logf("to the first commit: local %v, remote %v", d, dr)
+		l, r = restoredBytes(b, logs)
+		bytesRemote[0], bytesRemote[1] = bytesRemote[0]+l, bytesRemote[1]+r
+	}
+	n := float64(b.N)
+	b.ReportMetric(firstLocal.Seconds()/n, "s-local")
+	b.ReportMetric(firstRemote.Seconds()/n, "s-remote")
+	b.ReportMetric(float64(bytesLocal[0])/n/(1<<20), "MiB-local-from-local")
+	b.ReportMetric(float64(bytesLocal[1])/n/(1<<20), "MiB-local-from-remote")
+	b.ReportMetric(float64(bytesRemote[1])/n/(1<<20), "MiB-remote-from-remote")
 }
