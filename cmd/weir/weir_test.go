@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -99,10 +100,32 @@ func TestKill9Unaligned(t *testing.T) {
 	}
 }
 
+// TestKill9WithLocalRecovery is TestKill9AndRestoreLatest on Pebble with
+// local recovery: every restart after a kill -9 restores from the local
+// copies the killed process left, downloading nothing (what a killed
+// process had not renamed into place is not a completed checkpoint's),
+// and the output is exactly once.
+func TestKill9WithLocalRecovery(t *testing.T) {
+	inParallel(t)
+	j := newJob(t, 4, 500_000)
+	logs := kill9Until(t, j, nil, "--checkpoint-interval", "50ms", "--state-backend", "pebble", "--state-dir", filepath.Join(j.dir, "state"),
+		"--local-recovery", "--local-recovery-dir", filepath.Join(j.dir, "local"))
+	restores := regexp.MustCompile(`msg="restored state".* localBytes=(\d+) remotePieces=(\d+)`).FindAllStringSubmatch(logs, -1)
+	if len(restores) == 0 {
+		t.Fatalf("no run restored state:\n%s", logs)
+	}
+	for _, m := range restores {
+		if m[1] == "0" || m[2] != "0" {
+			t.Fatalf("a restore read %s bytes locally and %s pieces from the checkpoint storage; want all local:\n%s", m[1], m[2], logs)
+		}
+	}
+}
+
 // kill9Until runs j's command with args (env added to the environment),
 // kills it with SIGKILL at random moments four times, restarting it with
-// --restore latest, lets the last run finish and verifies the output.
-func kill9Until(t *testing.T, j *job, env []string, args ...string) {
+// --restore latest, lets the last run finish and verifies the output. It
+// returns the runs' logs.
+func kill9Until(t *testing.T, j *job, env []string, args ...string) (logs string) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 9))
 	kills, runs := 0, 0
@@ -129,6 +152,7 @@ func kill9Until(t *testing.T, j *job, env []string, args ...string) {
 		}
 		select {
 		case err := <-done:
+			logs += stderr.String()
 			if err != nil {
 				t.Fatalf("run %d failed: %v\n%s", runs, err, stderr)
 			}
@@ -143,12 +167,13 @@ func kill9Until(t *testing.T, j *job, env []string, args ...string) {
 				t.Fatalf("the job finished after only %d kills; the test needs a larger input (%v)\nlast run's log:\n%s", kills, rep, stderr)
 			}
 			t.Logf("%d runs, %d kill -9s: %v", runs, kills, rep)
-			return
+			return logs
 		case <-kill:
 			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
 			<-done
+			logs += stderr.String()
 			kills++
 		}
 	}
