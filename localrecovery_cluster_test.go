@@ -79,7 +79,8 @@ func TestClusterWorkerRestartsFromItsLocalCopy(t *testing.T) {
 			t.Error(err)
 			return
 		}
-		// 20,000 keys: each subtask's state is a file, not inline.
+		// 20,000 keys: each subtask's state is a file, not inline (20 KiB
+		// and less is).
 		sums := weir.Reduce(weir.KeyBy(weir.Source(env, "numbers", src), func(i int64) int64 { return i % 20_000 }), "sum", func(a, b int64) int64 { return a + b })
 		weir.Sink(sums, "discard", stdio.Print(io.Discard, func(dst []byte, i int64) []byte { return dst }))
 		if _, err := env.Execute(ctx); err != nil && !errors.Is(err, context.Canceled) && ctx.Err() == nil {
@@ -117,7 +118,9 @@ func TestClusterWorkerRestartsFromItsLocalCopy(t *testing.T) {
 	var logs1, logs2 syncBuffer
 	stop1 := worker("worker-1", io.Discard)
 	worker("worker-2", &logs2)
-	waitFor("two checkpoints", func() bool { return completed >= 2 })
+	// After 12 checkpoints (1.2 s at least, 24,000 records) every key
+	// has a sum: each subtask's state is well above the inline limit.
+	waitFor("12 checkpoints", func() bool { return completed >= 12 })
 	stop1()
 	worker("worker-1", &logs1)
 	waitFor("a checkpoint after the restore", func() bool { return restoredAt > 0 && completed > restoredAt })
