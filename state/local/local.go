@@ -94,7 +94,7 @@ func (s *Store) Restored() Restored {
 // an attempt (or a process) restores from what an earlier one left.
 func (s *Store) Task(job, vertex string, subtask int) *Task {
 	return &Task{s: s, dir: filepath.Join(s.dir, url.PathEscape(job), fmt.Sprintf("%s-%d", url.PathEscape(vertex), subtask)),
-		pending: map[checkpoint.ID]map[string]bool{}, temps: map[string]bool{}}
+		kept: map[string]bool{}, pending: map[checkpoint.ID]map[string]bool{}, temps: map[string]bool{}}
 }
 
 // Task is one subtask's local copy. Its writers run on snapshot writers'
@@ -104,7 +104,8 @@ type Task struct {
 	dir string
 
 	mu sync.Mutex
-	// kept are the paths of the newest completed checkpoint; pending,
+	// kept are the paths of the newest completed checkpoint (until one
+	// completes, those a restore read from the local copy); pending,
 	// those of each checkpoint taken since and not settled; temps, the
 	// temporary files being written.
 	kept    map[string]bool
@@ -450,6 +451,7 @@ func (t *Task) count(h checkpoint.Handle, local bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if local {
+		t.kept[h.Path] = true // an abort before the next completion keeps it
 		t.restored.LocalPieces++
 		t.restored.LocalBytes += h.SizeBytes
 		t.s.localPieces.Add(1)

@@ -285,6 +285,25 @@ func TestRetention(t *testing.T) {
 	}
 }
 
+// What a restore read from the local copy stays until a checkpoint of
+// the new attempt completes: an abort before then does not delete it.
+func TestRestoredCopySurvivesAnAbort(t *testing.T) {
+	r, s := setup(t)
+	hs := snapshot(t, r, s.Task("job", "v", 0), 1, "own state", "shared file")
+	lt := s.Task("job", "v", 0)
+	restore(t, r, lt, hs, "own state", "shared file")
+	snapshot(t, r, lt, 2, "two", "two shared")
+	lt.Abort(2)
+	if got, want := files(t, s), paths(hs); !slices.Equal(got, want) {
+		t.Fatalf("after an abort: %v, want the restored %v", got, want)
+	}
+	three := snapshot(t, r, lt, 3, "three", "three shared")
+	lt.Complete(3)
+	if got, want := files(t, s), paths(three); !slices.Equal(got, want) {
+		t.Fatalf("after 3 completed: %v, want %v", got, want)
+	}
+}
+
 // failing is checkpoint storage whose shared writes fail.
 type failing struct{ writerOf }
 
