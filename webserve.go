@@ -109,6 +109,12 @@ func (e *Environment) serveWeb(spec *runtime.Spec, cancel context.CancelCauseFun
 		Inputs:   inputNames(spec.Plan),
 		Config:   ec,
 	}
+	if st := spec.Local; st != nil {
+		feeds.RestoredBytes = func() (int64, int64) {
+			r := st.Restored()
+			return r.LocalBytes, r.RemoteBytes
+		}
+	}
 	if e.cfg.Cluster.Role == Coordinator {
 		feeds.Workers = func() []web.Worker {
 			x := e.running.Load()

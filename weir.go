@@ -21,12 +21,14 @@
 package weir
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync/atomic"
@@ -41,6 +43,7 @@ import (
 	"github.com/weirstream/weir/internal/runtime"
 	"github.com/weirstream/weir/operator"
 	"github.com/weirstream/weir/state/backend"
+	"github.com/weirstream/weir/state/local"
 	"github.com/weirstream/weir/storage"
 )
 
@@ -193,6 +196,19 @@ type Config struct {
 	// StateBackend is where keyed state lives: on the heap (default), or
 	// in Pebble on local disk with incremental checkpoints.
 	StateBackend StateBackend
+	// LocalRecovery keeps a local copy of the snapshots of the subtasks
+	// this process runs, in LocalRecoveryDir, and makes their restores on
+	// this machine read from it what the restored checkpoint's checksums
+	// vouch for, instead of downloading it (Flink's task-local recovery;
+	// see the README's "Local recovery"). It costs a second, local write of
+	// what each checkpoint uploads and the disk space of a checkpoint's
+	// state. Default false, as Flink's. It needs checkpoints.
+	LocalRecovery bool
+	// LocalRecoveryDir is where the local copies live; default
+	// <os.TempDir()>/weir-local-recovery. A process restarted on the same
+	// machine with the same directory restores from what its previous
+	// incarnation left there.
+	LocalRecoveryDir string
 	// BufferDebloat, when above 0, turns buffer debloating on, as Flink's
 	// (FLIP-183): each subtask sizes its input channels to its measured
 	// throughput so that what they hold takes about this long to drain
@@ -641,6 +657,9 @@ func (e *Environment) spec(plan *graph.Plan) (runtime.Spec, error) {
 	if err := e.cfg.StateBackend.Validate(); err != nil {
 		return spec, err
 	}
+	if err := e.openLocal(&spec); err != nil {
+		return spec, err
+	}
 	if e.cfg.BufferDebloat < 0 {
 		return spec, fmt.Errorf("buffer debloat target %v is negative: use 0 to turn debloating off, or a target such as 1s", e.cfg.BufferDebloat)
 	}
@@ -698,6 +717,22 @@ func (e *Environment) spec(plan *graph.Plan) (runtime.Spec, error) {
 		spec.Start.Point = &runtime.RestorePoint{Metadata: m, Read: reader.ReadState, Open: reader.OpenState, Where: r}
 	}
 	return spec, nil
+}
+
+// openLocal opens the local copies of local recovery in a process that
+// runs tasks.
+func (e *Environment) openLocal(spec *runtime.Spec) error {
+	switch {
+	case !e.cfg.LocalRecovery && e.cfg.LocalRecoveryDir != "":
+		return fmt.Errorf("local recovery directory %q is set, and local recovery is off: turn it on (--local-recovery), or drop the directory", e.cfg.LocalRecoveryDir)
+	case !e.cfg.LocalRecovery || e.cfg.Cluster.Role == Coordinator:
+		return nil
+	case e.cfg.Checkpoint.Mode == NoCheckpoints:
+		return errors.New("local recovery keeps copies of checkpoints, and mode none takes none: use another mode, or turn local recovery off")
+	}
+	st, err := local.Open(cmp.Or(e.cfg.LocalRecoveryDir, filepath.Join(os.TempDir(), "weir-local-recovery")))
+	spec.Local = st
+	return err
 }
 
 // openStorage opens the checkpoint storage cc.Dir names: a directory (a

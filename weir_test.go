@@ -301,6 +301,10 @@ func TestInvalidConfigurationFailsAtStart(t *testing.T) {
 		{weir.Config{Checkpoint: weir.CheckpointConfig{Interval: time.Second, Dir: "/tmp/x"}, Restore: "/tmp/x/job/chk-3", Cluster: weir.ClusterConfig{HA: "etcd://h:2379"}}, "--fresh and --restore of a checkpoint do not apply"},
 		{weir.Config{Checkpoint: weir.CheckpointConfig{Interval: time.Second, Dir: "/tmp/x"}, Cluster: weir.ClusterConfig{Role: weir.Coordinator, Certs: "/c", HA: "etcd://h:2379", Listen: "127.0.0.1:0"}}, "--listen needs a fixed host:port"},
 		{weir.Config{Checkpoint: weir.CheckpointConfig{Interval: time.Second, Dir: "/tmp/x"}, Cluster: weir.ClusterConfig{Role: weir.Worker, Certs: "/c", HA: "etcd://h:2379", Join: "a:1", Name: "w"}}, "a worker joins the job's coordinators by address"},
+		// Local recovery (issue 23).
+		{weir.Config{Checkpoint: weir.CheckpointConfig{Interval: time.Second}, LocalRecovery: true, LocalRecoveryDir: "/proc/weir-local"}, "set --local-recovery-dir to a writable directory"},
+		{weir.Config{Checkpoint: weir.CheckpointConfig{Interval: time.Second}, LocalRecoveryDir: "/tmp/x"}, "local recovery is off: turn it on (--local-recovery)"},
+		{weir.Config{Checkpoint: weir.CheckpointConfig{Mode: weir.NoCheckpoints}, LocalRecovery: true}, "mode none takes none"},
 	} {
 		e := weir.New(c.cfg)
 		weir.Sink(weir.Source(e, "s", gen(t, 1, func(i int64) int64 { return i })), "out", (&collect[int64]{}).sink())

@@ -52,7 +52,7 @@ func newNexmarkJob(role weir.Role) *cobra.Command {
 			}
 			env := weir.New(weir.Config{
 				Job: "nexmark-" + qs[0].Name, Parallelism: parallelism, Checkpoint: js.cc, Restore: jf.restore, Fresh: jf.fresh,
-				AllowNonRestoredState: jf.allowNonRestored, Restart: js.restart, Logger: slog.Default(), StateBackend: js.sb, Cluster: js.cl, BufferDebloat: jf.debloat, Web: jf.web, WebLinger: jf.linger, WebToken: jf.token, OnWeb: announceWeb,
+				AllowNonRestoredState: jf.allowNonRestored, Restart: js.restart, Logger: slog.Default(), StateBackend: js.sb, LocalRecovery: jf.localRecovery, LocalRecoveryDir: jf.localRecoveryDir, Cluster: js.cl, BufferDebloat: jf.debloat, Web: jf.web, WebLinger: jf.linger, WebToken: jf.token, OnWeb: announceWeb,
 			})
 			if err := nexmark.Add(env, nexmark.Config{Events: events, Rate: rate, Throttle: throttle}, qs[0], nexmark.Output{Dir: output}); err != nil {
 				return err

@@ -44,6 +44,8 @@ type checkpointFlags struct {
 	stateBackend      string
 	stateDir          string
 	incremental       bool
+	localRecovery     bool
+	localRecoveryDir  string
 }
 
 func (f *checkpointFlags) add(cmd *cobra.Command) {
@@ -68,6 +70,8 @@ func (f *checkpointFlags) add(cmd *cobra.Command) {
 	fl.DurationVar(&f.restartMaxDelay, "restart-max-delay", time.Minute, "longest delay of exponential-backoff")
 	fl.DurationVar(&f.restartInterval, "restart-interval", 5*time.Minute, "failure-rate: the interval --restart-attempts failures are counted in")
 	addStateFlags(cmd, &f.stateBackend, &f.stateDir, &f.incremental)
+	fl.BoolVar(&f.localRecovery, "local-recovery", false, "keep a local copy of each subtask's snapshots and restore from it on this machine, checked against the checkpoint's checksums (falls back to the checkpoint storage)")
+	fl.StringVar(&f.localRecoveryDir, "local-recovery-dir", "", "with --local-recovery: where the local copies live (default: weir-local-recovery in the temporary directory); a process restarted with the same one restores from it")
 }
 
 // addStateFlags adds the state backend flags.
@@ -262,7 +266,7 @@ its latest count), or standard output.`,
 			env, err := wordcount.Build(wordcount.Options{
 				Input: input, Output: output, MaxLineBytes: maxLineBytes, Checkpoint: cc, Parallelism: parallelism,
 				Restore: cf.restore, Fresh: cf.fresh, AllowNonRestoredState: cf.allowNonRestored,
-				Restart: js.restart, Logger: slog.Default(), StateBackend: js.sb, Cluster: js.cl, BufferDebloat: jf.debloat, Web: jf.web, WebLinger: jf.linger, WebToken: jf.token, OnWeb: announceWeb,
+				Restart: js.restart, Logger: slog.Default(), StateBackend: js.sb, LocalRecovery: cf.localRecovery, LocalRecoveryDir: cf.localRecoveryDir, Cluster: js.cl, BufferDebloat: jf.debloat, Web: jf.web, WebLinger: jf.linger, WebToken: jf.token, OnWeb: announceWeb,
 				OnEvent: func(e weir.JobEvent) {
 					switch e.Kind {
 					case weir.EventCheckpointCompleted:

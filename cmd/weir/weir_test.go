@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -96,6 +97,74 @@ func TestKill9Unaligned(t *testing.T) {
 		t.Run(args[0][2:], func(t *testing.T) {
 			kill9Until(t, newJob(t, 4, 500_000), nil, append([]string{"--checkpoint-interval", "50ms"}, args...)...)
 		})
+	}
+}
+
+// TestKill9WithLocalRecovery: the word count on Pebble with local
+// recovery is killed with SIGKILL three times, each time once a checkpoint
+// more than before completed, and restarted with --restore latest: every
+// restart restores from the local copies the killed process left,
+// downloading nothing (a killed process had renamed every piece of a
+// completed checkpoint into place), and the output is exactly once.
+func TestKill9WithLocalRecovery(t *testing.T) {
+	inParallel(t)
+	j := newJob(t, 4, 500_000)
+	args := []string{"--checkpoint-interval", "50ms", "--state-backend", "pebble", "--state-dir", filepath.Join(j.dir, "state"),
+		"--local-recovery", "--local-recovery-dir", filepath.Join(j.dir, "local")}
+	var logs strings.Builder
+	for run := range 4 {
+		extra := args
+		if run > 0 {
+			extra = append([]string{"--restore", "latest"}, args...)
+		}
+		cmd, stderr := j.command(extra...)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		if run < 3 {
+			// Wait for a checkpoint of this run, then kill it.
+			latest := func() string {
+				cs := completed(t, filepath.Join(j.ckpt, "wordcount"))
+				if len(cs) == 0 {
+					return ""
+				}
+				return cs[len(cs)-1]
+			}
+			before := latest()
+			deadline := time.Now().Add(time.Minute)
+			for latest() == before {
+				if time.Now().After(deadline) {
+					t.Fatalf("run %d completed no checkpoint:\n%s", run+1, stderr)
+				}
+				time.Sleep(5 * time.Millisecond) // polling the directory
+			}
+			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+		}
+		err := <-done
+		logs.WriteString(stderr.String())
+		if run == 3 && err != nil {
+			t.Fatalf("the last run failed: %v\n%s", err, stderr)
+		}
+	}
+	rep, err := wordcount.Verify(vfs.Default, j.output, j.want, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() {
+		t.Fatalf("after 3 kills: %v\n%s", rep, logs.String())
+	}
+	restores := regexp.MustCompile(`msg="restored state".* localBytes=(\d+) remotePieces=(\d+)`).FindAllStringSubmatch(logs.String(), -1)
+	if len(restores) == 0 {
+		t.Fatalf("no run restored state:\n%s", logs.String())
+	}
+	for _, m := range restores {
+		if m[1] == "0" || m[2] != "0" {
+			t.Fatalf("a restore read %s bytes locally and %s pieces from the checkpoint storage; want all local:\n%s", m[1], m[2], logs.String())
+		}
 	}
 }
 

@@ -42,9 +42,12 @@ type Options struct {
 	AllowNonRestoredState bool
 	Restart               weir.RestartStrategy
 	StateBackend          weir.StateBackend
-	FS                    vfs.FS
-	Logger                *slog.Logger
-	OnEvent               func(weir.JobEvent)
+	// LocalRecovery and LocalRecoveryDir are weir.Config's.
+	LocalRecovery    bool
+	LocalRecoveryDir string
+	FS               vfs.FS
+	Logger           *slog.Logger
+	OnEvent          func(weir.JobEvent)
 	// MaxLineBytes is the longest line of a file input
 	// (file.LinesConfig.MaxLineBytes); 0 means file.DefaultMaxLineBytes.
 	MaxLineBytes int
@@ -101,7 +104,7 @@ func Build(o Options) (*weir.Environment, error) {
 	env := weir.New(weir.Config{
 		Job: "wordcount", Parallelism: o.Parallelism, Checkpoint: cc, Restore: o.Restore, Fresh: o.Fresh,
 		AllowNonRestoredState: o.AllowNonRestoredState, Restart: o.Restart, Logger: o.Logger, OnEvent: o.OnEvent,
-		StateBackend: o.StateBackend, Cluster: o.Cluster, BufferDebloat: o.BufferDebloat, Web: o.Web, WebToken: o.WebToken, OnWeb: o.OnWeb, WebLinger: o.WebLinger,
+		StateBackend: o.StateBackend, LocalRecovery: o.LocalRecovery, LocalRecoveryDir: o.LocalRecoveryDir, Cluster: o.Cluster, BufferDebloat: o.BufferDebloat, Web: o.Web, WebToken: o.WebToken, OnWeb: o.OnWeb, WebLinger: o.WebLinger,
 	})
 	lines, err := input(o)
 	if err != nil {

@@ -40,6 +40,7 @@ var layers = map[string]int{
 	"operator/operatortest":                       23,
 	"state":                                       21,
 	"state/heap":                                  22,
+	"state/local":                                 22,
 	"state/pebble":                                23,
 	"state/backend":                               24,
 	"state/statetest":                             25,

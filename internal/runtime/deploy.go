@@ -16,6 +16,7 @@ import (
 	"github.com/weirstream/weir/internal/keygroup"
 	"github.com/weirstream/weir/internal/profiling"
 	"github.com/weirstream/weir/operator"
+	"github.com/weirstream/weir/state/local"
 )
 
 // Executor starts the tasks of an attempt: in this process (the default,
@@ -252,8 +253,12 @@ func (ts *Tasks) build(ctx context.Context, spec Spec, p Part, reports chan<- Re
 			if err != nil {
 				return operator.Permanent(fmt.Errorf("build %s subtask %d: %w", vx.ID, s, err))
 			}
+			var lt *local.Task
+			if spec.Local != nil && spec.Mode != None {
+				lt = spec.Local.Task(spec.Name, vx.ID, s)
+			}
 			t := &task{
-				id:  id(v, s),
+				id: id(v, s), local: lt,
 				ops: parts.Ops, outputs: parts.Outputs, mailbox: make(chan Control, 1024),
 				reports: reports, pool: ts.pool, store: spec.Storage,
 				checkpointing: spec.Mode != None, now: spec.Now,
@@ -262,7 +267,7 @@ func (ts *Tasks) build(ctx context.Context, spec Spec, p Part, reports chan<- Re
 				triggered: map[checkpoint.ID]int64{},
 			}
 			for _, node := range vx.Nodes {
-				t.contexts = append(t.contexts, operatorContext(spec, p, vx.ID, plan.Graph.Nodes[node], s))
+				t.contexts = append(t.contexts, operatorContext(spec, p, vx.ID, plan.Graph.Nodes[node], s, lt))
 				t.sink = t.sink || plan.Graph.Nodes[node].Kind == graph.KindSink
 			}
 			switch h := parts.Head.(type) {
@@ -289,7 +294,7 @@ func (ts *Tasks) build(ctx context.Context, spec Spec, p Part, reports chan<- Re
 	return nil
 }
 
-func operatorContext(spec Spec, p Part, vertex string, n graph.Node, subtask int) *operator.Context {
+func operatorContext(spec Spec, p Part, vertex string, n graph.Node, subtask int, lt *local.Task) *operator.Context {
 	c := &operator.Context{
 		Job: spec.Name, UID: n.UID, Subtask: subtask, Parallelism: n.Parallelism,
 		MaxParallelism: n.MaxParallelism, KeyGroups: keygroup.ForSubtask(n.MaxParallelism, n.Parallelism, subtask),
@@ -303,6 +308,9 @@ func operatorContext(spec Spec, p Part, vertex string, n graph.Node, subtask int
 	if p.Point != nil {
 		c.Resumed = p.Point.Metadata.ID
 		r := &operator.Restore{Checkpoint: p.Point.Metadata.ID, Read: p.Point.Read, Open: p.Point.Open}
+		if lt != nil {
+			r.Read, r.Open = lt.Reads(r.Read, r.Open)
+		}
 		for _, ts := range p.Point.Metadata.Tasks {
 			for _, h := range ts.Handles {
 				if h.Operator == n.UID && h.Kind != KindChannelState {

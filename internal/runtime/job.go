@@ -16,6 +16,7 @@ import (
 	"github.com/weirstream/weir/graph"
 	"github.com/weirstream/weir/operator"
 	"github.com/weirstream/weir/state"
+	"github.com/weirstream/weir/state/local"
 	"github.com/weirstream/weir/storage"
 )
 
@@ -157,6 +158,10 @@ type Spec struct {
 	Savepoints <-chan SavepointRequest
 	// Stats, if set, gets the counters of the subtasks this process runs.
 	Stats *Stats
+	// Local, if set, keeps a local copy of the snapshots of the subtasks
+	// this process runs, and their restores read from it what the
+	// restored checkpoint's checksums vouch for (local recovery).
+	Local *local.Store
 	// NoRunLocks: operators' run-wide locks (operator.Context.Acquire, a
 	// file sink's lock on its directory) are not taken, because something
 	// else makes the run the only one: a term of leadership in etcd, which

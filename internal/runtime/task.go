@@ -12,6 +12,7 @@ import (
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/checkpoint/barrier"
 	"github.com/weirstream/weir/operator"
+	"github.com/weirstream/weir/state/local"
 	"github.com/weirstream/weir/storage"
 )
 
@@ -99,6 +100,8 @@ type task struct {
 	reports  chan<- Report
 	pool     *pool
 	store    storage.Storage
+	// local, if set, is the task's local copy of its snapshots.
+	local *local.Task
 	// checkpointing is false in mode none: a task ends as soon as its
 	// input has.
 	checkpointing bool
@@ -240,6 +243,12 @@ func (t *task) run(ctx context.Context) (err error) {
 		}
 		if et, ok := op.(operator.EventTimed); ok {
 			t.eventTimed = append(t.eventTimed, et)
+		}
+	}
+	if t.local != nil {
+		if r := t.local.Restored(); r.LocalPieces+r.RemotePieces > 0 {
+			t.contexts[0].Logger.Info("restored state", "checkpoint", t.contexts[0].Resumed,
+				"localPieces", r.LocalPieces, "localBytes", r.LocalBytes, "remotePieces", r.RemotePieces, "remoteBytes", r.RemoteBytes)
 		}
 	}
 	t.wmSource, _ = t.ops[0].(operator.WatermarkSource)
@@ -691,6 +700,9 @@ func (t *task) control(ctx context.Context, m Control) error {
 		}
 		return t.broadcast(Event{Kind: KindCancel, ID: m.ID})
 	case ControlComplete:
+		if t.local != nil {
+			t.local.Complete(m.ID)
+		}
 		start := time.Now()
 		for i, op := range t.ops {
 			if err := op.NotifyComplete(m.ID); err != nil {
@@ -723,6 +735,9 @@ func (t *task) control(ctx context.Context, m Control) error {
 		}
 		for _, op := range t.ops {
 			op.NotifyAborted(m.ID)
+		}
+		if t.local != nil {
+			t.local.Abort(m.ID)
 		}
 	}
 	return nil
@@ -770,7 +785,10 @@ func (t *task) write(ctx context.Context, id checkpoint.ID, parts *snapshotParts
 	if p != nil {
 		blob = p.encode(t.channels)
 	}
-	w := storageWriter{store: t.store, id: id}
+	var w operator.Writer = storageWriter{store: t.store, id: id}
+	if t.local != nil {
+		w = t.local.Writer(id, storageWriter{store: t.store, id: id})
+	}
 	head := t.contexts[0]
 	t.pool.submit(ctx, func() {
 		asyncStart := t.now()
@@ -790,6 +808,12 @@ func (t *task) write(ctx context.Context, id checkpoint.ID, parts *snapshotParts
 				return
 			}
 			handles = append(handles, h)
+		}
+		if t.local != nil {
+			t.local.Referenced(id, handles)
+			if err := t.local.WriteErr(); err != nil {
+				head.Logger.Warn("checkpoint written; its local copy is incomplete, and a restore will read what it misses from checkpoint storage", "checkpoint", id, "err", err)
+			}
 		}
 		t.send(ctx, Report{Kind: ReportAck, ID: id, Handles: handles, Sync: parts.sync, Align: parts.align, Async: t.now().Sub(asyncStart), Arrivals: parts.arrivals,
 			Unaligned: parts.unaligned, Switched: parts.unaligned && t.alignedTO, ChannelState: int64(len(blob))})

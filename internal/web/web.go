@@ -388,6 +388,10 @@ type Feeds struct {
 	// Workers reads the cluster's workers at each request or scrape; nil:
 	// this process runs the whole job, and has none.
 	Workers func() []Worker
+	// RestoredBytes reads the bytes of state restores read from local
+	// copies and from checkpoint storage (local recovery); nil: local
+	// recovery is off here.
+	RestoredBytes func() (local, remote int64)
 }
 
 // rateInterval is the least time between the two readings the subtasks'
@@ -485,6 +489,18 @@ func New(job string, feeds Feeds, control Control, now func() time.Time) *Server
 		defer s.mu.Unlock()
 		return float64(s.job.Attempt)
 	}))
+	if rb := feeds.RestoredBytes; rb != nil {
+		for _, source := range []string{"local", "remote"} {
+			s.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "weir", Name: "restore_bytes_total", ConstLabels: prometheus.Labels{"job": job, "source": source},
+				Help: "Bytes of state restores read, from the local copies of local recovery (source=local) or from checkpoint storage (remote)."}, func() float64 {
+				l, r := rb()
+				if source == "local" {
+					return float64(l)
+				}
+				return float64(r)
+			}))
+		}
+	}
 	s.reg.MustRegister(operatorCollector{s: s, job: job}, jobStateCollector{s: s, job: job}, workerCollector{s: s, job: job},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return s

@@ -1,0 +1,472 @@
+// Package local keeps task-local copies of snapshots, for local recovery
+// (Flink's task-local recovery): every piece of state a subtask writes to
+// checkpoint storage is written to a directory on this machine too, and a
+// restore on this machine reads a piece from there instead of from
+// checkpoint storage when the local file is exactly what the restored
+// checkpoint's metadata describes.
+//
+// It works below every state backend: it wraps the state.Writer a snapshot
+// writes with and the reads of a restore, and so keeps whatever a backend
+// writes (Write and WriteShared alike).
+//
+// Rules (design note 87):
+//   - Layout: <dir>/<job>/<vertex>-<subtask>/<path of the piece in
+//     checkpoint storage>. A task's directory holds only its pieces.
+//   - Trust: the checkpoint's metadata decides. A local file is read only
+//     if the handle restored names a path and a CRC-32C, and the file has
+//     the handle's size and checksum; else the piece is read from
+//     checkpoint storage. Writes through a Task's writer give every handle
+//     a CRC-32C.
+//   - Retention: when checkpoint N completes, a task keeps the pieces N
+//     references and those of checkpoints taken since, not yet settled;
+//     every other file in its directory goes (an abort sweeps too).
+//   - Failure: a local write that fails costs only the local copy; the
+//     checkpoint goes on.
+//
+// Local files are not synced: a crash of the machine may leave them
+// short or torn, and the checksum then sends the restore to checkpoint
+// storage. They are written to a temporary name and renamed into place,
+// so a killed process leaves no file under a piece's name half written.
+package local
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"hash"
+	"hash/crc32"
+	"io"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/state"
+)
+
+// Store is the local copies of this process's subtasks' snapshots, under
+// one directory. Safe for concurrent use.
+type Store struct {
+	dir string
+	// restored counts pieces and bytes restores read, by source.
+	localBytes, remoteBytes   atomic.Int64
+	localPieces, remotePieces atomic.Int64
+}
+
+// Open returns the store in dir, creating it, and checks that it can
+// write there.
+func Open(dir string) (*Store, error) {
+	if dir == "" {
+		return nil, errors.New("local recovery: no directory: set --local-recovery-dir (Config.LocalRecoveryDir)")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("local recovery directory %s: %w: set --local-recovery-dir to a writable directory", dir, err)
+	}
+	f, err := os.CreateTemp(dir, ".probe-*")
+	if err != nil {
+		return nil, fmt.Errorf("local recovery directory %s is not writable: %w: set --local-recovery-dir to a writable directory", dir, err)
+	}
+	f.Close()
+	os.Remove(f.Name())
+	return &Store{dir: dir}, nil
+}
+
+// Dir is the store's directory.
+func (s *Store) Dir() string { return s.dir }
+
+// Restored is what restores read, by source, since the store opened.
+type Restored struct {
+	LocalPieces, LocalBytes   int64
+	RemotePieces, RemoteBytes int64
+}
+
+// Restored sums the restores of every task of the store.
+func (s *Store) Restored() Restored {
+	return Restored{LocalPieces: s.localPieces.Load(), LocalBytes: s.localBytes.Load(),
+		RemotePieces: s.remotePieces.Load(), RemoteBytes: s.remoteBytes.Load()}
+}
+
+// Task returns the local copy of the snapshots of one subtask. Each
+// attempt of the subtask takes its own Task; they share the directory, so
+// an attempt (or a process) restores from what an earlier one left.
+func (s *Store) Task(job, vertex string, subtask int) *Task {
+	return &Task{s: s, dir: filepath.Join(s.dir, url.PathEscape(job), fmt.Sprintf("%s-%d", url.PathEscape(vertex), subtask)),
+		kept: map[string]bool{}, pending: map[checkpoint.ID]map[string]bool{}, temps: map[string]bool{}}
+}
+
+// Task is one subtask's local copy. Its writers run on snapshot writers'
+// goroutines, Complete and Abort on the task's: safe for concurrent use.
+type Task struct {
+	s   *Store
+	dir string
+
+	mu sync.Mutex
+	// kept are the paths of the newest completed checkpoint (until one
+	// completes, those a restore read from the local copy); pending,
+	// those of each checkpoint taken since and not settled; temps, the
+	// temporary files being written.
+	kept    map[string]bool
+	pending map[checkpoint.ID]map[string]bool
+	temps   map[string]bool
+	// failed is the first local write that failed since the last call
+	// of WriteErr.
+	failed error
+
+	restored Restored
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// path is where the local copy of a piece at storage path p lives; an
+// error if p could leave the task's directory.
+func (t *Task) path(p string) (string, error) {
+	if err := checkpoint.ValidatePath(p); err != nil {
+		return "", err
+	}
+	if !filepath.IsLocal(filepath.FromSlash(p)) {
+		return "", fmt.Errorf("state path %q is not local", p)
+	}
+	return filepath.Join(t.dir, filepath.FromSlash(p)), nil
+}
+
+// Writer returns w, whose writes of checkpoint id are kept locally too
+// and whose handles carry a CRC-32C.
+func (t *Task) Writer(id checkpoint.ID, w state.Writer) state.Writer {
+	return &writer{t: t, id: id, w: w}
+}
+
+type writer struct {
+	t  *Task
+	id checkpoint.ID
+	w  state.Writer
+}
+
+func (w *writer) Write(h checkpoint.Handle, data []byte) (checkpoint.Handle, error) {
+	out, err := w.w.Write(h, data)
+	if err != nil {
+		return out, err
+	}
+	if out.CRC32C == 0 {
+		out.CRC32C = crc32.Checksum(data, castagnoli)
+	}
+	if out.Path != "" {
+		w.t.keep(w.id, out.Path, func(f *os.File) error {
+			_, err := f.Write(data)
+			return err
+		})
+	}
+	return out, nil
+}
+
+func (w *writer) WriteShared(h checkpoint.Handle, r io.Reader) (checkpoint.Handle, error) {
+	tmp, err := w.t.temp()
+	if err != nil {
+		w.t.fail(err)
+		tmp = nil
+	}
+	lw := &localWriter{f: tmp, sum: crc32.New(castagnoli)}
+	out, err := w.w.WriteShared(h, io.TeeReader(r, lw))
+	if err == nil && out.CRC32C == 0 {
+		out.CRC32C = lw.sum.Sum32()
+	}
+	if tmp == nil {
+		return out, err
+	}
+	if err != nil || out.Path == "" {
+		w.t.drop(tmp)
+		return out, err
+	}
+	if lw.err != nil {
+		w.t.fail(lw.err)
+		w.t.drop(tmp)
+		return out, nil
+	}
+	w.t.place(w.id, out.Path, tmp)
+	return out, nil
+}
+
+// localWriter copies what the remote write reads into f and sums it; a
+// local error stops the copy, never the remote write.
+type localWriter struct {
+	f   *os.File
+	sum hash.Hash32
+	err error
+}
+
+func (l *localWriter) Write(p []byte) (int, error) {
+	l.sum.Write(p)
+	if l.f != nil && l.err == nil {
+		_, l.err = l.f.Write(p)
+	}
+	return len(p), nil
+}
+
+// temp creates a temporary file in the task's directory, which sweeps
+// leave alone until drop or place.
+func (t *Task) temp() (*os.File, error) {
+	if err := os.MkdirAll(t.dir, 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.CreateTemp(t.dir, ".tmp-*")
+	if err != nil {
+		return nil, err
+	}
+	t.mu.Lock()
+	t.temps[f.Name()] = true
+	t.mu.Unlock()
+	return f, nil
+}
+
+func (t *Task) drop(f *os.File) {
+	f.Close()
+	os.Remove(f.Name())
+	t.mu.Lock()
+	delete(t.temps, f.Name())
+	t.mu.Unlock()
+}
+
+// keep writes a local copy of the piece at storage path p of checkpoint
+// id with write.
+func (t *Task) keep(id checkpoint.ID, p string, write func(*os.File) error) {
+	f, err := t.temp()
+	if err != nil {
+		t.fail(err)
+		return
+	}
+	if err := write(f); err != nil {
+		t.fail(err)
+		t.drop(f)
+		return
+	}
+	t.place(id, p, f)
+}
+
+// place renames temporary file f to the local copy of storage path p and
+// counts it as checkpoint id's.
+func (t *Task) place(id checkpoint.ID, p string, f *os.File) {
+	dst, err := t.path(p)
+	if err == nil {
+		err = f.Close()
+	}
+	if err == nil {
+		err = os.MkdirAll(filepath.Dir(dst), 0o755)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.temps, f.Name())
+	if err == nil {
+		err = os.Rename(f.Name(), dst)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		t.failLocked(err)
+		return
+	}
+	t.pendingLocked(id)[p] = true
+}
+
+func (t *Task) fail(err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.failLocked(err)
+}
+
+func (t *Task) failLocked(err error) {
+	if t.failed == nil {
+		t.failed = fmt.Errorf("local recovery: keep a local copy in %s: %w", t.dir, err)
+	}
+}
+
+// WriteErr returns, and forgets, the first local write that failed since
+// the last call: the local copy misses a piece, and a restore will read it
+// from checkpoint storage.
+func (t *Task) WriteErr() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	err := t.failed
+	t.failed = nil
+	return err
+}
+
+func (t *Task) pendingLocked(id checkpoint.ID) map[string]bool {
+	p := t.pending[id]
+	if p == nil {
+		p = map[string]bool{}
+		t.pending[id] = p
+	}
+	return p
+}
+
+// Referenced records the handles checkpoint id's snapshot of the task
+// returned: those it reuses from earlier checkpoints (an incremental
+// backend's shared files) are kept with it.
+func (t *Task) Referenced(id checkpoint.ID, hs []checkpoint.Handle) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.pendingLocked(id)
+	for _, h := range hs {
+		if h.Path != "" {
+			p[h.Path] = true
+		}
+	}
+}
+
+// Complete keeps checkpoint id's pieces, and those of the checkpoints
+// taken since, and deletes every other file of the task.
+func (t *Task) Complete(id checkpoint.ID) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p, ok := t.pending[id]; ok {
+		t.kept = p
+	}
+	for c := range t.pending {
+		if c <= id {
+			delete(t.pending, c)
+		}
+	}
+	t.sweepLocked()
+}
+
+// Abort deletes the pieces only checkpoint id holds.
+func (t *Task) Abort(id checkpoint.ID) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.pending, id)
+	t.sweepLocked()
+}
+
+// sweepLocked deletes the files of the task's directory that no kept or
+// pending checkpoint holds and no writer is writing, and the directories
+// left empty.
+func (t *Task) sweepLocked() {
+	var dirs []string
+	filepath.WalkDir(t.dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == t.dir {
+			return nil
+		}
+		if d.IsDir() {
+			dirs = append(dirs, p)
+			return nil
+		}
+		rel, err := filepath.Rel(t.dir, p)
+		if err != nil {
+			return nil
+		}
+		rel = filepath.ToSlash(rel)
+		if t.kept[rel] || t.temps[p] || t.pendingHolds(rel) {
+			return nil
+		}
+		os.Remove(p)
+		return nil
+	})
+	for i := len(dirs) - 1; i >= 0; i-- {
+		os.Remove(dirs[i]) // fails unless empty
+	}
+}
+
+func (t *Task) pendingHolds(rel string) bool {
+	for _, p := range t.pending {
+		if p[rel] {
+			return true
+		}
+	}
+	return false
+}
+
+// Reads returns read and open, which read the pieces of a checkpoint
+// from checkpoint storage, as functions that read a piece from its local
+// copy when that is what the handle describes, and else call them.
+func (t *Task) Reads(read func(checkpoint.Handle) ([]byte, error), open func(checkpoint.Handle) (io.ReadCloser, error)) (func(checkpoint.Handle) ([]byte, error), func(checkpoint.Handle) (io.ReadCloser, error)) {
+	localRead := func(h checkpoint.Handle) ([]byte, error) {
+		if p, ok := t.valid(h); ok {
+			if data, err := os.ReadFile(p); err == nil && int64(len(data)) == h.SizeBytes && crc32.Checksum(data, castagnoli) == h.CRC32C {
+				t.count(h, true)
+				return data, nil
+			}
+		}
+		t.count(h, false)
+		return read(h)
+	}
+	localOpen := func(h checkpoint.Handle) (io.ReadCloser, error) {
+		if p, ok := t.valid(h); ok {
+			if f, err := t.openVerified(p, h); err == nil {
+				t.count(h, true)
+				return f, nil
+			}
+		}
+		t.count(h, false)
+		if open == nil {
+			data, err := read(h)
+			if err != nil {
+				return nil, err
+			}
+			return io.NopCloser(bytes.NewReader(data)), nil
+		}
+		return open(h)
+	}
+	return localRead, localOpen
+}
+
+// valid returns the local path of h if it may have a local copy: it is a
+// file, with a checksum to check the copy by.
+func (t *Task) valid(h checkpoint.Handle) (string, bool) {
+	if h.Path == "" || h.CRC32C == 0 {
+		return "", false
+	}
+	p, err := t.path(h.Path)
+	return p, err == nil
+}
+
+// openVerified checks the file at p against h, then opens it again to be
+// streamed (the second read comes from the page cache).
+func (t *Task) openVerified(p string, h checkpoint.Handle) (*os.File, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	sum := crc32.New(castagnoli)
+	n, err := io.Copy(sum, f)
+	if err == nil && (n != h.SizeBytes || sum.Sum32() != h.CRC32C) {
+		err = fmt.Errorf("%s is not the checkpoint's %s", p, h.Path)
+	}
+	if err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// count counts a piece a restore read, from the local copy or not
+// (inline pieces come with the metadata: not counted).
+func (t *Task) count(h checkpoint.Handle, local bool) {
+	if h.Path == "" {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if local {
+		t.kept[h.Path] = true // an abort before the next completion keeps it
+		t.restored.LocalPieces++
+		t.restored.LocalBytes += h.SizeBytes
+		t.s.localPieces.Add(1)
+		t.s.localBytes.Add(h.SizeBytes)
+	} else {
+		t.restored.RemotePieces++
+		t.restored.RemoteBytes += h.SizeBytes
+		t.s.remotePieces.Add(1)
+		t.s.remoteBytes.Add(h.SizeBytes)
+	}
+}
+
+// Restored is what this Task's restores read, by source.
+func (t *Task) Restored() Restored {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.restored
+}
