@@ -1,8 +1,10 @@
 package wordcount
 
 import (
+	"math"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -197,3 +199,23 @@ func BenchmarkSplitNonASCII(b *testing.B) {
 type countWords int
 
 func (c *countWords) Collect(string) { *c++ }
+
+func TestFormat(t *testing.T) {
+	for _, n := range []int64{0, 1, 9, 10, 99, 100, 7999, 8000, 123456789, math.MaxInt64, -1, -10, math.MinInt64} {
+		for _, dst := range [][]byte{nil, []byte("x\n"), make([]byte, 0, 64)} {
+			want := string(dst) + "wörd\t" + strconv.FormatInt(n, 10) + "\n"
+			if got := string(Format(dst, Count{Word: "wörd", Count: n})); got != want {
+				t.Errorf("Format(%q, %d) = %q; want %q", dst, n, got, want)
+			}
+		}
+	}
+}
+
+func BenchmarkFormat(b *testing.B) {
+	buf := make([]byte, 0, 64<<10)
+	for i := 0; b.Loop(); i++ {
+		if buf = Format(buf, Count{Word: "word1234", Count: int64(i % 8192)}); len(buf) > 60<<10 {
+			buf = buf[:0]
+		}
+	}
+}
