@@ -219,3 +219,35 @@ func BenchmarkFormat(b *testing.B) {
 		}
 	}
 }
+
+// TestClassAndLowerEightAtATime checks the SWAR helpers against the byte
+// tables: every byte value at every position of lines of 1 to 17 bytes
+// (so in a whole eight-byte word and in the tail), among filler bytes at
+// the edges of A-Z.
+func TestClassAndLowerEightAtATime(t *testing.T) {
+	for _, filler := range []byte{'a', '@', '[', 'Z'} {
+		for n := 1; n <= 17; n++ {
+			for pos := range n {
+				for b := range 256 {
+					line := []byte(strings.Repeat(string(filler), n))
+					line[pos] = byte(b)
+					var want byte
+					for _, c := range line {
+						want |= byteClass[c]
+					}
+					if got := classOf(string(line)); got != want {
+						t.Fatalf("classOf(%q) = %d; want %d", line, got, want)
+					}
+					if want&nonASCII != 0 {
+						continue // lowerASCII takes ASCII only
+					}
+					got := make([]byte, n)
+					lowerASCII(got, string(line))
+					if lower := strings.ToLower(string(line)); string(got) != lower {
+						t.Fatalf("lowerASCII(%q) = %q; want %q", line, got, lower)
+					}
+				}
+			}
+		}
+	}
+}
