@@ -20,6 +20,7 @@ import (
 )
 
 func main() {
+	setHeapFloor(os.Getenv)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := newRoot().ExecuteContext(ctx)
 	if err != nil {

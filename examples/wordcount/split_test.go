@@ -1,8 +1,10 @@
 package wordcount
 
 import (
+	"math"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -197,3 +199,55 @@ func BenchmarkSplitNonASCII(b *testing.B) {
 type countWords int
 
 func (c *countWords) Collect(string) { *c++ }
+
+func TestFormat(t *testing.T) {
+	for _, n := range []int64{0, 1, 9, 10, 99, 100, 7999, 8000, 123456789, math.MaxInt64, -1, -10, math.MinInt64} {
+		for _, dst := range [][]byte{nil, []byte("x\n"), make([]byte, 0, 64)} {
+			want := string(dst) + "wörd\t" + strconv.FormatInt(n, 10) + "\n"
+			if got := string(Format(dst, Count{Word: "wörd", Count: n})); got != want {
+				t.Errorf("Format(%q, %d) = %q; want %q", dst, n, got, want)
+			}
+		}
+	}
+}
+
+func BenchmarkFormat(b *testing.B) {
+	buf := make([]byte, 0, 64<<10)
+	for i := 0; b.Loop(); i++ {
+		if buf = Format(buf, Count{Word: "word1234", Count: int64(i % 8192)}); len(buf) > 60<<10 {
+			buf = buf[:0]
+		}
+	}
+}
+
+// TestClassAndLowerEightAtATime checks the SWAR helpers against the byte
+// tables: every byte value at every position of lines of 1 to 17 bytes
+// (so in a whole eight-byte word and in the tail), among filler bytes at
+// the edges of A-Z.
+func TestClassAndLowerEightAtATime(t *testing.T) {
+	for _, filler := range []byte{'a', '@', '[', 'Z'} {
+		for n := 1; n <= 17; n++ {
+			for pos := range n {
+				for b := range 256 {
+					line := []byte(strings.Repeat(string(filler), n))
+					line[pos] = byte(b)
+					var want byte
+					for _, c := range line {
+						want |= byteClass[c]
+					}
+					if got := classOf(string(line)); got != want {
+						t.Fatalf("classOf(%q) = %d; want %d", line, got, want)
+					}
+					if want&nonASCII != 0 {
+						continue // lowerASCII takes ASCII only
+					}
+					got := make([]byte, n)
+					lowerASCII(got, string(line))
+					if lower := strings.ToLower(string(line)); string(got) != lower {
+						t.Fatalf("lowerASCII(%q) = %q; want %q", line, got, lower)
+					}
+				}
+			}
+		}
+	}
+}

@@ -20,6 +20,7 @@ const module = "github.com/weirstream/weir"
 var layers = map[string]int{
 	"internal/keygroup":                           0,
 	"internal/arena":                              0,
+	"internal/hashtab":                            0,
 	"internal/idpart":                             0,
 	"internal/lockfile":                           0,
 	"internal/pgtest":                             0,
