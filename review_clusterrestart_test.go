@@ -58,12 +58,6 @@ func testWorkerRestart(t *testing.T, reuse bool) {
 		if env == nil || !reuse || cc.Role != weir.Worker {
 			env = weir.New(weir.Config{Job: "clustered", Parallelism: 2, Cluster: cc, Web: web, OnWeb: onWeb, Logger: warnings,
 				Checkpoint: weir.CheckpointConfig{Dir: filepath.Join(dir, "ckpt"), Interval: 200 * time.Millisecond}})
-			if cc.Role == weir.Worker {
-				mu.Lock()
-				workerEnvs = append(workerEnvs, env)
-				envs[cc.Name] = env
-				mu.Unlock()
-			}
 			src, err := newRateLimited(2000, 0)
 			if err != nil {
 				t.Error(err)
@@ -71,6 +65,13 @@ func testWorkerRestart(t *testing.T, reuse bool) {
 			}
 			sums := weir.Reduce(weir.KeyBy(weir.Source(env, "numbers", src), func(i int64) int64 { return i % 8 }), "sum", func(a, b int64) int64 { return a + b })
 			weir.Sink(sums, "discard", stdio.Print(io.Discard, func(dst []byte, i int64) []byte { return dst }))
+			// Published once built: the test reads its Metrics meanwhile.
+			if cc.Role == weir.Worker {
+				mu.Lock()
+				workerEnvs = append(workerEnvs, env)
+				envs[cc.Name] = env
+				mu.Unlock()
+			}
 		}
 		if _, err := env.Execute(ctx); err != nil && !errors.Is(err, context.Canceled) && ctx.Err() == nil {
 			t.Logf("%s ended: %v", cc.Role, err)
