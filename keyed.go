@@ -259,9 +259,6 @@ type KeyedTimerFunction[K comparable, Out any] interface {
 type keyed[K comparable, Out any] struct {
 	kctx   KeyedContext[K]
 	hasher *codec.Hasher[K]
-	// hashes is the backend if it takes each key's hash (nil: it does
-	// not): every key is then hashed.
-	hashes state.KeyHashes
 	// checked counts keys set, for the sampled check of carried key groups.
 	checked uint64
 	onTime  KeyedTimerFunction[K, Out]
@@ -305,7 +302,6 @@ func (k *keyed[K, Out]) open(oc *operator.Context, kc codec.Codec[K], fn any) er
 	}
 	k.kctx = KeyedContext[K]{backend: b, timers: timers, eventTimers: eventTimers, kc: kc, op: oc, c: k.c, onTimer: k.onTime != nil, wm: wm, late: k.lateCount}
 	k.hasher = codec.NewHasher(kc)
-	k.hashes, _ = b.(state.KeyHashes)
 	if o, ok := fn.(KeyedOpener[K]); ok {
 		return o.Open(&k.kctx)
 	}
@@ -319,13 +315,9 @@ func (k *keyed[K, Out]) setKey(key K) bool {
 	// The sender routed the record by its key group and sent it along:
 	// the key is hashed once. Every 64th record is hashed again, so a key
 	// selector that returns another key the second time is still caught.
-	// A backend that takes the key's hash has every key hashed, and
-	// checked.
 	g := k.c.group
-	var hash uint64
-	if k.checked++; g < 0 || k.checked%64 == 0 || k.hashes != nil {
-		hash = k.hasher.Hash(key)
-		g = keygroup.Of(hash, oc.MaxParallelism)
+	if k.checked++; g < 0 || k.checked%64 == 0 {
+		g = keygroup.Of(k.hasher.Hash(key), oc.MaxParallelism)
 		if k.c.group >= 0 && g != k.c.group {
 			k.c.fail(operator.Permanent(fmt.Errorf("%s: key %v belongs to key group %d, but the record was routed to key group %d: the key selector must return the same key for a record every time it is called",
 				oc.UID, key, g, k.c.group)))
@@ -337,11 +329,7 @@ func (k *keyed[K, Out]) setKey(key K) bool {
 			oc.UID, key, g, oc.Subtask, oc.KeyGroups)))
 		return false
 	}
-	if k.hashes != nil {
-		k.hashes.SetKeyHash(g, hash)
-	} else {
-		k.kctx.backend.SetGroup(g)
-	}
+	k.kctx.backend.SetGroup(g)
 	k.kctx.key = key
 	return true
 }

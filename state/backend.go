@@ -34,19 +34,6 @@ type Backend interface {
 	Close() error
 }
 
-// KeyHashes is a Backend whose tables are keyed by the hash of the
-// current key, as the keyed operator computed it to check the key's group
-// (codec.Hasher, the hash that routes records): a table that takes that
-// hash (internal/hashtab) need not hash the key again. The keyed operator
-// calls SetKeyHash instead of SetGroup before every access to the state
-// of a key. Design note 88.
-type KeyHashes interface {
-	Backend
-	// SetKeyHash makes key group g current, as SetGroup does, and says
-	// hash, the 64-bit hash of the key whose state is accessed next.
-	SetKeyHash(g int, hash uint64)
-}
-
 // Async writes what a Snapshot froze and returns the handles.
 type Async func(w Writer) ([]checkpoint.Handle, error)
 
