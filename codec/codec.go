@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -163,7 +164,33 @@ func (boolCodec) Decode(src []byte) (bool, int, error) {
 // length-prefixed JSON document. It serves exported struct fields.
 type JSON[T any] struct{}
 
-func (JSON[T]) Append(dst []byte, v T) []byte {
+func (c JSON[T]) Append(dst []byte, v T) []byte {
+	e := encoderOf(reflect.TypeFor[T]())
+	if e == nil {
+		return c.marshal(dst, v)
+	}
+	// The encoder writes after dst; the length goes before it.
+	spare := e.spares.Get().(unsafe.Pointer)
+	*(*T)(spare) = v
+	start := len(dst)
+	dst, ok := encode(e.enc, dst, spare)
+	var zero T
+	*(*T)(spare) = zero // keep nothing of v alive
+	e.spares.Put(spare)
+	if !ok {
+		return c.marshal(dst[:start], v) // panics with json.Marshal's reason
+	}
+	n := len(dst) - start
+	var l [binary.MaxVarintLen64]byte
+	k := binary.PutUvarint(l[:], uint64(n))
+	dst = append(dst, l[:k]...)
+	copy(dst[start+k:], dst[start:start+n])
+	copy(dst[start:], l[:k])
+	return dst
+}
+
+// marshal is Append by json.Marshal.
+func (JSON[T]) marshal(dst []byte, v T) []byte {
 	b, err := json.Marshal(v)
 	if err != nil {
 		// A value that cannot be encoded is a programming error in the

@@ -34,7 +34,7 @@ func newBench() *cobra.Command {
 	bench := &cobra.Command{Use: "bench", Short: "Benchmarks"}
 	bench.PersistentFlags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof; a default.pgo)")
 	var queries, output, backend, stateDir, ckptDir, mode string
-	var incremental bool
+	var incremental, traceCheckpoints bool
 	events := int64(10_000_000)
 	var rate float64
 	var parallelism int
@@ -89,7 +89,11 @@ in the reference runs, or with --output as JSON lines to DIR/<query>.`,
 			tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 			fmt.Fprintln(tw, "query\tevents\twall\tcores\tevents/s/core\tcheckpoints\tp50\tp99\tstate\tresults\tFlink/core\tratio\t")
 			for _, q := range qs {
-				r, err := benchQuery(cmd, q, nexmark.Config{Events: events, Rate: rate}, parallelism, m, interval, ckptDir, output, sb)
+				var traces io.Writer
+				if traceCheckpoints {
+					traces = os.Stderr
+				}
+				r, err := benchQuery(cmd, q, nexmark.Config{Events: events, Rate: rate}, parallelism, m, interval, ckptDir, output, sb, traces)
 				if err != nil {
 					tw.Flush()
 					return fmt.Errorf("%s: %w", q.Name, err)
@@ -110,6 +114,7 @@ in the reference runs, or with --output as JSON lines to DIR/<query>.`,
 	fl.StringVar(&mode, "mode", "exactly-once", "checkpoint mode: exactly-once, at-least-once or none")
 	fl.StringVar(&ckptDir, "checkpoint-dir", "", "directory for checkpoints (default: a temporary one, removed at the end)")
 	addStateFlags(nx, &backend, &stateDir, &incremental)
+	fl.BoolVar(&traceCheckpoints, "trace-checkpoints", false, "print each completed checkpoint's duration, bytes uploaded and its tasks' longest alignment, synchronous and asynchronous parts (to standard error)")
 	fl.StringVar(&output, "output", "", "write each query's results as JSON lines to DIR/<query> instead of a black hole")
 	bench.AddCommand(nx, newStateBench(), newWordCountBench(), newClusterBench())
 	return bench
@@ -128,7 +133,7 @@ func (r benchResult) cores() float64 { return r.cpu.Seconds() / r.wall.Seconds()
 
 func (r benchResult) perCore(events int64) float64 { return float64(events) / r.cpu.Seconds() }
 
-func benchQuery(cmd *cobra.Command, q nexmark.Query, cfg nexmark.Config, p int, mode weir.Mode, interval time.Duration, ckptDir, output string, sb weir.StateBackend) (benchResult, error) {
+func benchQuery(cmd *cobra.Command, q nexmark.Query, cfg nexmark.Config, p int, mode weir.Mode, interval time.Duration, ckptDir, output string, sb weir.StateBackend, traces io.Writer) (benchResult, error) {
 	var r benchResult
 	var results atomic.Int64
 	var state atomic.Int64
@@ -140,8 +145,14 @@ func benchQuery(cmd *cobra.Command, q nexmark.Query, cfg nexmark.Config, p int, 
 		Checkpoint: weir.CheckpointConfig{Mode: mode, Interval: interval, Dir: ckptDir, DiscardOnCancel: true},
 		Fresh:      mode != weir.NoCheckpoints, StateBackend: sb,
 		OnEvent: func(e weir.JobEvent) {
-			if e.Kind == weir.EventCheckpointCompleted && e.Size > state.Load() {
+			if e.Kind != weir.EventCheckpointCompleted {
+				return
+			}
+			if e.Size > state.Load() {
 				state.Store(e.Size) // only the job's driver calls OnEvent
+			}
+			if traces != nil {
+				traceCheckpoint(traces, q.Name, e)
 			}
 		}})
 	if err := nexmark.Add(env, cfg, q, out); err != nil {
@@ -167,6 +178,26 @@ func benchQuery(cmd *cobra.Command, q nexmark.Query, cfg nexmark.Config, p int, 
 		r.p50, r.p99 = d[len(d)/2], d[min(len(d)-1, len(d)*99/100)]
 	}
 	return r, nil
+}
+
+// traceCheckpoint prints where a completed checkpoint's time went: from the
+// trigger to its completion, the bytes it uploaded, and the longest
+// alignment, synchronous and asynchronous part of any of its tasks, with
+// the task that acknowledged last and its parts.
+func traceCheckpoint(w io.Writer, query string, e weir.JobEvent) {
+	if len(e.Tasks) == 0 {
+		return
+	}
+	var align, sync, async time.Duration
+	last := e.Tasks[len(e.Tasks)-1] // they are in the order they acknowledged
+	for _, t := range e.Tasks {
+		align, sync, async = max(align, t.Align), max(sync, t.Sync), max(async, t.Async)
+	}
+	fmt.Fprintf(w, "%s checkpoint %d: %v, uploaded %s of %s; longest align %v, sync %v, async %v; last %v (acked %v: align %v, sync %v, async %v)\n",
+		query, e.ID, e.Duration.Round(time.Millisecond), byteSize(e.Uploaded), byteSize(e.Size),
+		align.Round(time.Millisecond), sync.Round(time.Millisecond), async.Round(time.Millisecond),
+		last.Task, last.Acked.Round(time.Millisecond), last.Align.Round(time.Millisecond),
+		last.Sync.Round(time.Millisecond), last.Async.Round(time.Millisecond))
 }
 
 // cpuTime is the process's CPU time so far, user and system.

@@ -1,0 +1,382 @@
+package codec
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"math"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"unicode"
+	"unicode/utf8"
+	"unsafe"
+)
+
+// The JSON codec's encoder. encoding/json looks a value's type up and
+// walks it through reflect.Value at every call; state snapshots and a
+// cluster's channels encode millions of small structs, and that walk was
+// most of a heap snapshot's time (Nexmark q3: three fifths of its
+// asynchronous part). So for the types whose encoding is plain — structs
+// of named fields, numbers, strings, bools, pointers, slices and arrays of
+// them — the codec compiles, once per type, an encoder that reads the
+// value's memory by offset and writes exactly the bytes json.Marshal
+// writes (keys are hashed from their encoding, and state already written
+// must read back the same: TestJSONEncoderMatchesEncodingJSON holds them
+// to it). Every other type — with a Marshaler anywhere in it, maps,
+// interfaces, embedded fields, the tag options string and omitzero, field
+// names that collide, recursive types — goes to json.Marshal as before.
+
+// encoder appends the JSON of the value at p.
+type encoder func(dst []byte, p unsafe.Pointer) []byte
+
+// encode runs e, and says false if the value has no JSON.
+func encode(e encoder, dst []byte, p unsafe.Pointer) (out []byte, ok bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			if _, is := r.(unencodable); !is {
+				panic(r)
+			}
+			out, ok = dst, false
+		}
+	}()
+	return e(dst, p), true
+}
+
+// compiled is a type's encoder, with spare values of the type to encode
+// from: an encoder is called through a func value, so a pointer to a
+// caller's own copy would make every value escape to the heap.
+type compiled struct {
+	enc    encoder
+	spares sync.Pool
+}
+
+// encoders caches compiled encoders by type; a nil *compiled means the
+// type goes to json.Marshal.
+var encoders sync.Map // reflect.Type → *compiled
+
+func encoderOf(t reflect.Type) *compiled {
+	if c, ok := encoders.Load(t); ok {
+		return c.(*compiled)
+	}
+	var c *compiled
+	if e := compile(t, map[reflect.Type]bool{}); e != nil {
+		c = &compiled{enc: e}
+		c.spares.New = func() any { return reflect.New(t).UnsafePointer() }
+	}
+	c2, _ := encoders.LoadOrStore(t, c)
+	return c2.(*compiled)
+}
+
+var (
+	jsonNumber = reflect.TypeFor[json.Number]()
+	byteSlice  = reflect.TypeFor[[]byte]()
+)
+
+// custom reports whether t or *t decides its own encoding.
+func custom(t reflect.Type) bool {
+	p := reflect.PointerTo(t)
+	return t == jsonNumber || t.Implements(marshaler) || p.Implements(marshaler) ||
+		t.Implements(textMarshaler) || p.Implements(textMarshaler)
+}
+
+// compile returns t's encoder, or nil if json.Marshal must encode it.
+// open holds the types being compiled, to refuse recursive ones.
+func compile(t reflect.Type, open map[reflect.Type]bool) encoder {
+	if open[t] || custom(t) {
+		return nil
+	}
+	open[t] = true
+	defer delete(open, t)
+	switch t.Kind() {
+	case reflect.Bool:
+		return func(dst []byte, p unsafe.Pointer) []byte { return strconv.AppendBool(dst, *(*bool)(p)) }
+	case reflect.Int:
+		return func(dst []byte, p unsafe.Pointer) []byte { return strconv.AppendInt(dst, int64(*(*int)(p)), 10) }
+	case reflect.Int8:
+		return func(dst []byte, p unsafe.Pointer) []byte { return strconv.AppendInt(dst, int64(*(*int8)(p)), 10) }
+	case reflect.Int16:
+		return func(dst []byte, p unsafe.Pointer) []byte { return strconv.AppendInt(dst, int64(*(*int16)(p)), 10) }
+	case reflect.Int32:
+		return func(dst []byte, p unsafe.Pointer) []byte { return strconv.AppendInt(dst, int64(*(*int32)(p)), 10) }
+	case reflect.Int64:
+		return func(dst []byte, p unsafe.Pointer) []byte { return strconv.AppendInt(dst, *(*int64)(p), 10) }
+	case reflect.Uint, reflect.Uintptr:
+		return func(dst []byte, p unsafe.Pointer) []byte { return strconv.AppendUint(dst, uint64(*(*uint)(p)), 10) }
+	case reflect.Uint8:
+		return func(dst []byte, p unsafe.Pointer) []byte { return strconv.AppendUint(dst, uint64(*(*uint8)(p)), 10) }
+	case reflect.Uint16:
+		return func(dst []byte, p unsafe.Pointer) []byte { return strconv.AppendUint(dst, uint64(*(*uint16)(p)), 10) }
+	case reflect.Uint32:
+		return func(dst []byte, p unsafe.Pointer) []byte { return strconv.AppendUint(dst, uint64(*(*uint32)(p)), 10) }
+	case reflect.Uint64:
+		return func(dst []byte, p unsafe.Pointer) []byte { return strconv.AppendUint(dst, *(*uint64)(p), 10) }
+	case reflect.Float32:
+		return func(dst []byte, p unsafe.Pointer) []byte { return appendFloat(dst, float64(*(*float32)(p)), 32) }
+	case reflect.Float64:
+		return func(dst []byte, p unsafe.Pointer) []byte { return appendFloat(dst, *(*float64)(p), 64) }
+	case reflect.String:
+		return func(dst []byte, p unsafe.Pointer) []byte { return appendString(dst, *(*string)(p)) }
+	case reflect.Pointer:
+		elem := compile(t.Elem(), open)
+		if elem == nil {
+			return nil
+		}
+		return func(dst []byte, p unsafe.Pointer) []byte {
+			if q := *(*unsafe.Pointer)(p); q != nil {
+				return elem(dst, q)
+			}
+			return append(dst, "null"...)
+		}
+	case reflect.Slice:
+		return compileSlice(t, open)
+	case reflect.Array:
+		elem := compile(t.Elem(), open)
+		if elem == nil {
+			return nil
+		}
+		n, size := t.Len(), t.Elem().Size()
+		return func(dst []byte, p unsafe.Pointer) []byte {
+			dst = append(dst, '[')
+			for i := range n {
+				if i > 0 {
+					dst = append(dst, ',')
+				}
+				dst = elem(dst, unsafe.Add(p, uintptr(i)*size))
+			}
+			return append(dst, ']')
+		}
+	case reflect.Struct:
+		return compileStruct(t, open)
+	}
+	return nil // maps, interfaces, complex numbers, channels, funcs
+}
+
+func compileSlice(t reflect.Type, open map[reflect.Type]bool) encoder {
+	if t.Elem().Kind() == reflect.Uint8 && !custom(t.Elem()) {
+		return func(dst []byte, p unsafe.Pointer) []byte {
+			b := *(*[]byte)(p)
+			if b == nil {
+				return append(dst, "null"...)
+			}
+			dst = append(dst, '"')
+			dst = base64.StdEncoding.AppendEncode(dst, b)
+			return append(dst, '"')
+		}
+	}
+	elem := compile(t.Elem(), open)
+	if elem == nil {
+		return nil
+	}
+	size := t.Elem().Size()
+	return func(dst []byte, p unsafe.Pointer) []byte {
+		s := (*sliceHeader)(p)
+		if s.data == nil {
+			return append(dst, "null"...)
+		}
+		dst = append(dst, '[')
+		for i := range s.len {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = elem(dst, unsafe.Add(s.data, uintptr(i)*size))
+		}
+		return append(dst, ']')
+	}
+}
+
+// sliceHeader is a slice's memory layout (any element type).
+type sliceHeader struct {
+	data     unsafe.Pointer
+	len, cap int
+}
+
+type structField struct {
+	key       string // `"name":`
+	offset    uintptr
+	enc       encoder
+	omitEmpty func(p unsafe.Pointer) bool // nil: never omitted
+}
+
+func compileStruct(t reflect.Type, open map[reflect.Type]bool) encoder {
+	var fields []structField
+	names := map[string]bool{}
+	for i := range t.NumField() {
+		sf := t.Field(i)
+		if sf.Anonymous {
+			return nil // promoted fields: encoding/json's rules of depth and dominance
+		}
+		if !sf.IsExported() {
+			continue
+		}
+		tag := sf.Tag.Get("json")
+		if tag == "-" {
+			continue
+		}
+		name, opts, _ := strings.Cut(tag, ",")
+		if !validTag(name) {
+			name = sf.Name
+		}
+		omit := false
+		for o := range strings.SplitSeq(opts, ",") {
+			switch o {
+			case "omitempty":
+				omit = true
+			case "string", "omitzero":
+				return nil
+			}
+		}
+		if names[name] {
+			return nil // colliding names: encoding/json drops or picks one
+		}
+		names[name] = true
+		enc := compile(sf.Type, open)
+		if enc == nil {
+			return nil
+		}
+		key, _ := json.Marshal(name)
+		f := structField{key: string(key) + ":", offset: sf.Offset, enc: enc}
+		if omit {
+			f.omitEmpty = isEmpty(sf.Type)
+		}
+		fields = append(fields, f)
+	}
+	return func(dst []byte, p unsafe.Pointer) []byte {
+		dst = append(dst, '{')
+		first := true
+		for i := range fields {
+			f := &fields[i]
+			q := unsafe.Add(p, f.offset)
+			if f.omitEmpty != nil && f.omitEmpty(q) {
+				continue
+			}
+			if !first {
+				dst = append(dst, ',')
+			}
+			first = false
+			dst = append(dst, f.key...)
+			dst = f.enc(dst, q)
+		}
+		return append(dst, '}')
+	}
+}
+
+// isEmpty is omitempty's test for a field of type t (encoding/json's
+// isEmptyValue).
+func isEmpty(t reflect.Type) func(p unsafe.Pointer) bool {
+	switch t.Kind() {
+	case reflect.String:
+		return func(p unsafe.Pointer) bool { return len(*(*string)(p)) == 0 }
+	case reflect.Slice:
+		return func(p unsafe.Pointer) bool { return (*sliceHeader)(p).len == 0 }
+	case reflect.Array:
+		n := t.Len()
+		return func(unsafe.Pointer) bool { return n == 0 }
+	case reflect.Float32:
+		return func(p unsafe.Pointer) bool { return *(*float32)(p) == 0 } // -0 too
+	case reflect.Float64:
+		return func(p unsafe.Pointer) bool { return *(*float64)(p) == 0 }
+	case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
+		reflect.Pointer:
+		size := t.Size()
+		return func(p unsafe.Pointer) bool {
+			for _, b := range unsafe.Slice((*byte)(p), size) {
+				if b != 0 {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	return nil // structs are never empty
+}
+
+// validTag is encoding/json's test of a tag's name.
+func validTag(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range s {
+		if !strings.ContainsRune("!#$%&()*+-./:;<=>?@[]^_{|}~ ", c) && !unicode.IsLetter(c) && !unicode.IsDigit(c) {
+			return false
+		}
+	}
+	return true
+}
+
+// unencodable is the panic of an encoder that meets a value JSON has no
+// form for (NaN, the infinities); Append then lets json.Marshal say so.
+type unencodable struct{}
+
+// appendFloat writes f as encoding/json does: like strconv's shortest
+// form, with exponents only beyond [1e-6, 1e21) and not padded.
+func appendFloat(dst []byte, f float64, bits int) []byte {
+	if math.IsInf(f, 0) || math.IsNaN(f) {
+		panic(unencodable{})
+	}
+	abs := math.Abs(f)
+	format := byte('f')
+	if abs != 0 && (bits == 64 && (abs < 1e-6 || abs >= 1e21) || bits == 32 && (float32(abs) < 1e-6 || float32(abs) >= 1e21)) {
+		format = 'e'
+	}
+	dst = strconv.AppendFloat(dst, f, format, -1, bits)
+	if n := len(dst); format == 'e' && n >= 4 && dst[n-4] == 'e' && dst[n-3] == '-' && dst[n-2] == '0' {
+		dst[n-2] = dst[n-1] // e-09 → e-9
+		dst = dst[:n-1]
+	}
+	return dst
+}
+
+// appendString writes s quoted as encoding/json does by default: HTML's
+// <, > and & escaped, invalid UTF-8 replaced, U+2028 and U+2029 escaped.
+func appendString(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		b := s[i]
+		if b < utf8.RuneSelf {
+			if b >= 0x20 && b != '"' && b != '\\' && b != '<' && b != '>' && b != '&' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch b {
+			case '\\', '"':
+				dst = append(dst, '\\', b)
+			case '\b':
+				dst = append(dst, '\\', 'b')
+			case '\f':
+				dst = append(dst, '\\', 'f')
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hex[b>>4], hex[b&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		c, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case c == utf8.RuneError && size == 1:
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+		case c == '\u2028' || c == '\u2029':
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hex[c&0xF])
+		default:
+			i += size
+			continue
+		}
+		i += size
+		start = i
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
