@@ -356,3 +356,43 @@ func TestReviewFormatSwitches(t *testing.T) {
 		reviewCheck(t, fmt.Sprintf("step %d (full %v)", step, full), got, m.clone(), keys)
 	}
 }
+
+// TestReviewLateAsyncOfASubsumedCheckpoint: checkpoint 2's asynchronous
+// part runs only after checkpoint 3 (taken after it) completed, as a slow
+// writer pool may run it; nothing later references 2's file, and the
+// state restores as written.
+func TestReviewLateAsyncOfASubsumedCheckpoint(t *testing.T) {
+	all := keygroup.Range{First: 0, Last: maxP - 1}
+	s := newStore()
+	ts := openInc(t, all, nil, s)
+	fill(ts, 200, 1)
+	take(t, ts.b, 1, 0, s)
+	ts.b.NotifyComplete(1)
+	ts.counts.Put(at(ts.b, "k1"), 11)
+	a2, err := ts.b.Snapshot(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.counts.Delete(at(ts.b, "k2"))
+	hs3 := take(t, ts.b, 3, 0, s)
+	ts.b.NotifyComplete(3)
+	hs2 := finish(t, a2, 0, s) // late
+	ts.b.NotifyAborted(2)
+	ts.counts.Put(at(ts.b, "k3"), 33)
+	hs4 := take(t, ts.b, 4, 0, s)
+	late := newFiles(hs2, hs3)
+	for _, h := range hs4 {
+		if late != "" && h.Path == late {
+			t.Fatal("checkpoint 4 references the file of subsumed checkpoint 2")
+		}
+	}
+	got := openInc(t, all, hs4, s)
+	for k, want := range map[string]int{"k1": 11, "k3": 33, "k4": 5} {
+		if v, _ := got.counts.Get(at(got.b, k)); v != want {
+			t.Fatalf("%s = %d, want %d", k, v, want)
+		}
+	}
+	if _, ok := got.counts.Get(at(got.b, "k2")); ok {
+		t.Fatal("k2, deleted before checkpoint 3, is back")
+	}
+}
