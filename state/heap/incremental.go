@@ -384,7 +384,7 @@ func (b *Backend) restoreChains(ih checkpoint.Handle, blob []byte, hs []checkpoi
 					}
 					data[fi] = d
 				}
-				if off < len(dataMagic) || off+n > len(data[fi]) {
+				if off < len(dataMagic) || off > len(data[fi]) || n > len(data[fi])-off {
 					return fmt.Errorf("%w: heap state file %s (%s): key group %d, state %q: section out of bounds", state.ErrCorrupt, handles[fi].File, where(handles[fi]), g, name)
 				}
 				if err := b.apply(name, g, section{full: full == 1, data: data[fi][off : off+n]}); err != nil {

@@ -40,6 +40,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -93,8 +94,20 @@ func (s *Store) Restored() Restored {
 // attempt of the subtask takes its own Task; they share the directory, so
 // an attempt (or a process) restores from what an earlier one left.
 func (s *Store) Task(job, vertex string, subtask int) *Task {
-	return &Task{s: s, dir: filepath.Join(s.dir, url.PathEscape(job), fmt.Sprintf("%s-%d", url.PathEscape(vertex), subtask)),
+	return &Task{s: s, dir: filepath.Join(s.dir, dirName(job), fmt.Sprintf("%s-%d", dirName(vertex), subtask)),
 		kept: map[string]bool{}, pending: map[checkpoint.ID]map[string]bool{}, temps: map[string]bool{}}
+}
+
+// dirName is name as one directory name inside the store: escaped, and
+// "", "." and ".." (which url.PathEscape leaves as they are) written as
+// names it never produces (it writes upper-case hexadecimal), so that a job
+// or operator so named can neither reach outside the store nor share
+// another's directory.
+func dirName(name string) string {
+	if strings.Trim(name, ".") != "" {
+		return url.PathEscape(name)
+	}
+	return "%" + strings.Repeat("2e", len(name))
 }
 
 // Task is one subtask's local copy. Its writers run on snapshot writers'
