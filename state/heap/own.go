@@ -96,6 +96,15 @@ func buildWalker(t reflect.Type, built map[reflect.Type]*walker) walker {
 	}
 	w := new(walker)
 	built[t] = w
+	if offs, ok := stringOffsets(t, 0, nil); ok && t.Kind() != reflect.String {
+		// Strings held by value only: one loop, no call a field.
+		*w = func(p, old unsafe.Pointer) {
+			for _, off := range offs {
+				ownString(unsafe.Add(p, off), offset(old, off))
+			}
+		}
+		return *w
+	}
 	switch t.Kind() {
 	case reflect.String:
 		*w = ownString
@@ -145,6 +154,30 @@ func buildWalker(t reflect.Type, built map[reflect.Type]*walker) walker {
 		}
 	}
 	return *w
+}
+
+// stringOffsets appends to offs the offsets of the strings a value of t
+// at offset base holds by value; ok is false if t holds a slice of them.
+func stringOffsets(t reflect.Type, base uintptr, offs []uintptr) (_ []uintptr, ok bool) {
+	switch t.Kind() {
+	case reflect.String:
+		return append(offs, base), true
+	case reflect.Slice:
+		return offs, !holdsString(t, map[reflect.Type]bool{})
+	case reflect.Array:
+		for i := range t.Len() {
+			if offs, ok = stringOffsets(t.Elem(), base+uintptr(i)*t.Elem().Size(), offs); !ok {
+				return offs, false
+			}
+		}
+	case reflect.Struct:
+		for i := range t.NumField() {
+			if offs, ok = stringOffsets(t.Field(i).Type, base+t.Field(i).Offset, offs); !ok {
+				return offs, false
+			}
+		}
+	}
+	return offs, true
 }
 
 // holdsString says whether values of t hold a string in themselves or
