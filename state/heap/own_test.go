@@ -274,3 +274,27 @@ func TestEqualStringsAreNotCopiedAgain(t *testing.T) {
 		t.Fatalf("after a freeze the table holds %+v, not its own string and count 102", r)
 	}
 }
+
+// A value type within itself (through a slice) is walked whole, and a
+// value without strings has no walker.
+func TestRecursiveValuesAreOwned(t *testing.T) {
+	type tree struct {
+		Name string
+		Kids []tree
+	}
+	chunk := "root leaf"
+	v := tree{Name: chunk[:4], Kids: []tree{{Name: chunk[5:]}, {Kids: []tree{{Name: chunk[5:]}}}}}
+	vals := valuesOf[tree]()
+	vals.own(&v, nil)
+	for _, s := range []string{v.Name, v.Kids[0].Name, v.Kids[1].Kids[0].Name} {
+		if p := uintptr(unsafe.Pointer(unsafe.StringData(s))); p >= uintptr(unsafe.Pointer(unsafe.StringData(chunk))) && p < uintptr(unsafe.Pointer(unsafe.StringData(chunk)))+uintptr(len(chunk)) {
+			t.Fatalf("%q is still the caller's", s)
+		}
+	}
+	if v.Name != "root" || v.Kids[0].Name != "leaf" || v.Kids[1].Kids[0].Name != "leaf" {
+		t.Fatalf("owned value %+v", v)
+	}
+	if valuesOf[[]struct{ A, B int64 }]().walk != nil || valuesOf[*string]().walk != nil {
+		t.Fatal("a value without strings by value has a walker")
+	}
+}
