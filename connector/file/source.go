@@ -75,9 +75,10 @@ type LinesConfig struct {
 	// SharedBlocks cuts lines out of shared 4 KiB blocks instead of
 	// allocating a string per line (a line over 512 bytes gets its own).
 	// NB: a line kept alive, or any part of it, keeps its whole block
-	// alive. Heap state copies the keys it keeps; set SharedBlocks when the
-	// job keeps no other line text (in state values, windows, its own
-	// variables), or keeps strings.Clone of what it keeps.
+	// alive. Heap state copies the strings of the keys and values it keeps
+	// (Pebble's encodes them); set SharedBlocks when the job keeps no other
+	// line text (in its own variables, behind pointers in state values), or
+	// keeps strings.Clone of what it keeps.
 	SharedBlocks bool
 }
 

@@ -169,8 +169,8 @@ func Build(o Options) (*weir.Environment, error) {
 // of the above is lower-casing A-Z); any other line is folded through
 // pooled buffers, several times slower. Split may be called concurrently.
 // NB: a word kept alive keeps its chunk (4 KiB) alive; heap state copies
-// the keys it keeps, and a job keeping words elsewhere should keep
-// strings.Clone of them.
+// the strings of the keys and values it keeps, and a job keeping words
+// elsewhere should keep strings.Clone of them.
 func Split(line string, out weir.Collector[string]) {
 	switch class := classOf(line); {
 	case class == 0: // ASCII without upper case

@@ -10,7 +10,7 @@
 //
 // NB: a string cut from a chunk keeps the whole chunk alive, so whoever
 // keeps one for long should keep a copy (strings.Clone). Weir's heap state
-// copies the keys it keeps.
+// copies the strings of the keys and values it keeps.
 package arena
 
 import "strings"

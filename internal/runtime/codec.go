@@ -45,8 +45,8 @@ type batches[T any] struct {
 // chunk of the batch copied once for many strings (arena.Cuts): a few
 // allocations a batch where a string each would cost one apiece. NB: a
 // decoded string keeps at most its chunk alive (4 KiB, or itself if
-// longer); heap state copies the keys it keeps, as it does those cut from
-// a file source's shared blocks.
+// longer); heap state copies the strings of the keys and values it keeps,
+// as it does those cut from a file source's shared blocks.
 func decodeShared(src []byte, chunks *arena.Cuts) (string, int, error) {
 	n, k, err := codec.ReadLen(src)
 	if err != nil {

@@ -58,9 +58,17 @@ const maxChannels = 1 << 16
 // checkpoint timeouts.
 const maxOvertaking = 1 << 14
 
-// maxFree bounds the written frames a connection keeps for reuse; it
-// keeps none larger than maxKeptBytes.
-const maxFree = 64
+// A connection keeps frames it wrote for outputs to encode the next ones
+// into: at most maxFree frames of at most maxFreeBytes together, none
+// larger than maxFreeFrameBytes. A batch's frame is a few KiB (512 words:
+// about 5 KiB); a frame of large records is allocated anew rather than
+// kept, so a burst of them does not leave a connection holding their
+// memory.
+const (
+	maxFree           = 64
+	maxFreeBytes      = 4 << 20
+	maxFreeFrameBytes = 256 << 10
+)
 
 // ErrClosed is the error of a connection closed by its owner.
 var ErrClosed = errors.New("transport: connection closed")
@@ -97,12 +105,13 @@ type Conn struct {
 	inputs  map[uint64]*Input
 	queue   [][]byte // frames for the writer, in order
 	// free holds frames written, for outputs to encode the next ones
-	// into: at most maxFree.
-	free  [][]byte
-	grant map[uint64]int // credits to send, by channel
-	err   error
-	done  chan struct{} // closed when err is set
-	wake  chan struct{} // the writer has work
+	// into (see maxFree); freeBytes is their capacities' sum.
+	free      [][]byte
+	freeBytes int
+	grant     map[uint64]int // credits to send, by channel
+	err       error
+	done      chan struct{} // closed when err is set
+	wake      chan struct{} // the writer has work
 
 	wg sync.WaitGroup
 }
@@ -284,7 +293,9 @@ func (c *Conn) frameBuf(size int) []byte {
 	defer c.mu.Unlock()
 	if n := len(c.free); n > 0 {
 		f := c.free[n-1]
+		c.free[n-1] = nil
 		c.free = c.free[:n-1]
+		c.freeBytes -= cap(f)
 		return f[:0]
 	}
 	return make([]byte, 0, size)
@@ -295,8 +306,9 @@ func (c *Conn) recycle(frames [][]byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, f := range frames {
-		if len(c.free) < maxFree && cap(f) <= maxKeptBytes {
+		if len(c.free) < maxFree && cap(f) <= maxFreeFrameBytes && c.freeBytes+cap(f) <= maxFreeBytes {
 			c.free = append(c.free, f)
+			c.freeBytes += cap(f)
 		}
 	}
 }

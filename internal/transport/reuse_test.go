@@ -109,3 +109,75 @@ func TestKeptStringsSurviveFrameReuse(t *testing.T) {
 		t.Fatalf("%d keys, want %d", len(counts), batches*300)
 	}
 }
+
+// keptFrames is what c keeps for reuse: frames and their bytes
+// (capacities), and the largest.
+func keptFrames(c *Conn) (n, bytes, largest int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, f := range c.free {
+		bytes += cap(f)
+		largest = max(largest, cap(f))
+	}
+	return len(c.free), bytes, largest
+}
+
+// The frames a connection keeps for reuse are bounded in bytes, not only
+// in count: frames of large batches are not kept, and many frames of a
+// few hundred KiB are kept only up to the budget.
+func TestFramesKeptForReuseAreBounded(t *testing.T) {
+	a, b := pair(t)
+	ready := make(chan struct{}, 1)
+	in, err := b.Input(6, strings_, 4, ready)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := a.Output(6, strings_)
+	if err != nil {
+		t.Fatal(err)
+	}
+	large := strings.Repeat("x", 600<<10)
+	sent := make(chan error, 1)
+	go func() {
+		for range 20 {
+			if err := out.Push(context.Background(), runtime.Event{Kind: runtime.KindBatch, Batch: []string{large}}); err != nil {
+				sent <- err
+				return
+			}
+		}
+		sent <- nil
+	}()
+	for range 20 {
+		e := pop(t, in, ready)
+		if got := e.Batch.([]string); len(got) != 1 || got[0] != large {
+			t.Fatal("a large batch arrived changed")
+		}
+		in.Recycle(e)
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	// Every frame arrived, so every frame was written and handed back.
+	if _, _, largest := keptFrames(a); largest > maxFreeFrameBytes {
+		t.Fatalf("the connection keeps a written frame of %d bytes, more than %d", largest, maxFreeFrameBytes)
+	}
+
+	// Frames of a few hundred KiB, many handed back at once (as when the
+	// writer drains a long queue): kept up to the budget.
+	frames := make([][]byte, maxFree)
+	for i := range frames {
+		frames[i] = make([]byte, 0, maxFreeFrameBytes)
+	}
+	a.recycle(frames)
+	if n, bytes, _ := keptFrames(a); bytes > maxFreeBytes || n == 0 {
+		t.Fatalf("kept %d frames of %d bytes, want some and at most %d bytes", n, bytes, maxFreeBytes)
+	}
+	// Taking frames frees budget for others.
+	for range 3 {
+		a.frameBuf(0)
+	}
+	a.recycle(frames[:3])
+	if _, bytes, _ := keptFrames(a); bytes > maxFreeBytes {
+		t.Fatalf("kept %d bytes after frames were taken and handed back, want at most %d", bytes, maxFreeBytes)
+	}
+}

@@ -8,14 +8,17 @@
 // snapshot is being written. Map and list values are cloned per key on their
 // first change after a freeze.
 //
-// Keys are copied when first stored (see owner): a record's strings may
-// share a chunk with other records', which a kept key would keep alive.
+// Tables keep copies of the strings of keys and values (see own.go): a
+// record's strings may share a chunk with other records', which a kept
+// string would keep alive. A value is copied when stored only where it
+// differs from the value it replaces, so a read-modify-write that keeps a
+// record's word copies nothing, and a value without strings costs nothing.
 //
 // NB: values are copied by assignment. A value holding references (pointers,
 // slices, maps) must not be mutated after it was stored; store a new value.
-// A value's strings are kept as given, so a job that reads with shared
-// chunks (file.LinesConfig.SharedBlocks) and keeps a record's text as a
-// value should store strings.Clone of it.
+// A slice stored is the table's: the strings of its elements may be
+// replaced by equal copies. Strings behind pointers, maps and interfaces
+// are kept as given.
 //
 // A Backend and its tables belong to one task goroutine; only the function
 // returned by Snapshot may run elsewhere.
@@ -137,14 +140,20 @@ func (b *Backend) apply(name string, g int, s section) error {
 // Snapshot freezes every table and returns the asynchronous part, which
 // encodes the frozen state (while the tables change) and writes it: as
 // one keyed blob, or incrementally.
+//
+// A full snapshot carries restored state this run does not declare as it
+// was restored. State restored from an incremental checkpoint is a chain
+// (a full section and deltas) that a full snapshot cannot fold into one
+// section: without the state's codecs it cannot tell where a key or an
+// entry ends. Such a snapshot is written in the incremental format with
+// no base instead (see incremental.go): every key group of every declared
+// state in full, and the undeclared chains copied, so it holds all of the
+// state and references no earlier checkpoint's file.
 func (b *Backend) Snapshot(id checkpoint.ID) (state.Async, error) {
-	if b.incremental {
+	if b.incremental || b.pendingChains() {
 		return b.snapshotIncremental(id), nil
 	}
-	encode, err := b.Freeze()
-	if err != nil {
-		return nil, err
-	}
+	encode := b.freeze()
 	r := b.groups
 	return func(w state.Writer) ([]checkpoint.Handle, error) {
 		h, err := w.Write(checkpoint.Handle{Kind: state.KindKeyed, KeyGroups: r}, encode())
@@ -152,10 +161,24 @@ func (b *Backend) Snapshot(id checkpoint.ID) (state.Async, error) {
 	}, nil
 }
 
-// Freeze freezes every table and returns the encoder of the frozen state
+// pendingChains says whether state restored and not declared holds more
+// than a full section in some key group.
+func (b *Backend) pendingChains() bool {
+	for _, groups := range b.pending {
+		for _, ss := range groups {
+			if len(ss) != 1 || !ss[0].full {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// freeze freezes every table and returns the encoder of the frozen state
 // as one keyed blob; the encoder may run on another goroutine while the
-// tables change.
-func (b *Backend) Freeze() (func() []byte, error) {
+// tables change. State restored and not declared must be full sections
+// (see pendingChains).
+func (b *Backend) freeze() func() []byte {
 	b.epoch++
 	sections := make([]state.KeyedSection, 0, len(b.tables)+len(b.pending))
 	first := b.groups.First
@@ -167,11 +190,6 @@ func (b *Backend) Freeze() (func() []byte, error) {
 	// a job that stops using a state for a while does not lose it.
 	for name, groups := range b.pending {
 		frozen := maps.Clone(groups)
-		for _, ss := range frozen {
-			if len(ss) != 1 || !ss[0].full {
-				return nil, fmt.Errorf("state %q, restored from an incremental checkpoint, is not declared by this job: a full checkpoint cannot carry it on; declare it, or take incremental checkpoints", name)
-			}
-		}
 		sections = append(sections, state.KeyedSection{Name: name, Append: func(dst []byte, g int) []byte {
 			if ss, ok := frozen[g-first]; ok {
 				return append(dst, ss[0].data...)
@@ -180,7 +198,7 @@ func (b *Backend) Freeze() (func() []byte, error) {
 		}})
 	}
 	r := b.groups
-	return func() []byte { return state.EncodeKeyed(r, sections) }, nil
+	return func() []byte { return state.EncodeKeyed(r, sections) }
 }
 
 // NotifyComplete makes checkpoint id's chains those the next snapshots
@@ -352,8 +370,13 @@ func keyAndLen[K any](kc codec.Codec[K], src []byte) (k K, n, used int, err erro
 type Value[K comparable, V any] struct {
 	cow[K, *valueEntry[K, V]]
 	keys owner[K]
+	vals values[V]
 	kc   codec.Codec[K]
 	vc   codec.Codec[V]
+	// storing holds a value being stored while its strings are owned (in
+	// the table's memory: a local would escape, an allocation a call);
+	// zero between calls.
+	storing V
 	// lastKey's entry is last, as the latest Get found it (nil: none).
 	// lastKey is the caller's string, compared cheaply with the next
 	// Put's (often the same string).
@@ -369,7 +392,7 @@ type valueEntry[K comparable, V any] struct {
 
 // NewValue registers value state name.
 func NewValue[K comparable, V any](b *Backend, name string, kc codec.Codec[K], vc codec.Codec[V]) (*Value[K, V], error) {
-	t := &Value[K, V]{keys: ownerOf[K](), kc: kc, vc: vc}
+	t := &Value[K, V]{keys: ownerOf[K](), vals: valuesOf[V](), kc: kc, vc: vc}
 	t.cow = newCow(b, entryCodec[K, *valueEntry[K, V]]{
 		appendEntry: func(dst []byte, k K, e *valueEntry[K, V]) []byte { return vc.Append(kc.Append(dst, k), e.v) },
 		appendKey:   kc.Append,
@@ -398,11 +421,20 @@ func (t *Value[K, V]) Put(k K, v V) {
 	switch {
 	case e == nil:
 		e = &valueEntry[K, V]{key: t.keys.own(k), v: v, epoch: t.b.epoch}
+		t.vals.own(&e.v, nil)
 		t.write()[e.key] = e
-	case e.epoch == t.b.epoch:
+	case e.epoch == t.b.epoch && t.vals.walk == nil:
 		e.v = v
+	case e.epoch == t.b.epoch:
+		t.storing = v
+		t.vals.own(&t.storing, &e.v)
+		e.v = t.storing
+		var zero V
+		t.storing = zero
 	default:
+		old := e
 		e = &valueEntry[K, V]{key: e.key, v: v, epoch: t.b.epoch}
+		t.vals.own(&e.v, &old.v)
 		t.write()[e.key] = e
 	}
 	t.lastKey, t.last = k, e
@@ -438,6 +470,8 @@ func (t *Value[K, V]) deleteEncoded(g int, src []byte) (int, error) {
 type List[K comparable, V any] struct {
 	cow[K, *listEntry[K, V]]
 	keys owner[K]
+	vals values[V]   // of an element Add appends
+	all  values[[]V] // of a list Update stores
 	kc   codec.Codec[K]
 	vc   codec.Codec[V]
 }
@@ -450,7 +484,7 @@ type listEntry[K comparable, V any] struct {
 
 // NewList registers list state name.
 func NewList[K comparable, V any](b *Backend, name string, kc codec.Codec[K], vc codec.Codec[V]) (*List[K, V], error) {
-	t := &List[K, V]{keys: ownerOf[K](), kc: kc, vc: vc}
+	t := &List[K, V]{keys: ownerOf[K](), vals: valuesOf[V](), all: valuesOf[[]V](), kc: kc, vc: vc}
 	t.cow = newCow(b, entryCodec[K, *listEntry[K, V]]{
 		appendEntry: func(dst []byte, k K, e *listEntry[K, V]) []byte {
 			dst = codec.AppendLen(kc.Append(dst, k), len(e.vs))
@@ -483,15 +517,19 @@ func (t *List[K, V]) All(k K) iter.Seq[V] { return slices.Values(t.Get(k)) }
 // the snapshot never reads.
 func (t *List[K, V]) Add(k K, v V) {
 	m := t.write()
-	switch e := m[k]; {
+	e := m[k]
+	switch {
 	case e == nil:
 		k = t.keys.own(k)
-		m[k] = &listEntry[K, V]{key: k, vs: []V{v}, epoch: t.b.epoch}
+		e = &listEntry[K, V]{key: k, vs: []V{v}, epoch: t.b.epoch}
+		m[k] = e
 	case e.epoch == t.b.epoch:
 		e.vs = append(e.vs, v)
 	default:
-		m[e.key] = &listEntry[K, V]{key: e.key, vs: append(e.vs, v), epoch: t.b.epoch}
+		e = &listEntry[K, V]{key: e.key, vs: append(e.vs, v), epoch: t.b.epoch}
+		m[e.key] = e
 	}
+	t.vals.own(&e.vs[len(e.vs)-1], nil)
 }
 
 // Update replaces k's list.
@@ -501,12 +539,20 @@ func (t *List[K, V]) Update(k K, vs []V) {
 		return
 	}
 	m := t.write()
-	if e := m[k]; e != nil {
-		k = e.key
+	e := &listEntry[K, V]{key: k, vs: slices.Clip(slices.Clone(vs)), epoch: t.b.epoch}
+	if old := m[k]; old != nil {
+		e.key = old.key
+		if t.all.walk != nil {
+			// A list trimmed of its oldest elements (a join's rows past
+			// their time to live) lines up with the old list's tail.
+			prev := old.vs[max(0, len(old.vs)-len(e.vs)):]
+			t.all.own(&e.vs, &prev)
+		}
 	} else {
-		k = t.keys.own(k)
+		e.key = t.keys.own(k)
+		t.all.own(&e.vs, nil)
 	}
-	m[k] = &listEntry[K, V]{key: k, vs: slices.Clip(slices.Clone(vs)), epoch: t.b.epoch}
+	m[e.key] = e
 }
 
 func (t *List[K, V]) Delete(k K) { t.delete(k) }
@@ -534,9 +580,14 @@ type Map[K, UK comparable, V any] struct {
 	cow[K, *inner[K, UK, V]]
 	keys     owner[K]
 	userKeys owner[UK]
+	vals     values[V]
 	kc       codec.Codec[K]
 	ukc      codec.Codec[UK]
 	vc       codec.Codec[V]
+	// storing and replaced hold a value being stored and the one it
+	// replaces while its strings are owned (see Value.storing); zero
+	// between calls.
+	storing, replaced V
 }
 
 type inner[K, UK comparable, V any] struct {
@@ -552,7 +603,7 @@ type mapEntry[UK comparable, V any] struct {
 
 // NewMap registers map state name.
 func NewMap[K, UK comparable, V any](b *Backend, name string, kc codec.Codec[K], ukc codec.Codec[UK], vc codec.Codec[V]) (*Map[K, UK, V], error) {
-	t := &Map[K, UK, V]{keys: ownerOf[K](), userKeys: ownerOf[UK](), kc: kc, ukc: ukc, vc: vc}
+	t := &Map[K, UK, V]{keys: ownerOf[K](), userKeys: ownerOf[UK](), vals: valuesOf[V](), kc: kc, ukc: ukc, vc: vc}
 	t.cow = newCow(b, entryCodec[K, *inner[K, UK, V]]{
 		appendEntry: func(dst []byte, k K, in *inner[K, UK, V]) []byte {
 			dst = codec.AppendLen(kc.Append(dst, k), len(in.m))
@@ -597,12 +648,27 @@ func (t *Map[K, UK, V]) All(k K) iter.Seq2[UK, V] {
 
 func (t *Map[K, UK, V]) Put(k K, uk UK, v V) {
 	in := t.writable(k)
+	if t.userKeys.clone == nil && t.vals.walk == nil {
+		in.m[uk] = mapEntry[UK, V]{uk: uk, v: v}
+		return
+	}
+	e, ok := in.m[uk]
 	if t.userKeys.clone != nil { // keep the copy already there, or copy
-		if e, ok := in.m[uk]; ok {
+		if ok {
 			uk = e.uk
 		} else {
 			uk = t.userKeys.clone(uk)
 		}
+	}
+	if t.vals.walk != nil {
+		t.storing, t.replaced = v, e.v
+		if ok {
+			t.vals.own(&t.storing, &t.replaced)
+		} else {
+			t.vals.own(&t.storing, nil)
+		}
+		var zero V
+		v, t.storing, t.replaced = t.storing, zero, zero
 	}
 	in.m[uk] = mapEntry[UK, V]{uk: uk, v: v}
 }

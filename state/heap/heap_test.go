@@ -86,10 +86,7 @@ func TestSnapshotIsIsolatedFromLaterWrites(t *testing.T) {
 	all := keygroup.Range{First: 0, Last: maxP - 1}
 	ts := open(t, all, nil, nil)
 	fill(ts, 500, 1)
-	encode, err := ts.b.Freeze()
-	if err != nil {
-		t.Fatal(err)
-	}
+	encode := ts.b.freeze()
 	var blob []byte
 	var wg sync.WaitGroup
 	wg.Go(func() { blob = encode() })
@@ -204,32 +201,68 @@ func TestDeclaringStateTwiceIsAnError(t *testing.T) {
 	}
 }
 
+// BenchmarkValueUpdate: a read-modify-write of a value per record, of an
+// int and of a word's running count (a string the record brings, equal to
+// the one stored).
 func BenchmarkValueUpdate(b *testing.B) {
-	be := New(keygroup.Range{First: 0, Last: maxP - 1})
-	v, _ := NewValue(be, "c", codec.For[string](), codec.For[int]())
+	type count struct {
+		Word string
+		N    int
+	}
 	keys := make([]string, 1000)
+	words := make([]string, len(keys)) // the records' words: other strings, equal
 	groups := make([]int, len(keys))
 	for i := range keys {
-		keys[i] = fmt.Sprint("word", i)
+		keys[i], words[i] = fmt.Sprint("word", i), fmt.Sprint("word", i)
 		groups[i] = keygroup.Of(hasher.Hash(keys[i]), maxP)
-		be.SetGroup(groups[i])
-		v.Put(fmt.Sprint("word", i), 0) // another string than the lookups', as a record's word is
 	}
-	b.ReportAllocs()
-	for i := 0; b.Loop(); i++ {
-		j := i % len(keys)
-		be.SetGroup(groups[j])
-		n, _ := v.Get(keys[j])
-		v.Put(keys[j], n+1)
-	}
+	b.Run("int", func(b *testing.B) {
+		be := New(keygroup.Range{First: 0, Last: maxP - 1})
+		v, _ := NewValue(be, "c", codec.For[string](), codec.For[int]())
+		for i := range keys {
+			be.SetGroup(groups[i])
+			v.Put(words[i], 0) // another string than the lookups', as a record's word is
+		}
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			j := i % len(keys)
+			be.SetGroup(groups[j])
+			n, _ := v.Get(keys[j])
+			v.Put(keys[j], n+1)
+		}
+	})
+	b.Run("word count", func(b *testing.B) {
+		be := New(keygroup.Range{First: 0, Last: maxP - 1})
+		v, _ := NewValue(be, "c", codec.For[string](), codec.JSON[count]{})
+		for i := range keys {
+			be.SetGroup(groups[i])
+			v.Put(keys[i], count{Word: keys[i]})
+		}
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			j := i % len(keys)
+			be.SetGroup(groups[j])
+			c, _ := v.Get(words[j])
+			v.Put(words[j], count{Word: words[j], N: c.N + 1})
+		}
+	})
+	b.Run("list of words", func(b *testing.B) { // as a window keeps its records
+		be := New(keygroup.Range{First: 0, Last: maxP - 1})
+		l, _ := NewList(be, "l", codec.For[string](), codec.For[string]())
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			j := i % len(keys)
+			be.SetGroup(groups[j])
+			if i%(64*len(keys)) < len(keys) {
+				l.Delete(keys[j]) // the window fires
+			}
+			l.Add(keys[j], words[j])
+		}
+	})
 }
 
 // encodeAll freezes b and encodes it as one keyed blob.
 func encodeAll(t *testing.T, b *Backend) []byte {
 	t.Helper()
-	encode, err := b.Freeze()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return encode()
+	return b.freeze()()
 }

@@ -184,12 +184,16 @@ func applySection(t table, g int, s section) error {
 }
 
 // snapshotIncremental freezes every table; the asynchronous part writes
-// the sections of what changed since the newest completed checkpoint.
+// the sections of what changed since the newest completed checkpoint. A
+// full backend's snapshots have no base (confirmed stays nil): they write
+// every group in full.
 func (b *Backend) snapshotIncremental(id checkpoint.ID) state.Async {
 	base := b.confirmed
 	out := &chains{epoch: b.epoch}
 	b.epoch++
-	b.taken[id] = out // filled by the asynchronous part
+	if b.incremental {
+		b.taken[id] = out // filled by the asynchronous part
+	}
 	names := slices.Sorted(maps.Keys(b.byName))
 	tables := make([]frozen, len(names))
 	for i, n := range names {

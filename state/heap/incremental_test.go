@@ -550,8 +550,8 @@ func TestDamagedSharedFileIsAnError(t *testing.T) {
 }
 
 // TestUndeclaredStateIsCarriedOn: state restored from an incremental
-// checkpoint and not declared is carried on by the following ones, and a
-// full checkpoint, which cannot carry its chain, says so.
+// checkpoint and not declared is carried on by the following ones, full or
+// incremental, and is there when it is declared again.
 func TestUndeclaredStateIsCarriedOn(t *testing.T) {
 	all := keygroup.Range{First: 0, Last: maxP - 1}
 	s := newStore()
@@ -560,7 +560,16 @@ func TestUndeclaredStateIsCarriedOn(t *testing.T) {
 	take(t, ts.b, 1, 0, s)
 	ts.b.NotifyComplete(1)
 	ts.counts.Put(at(ts.b, "k1"), 7)
-	hs := take(t, ts.b, 2, 0, s)
+	ts.lists.Delete(at(ts.b, "k2"))
+	hs := take(t, ts.b, 2, 0, s) // chains of a full section and a delta
+	m, keys := newModel(), make([]string, 100)
+	for i := range keys {
+		k := fmt.Sprint("k", i)
+		keys[i] = k
+		m.counts[k], m.lists[k], m.maps[k], m.timers[k] = i+1, []string{"r1"}, map[string]int{"u1": 1}, int64(1000+i)
+	}
+	m.counts["k1"] = 7
+	delete(m.lists, "k2")
 
 	b := NewIncremental(all) // declares nothing
 	if err := b.Restore(hs, s.read); err != nil {
@@ -569,17 +578,35 @@ func TestUndeclaredStateIsCarriedOn(t *testing.T) {
 	hs = take(t, b, 3, 0, s)
 	b.NotifyComplete(3)
 	hs = take(t, b, 4, 0, s)
-	got := openInc(t, all, hs, s)
-	if v, _ := got.counts.Get(at(got.b, "k1")); v != 7 {
-		t.Fatalf("k1 = %d, want 7", v)
-	}
+	check(t, "incremental, undeclared", hs, s, m, keys)
 
-	full := New(all)
-	if err := full.Restore(hs, s.read); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := full.Snapshot(5); err == nil || !strings.Contains(err.Error(), "declare it") {
-		t.Fatalf("a full snapshot of an undeclared chain: %v", err)
+	// A full checkpoint carries the chains too: a job restarted with
+	// Config.Full that declares only some of its state, or one moved to
+	// Pebble, whose heap backend declares only timers.
+	for _, declare := range []bool{false, true} {
+		full := New(all)
+		if err := full.Restore(hs, s.read); err != nil {
+			t.Fatal(err)
+		}
+		if declare {
+			counts, err := NewValue(full, "counts", codec.For[string](), codec.For[int]())
+			if err != nil {
+				t.Fatal(err)
+			}
+			counts.Put(at(full, "k1"), 8)
+			m.counts["k1"] = 8
+		}
+		for id := checkpoint.ID(5); id <= 6; id++ { // twice: carrying consumes nothing
+			hs = take(t, full, id, 0, s)
+			full.NotifyComplete(id)
+		}
+		check(t, fmt.Sprintf("full, counts declared %v", declare), hs, s, m, keys)
+		again := New(all) // and restored into a full backend again
+		if err := again.Restore(hs, s.read); err != nil {
+			t.Fatal(err)
+		}
+		hs = take(t, again, 7, 0, s)
+		check(t, fmt.Sprintf("full twice, counts declared %v", declare), hs, s, m, keys)
 	}
 }
 
@@ -607,9 +634,7 @@ func BenchmarkValueInsertDelete(b *testing.B) {
 					v.Delete(keys[j])
 				}
 				if i%10000 == 0 {
-					if _, err := be.Freeze(); err != nil {
-						b.Fatal(err)
-					}
+					be.freeze()
 				}
 			}
 		})

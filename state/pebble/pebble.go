@@ -272,7 +272,7 @@ func (b *Backend) Snapshot(id checkpoint.ID) (state.Async, error) {
 	if err := b.db.Checkpoint(dir); err != nil {
 		return nil, fmt.Errorf("pebble state backend: checkpoint: %w", err)
 	}
-	timers, err := b.timers.Freeze()
+	timers, err := b.timers.Snapshot(id)
 	if err != nil {
 		return nil, err
 	}
@@ -319,8 +319,8 @@ func (b *Backend) Snapshot(id checkpoint.ID) (state.Async, error) {
 			}
 			hs = append(hs, h)
 		}
-		h, err := w.Write(checkpoint.Handle{Kind: state.KindKeyed, KeyGroups: kg}, timers())
-		return append(hs, h), err
+		ths, err := timers(w)
+		return append(hs, ths...), err
 	}, nil
 }
 
