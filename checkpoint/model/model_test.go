@@ -74,7 +74,7 @@ func TestModels(t *testing.T) {
 	tools(t)
 	all := runs
 	if *full {
-		all = append(all, fullRuns...)
+		all = slices.Concat(runs, fullRuns)
 	}
 	for _, r := range all {
 		t.Run(r.name, func(t *testing.T) {
