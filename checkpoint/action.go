@@ -9,7 +9,9 @@ import (
 type Action interface{ isAction() }
 
 // Trigger: reserve checkpoint ID in storage, then inject barrier ID at every
-// source task. Final marks the checkpoint a bounded job ends with.
+// source task. Final marks a checkpoint triggered after every source's input
+// was exhausted: the bounded job may end with it (its NotifyComplete carries
+// EndOfInput), so its barriers align in every mode, behind the end of data.
 type Trigger struct {
 	ID        ID
 	Savepoint bool

@@ -465,9 +465,12 @@ func (c *Coordinator) maybeTrigger(now time.Time) {
 	if c.completedOnce && now.Before(c.lastCompletion.Add(c.cfg.MinPause)) {
 		return
 	}
-	final := c.finalFrom != 0 && !c.finalUnderway()
+	// NB: every checkpoint triggered once the input is exhausted is Final,
+	// not only the first: any of them may complete first and end the job
+	// (notify), so each must align behind the end of data.
+	final := c.finalFrom != 0
 	due := c.cfg.Interval > 0 && !now.Before(c.lastTrigger.Add(c.cfg.Interval))
-	if final || due {
+	if (final && !c.finalUnderway()) || due {
 		c.trigger(now, false, final)
 	}
 }

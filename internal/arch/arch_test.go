@@ -33,6 +33,7 @@ var layers = map[string]int{
 	"internal/arch":                               0,
 	"checkpoint":                                  10,
 	"checkpoint/barrier":                          11,
+	"checkpoint/model":                            12,
 	"graph":                                       11,
 	"codec":                                       20,
 	"internal/ha":                                 20,

@@ -125,11 +125,9 @@ type leader struct {
 	maxTriggered checkpoint.ID
 	savepoints   map[checkpoint.ID]bool
 	// mustAlign holds the savepoints and the checkpoints that can be the
-	// final one (every id from the first Final trigger of the deployment
-	// on, finalFrom, as the coordinator's NotifyComplete counts them):
-	// they are aligned in unaligned runs too.
+	// final one (Trigger.Final), as the runtime's triggers say: they are
+	// aligned in unaligned runs too.
 	mustAlign map[checkpoint.ID]bool
-	finalFrom checkpoint.ID
 	failover  bool
 	// A model of the coordinator's failure counting: the failures that
 	// count since the last completion or start, and the newest checkpoint

@@ -495,7 +495,6 @@ func (s *sim) deploy() {
 	for txn := range s.ext.prepared {
 		delete(s.ext.prepared, txn)
 	}
-	l.finalFrom = 0
 	l.coord.Start(s.now)
 	l.counted = 0
 	for _, sr := range src {
@@ -1450,10 +1449,7 @@ func (s *sim) do(l *leader, a checkpoint.Action) {
 		}
 		l.maxTriggered = a.ID
 		l.savepoints[a.ID] = a.Savepoint
-		if a.Final && l.finalFrom == 0 {
-			l.finalFrom = a.ID
-		}
-		l.mustAlign[a.ID] = a.Savepoint || (l.finalFrom != 0 && a.ID >= l.finalFrom)
+		l.mustAlign[a.ID] = a.Savepoint || a.Final // the runtime's ControlTrigger.Aligned
 		if s.etcd != nil {
 			// The id is reserved in etcd before any barrier: no two
 			// terms use one id.
