@@ -15,6 +15,8 @@
 // that describe the database as the checkpoint's own. A restore downloads
 // the files and opens them; at another parallelism it keeps the key
 // groups the subtask owns and copies in those of the other old subtasks.
+// A restore of a heap backend's checkpoint moves each state into the
+// database when a table declares it (see migrate.go).
 package pebble
 
 import (
