@@ -18,11 +18,16 @@ import (
 // this backend's format. A state no table declares stays on the heap and
 // is carried on by every snapshot, as on the heap backend.
 //
+// Only a table new to the database migrates. A database that already has
+// the table wrote it after the state was restored on the heap (by a
+// version before migration, which left the heap state unread): its data
+// is newer, and the heap state stays carried on, unread.
+//
 // NB: while a state migrates, the subtask's part of it is decoded on the
 // heap whole, once.
 
 func migrateValue[K comparable, V any](t *Value[K, V], name string) error {
-	if !t.b.timers.Restored(name) {
+	if !t.fromHeap {
 		return nil
 	}
 	h, err := heap.NewValue(t.b.timers, name, t.kc, t.vc)
@@ -35,7 +40,7 @@ func migrateValue[K comparable, V any](t *Value[K, V], name string) error {
 }
 
 func migrateList[K comparable, V any](t *List[K, V], name string) error {
-	if !t.b.timers.Restored(name) {
+	if !t.fromHeap {
 		return nil
 	}
 	h, err := heap.NewList(t.b.timers, name, t.kc, t.vc)
@@ -55,7 +60,7 @@ func migrateList[K comparable, V any](t *List[K, V], name string) error {
 }
 
 func migrateMap[K, UK comparable, V any](t *Map[K, UK, V], name string) error {
-	if !t.b.timers.Restored(name) {
+	if !t.fromHeap {
 		return nil
 	}
 	h, err := heap.NewMap(t.b.timers, name, t.kc, t.ukc, t.vc)

@@ -568,14 +568,18 @@ func upperBound(prefix []byte) []byte {
 
 // table is what every state table has: its id and a buffer for keys.
 type table struct {
-	b             *Backend
-	id            uint16
+	b  *Backend
+	id uint16
+	// fromHeap: the table is new to the database, and the heap backend
+	// holds restored state of its name to migrate (see migrate.go).
+	fromHeap      bool
 	key, enc, val []byte // scratch
 }
 
 func newTable(b *Backend, name string) (table, error) {
+	_, known := b.tables[name]
 	id, err := b.table(name)
-	return table{b: b, id: id}, err
+	return table{b: b, id: id, fromHeap: !known && b.timers.Restored(name)}, err
 }
 
 // prefixOf is the key of k in the current key group, length-prefixed so
