@@ -50,8 +50,10 @@ func (f *twoStates) Process(c *weir.KeyedContext[int64], v int64, out weir.Colle
 // TestUndeclaredStateSurvivesFullCheckpoints: a job restored from an
 // incremental heap checkpoint with state it no longer declares, into full
 // heap checkpoints or into Pebble (whose timers stay on a full heap
-// backend), checkpoints as usual, and a later run that declares the state
-// again finds it as the first run left it.
+// backend), checkpoints as usual, and a later run on the same backend that
+// declares the state again finds it as the first run left it (on Pebble,
+// moved into the database then; the heap backend refuses a Pebble
+// checkpoint: see switch_test.go).
 func TestUndeclaredStateSurvivesFullCheckpoints(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -110,7 +112,7 @@ func TestUndeclaredStateSurvivesFullCheckpoints(t *testing.T) {
 			if _, completed := run(2, tc.sb(t), 1000, twoStates{}); completed < 2 {
 				t.Fatalf("%d checkpoints completed after the restore that left b undeclared", completed)
 			}
-			got, _ := run(3, weir.StateBackend{}, 1000, twoStates{declareB: true, report: true})
+			got, _ := run(3, tc.sb(t), 1000, twoStates{declareB: true, report: true})
 			if len(got) != 1000 {
 				t.Fatalf("%d records reported, want 1000", len(got))
 			}

@@ -83,6 +83,9 @@ func New(cfg Config, sc Scope, hs []checkpoint.Handle, r state.Reader) (state.Ba
 		return pebble.New(pebble.Options{Dir: dir, Incremental: !cfg.Full, CacheBytes: cfg.CacheBytes, MemTableBytes: cfg.MemTableBytes},
 			pebble.Scope(sc), hs, r)
 	}
+	if err := pebbleWrote(sc, hs); err != nil {
+		return nil, err
+	}
 	b := heap.NewIncremental(sc.KeyGroups)
 	if cfg.Full {
 		b = heap.New(sc.KeyGroups)
@@ -93,6 +96,22 @@ func New(cfg Config, sc Scope, hs []checkpoint.Handle, r state.Reader) (state.Ba
 		}
 	}
 	return b, nil
+}
+
+// pebbleWrote refuses a restore of the key groups of sc from handles hs
+// by the heap backend when the Pebble backend wrote some (data files the
+// heap backend cannot read: their state would be lost without a word). A
+// Pebble checkpoint always holds them. The error marks a checkpoint that
+// does not fit the job, which no restart fixes. (A restore on Pebble
+// migrates a heap checkpoint's state instead: see package pebble.)
+func pebbleWrote(sc Scope, hs []checkpoint.Handle) error {
+	for _, h := range hs {
+		if (h.Kind == pebble.KindData || h.Kind == pebble.KindFile) && h.KeyGroups.Intersect(sc.KeyGroups).Len() > 0 {
+			return fmt.Errorf("operator %s: its keyed state was checkpointed by the pebble state backend, which the heap state backend cannot read: restore with --state-backend pebble (Config.StateBackend.Kind PebbleState): %w",
+				sc.Operator, checkpoint.ErrMismatch)
+		}
+	}
+	return nil
 }
 
 func unknown(b state.Backend) error { return fmt.Errorf("state: unknown backend %T", b) }

@@ -15,6 +15,8 @@
 // that describe the database as the checkpoint's own. A restore downloads
 // the files and opens them; at another parallelism it keeps the key
 // groups the subtask owns and copies in those of the other old subtasks.
+// A restore of a heap backend's checkpoint moves each state into the
+// database when a table declares it (see migrate.go).
 package pebble
 
 import (
@@ -536,27 +538,20 @@ func (b *Backend) copyFrom(dir string, r keygroup.Range) error {
 	if err != nil {
 		return err
 	}
-	batch := b.db.NewBatch()
+	w := newBatchWriter(b.db)
 	var key []byte
 	for ok := it.First(); ok; ok = it.Next() {
 		k := it.Key()
 		key = append(append(append(key[:0], k[:2]...), binary.BigEndian.AppendUint16(nil, ids[binary.BigEndian.Uint16(k[2:4])])...), k[4:]...)
-		if err := batch.Set(key, it.Value(), nil); err != nil {
+		if err := w.set(key, it.Value()); err != nil {
 			it.Close()
 			return err
-		}
-		if batch.Len() > 4<<20 {
-			if err := batch.Commit(pebble.NoSync); err != nil {
-				it.Close()
-				return err
-			}
-			batch = b.db.NewBatch()
 		}
 	}
 	if err := it.Close(); err != nil {
 		return err
 	}
-	return batch.Commit(pebble.NoSync)
+	return w.commit()
 }
 
 // upperBound is the least key above every key beginning with prefix.
@@ -573,14 +568,18 @@ func upperBound(prefix []byte) []byte {
 
 // table is what every state table has: its id and a buffer for keys.
 type table struct {
-	b             *Backend
-	id            uint16
+	b  *Backend
+	id uint16
+	// fromHeap: the table is new to the database, and the heap backend
+	// holds restored state of its name to migrate (see migrate.go).
+	fromHeap      bool
 	key, enc, val []byte // scratch
 }
 
 func newTable(b *Backend, name string) (table, error) {
+	_, known := b.tables[name]
 	id, err := b.table(name)
-	return table{b: b, id: id}, err
+	return table{b: b, id: id, fromHeap: !known && b.timers.Restored(name)}, err
 }
 
 // prefixOf is the key of k in the current key group, length-prefixed so
@@ -681,9 +680,12 @@ type Value[K comparable, V any] struct {
 // NewValue declares value state name.
 func NewValue[K comparable, V any](b *Backend, name string, kc codec.Codec[K], vc codec.Codec[V]) (*Value[K, V], error) {
 	t, err := newTable(b, name)
+	if err != nil {
+		return nil, err
+	}
 	v := &Value[K, V]{table: t, kc: kc, vc: vc, cache: map[K]slot[V]{}}
 	b.caches = append(b.caches, v)
-	return v, err
+	return v, migrateValue(v, name)
 }
 
 func (t *Value[K, V]) Get(k K) (V, bool) {
@@ -757,7 +759,11 @@ type List[K comparable, V any] struct {
 // NewList declares list state name.
 func NewList[K comparable, V any](b *Backend, name string, kc codec.Codec[K], vc codec.Codec[V]) (*List[K, V], error) {
 	t, err := newTable(b, name)
-	return &List[K, V]{table: t, kc: kc, vc: vc}, err
+	if err != nil {
+		return nil, err
+	}
+	l := &List[K, V]{table: t, kc: kc, vc: vc}
+	return l, migrateList(l, name)
 }
 
 func (t *List[K, V]) Get(k K) []V { return slices.Collect(t.All(k)) }
@@ -799,9 +805,12 @@ type Map[K, UK comparable, V any] struct {
 // NewMap declares map state name.
 func NewMap[K, UK comparable, V any](b *Backend, name string, kc codec.Codec[K], ukc codec.Codec[UK], vc codec.Codec[V]) (*Map[K, UK, V], error) {
 	t, err := newTable(b, name)
+	if err != nil {
+		return nil, err
+	}
 	m := &Map[K, UK, V]{table: t, kc: kc, ukc: ukc, vc: vc, cache: map[K]map[UK]slot[V]{}}
 	b.caches = append(b.caches, m)
-	return m, err
+	return m, migrateMap(m, name)
 }
 
 func (t *Map[K, UK, V]) entryAt(g int, k K, uk UK) []byte {
