@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -150,10 +151,13 @@ func TestClusterPlacesSubtasksWhereTheirLocalCopiesAre(t *testing.T) {
 		t.Fatal(err)
 	}
 	ckpt := filepath.Join(dir, "ckpt")
+	var web string     // the coordinator's web address (set before it listens)
+	var metrics string // what its /metrics said last
 	// run runs the cluster until the coordinator has seen, since the
 	// start, n completed checkpoints and one after a restore if restore is
-	// set; it returns the workers' logs.
-	run := func(restore string, n int, workers ...string) map[string]*syncBuffer {
+	// set, and then until check (if set) is true; it returns the workers'
+	// logs.
+	run := func(restore string, n int, check func(logs map[string]*syncBuffer) bool, workers ...string) map[string]*syncBuffer {
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
 		defer func() { cancel(); wg.Wait() }()
@@ -188,6 +192,8 @@ func TestClusterPlacesSubtasksWhereTheirLocalCopiesAre(t *testing.T) {
 				cfg.LocalRecovery, cfg.LocalRecoveryDir = true, filepath.Join(dir, "local-"+cc.Name)
 			} else {
 				cfg.OnEvent, cfg.Restore = onEvent, restore
+				// Its /metrics sums what the workers' restores read.
+				cfg.LocalRecovery, cfg.Web, cfg.OnWeb = true, "127.0.0.1:0", func(addr string) { web = addr }
 			}
 			env := weir.New(cfg)
 			src, err := newRateLimited(20_000, 0)
@@ -221,7 +227,7 @@ func TestClusterPlacesSubtasksWhereTheirLocalCopiesAre(t *testing.T) {
 			mu.Lock()
 			done := completed >= n && (restore == "" || restored)
 			mu.Unlock()
-			if done {
+			if done && (check == nil || check(logs)) {
 				return logs
 			}
 			select {
@@ -230,12 +236,12 @@ func TestClusterPlacesSubtasksWhereTheirLocalCopiesAre(t *testing.T) {
 			case <-coordinatorEnded:
 				t.Fatalf("the coordinator ended before %d checkpoints (restore %q)", n, restore)
 			case <-deadline:
-				t.Fatalf("timed out waiting for %d checkpoints (restore %q)", n, restore)
+				t.Fatalf("timed out waiting for %d checkpoints (restore %q) and the check (coordinator's metrics:\n%s)", n, restore, metrics)
 			}
 		}
 	}
 	// 12 checkpoints: every key has a sum, each subtask's state is a file.
-	run("", 12, "worker-2", "worker-3")
+	run("", 12, nil, "worker-2", "worker-3")
 	// The checkpoint worker-2's copies are of (its tasks' completion
 	// markers; they differ only if the stop came between two tasks'
 	// completions of one checkpoint: then the oldest, kept, is restored
@@ -270,7 +276,25 @@ func TestClusterPlacesSubtasksWhereTheirLocalCopiesAre(t *testing.T) {
 			}
 		}
 	}
-	logs := run("latest", 1, "worker-1", "worker-2")
+	// The coordinator's /metrics counts the workers' restored bytes,
+	// which their heartbeats carry: wait until they say what the
+	// workers' logs say.
+	logs := run("latest", 1, func(logs map[string]*syncBuffer) bool {
+		local, remote := int64(0), int64(0)
+		for _, l := range logs {
+			lb, rb := restoredBytes(t, l.String())
+			local, remote = local+lb, remote+rb
+		}
+		resp, err := http.Get("http://" + web + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		metrics = string(b)
+		return metricIs(metrics, `weir_restore_bytes_total{job="clustered",source="local"}`, local) &&
+			metricIs(metrics, `weir_restore_bytes_total{job="clustered",source="remote"}`, remote)
+	}, "worker-1", "worker-2")
 	local2, remote2 := restoredBytes(t, logs["worker-2"].String())
 	local1, remote1 := restoredBytes(t, logs["worker-1"].String())
 	if local2 == 0 || slices.Min(ids) == slices.Max(ids) && remote2 != 0 {
@@ -279,4 +303,15 @@ func TestClusterPlacesSubtasksWhereTheirLocalCopiesAre(t *testing.T) {
 	if local1 != 0 || remote1 == 0 {
 		t.Errorf("worker-1 (new) restored %d bytes locally, %d from the checkpoint storage; want only remote", local1, remote1)
 	}
+}
+
+// metricIs reports whether the series named in metrics has value want.
+func metricIs(metrics, series string, want int64) bool {
+	for _, line := range strings.Split(metrics, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			return err == nil && f == float64(want)
+		}
+	}
+	return false
 }
