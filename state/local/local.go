@@ -63,7 +63,7 @@ type Store struct {
 	mu sync.Mutex
 	// copies are the checkpoints the task directories hold copies of
 	// (their completion markers), read at Open and kept up to date.
-	copies map[Copy]bool
+	copies map[taskKey]checkpoint.ID
 	// shapes are the jobs deployed since their last sweep: each vertex's
 	// parallelism (Deployed).
 	shapes map[string]map[string]int
@@ -76,6 +76,11 @@ type Copy struct {
 	Job, Vertex string
 	Subtask     int
 	Checkpoint  checkpoint.ID
+}
+
+type taskKey struct {
+	job, vertex string
+	subtask     int
 }
 
 // markerFile is the name, in a task's directory, of the file that says
@@ -102,30 +107,35 @@ func Open(dir string) (*Store, error) {
 	}
 	f.Close()
 	os.Remove(f.Name())
-	s := &Store{dir: dir, copies: map[Copy]bool{}, shapes: map[string]map[string]int{}}
+	s := &Store{dir: dir, copies: map[taskKey]checkpoint.ID{}, shapes: map[string]map[string]int{}}
 	s.readMarkers()
 	return s, nil
 }
 
-// readMarkers reads the completion markers of every task directory.
+// readMarkers reads the completion markers of every task directory
+// (<dir>/<job>/<vertex>-<subtask>/.completed); what it cannot read or
+// parse says nothing.
 func (s *Store) readMarkers() {
-	markers, _ := filepath.Glob(filepath.Join(s.dir, "*", "*", markerFile))
-	for _, m := range markers {
-		taskDir := filepath.Dir(m)
-		job, err := url.PathUnescape(filepath.Base(filepath.Dir(taskDir)))
-		if err != nil {
+	jobs, _ := os.ReadDir(s.dir)
+	for _, j := range jobs {
+		job, err := url.PathUnescape(j.Name())
+		if !j.IsDir() || err != nil {
 			continue
 		}
-		vertex, subtask, ok := parseTaskDir(filepath.Base(taskDir))
-		b, err := os.ReadFile(m)
-		if !ok || err != nil {
-			continue
+		tasks, _ := os.ReadDir(filepath.Join(s.dir, j.Name()))
+		for _, d := range tasks {
+			vertex, subtask, ok := parseTaskDir(d.Name())
+			if !d.IsDir() || !ok {
+				continue
+			}
+			b, err := os.ReadFile(filepath.Join(s.dir, j.Name(), d.Name(), markerFile))
+			if err != nil {
+				continue
+			}
+			if id, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil && id > 0 {
+				s.copies[taskKey{job, vertex, subtask}] = checkpoint.ID(id)
+			}
 		}
-		id, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
-		if err != nil || id == 0 {
-			continue
-		}
-		s.copies[Copy{Job: job, Vertex: vertex, Subtask: subtask, Checkpoint: checkpoint.ID(id)}] = true
 	}
 }
 
@@ -154,8 +164,8 @@ func (s *Store) Copies() []Copy {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]Copy, 0, len(s.copies))
-	for c := range s.copies {
-		out = append(out, c)
+	for k, id := range s.copies {
+		out = append(out, Copy{Job: k.job, Vertex: k.vertex, Subtask: k.subtask, Checkpoint: id})
 	}
 	slices.SortFunc(out, func(a, b Copy) int {
 		return cmp.Or(cmp.Compare(a.Job, b.Job), cmp.Compare(a.Vertex, b.Vertex), cmp.Compare(a.Subtask, b.Subtask), cmp.Compare(a.Checkpoint, b.Checkpoint))
@@ -178,19 +188,16 @@ func (s *Store) Deployed(job string, parallelism map[string]int) {
 	s.shapes[job] = maps.Clone(parallelism)
 }
 
-// completed records that the task of job in directory taskDir completed
-// checkpoint id, holding pieces of it or not, and sweeps the job's
+// completed records that a task of job completed checkpoint id, its
+// directory holding pieces of it or not, and sweeps the job's
 // directories if it was deployed since the last sweep.
 func (s *Store) completed(job, vertex string, subtask int, id checkpoint.ID, holds bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for c := range s.copies {
-		if c.Job == job && c.Vertex == vertex && c.Subtask == subtask {
-			delete(s.copies, c)
-		}
-	}
 	if holds {
-		s.copies[Copy{Job: job, Vertex: vertex, Subtask: subtask, Checkpoint: id}] = true
+		s.copies[taskKey{job, vertex, subtask}] = id
+	} else {
+		delete(s.copies, taskKey{job, vertex, subtask})
 	}
 	shape, ok := s.shapes[job]
 	if !ok {
@@ -206,11 +213,7 @@ func (s *Store) completed(job, vertex string, subtask int, id checkpoint.ID, hol
 		}
 		os.RemoveAll(filepath.Join(jobDir, e.Name()))
 		if ok {
-			for c := range s.copies {
-				if c.Job == job && c.Vertex == v && c.Subtask == sub {
-					delete(s.copies, c)
-				}
-			}
+			delete(s.copies, taskKey{job, v, sub})
 		}
 	}
 }
