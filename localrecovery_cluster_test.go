@@ -152,7 +152,7 @@ func TestClusterPlacesSubtasksWhereTheirLocalCopiesAre(t *testing.T) {
 	}
 	ckpt := filepath.Join(dir, "ckpt")
 	var web string     // the coordinator's web address (set before it listens)
-	var metrics string // what its /metrics said last
+	var metrics string // the restored bytes its /metrics said last
 	// run runs the cluster until the coordinator has seen, since the
 	// start, n completed checkpoints and one after a restore if restore is
 	// set, and then until check (if set) is true; it returns the workers'
@@ -291,7 +291,12 @@ func TestClusterPlacesSubtasksWhereTheirLocalCopiesAre(t *testing.T) {
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		metrics = string(b)
+		metrics = ""
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "weir_restore_bytes_total") {
+				metrics += line + "\n"
+			}
+		}
 		return metricIs(metrics, `weir_restore_bytes_total{job="clustered",source="local"}`, local) &&
 			metricIs(metrics, `weir_restore_bytes_total{job="clustered",source="remote"}`, remote)
 	}, "worker-1", "worker-2")
