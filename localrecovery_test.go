@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -137,6 +138,45 @@ func testLocalRecovery(t *testing.T, sb weir.StateBackend, damage func(path stri
 	}
 	if local != 0 || remote == 0 || reads.n.Load() == 0 {
 		t.Fatalf("from a damaged local copy: restored %d bytes locally, %d remotely, reading %d state files of the checkpoint storage; want only remote", local, remote, reads.n.Load())
+	}
+}
+
+// taskDirs lists the local copy's task directories of job.
+func taskDirs(t *testing.T, localDir, job string) []string {
+	t.Helper()
+	es, err := os.ReadDir(filepath.Join(localDir, job))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range es {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// After a scale-down (parallelism 2 to 1), the local copies of the
+// subtasks the job no longer has are deleted once a checkpoint of the
+// scaled-down job completes, not left on the disk for good.
+func TestLocalRecoveryScaleDownDeletesTheOldSubtasksCopies(t *testing.T) {
+	dir := t.TempDir()
+	o := manyWords(t, dir)
+	o.LocalRecovery, o.LocalRecoveryDir = true, filepath.Join(dir, "local")
+	cancelAfter(t, o, 2)
+	before := taskDirs(t, o.LocalRecoveryDir, "wordcount")
+	if !slices.ContainsFunc(before, func(d string) bool { return strings.HasSuffix(d, "-1") }) {
+		t.Fatalf("at parallelism 2 the local copy holds %v: no subtask 1", before)
+	}
+	o.Parallelism, o.Restore = 1, "latest"
+	if _, err := executeErr(t, o); err != nil {
+		t.Fatal(err)
+	}
+	if rep := report(t, o); !rep.OK() {
+		t.Fatalf("output after the scale-down: %v", rep)
+	}
+	after := taskDirs(t, o.LocalRecoveryDir, "wordcount")
+	if len(after) == 0 || slices.ContainsFunc(after, func(d string) bool { return !strings.HasSuffix(d, "-0") }) {
+		t.Fatalf("after a checkpoint at parallelism 1 the local copy holds %v (before: %v); want only subtask 0's", after, before)
 	}
 }
 

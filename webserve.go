@@ -109,9 +109,16 @@ func (e *Environment) serveWeb(spec *runtime.Spec, cancel context.CancelCauseFun
 		Inputs:   inputNames(spec.Plan),
 		Config:   ec,
 	}
-	if st := spec.Local; st != nil {
+	switch st := spec.Local; {
+	case st != nil:
 		feeds.RestoredBytes = func() (int64, int64) {
 			r := st.Restored()
+			return r.LocalBytes, r.RemoteBytes
+		}
+	case e.clusterOps != nil && e.cfg.LocalRecovery:
+		// A coordinator's: what its workers' heartbeats say.
+		feeds.RestoredBytes = func() (int64, int64) {
+			r := e.clusterOps.Restored()
 			return r.LocalBytes, r.RemoteBytes
 		}
 	}

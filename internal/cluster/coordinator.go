@@ -15,6 +15,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/internal/cluster/clusterpb"
 	"github.com/weirstream/weir/internal/cluster/clusterpb/clusterpbconnect"
 	"github.com/weirstream/weir/internal/runtime"
@@ -173,6 +174,14 @@ func (c *Coordinator) Workers() ([]Worker, int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.members.Workers()
+}
+
+// Copies returns, of each subtask, the workers that hold a local copy of
+// its state as of checkpoint id.
+func (c *Coordinator) Copies(id checkpoint.ID) Copies {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.members.Copies(id)
 }
 
 // WaitForSlots waits until workers offer at least n slots, logging what it
@@ -430,6 +439,7 @@ func (c *Coordinator) Register(ctx context.Context, req *connect.Request[cluster
 			why = "it registered again after its timeout"
 		}
 		if err == nil {
+			c.members.SetCopies(w.Name, w.Session, m.GetLocalCopies())
 			delete(c.via, w.Name)
 			if conn != nil {
 				c.via[w.Name] = conn
@@ -507,6 +517,7 @@ func (c *Coordinator) Heartbeat(ctx context.Context, req *connect.Request[cluste
 	err := c.members.Heartbeat(req.Msg.GetWorker(), req.Msg.GetSession(), c.cfg.Now())
 	if err == nil {
 		c.members.SetProcess(req.Msg.GetWorker(), req.Msg.GetSession(), req.Msg.GetProcess())
+		c.members.SetCopies(req.Msg.GetWorker(), req.Msg.GetSession(), req.Msg.GetLocalCopies())
 		if pc := peerOf(ctx).conn; pc != nil {
 			c.via[req.Msg.GetWorker()] = pc
 		}
@@ -525,10 +536,12 @@ func (c *Coordinator) Heartbeat(ctx context.Context, req *connect.Request[cluste
 	return connect.NewResponse(&clusterpb.HeartbeatResponse{}), nil
 }
 
-// reportOperators takes the operators' counters a heartbeat carries.
+// reportOperators takes the operators' counters, and the bytes restores
+// read, that a heartbeat carries.
 func (c *Coordinator) reportOperators(m *clusterpb.HeartbeatRequest) {
-	if c.cfg.Operators != nil && len(m.GetOperators()) > 0 {
-		c.cfg.Operators.report(m.GetWorker(), m.GetIncarnation(), operatorsFromProto(m.GetOperators()))
+	restored := Restored{LocalBytes: m.GetRestoredLocalBytes(), RemoteBytes: m.GetRestoredRemoteBytes()}
+	if c.cfg.Operators != nil && (len(m.GetOperators()) > 0 || restored != Restored{}) {
+		c.cfg.Operators.report(m.GetWorker(), m.GetIncarnation(), operatorsFromProto(m.GetOperators()), restored)
 	}
 }
 

@@ -143,7 +143,11 @@ func (x *Executor) Start(ctx context.Context, spec runtime.Spec, p runtime.Part,
 	if err != nil {
 		return nil, err
 	}
-	place, err := Place(spec.Plan, ws)
+	var copies Copies
+	if p.Point != nil {
+		copies = x.c.Copies(p.Point.Metadata.ID)
+	}
+	place, err := Place(spec.Plan, ws, copies)
 	if err != nil {
 		return nil, err
 	}

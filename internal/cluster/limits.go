@@ -28,6 +28,9 @@ const (
 	// maxRunIDBytes bounds the run id of a deploy, which sinks write into
 	// their ownership records; the runtime draws 26.
 	maxRunIDBytes = 64
+	// maxCopies bounds the local copies a worker's registration or
+	// heartbeat lists (local.Store.Copies lists as many at most).
+	maxCopies = 4096
 )
 
 // readLimit is the Connect option that bounds the messages a handler or a

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/internal/cluster/clusterpb"
 )
 
@@ -69,6 +70,9 @@ type member struct {
 	// process is what its last heartbeat said of its process; nil
 	// before one said it.
 	process *clusterpb.ProcessStats
+	// copies are the local copies of the job's subtasks' state it holds,
+	// as of which checkpoint (its last registration or heartbeat said).
+	copies map[checkpoint.TaskID]checkpoint.ID
 }
 
 // NewMembers returns an empty membership for job graph g, declaring a
@@ -160,6 +164,39 @@ func (m *Members) SetProcess(name string, session uint64, p *clusterpb.ProcessSt
 	if w, ok := m.workers[name]; ok && w.Session == session && p != nil {
 		w.process = p
 	}
+}
+
+// SetCopies keeps cs as the local copies worker name's session holds (a
+// registration's or heartbeat's): those of the job, at most maxCopies.
+// Another session's are ignored.
+func (m *Members) SetCopies(name string, session uint64, cs []*clusterpb.LocalCopy) {
+	w, ok := m.workers[name]
+	if !ok || w.Session != session {
+		return
+	}
+	w.copies = map[checkpoint.TaskID]checkpoint.ID{}
+	for _, c := range cs[:min(len(cs), maxCopies)] {
+		if c.GetJob() == m.graph.Job {
+			w.copies[taskFromProto(c.GetTask())] = checkpoint.ID(c.GetCheckpoint())
+		}
+	}
+}
+
+// Copies returns, of each subtask, the workers that hold a local copy
+// of its state as of checkpoint id, by name.
+func (m *Members) Copies(id checkpoint.ID) Copies {
+	cs := Copies{}
+	for _, w := range m.workers {
+		for task, at := range w.copies {
+			if at == id {
+				cs[task] = append(cs[task], w.Name)
+			}
+		}
+	}
+	for _, names := range cs {
+		slices.Sort(names)
+	}
+	return cs
 }
 
 // Suspected reports whether the worker is suspect.

@@ -147,7 +147,7 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 	return RunWorker(ctx, WorkerConfig{
 		Coordinator: cfg.Coordinator, Name: cfg.Name, Slots: cfg.Slots, DataAddress: n.addr,
 		Graph: GraphOf(cfg.Spec), TLS: cfg.TLS, Logger: cfg.Logger, RetryInterval: cfg.RetryInterval, Stats: cfg.Spec.Stats,
-		Operators: cfg.Operators, Incarnation: cmp.Or(cfg.Incarnation, rand.Uint64()),
+		Operators: cfg.Operators, Incarnation: cmp.Or(cfg.Incarnation, rand.Uint64()), Local: cfg.Spec.Local,
 		Registered: func(w Worker, l Liveness, coordinator string) {
 			if clients[coordinator] == nil {
 				clients[coordinator] = clusterpbconnect.NewCoordinatorServiceClient(&http.Client{Transport: tr}, "https://"+coordinator, readLimit)

@@ -17,22 +17,29 @@ type OperatorCount struct {
 }
 
 // OperatorCounts sums the operators' counters that the workers'
-// heartbeats carry, for the coordinator's metrics and API: on a cluster
-// the coordinator runs no operator, and its own counters stay 0. Counts
-// are monotonic: when a worker's process is replaced (a new incarnation
-// under its name, after a kill), the old one's last counts are kept
-// beside the new one's. Safe for concurrent use.
+// heartbeats carry, and the bytes their restores read (local recovery),
+// for the coordinator's metrics and API: on a cluster the coordinator
+// runs no operator, and its own counters stay 0. Counts are monotonic:
+// when a worker's process is replaced (a new incarnation under its name,
+// after a kill), the old one's last counts are kept beside the new one's.
+// Safe for concurrent use.
 type OperatorCounts struct {
 	mu sync.Mutex
 	// live holds each worker's latest counts, by name; retired sums the
 	// last counts of the processes replaced since.
-	live    map[string]incarnationCounts
-	retired map[string]OperatorCount
+	live            map[string]incarnationCounts
+	retired         map[string]OperatorCount
+	retiredRestored Restored
 }
+
+// Restored is the bytes of state restores read from local copies and from
+// checkpoint storage.
+type Restored struct{ LocalBytes, RemoteBytes int64 }
 
 type incarnationCounts struct {
 	incarnation uint64
 	counts      []OperatorCount
+	restored    Restored
 }
 
 // NewOperatorCounts returns an empty sum.
@@ -41,7 +48,7 @@ func NewOperatorCounts() *OperatorCounts {
 }
 
 // report takes worker's latest counts; incarnation numbers its process.
-func (o *OperatorCounts) report(worker string, incarnation uint64, counts []OperatorCount) {
+func (o *OperatorCounts) report(worker string, incarnation uint64, counts []OperatorCount, restored Restored) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if old, ok := o.live[worker]; ok && old.incarnation != incarnation {
@@ -50,8 +57,22 @@ func (o *OperatorCounts) report(worker string, incarnation uint64, counts []Oper
 			r.UID, r.Records, r.Late = c.UID, r.Records+c.Records, r.Late+c.Late
 			o.retired[c.UID] = r
 		}
+		o.retiredRestored.LocalBytes += old.restored.LocalBytes
+		o.retiredRestored.RemoteBytes += old.restored.RemoteBytes
 	}
-	o.live[worker] = incarnationCounts{incarnation: incarnation, counts: counts}
+	o.live[worker] = incarnationCounts{incarnation: incarnation, counts: counts, restored: restored}
+}
+
+// Restored sums the bytes the workers' restores read, by source.
+func (o *OperatorCounts) Restored() Restored {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	sum := o.retiredRestored
+	for _, l := range o.live {
+		sum.LocalBytes += l.restored.LocalBytes
+		sum.RemoteBytes += l.restored.RemoteBytes
+	}
+	return sum
 }
 
 // Sum returns each operator's counts over the workers, sorted by UID.

@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -18,7 +20,7 @@ func plan(parallelism ...int) *graph.Plan {
 
 func TestPlaceSpreadsSubtasksAcrossWorkers(t *testing.T) {
 	ws := []Worker{{Name: "w2", Slots: 2}, {Name: "w1", Slots: 2}, {Name: "w3", Slots: 1}}
-	p, err := Place(plan(4, 2, 1), ws)
+	p, err := Place(plan(4, 2, 1), ws, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +38,7 @@ func TestPlaceSpreadsSubtasksAcrossWorkers(t *testing.T) {
 			t.Errorf("%v on %q, want %q", id, p[id], w)
 		}
 	}
-	again, _ := Place(plan(4, 2, 1), []Worker{ws[2], ws[0], ws[1]})
+	again, _ := Place(plan(4, 2, 1), []Worker{ws[2], ws[0], ws[1]}, nil)
 	for id, w := range p {
 		if again[id] != w {
 			t.Fatalf("the placement depends on the workers' order: %v", again)
@@ -45,11 +47,77 @@ func TestPlaceSpreadsSubtasksAcrossWorkers(t *testing.T) {
 }
 
 func TestPlaceNeedsEnoughSlots(t *testing.T) {
-	_, err := Place(plan(3, 5), []Worker{{Name: "w1", Slots: 2}, {Name: "w2", Slots: 2}})
+	_, err := Place(plan(3, 5), []Worker{{Name: "w1", Slots: 2}, {Name: "w2", Slots: 2}}, nil)
 	if err == nil || !strings.Contains(err.Error(), "needs 5 slots (its largest parallelism); the 2 workers offer 4") {
 		t.Fatalf("error %v", err)
 	}
-	if _, err := Place(plan(1), nil); err == nil {
+	if _, err := Place(plan(1), nil, nil); err == nil {
 		t.Fatal("placed a job on no workers")
+	}
+}
+
+// pipelines says which worker runs each pipeline (slot i: subtask i of
+// every vertex), failing if a pipeline's subtasks are split.
+func pipelines(t *testing.T, pl *graph.Plan, p Placement) []string {
+	t.Helper()
+	var out []string
+	for _, v := range pl.Vertices {
+		for s := range v.Parallelism {
+			w := p[checkpoint.TaskID{Vertex: v.ID, Subtask: s}]
+			if s == len(out) {
+				out = append(out, w)
+			} else if out[s] != w {
+				t.Fatalf("pipeline %d is split: %v", s, p)
+			}
+		}
+	}
+	return out
+}
+
+func TestPlacePrefersTheWorkersThatHoldLocalCopies(t *testing.T) {
+	three := []Worker{{Name: "w1", Slots: 1}, {Name: "w2", Slots: 1}, {Name: "w3", Slots: 1}}
+	task := func(v string, s int) checkpoint.TaskID { return checkpoint.TaskID{Vertex: v, Subtask: s} }
+	for _, tc := range []struct {
+		name    string
+		workers []Worker
+		plan    *graph.Plan
+		copies  Copies
+		want    []string
+	}{
+		{"no copies: slots in turn", three, plan(2, 2), nil, []string{"w1", "w2"}},
+		// w1 joined; w2 and w3 held the pipelines before.
+		{"each pipeline where its copies are", three, plan(2, 2),
+			Copies{task("a", 0): {"w2"}, task("b", 0): {"w2"}, task("a", 1): {"w3"}, task("b", 1): {"w3"}}, []string{"w2", "w3"}},
+		// w3 left; w2 holds pipeline 1's copies, pipeline 0's are gone.
+		{"a pipeline without copies takes a slot left", three[:2], plan(2, 2),
+			Copies{task("a", 1): {"w2"}, task("b", 1): {"w2"}}, []string{"w1", "w2"}},
+		{"the worker with the most of a pipeline's copies", three, plan(1, 1, 1),
+			Copies{task("a", 0): {"w1"}, task("b", 0): {"w3"}, task("c", 0): {"w3"}}, []string{"w3"}},
+		// w1 has one slot and the copies of both pipelines: the first
+		// (the most copies, then the lowest pipeline) gets it.
+		{"no more than a worker's slots", three[:2], plan(2),
+			Copies{task("a", 0): {"w1"}, task("a", 1): {"w1"}}, []string{"w1", "w2"}},
+		{"copies on workers not placeable are ignored", three[:2], plan(2),
+			Copies{task("a", 0): {"gone"}, task("a", 1): {"w1"}}, []string{"w2", "w1"}},
+		// Slots taken by copies count as their worker's first turns: the
+		// rest still spread.
+		{"the rest spread", []Worker{{Name: "w1", Slots: 2}, {Name: "w2", Slots: 2}}, plan(3),
+			Copies{task("a", 2): {"w1"}}, []string{"w2", "w1", "w1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := Place(tc.plan, tc.workers, tc.copies)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := pipelines(t, tc.plan, p); !slices.Equal(got, tc.want) {
+				t.Fatalf("pipelines on %v, want %v", got, tc.want)
+			}
+			rev := slices.Clone(tc.workers)
+			slices.Reverse(rev)
+			again, _ := Place(tc.plan, rev, tc.copies)
+			if !maps.Equal(again, p) {
+				t.Fatalf("the placement depends on the workers' order: %v, then %v", p, again)
+			}
+		})
 	}
 }

@@ -13,9 +13,11 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/internal/cluster/clusterpb"
 	"github.com/weirstream/weir/internal/cluster/clusterpb/clusterpbconnect"
 	"github.com/weirstream/weir/internal/runtime"
+	"github.com/weirstream/weir/state/local"
 )
 
 // WorkerConfig configures a worker's side of the control plane.
@@ -52,6 +54,11 @@ type WorkerConfig struct {
 	// numbers the process (OperatorCounts).
 	Operators   func() []OperatorCount
 	Incarnation uint64
+	// Local, if set, is the process's local copies (local recovery):
+	// registrations and heartbeats say which it holds, and heartbeats
+	// carry the bytes its restores read from them and from checkpoint
+	// storage (with Operators' counters, under Incarnation).
+	Local *local.Store
 }
 
 // errJobFinished says that the coordinator answered: the job finished.
@@ -195,6 +202,9 @@ func (c *coordinators) next() { c.cur = (c.cur + 1) % len(c.addrs) }
 // silent connection.
 func register(ctx context.Context, co *coordinators, cfg WorkerConfig, timeout time.Duration, closeIdle func()) (Worker, *liveness, error) {
 	req := &clusterpb.RegisterRequest{Worker: cfg.Name, Slots: int32(cfg.Slots), DataAddress: cfg.DataAddress, Graph: graphToProto(cfg.Graph)}
+	if cfg.Local != nil {
+		req.LocalCopies = copiesToProto(cfg.Local.Copies())
+	}
 	var warned time.Time
 	for failures := 1; ; failures++ {
 		sent := time.Now()
@@ -288,6 +298,10 @@ func heartbeats(ctx context.Context, client clusterpbconnect.CoordinatorServiceC
 		if cfg.Operators != nil {
 			req.Operators, req.Incarnation = operatorsToProto(cfg.Operators()), cfg.Incarnation
 		}
+		if cfg.Local != nil {
+			r := cfg.Local.Restored()
+			req.LocalCopies, req.RestoredLocalBytes, req.RestoredRemoteBytes = copiesToProto(cfg.Local.Copies()), r.LocalBytes, r.RemoteBytes
+		}
 		req.Process = self.read(sent)
 		resp, err := client.Heartbeat(hctx, connect.NewRequest(req))
 		cancel()
@@ -302,4 +316,12 @@ func heartbeats(ctx context.Context, client clusterpbconnect.CoordinatorServiceC
 			last = err
 		}
 	}
+}
+
+func copiesToProto(cs []local.Copy) []*clusterpb.LocalCopy {
+	out := make([]*clusterpb.LocalCopy, len(cs))
+	for i, c := range cs {
+		out[i] = &clusterpb.LocalCopy{Job: c.Job, Task: taskToProto(checkpoint.TaskID{Vertex: c.Vertex, Subtask: c.Subtask}), Checkpoint: uint64(c.Checkpoint)}
+	}
+	return out
 }

@@ -241,6 +241,13 @@ func (ts *Tasks) build(ctx context.Context, spec Spec, p Part, reports chan<- Re
 	default:
 		mode = barrier.ExactlyOnce
 	}
+	if spec.Local != nil && spec.Mode != None {
+		shape := make(map[string]int, len(plan.Vertices))
+		for _, vx := range plan.Vertices {
+			shape[vx.ID] = vx.Parallelism
+		}
+		spec.Local.Deployed(spec.Name, shape)
+	}
 	for v := range plan.Vertices {
 		vx := &plan.Vertices[v]
 		for s := range vx.Parallelism {

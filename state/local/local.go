@@ -31,15 +31,19 @@ package local
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"hash"
 	"hash/crc32"
 	"io"
 	"io/fs"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,7 +59,38 @@ type Store struct {
 	// restored counts pieces and bytes restores read, by source.
 	localBytes, remoteBytes   atomic.Int64
 	localPieces, remotePieces atomic.Int64
+
+	mu sync.Mutex
+	// copies are the checkpoints the task directories hold copies of
+	// (their completion markers), read at Open and kept up to date.
+	copies map[taskKey]checkpoint.ID
+	// shapes are the jobs deployed since their last sweep: each vertex's
+	// parallelism (Deployed).
+	shapes map[string]map[string]int
 }
+
+// Copy says that the store holds a local copy of a subtask's state as
+// of a completed checkpoint. It is a hint (for placement): a restore
+// still checks every piece against the checkpoint's metadata.
+type Copy struct {
+	Job, Vertex string
+	Subtask     int
+	Checkpoint  checkpoint.ID
+}
+
+type taskKey struct {
+	job, vertex string
+	subtask     int
+}
+
+// markerFile is the name, in a task's directory, of the file that says
+// which checkpoint's pieces the directory holds. NB: storage paths start
+// with chk- or shared/; names that start with a dot are the store's own
+// (path refuses them for pieces).
+const markerFile = ".completed"
+
+// maxCopies bounds the copies Copies lists (a heartbeat carries them).
+const maxCopies = 4096
 
 // Open returns the store in dir, creating it, and checks that it can
 // write there.
@@ -72,7 +107,115 @@ func Open(dir string) (*Store, error) {
 	}
 	f.Close()
 	os.Remove(f.Name())
-	return &Store{dir: dir}, nil
+	s := &Store{dir: dir, copies: map[taskKey]checkpoint.ID{}, shapes: map[string]map[string]int{}}
+	s.readMarkers()
+	return s, nil
+}
+
+// readMarkers reads the completion markers of every task directory
+// (<dir>/<job>/<vertex>-<subtask>/.completed); what it cannot read or
+// parse says nothing.
+func (s *Store) readMarkers() {
+	jobs, _ := os.ReadDir(s.dir)
+	for _, j := range jobs {
+		job, err := url.PathUnescape(j.Name())
+		if !j.IsDir() || err != nil {
+			continue
+		}
+		tasks, _ := os.ReadDir(filepath.Join(s.dir, j.Name()))
+		for _, d := range tasks {
+			vertex, subtask, ok := parseTaskDir(d.Name())
+			if !d.IsDir() || !ok {
+				continue
+			}
+			b, err := os.ReadFile(filepath.Join(s.dir, j.Name(), d.Name(), markerFile))
+			if err != nil {
+				continue
+			}
+			if id, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil && id > 0 {
+				s.copies[taskKey{job, vertex, subtask}] = checkpoint.ID(id)
+			}
+		}
+	}
+}
+
+// taskDirName is the name of the directory of a job's subtask.
+func taskDirName(vertex string, subtask int) string {
+	return fmt.Sprintf("%s-%d", dirName(vertex), subtask)
+}
+
+// parseTaskDir is the vertex and subtask of a task directory's name.
+func parseTaskDir(name string) (string, int, bool) {
+	i := strings.LastIndexByte(name, '-')
+	if i < 0 {
+		return "", 0, false
+	}
+	subtask, err := strconv.Atoi(name[i+1:])
+	if err != nil || subtask < 0 {
+		return "", 0, false
+	}
+	vertex, ok := nameOfDir(name[:i])
+	return vertex, subtask, ok
+}
+
+// Copies lists the local copies the store holds, sorted (at most
+// maxCopies).
+func (s *Store) Copies() []Copy {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Copy, 0, len(s.copies))
+	for k, id := range s.copies {
+		out = append(out, Copy{Job: k.job, Vertex: k.vertex, Subtask: k.subtask, Checkpoint: id})
+	}
+	slices.SortFunc(out, func(a, b Copy) int {
+		return cmp.Or(cmp.Compare(a.Job, b.Job), cmp.Compare(a.Vertex, b.Vertex), cmp.Compare(a.Subtask, b.Subtask), cmp.Compare(a.Checkpoint, b.Checkpoint))
+	})
+	return out[:min(len(out), maxCopies)]
+}
+
+// Deployed tells the store the subtasks job has from now on: each
+// vertex's parallelism. The first checkpoint one of its tasks completes
+// after that deletes the directories of the job's other subtasks (those
+// a scale-down dropped, those of vertices the job no longer has). NB: not
+// at once: until a checkpoint of the new shape completes, the newest is
+// of the old one, which the job may go back to (a run that fails before
+// its first checkpoint, started again with the old parallelism).
+// Subtasks of the job that run in another process keep their directories
+// here (processes on one machine may share the store's directory).
+func (s *Store) Deployed(job string, parallelism map[string]int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.shapes[job] = maps.Clone(parallelism)
+}
+
+// completed records that a task of job completed checkpoint id, its
+// directory holding pieces of it or not, and sweeps the job's
+// directories if it was deployed since the last sweep.
+func (s *Store) completed(job, vertex string, subtask int, id checkpoint.ID, holds bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if holds {
+		s.copies[taskKey{job, vertex, subtask}] = id
+	} else {
+		delete(s.copies, taskKey{job, vertex, subtask})
+	}
+	shape, ok := s.shapes[job]
+	if !ok {
+		return
+	}
+	delete(s.shapes, job)
+	jobDir := filepath.Join(s.dir, dirName(job))
+	es, _ := os.ReadDir(jobDir)
+	for _, e := range es {
+		v, sub, ok := parseTaskDir(e.Name())
+		if ok && e.IsDir() && sub < shape[v] && taskDirName(v, sub) == e.Name() {
+			continue
+		}
+		os.RemoveAll(filepath.Join(jobDir, e.Name()))
+		if ok {
+			delete(s.copies, taskKey{job, v, sub})
+		}
+	}
 }
 
 // Dir is the store's directory.
@@ -94,8 +237,8 @@ func (s *Store) Restored() Restored {
 // attempt of the subtask takes its own Task; they share the directory, so
 // an attempt (or a process) restores from what an earlier one left.
 func (s *Store) Task(job, vertex string, subtask int) *Task {
-	return &Task{s: s, dir: filepath.Join(s.dir, dirName(job), fmt.Sprintf("%s-%d", dirName(vertex), subtask)),
-		kept: map[string]bool{}, pending: map[checkpoint.ID]map[string]bool{}, temps: map[string]bool{}}
+	return &Task{s: s, job: job, vertex: vertex, subtask: subtask, dir: filepath.Join(s.dir, dirName(job), taskDirName(vertex, subtask)),
+		kept: map[string]bool{}, pending: map[checkpoint.ID]map[string]bool{}, temps: map[string]bool{}, aborted: map[checkpoint.ID]bool{}}
 }
 
 // dirName is name as one directory name inside the store: escaped, and
@@ -110,11 +253,22 @@ func dirName(name string) string {
 	return "%" + strings.Repeat("2e", len(name))
 }
 
+// nameOfDir is dirName's inverse.
+func nameOfDir(dir string) (string, bool) {
+	if rest, ok := strings.CutPrefix(dir, "%"); ok && strings.ReplaceAll(rest, "2e", "") == "" {
+		return strings.Repeat(".", len(rest)/2), true
+	}
+	name, err := url.PathUnescape(dir)
+	return name, err == nil
+}
+
 // Task is one subtask's local copy. Its writers run on snapshot writers'
 // goroutines, Complete and Abort on the task's: safe for concurrent use.
 type Task struct {
-	s   *Store
-	dir string
+	s           *Store
+	job, vertex string
+	subtask     int
+	dir         string
 
 	mu sync.Mutex
 	// kept are the paths of the newest completed checkpoint (until one
@@ -124,6 +278,11 @@ type Task struct {
 	kept    map[string]bool
 	pending map[checkpoint.ID]map[string]bool
 	temps   map[string]bool
+	// completed is the newest checkpoint completed; aborted, those
+	// aborted since (at most maxAborted). Their writes that end later
+	// keep nothing.
+	completed checkpoint.ID
+	aborted   map[checkpoint.ID]bool
 	// failed is the first local write that failed since the last call
 	// of WriteErr.
 	failed error
@@ -141,6 +300,9 @@ func (t *Task) path(p string) (string, error) {
 	}
 	if !filepath.IsLocal(filepath.FromSlash(p)) {
 		return "", fmt.Errorf("state path %q is not local", p)
+	}
+	if strings.HasPrefix(p, ".") {
+		return "", fmt.Errorf("state path %q starts with a dot, as the local copy's own files do", p)
 	}
 	return filepath.Join(t.dir, filepath.FromSlash(p)), nil
 }
@@ -270,6 +432,12 @@ func (t *Task) place(id checkpoint.ID, p string, f *os.File) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.temps, f.Name())
+	if err == nil && t.settledLocked(id) {
+		// Checkpoint id was aborted or subsumed while it was written:
+		// its copy would wait for the next completion's sweep.
+		os.Remove(f.Name())
+		return
+	}
 	if err == nil {
 		err = os.Rename(f.Name(), dst)
 	}
@@ -279,6 +447,12 @@ func (t *Task) place(id checkpoint.ID, p string, f *os.File) {
 		return
 	}
 	t.pendingLocked(id)[p] = true
+}
+
+// settledLocked reports whether checkpoint id was aborted, or completed
+// or subsumed (a newer one completed).
+func (t *Task) settledLocked(id checkpoint.ID) bool {
+	return id <= t.completed || t.aborted[id]
 }
 
 func (t *Task) fail(err error) {
@@ -319,6 +493,9 @@ func (t *Task) pendingLocked(id checkpoint.ID) map[string]bool {
 func (t *Task) Referenced(id checkpoint.ID, hs []checkpoint.Handle) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.settledLocked(id) {
+		return // aborted or subsumed while it was written
+	}
 	p := t.pendingLocked(id)
 	for _, h := range hs {
 		if h.Path != "" {
@@ -328,11 +505,13 @@ func (t *Task) Referenced(id checkpoint.ID, hs []checkpoint.Handle) {
 }
 
 // Complete keeps checkpoint id's pieces, and those of the checkpoints
-// taken since, and deletes every other file of the task.
+// taken since, and deletes every other file of the task. The first
+// completion after the store's Deployed sweeps the job's directories.
 func (t *Task) Complete(id checkpoint.ID) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if p, ok := t.pending[id]; ok {
+	p, ok := t.pending[id]
+	if ok {
 		t.kept = p
 	}
 	for c := range t.pending {
@@ -340,14 +519,57 @@ func (t *Task) Complete(id checkpoint.ID) {
 			delete(t.pending, c)
 		}
 	}
+	t.completed = max(t.completed, id)
+	for c := range t.aborted {
+		if c <= t.completed {
+			delete(t.aborted, c)
+		}
+	}
 	t.sweepLocked()
+	holds := ok && len(t.kept) > 0 && t.mark(id) == nil
+	if !holds {
+		os.Remove(filepath.Join(t.dir, markerFile))
+	}
+	t.s.completed(t.job, t.vertex, t.subtask, id, holds)
 }
 
-// Abort deletes the pieces only checkpoint id holds.
+// mark writes the task's completion marker: its directory holds
+// checkpoint id's pieces.
+func (t *Task) mark(id checkpoint.ID) error {
+	f, err := os.CreateTemp(t.dir, ".tmp-*")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(f, "%d\n", id)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), filepath.Join(t.dir, markerFile))
+	}
+	if err != nil {
+		os.Remove(f.Name())
+	}
+	return err
+}
+
+// maxAborted bounds the aborted checkpoints a task remembers between two
+// completions: past it, the oldest is forgotten (a write of it that ends
+// later is kept until the next completion).
+const maxAborted = 256
+
+// Abort deletes the pieces only checkpoint id holds; what its writes
+// still in progress write is not kept.
 func (t *Task) Abort(id checkpoint.ID) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.pending, id)
+	if id > t.completed {
+		t.aborted[id] = true
+		if len(t.aborted) > maxAborted {
+			delete(t.aborted, slices.Min(slices.Collect(maps.Keys(t.aborted))))
+		}
+	}
 	t.sweepLocked()
 }
 
@@ -369,7 +591,7 @@ func (t *Task) sweepLocked() {
 			return nil
 		}
 		rel = filepath.ToSlash(rel)
-		if t.kept[rel] || t.temps[p] || t.pendingHolds(rel) {
+		if t.kept[rel] || t.temps[p] || t.pendingHolds(rel) || rel == markerFile {
 			return nil
 		}
 		os.Remove(p)

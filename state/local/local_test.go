@@ -222,13 +222,13 @@ func TestRestoreRefusesPathsOutsideTheTask(t *testing.T) {
 	}
 }
 
-// files lists the task's local files.
+// files lists the task's local files, less its completion marker.
 func files(t *testing.T, s *local.Store) []string {
 	t.Helper()
 	root := filepath.Join(s.Dir(), "job", "v-0")
 	var out []string
 	filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
+		if err == nil && !d.IsDir() && d.Name() != ".completed" {
 			rel, _ := filepath.Rel(root, p)
 			out = append(out, filepath.ToSlash(rel))
 		}
@@ -337,5 +337,112 @@ func TestOpenRefusesAnUnwritableDirectory(t *testing.T) {
 	_, err := local.Open(filepath.Join(file, "sub"))
 	if err == nil || !strings.Contains(err.Error(), "--local-recovery-dir") {
 		t.Fatalf("Open under a file: %v, want an error naming --local-recovery-dir", err)
+	}
+}
+
+// An abort that arrives while the checkpoint's asynchronous part is still
+// writing deletes what it wrote before the abort, and what it writes after
+// is not kept either: nothing of the aborted checkpoint waits for the next
+// completion.
+func TestAbortBeforeTheWritesEndKeepsNothingOfThem(t *testing.T) {
+	r, s := setup(t)
+	lt := s.Task("job", "v", 0)
+	one := snapshot(t, r, lt, 1, "one", "one shared")
+	lt.Complete(1)
+	if err := r.Reserve(2); err != nil {
+		t.Fatal(err)
+	}
+	w := lt.Writer(2, r.writer(2))
+	h1, err := w.Write(checkpoint.Handle{Operator: "op", Kind: "keyed"}, []byte("two"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lt.Abort(2) // the coordinator gave up on 2 while its writes went on
+	h2, err := w.WriteShared(checkpoint.Handle{Operator: "op", Kind: "data", File: "2.sst"}, strings.NewReader("two shared"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lt.Referenced(2, []checkpoint.Handle{h1, h2, one[1]})
+	if got, want := files(t, s), paths(one); !slices.Equal(got, want) {
+		t.Fatalf("after 2 was aborted and its writes ended: %v, want checkpoint 1's %v", got, want)
+	}
+	// The same for a checkpoint older than one completed (subsumed).
+	if err := r.Reserve(3); err != nil {
+		t.Fatal(err)
+	}
+	w3 := lt.Writer(3, r.writer(3))
+	four := snapshot(t, r, lt, 4, "four", "four shared")
+	lt.Complete(4)
+	h3, err := w3.Write(checkpoint.Handle{Operator: "op", Kind: "keyed"}, []byte("three"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lt.Referenced(3, []checkpoint.Handle{h3})
+	if got, want := files(t, s), paths(four); !slices.Equal(got, want) {
+		t.Fatalf("after 3 was written once 4 had completed: %v, want checkpoint 4's %v", got, want)
+	}
+}
+
+// A task's directory says which checkpoint it holds, and a store opened
+// later (the next process) lists it.
+func TestCopiesSayWhichCheckpointEachTaskHolds(t *testing.T) {
+	r, s := setup(t)
+	lt := s.Task("job", "v/x", 3) // a vertex name that needs escaping
+	snapshot(t, r, lt, 1, "one", "one shared")
+	if got := s.Copies(); len(got) != 0 {
+		t.Fatalf("copies %v before a completion", got)
+	}
+	lt.Complete(1)
+	snapshot(t, r, lt, 2, "two", "two shared")
+	lt.Complete(2)
+	want := []local.Copy{{Job: "job", Vertex: "v/x", Subtask: 3, Checkpoint: 2}}
+	if got := s.Copies(); !slices.Equal(got, want) {
+		t.Fatalf("copies %v, want %v", got, want)
+	}
+	again, err := local.Open(s.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := again.Copies(); !slices.Equal(got, want) {
+		t.Fatalf("copies read from the directory %v, want %v", got, want)
+	}
+}
+
+// After Deployed with a smaller shape, the first completion deletes the
+// directories of the job's subtasks that are gone, and only those.
+func TestDeployedSweepsTheSubtasksTheJobNoLongerHas(t *testing.T) {
+	r, s := setup(t)
+	for _, task := range []struct {
+		job, vertex string
+		subtask     int
+	}{{"job", "v", 0}, {"job", "v", 1}, {"job", "gone", 0}, {"other", "v", 1}} {
+		lt := s.Task(task.job, task.vertex, task.subtask)
+		snapshot(t, r, lt, 1, "one", "one shared")
+		lt.Complete(1)
+	}
+	dirs := func(job string) []string {
+		es, _ := os.ReadDir(filepath.Join(s.Dir(), job))
+		var out []string
+		for _, e := range es {
+			out = append(out, e.Name())
+		}
+		return out
+	}
+	s.Deployed("job", map[string]int{"v": 1})
+	if got := dirs("job"); !slices.Equal(got, []string{"gone-0", "v-0", "v-1"}) {
+		t.Fatalf("before a completion of the new shape: %v", got)
+	}
+	lt := s.Task("job", "v", 0)
+	snapshot(t, r, lt, 2, "two", "two shared")
+	lt.Complete(2)
+	if got := dirs("job"); !slices.Equal(got, []string{"v-0"}) {
+		t.Fatalf("after a completion of the new shape: %v, want [v-0]", got)
+	}
+	if got := dirs("other"); !slices.Equal(got, []string{"v-1"}) {
+		t.Fatalf("another job's directories: %v, want [v-1]", got)
+	}
+	want := []local.Copy{{Job: "job", Vertex: "v", Subtask: 0, Checkpoint: 2}, {Job: "other", Vertex: "v", Subtask: 1, Checkpoint: 1}}
+	if got := s.Copies(); !slices.Equal(got, want) {
+		t.Fatalf("copies %v, want %v", got, want)
 	}
 }

@@ -152,8 +152,11 @@ type RegisterRequest struct {
 	Worker string `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
 	Slots  int32  `protobuf:"varint,2,opt,name=slots,proto3" json:"slots,omitempty"`
 	// data_address is where the worker accepts data connections.
-	DataAddress   string `protobuf:"bytes,3,opt,name=data_address,json=dataAddress,proto3" json:"data_address,omitempty"`
-	Graph         *Graph `protobuf:"bytes,4,opt,name=graph,proto3" json:"graph,omitempty"`
+	DataAddress string `protobuf:"bytes,3,opt,name=data_address,json=dataAddress,proto3" json:"data_address,omitempty"`
+	Graph       *Graph `protobuf:"bytes,4,opt,name=graph,proto3" json:"graph,omitempty"`
+	// local_copies are the local copies of subtasks' state the worker
+	// holds (local recovery), which placement prefers: at most 4096.
+	LocalCopies   []*LocalCopy `protobuf:"bytes,5,rep,name=local_copies,json=localCopies,proto3" json:"local_copies,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -216,6 +219,77 @@ func (x *RegisterRequest) GetGraph() *Graph {
 	return nil
 }
 
+func (x *RegisterRequest) GetLocalCopies() []*LocalCopy {
+	if x != nil {
+		return x.LocalCopies
+	}
+	return nil
+}
+
+// LocalCopy says that a worker holds a local copy (local recovery) of a
+// subtask's state as of a completed checkpoint of a job. It is a hint
+// for placement: a restore checks every piece against the checkpoint's
+// metadata.
+type LocalCopy struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Task          *TaskID                `protobuf:"bytes,2,opt,name=task,proto3" json:"task,omitempty"`
+	Checkpoint    uint64                 `protobuf:"varint,3,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocalCopy) Reset() {
+	*x = LocalCopy{}
+	mi := &file_cluster_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocalCopy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocalCopy) ProtoMessage() {}
+
+func (x *LocalCopy) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocalCopy.ProtoReflect.Descriptor instead.
+func (*LocalCopy) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *LocalCopy) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *LocalCopy) GetTask() *TaskID {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
+func (x *LocalCopy) GetCheckpoint() uint64 {
+	if x != nil {
+		return x.Checkpoint
+	}
+	return 0
+}
+
 type RegisterResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// session numbers this registration; heartbeats carry it.
@@ -231,7 +305,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_cluster_proto_msgTypes[3]
+	mi := &file_cluster_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -243,7 +317,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[3]
+	mi := &file_cluster_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -256,7 +330,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{3}
+	return file_cluster_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RegisterResponse) GetSession() uint64 {
@@ -292,15 +366,23 @@ type HeartbeatRequest struct {
 	// operators are the counters of the operators the worker's process ran
 	// since it started; incarnation numbers that process (a new one after a
 	// restart), so that the coordinator keeps a replaced process's counts.
-	Operators     []*OperatorCount `protobuf:"bytes,30,rep,name=operators,proto3" json:"operators,omitempty"`
-	Incarnation   uint64           `protobuf:"varint,31,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Operators   []*OperatorCount `protobuf:"bytes,30,rep,name=operators,proto3" json:"operators,omitempty"`
+	Incarnation uint64           `protobuf:"varint,31,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// local_copies: as RegisterRequest's, as of this heartbeat.
+	LocalCopies []*LocalCopy `protobuf:"bytes,32,rep,name=local_copies,json=localCopies,proto3" json:"local_copies,omitempty"`
+	// restored_local_bytes, restored_remote_bytes: the bytes of state the
+	// worker's process restored from local copies and from checkpoint
+	// storage since it started (local recovery), counted with operators'
+	// counters under incarnation.
+	RestoredLocalBytes  int64 `protobuf:"varint,33,opt,name=restored_local_bytes,json=restoredLocalBytes,proto3" json:"restored_local_bytes,omitempty"`
+	RestoredRemoteBytes int64 `protobuf:"varint,34,opt,name=restored_remote_bytes,json=restoredRemoteBytes,proto3" json:"restored_remote_bytes,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_cluster_proto_msgTypes[4]
+	mi := &file_cluster_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -312,7 +394,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[4]
+	mi := &file_cluster_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -325,7 +407,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{4}
+	return file_cluster_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *HeartbeatRequest) GetWorker() string {
@@ -370,6 +452,27 @@ func (x *HeartbeatRequest) GetIncarnation() uint64 {
 	return 0
 }
 
+func (x *HeartbeatRequest) GetLocalCopies() []*LocalCopy {
+	if x != nil {
+		return x.LocalCopies
+	}
+	return nil
+}
+
+func (x *HeartbeatRequest) GetRestoredLocalBytes() int64 {
+	if x != nil {
+		return x.RestoredLocalBytes
+	}
+	return 0
+}
+
+func (x *HeartbeatRequest) GetRestoredRemoteBytes() int64 {
+	if x != nil {
+		return x.RestoredRemoteBytes
+	}
+	return 0
+}
+
 // ProcessStats is a worker process's readings of its Go runtime
 // (runtime/metrics, which stops no goroutine to read them), as of the
 // heartbeat that carries them.
@@ -402,7 +505,7 @@ type ProcessStats struct {
 
 func (x *ProcessStats) Reset() {
 	*x = ProcessStats{}
-	mi := &file_cluster_proto_msgTypes[5]
+	mi := &file_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -414,7 +517,7 @@ func (x *ProcessStats) String() string {
 func (*ProcessStats) ProtoMessage() {}
 
 func (x *ProcessStats) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[5]
+	mi := &file_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -427,7 +530,7 @@ func (x *ProcessStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessStats.ProtoReflect.Descriptor instead.
 func (*ProcessStats) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{5}
+	return file_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ProcessStats) GetHeapBytes() int64 {
@@ -512,7 +615,7 @@ type OperatorCount struct {
 
 func (x *OperatorCount) Reset() {
 	*x = OperatorCount{}
-	mi := &file_cluster_proto_msgTypes[6]
+	mi := &file_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -524,7 +627,7 @@ func (x *OperatorCount) String() string {
 func (*OperatorCount) ProtoMessage() {}
 
 func (x *OperatorCount) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[6]
+	mi := &file_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -537,7 +640,7 @@ func (x *OperatorCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperatorCount.ProtoReflect.Descriptor instead.
 func (*OperatorCount) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{6}
+	return file_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *OperatorCount) GetUid() string {
@@ -600,7 +703,7 @@ type SubtaskStats struct {
 
 func (x *SubtaskStats) Reset() {
 	*x = SubtaskStats{}
-	mi := &file_cluster_proto_msgTypes[7]
+	mi := &file_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -612,7 +715,7 @@ func (x *SubtaskStats) String() string {
 func (*SubtaskStats) ProtoMessage() {}
 
 func (x *SubtaskStats) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[7]
+	mi := &file_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -625,7 +728,7 @@ func (x *SubtaskStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubtaskStats.ProtoReflect.Descriptor instead.
 func (*SubtaskStats) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{7}
+	return file_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SubtaskStats) GetTask() *TaskID {
@@ -769,7 +872,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -781,7 +884,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -794,7 +897,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{8}
+	return file_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 type TaskID struct {
@@ -807,7 +910,7 @@ type TaskID struct {
 
 func (x *TaskID) Reset() {
 	*x = TaskID{}
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -819,7 +922,7 @@ func (x *TaskID) String() string {
 func (*TaskID) ProtoMessage() {}
 
 func (x *TaskID) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -832,7 +935,7 @@ func (x *TaskID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskID.ProtoReflect.Descriptor instead.
 func (*TaskID) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{9}
+	return file_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TaskID) GetVertex() string {
@@ -890,7 +993,7 @@ type TaskReport struct {
 
 func (x *TaskReport) Reset() {
 	*x = TaskReport{}
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -902,7 +1005,7 @@ func (x *TaskReport) String() string {
 func (*TaskReport) ProtoMessage() {}
 
 func (x *TaskReport) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -915,7 +1018,7 @@ func (x *TaskReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskReport.ProtoReflect.Descriptor instead.
 func (*TaskReport) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{10}
+	return file_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TaskReport) GetTask() *TaskID {
@@ -1043,7 +1146,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1055,7 +1158,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1068,7 +1171,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{11}
+	return file_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReportRequest) GetWorker() string {
@@ -1107,7 +1210,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1119,7 +1222,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1132,7 +1235,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{12}
+	return file_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 type Assignment struct {
@@ -1145,7 +1248,7 @@ type Assignment struct {
 
 func (x *Assignment) Reset() {
 	*x = Assignment{}
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1157,7 +1260,7 @@ func (x *Assignment) String() string {
 func (*Assignment) ProtoMessage() {}
 
 func (x *Assignment) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1170,7 +1273,7 @@ func (x *Assignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assignment.ProtoReflect.Descriptor instead.
 func (*Assignment) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{13}
+	return file_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Assignment) GetTask() *TaskID {
@@ -1197,7 +1300,7 @@ type Peer struct {
 
 func (x *Peer) Reset() {
 	*x = Peer{}
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1209,7 +1312,7 @@ func (x *Peer) String() string {
 func (*Peer) ProtoMessage() {}
 
 func (x *Peer) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1222,7 +1325,7 @@ func (x *Peer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Peer.ProtoReflect.Descriptor instead.
 func (*Peer) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{14}
+	return file_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Peer) GetWorker() string {
@@ -1263,7 +1366,7 @@ type DeployRequest struct {
 
 func (x *DeployRequest) Reset() {
 	*x = DeployRequest{}
-	mi := &file_cluster_proto_msgTypes[15]
+	mi := &file_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1275,7 +1378,7 @@ func (x *DeployRequest) String() string {
 func (*DeployRequest) ProtoMessage() {}
 
 func (x *DeployRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[15]
+	mi := &file_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1288,7 +1391,7 @@ func (x *DeployRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployRequest.ProtoReflect.Descriptor instead.
 func (*DeployRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{15}
+	return file_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeployRequest) GetAttempt() uint64 {
@@ -1348,7 +1451,7 @@ type DeployResponse struct {
 
 func (x *DeployResponse) Reset() {
 	*x = DeployResponse{}
-	mi := &file_cluster_proto_msgTypes[16]
+	mi := &file_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1360,7 +1463,7 @@ func (x *DeployResponse) String() string {
 func (*DeployResponse) ProtoMessage() {}
 
 func (x *DeployResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[16]
+	mi := &file_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1373,7 +1476,7 @@ func (x *DeployResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployResponse.ProtoReflect.Descriptor instead.
 func (*DeployResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{16}
+	return file_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 type ControlMessage struct {
@@ -1395,7 +1498,7 @@ type ControlMessage struct {
 
 func (x *ControlMessage) Reset() {
 	*x = ControlMessage{}
-	mi := &file_cluster_proto_msgTypes[17]
+	mi := &file_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1407,7 +1510,7 @@ func (x *ControlMessage) String() string {
 func (*ControlMessage) ProtoMessage() {}
 
 func (x *ControlMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[17]
+	mi := &file_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1420,7 +1523,7 @@ func (x *ControlMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlMessage.ProtoReflect.Descriptor instead.
 func (*ControlMessage) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{17}
+	return file_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ControlMessage) GetTask() *TaskID {
@@ -1482,7 +1585,7 @@ type ControlRequest struct {
 
 func (x *ControlRequest) Reset() {
 	*x = ControlRequest{}
-	mi := &file_cluster_proto_msgTypes[18]
+	mi := &file_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1494,7 +1597,7 @@ func (x *ControlRequest) String() string {
 func (*ControlRequest) ProtoMessage() {}
 
 func (x *ControlRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[18]
+	mi := &file_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1507,7 +1610,7 @@ func (x *ControlRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlRequest.ProtoReflect.Descriptor instead.
 func (*ControlRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{18}
+	return file_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ControlRequest) GetAttempt() uint64 {
@@ -1532,7 +1635,7 @@ type ControlResponse struct {
 
 func (x *ControlResponse) Reset() {
 	*x = ControlResponse{}
-	mi := &file_cluster_proto_msgTypes[19]
+	mi := &file_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1544,7 +1647,7 @@ func (x *ControlResponse) String() string {
 func (*ControlResponse) ProtoMessage() {}
 
 func (x *ControlResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[19]
+	mi := &file_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1557,7 +1660,7 @@ func (x *ControlResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlResponse.ProtoReflect.Descriptor instead.
 func (*ControlResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{19}
+	return file_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 type CancelRequest struct {
@@ -1569,7 +1672,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_cluster_proto_msgTypes[20]
+	mi := &file_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1581,7 +1684,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[20]
+	mi := &file_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1594,7 +1697,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{20}
+	return file_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CancelRequest) GetAttempt() uint64 {
@@ -1612,7 +1715,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_cluster_proto_msgTypes[21]
+	mi := &file_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1624,7 +1727,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[21]
+	mi := &file_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1637,7 +1740,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{21}
+	return file_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 type ProbeRequest struct {
@@ -1649,7 +1752,7 @@ type ProbeRequest struct {
 
 func (x *ProbeRequest) Reset() {
 	*x = ProbeRequest{}
-	mi := &file_cluster_proto_msgTypes[22]
+	mi := &file_cluster_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1661,7 +1764,7 @@ func (x *ProbeRequest) String() string {
 func (*ProbeRequest) ProtoMessage() {}
 
 func (x *ProbeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[22]
+	mi := &file_cluster_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1674,7 +1777,7 @@ func (x *ProbeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeRequest.ProtoReflect.Descriptor instead.
 func (*ProbeRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{22}
+	return file_cluster_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ProbeRequest) GetToken() string {
@@ -1692,7 +1795,7 @@ type ProbeResponse struct {
 
 func (x *ProbeResponse) Reset() {
 	*x = ProbeResponse{}
-	mi := &file_cluster_proto_msgTypes[23]
+	mi := &file_cluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1704,7 +1807,7 @@ func (x *ProbeResponse) String() string {
 func (*ProbeResponse) ProtoMessage() {}
 
 func (x *ProbeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[23]
+	mi := &file_cluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1717,7 +1820,7 @@ func (x *ProbeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeResponse.ProtoReflect.Descriptor instead.
 func (*ProbeResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{23}
+	return file_cluster_proto_rawDescGZIP(), []int{24}
 }
 
 type StatusRequest struct {
@@ -1728,7 +1831,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_cluster_proto_msgTypes[24]
+	mi := &file_cluster_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1740,7 +1843,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[24]
+	mi := &file_cluster_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1753,7 +1856,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{24}
+	return file_cluster_proto_rawDescGZIP(), []int{25}
 }
 
 type WorkerStatus struct {
@@ -1785,7 +1888,7 @@ type WorkerStatus struct {
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_cluster_proto_msgTypes[25]
+	mi := &file_cluster_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1797,7 +1900,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[25]
+	mi := &file_cluster_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1810,7 +1913,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{25}
+	return file_cluster_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *WorkerStatus) GetWorker() string {
@@ -1915,7 +2018,7 @@ type CheckpointStatus struct {
 
 func (x *CheckpointStatus) Reset() {
 	*x = CheckpointStatus{}
-	mi := &file_cluster_proto_msgTypes[26]
+	mi := &file_cluster_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1927,7 +2030,7 @@ func (x *CheckpointStatus) String() string {
 func (*CheckpointStatus) ProtoMessage() {}
 
 func (x *CheckpointStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[26]
+	mi := &file_cluster_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1940,7 +2043,7 @@ func (x *CheckpointStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointStatus.ProtoReflect.Descriptor instead.
 func (*CheckpointStatus) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{26}
+	return file_cluster_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CheckpointStatus) GetId() uint64 {
@@ -2009,7 +2112,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_cluster_proto_msgTypes[27]
+	mi := &file_cluster_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2021,7 +2124,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[27]
+	mi := &file_cluster_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2034,7 +2137,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{27}
+	return file_cluster_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *StatusResponse) GetJob() string {
@@ -2095,7 +2198,7 @@ type ProfileRequest struct {
 
 func (x *ProfileRequest) Reset() {
 	*x = ProfileRequest{}
-	mi := &file_cluster_proto_msgTypes[28]
+	mi := &file_cluster_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2107,7 +2210,7 @@ func (x *ProfileRequest) String() string {
 func (*ProfileRequest) ProtoMessage() {}
 
 func (x *ProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[28]
+	mi := &file_cluster_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2120,7 +2223,7 @@ func (x *ProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProfileRequest.ProtoReflect.Descriptor instead.
 func (*ProfileRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{28}
+	return file_cluster_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ProfileRequest) GetDurationMs() int64 {
@@ -2141,7 +2244,7 @@ type ProfileResponse struct {
 
 func (x *ProfileResponse) Reset() {
 	*x = ProfileResponse{}
-	mi := &file_cluster_proto_msgTypes[29]
+	mi := &file_cluster_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2153,7 +2256,7 @@ func (x *ProfileResponse) String() string {
 func (*ProfileResponse) ProtoMessage() {}
 
 func (x *ProfileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[29]
+	mi := &file_cluster_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2166,7 +2269,7 @@ func (x *ProfileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProfileResponse.ProtoReflect.Descriptor instead.
 func (*ProfileResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{29}
+	return file_cluster_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ProfileResponse) GetProfile() []byte {
@@ -2188,24 +2291,34 @@ const file_cluster_proto_rawDesc = "" +
 	"\x05Graph\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x127\n" +
-	"\toperators\x18\x03 \x03(\v2\x19.weir.cluster.v1.OperatorR\toperators\"\x90\x01\n" +
+	"\toperators\x18\x03 \x03(\v2\x19.weir.cluster.v1.OperatorR\toperators\"\xcf\x01\n" +
 	"\x0fRegisterRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x14\n" +
 	"\x05slots\x18\x02 \x01(\x05R\x05slots\x12!\n" +
 	"\fdata_address\x18\x03 \x01(\tR\vdataAddress\x12,\n" +
-	"\x05graph\x18\x04 \x01(\v2\x16.weir.cluster.v1.GraphR\x05graph\"\x7f\n" +
+	"\x05graph\x18\x04 \x01(\v2\x16.weir.cluster.v1.GraphR\x05graph\x12=\n" +
+	"\flocal_copies\x18\x05 \x03(\v2\x1a.weir.cluster.v1.LocalCopyR\vlocalCopies\"j\n" +
+	"\tLocalCopy\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12+\n" +
+	"\x04task\x18\x02 \x01(\v2\x17.weir.cluster.v1.TaskIDR\x04task\x12\x1e\n" +
+	"\n" +
+	"checkpoint\x18\x03 \x01(\x04R\n" +
+	"checkpoint\"\x7f\n" +
 	"\x10RegisterResponse\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x02 \x01(\x03R\x13heartbeatIntervalMs\x12\x1d\n" +
 	"\n" +
-	"timeout_ms\x18\x03 \x01(\x03R\ttimeoutMs\"\x92\x02\n" +
+	"timeout_ms\x18\x03 \x01(\x03R\ttimeoutMs\"\xb7\x03\n" +
 	"\x10HeartbeatRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x123\n" +
 	"\x05stats\x18\x03 \x03(\v2\x1d.weir.cluster.v1.SubtaskStatsR\x05stats\x127\n" +
 	"\aprocess\x18\x04 \x01(\v2\x1d.weir.cluster.v1.ProcessStatsR\aprocess\x12<\n" +
 	"\toperators\x18\x1e \x03(\v2\x1e.weir.cluster.v1.OperatorCountR\toperators\x12 \n" +
-	"\vincarnation\x18\x1f \x01(\x04R\vincarnation\"\xbf\x02\n" +
+	"\vincarnation\x18\x1f \x01(\x04R\vincarnation\x12=\n" +
+	"\flocal_copies\x18  \x03(\v2\x1a.weir.cluster.v1.LocalCopyR\vlocalCopies\x120\n" +
+	"\x14restored_local_bytes\x18! \x01(\x03R\x12restoredLocalBytes\x122\n" +
+	"\x15restored_remote_bytes\x18\" \x01(\x03R\x13restoredRemoteBytes\"\xbf\x02\n" +
 	"\fProcessStats\x12\x1d\n" +
 	"\n" +
 	"heap_bytes\x18\x01 \x01(\x03R\theapBytes\x12!\n" +
@@ -2389,79 +2502,83 @@ func file_cluster_proto_rawDescGZIP() []byte {
 	return file_cluster_proto_rawDescData
 }
 
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_cluster_proto_goTypes = []any{
 	(*Operator)(nil),          // 0: weir.cluster.v1.Operator
 	(*Graph)(nil),             // 1: weir.cluster.v1.Graph
 	(*RegisterRequest)(nil),   // 2: weir.cluster.v1.RegisterRequest
-	(*RegisterResponse)(nil),  // 3: weir.cluster.v1.RegisterResponse
-	(*HeartbeatRequest)(nil),  // 4: weir.cluster.v1.HeartbeatRequest
-	(*ProcessStats)(nil),      // 5: weir.cluster.v1.ProcessStats
-	(*OperatorCount)(nil),     // 6: weir.cluster.v1.OperatorCount
-	(*SubtaskStats)(nil),      // 7: weir.cluster.v1.SubtaskStats
-	(*HeartbeatResponse)(nil), // 8: weir.cluster.v1.HeartbeatResponse
-	(*TaskID)(nil),            // 9: weir.cluster.v1.TaskID
-	(*TaskReport)(nil),        // 10: weir.cluster.v1.TaskReport
-	(*ReportRequest)(nil),     // 11: weir.cluster.v1.ReportRequest
-	(*ReportResponse)(nil),    // 12: weir.cluster.v1.ReportResponse
-	(*Assignment)(nil),        // 13: weir.cluster.v1.Assignment
-	(*Peer)(nil),              // 14: weir.cluster.v1.Peer
-	(*DeployRequest)(nil),     // 15: weir.cluster.v1.DeployRequest
-	(*DeployResponse)(nil),    // 16: weir.cluster.v1.DeployResponse
-	(*ControlMessage)(nil),    // 17: weir.cluster.v1.ControlMessage
-	(*ControlRequest)(nil),    // 18: weir.cluster.v1.ControlRequest
-	(*ControlResponse)(nil),   // 19: weir.cluster.v1.ControlResponse
-	(*CancelRequest)(nil),     // 20: weir.cluster.v1.CancelRequest
-	(*CancelResponse)(nil),    // 21: weir.cluster.v1.CancelResponse
-	(*ProbeRequest)(nil),      // 22: weir.cluster.v1.ProbeRequest
-	(*ProbeResponse)(nil),     // 23: weir.cluster.v1.ProbeResponse
-	(*StatusRequest)(nil),     // 24: weir.cluster.v1.StatusRequest
-	(*WorkerStatus)(nil),      // 25: weir.cluster.v1.WorkerStatus
-	(*CheckpointStatus)(nil),  // 26: weir.cluster.v1.CheckpointStatus
-	(*StatusResponse)(nil),    // 27: weir.cluster.v1.StatusResponse
-	(*ProfileRequest)(nil),    // 28: weir.cluster.v1.ProfileRequest
-	(*ProfileResponse)(nil),   // 29: weir.cluster.v1.ProfileResponse
+	(*LocalCopy)(nil),         // 3: weir.cluster.v1.LocalCopy
+	(*RegisterResponse)(nil),  // 4: weir.cluster.v1.RegisterResponse
+	(*HeartbeatRequest)(nil),  // 5: weir.cluster.v1.HeartbeatRequest
+	(*ProcessStats)(nil),      // 6: weir.cluster.v1.ProcessStats
+	(*OperatorCount)(nil),     // 7: weir.cluster.v1.OperatorCount
+	(*SubtaskStats)(nil),      // 8: weir.cluster.v1.SubtaskStats
+	(*HeartbeatResponse)(nil), // 9: weir.cluster.v1.HeartbeatResponse
+	(*TaskID)(nil),            // 10: weir.cluster.v1.TaskID
+	(*TaskReport)(nil),        // 11: weir.cluster.v1.TaskReport
+	(*ReportRequest)(nil),     // 12: weir.cluster.v1.ReportRequest
+	(*ReportResponse)(nil),    // 13: weir.cluster.v1.ReportResponse
+	(*Assignment)(nil),        // 14: weir.cluster.v1.Assignment
+	(*Peer)(nil),              // 15: weir.cluster.v1.Peer
+	(*DeployRequest)(nil),     // 16: weir.cluster.v1.DeployRequest
+	(*DeployResponse)(nil),    // 17: weir.cluster.v1.DeployResponse
+	(*ControlMessage)(nil),    // 18: weir.cluster.v1.ControlMessage
+	(*ControlRequest)(nil),    // 19: weir.cluster.v1.ControlRequest
+	(*ControlResponse)(nil),   // 20: weir.cluster.v1.ControlResponse
+	(*CancelRequest)(nil),     // 21: weir.cluster.v1.CancelRequest
+	(*CancelResponse)(nil),    // 22: weir.cluster.v1.CancelResponse
+	(*ProbeRequest)(nil),      // 23: weir.cluster.v1.ProbeRequest
+	(*ProbeResponse)(nil),     // 24: weir.cluster.v1.ProbeResponse
+	(*StatusRequest)(nil),     // 25: weir.cluster.v1.StatusRequest
+	(*WorkerStatus)(nil),      // 26: weir.cluster.v1.WorkerStatus
+	(*CheckpointStatus)(nil),  // 27: weir.cluster.v1.CheckpointStatus
+	(*StatusResponse)(nil),    // 28: weir.cluster.v1.StatusResponse
+	(*ProfileRequest)(nil),    // 29: weir.cluster.v1.ProfileRequest
+	(*ProfileResponse)(nil),   // 30: weir.cluster.v1.ProfileResponse
 }
 var file_cluster_proto_depIdxs = []int32{
 	0,  // 0: weir.cluster.v1.Graph.operators:type_name -> weir.cluster.v1.Operator
 	1,  // 1: weir.cluster.v1.RegisterRequest.graph:type_name -> weir.cluster.v1.Graph
-	7,  // 2: weir.cluster.v1.HeartbeatRequest.stats:type_name -> weir.cluster.v1.SubtaskStats
-	5,  // 3: weir.cluster.v1.HeartbeatRequest.process:type_name -> weir.cluster.v1.ProcessStats
-	6,  // 4: weir.cluster.v1.HeartbeatRequest.operators:type_name -> weir.cluster.v1.OperatorCount
-	9,  // 5: weir.cluster.v1.SubtaskStats.task:type_name -> weir.cluster.v1.TaskID
-	9,  // 6: weir.cluster.v1.TaskReport.task:type_name -> weir.cluster.v1.TaskID
-	10, // 7: weir.cluster.v1.ReportRequest.reports:type_name -> weir.cluster.v1.TaskReport
-	9,  // 8: weir.cluster.v1.Assignment.task:type_name -> weir.cluster.v1.TaskID
-	13, // 9: weir.cluster.v1.DeployRequest.placement:type_name -> weir.cluster.v1.Assignment
-	14, // 10: weir.cluster.v1.DeployRequest.peers:type_name -> weir.cluster.v1.Peer
-	9,  // 11: weir.cluster.v1.ControlMessage.task:type_name -> weir.cluster.v1.TaskID
-	17, // 12: weir.cluster.v1.ControlRequest.messages:type_name -> weir.cluster.v1.ControlMessage
-	5,  // 13: weir.cluster.v1.WorkerStatus.process:type_name -> weir.cluster.v1.ProcessStats
-	25, // 14: weir.cluster.v1.StatusResponse.workers:type_name -> weir.cluster.v1.WorkerStatus
-	26, // 15: weir.cluster.v1.StatusResponse.checkpoints:type_name -> weir.cluster.v1.CheckpointStatus
-	2,  // 16: weir.cluster.v1.CoordinatorService.Register:input_type -> weir.cluster.v1.RegisterRequest
-	4,  // 17: weir.cluster.v1.CoordinatorService.Heartbeat:input_type -> weir.cluster.v1.HeartbeatRequest
-	11, // 18: weir.cluster.v1.CoordinatorService.Report:input_type -> weir.cluster.v1.ReportRequest
-	24, // 19: weir.cluster.v1.CoordinatorService.Status:input_type -> weir.cluster.v1.StatusRequest
-	15, // 20: weir.cluster.v1.WorkerService.Deploy:input_type -> weir.cluster.v1.DeployRequest
-	18, // 21: weir.cluster.v1.WorkerService.Control:input_type -> weir.cluster.v1.ControlRequest
-	20, // 22: weir.cluster.v1.WorkerService.Cancel:input_type -> weir.cluster.v1.CancelRequest
-	22, // 23: weir.cluster.v1.WorkerService.Probe:input_type -> weir.cluster.v1.ProbeRequest
-	28, // 24: weir.cluster.v1.WorkerService.Profile:input_type -> weir.cluster.v1.ProfileRequest
-	3,  // 25: weir.cluster.v1.CoordinatorService.Register:output_type -> weir.cluster.v1.RegisterResponse
-	8,  // 26: weir.cluster.v1.CoordinatorService.Heartbeat:output_type -> weir.cluster.v1.HeartbeatResponse
-	12, // 27: weir.cluster.v1.CoordinatorService.Report:output_type -> weir.cluster.v1.ReportResponse
-	27, // 28: weir.cluster.v1.CoordinatorService.Status:output_type -> weir.cluster.v1.StatusResponse
-	16, // 29: weir.cluster.v1.WorkerService.Deploy:output_type -> weir.cluster.v1.DeployResponse
-	19, // 30: weir.cluster.v1.WorkerService.Control:output_type -> weir.cluster.v1.ControlResponse
-	21, // 31: weir.cluster.v1.WorkerService.Cancel:output_type -> weir.cluster.v1.CancelResponse
-	23, // 32: weir.cluster.v1.WorkerService.Probe:output_type -> weir.cluster.v1.ProbeResponse
-	29, // 33: weir.cluster.v1.WorkerService.Profile:output_type -> weir.cluster.v1.ProfileResponse
-	25, // [25:34] is the sub-list for method output_type
-	16, // [16:25] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	3,  // 2: weir.cluster.v1.RegisterRequest.local_copies:type_name -> weir.cluster.v1.LocalCopy
+	10, // 3: weir.cluster.v1.LocalCopy.task:type_name -> weir.cluster.v1.TaskID
+	8,  // 4: weir.cluster.v1.HeartbeatRequest.stats:type_name -> weir.cluster.v1.SubtaskStats
+	6,  // 5: weir.cluster.v1.HeartbeatRequest.process:type_name -> weir.cluster.v1.ProcessStats
+	7,  // 6: weir.cluster.v1.HeartbeatRequest.operators:type_name -> weir.cluster.v1.OperatorCount
+	3,  // 7: weir.cluster.v1.HeartbeatRequest.local_copies:type_name -> weir.cluster.v1.LocalCopy
+	10, // 8: weir.cluster.v1.SubtaskStats.task:type_name -> weir.cluster.v1.TaskID
+	10, // 9: weir.cluster.v1.TaskReport.task:type_name -> weir.cluster.v1.TaskID
+	11, // 10: weir.cluster.v1.ReportRequest.reports:type_name -> weir.cluster.v1.TaskReport
+	10, // 11: weir.cluster.v1.Assignment.task:type_name -> weir.cluster.v1.TaskID
+	14, // 12: weir.cluster.v1.DeployRequest.placement:type_name -> weir.cluster.v1.Assignment
+	15, // 13: weir.cluster.v1.DeployRequest.peers:type_name -> weir.cluster.v1.Peer
+	10, // 14: weir.cluster.v1.ControlMessage.task:type_name -> weir.cluster.v1.TaskID
+	18, // 15: weir.cluster.v1.ControlRequest.messages:type_name -> weir.cluster.v1.ControlMessage
+	6,  // 16: weir.cluster.v1.WorkerStatus.process:type_name -> weir.cluster.v1.ProcessStats
+	26, // 17: weir.cluster.v1.StatusResponse.workers:type_name -> weir.cluster.v1.WorkerStatus
+	27, // 18: weir.cluster.v1.StatusResponse.checkpoints:type_name -> weir.cluster.v1.CheckpointStatus
+	2,  // 19: weir.cluster.v1.CoordinatorService.Register:input_type -> weir.cluster.v1.RegisterRequest
+	5,  // 20: weir.cluster.v1.CoordinatorService.Heartbeat:input_type -> weir.cluster.v1.HeartbeatRequest
+	12, // 21: weir.cluster.v1.CoordinatorService.Report:input_type -> weir.cluster.v1.ReportRequest
+	25, // 22: weir.cluster.v1.CoordinatorService.Status:input_type -> weir.cluster.v1.StatusRequest
+	16, // 23: weir.cluster.v1.WorkerService.Deploy:input_type -> weir.cluster.v1.DeployRequest
+	19, // 24: weir.cluster.v1.WorkerService.Control:input_type -> weir.cluster.v1.ControlRequest
+	21, // 25: weir.cluster.v1.WorkerService.Cancel:input_type -> weir.cluster.v1.CancelRequest
+	23, // 26: weir.cluster.v1.WorkerService.Probe:input_type -> weir.cluster.v1.ProbeRequest
+	29, // 27: weir.cluster.v1.WorkerService.Profile:input_type -> weir.cluster.v1.ProfileRequest
+	4,  // 28: weir.cluster.v1.CoordinatorService.Register:output_type -> weir.cluster.v1.RegisterResponse
+	9,  // 29: weir.cluster.v1.CoordinatorService.Heartbeat:output_type -> weir.cluster.v1.HeartbeatResponse
+	13, // 30: weir.cluster.v1.CoordinatorService.Report:output_type -> weir.cluster.v1.ReportResponse
+	28, // 31: weir.cluster.v1.CoordinatorService.Status:output_type -> weir.cluster.v1.StatusResponse
+	17, // 32: weir.cluster.v1.WorkerService.Deploy:output_type -> weir.cluster.v1.DeployResponse
+	20, // 33: weir.cluster.v1.WorkerService.Control:output_type -> weir.cluster.v1.ControlResponse
+	22, // 34: weir.cluster.v1.WorkerService.Cancel:output_type -> weir.cluster.v1.CancelResponse
+	24, // 35: weir.cluster.v1.WorkerService.Probe:output_type -> weir.cluster.v1.ProbeResponse
+	30, // 36: weir.cluster.v1.WorkerService.Profile:output_type -> weir.cluster.v1.ProfileResponse
+	28, // [28:37] is the sub-list for method output_type
+	19, // [19:28] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_cluster_proto_init() }
@@ -2475,7 +2592,7 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   30,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
