@@ -15,6 +15,7 @@ import (
 
 // kibPerKey is keyed state of 1 KiB per key for the keys below keys; it
 // ignores the records after them, so that the state stays as loaded.
+// (The load of BenchmarkLocalRecovery, with its bound a field.)
 type kibPerKey struct {
 	keys int64
 	v    *weir.ValueState[int64, []byte]
@@ -26,9 +27,18 @@ func (p *kibPerKey) Open(c *weir.KeyedContext[int64]) (err error) {
 }
 
 func (p *kibPerKey) Process(_ *weir.KeyedContext[int64], i int64, _ weir.Collector[int64]) error {
-	if i < p.keys {
-		p.v.Update([]byte(fmt.Sprintf("%01024d", i)))
+	if i >= p.keys {
+		return nil
 	}
+	v := make([]byte, 1<<10) // that do not compress
+	x := uint64(i)*0x9e3779b97f4a7c15 + 1
+	for j := range v {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		v[j] = byte(x)
+	}
+	p.v.Update(v)
 	return nil
 }
 
