@@ -269,12 +269,11 @@ type keyed[K comparable, Out any] struct {
 }
 
 func (k *keyed[K, Out]) open(oc *operator.Context, kc codec.Codec[K], fn any) error {
-	var hs []checkpoint.Handle
-	var r state.Reader
+	var rs *state.Restored
 	if oc.Restore != nil {
-		hs, r = oc.Restore.Handles, oc.Restore.Reader()
+		rs = &state.Restored{Handles: oc.Restore.Handles, Reader: oc.Restore.Reader(), Owned: oc.Restore.Owned}
 	}
-	b, err := backend.New(k.c.state, backend.Scope{Job: oc.Job, Operator: oc.UID, Subtask: oc.Subtask, KeyGroups: oc.KeyGroups}, hs, r)
+	b, err := backend.New(k.c.state, backend.Scope{Job: oc.Job, Operator: oc.UID, Subtask: oc.Subtask, KeyGroups: oc.KeyGroups}, rs)
 	if err != nil {
 		if oc.Restore != nil {
 			return fmt.Errorf("restore keyed state from checkpoint %d: %w", oc.Restore.Checkpoint, err)

@@ -139,6 +139,9 @@ type Restore struct {
 	Read    func(checkpoint.Handle) ([]byte, error)
 	// Open streams a handle's state; nil: Read serves.
 	Open func(checkpoint.Handle) (io.ReadCloser, error)
+	// Owned: the checkpoint is the job's own, not a savepoint; its shared
+	// files may be referenced by the next checkpoints (state.Restored).
+	Owned bool
 }
 
 // Reader is r as a state.Reader.

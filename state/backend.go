@@ -46,6 +46,23 @@ type Writer interface {
 	WriteShared(h checkpoint.Handle, r io.Reader) (checkpoint.Handle, error)
 }
 
+// Restored is the state of a checkpoint a backend starts from.
+type Restored struct {
+	// Handles are the operator's handles, of every subtask that took the
+	// checkpoint (its parallelism may differ from the current one).
+	Handles []checkpoint.Handle
+	Reader  Reader
+	// Owned: the job's checkpoint storage holds the checkpoint, counts
+	// the references to its shared files and deletes none a checkpoint
+	// references, and it is not a savepoint: a backend restored at the
+	// parallelism that took it may reference them from its next
+	// checkpoints rather than write its state again (Flink's CLAIM mode,
+	// which Flink's failover uses too). Otherwise its first checkpoint is
+	// full (NO_CLAIM): the files may be another job's, or a savepoint's
+	// that its owner deletes.
+	Owned bool
+}
+
 // Reader reads the state of the checkpoint being restored.
 type Reader interface {
 	Read(h checkpoint.Handle) ([]byte, error)

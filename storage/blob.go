@@ -195,7 +195,7 @@ func (b *Blob) WriteState(id checkpoint.ID, h checkpoint.Handle, data []byte) (c
 }
 
 func (b *Blob) WriteShared(id checkpoint.ID, h checkpoint.Handle, r io.Reader) (checkpoint.Handle, error) {
-	h.Inline, h.Path = nil, sharedName(h)
+	h.Inline, h.Path = nil, sharedName(id, h)
 	if err := b.fence(); err != nil {
 		return h, fmt.Errorf("checkpoint %d: write %s: %w", id, h.Path, err)
 	}
@@ -255,6 +255,9 @@ func (b *Blob) OpenState(h checkpoint.Handle) (io.ReadCloser, error) {
 // the lease: a run that lost it fails with ErrLeaseLost and commits
 // nothing.
 func (b *Blob) Commit(m *checkpoint.Metadata) error {
+	if err := b.shared.check(m); err != nil {
+		return err
+	}
 	data, err := checkpoint.Encode(m)
 	if err != nil {
 		return err

@@ -126,7 +126,7 @@ func (d *Dir) WriteState(id checkpoint.ID, h checkpoint.Handle, data []byte) (ch
 // WriteShared writes a file under shared/, which no checkpoint's discard
 // deletes while another completed one references it.
 func (d *Dir) WriteShared(id checkpoint.ID, h checkpoint.Handle, r io.Reader) (checkpoint.Handle, error) {
-	h.Inline, h.Path = nil, sharedName(h)
+	h.Inline, h.Path = nil, sharedName(id, h)
 	err := d.gate.write(id, func() error {
 		dir := d.fs.PathDir(d.fs.PathJoin(d.jobDir, h.Path))
 		if err := d.fs.MkdirAll(dir, 0o755); err != nil {
@@ -245,6 +245,9 @@ const maxStateFileBytes = 1 << 40
 // place and syncs the directory. State files were synced when written; the
 // directory sync before the rename makes their entries durable first.
 func (d *Dir) Commit(m *checkpoint.Metadata) error {
+	if err := d.shared.check(m); err != nil {
+		return err
+	}
 	dir := d.CheckpointDir(m.ID)
 	if err := d.fs.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("checkpoint %d: %w", m.ID, err)

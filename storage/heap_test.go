@@ -1,11 +1,13 @@
 package storage
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -33,7 +35,9 @@ func newHeapJob(t *testing.T, s Storage, restore []checkpoint.Handle, model map[
 	t.Helper()
 	b := heap.NewIncremental(countKeys)
 	if restore != nil {
-		if err := b.Restore(restore, s.ReadState); err != nil {
+		// The storage is the job's own: new checkpoints may reference the
+		// restored files.
+		if err := b.RestoreOwned(restore, s.ReadState); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -238,6 +242,9 @@ func TestHeapSharedFilesAfterACrash(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if id == newest.ID+1 && !slices.ContainsFunc(hs, func(h checkpoint.Handle) bool { return sharedPaths(newest.Tasks[0].Handles)[h.Path] }) {
+				t.Fatalf("crash at write %d: the first checkpoint after the restore of %d references none of its files", crashAt, newest.ID)
+			}
 			if err := commit(after, id, hs); err != nil {
 				t.Fatal(err)
 			}
@@ -254,4 +261,80 @@ func TestHeapSharedFilesAfterACrash(t *testing.T) {
 			return
 		}
 	}
+}
+
+// TestHeapStaleBaseIsNeverCommitted: the sequence two late completion
+// notices in a row make, one checkpoint at a time, retention 1. Key a
+// changes in checkpoints 1 to 3. The notice that 3 completed comes after
+// the backend took 4, which it built on 2; then 4 completes, 3 is
+// discarded and the file 3 wrote goes at once: 4 does not reference it,
+// and nothing is in flight. The notice of 4 comes late too: the backend
+// builds 5 on 3, whose chain of a's key group ends in that file. Storage
+// must refuse to commit 5, and 4 must restore. (With one late notice,
+// n+1 built on n-1 makes the choices n made from n-1 and references no
+// file n dropped.)
+func TestHeapStaleBaseIsNeverCommitted(t *testing.T) {
+	for name, open := range storages(t) {
+		t.Run(name, func(t *testing.T) {
+			s, _ := open()
+			s.Scan()
+			j := newHeapJob(t, s, nil, nil, 5)
+			take := func(id checkpoint.ID) []checkpoint.Handle {
+				if id <= 3 {
+					j.model["a"] = int(id)
+					j.counts.Put(j.at("a"), int(id))
+				}
+				hs, err := j.checkpoint(s, id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return hs
+			}
+			complete := func(id checkpoint.ID, hs []checkpoint.Handle) {
+				if err := commit(s, id, hs); err != nil {
+					t.Fatal(err)
+				}
+				if id > 1 {
+					if err := s.Discard(id - 1); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			for id := checkpoint.ID(1); id <= 2; id++ {
+				complete(id, take(id))
+				j.b.NotifyComplete(id)
+			}
+			three := take(3)
+			complete(3, three)
+			four := take(4) // built on 2: the notice of 3 is late
+			model := maps.Clone(j.model)
+			j.b.NotifyComplete(3)
+			complete(4, four)
+			var f3 string
+			for _, h := range three {
+				if h.File == "heap-3" {
+					f3 = h.Path
+				}
+			}
+			if f3 == "" || sharedPaths(four)[f3] {
+				t.Fatalf("checkpoint 3 wrote %q, which 4 must not reference: %v", f3, four)
+			}
+			five := take(5) // built on 3: the notice of 4 is late
+			err := commit(s, 5, five)
+			if !errors.Is(err, ErrSharedGone) || !strings.Contains(err.Error(), "heap-3") {
+				t.Fatalf("checkpoint 5, built on 3, which 4 subsumed: commit: %v, want ErrSharedGone naming heap-3", err)
+			}
+			newHeapJob(t, s, four, model, 6)
+		})
+	}
+}
+
+func sharedPaths(hs []checkpoint.Handle) map[string]bool {
+	out := map[string]bool{}
+	for _, h := range hs {
+		if IsShared(h) {
+			out[h.Path] = true
+		}
+	}
+	return out
 }

@@ -61,7 +61,7 @@ func (m *Memory) WriteShared(id checkpoint.ID, h checkpoint.Handle, r io.Reader)
 	if len(data) > m.maxStateBytes {
 		return h, m.tooLarge(id, h, len(data))
 	}
-	h.Inline, h.Path, h.SizeBytes = nil, sharedName(h), int64(len(data))
+	h.Inline, h.Path, h.SizeBytes = nil, sharedName(id, h), int64(len(data))
 	m.shared.wrote(id, h.Path)
 	m.mu.Lock()
 	m.files[h.Path] = data
@@ -120,6 +120,9 @@ func (m *Memory) ReadState(h checkpoint.Handle) ([]byte, error) {
 }
 
 func (m *Memory) Commit(md *checkpoint.Metadata) error {
+	if err := m.shared.check(md); err != nil {
+		return err
+	}
 	// Round-trip through the format so memory storage checks what a
 	// directory would, and keeps no reference to the caller's value.
 	data, err := checkpoint.Encode(md)

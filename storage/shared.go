@@ -5,9 +5,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -24,17 +26,40 @@ const SharedDir = "shared"
 // IsShared reports whether h points at a shared file.
 func IsShared(h checkpoint.Handle) bool { return strings.HasPrefix(h.Path, SharedDir+"/") }
 
-// sharedName is a new, unique path for a shared file of h: uploads are
-// never overwritten, so a file a checkpoint references cannot change.
-func sharedName(h checkpoint.Handle) string {
+// sharedName is a new, unique path for a shared file of h written for
+// checkpoint id: uploads are never overwritten, so a file a checkpoint
+// references cannot change. The name starts with id and a dot (writtenFor
+// reads it back), then random hex, then "-" and h.File if set. Files of
+// older versions have no id: their names start with the hex.
+func sharedName(id checkpoint.ID, h checkpoint.Handle) string {
 	var b [12]byte
 	rand.Read(b[:])
-	name := hex.EncodeToString(b[:])
+	name := strconv.FormatUint(uint64(id), 10) + "." + hex.EncodeToString(b[:])
 	if h.File != "" {
 		name += "-" + url.PathEscape(h.File)
 	}
 	return SharedDir + "/" + url.PathEscape(h.Operator) + "/" + name
 }
+
+// writtenFor is the checkpoint a shared file was written for, read from
+// its name (sharedName); false for a name without one.
+func writtenFor(p string) (checkpoint.ID, bool) {
+	name := p[strings.LastIndexByte(p, '/')+1:]
+	name, _, _ = strings.Cut(name, "-")
+	digits, _, ok := strings.Cut(name, ".")
+	if !ok {
+		return 0, false
+	}
+	id, err := strconv.ParseUint(digits, 10, 64)
+	return checkpoint.ID(id), err == nil
+}
+
+// ErrSharedGone marks a commit refused because the checkpoint references
+// a shared file that storage deleted, or will delete once the checkpoints
+// it waits for settle, with no completed checkpoint referencing it: the
+// checkpoint could not be restored. The checkpoint is aborted; the next
+// is built on a checkpoint that still exists.
+var ErrSharedGone = errors.New("the checkpoint references a shared file that was deleted: its task built it on a checkpoint discarded meanwhile")
 
 // registry counts the references of completed checkpoints to shared
 // files, and says which files may be deleted (as Flink's
@@ -177,11 +202,7 @@ func (r *registry) orphans(all []string) []string {
 			busy[p] = true
 		}
 	}
-	for _, d := range r.waiting {
-		for _, p := range d.paths {
-			busy[p] = true // deleted when its wait is over
-		}
-	}
+	maps.Copy(busy, r.waitingPaths()) // deleted when their wait is over
 	var out []string
 	for _, p := range all {
 		if r.refs[p] == 0 && !busy[p] {
@@ -191,15 +212,63 @@ func (r *registry) orphans(all []string) []string {
 	return out
 }
 
+// waitingPaths is the set of the files whose deletion waits for
+// checkpoints in flight.
+func (r *registry) waitingPaths() map[string]bool {
+	out := map[string]bool{}
+	for _, d := range r.waiting {
+		for _, p := range d.paths {
+			out[p] = true
+		}
+	}
+	return out
+}
+
+// check returns an error wrapping ErrSharedGone, naming the files, if m
+// references a shared file that was not written for m, that no completed
+// checkpoint references and that is not waiting for checkpoints in
+// flight: one deleted, or about to be. (A task reuses only the files of
+// a completed checkpoint; the files a task wrote for m may be unknown
+// here: a worker of a cluster wrote them.)
+func (r *registry) check(m *checkpoint.Metadata) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var waiting map[string]bool
+	var gone []string
+	for _, t := range m.Tasks {
+		for _, h := range t.Handles {
+			if !IsShared(h) || r.refs[h.Path] > 0 {
+				continue
+			}
+			if id, ok := writtenFor(h.Path); ok && id == m.ID {
+				continue
+			}
+			if waiting == nil {
+				waiting = r.waitingPaths()
+			}
+			if !waiting[h.Path] {
+				gone = append(gone, fmt.Sprintf("%s (task %s)", h.Path, t.Task))
+			}
+		}
+	}
+	if len(gone) == 0 {
+		return nil
+	}
+	return fmt.Errorf("checkpoint %d not committed: %w: %s", m.ID, ErrSharedGone, strings.Join(gone, ", "))
+}
+
 // unreferenced returns the shared paths of hs that no completed
 // checkpoint references (to delete: state of a checkpoint that will not
 // complete), and forgets them as written.
 func (r *registry) unreferenced(hs []checkpoint.Handle) []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	waiting := r.waitingPaths()
 	var out []string
 	for _, h := range hs {
-		if IsShared(h) && r.refs[h.Path] == 0 {
+		// NB: a file waiting for checkpoints in flight may be referenced
+		// by one of them: it is deleted when they settle.
+		if IsShared(h) && r.refs[h.Path] == 0 && !waiting[h.Path] {
 			out = append(out, h.Path)
 		}
 	}

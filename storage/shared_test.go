@@ -3,6 +3,7 @@ package storage
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -222,6 +223,107 @@ func TestSharedFilesOfCheckpointsInFlightStay(t *testing.T) {
 			s.Discard(3)
 			if got := shared(); !slices.Equal(got, []string{a.Path}) {
 				t.Fatalf("shared %v, want only %s", got, a.Path)
+			}
+		})
+	}
+}
+
+// TestSharedFileDeletedIsNeverCommitted: checkpoint 2 completes without
+// a (it compacted it away) and retention subsumes 1, so a goes at once:
+// nothing is in flight. A task not yet told that 2 completed builds 3 on
+// 1 and references a. Storage refuses to commit 3, naming the file,
+// rather than complete a checkpoint that cannot be restored; the refused
+// checkpoint's own file goes with its discard.
+func TestSharedFileDeletedIsNeverCommitted(t *testing.T) {
+	for name, open := range storages(t) {
+		t.Run(name, func(t *testing.T) {
+			s, shared := open()
+			s.Scan()
+			write := func(id checkpoint.ID, f string) checkpoint.Handle {
+				h, err := s.WriteShared(id, checkpoint.Handle{Operator: "count", Parallelism: 1, Kind: "pebble-data", File: f}, strings.NewReader(f))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return h
+			}
+			commit := func(id checkpoint.ID, hs ...checkpoint.Handle) error {
+				return s.Commit(&checkpoint.Metadata{Job: "job", ID: id, Triggered: t0, Operators: operators, Tasks: []checkpoint.TaskState{{Task: task, Handles: hs}}})
+			}
+			s.Reserve(1)
+			a := write(1, "a")
+			if err := commit(1, a); err != nil {
+				t.Fatal(err)
+			}
+			s.Reserve(2)
+			b := write(2, "b")
+			if err := commit(2, b); err != nil {
+				t.Fatal(err)
+			}
+			s.Discard(1)
+			s.Reserve(3)
+			err := commit(3, a, write(3, "c"))
+			if !errors.Is(err, ErrSharedGone) || !strings.Contains(err.Error(), a.Path) {
+				t.Fatalf("commit of a checkpoint that references a deleted shared file: %v, want ErrSharedGone naming %s", err, a.Path)
+			}
+			if err := s.Discard(3); err != nil {
+				t.Fatal(err)
+			}
+			if got := shared(); !slices.Equal(got, []string{b.Path}) {
+				t.Fatalf("shared %v, want only %s", got, b.Path)
+			}
+			scan, err := s.Scan()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if latest := scan.Latest(); latest == nil || latest.ID != 2 {
+				t.Fatalf("the newest completed checkpoint is %v, want 2", latest)
+			}
+		})
+	}
+}
+
+// TestSharedFilesOfALateAcknowledgementStay: a waits for checkpoint 2, in
+// flight when a lost its last reference. Checkpoint 3, also built on 1,
+// was aborted, and its acknowledgement comes late: deleting the state it
+// wrote must not delete a, which it only referenced and 2 still may.
+func TestSharedFilesOfALateAcknowledgementStay(t *testing.T) {
+	for name, open := range storages(t) {
+		t.Run(name, func(t *testing.T) {
+			s, shared := open()
+			s.Scan()
+			write := func(id checkpoint.ID, f string) checkpoint.Handle {
+				h, err := s.WriteShared(id, checkpoint.Handle{Operator: "count", Parallelism: 1, Kind: "pebble-data", File: f}, strings.NewReader(f))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return h
+			}
+			commit := func(id checkpoint.ID, hs ...checkpoint.Handle) {
+				if err := s.Commit(&checkpoint.Metadata{Job: "job", ID: id, Triggered: t0, Operators: operators, Tasks: []checkpoint.TaskState{{Task: task, Handles: hs}}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s.Reserve(1)
+			a := write(1, "a")
+			commit(1, a)
+			s.Reserve(2) // in flight, built on 1
+			s.Reserve(3) // in flight, built on 1; aborted below
+			s.Reserve(4)
+			b := write(4, "b")
+			commit(4, b)
+			s.Discard(1) // a waits for 2 and 3
+			s.Discard(3) // aborted
+			late := write(3, "c")
+			if err := s.DiscardState([]checkpoint.Handle{a, late}); err != nil {
+				t.Fatal(err)
+			}
+			if got := shared(); !slices.Contains(got, a.Path) || slices.Contains(got, late.Path) {
+				t.Fatalf("after the late acknowledgement of 3: shared %v, want %s kept and %s deleted", got, a.Path, late.Path)
+			}
+			commit(2, a, write(2, "d"))
+			s.Discard(2)
+			if got := shared(); !slices.Equal(got, []string{b.Path}) {
+				t.Fatalf("shared %v, want only %s", got, b.Path)
 			}
 		})
 	}

@@ -42,7 +42,9 @@ type Storage interface {
 	OpenState(h checkpoint.Handle) (io.ReadCloser, error)
 	// Commit writes m durably and atomically: the checkpoint's commit point.
 	// Metadata above checkpoint.MaxMetadataBytes is refused with an error
-	// wrapping checkpoint.ErrTooLarge.
+	// wrapping checkpoint.ErrTooLarge; metadata that references a shared
+	// file storage deleted, or is about to, with one wrapping
+	// ErrSharedGone (nothing is written then).
 	Commit(m *checkpoint.Metadata) error
 	// Scan reports what storage holds, and counts the shared files'
 	// references anew from the completed checkpoints. An I/O error that

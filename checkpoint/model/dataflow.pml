@@ -10,7 +10,7 @@
  * up to MAXCONC checkpoints in flight, up to MAXFAULTS faults (a process
  * crash with failover to the newest durable checkpoint, a timeout, a
  * source's decline, a failed metadata write). README.md maps every action
- * to the Go function it models; docs/design-notes.md note 92 says what is
+ * to the Go function it models; docs/design-notes.md note 91 says what is
  * abstracted away.
  *
  * The alignment: -DMODE=1 (exactly-once, aligned), 2 (at-least-once), 3

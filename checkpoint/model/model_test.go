@@ -54,7 +54,7 @@ var runs = []run{
 	{name: "bug/a completion under a deposed leader, output check only", model: "leader.pml", defs: []string{"-DMAXTERMS=3", "-DMAXID=4", "-DBUG_COMPLETE_DEPOSED", "-DOUTPUT_ONLY"}, want: "not exactly once"},
 	// The progress property has teeth: an aligner that never unblocks.
 	{name: "bug/a channel stays blocked", model: "dataflow.pml", defs: []string{"-DMODE=1", "-DMAXFAULTS=0", "-DBUG_STAYS_BLOCKED"}, live: true, want: "acceptance cycle"},
-	// The defect the model found in the coordinator (design note 92),
+	// The defect the model found in the coordinator (design note 91),
 	// fixed: a checkpoint triggered while the final one is pending was not
 	// Final, so it did not align, yet it could end the job.
 	{name: "bug/a checkpoint that can end the job does not align", model: "dataflow.pml", defs: []string{"-DMODE=3", "-DBUG_FINAL_FLAG_ONCE"}, want: "not exactly once"},

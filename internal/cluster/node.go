@@ -335,7 +335,7 @@ func restorePoint(spec runtime.Spec, id checkpoint.ID) (*runtime.RestorePoint, e
 	}
 	for _, m := range scan.Completed {
 		if m.ID == id {
-			return &runtime.RestorePoint{Metadata: m, Read: spec.Storage.ReadState, Open: spec.Storage.OpenState, Where: spec.Storage.Describe()}, nil
+			return &runtime.RestorePoint{Metadata: m, Owned: !m.Savepoint, Read: spec.Storage.ReadState, Open: spec.Storage.OpenState, Where: spec.Storage.Describe()}, nil
 		}
 	}
 	return nil, fmt.Errorf("checkpoint %d is not a completed checkpoint in %s: is the storage shared with the coordinator?", id, spec.Storage.Describe())
@@ -554,7 +554,7 @@ func taskFromProto(t *clusterpb.TaskID) checkpoint.TaskID {
 // workers promote every barrier at once.
 func controlToProto(id checkpoint.TaskID, m runtime.Control) *clusterpb.ControlMessage {
 	p := &clusterpb.ControlMessage{Task: taskToProto(id), Kind: int32(m.Kind), Checkpoint: uint64(m.ID),
-		EndOfInput: m.EndOfInput, Stop: m.Stop, Aligned: m.Aligned}
+		EndOfInput: m.EndOfInput, Stop: m.Stop, Aligned: m.Aligned, Completed: uint64(m.Completed)}
 	if !m.Triggered.IsZero() {
 		p.TriggeredUnixNanos = m.Triggered.UnixNano()
 	}
@@ -564,7 +564,7 @@ func controlToProto(id checkpoint.TaskID, m runtime.Control) *clusterpb.ControlM
 // controlFromProto is the task a control message goes to, and the message.
 func controlFromProto(p *clusterpb.ControlMessage) (checkpoint.TaskID, runtime.Control) {
 	m := runtime.Control{Kind: runtime.ControlKind(p.GetKind()), ID: checkpoint.ID(p.GetCheckpoint()),
-		EndOfInput: p.GetEndOfInput(), Stop: p.GetStop(), Aligned: p.GetAligned()}
+		EndOfInput: p.GetEndOfInput(), Stop: p.GetStop(), Aligned: p.GetAligned(), Completed: checkpoint.ID(p.GetCompleted())}
 	if n := p.GetTriggeredUnixNanos(); n != 0 {
 		m.Triggered = time.Unix(0, n)
 	}

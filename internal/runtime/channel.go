@@ -51,6 +51,10 @@ type Event struct {
 	// Aligned: a barrier's checkpoint aligns in every mode (a savepoint,
 	// or the job's final checkpoint).
 	Aligned bool
+	// Completed, of a barrier: a checkpoint whose completion was announced
+	// to every task before the barrier's checkpoint was triggered (0:
+	// none); a task is told of it before it handles the barrier.
+	Completed checkpoint.ID
 	// Priority: the event was queued with Overtake (Queue), ahead of
 	// others or beyond the channel's capacity.
 	Priority bool

@@ -314,7 +314,7 @@ func operatorContext(spec Spec, p Part, vertex string, n graph.Node, subtask int
 	}
 	if p.Point != nil {
 		c.Resumed = p.Point.Metadata.ID
-		r := &operator.Restore{Checkpoint: p.Point.Metadata.ID, Read: p.Point.Read, Open: p.Point.Open}
+		r := &operator.Restore{Checkpoint: p.Point.Metadata.ID, Read: p.Point.Read, Open: p.Point.Open, Owned: p.Point.Owned}
 		if lt != nil {
 			r.Read, r.Open = lt.Reads(r.Read, r.Open)
 		}

@@ -57,6 +57,10 @@ func ParseMode(s string) (Mode, error) {
 // RestorePoint is a completed checkpoint to start from.
 type RestorePoint struct {
 	Metadata *checkpoint.Metadata
+	// Owned: the job's checkpoint storage holds it and counts the
+	// references to its shared files, and it is not a savepoint: restored
+	// state may go on referencing them (state.Restored).
+	Owned bool
 	// Read reads the state the metadata's handles point at; Open streams
 	// it.
 	Read func(checkpoint.Handle) ([]byte, error)
@@ -329,6 +333,9 @@ type driver struct {
 	resources  resources
 	// stopWith is the savepoint the job is to stop with, if any.
 	stopWith checkpoint.ID
+	// told is the newest checkpoint whose completion this attempt's tasks
+	// were sent; a trigger carries it (Control.Completed).
+	told checkpoint.ID
 	// lease is the storage's lock, if it can tell that another run took
 	// it over (storage.Blob's lease).
 	lease interface{ Held() error }
@@ -497,7 +504,7 @@ func (d *driver) decideStart() (checkpoint.Restored, error) {
 		d.start = st.Point
 	case st.Latest:
 		if m := scan.Latest(); m != nil {
-			d.start = &RestorePoint{Metadata: m, Read: store.ReadState, Open: store.OpenState, Where: store.Describe()}
+			d.start = &RestorePoint{Metadata: m, Owned: !m.Savepoint, Read: store.ReadState, Open: store.OpenState, Where: store.Describe()}
 			break
 		}
 		if len(scan.Damaged) > 0 {
@@ -733,7 +740,7 @@ func (d *driver) previous(id checkpoint.ID) (*RestorePoint, []checkpoint.ID, err
 			// --fresh): its output is gone or written over.
 			continue
 		}
-		p := &RestorePoint{Metadata: m, Read: store.ReadState, Open: store.OpenState, Where: store.Describe()}
+		p := &RestorePoint{Metadata: m, Owned: !m.Savepoint, Read: store.ReadState, Open: store.OpenState, Where: store.Describe()}
 		if err := d.fit(p); err != nil {
 			d.log.Warn("an earlier checkpoint does not fit the job either", "checkpoint", m.ID, "err", err)
 			if !m.Savepoint {
@@ -865,6 +872,12 @@ func (d *driver) runAttempt(parent context.Context) error {
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(ErrStopped)
 	d.stopWith = 0 // a stop an earlier attempt did not finish is not this one's
+	d.told = 0     // this attempt's tasks were told of nothing yet
+	if d.point != nil {
+		// What the first checkpoint uploaded excludes the restored files
+		// it references (an owned restore's, state.Restored).
+		d.lastShared = sharedPaths(d.point.Metadata)
+	}
 	if d.coord != nil {
 		d.coord.Hold(false)
 	}
@@ -1052,7 +1065,7 @@ func (d *driver) carryOut(ctx context.Context, x Execution) error {
 					continue
 				}
 				for _, s := range d.tasks.Sources {
-					x.Send(ctx, s, Control{Kind: ControlTrigger, ID: act.ID, Stop: act.ID == d.stopWith, Aligned: act.Savepoint || act.Final, Triggered: act.At})
+					x.Send(ctx, s, Control{Kind: ControlTrigger, ID: act.ID, Stop: act.ID == d.stopWith, Aligned: act.Savepoint || act.Final, Triggered: act.At, Completed: d.told})
 				}
 			case checkpoint.Persist:
 				m := act.Metadata
@@ -1111,13 +1124,15 @@ func (d *driver) carryOut(ctx context.Context, x Execution) error {
 				// would produce that output again
 				// (TestUnalignedSavepointCompletedLateIsNoFailoverPoint).
 				if d.point == nil || act.ID > d.point.Metadata.ID {
-					d.point = &RestorePoint{Metadata: d.persisted[act.ID], Read: d.spec.Storage.ReadState, Open: d.spec.Storage.OpenState, Where: d.spec.Storage.Describe()}
+					m := d.persisted[act.ID]
+					d.point = &RestorePoint{Metadata: m, Owned: !m.Savepoint, Read: d.spec.Storage.ReadState, Open: d.spec.Storage.OpenState, Where: d.spec.Storage.Describe()}
 				}
 				delete(d.persisted, act.ID)
 				_ = d.deleteUnsure() // retried before the next attempt, and at the end
 				for _, t := range d.tasks.All {
 					x.Send(ctx, t, Control{Kind: ControlComplete, ID: act.ID, EndOfInput: act.EndOfInput, Stop: act.ID == d.stopWith})
 				}
+				d.told = max(d.told, act.ID)
 			case checkpoint.Abort:
 				delete(d.triggered, act.ID)
 				if act.ID == d.stopWith {

@@ -41,6 +41,10 @@ type Control struct {
 	// or the final checkpoint). Triggered: when the driver triggered it.
 	Aligned   bool
 	Triggered time.Time
+	// Completed, of a trigger: the newest checkpoint this attempt's tasks
+	// were told completed before it (0: none); its barriers carry it
+	// (Event.Completed).
+	Completed checkpoint.ID
 }
 
 // ReportKind is the kind of a Report.
@@ -115,6 +119,9 @@ type task struct {
 	// waits for the final checkpoint.
 	inputEnded bool
 	finished   bool
+	// completed is the newest checkpoint the task was told completed in
+	// this attempt (0: none).
+	completed checkpoint.ID
 	// suspendedAt is the savepoint a source stopped emitting at, to stop
 	// the job with it (0: none).
 	suspendedAt checkpoint.ID
@@ -507,6 +514,9 @@ func (t *task) handle(ctx context.Context, ch int, ev Event) error {
 		return t.advance()
 	case KindBarrier:
 		t.stats.barrierArrived(ev.ID, t.gate.Len(), t.now())
+		if err := t.awaitCompleted(ctx, ev.Completed); err != nil {
+			return err
+		}
 		t.traceBarrier(ch, ev.ID)
 		var triggered time.Time
 		if ev.Time != 0 {
@@ -541,6 +551,27 @@ func (t *task) handle(ctx context.Context, ch int, ev Event) error {
 		return nil
 	}
 	panic(fmt.Sprintf("runtime: event kind %d", ev.Kind))
+}
+
+// awaitCompleted handles control messages until the task has been told
+// that checkpoint id completed. A barrier carries the newest completion
+// announced before its checkpoint was triggered, and the notice may come
+// after the barrier (it travels by another path: a control connection to
+// a worker); a snapshot taken before it would be built on an older
+// checkpoint, whose shared files storage may have deleted since (design
+// note 89). The driver sent the notice before the trigger, so it comes.
+func (t *task) awaitCompleted(ctx context.Context, id checkpoint.ID) error {
+	for t.completed < id {
+		select {
+		case m := <-t.mailbox:
+			if err := t.control(ctx, m); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	return nil
 }
 
 func unixNano(t time.Time) int64 {
@@ -648,7 +679,10 @@ func (t *task) aligned(ctx context.Context, acts []barrier.Action, by Event) err
 			delete(t.traces, a.ID)
 			t.snapshotted = max(t.snapshotted, a.ID)
 		case barrier.Forward:
-			b := Event{Kind: KindBarrier, ID: a.ID, Aligned: by.Kind == KindBarrier && by.ID == a.ID && by.Aligned, Time: t.triggered[a.ID]}
+			// NB: the task was told of every completion its barriers of
+			// a.ID carried; it may know of a newer one, which was sent to
+			// every task too.
+			b := Event{Kind: KindBarrier, ID: a.ID, Aligned: by.Kind == KindBarrier && by.ID == a.ID && by.Aligned, Time: t.triggered[a.ID], Completed: t.completed}
 			if a.Overtake {
 				err = t.overtake(b)
 			} else {
@@ -692,7 +726,9 @@ func (t *task) control(ctx context.Context, m Control) error {
 			if m.Stop {
 				t.suspendedAt = m.ID // nothing after the savepoint's barrier
 			}
-			b := Event{Kind: KindBarrier, ID: m.ID, Aligned: m.Aligned, Time: unixNano(m.Triggered)}
+			// NB: the mailbox is in order: the notice of m.Completed
+			// came before the trigger.
+			b := Event{Kind: KindBarrier, ID: m.ID, Aligned: m.Aligned, Time: unixNano(m.Triggered), Completed: m.Completed}
 			if t.overtakes && !m.Aligned {
 				return t.overtake(b)
 			}
@@ -700,6 +736,7 @@ func (t *task) control(ctx context.Context, m Control) error {
 		}
 		return t.broadcast(Event{Kind: KindCancel, ID: m.ID})
 	case ControlComplete:
+		t.completed = max(t.completed, m.ID)
 		if t.local != nil {
 			t.local.Complete(m.ID)
 		}

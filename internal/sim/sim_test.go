@@ -426,7 +426,7 @@ func (a *lateSwitch) Aligning() []checkpoint.ID {
 }
 
 // finalOnce plants the coordinator bug the model checker found (design
-// note 92): once the input is exhausted, a checkpoint triggered while one
+// note 91): once the input is exhausted, a checkpoint triggered while one
 // that can end the job is pending or complete is not Final, so its
 // barriers do not align; yet it may complete first and end the job.
 // (The real coordinator makes every trigger after the input's end Final;
@@ -468,7 +468,7 @@ func (c *finalOnce) Ready() []checkpoint.Action {
 }
 
 // TestSimulationFinalCheckpointAligns replays the seeds that show the bug
-// finalOnce plants, which the model checker found (design note 92) and the
+// finalOnce plants, which the model checker found (design note 91) and the
 // simulation missed (none in 1,500 seeds of drawn sizes; these three of
 // 1,500 with 20 records per source): unaligned, a checkpoint
 // triggered while the final one is pending, not Final, completes after the

@@ -86,6 +86,7 @@ func TestEveryEventKindCrosses(t *testing.T) {
 		{Kind: runtime.KindBatch, Batch: []string{"k", "l", "m"}, Groups: []uint16{0, 127, 32767}},
 		{Kind: runtime.KindWatermark, Time: -3},
 		{Kind: runtime.KindBarrier, ID: 9},
+		{Kind: runtime.KindBarrier, ID: 11, Completed: 10, Time: 7},
 		{Kind: runtime.KindCancel, ID: 10},
 		{Kind: runtime.KindIdle},
 		{Kind: runtime.KindWatermark, Time: 1 << 50},
@@ -229,14 +230,15 @@ func TestMalformedFramesFailTheConnection(t *testing.T) {
 		{"unknown type", "unknown frame type", [][]byte{hello, raw(42, 5)}},
 		{"unknown kind", "unknown event kind", [][]byte{hello, event(5, 77)}},
 		{"barrier without a trigger time", "barrier 3 without its trigger time", [][]byte{hello, event(5, runtime.KindBarrier, 3)}},
-		{"barrier without flags", "barrier 3 without its flags", [][]byte{hello, event(5, runtime.KindBarrier, 3, 0)}},
-		{"unknown barrier flag", "barrier 3 with unknown flags 0x8", [][]byte{hello, event(5, runtime.KindBarrier, 3, 0, 0x8|flagAligned)}},
-		{"high barrier flag", "barrier 3 with unknown flags 0x80", [][]byte{hello, event(5, runtime.KindBarrier, 3, 0, 0x80|flagPriority)}},
-		{"tail with credit", "barrier 3 sent with a credit carries a tail batch", [][]byte{hello, event(5, runtime.KindBarrier, 3, 0, flagTail, 0, 0, 1, 1, 'a')}},
-		{"bytes after a barrier", "bytes after barrier 3", [][]byte{hello, event(5, runtime.KindBarrier, 3, 0, flagPriority, 0)}},
-		{"bad tail", "barrier 3: tail: batch: record 0", [][]byte{hello, event(5, runtime.KindBarrier, 3, 0, flagPriority|flagTail, 0, 0, 1, 200)}},
+		{"barrier without its completed checkpoint", "barrier 3 without its completed checkpoint", [][]byte{hello, event(5, runtime.KindBarrier, 3, 0)}},
+		{"barrier without flags", "barrier 3 without its flags", [][]byte{hello, event(5, runtime.KindBarrier, 3, 0, 2)}},
+		{"unknown barrier flag", "barrier 3 with unknown flags 0x8", [][]byte{hello, event(5, runtime.KindBarrier, 3, 0, 0, 0x8|flagAligned)}},
+		{"high barrier flag", "barrier 3 with unknown flags 0x80", [][]byte{hello, event(5, runtime.KindBarrier, 3, 0, 0, 0x80|flagPriority)}},
+		{"tail with credit", "barrier 3 sent with a credit carries a tail batch", [][]byte{hello, event(5, runtime.KindBarrier, 3, 0, 0, flagTail, 0, 0, 1, 1, 'a')}},
+		{"bytes after a barrier", "bytes after barrier 3", [][]byte{hello, event(5, runtime.KindBarrier, 3, 0, 0, flagPriority, 0)}},
+		{"bad tail", "barrier 3: tail: batch: record 0", [][]byte{hello, event(5, runtime.KindBarrier, 3, 0, 0, flagPriority|flagTail, 0, 0, 1, 200)}},
 		{"flags on a cancel", "bad checkpoint id", [][]byte{hello, event(5, runtime.KindCancel, 3, 0)}},
-		{"credited barrier beyond credit", "beyond the 1 granted", [][]byte{hello, event(5, runtime.KindBarrier, 3, 0, 0), event(5, runtime.KindBarrier, 4, 0, 0)}},
+		{"credited barrier beyond credit", "beyond the 1 granted", [][]byte{hello, event(5, runtime.KindBarrier, 3, 0, 0, 0), event(5, runtime.KindBarrier, 4, 0, 0, 0)}},
 		{"zero credit", "bad credit", [][]byte{hello, raw(typeCredit, 5, 0)}},
 		{"bad batch", "record 0", [][]byte{hello, event(5, runtime.KindBatch, 0, 0, 1, 200)}},
 		{"times without records", "event times for", [][]byte{hello, event(5, runtime.KindBatch, 2, 2, 2, 0, 1, 0)}},
@@ -330,8 +332,8 @@ func sameEvent(a, b runtime.Event) bool {
 // FuzzConn feeds a connection an arbitrary stream from its peer, after a
 // valid hello: it must fail or deliver events, never panic or hang.
 func FuzzConn(f *testing.F) {
-	f.Add(raw(typeEvent, 5, byte(runtime.KindBarrier), 1, 0, 0))
-	f.Add(append(raw(typeEvent, 5, byte(runtime.KindIdle)), raw(typeEvent, 5, byte(runtime.KindBarrier), 2, 0, flagPriority|flagTail, 0, 0, 1, 1, 'b')...))
+	f.Add(raw(typeEvent, 5, byte(runtime.KindBarrier), 1, 0, 0, 0))
+	f.Add(append(raw(typeEvent, 5, byte(runtime.KindIdle)), raw(typeEvent, 5, byte(runtime.KindBarrier), 2, 0, 1, flagPriority|flagTail, 0, 0, 1, 1, 'b')...))
 	f.Add(append(raw(typeCredit, 5, 3), raw(typeEvent, 5, byte(runtime.KindBatch), 0, 0, 1, 1, 'a')...))
 	f.Add([]byte{0, 0, 0, 1})
 	f.Add(append(raw(typeKeepAlive, 0), raw(typeKeepAlive, 3, 1)...))

@@ -26,7 +26,9 @@ import (
 //	           varint deltas; uvarint count of key groups (0: none), the
 //	           groups as uvarints; then the batch's encoding
 //	barrier    uvarint checkpoint id, varint trigger time (Unix
-//	           nanoseconds, Event.Time; 0: not said), byte flags:
+//	           nanoseconds, Event.Time; 0: not said), uvarint the
+//	           checkpoint whose completion the receiver must have been
+//	           told of first (Event.Completed; 0: none), byte flags:
 //	           bit 0 aligned (Event.Aligned: the checkpoint aligns),
 //	           bit 1 priority (an overtaking barrier, Output.Overtake:
 //	           sent without a credit, it goes ahead of the events the
@@ -55,8 +57,8 @@ const (
 const MaxFrameBytes = runtime.MaxBatchBytes
 
 // version 2: keep-alive frames. 3: barrier flags and trigger times,
-// overtaking barriers, forced frames.
-const version = 3
+// overtaking barriers, forced frames. 4: a barrier's completed checkpoint.
+const version = 4
 
 // Barrier flags: the byte after a barrier's checkpoint id.
 const (
@@ -147,14 +149,15 @@ func appendOvertake(dst []byte, ch uint64, b, tail runtime.Event, bc BatchCodec)
 	return runtime.AppendBatch(dst, tail, bc)
 }
 
-// appendBarrier appends barrier b's payload: its id, then flags and
-// b.Aligned.
+// appendBarrier appends barrier b's payload: its id, trigger time and
+// completed checkpoint, then flags and b.Aligned.
 func appendBarrier(dst []byte, b runtime.Event, flags byte) []byte {
 	if b.Aligned {
 		flags |= flagAligned
 	}
 	dst = binary.AppendUvarint(dst, uint64(b.ID))
 	dst = binary.AppendVarint(dst, b.Time)
+	dst = binary.AppendUvarint(dst, uint64(b.Completed))
 	return append(dst, flags)
 }
 
@@ -317,6 +320,12 @@ func decodeBarrier(p []byte, bc BatchCodec, reuse runtime.Event) (e, tail runtim
 	if e.Time, k = binary.Varint(p); k <= 0 {
 		return e, tail, protocolErr("%v without its trigger time", e)
 	}
+	p = p[k:]
+	completed, k := binary.Uvarint(p)
+	if k <= 0 {
+		return e, tail, protocolErr("%v without its completed checkpoint", e)
+	}
+	e.Completed = checkpoint.ID(completed)
 	p = p[k:]
 	if len(p) == 0 {
 		return e, tail, protocolErr("%v without its flags", e)

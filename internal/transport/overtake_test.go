@@ -311,7 +311,7 @@ func TestOvertakingFloodFailsTheConnection(t *testing.T) {
 	hello, _ := finish(appendHello(nil))
 	stream := hello
 	for id := range maxOvertaking + 1 {
-		stream = append(stream, raw(typeEvent, 5, byte(runtime.KindBarrier), byte(id%100+1), 0, flagPriority)...)
+		stream = append(stream, raw(typeEvent, 5, byte(runtime.KindBarrier), byte(id%100+1), 0, 0, flagPriority)...)
 	}
 	go func() {
 		theirs.Write(stream)

@@ -72,28 +72,36 @@ type Scope struct {
 	KeyGroups     keygroup.Range
 }
 
-// New builds the backend of one keyed operator subtask, restored from the
-// handles hs (nil: empty).
-func New(cfg Config, sc Scope, hs []checkpoint.Handle, r state.Reader) (state.Backend, error) {
+// New builds the backend of one keyed operator subtask, restored from rs
+// (nil: empty).
+func New(cfg Config, sc Scope, rs *state.Restored) (state.Backend, error) {
 	if cfg.kind() == Pebble {
 		dir := cfg.Dir
 		if dir == "" {
 			dir = filepath.Join(os.TempDir(), "weir-state")
 		}
 		return pebble.New(pebble.Options{Dir: dir, Incremental: !cfg.Full, CacheBytes: cfg.CacheBytes, MemTableBytes: cfg.MemTableBytes},
-			pebble.Scope(sc), hs, r)
+			pebble.Scope(sc), rs)
 	}
-	if err := pebbleWrote(sc, hs); err != nil {
-		return nil, err
+	if rs != nil {
+		if err := pebbleWrote(sc, rs.Handles); err != nil {
+			return nil, err
+		}
 	}
 	b := heap.NewIncremental(sc.KeyGroups)
 	if cfg.Full {
 		b = heap.New(sc.KeyGroups)
 	}
-	if hs != nil {
-		if err := b.Restore(hs, r.Read); err != nil {
-			return nil, err
-		}
+	var err error
+	switch {
+	case rs == nil:
+	case rs.Owned:
+		err = b.RestoreOwned(rs.Handles, rs.Reader.Read)
+	default:
+		err = b.Restore(rs.Handles, rs.Reader.Read)
+	}
+	if err != nil {
+		return nil, err
 	}
 	return b, nil
 }

@@ -97,19 +97,47 @@ func (b *Backend) Group() int { return b.groups.First + b.current }
 
 // Restore loads the keyed state of this backend's key groups from handles
 // written by any parallelism, full or incremental. Tables registered later
-// pick up their part.
+// pick up their part. The first snapshot after it writes every key group
+// whole: the restored checkpoint's files may be another job's, or a
+// savepoint's (Flink's NO_CLAIM).
 func (b *Backend) Restore(hs []checkpoint.Handle, read func(checkpoint.Handle) ([]byte, error)) error {
-	b.confirmed = nil // the first snapshot after a restore is full
+	return b.restore(hs, read, false)
+}
+
+// RestoreOwned is Restore of a checkpoint the job's checkpoint storage
+// holds and counts the references of (not a savepoint): when one
+// incremental snapshot of exactly this backend's key groups holds the
+// state (a restore at the parallelism that took it), the next snapshot
+// extends its chains, as if the backend had taken it, and writes only
+// what changed since (Flink's CLAIM, on failover).
+func (b *Backend) RestoreOwned(hs []checkpoint.Handle, read func(checkpoint.Handle) ([]byte, error)) error {
+	return b.restore(hs, read, true)
+}
+
+func (b *Backend) restore(hs []checkpoint.Handle, read func(checkpoint.Handle) ([]byte, error), owned bool) error {
+	b.confirmed = nil
+	var keyed []checkpoint.Handle
 	for _, h := range hs {
-		if h.Kind != state.KindKeyed || h.KeyGroups.Intersect(b.groups).Len() == 0 {
-			continue
+		if h.Kind == state.KindKeyed && h.KeyGroups.Intersect(b.groups).Len() > 0 {
+			keyed = append(keyed, h)
 		}
+	}
+	// NB: restored entries are of epoch 0 (put), and so are the groups'
+	// last writes: a base of epoch 0 takes them for unchanged.
+	claim := owned && b.incremental && b.epoch == 0 && len(keyed) == 1 && keyed[0].KeyGroups == b.groups
+	for _, h := range keyed {
 		blob, err := read(h)
 		if err != nil {
 			return err
 		}
 		if isIndex(blob) {
-			err = b.restoreChains(h, blob, hs, read)
+			var restored *chains
+			if claim {
+				restored = &chains{tables: map[string][][]link{}}
+			}
+			if err = b.restoreChains(h, blob, hs, read, restored); err == nil && restored != nil {
+				b.confirmed, b.epoch = restored, 1
+			}
 		} else {
 			err = state.DecodeKeyed(blob, b.groups, func(name string, g int, entries []byte) error {
 				return b.apply(name, g, section{full: true, data: entries})

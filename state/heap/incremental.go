@@ -347,8 +347,9 @@ func isIndex(blob []byte) bool { return len(blob) >= 4 && [4]byte(blob[:4]) == i
 
 // restoreChains applies the chains of the index blob (of handle ih) for
 // this backend's key groups, reading each shared file they reference once
-// and checking it against its handle.
-func (b *Backend) restoreChains(ih checkpoint.Handle, blob []byte, hs []checkpoint.Handle, read func(checkpoint.Handle) ([]byte, error)) error {
+// and checking it against its handle. If into is set, it also gets the
+// chains, referencing the restored files.
+func (b *Backend) restoreChains(ih checkpoint.Handle, blob []byte, hs []checkpoint.Handle, read func(checkpoint.Handle) ([]byte, error), into *chains) error {
 	if len(blob) < 4+8+4 {
 		return fmt.Errorf("%w: heap index: short", state.ErrCorrupt)
 	}
@@ -373,6 +374,10 @@ func (b *Backend) restoreChains(ih checkpoint.Handle, blob []byte, hs []checkpoi
 		}
 	}
 	data := make([][]byte, nf) // read when first needed
+	files := make([]*sharedFile, nf)
+	for i, h := range handles {
+		files[i] = &sharedFile{h: h}
+	}
 	for g := first; g <= last && in.err == nil; g++ {
 		for range in.len(len(in.src)) {
 			name := in.bytes()
@@ -393,6 +398,15 @@ func (b *Backend) restoreChains(ih checkpoint.Handle, blob []byte, hs []checkpoi
 				}
 				if err := b.apply(name, g, section{full: full == 1, data: data[fi][off : off+n]}); err != nil {
 					return fmt.Errorf("key group %d, state %q: %w", g, name, err)
+				}
+				if into != nil {
+					cs := into.tables[name]
+					if cs == nil {
+						cs = make([][]link, b.groups.Len())
+						into.tables[name] = cs
+					}
+					i := g - b.groups.First
+					cs[i] = append(cs[i], link{file: files[fi], off: off, n: n, full: full == 1})
 				}
 			}
 		}

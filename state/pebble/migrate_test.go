@@ -11,6 +11,7 @@ import (
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/codec"
 	"github.com/weirstream/weir/operator/operatortest"
+	"github.com/weirstream/weir/state"
 	"github.com/weirstream/weir/state/heap"
 )
 
@@ -123,7 +124,7 @@ func (refusing) Decode([]byte) (string, int, error) { return "", 0, errRefused }
 // codecs cannot decode fails the declaration, naming the state.
 func TestHeapStateThatDoesNotDecode(t *testing.T) {
 	w := &operatortest.MemWriter{}
-	b, err := New(Options{Dir: t.TempDir(), MemTableBytes: 1 << 20}, Scope{Job: "j", Operator: "op", KeyGroups: all}, heapCheckpoint(t, w), w)
+	b, err := New(Options{Dir: t.TempDir(), MemTableBytes: 1 << 20}, Scope{Job: "j", Operator: "op", KeyGroups: all}, &state.Restored{Handles: heapCheckpoint(t, w), Reader: w})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -109,9 +109,13 @@ var (
 
 func tableKey(name string) []byte { return append([]byte{0xff, 0xff, 't'}, name...) }
 
-// New opens a backend for scope: empty, or restored from the handles hs of
-// a checkpoint (those of the scope's operator, any parallelism).
-func New(opts Options, sc Scope, hs []checkpoint.Handle, r state.Reader) (_ *Backend, err error) {
+// New opens a backend for scope: empty (rs nil), or restored from the
+// handles of a checkpoint (those of the scope's operator, any
+// parallelism). Restored at the parallelism that took it, from a
+// checkpoint the job owns (rs.Owned), its next checkpoint reuses the
+// restored data files that are still in the database; otherwise it
+// uploads them all.
+func New(opts Options, sc Scope, rs *state.Restored) (_ *Backend, err error) {
 	if opts.Dir == "" {
 		return nil, errors.New("pebble state backend: no directory")
 	}
@@ -135,11 +139,11 @@ func New(opts Options, sc Scope, hs []checkpoint.Handle, r state.Reader) (_ *Bac
 		}
 	}()
 	dbDir := filepath.Join(dir, "db")
-	if hs != nil {
-		if err := b.restore(dbDir, hs, r); err != nil {
+	if rs != nil {
+		if err := b.restore(dbDir, rs.Handles, rs.Reader, rs.Owned); err != nil {
 			return nil, err
 		}
-		if err := b.timers.Restore(hs, r.Read); err != nil {
+		if err := b.timers.Restore(rs.Handles, rs.Reader.Read); err != nil {
 			return nil, err
 		}
 	} else if b.db, err = b.open(dbDir, false); err != nil {
@@ -379,8 +383,10 @@ func (b *Backend) Close() error {
 }
 
 // restore downloads the databases of the old subtasks whose key groups
-// overlap this one's and builds this subtask's database from them.
-func (b *Backend) restore(dbDir string, hs []checkpoint.Handle, r state.Reader) error {
+// overlap this one's and builds this subtask's database from them. If the
+// checkpoint is owned and one old subtask had exactly this one's key
+// groups, its data files are those the next snapshot reuses.
+func (b *Backend) restore(dbDir string, hs []checkpoint.Handle, r state.Reader, owned bool) error {
 	mine := b.scope.KeyGroups
 	type old struct {
 		sub     int
@@ -444,6 +450,13 @@ func (b *Backend) restore(dbDir string, hs []checkpoint.Handle, r state.Reader) 
 			return err
 		}
 		os.RemoveAll(dir)
+	}
+	if owned && len(olds) == 1 && !slices.ContainsFunc(olds[0].files, func(h checkpoint.Handle) bool { return h.KeyGroups != mine }) {
+		for _, h := range olds[0].files {
+			if h.Kind == KindData {
+				b.confirmed[h.File] = h
+			}
+		}
 	}
 	return b.db.Set(seqKey, binary.BigEndian.AppendUint64(nil, b.seq), pebble.NoSync)
 }

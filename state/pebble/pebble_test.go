@@ -13,6 +13,7 @@ import (
 	"github.com/weirstream/weir/codec"
 	"github.com/weirstream/weir/internal/keygroup"
 	"github.com/weirstream/weir/operator/operatortest"
+	"github.com/weirstream/weir/state"
 )
 
 // counting counts the bytes and files written as shared.
@@ -33,14 +34,11 @@ var all = keygroup.Range{First: 0, Last: 127}
 
 func open(t *testing.T, dir string, incremental bool, hs []checkpoint.Handle, w *operatortest.MemWriter) (*Backend, *Value[string, string]) {
 	t.Helper()
-	var r interface {
-		Read(checkpoint.Handle) ([]byte, error)
-		Open(checkpoint.Handle) (io.ReadCloser, error)
+	var rs *state.Restored
+	if hs != nil {
+		rs = &state.Restored{Handles: hs, Reader: w}
 	}
-	if w != nil {
-		r = w
-	}
-	b, err := New(Options{Dir: dir, Incremental: incremental, MemTableBytes: 1 << 20}, Scope{Job: "j", Operator: "op", KeyGroups: all}, hs, r)
+	b, err := New(Options{Dir: dir, Incremental: incremental, MemTableBytes: 1 << 20}, Scope{Job: "j", Operator: "op", KeyGroups: all}, rs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +196,7 @@ func TestDamagedDataFilesAreRefused(t *testing.T) {
 			} else {
 				w.Damage(victim)
 			}
-			_, err := New(Options{Dir: t.TempDir()}, Scope{Job: "j", Operator: "op", KeyGroups: all}, hs, w.MemWriter)
+			_, err := New(Options{Dir: t.TempDir()}, Scope{Job: "j", Operator: "op", KeyGroups: all}, &state.Restored{Handles: hs, Reader: w.MemWriter})
 			if err == nil || !strings.Contains(err.Error(), victim.File) {
 				t.Fatalf("restore with a %s data file: %v; want an error naming %s", damage, err, victim.File)
 			}

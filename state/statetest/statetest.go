@@ -33,6 +33,7 @@ func Run(t *testing.T, cfg backend.Config) {
 	t.Run("rescale", s.rescale)
 	t.Run("large values and many keys", s.large)
 	t.Run("state declared after restore", s.lateDeclaration)
+	t.Run("restore of an owned checkpoint", s.ownedRestore)
 }
 
 type suite struct{ cfg backend.Config }
@@ -48,9 +49,10 @@ type tables struct {
 	r      keygroup.Range
 }
 
-func (s *suite) open(t *testing.T, r keygroup.Range, hs []checkpoint.Handle, rd state.Reader) *tables {
+// open builds a backend for key groups r, restored from rs (nil: empty).
+func (s *suite) open(t *testing.T, r keygroup.Range, rs *state.Restored) *tables {
 	t.Helper()
-	b, err := backend.New(s.cfg, backend.Scope{Job: "statetest", Operator: "op/with slash", Subtask: r.First, KeyGroups: r}, hs, rd)
+	b, err := backend.New(s.cfg, backend.Scope{Job: "statetest", Operator: "op/with slash", Subtask: r.First, KeyGroups: r}, rs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +106,7 @@ func snapshot(t *testing.T, b state.Backend, id checkpoint.ID, w *operatortest.M
 }
 
 func (s *suite) values(t *testing.T) {
-	ts := s.open(t, all, nil, nil)
+	ts := s.open(t, all, nil)
 	for i := range 100 {
 		k := fmt.Sprint("k", i)
 		ts.group(k)
@@ -141,7 +143,7 @@ func (s *suite) values(t *testing.T) {
 }
 
 func (s *suite) lists(t *testing.T) {
-	ts := s.open(t, all, nil, nil)
+	ts := s.open(t, all, nil)
 	ts.group("k")
 	for i := range 50 {
 		ts.lists.Add("k", fmt.Sprint(i))
@@ -185,7 +187,7 @@ func (s *suite) lists(t *testing.T) {
 }
 
 func (s *suite) maps(t *testing.T) {
-	ts := s.open(t, all, nil, nil)
+	ts := s.open(t, all, nil)
 	ts.group("k")
 	for i := range 20 {
 		ts.maps.Put("k", fmt.Sprint("u", i), int64(i))
@@ -246,7 +248,7 @@ func (s *suite) maps(t *testing.T) {
 }
 
 func (s *suite) timers(t *testing.T) {
-	ts := s.open(t, all, nil, nil)
+	ts := s.open(t, all, nil)
 	for i, k := range []string{"c", "a", "b", "d"} {
 		ts.group(k)
 		ts.timers.Register(k, time.UnixMilli(int64(100+10*i)))
@@ -293,7 +295,7 @@ func (s *suite) timers(t *testing.T) {
 // isolation: what the task writes after the synchronous part of a
 // snapshot is not in it, however long the asynchronous part waits.
 func (s *suite) isolation(t *testing.T) {
-	ts := s.open(t, all, nil, nil)
+	ts := s.open(t, all, nil)
 	put := func(k string, v int64) {
 		ts.group(k)
 		ts.values.Put(k, v)
@@ -338,7 +340,7 @@ func (s *suite) isolation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	back := s.open(t, all, hs, w)
+	back := s.open(t, all, &state.Restored{Handles: hs, Reader: w})
 	for i := range 200 {
 		k := fmt.Sprint("k", i)
 		back.group(k)
@@ -371,7 +373,7 @@ func (s *suite) isolation(t *testing.T) {
 // range, and those two's back into one, with every key once.
 func (s *suite) rescale(t *testing.T) {
 	w := &operatortest.MemWriter{}
-	one := s.open(t, all, nil, nil)
+	one := s.open(t, all, nil)
 	const n = 1000
 	for i := range n {
 		k := fmt.Sprint("key-", i)
@@ -387,7 +389,8 @@ func (s *suite) rescale(t *testing.T) {
 	var two []checkpoint.Handle
 	seen := 0
 	for h, r := range halves {
-		part := s.open(t, r, hs, w)
+		// Owned, but of other key groups: restored whole all the same.
+		part := s.open(t, r, &state.Restored{Handles: hs, Reader: w, Owned: true})
 		for i := range n {
 			k := fmt.Sprint("key-", i)
 			if !part.group(k) {
@@ -415,7 +418,7 @@ func (s *suite) rescale(t *testing.T) {
 	if seen != n {
 		t.Fatalf("the halves hold %d keys of %d", seen, n)
 	}
-	whole := s.open(t, all, two, w)
+	whole := s.open(t, all, &state.Restored{Handles: two, Reader: w})
 	for i := range n {
 		k := fmt.Sprint("key-", i)
 		whole.group(k)
@@ -429,7 +432,7 @@ func (s *suite) rescale(t *testing.T) {
 }
 
 func (s *suite) large(t *testing.T) {
-	ts := s.open(t, all, nil, nil)
+	ts := s.open(t, all, nil)
 	big := strings.Repeat("0123456789abcdef", 1<<16) // 1 MiB
 	ts.group("big")
 	ts.lists.Add("big", big)
@@ -441,7 +444,7 @@ func (s *suite) large(t *testing.T) {
 	}
 	w := &operatortest.MemWriter{}
 	hs := snapshot(t, ts.b, 1, w)
-	back := s.open(t, all, hs, w)
+	back := s.open(t, all, &state.Restored{Handles: hs, Reader: w})
 	back.group("big")
 	if l := back.lists.Get("big"); len(l) != 1 || l[0] != big {
 		t.Fatal("a 1 MiB value did not survive a snapshot")
@@ -459,12 +462,12 @@ func (s *suite) large(t *testing.T) {
 // function declares it later, or another operator's version does) is
 // there once declared.
 func (s *suite) lateDeclaration(t *testing.T) {
-	ts := s.open(t, all, nil, nil)
+	ts := s.open(t, all, nil)
 	ts.group("k")
 	ts.values.Put("k", 7)
 	w := &operatortest.MemWriter{}
 	hs := snapshot(t, ts.b, 1, w)
-	b, err := backend.New(s.cfg, backend.Scope{Job: "statetest", Operator: "op", KeyGroups: all}, hs, w)
+	b, err := backend.New(s.cfg, backend.Scope{Job: "statetest", Operator: "op", KeyGroups: all}, &state.Restored{Handles: hs, Reader: w})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -483,4 +486,81 @@ func (s *suite) lateDeclaration(t *testing.T) {
 	if v, ok := values.Get("k"); !ok || v != 7 {
 		t.Fatalf("values declared second: %d %v, want 7", v, ok)
 	}
+}
+
+// ownedRestore: a backend restored at the same key groups from a
+// checkpoint the job owns (state.Restored.Owned) writes on from it; its
+// next snapshot holds the restored state and the changes. With
+// incremental checkpoints that snapshot writes little more than the
+// changes, where one after a restore that is not owned writes the state
+// again.
+func (s *suite) ownedRestore(t *testing.T) {
+	w := &operatortest.MemWriter{}
+	ts := s.open(t, all, nil)
+	const n = 1000
+	model := map[string]string{}
+	for i := range n {
+		k := fmt.Sprint("key-", i)
+		ts.group(k)
+		model[k] = strings.Repeat(k, 20)
+		ts.lists.Add(k, model[k])
+		ts.values.Put(k, int64(i))
+		if i%10 == 0 {
+			ts.timers.Register(k, time.UnixMilli(int64(i)))
+		}
+	}
+	hs := snapshot(t, ts.b, 1, w)
+	total := sizeOf(hs, nil)
+	for _, owned := range []bool{true, false} {
+		back := s.open(t, all, &state.Restored{Handles: hs, Reader: w, Owned: owned})
+		for i := range 10 {
+			k := fmt.Sprint("key-", i*97)
+			back.group(k)
+			back.lists.Delete(k)
+			model[k] = "changed " + k
+			back.lists.Add(k, model[k])
+		}
+		back.group("key-3")
+		back.values.Delete("key-3")
+		next := snapshot(t, back.b, 2, w)
+		written := sizeOf(next, hs)
+		t.Logf("owned %v: the first snapshot after the restore wrote %d bytes of %d", owned, written, sizeOf(next, nil))
+		if !s.cfg.Full && owned && written*4 > total {
+			t.Errorf("the first snapshot after an owned restore wrote %d bytes, the whole state is %d: it should reuse the restored files", written, total)
+		}
+		if !s.cfg.Full && !owned && written*2 < total {
+			t.Errorf("the first snapshot after a restore that is not owned wrote %d bytes of %d: it should write the state again", written, total)
+		}
+		again := s.open(t, all, &state.Restored{Handles: next, Reader: w})
+		for i := range n {
+			k := fmt.Sprint("key-", i)
+			again.group(k)
+			if l := again.lists.Get(k); !slices.Equal(l, []string{model[k]}) {
+				t.Fatalf("owned %v: list of %s = %v, want [%s]", owned, k, l, model[k])
+			}
+			if v, ok := again.values.Get(k); ok != (k != "key-3") || ok && v != int64(i) {
+				t.Fatalf("owned %v: %s = %d %v", owned, k, v, ok)
+			}
+		}
+		fired := 0
+		again.timers.FireUpTo(n, func(string, time.Time) error { fired++; return nil })
+		if fired != n/10 {
+			t.Fatalf("owned %v: %d timers restored, want %d", owned, fired, n/10)
+		}
+		for i := range 10 {
+			model[fmt.Sprint("key-", i*97)] = strings.Repeat(fmt.Sprint("key-", i*97), 20)
+		}
+	}
+}
+
+// sizeOf sums the sizes of the handles of hs that are not in old (by
+// path): what a snapshot wrote.
+func sizeOf(hs, old []checkpoint.Handle) int64 {
+	var n int64
+	for _, h := range hs {
+		if h.Path == "" || !slices.ContainsFunc(old, func(o checkpoint.Handle) bool { return o.Path == h.Path }) {
+			n += h.SizeBytes
+		}
+	}
+	return n
 }

@@ -1492,8 +1492,11 @@ type ControlMessage struct {
 	// not said), from which the aligned-checkpoint timeout counts.
 	Aligned            bool  `protobuf:"varint,6,opt,name=aligned,proto3" json:"aligned,omitempty"`
 	TriggeredUnixNanos int64 `protobuf:"varint,7,opt,name=triggered_unix_nanos,json=triggeredUnixNanos,proto3" json:"triggered_unix_nanos,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// completed, of a trigger: the newest checkpoint whose completion the
+	// attempt's tasks were sent before it (runtime.Control.Completed).
+	Completed     uint64 `protobuf:"varint,8,opt,name=completed,proto3" json:"completed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ControlMessage) Reset() {
@@ -1571,6 +1574,13 @@ func (x *ControlMessage) GetAligned() bool {
 func (x *ControlMessage) GetTriggeredUnixNanos() int64 {
 	if x != nil {
 		return x.TriggeredUnixNanos
+	}
+	return 0
+}
+
+func (x *ControlMessage) GetCompleted() uint64 {
+	if x != nil {
+		return x.Completed
 	}
 	return 0
 }
@@ -2416,7 +2426,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\tplacement\x18\x04 \x03(\v2\x1b.weir.cluster.v1.AssignmentR\tplacement\x12+\n" +
 	"\x05peers\x18\x05 \x03(\v2\x15.weir.cluster.v1.PeerR\x05peers\x12\x15\n" +
 	"\x06run_id\x18\a \x01(\tR\x05runId\"\x10\n" +
-	"\x0eDeployResponse\"\xf3\x01\n" +
+	"\x0eDeployResponse\"\x91\x02\n" +
 	"\x0eControlMessage\x12+\n" +
 	"\x04task\x18\x01 \x01(\v2\x17.weir.cluster.v1.TaskIDR\x04task\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\x05R\x04kind\x12\x1e\n" +
@@ -2427,7 +2437,8 @@ const file_cluster_proto_rawDesc = "" +
 	"endOfInput\x12\x12\n" +
 	"\x04stop\x18\x05 \x01(\bR\x04stop\x12\x18\n" +
 	"\aaligned\x18\x06 \x01(\bR\aaligned\x120\n" +
-	"\x14triggered_unix_nanos\x18\a \x01(\x03R\x12triggeredUnixNanos\"g\n" +
+	"\x14triggered_unix_nanos\x18\a \x01(\x03R\x12triggeredUnixNanos\x12\x1c\n" +
+	"\tcompleted\x18\b \x01(\x04R\tcompleted\"g\n" +
 	"\x0eControlRequest\x12\x18\n" +
 	"\aattempt\x18\x01 \x01(\x04R\aattempt\x12;\n" +
 	"\bmessages\x18\x02 \x03(\v2\x1f.weir.cluster.v1.ControlMessageR\bmessages\"\x11\n" +
