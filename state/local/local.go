@@ -50,6 +50,7 @@ import (
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/state"
+	"github.com/weirstream/weir/storage"
 )
 
 // Store is the local copies of this process's subtasks' snapshots, under
@@ -238,7 +239,7 @@ func (s *Store) Restored() Restored {
 // an attempt (or a process) restores from what an earlier one left.
 func (s *Store) Task(job, vertex string, subtask int) *Task {
 	return &Task{s: s, job: job, vertex: vertex, subtask: subtask, dir: filepath.Join(s.dir, dirName(job), taskDirName(vertex, subtask)),
-		kept: map[string]bool{}, pending: map[checkpoint.ID]map[string]bool{}, temps: map[string]bool{}, aborted: map[checkpoint.ID]bool{}}
+		kept: map[string]bool{}, pending: map[checkpoint.ID]map[string]bool{}, temps: map[string]bool{}, aborted: map[checkpoint.ID]bool{}, bases: map[checkpoint.ID]map[string]bool{}}
 }
 
 // dirName is name as one directory name inside the store: escaped, and
@@ -278,6 +279,12 @@ type Task struct {
 	kept    map[string]bool
 	pending map[checkpoint.ID]map[string]bool
 	temps   map[string]bool
+	// bases holds, while each checkpoint in flight is unsettled, the
+	// shared files kept when its snapshot was taken: an incremental
+	// backend builds it on that checkpoint and says which files it reuses
+	// only once its write ends (Referenced), after a newer completion may
+	// have swept them.
+	bases map[checkpoint.ID]map[string]bool
 	// completed is the newest checkpoint completed; aborted, those
 	// aborted since (at most maxAborted). Their writes that end later
 	// keep nothing.
@@ -308,8 +315,20 @@ func (t *Task) path(p string) (string, error) {
 }
 
 // Writer returns w, whose writes of checkpoint id are kept locally too
-// and whose handles carry a CRC-32C.
+// and whose handles carry a CRC-32C. The task asks for it right after its
+// snapshot of id, before the snapshot's asynchronous part.
 func (t *Task) Writer(id checkpoint.ID, w state.Writer) state.Writer {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.settledLocked(id) {
+		base := map[string]bool{}
+		for p := range t.kept {
+			if storage.IsShared(checkpoint.Handle{Path: p}) { // the rest is no later checkpoint's
+				base[p] = true
+			}
+		}
+		t.bases[id] = base
+	}
 	return &writer{t: t, id: id, w: w}
 }
 
@@ -519,6 +538,11 @@ func (t *Task) Complete(id checkpoint.ID) {
 			delete(t.pending, c)
 		}
 	}
+	for c := range t.bases {
+		if c <= id {
+			delete(t.bases, c)
+		}
+	}
 	t.completed = max(t.completed, id)
 	for c := range t.aborted {
 		if c <= t.completed {
@@ -564,6 +588,7 @@ func (t *Task) Abort(id checkpoint.ID) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.pending, id)
+	delete(t.bases, id)
 	if id > t.completed {
 		t.aborted[id] = true
 		if len(t.aborted) > maxAborted {
@@ -574,8 +599,8 @@ func (t *Task) Abort(id checkpoint.ID) {
 }
 
 // sweepLocked deletes the files of the task's directory that no kept or
-// pending checkpoint holds and no writer is writing, and the directories
-// left empty.
+// pending checkpoint holds (nor the base of one in flight) and no writer
+// is writing, and the directories left empty.
 func (t *Task) sweepLocked() {
 	var dirs []string
 	filepath.WalkDir(t.dir, func(p string, d fs.DirEntry, err error) error {
@@ -605,6 +630,11 @@ func (t *Task) sweepLocked() {
 func (t *Task) pendingHolds(rel string) bool {
 	for _, p := range t.pending {
 		if p[rel] {
+			return true
+		}
+	}
+	for _, b := range t.bases {
+		if b[rel] {
 			return true
 		}
 	}

@@ -20,9 +20,6 @@ import (
 // already deleted that file. After 3 completes, a restore from 3 on this
 // machine downloads what it should have read locally.
 func TestReviewSweepKeepsFilesAnInFlightCheckpointReuses(t *testing.T) {
-	if os.Getenv("WEIR_REVIEW") == "" {
-		t.Skip("review: fails on eba4017: Complete(2) deletes checkpoint 1's shared file that in-flight checkpoint 3 reuses; set WEIR_REVIEW=1")
-	}
 	r, s := setup(t)
 	lt := s.Task("job", "v", 0)
 	one := snapshot(t, r, lt, 1, "one", "one shared")
