@@ -125,8 +125,17 @@ func buildWalker(t reflect.Type, built map[reflect.Type]*walker) walker {
 			}
 			sp, op := unsafe.Pointer(unsafe.SliceData(s)), unsafe.Pointer(unsafe.SliceData(o))
 			i := 0
-			if sp == op {
+			switch {
+			case sp == op:
 				i = min(len(s), len(o)) // the old value's own elements
+			case len(s) > 0:
+				// The array is the caller's, and may be another's as well (a
+				// record handed to two operators, the frozen value it was
+				// sliced from): the copies go into an array of the table's.
+				c := reflect.MakeSlice(t, len(s), len(s))
+				reflect.Copy(c, reflect.NewAt(t, p).Elem())
+				reflect.NewAt(t, p).Elem().Set(c)
+				sp = c.UnsafePointer()
 			}
 			for ; i < len(s); i++ {
 				var oe unsafe.Pointer

@@ -3,6 +3,7 @@ package heap
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -272,6 +273,35 @@ func TestEqualStringsAreNotCopiedAgain(t *testing.T) {
 	rmw() // replaces the entry the snapshot shares
 	if r, _ := vt.recs.Get(k); unsafe.StringData(r.Name) != own || r.N != 102 {
 		t.Fatalf("after a freeze the table holds %+v, not its own string and count 102", r)
+	}
+}
+
+// A table does not write its copies into a caller's array: the array may
+// be another's as well (a record handed to two operators reads it on, a
+// frozen value being snapshotted was sliced from it), so that would be a
+// data race. Found by review: a value re-sliced from the one it replaces.
+func TestSlicesOfValuesAreNotWrittenInPlace(t *testing.T) {
+	type tagged struct{ Tags []string }
+	vals := valuesOf[tagged]()
+	chunk := "abc"
+	callers := []string{chunk[0:1], chunk[1:2], chunk[2:3]}
+	stored := tagged{Tags: callers}
+	vals.own(&stored, nil) // a first store
+	for i, s := range callers {
+		if unsafe.StringData(s) != unsafe.StringData(chunk[i:]) {
+			t.Fatalf("the table wrote into the caller's array at %d", i)
+		}
+	}
+	frozen := slices.Clone(stored.Tags)   // what a snapshot reads
+	next := tagged{Tags: stored.Tags[1:]} // re-sliced from the value it replaces
+	vals.own(&next, &stored)
+	for i, s := range stored.Tags {
+		if unsafe.StringData(s) != unsafe.StringData(frozen[i]) {
+			t.Fatalf("the table wrote into the replaced value's array at %d", i)
+		}
+	}
+	if !slices.Equal(next.Tags, []string{"b", "c"}) || !slices.Equal(stored.Tags, []string{"a", "b", "c"}) {
+		t.Fatalf("stored %v and %v", next.Tags, stored.Tags)
 	}
 }
 

@@ -529,6 +529,9 @@ func (t *Task) Referenced(id checkpoint.ID, hs []checkpoint.Handle) {
 func (t *Task) Complete(id checkpoint.ID) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if id <= t.completed {
+		return // late (a savepoint completes outside the concurrency limit): the newer copy stays
+	}
 	p, ok := t.pending[id]
 	if ok {
 		t.kept = p

@@ -408,6 +408,30 @@ func TestCopiesSayWhichCheckpointEachTaskHolds(t *testing.T) {
 	}
 }
 
+// A completion that comes after a newer one (a savepoint is not bounded by
+// the concurrency limit, so checkpoint 2 may complete before savepoint 1)
+// leaves the newer copy and its marker alone. Found by review: the late
+// completion removed the marker, and placement forgot the copy.
+func TestALateCompletionKeepsTheNewerCopy(t *testing.T) {
+	r, s := setup(t)
+	lt := s.Task("job", "v", 0)
+	snapshot(t, r, lt, 1, "one", "one shared")
+	snapshot(t, r, lt, 2, "two", "two shared")
+	lt.Complete(2)
+	lt.Complete(1)
+	want := []local.Copy{{Job: "job", Vertex: "v", Subtask: 0, Checkpoint: 2}}
+	if got := s.Copies(); !slices.Equal(got, want) {
+		t.Fatalf("copies %v, want %v", got, want)
+	}
+	again, err := local.Open(s.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := again.Copies(); !slices.Equal(got, want) {
+		t.Fatalf("copies read from the directory %v, want %v", got, want)
+	}
+}
+
 // After Deployed with a smaller shape, the first completion deletes the
 // directories of the job's subtasks that are gone, and only those.
 func TestDeployedSweepsTheSubtasksTheJobNoLongerHas(t *testing.T) {
