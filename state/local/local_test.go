@@ -396,16 +396,7 @@ func TestCopiesSayWhichCheckpointEachTaskHolds(t *testing.T) {
 	snapshot(t, r, lt, 2, "two", "two shared")
 	lt.Complete(2)
 	want := []local.Copy{{Job: "job", Vertex: "v/x", Subtask: 3, Checkpoint: 2}}
-	if got := s.Copies(); !slices.Equal(got, want) {
-		t.Fatalf("copies %v, want %v", got, want)
-	}
-	again, err := local.Open(s.Dir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := again.Copies(); !slices.Equal(got, want) {
-		t.Fatalf("copies read from the directory %v, want %v", got, want)
-	}
+	checkCopies(t, s, want)
 }
 
 // A completion that comes after a newer one (a savepoint is not bounded by
@@ -420,6 +411,13 @@ func TestALateCompletionKeepsTheNewerCopy(t *testing.T) {
 	lt.Complete(2)
 	lt.Complete(1)
 	want := []local.Copy{{Job: "job", Vertex: "v", Subtask: 0, Checkpoint: 2}}
+	checkCopies(t, s, want)
+}
+
+// checkCopies checks the copies s lists, and those a store opened on its
+// directory later (the next process) reads.
+func checkCopies(t *testing.T, s *local.Store, want []local.Copy) {
+	t.Helper()
 	if got := s.Copies(); !slices.Equal(got, want) {
 		t.Fatalf("copies %v, want %v", got, want)
 	}
