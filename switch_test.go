@@ -57,6 +57,25 @@ func threeStatesLine(k, n int64, l []int64, m map[int64]int64) string {
 // p on state backend sb: sources nums1..numsN (those of earlier runs
 // restored, exhausted), the n-th of count records. It returns what the job
 // emitted, its result and its error.
+// numberRuns is the input of a job's nth run: n rate-limited sources of
+// count numbers each (slow enough for checkpoints midway), the ones of the
+// earlier runs with their restored positions, and one new one.
+func numberRuns(t *testing.T, e *weir.Environment, n int, count int64) *weir.Stream[int64] {
+	t.Helper()
+	var sources []*weir.Stream[int64]
+	for i := 1; i <= n; i++ {
+		g, err := newRateLimited(2000, count)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sources = append(sources, weir.Source(e, fmt.Sprint("nums", i), g))
+	}
+	if n == 1 {
+		return sources[0]
+	}
+	return weir.Union(sources[0], "union", sources[1:])
+}
+
 func runThreeStates(t *testing.T, ckpt string, n, p int, sb weir.StateBackend, count int64) ([]string, weir.Result, error) {
 	t.Helper()
 	restore := ""
@@ -65,18 +84,7 @@ func runThreeStates(t *testing.T, ckpt string, n, p int, sb weir.StateBackend, c
 	}
 	e := weir.New(weir.Config{Job: "switch", Parallelism: p, StateBackend: sb, Restore: restore,
 		Checkpoint: weir.CheckpointConfig{Interval: 5 * time.Millisecond, Dir: ckpt}})
-	var sources []*weir.Stream[int64]
-	for i := 1; i <= n; i++ {
-		g, err := newRateLimited(2000, count) // to take checkpoints midway
-		if err != nil {
-			t.Fatal(err)
-		}
-		sources = append(sources, weir.Source(e, fmt.Sprint("nums", i), g))
-	}
-	in := sources[0]
-	if n > 1 {
-		in = weir.Union(sources[0], "union", sources[1:])
-	}
+	in := numberRuns(t, e, n, count)
 	var c collect[string]
 	out := weir.Process(weir.KeyBy(in, func(v int64) int64 { return v % 1000 }), "states",
 		func() weir.KeyedProcessFunction[int64, int64, string] { return &threeStates{run: int64(n)} })

@@ -83,18 +83,7 @@ func TestUndeclaredStateSurvivesFullCheckpoints(t *testing.T) {
 							completed++
 						}
 					}})
-				var sources []*weir.Stream[int64]
-				for i := 1; i <= n; i++ {
-					g, err := newRateLimited(2000, count) // to take checkpoints midway
-					if err != nil {
-						t.Fatal(err)
-					}
-					sources = append(sources, weir.Source(e, fmt.Sprint("nums", i), g))
-				}
-				in := sources[0]
-				if n > 1 {
-					in = weir.Union(sources[0], "union", sources[1:])
-				}
+				in := numberRuns(t, e, n, count)
 				var c collect[string]
 				out := weir.Process(weir.KeyBy(in, func(v int64) int64 { return v % 1000 }), "count",
 					func() weir.KeyedProcessFunction[int64, int64, string] { f := f; return &f })
