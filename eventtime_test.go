@@ -146,7 +146,7 @@ func runRescaled(t *testing.T, sb weir.StateBackend, ps []int, build func(cfg we
 		if i > 0 {
 			cfg.Restore = "latest"
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), jobDeadline)
 		completed := 0
 		if i < len(ps)-1 {
 			cfg.OnEvent = func(ev weir.JobEvent) {

@@ -181,18 +181,14 @@ func interval[K comparable, V, W any](c *KeyedContext[K], v V, mine *MapState[K,
 	c.RegisterEventTimer(time.UnixMilli(t + keep))
 }
 
+// OnTimer drops the records whose last chance to match has passed: a
+// timer at t was registered by an a at t−upper or a b at t+lower (see
+// Process1 and Process2), and every older record's timer fired before it,
+// so those two entries are all there is to remove, as Flink does.
 func (j *intervalJoin[K, A, B, Out]) OnTimer(c *KeyedContext[K], at time.Time, _ Collector[Out]) error {
 	t := at.UnixMilli()
-	for ta := range j.as.All() {
-		if ta+j.upper <= t {
-			j.as.Remove(ta)
-		}
-	}
-	for tb := range j.bs.All() {
-		if tb-j.lower <= t {
-			j.bs.Remove(tb)
-		}
-	}
+	j.as.Remove(t - j.upper)
+	j.bs.Remove(t + j.lower)
 	return nil
 }
 

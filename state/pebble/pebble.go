@@ -850,6 +850,9 @@ func (t *Map[K, UK, V]) Put(k K, uk UK, v V) {
 }
 
 func (t *Map[K, UK, V]) Remove(k K, uk UK) {
+	if s, ok := t.cache[k][uk]; ok && s.deleted {
+		return // known absent, or its deletion is already pending
+	}
 	t.keep(k, uk, slot[V]{group: t.b.group, dirty: true, deleted: true})
 }
 
