@@ -163,7 +163,7 @@ func (c *KeyedContext[K]) Parallelism() int { return c.op.Parallelism }
 // function without OnTimer (KeyedTimerFunction) must not register timers:
 // the job fails, saying so.
 func (c *KeyedContext[K]) RegisterTimer(at time.Time) {
-	if c.mayTime() {
+	if c.mayTime() && c.c.clockAllowed(c.op.UID) {
 		c.timers.Register(c.key, at)
 	}
 }

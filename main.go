@@ -90,8 +90,12 @@ func runMain(ctx context.Context, args []string, cfg Config, build func(*Environ
 		}
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
 	}
+	cmds := []*cobra.Command{}
 	for _, role := range []Role{Local, Coordinator, Worker} {
-		cmd := jobCommand(ctx, role, cfg, build, logger)
+		cmds = append(cmds, jobCommand(ctx, role, cfg, build, logger))
+	}
+	cmds = append(cmds, verifyCommand(ctx, cfg, build, logger))
+	for _, cmd := range cmds {
 		for _, define := range o.flags {
 			fs := flag.NewFlagSet(cmd.Name(), flag.ContinueOnError)
 			define(fs)
@@ -112,6 +116,53 @@ func runMain(ctx context.Context, args []string, cfg Config, build func(*Environ
 	root.AddCommand(web.Commands()...)
 	root.SetArgs(args)
 	return root.ExecuteContext(ctx)
+}
+
+// errMismatch is what the verify command fails with when the committed
+// output differs from the rerun's.
+var errMismatch = errors.New("the committed output differs from a rerun's (see the report)")
+
+// verifyCommand checks the job's committed output against a rerun over
+// the input its latest checkpoint consumed (Environment.Verify).
+func verifyCommand(ctx context.Context, cfg Config, build func(*Environment) error, logger func() (*slog.Logger, error)) *cobra.Command {
+	c := cfg
+	cmd := &cobra.Command{
+		Use:   "verify",
+		Short: "Check the job's committed output against a failure-free rerun over the input its latest checkpoint consumed",
+		Long: `Check the job's committed output: read the latest completed checkpoint in --checkpoint-dir,
+rerun the job in this process over exactly the input that checkpoint consumed (its sources
+rewound; no checkpoints, no faults, nothing written), and compare what each sink would write
+with what it committed up to that checkpoint, as multisets. Prints a summary and the records
+missing, duplicated or unexpected; exits 0 only on a match. Give the job's own flags. Refuses
+a job a rerun cannot reproduce: a source that cannot be read again, a sink whose output cannot
+be read back, an operator marked weir.NonDeterministic, processing-time timers.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if c.Logger, err = logger(); err != nil {
+				return err
+			}
+			env := New(c)
+			if err := build(env); err != nil {
+				return fmt.Errorf("build the job: %w", err)
+			}
+			rep, err := env.Verify(ctx, VerifyConfig{Progress: func(read int64) {
+				fmt.Fprintf(cmd.ErrOrStderr(), "verify: rerun: %d records read\n", read)
+			}})
+			if err != nil {
+				return err
+			}
+			fmt.Fprint(cmd.OutOrStdout(), rep)
+			if !rep.OK() {
+				return errMismatch
+			}
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.IntVar(&c.Parallelism, "parallelism", max(c.Parallelism, 1), "subtasks per operator of the rerun")
+	fl.StringVar(&c.Checkpoint.Dir, "checkpoint-dir", c.Checkpoint.Dir, "the job's checkpoints: a directory, or s3://bucket/prefix?endpoint=…&region=…")
+	return cmd
 }
 
 // jobCommand runs the job in role; its flags override cfg.

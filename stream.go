@@ -1,6 +1,7 @@
 package weir
 
 import (
+	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -245,6 +246,9 @@ func Source[T any](env *Environment, name string, newReader func() SourceReader[
 	n.instance = func(c *chain, next any) (operator.Operator, any) {
 		r := newReader()
 		p, _ := r.(ProgressReporter)
+		if v := env.verify; v != nil {
+			r = &rewound[T]{SourceReader: r, restore: v.restoreOf(n.UID)}
+		}
 		op := &sourceOp[T]{SourceReader: r, progress: p, out: countingCollector[T]{next: next.(Collector[T])}, c: c, n: n}
 		ws, ok := n.watermarks.(WatermarkStrategy[T])
 		if !ok {
@@ -257,6 +261,13 @@ func Source[T any](env *Environment, name string, newReader func() SourceReader[
 	}
 	n.head = func(op operator.Operator, _ any, _ *chain) any { return op }
 	s := addOp[T](env, name, kindSource, newReader, opts, n)
+	n.verify = &verifyPart{check: func() error {
+		rw, ok := newReader().(Rewinder)
+		if !ok {
+			return errors.New("its reader cannot read its input again (it does not implement weir.Rewinder)")
+		}
+		return rw.Rewindable()
+	}}
 	n.remaining = make([]atomic.Int64, max(n.Parallelism, 0))
 	for i := range n.remaining {
 		n.remaining[i].Store(-1)
@@ -334,12 +345,27 @@ type SinkWriter[T any] interface {
 func Sink[T any](s *Stream[T], name string, newWriter func() SinkWriter[T], opts ...Option) {
 	n := &node{}
 	n.instance = func(c *chain, _ any) (operator.Operator, any) {
-		op := &sinkOp[T]{SinkWriter: newWriter(), c: c}
+		w := newWriter()
+		if v := s.env.verify; v != nil {
+			w = &rerunSink[T]{vs: w.(VerifiedSink[T]), t: v.tallies[n.UID]}
+		}
+		op := &sinkOp[T]{SinkWriter: w, c: c}
 		return op, Collector[T](op)
 	}
 	n.head = headOf[T](n)
 	addOp[T](s.env, name, kindSink, newWriter, opts, n, s)
 	n.emitter = nil
+	n.verify = &verifyPart{
+		check: func() error {
+			if _, ok := newWriter().(VerifiedSink[T]); !ok {
+				return errors.New("its committed output cannot be read back (its writer does not implement weir.VerifiedSink)")
+			}
+			return nil
+		},
+		committed: func(ctx *operator.Context, f func([]byte)) error {
+			return newWriter().(VerifiedSink[T]).Committed(ctx, f)
+		},
+	}
 }
 
 // SinkFunc is a sink that calls f with every record: f is called from

@@ -301,6 +301,8 @@ type Environment struct {
 	// incarnation numbers the operators' counters of a worker (nodes):
 	// they count over every Execute, and so does its number.
 	incarnation uint64
+	// verify is set while Verify reruns the job (verify.go).
+	verify *verifyRun
 }
 
 // New starts building a job.
@@ -383,6 +385,10 @@ type node struct {
 	// has left to read (-1: not known yet), and the total.
 	remaining []atomic.Int64
 	total     atomic.Int64
+	// verify is a source's or a sink's part in Verify; nondeterministic,
+	// the NonDeterministic option.
+	verify           *verifyPart
+	nondeterministic bool
 }
 
 // emitterFunc builds the collector over the edges of a node's output port
@@ -422,6 +428,9 @@ type chain struct {
 	// that counting costs no atomic per record.
 	counted []*node
 	counts  []int64
+	// verifying: the chain runs in a verification rerun, which refuses
+	// processing-time timers.
+	verifying bool
 }
 
 // publish adds the records counted since the last call to the chained
@@ -754,7 +763,7 @@ func openStorage(cc CheckpointConfig, job string, log *slog.Logger) (storage.Sto
 func (e *Environment) build(plan *graph.Plan) func(*runtime.TaskBuild) (*runtime.TaskParts, error) {
 	return func(b *runtime.TaskBuild) (*runtime.TaskParts, error) {
 		vx := b.Vertex
-		c := &chain{subtask: b.Subtask, now: operator.MinTime, group: -1, state: e.cfg.StateBackend, stats: b.Stats}
+		c := &chain{subtask: b.Subtask, now: operator.MinTime, group: -1, state: e.cfg.StateBackend, stats: b.Stats, verifying: e.verify != nil}
 		tail := e.nodes[vx.Nodes[len(vx.Nodes)-1]]
 		var next any
 		var outputs []runtime.Output

@@ -407,7 +407,9 @@ func (w *windowOp[K, In, Acc, Out]) now() (int64, bool) {
 // register asks for a timer at t, of the windows' time domain.
 func (w *windowOp[K, In, Acc, Out]) register(t int64) {
 	if w.a.processing {
-		w.kctx.timers.Register(w.kctx.key, time.UnixMilli(t))
+		if w.kctx.c.clockAllowed(w.kctx.op.UID) {
+			w.kctx.timers.Register(w.kctx.key, time.UnixMilli(t))
+		}
 	} else {
 		w.kctx.eventTimers.Register(w.kctx.key, time.UnixMilli(t))
 	}

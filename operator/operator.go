@@ -33,6 +33,12 @@ type Context struct {
 	// without state (a fresh start, or a restored checkpoint that holds no
 	// state of this operator's UID).
 	Restore *Restore
+	// Rewind is set on a source opened by a verification rerun (weir
+	// verify): Restore is where a checkpoint recorded the source, and the
+	// source reads its input again from the start up to that position (what
+	// the checkpoint consumed), then ends. Only sources that implement
+	// weir.Rewinder are opened so.
+	Rewind bool
 	// Resumed is the checkpoint the run restored, 0 if none: set for every
 	// operator, Restore or not. Output an earlier run of the job left is
 	// then what this run resumes: a checkpoint of an older version, or of a

@@ -64,7 +64,7 @@ func newRoot() *cobra.Command {
 		slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})))
 		return nil
 	}
-	root.AddCommand(newRun(), newDemo(), newKafka(), newBench(), newNexmark(), newCluster(), newCoordinator(), newWorker(), cluster.StatusCommand())
+	root.AddCommand(newRun(), newVerify(), newDemo(), newKafka(), newBench(), newNexmark(), newCluster(), newCoordinator(), newWorker(), cluster.StatusCommand())
 	root.AddCommand(web.Commands()...)
 	return root
 }

@@ -44,6 +44,25 @@ func TestMain(m *testing.M) {
 type job struct {
 	dir, input, output, ckpt string
 	want                     map[string]int64
+	// verify: kill9Until runs weir verify after the second kill and at the
+	// end.
+	verify bool
+}
+
+// verify runs weir verify on j's output and returns its exit error and
+// its output.
+func (j *job) runVerify(t *testing.T) (error, string) {
+	t.Helper()
+	out, err := exec.Command(weirBin, "verify", "wordcount", "--input", j.input, "--output", j.output, "--checkpoint-dir", j.ckpt, "--parallelism", "2").CombinedOutput()
+	return err, string(out)
+}
+
+// verified fails t unless weir verify finds j's committed output to match.
+func (j *job) verified(t *testing.T, when string) {
+	t.Helper()
+	if err, out := j.runVerify(t); err != nil || !strings.Contains(out, "match: ") || strings.Contains(out, "MISMATCH") {
+		t.Fatalf("%s: weir verify: %v\n%s", when, err, out)
+	}
 }
 
 func newJob(t *testing.T, files, lines int) *job {
@@ -79,9 +98,42 @@ func inParallel(t *testing.T) { t.Parallel() }
 // TestKill9AndRestoreLatest kills the word count with SIGKILL at random
 // moments, restarts it with --restore latest each time until it finishes,
 // and checks the committed output by counting: no count lost, none twice.
+// weir verify finds the output to match a rerun after the second kill and
+// at the end.
 func TestKill9AndRestoreLatest(t *testing.T) {
 	inParallel(t)
-	kill9Until(t, newJob(t, 4, 500_000), nil, "--checkpoint-interval", "50ms")
+	j := newJob(t, 4, 500_000)
+	j.verify = true
+	kill9Until(t, j, nil, "--checkpoint-interval", "50ms")
+}
+
+// TestVerifyExitStatus: weir verify exits 0 on a finished word count's
+// output; with a committed line removed, 1, with a report naming it.
+func TestVerifyExitStatus(t *testing.T) {
+	inParallel(t)
+	j := newJob(t, 2, 20_000)
+	cmd, stderr := j.command("--checkpoint-interval", "10ms")
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	j.verified(t, "finished")
+	files, _ := filepath.Glob(filepath.Join(j.output, "part-*"))
+	if len(files) == 0 {
+		t.Fatal("no committed output")
+	}
+	body, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, rest, _ := strings.Cut(string(body), "\n")
+	if err := os.WriteFile(files[0], []byte(rest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err, out := j.runVerify(t)
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(out, "MISMATCH") || !strings.Contains(out, "missing ×1: "+strconv.Quote(first+"\n")) {
+		t.Fatalf("weir verify of output with %q removed: %v, want exit status 1 and a report naming it:\n%s", first, err, out)
+	}
 }
 
 // TestKill9Unaligned is TestKill9AndRestoreLatest with unaligned
@@ -211,6 +263,9 @@ func kill9Until(t *testing.T, j *job, env []string, args ...string) {
 			if kills < 3 {
 				t.Fatalf("the job finished after only %d kills; the test needs a larger input (%v)\nlast run's log:\n%s", kills, rep, stderr)
 			}
+			if j.verify {
+				j.verified(t, "finished")
+			}
 			t.Logf("%d runs, %d kill -9s: %v", runs, kills, rep)
 			return
 		case <-kill:
@@ -219,6 +274,9 @@ func kill9Until(t *testing.T, j *job, env []string, args ...string) {
 			}
 			<-done
 			kills++
+			if j.verify && kills == 2 {
+				j.verified(t, fmt.Sprintf("after kill %d", kills))
+			}
 		}
 	}
 }

@@ -1,9 +1,11 @@
 package file
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -522,4 +524,90 @@ func (s *fileSink[T]) syncDir() error {
 		return fmt.Errorf("file sink: %w", err)
 	}
 	return nil
+}
+
+// Records calls f with each line v is formatted into: the records a
+// verification rerun compares with the committed files' lines.
+func (s *fileSink[T]) Records(v T, f func(rec []byte)) {
+	s.buf = s.cfg.Format(s.buf[:0], v)
+	eachLine(s.buf, f)
+}
+
+// Committed calls f with each line of the sink's committed files up to
+// checkpoint ctx.Restore.Checkpoint, and of the pending files that
+// checkpoint recorded and a restore would commit. It only reads.
+func (s *fileSink[T]) Committed(ctx *operator.Context, f func(rec []byte)) error {
+	s.ctx, s.uid = ctx, escapeUID(ctx.UID)
+	upTo := ctx.Restore.Checkpoint
+	pending := map[string]string{} // the pending files recorded, by their committed names
+	if len(ctx.Restore.Handles) > 0 {
+		items, err := state.RestoreList(ctx.Restore.Handles, ctx.Restore.Read, state.Union, "pending", 0, 1)
+		if err != nil {
+			return err
+		}
+		for _, it := range items {
+			sub, id, err := decodePending(it)
+			if err != nil {
+				return err
+			}
+			pending[s.committedName(sub, id)] = s.pendingName(sub, id)
+		}
+	}
+	names, err := s.cfg.FS.List(s.cfg.Dir)
+	if err != nil {
+		return fmt.Errorf("output directory %s: %w", s.cfg.Dir, err)
+	}
+	var read []string
+	for _, n := range names {
+		_, rest, dot, ok := s.parse(n)
+		if !ok || dot {
+			continue
+		}
+		if id, err := strconv.ParseUint(rest, 10, 64); err == nil && checkpoint.ID(id) <= upTo {
+			read = append(read, n)
+			delete(pending, n)
+		}
+	}
+	for _, n := range slices.Sorted(maps.Keys(pending)) {
+		// A recorded transaction not committed yet: the restore of the
+		// checkpoint commits it, so its records count. Neither pending nor
+		// committed, its records are lost: the comparison shows them
+		// missing.
+		if _, err := s.cfg.FS.Stat(s.path(pending[n])); err == nil {
+			read = append(read, pending[n])
+		}
+	}
+	slices.Sort(read)
+	for _, n := range read {
+		b, err := readFile(s.cfg.FS, s.path(n))
+		if err != nil {
+			return fmt.Errorf("output %s: %w", s.path(n), err)
+		}
+		eachLine(b, f)
+	}
+	return nil
+}
+
+// readFile reads the whole of file name.
+func readFile(fs vfs.FS, name string) ([]byte, error) {
+	f, err := fs.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
+}
+
+// eachLine calls f with each line of b, with its newline; a last line
+// without one too.
+func eachLine(b []byte, f func([]byte)) {
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			f(b)
+			return
+		}
+		f(b[:i+1])
+		b = b[i+1:]
+	}
 }

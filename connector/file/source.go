@@ -6,6 +6,7 @@ package file
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -322,10 +323,89 @@ func (l *lineReader) Open(ctx *operator.Context) error {
 	for _, s := range l.all {
 		l.known[l.id(s.Path)] = true
 	}
-	if ctx.Restore != nil {
+	switch {
+	case ctx.Rewind:
+		return l.rewind(ctx.Restore)
+	case ctx.Restore != nil:
 		return l.restore(ctx.Restore)
 	}
 	l.mine = deal(l.all, ctx.Subtask, ctx.Parallelism)
+	return nil
+}
+
+// Rewindable: the files a checkpoint read can be read again (they are
+// taken as immutable).
+func (l *lineReader) Rewindable() error { return nil }
+
+// rewind takes this subtask's share of what checkpoint rs had read (nil:
+// nothing): every file it knew, less the unread part of each split it
+// recorded, in ranges dealt round-robin. A range that starts after a
+// file's start skips its partial first line, which the unread range
+// before it would read; one that ends at a recorded position ends before
+// the line that starts there.
+func (l *lineReader) rewind(rs *operator.Restore) error {
+	if rs == nil {
+		return nil
+	}
+	items, err := state.RestoreList(rs.Handles, rs.Read, state.Split, "splits", 0, 1)
+	if err != nil {
+		return fmt.Errorf("input %s: rewind to checkpoint %d: %w", l.cfg.Pattern, rs.Checkpoint, err)
+	}
+	known, err := state.RestoreList(rs.Handles, rs.Read, state.Union, "files", 0, 1)
+	if err != nil {
+		return fmt.Errorf("input %s: rewind to checkpoint %d: %w", l.cfg.Pattern, rs.Checkpoint, err)
+	}
+	if len(known) == 0 && len(items) > 0 {
+		return operator.Permanent(fmt.Errorf("input %s: checkpoint %d, taken by an earlier version of Weir, does not record which files it read: it cannot be rewound", l.cfg.Pattern, rs.Checkpoint))
+	}
+	unread := map[string][][2]int64{}
+	for _, it := range items {
+		s, err := decodeSplit(it)
+		if err != nil {
+			return fmt.Errorf("input %s: rewind to checkpoint %d: %w", l.cfg.Pattern, rs.Checkpoint, err)
+		}
+		from := s.Pos
+		if !s.started {
+			from = s.Start
+		}
+		if from < s.End {
+			id := l.id(s.Path)
+			unread[id] = append(unread[id], [2]int64{from, s.End})
+		}
+	}
+	paths := map[string]string{} // by id: the path the input spells it
+	sizes := map[string]int64{}
+	for _, s := range l.all {
+		id := l.id(s.Path)
+		paths[id], sizes[id] = s.Path, max(sizes[id], s.End)
+	}
+	var read []split
+	for _, f := range known {
+		id := string(f)
+		path, ok := paths[id]
+		if !ok {
+			// NB: a file the input no longer matches: the id is its path.
+			path = id
+			st, err := l.cfg.FS.Stat(path)
+			if err != nil {
+				return operator.Permanent(fmt.Errorf("input %s: checkpoint %d read %s, which cannot be read again: %w", l.cfg.Pattern, rs.Checkpoint, path, err))
+			}
+			sizes[id] = st.Size()
+		}
+		rs := unread[id]
+		slices.SortFunc(rs, func(a, b [2]int64) int { return cmp.Compare(a[0], b[0]) })
+		pos := int64(0)
+		for _, r := range rs {
+			if r[0] > pos {
+				read = append(read, split{Path: path, Start: pos, End: r[0], Pos: pos})
+			}
+			pos = max(pos, r[1])
+		}
+		if pos < sizes[id] {
+			read = append(read, split{Path: path, Start: pos, End: sizes[id], Pos: pos})
+		}
+	}
+	l.mine = deal(read, l.ctx.Subtask, l.ctx.Parallelism)
 	return nil
 }
 

@@ -49,7 +49,10 @@ func New[T any](cfg Config[T]) (func() weir.SourceReader[T], error) {
 // parallelism, one subtask's strides keep their own watermarks).
 type stride struct {
 	Next, Step int64
-	id         string
+	// End, if above 0, ends the stride before the source's Count: a
+	// rewound stride stops where the checkpoint recorded it.
+	End int64
+	id  string
 }
 
 func newStride(next, step int64) stride {
@@ -73,21 +76,79 @@ type reader[T any] struct {
 func (r *reader[T]) Open(ctx *operator.Context) error {
 	r.ctx = ctx
 	r.start = ctx.Now()
-	if ctx.Restore == nil {
+	switch {
+	case ctx.Rewind:
+		return r.rewind(ctx.Restore)
+	case ctx.Restore == nil:
 		r.strides = []stride{newStride(int64(ctx.Subtask), int64(ctx.Parallelism))}
 		return nil
 	}
-	items, err := state.RestoreList(ctx.Restore.Handles, ctx.Restore.Read, state.Split, "strides", ctx.Subtask, ctx.Parallelism)
+	strides, err := restoreStrides(ctx.Restore, ctx.Subtask, ctx.Parallelism)
+	r.strides = strides
+	return err
+}
+
+// restoreStrides is subtask i of p's share of the strides rs records.
+func restoreStrides(rs *operator.Restore, i, p int) ([]stride, error) {
+	items, err := state.RestoreList(rs.Handles, rs.Read, state.Split, "strides", i, p)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	var strides []stride
 	for _, it := range items {
 		next, n1 := binary.Varint(it)
 		step, n2 := binary.Varint(it[max(n1, 0):])
 		if n1 <= 0 || n2 <= 0 || step <= 0 {
-			return fmt.Errorf("generator: restore position: %w", codec.ErrShort)
+			return nil, fmt.Errorf("generator: restore position: %w", codec.ErrShort)
 		}
-		r.strides = append(r.strides, newStride(next, step))
+		strides = append(strides, newStride(next, step))
+	}
+	return strides, nil
+}
+
+// Rewindable: record i is Make(i), and a bounded source's strides that
+// are not recorded were read to the end.
+func (r *reader[T]) Rewindable() error {
+	if r.cfg.Count == 0 {
+		return errors.New("an unbounded generator (Count 0) cannot be rewound: what it read of the strides a checkpoint does not record is not known")
+	}
+	return nil
+}
+
+// rewind takes this subtask's share of the records checkpoint rs had
+// produced (nil: none): every residue class of the recorded strides' step
+// up to where its stride is recorded, or to Count when it is not (it
+// ended), read from its start, without the rate limit.
+func (r *reader[T]) rewind(rs *operator.Restore) error {
+	r.cfg.RatePerSecond = 0
+	if rs == nil {
+		return nil
+	}
+	recorded, err := restoreStrides(rs, 0, 1)
+	if err != nil {
+		return err
+	}
+	if len(recorded) == 0 {
+		// Every stride ended: the checkpoint had produced all Count.
+		recorded = []stride{{Next: r.cfg.Count, Step: 1}}
+	}
+	step := recorded[0].Step
+	end := make([]int64, step)
+	for i := range end {
+		end[i] = r.cfg.Count
+	}
+	for _, s := range recorded {
+		if s.Step != step {
+			return operator.Permanent(fmt.Errorf("generator: checkpoint %d records strides of steps %d and %d: it cannot be rewound", rs.Checkpoint, step, s.Step))
+		}
+		end[s.Next%step] = min(s.Next, r.cfg.Count)
+	}
+	for res := int64(r.ctx.Subtask); res < step; res += int64(r.ctx.Parallelism) {
+		if res < end[res] {
+			s := newStride(res, step)
+			s.End = end[res]
+			r.strides = append(r.strides, s)
+		}
 	}
 	return nil
 }
@@ -117,12 +178,16 @@ func (r *reader[T]) Read(out weir.Collector[T]) (operator.PollResult, error) {
 		r.turn %= len(r.strides)
 		s := &r.strides[r.turn]
 		weir.EnterSplit(out, s.id)
-		for ; n > 0 && (r.cfg.Count == 0 || s.Next < r.cfg.Count); n-- {
+		end := r.cfg.Count
+		if s.End > 0 {
+			end = s.End
+		}
+		for ; n > 0 && (end == 0 || s.Next < end); n-- {
 			out.Collect(r.cfg.Make(s.Next))
 			s.Next += s.Step
 			r.emitted++
 		}
-		if r.cfg.Count > 0 && s.Next >= r.cfg.Count {
+		if end > 0 && s.Next >= end {
 			weir.FinishSplit(out, s.id)
 			r.strides = slices.Delete(r.strides, r.turn, r.turn+1)
 		} else {
