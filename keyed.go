@@ -266,6 +266,9 @@ type keyed[K comparable, Out any] struct {
 	c       *chain
 	// lateCount is the node's count of late records (nil: one of its own).
 	lateCount *atomic.Int64
+	// wmCap bounds the watermark: MaxTime, but in a verification rerun
+	// the operator's at the checkpoint (chain.watermarkCap).
+	wmCap int64
 }
 
 func (k *keyed[K, Out]) open(oc *operator.Context, kc codec.Codec[K], fn any) error {
@@ -294,6 +297,9 @@ func (k *keyed[K, Out]) open(oc *operator.Context, kc codec.Codec[K], fn any) er
 		if wm, err = restoreWatermark(oc.Restore, oc); err != nil {
 			return err
 		}
+	}
+	if k.wmCap, err = k.c.watermarkCap(oc); err != nil {
+		return err
 	}
 	k.onTime, _ = fn.(KeyedTimerFunction[K, Out])
 	if k.lateCount == nil {
@@ -357,7 +363,7 @@ func (k *keyed[K, Out]) FireTimers(now time.Time) error {
 
 // AdvanceWatermark fires the event-time timers up to wm, earliest first.
 func (k *keyed[K, Out]) AdvanceWatermark(wm int64) error {
-	if wm <= k.kctx.wm {
+	if wm = min(wm, k.wmCap); wm <= k.kctx.wm {
 		return nil // a restored watermark is ahead of the inputs'
 	}
 	k.kctx.wm = wm

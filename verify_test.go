@@ -340,3 +340,41 @@ func TestMainVerify(t *testing.T) {
 		t.Fatalf("verify of output with a line added: %v, want the mismatch", err)
 	}
 }
+
+// TestVerifyEventTimeStoppedMidway: windows and event-time timers into
+// three sinks of one directory, cancelled once some results are committed:
+// the rerun fires exactly the windows and timers the job had fired at the
+// checkpoint (its event time stops at the operators' watermarks there),
+// at another parallelism, on each backend.
+func TestVerifyEventTimeStoppedMidway(t *testing.T) {
+	onBackends(t, func(t *testing.T, sb weir.StateBackend) {
+		dir := t.TempDir()
+		out := filepath.Join(dir, "out")
+		cfg := eventTimeConfig(sb)
+		cfg.Checkpoint.Dir = filepath.Join(dir, "ckpt")
+		ctx, cancel := context.WithTimeout(context.Background(), jobDeadline)
+		defer cancel()
+		run, stop := context.WithCancel(ctx)
+		defer stop()
+		cfg.OnEvent = func(ev weir.JobEvent) {
+			if files, _ := filepath.Glob(filepath.Join(out, "part-*")); ev.Kind == weir.EventCheckpointCompleted && len(files) > 0 {
+				stop()
+			}
+		}
+		if _, err := windowJob(t, cfg, out, true, nil).Execute(run); !errors.Is(err, context.Canceled) {
+			t.Fatalf("the run: %v (the input must outlast the first results)", err)
+		}
+		cfg.OnEvent, cfg.Parallelism = nil, 3
+		rep, err := windowJob(t, cfg, out, false, nil).Verify(ctx, weir.VerifyConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var committed int64
+		for _, v := range rep.Sinks {
+			committed += v.Committed
+		}
+		if !rep.OK() || len(rep.Sinks) != 3 || committed == 0 || rep.Read >= 20_000 {
+			t.Fatalf("%s", rep)
+		}
+	})
+}

@@ -428,9 +428,10 @@ type chain struct {
 	// that counting costs no atomic per record.
 	counted []*node
 	counts  []int64
-	// verifying: the chain runs in a verification rerun, which refuses
-	// processing-time timers.
-	verifying bool
+	// verify is set when the chain runs in a verification rerun, which
+	// refuses processing-time timers and stops event time where the
+	// checkpoint had it.
+	verify *verifyRun
 }
 
 // publish adds the records counted since the last call to the chained
@@ -763,7 +764,7 @@ func openStorage(cc CheckpointConfig, job string, log *slog.Logger) (storage.Sto
 func (e *Environment) build(plan *graph.Plan) func(*runtime.TaskBuild) (*runtime.TaskParts, error) {
 	return func(b *runtime.TaskBuild) (*runtime.TaskParts, error) {
 		vx := b.Vertex
-		c := &chain{subtask: b.Subtask, now: operator.MinTime, group: -1, state: e.cfg.StateBackend, stats: b.Stats, verifying: e.verify != nil}
+		c := &chain{subtask: b.Subtask, now: operator.MinTime, group: -1, state: e.cfg.StateBackend, stats: b.Stats, verify: e.verify}
 		tail := e.nodes[vx.Nodes[len(vx.Nodes)-1]]
 		var next any
 		var outputs []runtime.Output

@@ -11,6 +11,7 @@ import (
 
 	"github.com/weirstream/weir"
 	"github.com/weirstream/weir/connector/file"
+	"github.com/weirstream/weir/examples/nexmark"
 	"github.com/weirstream/weir/examples/wordcount"
 )
 
@@ -32,7 +33,7 @@ with. Refuses jobs a rerun cannot reproduce: sources that cannot be read again
 (Kafka), sinks whose output cannot be read back (Kafka, PostgreSQL, standard output),
 processing-time timers.`,
 	}
-	v.AddCommand(newVerifyWordCount())
+	v.AddCommand(newVerifyWordCount(), newVerifyNexmark())
 	return v
 }
 
@@ -60,21 +61,10 @@ func newVerifyWordCount() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			rep, err := env.Verify(cmd.Context(), weir.VerifyConfig{
-				Key: func(_ string, rec []byte) string {
-					word, _, _ := bytes.Cut(rec, []byte("\t"))
-					return string(word)
-				},
-				Progress: func(read int64) { fmt.Fprintf(os.Stderr, "weir verify: rerun: %d lines read\n", read) },
-			})
-			if err != nil {
-				return err
-			}
-			fmt.Fprint(cmd.OutOrStdout(), rep)
-			if !rep.OK() {
-				return errMismatch
-			}
-			return nil
+			return verifyEnv(cmd, env, weir.VerifyConfig{Key: func(_ string, rec []byte) string {
+				word, _, _ := bytes.Cut(rec, []byte("\t"))
+				return string(word)
+			}}, "lines")
 		},
 	}
 	fl := cmd.Flags()
@@ -85,4 +75,59 @@ func newVerifyWordCount() *cobra.Command {
 	fl.IntVar(&maxLineBytes, "max-line-bytes", file.DefaultMaxLineBytes, "the longest line of the input, as the job ran")
 	fl.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of this process to this file (go tool pprof)")
 	return cmd
+}
+
+func newVerifyNexmark() *cobra.Command {
+	var query, output, dir string
+	var parallelism int
+	events := int64(1_000_000)
+	var rate float64
+	cmd := &cobra.Command{
+		Use:   "nexmark",
+		Short: "Verify a Nexmark query's committed results",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			qs, err := nexmark.Lookup(query)
+			if err != nil {
+				return err
+			}
+			switch {
+			case len(qs) != 1:
+				return errors.New("--query: name one query")
+			case output == "" || dir == "":
+				return errors.New("--output and --checkpoint-dir are required: those the job ran with")
+			case parallelism < 1:
+				return fmt.Errorf("--parallelism %d: must be at least 1", parallelism)
+			}
+			env := weir.New(weir.Config{Job: "nexmark-" + qs[0].Name, Parallelism: parallelism, Checkpoint: weir.CheckpointConfig{Dir: dir},
+				Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+			if err := nexmark.Add(env, nexmark.Config{Events: events, Rate: rate}, qs[0], nexmark.Output{Dir: output}); err != nil {
+				return err
+			}
+			return verifyEnv(cmd, env, weir.VerifyConfig{}, "events")
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&query, "query", "q5", "the query the job ran")
+	fl.Var((*count)(&events), "events", "the events the job's generator made")
+	fl.Float64Var(&rate, "rate", nexmark.DefaultRate, "the job's event-time rate")
+	fl.StringVar(&output, "output", "", "the job's results directory")
+	fl.StringVar(&dir, "checkpoint-dir", "", "the job's checkpoint directory")
+	fl.IntVar(&parallelism, "parallelism", 1, "subtasks per operator of the rerun (any: the result does not depend on it)")
+	return cmd
+}
+
+// verifyEnv verifies env's committed output, printing progress (in unit)
+// to standard error and the report to standard output.
+func verifyEnv(cmd *cobra.Command, env *weir.Environment, vc weir.VerifyConfig, unit string) error {
+	vc.Progress = func(read int64) { fmt.Fprintf(os.Stderr, "weir verify: rerun: %d %s read\n", read, unit) }
+	rep, err := env.Verify(cmd.Context(), vc)
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(cmd.OutOrStdout(), rep)
+	if !rep.OK() {
+		return errMismatch
+	}
+	return nil
 }

@@ -2,10 +2,12 @@ package nexmark
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"iter"
 	"math"
 	"math/bits"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -377,9 +379,12 @@ func Generator(cfg Config) (func() weir.SourceReader[Event], error) {
 
 type reader struct {
 	operator.Base
-	cfg     Config
-	ctx     *operator.Context
-	splits  []split
+	cfg    Config
+	ctx    *operator.Context
+	splits []split
+	// done are the splits read to the end: checkpointed too, so that a
+	// rewind knows every split of the source (see rewind).
+	done    []split
 	turn    int
 	entered bool
 	ev      Event
@@ -390,6 +395,9 @@ type reader struct {
 
 func (r *reader) Open(ctx *operator.Context) error {
 	r.ctx, r.start = ctx, ctx.Now()
+	if ctx.Rewind {
+		return r.rewind(ctx.Restore)
+	}
 	if ctx.Restore == nil {
 		n := int64(r.cfg.Splits)
 		if n == 0 {
@@ -400,26 +408,74 @@ func (r *reader) Open(ctx *operator.Context) error {
 		}
 		return nil
 	}
-	items, err := state.RestoreList(ctx.Restore.Handles, ctx.Restore.Read, state.Split, "splits", ctx.Subtask, ctx.Parallelism)
-	if err != nil {
-		return err
+	splits, err := r.restoreSplits(ctx.Restore, ctx.Subtask, ctx.Parallelism)
+	for _, s := range splits {
+		if s.count == s.max {
+			r.done = append(r.done, s)
+		} else {
+			r.splits = append(r.splits, s)
+		}
 	}
+	return err
+}
+
+// restoreSplits is subtask i of p's share of the splits rs records, at
+// their positions.
+func (r *reader) restoreSplits(rs *operator.Restore, i, p int) ([]split, error) {
+	items, err := state.RestoreList(rs.Handles, rs.Read, state.Split, "splits", i, p)
+	if err != nil {
+		return nil, err
+	}
+	var splits []split
 	for _, it := range items {
 		var v [4]int64
 		for i := range v {
 			x, n := binary.Varint(it)
 			if n <= 0 {
-				return fmt.Errorf("nexmark: restore split: %w", codec.ErrShort)
+				return nil, fmt.Errorf("nexmark: restore split: %w", codec.ErrShort)
 			}
 			v[i], it = x, it[n:]
 		}
 		index, of, count, events := v[0], v[1], v[2], v[3]
 		if events != r.cfg.Events {
-			return operator.Permanent(fmt.Errorf("nexmark: the checkpoint's generator was started for %d events, this one is for %d: restore with the same count", events, r.cfg.Events))
+			return nil, operator.Permanent(fmt.Errorf("nexmark: the checkpoint's generator was started for %d events, this one is for %d: restore with the same count", events, r.cfg.Events))
 		}
 		s := newSplit(r.cfg, index, of)
 		s.count = count
-		r.splits = append(r.splits, s)
+		splits = append(splits, s)
+	}
+	return splits, nil
+}
+
+// Rewindable: events are a function of their split and number; a bounded
+// generator's checkpoints record every split, those read to the end too.
+func (r *reader) Rewindable() error {
+	if r.cfg.Events == 0 {
+		return errors.New("an unbounded Nexmark generator cannot be rewound")
+	}
+	return nil
+}
+
+// rewind takes this subtask's share of the events checkpoint rs had
+// generated (nil: none): each split it records, from its start up to its
+// recorded position, without the throttle.
+func (r *reader) rewind(rs *operator.Restore) error {
+	r.cfg.Throttle = 0
+	if rs == nil {
+		return nil
+	}
+	recorded, err := r.restoreSplits(rs, 0, 1)
+	if err != nil {
+		return err
+	}
+	if len(recorded) == 0 {
+		return operator.Permanent(fmt.Errorf("nexmark: checkpoint %d records no split of the generator (taken by an earlier version of Weir once every split ended?): it cannot be rewound", rs.Checkpoint))
+	}
+	for _, s := range recorded {
+		if s.index%int64(r.ctx.Parallelism) == int64(r.ctx.Subtask) {
+			s.max, s.count = s.count, 0
+			r.splits = append(r.splits, s)
+		}
 	}
 	return nil
 }
@@ -454,6 +510,7 @@ func (r *reader) Read(out weir.Collector[Event]) (operator.PollResult, error) {
 	}
 	if s.count == s.max {
 		weir.FinishSplit(out, s.id)
+		r.done = append(r.done, *s)
 		r.splits = append(r.splits[:r.turn], r.splits[r.turn+1:]...)
 	} else {
 		r.turn++
@@ -462,12 +519,12 @@ func (r *reader) Read(out weir.Collector[Event]) (operator.PollResult, error) {
 }
 
 func (r *reader) Snapshot(checkpoint.ID) (operator.Async, error) {
-	items := make([][]byte, len(r.splits))
-	for i, s := range r.splits {
+	items := make([][]byte, 0, len(r.splits)+len(r.done))
+	for _, s := range slices.Concat(r.splits, r.done) {
 		b := binary.AppendVarint(nil, s.index)
 		b = binary.AppendVarint(b, s.of)
 		b = binary.AppendVarint(b, s.count)
-		items[i] = binary.AppendVarint(b, r.cfg.Events)
+		items = append(items, binary.AppendVarint(b, r.cfg.Events))
 	}
 	return r.ctx.SnapshotList(state.Split, "splits", items), nil
 }
