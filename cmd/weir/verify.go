@@ -29,9 +29,9 @@ sources rewound to their recorded positions; no checkpoints, no faults, nothing
 written), and compare what its sinks would write with what they committed up to that
 checkpoint, as multisets. Prints a summary and the records missing, duplicated,
 unexpected or changed (by key); exits 0 only on a match. Give the flags the job ran
-with. Refuses jobs a rerun cannot reproduce: sources that cannot be read again
-(Kafka), sinks whose output cannot be read back (Kafka, PostgreSQL, standard output),
-processing-time timers.`,
+with. Refuses jobs a rerun cannot reproduce: sources that cannot be read again, sinks
+whose output cannot be read back (Kafka, PostgreSQL, standard output), processing-time
+timers, unaligned checkpoints holding records in flight.`,
 	}
 	v.AddCommand(newVerifyWordCount(), newVerifyNexmark())
 	return v

@@ -153,6 +153,9 @@ type split struct {
 	Partition int32  `json:"p"`
 	Next      int64  `json:"n"`
 	End       int64  `json:"e"`
+	// From is the offset the job started the partition at, for a rewind
+	// (weir verify); absent in checkpoints of Weir before it.
+	From *int64 `json:"f,omitempty"`
 	// id names it for event time: each partition has its own watermark.
 	id string
 }
@@ -208,12 +211,19 @@ func (r *reader[T]) Open(ctx *operator.Context) error {
 	r.cl, r.adm = cl, kadm.NewClient(cl)
 	rctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeout)
 	defer cancel()
-	if ctx.Restore != nil {
+	switch {
+	case ctx.Rewind:
+		if err := r.rewind(rctx, ctx.Restore); err != nil {
+			return err
+		}
+	case ctx.Restore != nil:
 		if err := r.restore(ctx.Restore); err != nil {
 			return err
 		}
-	} else if err := r.assign(rctx); err != nil {
-		return err
+	default:
+		if err := r.assign(rctx); err != nil {
+			return err
+		}
 	}
 	offsets := map[string]map[int32]kgo.Offset{}
 	for k, s := range r.splits {
@@ -258,6 +268,57 @@ func (r *reader[T]) restore(rs *operator.Restore) error {
 	return nil
 }
 
+// Rewindable: a checkpoint records where the job started each partition
+// and where it got to.
+func (r *reader[T]) Rewindable() error { return nil }
+
+// rewind takes this subtask's share of the records checkpoint rs had read
+// (nil: none): each partition from the offset the job started it at up
+// to its recorded position, bounded. The records must still be in the
+// log.
+func (r *reader[T]) rewind(ctx context.Context, rs *operator.Restore) error {
+	r.cfg.Bounded = true
+	if rs == nil {
+		return nil
+	}
+	items, err := state.RestoreList(rs.Handles, rs.Read, state.Split, "splits", 0, 1)
+	if err != nil {
+		return err
+	}
+	var mine []*split
+	for _, it := range items {
+		var s split
+		if err := json.Unmarshal(it, &s); err != nil {
+			return operator.Permanent(fmt.Errorf("kafka source: rewind to checkpoint %d: %w", rs.Checkpoint, err))
+		}
+		if s.From == nil {
+			return operator.Permanent(fmt.Errorf("kafka source: checkpoint %d, taken by an earlier version of Weir, does not record where the job started reading %s/%d: it cannot be rewound", rs.Checkpoint, s.Topic, s.Partition))
+		}
+		if owner(s.Topic, s.Partition, r.ctx.Parallelism) == r.ctx.Subtask {
+			mine = append(mine, &split{Topic: s.Topic, Partition: s.Partition, Next: *s.From, End: s.Next, From: s.From})
+		}
+	}
+	if len(mine) == 0 {
+		return nil
+	}
+	parts := make([]tp, len(mine))
+	for i, s := range mine {
+		parts[i] = tp{s.Topic, s.Partition}
+	}
+	starts, err := r.startOffsets(ctx, parts, Earliest)
+	if err != nil {
+		return err
+	}
+	for _, s := range mine {
+		if first := starts[tp{s.Topic, s.Partition}]; first > s.Next && s.Next < s.End {
+			return operator.Permanent(fmt.Errorf("kafka source: %s/%d no longer holds offsets %d to %d, which checkpoint %d read (the log starts at %d now: retention deleted them): it cannot be rewound",
+				s.Topic, s.Partition, s.Next, first-1, rs.Checkpoint, first))
+		}
+		r.add(s)
+	}
+	return nil
+}
+
 // assign, on a fresh start, takes this subtask's partitions and their start
 // (and, bounded, end) offsets.
 func (r *reader[T]) assign(ctx context.Context) error {
@@ -286,7 +347,7 @@ func (r *reader[T]) assign(ctx context.Context) error {
 		}
 	}
 	for _, k := range mine {
-		s := &split{Topic: k.topic, Partition: k.partition, Next: starts[k], End: -1}
+		s := &split{Topic: k.topic, Partition: k.partition, Next: starts[k], End: -1, From: ptr(starts[k])}
 		if r.cfg.Bounded {
 			s.End = ends[k]
 		}
@@ -531,7 +592,7 @@ func (r *reader[T]) discover() error {
 	}
 	offsets := map[string]map[int32]kgo.Offset{}
 	for _, k := range mine {
-		r.add(&split{Topic: k.topic, Partition: k.partition, Next: starts[k], End: -1})
+		r.add(&split{Topic: k.topic, Partition: k.partition, Next: starts[k], End: -1, From: ptr(starts[k])})
 		if offsets[k.topic] == nil {
 			offsets[k.topic] = map[int32]kgo.Offset{}
 		}
@@ -615,3 +676,5 @@ func (r *reader[T]) Close() error {
 	}
 	return nil
 }
+
+func ptr[T any](v T) *T { return &v }
