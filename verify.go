@@ -5,16 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"os"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/graph"
 	"github.com/weirstream/weir/internal/runtime"
 	"github.com/weirstream/weir/operator"
+	"github.com/weirstream/weir/storage"
 )
 
 // Rewinder is implemented by a SourceReader that a verification rerun
@@ -311,6 +312,14 @@ func (e *Environment) Verify(ctx context.Context, vc VerifyConfig) (VerifyReport
 	if cc.Dir == "" {
 		return VerifyReport{}, fmt.Errorf("job %s: verify reads the job's checkpoints: give its checkpoint directory (--checkpoint-dir, Config.Checkpoint.Dir)", e.cfg.Job)
 	}
+	if !storage.IsURL(cc.Dir) {
+		// NB: opening a directory's storage creates the job's directory:
+		// verify only reads.
+		jobDir := cc.FS.PathJoin(strings.TrimPrefix(cc.Dir, "file://"), e.cfg.Job)
+		if _, err := cc.FS.Stat(jobDir); err != nil {
+			return VerifyReport{}, fmt.Errorf("job %s: no checkpoints to verify in %s (%w): give the job's checkpoint directory and name", e.cfg.Job, jobDir, err)
+		}
+	}
 	st, err := openStorage(cc, e.cfg.Job, e.cfg.Logger)
 	if err != nil {
 		return VerifyReport{}, err
@@ -322,6 +331,14 @@ func (e *Environment) Verify(ctx context.Context, vc VerifyConfig) (VerifyReport
 	m := scan.Latest()
 	if m == nil {
 		return VerifyReport{}, fmt.Errorf("job %s: %s holds no completed checkpoint to verify", e.cfg.Job, st.Describe())
+	}
+	// NB: strictly, whatever Config.AllowNonRestoredState says: a source
+	// whose positions no operator claims would rewind to nothing.
+	if _, err := m.Fit(e.cfg.Job, plan.Graph.Operators(), false); err != nil {
+		return VerifyReport{}, fmt.Errorf("job %s: checkpoint %d in %s does not fit the job, so a rerun cannot be compared with it: %w", e.cfg.Job, m.ID, st.Describe(), err)
+	}
+	if m.AtLeastOnce {
+		return VerifyReport{}, fmt.Errorf("job %s: checkpoint %d was taken in at-least-once mode: after a restore its committed output may hold records twice, as the mode allows, which a comparison would report; verify jobs that run exactly-once", e.cfg.Job, m.ID)
 	}
 	for _, ts := range m.Tasks {
 		for _, h := range ts.Handles {
@@ -396,6 +413,15 @@ func (e *Environment) rerun(ctx context.Context, plan *graph.Plan, v *verifyRun,
 	e.cfg.LocalRecovery, e.cfg.LocalRecoveryDir = false, ""
 	e.cfg.Cluster = ClusterConfig{}
 	e.cfg.Restart = NoRestart{}
+	if e.cfg.StateBackend.Kind == PebbleState {
+		// NB: never the job's own directory, which a running job holds.
+		dir, err := os.MkdirTemp("", "weir-verify-")
+		if err != nil {
+			return 0, err
+		}
+		defer os.RemoveAll(dir)
+		e.cfg.StateBackend.Dir = dir
+	}
 	e.verify = v
 	spec, err := e.spec(plan)
 	if err != nil {
@@ -411,11 +437,10 @@ func (e *Environment) rerun(ctx context.Context, plan *graph.Plan, v *verifyRun,
 		return n
 	}
 	start := read()
-	var done atomic.Bool
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
 	if progress != nil {
-		stop := make(chan struct{})
-		defer close(stop)
-		go func() {
+		wg.Go(func() {
 			t := time.NewTicker(time.Second)
 			defer t.Stop()
 			for {
@@ -423,15 +448,14 @@ func (e *Environment) rerun(ctx context.Context, plan *graph.Plan, v *verifyRun,
 				case <-stop:
 					return
 				case <-t.C:
-					if !done.Load() {
-						progress(read() - start)
-					}
+					progress(read() - start)
 				}
 			}
-		}()
+		})
 	}
 	_, err = runtime.Run(ctx, spec)
-	done.Store(true)
+	close(stop)
+	wg.Wait()
 	return read() - start, err
 }
 

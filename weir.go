@@ -653,7 +653,7 @@ func (e *Environment) spec(plan *graph.Plan) (runtime.Spec, error) {
 		Checkpoint: checkpoint.Config{
 			Interval: cc.Interval, MinPause: cc.MinPause, Timeout: cc.Timeout, MaxConcurrent: cc.MaxConcurrent,
 			TolerableFailures: cc.TolerableFailures, Retained: cc.Retained, RetainOnCancel: !cc.DiscardOnCancel,
-			Unaligned: cc.Alignment == Unaligned, AlignedTimeout: cc.AlignedTimeout,
+			Unaligned: cc.Alignment == Unaligned, AlignedTimeout: cc.AlignedTimeout, AtLeastOnce: cc.Mode == AtLeastOnce,
 		},
 		Codec: e.wireCodec(plan),
 		Start: runtime.Start{Fresh: e.cfg.Fresh, Latest: e.cfg.Restore == "latest", AllowNonRestoredState: e.cfg.AllowNonRestoredState},

@@ -44,6 +44,11 @@ type Config struct {
 	// long (Flink's aligned-checkpoint timeout). Zero never switches; it
 	// excludes Unaligned, which is unaligned from the first barrier.
 	AlignedTimeout time.Duration
+	// AtLeastOnce: the tasks do not align barriers (the job's mode is
+	// at-least-once). The coordinator only records it in the metadata:
+	// such a checkpoint's committed output may hold records twice after a
+	// restore (weir verify refuses it).
+	AtLeastOnce bool
 }
 
 // Defaults of Config fields whose zero value means "default".

@@ -579,7 +579,7 @@ func (c *Coordinator) abortUnpersisted(reason Reason, cause error) {
 }
 
 func (c *Coordinator) metadata(p *pending) *Metadata {
-	m := &Metadata{Job: c.job, Lineage: c.lineage, ID: p.id, Savepoint: p.savepoint, Triggered: p.triggered, Operators: c.ops, Tasks: make([]TaskState, len(c.tasks))}
+	m := &Metadata{Job: c.job, Lineage: c.lineage, ID: p.id, Savepoint: p.savepoint, AtLeastOnce: c.cfg.AtLeastOnce, Triggered: p.triggered, Operators: c.ops, Tasks: make([]TaskState, len(c.tasks))}
 	for i, t := range c.tasks {
 		m.Tasks[i] = TaskState{Task: t, Handles: p.handles[i]}
 	}

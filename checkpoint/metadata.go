@@ -22,10 +22,13 @@ type Metadata struct {
 	// (operator.Context.RunID) of the run that started it without
 	// restoring anything; every run that restores a checkpoint of the chain
 	// carries it on. Empty in checkpoints of Weir before lineages.
-	Lineage   string    `json:"lineage,omitempty"`
-	ID        ID        `json:"id"`
-	Savepoint bool      `json:"savepoint,omitempty"`
-	Triggered time.Time `json:"triggered"`
+	Lineage   string `json:"lineage,omitempty"`
+	ID        ID     `json:"id"`
+	Savepoint bool   `json:"savepoint,omitempty"`
+	// AtLeastOnce: taken in at-least-once mode (Config.AtLeastOnce);
+	// absent in checkpoints of Weir before it was recorded.
+	AtLeastOnce bool      `json:"atLeastOnce,omitempty"`
+	Triggered   time.Time `json:"triggered"`
 	// Operators fingerprint the job that took the checkpoint: with Job,
 	// they are what a restore checks the checkpoint against (Fit).
 	Operators []Operator  `json:"operators"`

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -13,11 +15,44 @@ import (
 	"github.com/weirstream/weir/connector/file"
 	"github.com/weirstream/weir/examples/nexmark"
 	"github.com/weirstream/weir/examples/wordcount"
+	"github.com/weirstream/weir/storage"
 )
 
-// errMismatch is the exit of a verification that found a difference: the
-// report says which.
-var errMismatch = errors.New("the committed output differs from the rerun's (see the report)")
+// errMismatch is the exit of a verification that found a difference
+// (status 1): the report says which. A verification that could not run
+// (a refusal, an error) exits 2, so that a script tells "the output is
+// wrong" from "it was not checked".
+var errMismatch = exitError{code: 1, msg: "the committed output differs from the rerun's (see the report)"}
+
+// notVerified makes err, which stopped a verification, exit 2.
+func notVerified(err error) error {
+	if err == nil {
+		return nil
+	}
+	return exitError{code: 2, msg: "not verified: " + err.Error()}
+}
+
+// readable checks, before the job is built (which creates its output
+// directory), that what verify reads exists: the output directory and the
+// job's checkpoints, dir/job.
+func readable(output, dir, job string) error {
+	if scheme, ok := file.URLScheme(output); ok || output == "-" {
+		what := "standard output"
+		if ok {
+			what = "a " + scheme + ": URL"
+		}
+		return fmt.Errorf("--output %s: verify reads back output directories only, not %s", map[bool]string{true: scheme + ":…", false: output}[ok], what)
+	}
+	if st, err := os.Stat(output); err != nil || !st.IsDir() {
+		return fmt.Errorf("--output %s is not a directory the job wrote: %v", output, err)
+	}
+	if !storage.IsURL(dir) {
+		if _, err := os.Stat(filepath.Join(strings.TrimPrefix(dir, "file://"), job)); err != nil {
+			return fmt.Errorf("--checkpoint-dir %s holds no checkpoints of job %s: %v", dir, job, err)
+		}
+	}
+	return nil
+}
 
 func newVerify() *cobra.Command {
 	v := &cobra.Command{
@@ -46,10 +81,13 @@ func newVerifyWordCount() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if input == "" || output == "" || dir == "" {
-				return errors.New("--input, --output and --checkpoint-dir are required: those the job ran with")
+				return notVerified(errors.New("--input, --output and --checkpoint-dir are required: those the job ran with"))
 			}
 			if parallelism < 1 {
-				return fmt.Errorf("--parallelism %d: must be at least 1", parallelism)
+				return notVerified(fmt.Errorf("--parallelism %d: must be at least 1", parallelism))
+			}
+			if err := readable(output, dir, "wordcount"); err != nil {
+				return notVerified(err)
 			}
 			stopProfile, err := startProfile()
 			if err != nil {
@@ -59,7 +97,7 @@ func newVerifyWordCount() *cobra.Command {
 			env, err := wordcount.Build(wordcount.Options{Input: input, Output: output, MaxLineBytes: maxLineBytes, Parallelism: parallelism,
 				Checkpoint: weir.CheckpointConfig{Dir: dir}, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 			if err != nil {
-				return err
+				return notVerified(err)
 			}
 			return verifyEnv(cmd, env, weir.VerifyConfig{Key: func(_ string, rec []byte) string {
 				word, _, _ := bytes.Cut(rec, []byte("\t"))
@@ -89,20 +127,23 @@ func newVerifyNexmark() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			qs, err := nexmark.Lookup(query)
 			if err != nil {
-				return err
+				return notVerified(err)
 			}
 			switch {
 			case len(qs) != 1:
-				return errors.New("--query: name one query")
+				return notVerified(errors.New("--query: name one query"))
 			case output == "" || dir == "":
-				return errors.New("--output and --checkpoint-dir are required: those the job ran with")
+				return notVerified(errors.New("--output and --checkpoint-dir are required: those the job ran with"))
 			case parallelism < 1:
-				return fmt.Errorf("--parallelism %d: must be at least 1", parallelism)
+				return notVerified(fmt.Errorf("--parallelism %d: must be at least 1", parallelism))
+			}
+			if err := readable(output, dir, "nexmark-"+qs[0].Name); err != nil {
+				return notVerified(err)
 			}
 			env := weir.New(weir.Config{Job: "nexmark-" + qs[0].Name, Parallelism: parallelism, Checkpoint: weir.CheckpointConfig{Dir: dir},
 				Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 			if err := nexmark.Add(env, nexmark.Config{Events: events, Rate: rate}, qs[0], nexmark.Output{Dir: output}); err != nil {
-				return err
+				return notVerified(err)
 			}
 			return verifyEnv(cmd, env, weir.VerifyConfig{}, "events")
 		},
@@ -123,7 +164,7 @@ func verifyEnv(cmd *cobra.Command, env *weir.Environment, vc weir.VerifyConfig, 
 	vc.Progress = func(read int64) { fmt.Fprintf(os.Stderr, "weir verify: rerun: %d %s read\n", read, unit) }
 	rep, err := env.Verify(cmd.Context(), vc)
 	if err != nil {
-		return err
+		return notVerified(err)
 	}
 	fmt.Fprint(cmd.OutOrStdout(), rep)
 	if !rep.OK() {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -75,16 +76,33 @@ func Sink[T any](cfg SinkConfig[T]) (func() weir.SinkWriter[T], error) {
 	if err := cfg.FS.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("output directory %s: %w", cfg.Dir, err)
 	}
-	probe := cfg.FS.PathJoin(cfg.Dir, fmt.Sprintf(".weir-probe-%d-%d", os.Getpid(), probes.Add(1)))
-	f, err := cfg.FS.Create(probe, vfs.WriteCategoryUnspecified)
-	if err != nil {
-		return nil, fmt.Errorf("output directory %s is not writable: %w", cfg.Dir, err)
-	}
-	f.Close()
-	if err := cfg.FS.Remove(probe); err != nil {
-		return nil, fmt.Errorf("output directory %s: %w", cfg.Dir, err)
+	if err := writable(cfg.FS, cfg.Dir); err != nil {
+		return nil, err
 	}
 	return func() weir.SinkWriter[T] { return &fileSink[T]{cfg: cfg} }, nil
+}
+
+// writable fails unless dir can be written. On the real file system it
+// asks the kernel (access(2)), writing nothing: a job built only to verify
+// its output (weir verify) must leave the directory as it is. Elsewhere it
+// creates and removes a probe file.
+func writable(fs vfs.FS, dir string) error {
+	if vfs.Root(fs) == vfs.Default {
+		if err := syscall.Access(dir, 2 /* W_OK */); err != nil {
+			return fmt.Errorf("output directory %s is not writable: %w", dir, err)
+		}
+		return nil
+	}
+	probe := fs.PathJoin(dir, fmt.Sprintf(".weir-probe-%d-%d", os.Getpid(), probes.Add(1)))
+	f, err := fs.Create(probe, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return fmt.Errorf("output directory %s is not writable: %w", dir, err)
+	}
+	f.Close()
+	if err := fs.Remove(probe); err != nil {
+		return fmt.Errorf("output directory %s: %w", dir, err)
+	}
+	return nil
 }
 
 // probes numbers the writability probes of this process.

@@ -6,7 +6,6 @@ package file
 import (
 	"bufio"
 	"bytes"
-	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -303,9 +303,11 @@ type lineReader struct {
 	ids   map[string]string // every file cfg.Pattern matches, empty ones too: its fileID
 	total int64             // bytes of every split
 	// known is every file the source has taken (cleaned): those this
-	// run's input matches and those the restored checkpoint records. It is
-	// never read again from its start; subtask 0 checkpoints it.
-	known  map[string]bool
+	// run's input matches and those the restored checkpoint records, with
+	// the size it had when its splits were made (-1: not recorded, by an
+	// earlier version of Weir). It is never read again from its start;
+	// subtask 0 checkpoints it.
+	known  map[string]int64
 	mine   []split // this subtask's, in order; mine[0] is being read
 	ctx    *operator.Context
 	f      vfs.File
@@ -319,9 +321,10 @@ func (l *lineReader) Open(ctx *operator.Context) error {
 	// NB: a file known is never read again, so an empty one is not known:
 	// it has no split, and the lines it may get later are read by the
 	// restore that finds it.
-	l.known = make(map[string]bool, len(l.ids))
+	l.known = make(map[string]int64, len(l.ids))
 	for _, s := range l.all {
-		l.known[l.id(s.Path)] = true
+		id := l.id(s.Path)
+		l.known[id] = max(l.known[id], s.End)
 	}
 	switch {
 	case ctx.Rewind:
@@ -338,11 +341,11 @@ func (l *lineReader) Open(ctx *operator.Context) error {
 func (l *lineReader) Rewindable() error { return nil }
 
 // rewind takes this subtask's share of what checkpoint rs had read (nil:
-// nothing): every file it knew, less the unread part of each split it
-// recorded, in ranges dealt round-robin. A range that starts after a
-// file's start skips its partial first line, which the unread range
-// before it would read; one that ends at a recorded position ends before
-// the line that starts there.
+// nothing): the splits of every file it knew, as the job made them (of
+// cfg.SplitBytes, up to the size the file had then), each up to the
+// position the checkpoint recorded for it (not at all if not started), or
+// whole if it recorded none (it was read to the end). The splits keep
+// their ids, so event time has the same per-split watermarks.
 func (l *lineReader) rewind(rs *operator.Restore) error {
 	if rs == nil {
 		return nil
@@ -358,52 +361,50 @@ func (l *lineReader) rewind(rs *operator.Restore) error {
 	if len(known) == 0 && len(items) > 0 {
 		return operator.Permanent(fmt.Errorf("input %s: checkpoint %d, taken by an earlier version of Weir, does not record which files it read: it cannot be rewound", l.cfg.Pattern, rs.Checkpoint))
 	}
-	unread := map[string][][2]int64{}
+	type at struct {
+		id    string
+		start int64
+	}
+	recorded := map[at]split{}
 	for _, it := range items {
 		s, err := decodeSplit(it)
 		if err != nil {
 			return fmt.Errorf("input %s: rewind to checkpoint %d: %w", l.cfg.Pattern, rs.Checkpoint, err)
 		}
-		from := s.Pos
-		if !s.started {
-			from = s.Start
-		}
-		if from < s.End {
-			id := l.id(s.Path)
-			unread[id] = append(unread[id], [2]int64{from, s.End})
-		}
+		recorded[at{l.id(s.Path), s.Start}] = s
 	}
 	paths := map[string]string{} // by id: the path the input spells it
-	sizes := map[string]int64{}
 	for _, s := range l.all {
-		id := l.id(s.Path)
-		paths[id], sizes[id] = s.Path, max(sizes[id], s.End)
+		paths[l.id(s.Path)] = s.Path
 	}
 	var read []split
 	for _, f := range known {
-		id := string(f)
+		id, size := parseKnown(f)
 		path, ok := paths[id]
 		if !ok {
-			// NB: a file the input no longer matches: the id is its path.
-			path = id
+			path = id // NB: a file the input no longer matches: the id is its path
+		}
+		if size < 0 {
 			st, err := l.cfg.FS.Stat(path)
 			if err != nil {
 				return operator.Permanent(fmt.Errorf("input %s: checkpoint %d read %s, which cannot be read again: %w", l.cfg.Pattern, rs.Checkpoint, path, err))
 			}
-			sizes[id] = st.Size()
+			size = st.Size()
 		}
-		rs := unread[id]
-		slices.SortFunc(rs, func(a, b [2]int64) int { return cmp.Compare(a[0], b[0]) })
-		pos := int64(0)
-		for _, r := range rs {
-			if r[0] > pos {
-				read = append(read, split{Path: path, Start: pos, End: r[0], Pos: pos})
+		for start := int64(0); start < size; start += l.cfg.SplitBytes {
+			s := split{Path: path, Start: start, End: min(start+l.cfg.SplitBytes, size), Pos: start}
+			if r, ok := recorded[at{id, start}]; ok {
+				delete(recorded, at{id, start})
+				if !r.started {
+					continue // not begun
+				}
+				s.End = r.Pos // NB: at a line start, after the skip of a partial first line
 			}
-			pos = max(pos, r[1])
+			read = append(read, s)
 		}
-		if pos < sizes[id] {
-			read = append(read, split{Path: path, Start: pos, End: sizes[id], Pos: pos})
-		}
+	}
+	for _, r := range recorded {
+		return operator.Permanent(fmt.Errorf("input %s: checkpoint %d records a split of %s at byte %d, which splits of %d bytes do not make: rewind with the split size the job had", l.cfg.Pattern, rs.Checkpoint, r.Path, r.Start, l.cfg.SplitBytes))
 	}
 	l.mine = deal(read, l.ctx.Subtask, l.ctx.Parallelism)
 	return nil
@@ -505,8 +506,11 @@ func (l *lineReader) restore(rs *operator.Restore) error {
 
 	wasKnown := make(map[string]bool, len(known))
 	for _, f := range known {
-		wasKnown[string(f)] = true
-		l.known[string(f)] = true
+		id, size := parseKnown(f)
+		wasKnown[id] = true
+		if _, ok := l.known[id]; !ok || size >= 0 {
+			l.known[id] = size
+		}
 	}
 	l.mine = deal(recorded, l.ctx.Subtask, l.ctx.Parallelism)
 	if l.ctx.Subtask != 0 {
@@ -524,6 +528,29 @@ func (l *lineReader) restore(rs *operator.Restore) error {
 			"input", l.cfg.Pattern, "checkpoint", rs.Checkpoint, "files", len(unread), "names", nameFiles(slices.Sorted(maps.Keys(unread))))
 	}
 	return nil
+}
+
+// knownItem is a known file's item in the checkpoint: its id, and its
+// size after a NUL when known.
+func knownItem(id string, size int64) []byte {
+	if size < 0 {
+		return []byte(id)
+	}
+	return strconv.AppendInt(append([]byte(id), 0), size, 10)
+}
+
+// parseKnown reads a knownItem; size -1 when it has none (an earlier
+// version of Weir recorded ids only).
+func parseKnown(b []byte) (id string, size int64) {
+	before, after, ok := bytes.Cut(b, []byte{0})
+	if !ok {
+		return string(b), -1
+	}
+	n, err := strconv.ParseInt(string(after), 10, 64)
+	if err != nil {
+		return string(b), -1
+	}
+	return string(before), n
 }
 
 // nameFiles lists files for a message, the first maxNamedFiles of them.
@@ -719,7 +746,7 @@ func (l *lineReader) Snapshot(checkpoint.ID) (operator.Async, error) {
 	// state: each gets them all on restore, at any parallelism).
 	known := make([][]byte, 0, len(l.known))
 	for _, f := range slices.Sorted(maps.Keys(l.known)) {
-		known = append(known, []byte(f))
+		known = append(known, knownItem(f, l.known[f]))
 	}
 	files := l.ctx.SnapshotList(state.Union, "files", known)
 	input := l.ctx.SnapshotList(state.Union, "input", [][]byte{[]byte(l.cfg.Pattern)})
