@@ -587,17 +587,24 @@ func (s *fileSink[T]) Committed(ctx *operator.Context, f func(rec []byte)) error
 		}
 	}
 	for _, n := range slices.Sorted(maps.Keys(pending)) {
-		// A recorded transaction not committed yet: the restore of the
-		// checkpoint commits it, so its records count. Neither pending nor
-		// committed, its records are lost: the comparison shows them
-		// missing.
-		if _, err := s.cfg.FS.Stat(s.path(pending[n])); err == nil {
-			read = append(read, pending[n])
+		// A recorded transaction not committed when the directory was
+		// listed: the restore of the checkpoint commits it, so its records
+		// count, pending or committed since (by the job, running). Neither,
+		// its records are lost: the comparison shows them missing.
+		for _, name := range []string{pending[n], n} {
+			if _, err := s.cfg.FS.Stat(s.path(name)); err == nil {
+				read = append(read, name)
+				break
+			}
 		}
 	}
 	slices.Sort(read)
 	for _, n := range read {
 		b, err := readFile(s.cfg.FS, s.path(n))
+		if pending, ok := strings.CutSuffix(n, ".pending"); ok && errors.Is(err, os.ErrNotExist) {
+			// NB: committed since it was found pending.
+			b, err = readFile(s.cfg.FS, s.path(strings.TrimPrefix(pending, ".")))
+		}
 		if err != nil {
 			return fmt.Errorf("output %s: %w", s.path(n), err)
 		}
