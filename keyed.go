@@ -266,8 +266,8 @@ type keyed[K comparable, Out any] struct {
 	c       *chain
 	// lateCount is the node's count of late records (nil: one of its own).
 	lateCount *atomic.Int64
-	// wmCap bounds the watermark: MaxTime, but in a verification rerun
-	// the operator's at the checkpoint (chain.watermarkCap).
+	// wmCap bounds the watermark in a verification rerun: the operator's
+	// at the checkpoint (chain.watermarkCap).
 	wmCap int64
 }
 
@@ -363,7 +363,10 @@ func (k *keyed[K, Out]) FireTimers(now time.Time) error {
 
 // AdvanceWatermark fires the event-time timers up to wm, earliest first.
 func (k *keyed[K, Out]) AdvanceWatermark(wm int64) error {
-	if wm = min(wm, k.wmCap); wm <= k.kctx.wm {
+	if k.c.verify != nil {
+		wm = min(wm, k.wmCap)
+	}
+	if wm <= k.kctx.wm {
 		return nil // a restored watermark is ahead of the inputs'
 	}
 	k.kctx.wm = wm

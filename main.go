@@ -49,6 +49,10 @@ func Main(cfg Config, build func(env *Environment) error, opts ...MainOption) {
 		os.Exit(130)
 	}
 	fmt.Fprintln(os.Stderr, filepath.Base(os.Args[0])+":", err)
+	var nv notVerified
+	if errors.As(err, &nv) {
+		os.Exit(2)
+	}
 	os.Exit(1)
 }
 
@@ -119,8 +123,16 @@ func runMain(ctx context.Context, args []string, cfg Config, build func(*Environ
 }
 
 // errMismatch is what the verify command fails with when the committed
-// output differs from the rerun's.
+// output differs from the rerun's (exit status 1).
 var errMismatch = errors.New("the committed output differs from a rerun's (see the report)")
+
+// notVerified is what stopped the verify command from verifying (a
+// refusal, an error): Main exits 2, so that a script tells "the output is
+// wrong" from "it was not checked".
+type notVerified struct{ err error }
+
+func (e notVerified) Error() string { return "not verified: " + e.err.Error() }
+func (e notVerified) Unwrap() error { return e.err }
 
 // verifyCommand checks the job's committed output against a rerun over
 // the input its latest checkpoint consumed (Environment.Verify).
@@ -140,17 +152,17 @@ be read back, an operator marked weir.NonDeterministic, processing-time timers.`
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
 			if c.Logger, err = logger(); err != nil {
-				return err
+				return notVerified{err}
 			}
 			env := New(c)
 			if err := build(env); err != nil {
-				return fmt.Errorf("build the job: %w", err)
+				return notVerified{fmt.Errorf("build the job: %w", err)}
 			}
 			rep, err := env.Verify(ctx, VerifyConfig{Progress: func(read int64) {
 				fmt.Fprintf(cmd.ErrOrStderr(), "verify: rerun: %d records read\n", read)
 			}})
 			if err != nil {
-				return err
+				return notVerified{err}
 			}
 			fmt.Fprint(cmd.OutOrStdout(), rep)
 			if !rep.OK() {

@@ -247,7 +247,7 @@ func Source[T any](env *Environment, name string, newReader func() SourceReader[
 		r := newReader()
 		p, _ := r.(ProgressReporter)
 		if v := env.verify; v != nil {
-			r = &rewound[T]{SourceReader: r, restore: v.restoreOf(n.UID)}
+			r = &rewound[T]{SourceReader: r, restore: restoreOf(v.point, n.UID)}
 		}
 		op := &sourceOp[T]{SourceReader: r, progress: p, out: countingCollector[T]{next: next.(Collector[T])}, c: c, n: n}
 		ws, ok := n.watermarks.(WatermarkStrategy[T])
@@ -280,7 +280,7 @@ func Source[T any](env *Environment, name string, newReader func() SourceReader[
 		case ws.check() != nil:
 			env.fail(fmt.Errorf("source %q: %w", name, ws.check()))
 		}
-		n.timed = ok
+		n.timed, n.idleTimeout = ok, ws.IdleTimeout
 	}
 	return s
 }

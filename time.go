@@ -310,7 +310,7 @@ func AssignWatermarks[T any](s *Stream[T], name string, strategy WatermarkStrate
 	}
 	n.head = headOf[T](n)
 	out := addOp[T](s.env, name, kindAssigner, strategy.Timestamp, append(opts, NoChain()), n, s)
-	n.timed = true
+	n.timed, n.idleTimeout = true, strategy.IdleTimeout
 	return out
 }
 

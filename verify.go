@@ -173,8 +173,8 @@ type tally struct {
 }
 
 func (t *tally) add(rec []byte, side int) {
+	t.digest[side].add(rec)
 	if t.m == nil {
-		t.digest[side].add(rec)
 		return
 	}
 	c := t.m[string(rec)]
@@ -205,11 +205,7 @@ func (d *digest) add(rec []byte) {
 
 func (d *digest) merge(o digest) { d.n, d.a, d.b = d.n+o.n, d.a+o.a, d.b+o.b }
 
-// restoreOf is the state operator uid wrote in the checkpoint, nil if none.
-func (v *verifyRun) restoreOf(uid string) *operator.Restore {
-	return restoreOf(v.point, uid)
-}
-
+// restoreOf is the state operator uid wrote in checkpoint p, nil if none.
 func restoreOf(p *runtime.RestorePoint, uid string) *operator.Restore {
 	r := &operator.Restore{Checkpoint: p.Metadata.ID, Read: p.Read, Open: p.Open}
 	for _, ts := range p.Metadata.Tasks {
@@ -292,6 +288,9 @@ func (e *Environment) Verify(ctx context.Context, vc VerifyConfig) (VerifyReport
 		if n.nondeterministic {
 			refusals = append(refusals, fmt.Sprintf("operator %q is marked non-deterministic", n.UID))
 		}
+		if n.idleTimeout > 0 {
+			refusals = append(refusals, fmt.Sprintf("operator %q marks splits idle after %v without records, by the clock: which records a rerun finds late would differ", n.UID, n.idleTimeout))
+		}
 		if n.verify == nil {
 			continue
 		}
@@ -360,6 +359,7 @@ func (e *Environment) Verify(ctx context.Context, vc VerifyConfig) (VerifyReport
 	}
 	// The digests first; then, for the sinks whose digests differ, record
 	// by record, which takes a second rerun.
+	first := map[string][2]digest{} // pass 0's digests of the sinks compared again
 	for pass := range 2 {
 		for _, n := range sinks {
 			t := v.tallies[n.UID]
@@ -367,10 +367,10 @@ func (e *Environment) Verify(ctx context.Context, vc VerifyConfig) (VerifyReport
 				continue
 			}
 			if pass == 1 {
-				t.m = map[string]*[2]int64{}
+				first[n.UID], t.digest, t.m = t.digest, [2]digest{}, map[string]*[2]int64{}
 			}
 			oc := &operator.Context{Job: e.cfg.Job, UID: n.UID, Parallelism: 1, MaxParallelism: n.MaxParallelism,
-				Restore: restoreOf(point, n.UID), Resumed: m.ID, Logger: e.cfg.Logger, Now: time.Now}
+				Restore: restoreOf(point, n.UID), Resumed: m.ID, Lineage: m.Lineage, Logger: e.cfg.Logger, Now: time.Now}
 			if oc.Restore == nil {
 				oc.Restore = &operator.Restore{Checkpoint: m.ID, Read: point.Read, Open: point.Open}
 			}
@@ -394,9 +394,17 @@ func (e *Environment) Verify(ctx context.Context, vc VerifyConfig) (VerifyReport
 		}
 	}
 	for _, n := range sinks {
-		if t := v.tallies[n.UID]; t.m != nil {
-			report.Sinks = append(report.Sinks, compare(n.UID, t.m, vc.Key))
+		t := v.tallies[n.UID]
+		if t.m == nil {
+			continue
 		}
+		if t.digest != first[n.UID] {
+			// NB: else a second rerun that happens to match would hide the
+			// first one's mismatch.
+			return report, fmt.Errorf("job %s: sink %q: two reruns over checkpoint %d's input made different output (%d and %d records), or its committed output changed meanwhile (%d and %d): the job is not deterministic (records late by chance? a source's idleness?), or it is running and committing; it cannot be verified by a rerun",
+				e.cfg.Job, n.UID, m.ID, first[n.UID][0].n, t.digest[0].n, first[n.UID][1].n, t.digest[1].n)
+		}
+		report.Sinks = append(report.Sinks, compare(n.UID, t.m, vc.Key))
 	}
 	slices.SortFunc(report.Sinks, func(a, b SinkVerdict) int { return strings.Compare(a.Sink, b.Sink) })
 	return report, nil
@@ -545,7 +553,7 @@ func (c *chain) watermarkCap(oc *operator.Context) (int64, error) {
 	if c.verify == nil {
 		return operator.MaxTime, nil
 	}
-	rs := c.verify.restoreOf(oc.UID)
+	rs := restoreOf(c.verify.point, oc.UID)
 	if rs == nil {
 		return operator.MinTime, nil
 	}

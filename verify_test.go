@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -142,6 +143,8 @@ func TestVerifyRefusesWhatARerunCannotReproduce(t *testing.T) {
 			s = weir.Map(weir.Source(e, "numbers", gen(t, 0, func(i int64) int64 { return i })), "text", func(int64) string { return "n" })
 		case "funcsink":
 			s = weir.Source(e, "lines", lines)
+		case "idle":
+			s = weir.Source(e, "lines", lines, weir.Watermarks(weir.Monotonous(func(string) time.Time { return time.UnixMilli(0) }).WithIdleness(time.Second)))
 		case "marked":
 			s = weir.Map(weir.Source(e, "lines", lines), "stamp", func(l string) string { return l + time.Now().String() }, weir.NonDeterministic())
 		case "clock":
@@ -160,6 +163,7 @@ func TestVerifyRefusesWhatARerunCannotReproduce(t *testing.T) {
 		"generator": `source "numbers": an unbounded generator (Count 0) cannot be rewound`,
 		"marked":    `operator "stamp" is marked non-deterministic`,
 		"funcsink":  `sink "out": its committed output cannot be read back`,
+		"idle":      `operator "lines" marks splits idle after 1s without records, by the clock`,
 	} {
 		_, err := build(t, shape, t.TempDir()).Verify(context.Background(), weir.VerifyConfig{})
 		if err == nil || !strings.Contains(err.Error(), says) {
@@ -336,8 +340,13 @@ func TestMainVerify(t *testing.T) {
 	if err := os.WriteFile(files[0], append([]byte("changed\n"), body...), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := weir.RunMain(context.Background(), verify, cfg, build); err == nil || !strings.Contains(err.Error(), "differs") {
+	if err := weir.RunMain(context.Background(), verify, cfg, build); err == nil || !strings.Contains(err.Error(), "differs") || strings.Contains(err.Error(), "not verified") {
 		t.Fatalf("verify of output with a line added: %v, want the mismatch", err)
+	}
+	// Not verified (exit status 2 from Main), not a mismatch:
+	nothing := []string{"verify", "--checkpoint-dir", filepath.Join(dir, "nowhere"), "--log-level", "warn"}
+	if err := weir.RunMain(context.Background(), nothing, cfg, build); err == nil || !strings.Contains(err.Error(), "not verified") {
+		t.Fatalf("verify without checkpoints: %v, want it not verified", err)
 	}
 }
 
@@ -377,4 +386,74 @@ func TestVerifyEventTimeStoppedMidway(t *testing.T) {
 			t.Fatalf("%s", rep)
 		}
 	})
+}
+
+// TestVerifyTwoRerunsThatDisagreeAreNotAMatch: a job whose output differs
+// from run to run (here its first rerun, by a planted counter) is not
+// reported a match because its second rerun, the record-by-record one,
+// happens to equal the committed output: the two reruns disagree, and
+// Verify says so.
+func TestVerifyTwoRerunsThatDisagreeAreNotAMatch(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.txt")
+	if err := os.WriteFile(in, []byte("a\nb\nc\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int64
+	build := func() *weir.Environment {
+		lines, err := file.Lines(file.LinesConfig{Pattern: in})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sink, err := file.Sink(file.SinkConfig[string]{Dir: filepath.Join(dir, "out"), Format: lineFormat})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := weir.New(weir.Config{Checkpoint: weir.CheckpointConfig{Interval: 5 * time.Millisecond, Dir: filepath.Join(dir, "ckpt")}})
+		weir.Sink(weir.Map(weir.Source(e, "lines", lines), "tag", func(l string) string {
+			if n := calls.Add(1); n > 3 && n <= 6 { // the first rerun's
+				return l + "!"
+			}
+			return l
+		}), "out", sink)
+		return e
+	}
+	execute(t, build())
+	rep, err := build().Verify(context.Background(), weir.VerifyConfig{})
+	if err == nil || !strings.Contains(err.Error(), "two reruns") {
+		t.Fatalf("a job whose reruns disagree: %v, want an error saying so; report:\n%s", err, rep)
+	}
+}
+
+// TestVerifyRefusesOutputOfAnotherRun: an output directory that a run
+// started over (--fresh, with other checkpoints) has rewritten is not
+// compared with the first run's checkpoint: Verify says whose it is.
+func TestVerifyRefusesOutputOfAnotherRun(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.txt")
+	if err := os.WriteFile(in, []byte("a\nb\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	build := func(ckpt string, fresh bool) *weir.Environment {
+		lines, err := file.Lines(file.LinesConfig{Pattern: in})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sink, err := file.Sink(file.SinkConfig[string]{Dir: filepath.Join(dir, "out"), Format: lineFormat})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := weir.New(weir.Config{Fresh: fresh, Checkpoint: weir.CheckpointConfig{Interval: 5 * time.Millisecond, Dir: filepath.Join(dir, ckpt)}})
+		weir.Sink(weir.Source(e, "lines", lines), "out", sink)
+		return e
+	}
+	execute(t, build("first", false))
+	execute(t, build("second", true))
+	if rep, err := build("second", false).Verify(context.Background(), weir.VerifyConfig{}); err != nil || !rep.OK() {
+		t.Fatalf("the second run's own checkpoints: %v\n%s", err, rep)
+	}
+	_, err := build("first", false).Verify(context.Background(), weir.VerifyConfig{})
+	if err == nil || !strings.Contains(err.Error(), "holds the output of another run") {
+		t.Fatalf("the first run's checkpoints against the second run's output: %v, want a refusal", err)
+	}
 }

@@ -389,6 +389,9 @@ type node struct {
 	// the NonDeterministic option.
 	verify           *verifyPart
 	nondeterministic bool
+	// idleTimeout is its watermark strategy's (WithIdleness), which
+	// follows the clock.
+	idleTimeout time.Duration
 }
 
 // emitterFunc builds the collector over the edges of a node's output port

@@ -19,7 +19,7 @@ var rewindSeeds = flag.Int("rewind.seeds", 300, "seeds of TestRewindGenerated")
 
 // TestRewindGenerated: seeded random files (empty lines, CRLF, a last
 // line without newline, empty files, lines longer than a split), split
-// sizes, parallelisms and stopping points. Each subtask reads a random
+// sizes (another for the rewind), parallelisms and stopping points. Each subtask reads a random
 // number of batches, all snapshot; readers rewound to that snapshot, at
 // another parallelism, read again exactly the lines read before it — the
 // multisets are equal — and then a restore of it reads exactly the rest.
@@ -64,6 +64,14 @@ func rewindOnce(seed uint64) error {
 	if err != nil {
 		return err
 	}
+	// The rewind and the restore are configured with another split size:
+	// the checkpoint says how the job split each file.
+	cfg2 := cfg
+	cfg2.SplitBytes = int64(1 + rng.IntN(64))
+	newReader2, err := Lines(cfg2)
+	if err != nil {
+		return err
+	}
 	p, p2 := 1+rng.IntN(3), 1+rng.IntN(3)
 	w := &operatortest.MemWriter{}
 	var before lines
@@ -92,7 +100,7 @@ func rewindOnce(seed uint64) error {
 	read := func(rewind bool) (lines, error) {
 		var got lines
 		for sub := range p2 {
-			r := newReader()
+			r := newReader2()
 			ctx := opCtx(sub, p2, &operator.Restore{Checkpoint: 1, Handles: handles, Read: w.Read})
 			ctx.Rewind = rewind
 			if err := r.Open(ctx); err != nil {

@@ -557,6 +557,11 @@ func (s *fileSink[T]) Records(v T, f func(rec []byte)) {
 func (s *fileSink[T]) Committed(ctx *operator.Context, f func(rec []byte)) error {
 	s.ctx, s.uid = ctx, escapeUID(ctx.UID)
 	upTo := ctx.Restore.Checkpoint
+	if got, err := s.readLineage(); err != nil {
+		return err
+	} else if got != "" && ctx.Lineage != "" && got != ctx.Lineage {
+		return fmt.Errorf("output directory %s holds the output of another run (lineage %s) than checkpoint %d's (%s): a run started over (--fresh) since, with other checkpoints; verify with that run's checkpoint directory", s.cfg.Dir, got, upTo, ctx.Lineage)
+	}
 	pending := map[string]string{} // the pending files recorded, by their committed names
 	if len(ctx.Restore.Handles) > 0 {
 		items, err := state.RestoreList(ctx.Restore.Handles, ctx.Restore.Read, state.Union, "pending", 0, 1)
@@ -586,26 +591,27 @@ func (s *fileSink[T]) Committed(ctx *operator.Context, f func(rec []byte)) error
 			delete(pending, n)
 		}
 	}
-	for _, n := range slices.Sorted(maps.Keys(pending)) {
-		// A recorded transaction not committed when the directory was
-		// listed: the restore of the checkpoint commits it, so its records
-		// count, pending or committed since (by the job, running). Neither,
-		// its records are lost: the comparison shows them missing.
-		for _, name := range []string{pending[n], n} {
-			if _, err := s.cfg.FS.Stat(s.path(name)); err == nil {
-				read = append(read, name)
-				break
-			}
-		}
-	}
 	slices.Sort(read)
 	for _, n := range read {
 		b, err := readFile(s.cfg.FS, s.path(n))
-		if pending, ok := strings.CutSuffix(n, ".pending"); ok && errors.Is(err, os.ErrNotExist) {
-			// NB: committed since it was found pending.
-			b, err = readFile(s.cfg.FS, s.path(strings.TrimPrefix(pending, ".")))
-		}
 		if err != nil {
+			return fmt.Errorf("output %s: %w", s.path(n), err)
+		}
+		eachLine(b, f)
+	}
+	// The recorded transactions not committed when the directory was
+	// listed: the restore of the checkpoint commits them, so their records
+	// count, pending or committed since (by the job, running). Neither,
+	// their records are lost: the comparison shows them missing.
+	for _, n := range slices.Sorted(maps.Keys(pending)) {
+		b, err := readFile(s.cfg.FS, s.path(pending[n]))
+		if errors.Is(err, os.ErrNotExist) {
+			b, err = readFile(s.cfg.FS, s.path(n))
+		}
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			continue
+		case err != nil:
 			return fmt.Errorf("output %s: %w", s.path(n), err)
 		}
 		eachLine(b, f)

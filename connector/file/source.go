@@ -14,7 +14,6 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -304,10 +303,9 @@ type lineReader struct {
 	total int64             // bytes of every split
 	// known is every file the source has taken (cleaned): those this
 	// run's input matches and those the restored checkpoint records, with
-	// the size it had when its splits were made (-1: not recorded, by an
-	// earlier version of Weir). It is never read again from its start;
-	// subtask 0 checkpoints it.
-	known  map[string]int64
+	// how its splits were made (for a rewind). It is never read again from
+	// its start; subtask 0 checkpoints it.
+	known  map[string]made
 	mine   []split // this subtask's, in order; mine[0] is being read
 	ctx    *operator.Context
 	f      vfs.File
@@ -321,10 +319,10 @@ func (l *lineReader) Open(ctx *operator.Context) error {
 	// NB: a file known is never read again, so an empty one is not known:
 	// it has no split, and the lines it may get later are read by the
 	// restore that finds it.
-	l.known = make(map[string]int64, len(l.ids))
+	l.known = make(map[string]made, len(l.ids))
 	for _, s := range l.all {
 		id := l.id(s.Path)
-		l.known[id] = max(l.known[id], s.End)
+		l.known[id] = made{size: max(l.known[id].size, s.End), split: l.cfg.SplitBytes}
 	}
 	switch {
 	case ctx.Rewind:
@@ -361,6 +359,10 @@ func (l *lineReader) rewind(rs *operator.Restore) error {
 	if len(known) == 0 && len(items) > 0 {
 		return operator.Permanent(fmt.Errorf("input %s: checkpoint %d, taken by an earlier version of Weir, does not record which files it read: it cannot be rewound", l.cfg.Pattern, rs.Checkpoint))
 	}
+	sizes, err := restoreMade(rs)
+	if err != nil {
+		return fmt.Errorf("input %s: rewind to checkpoint %d: %w", l.cfg.Pattern, rs.Checkpoint, err)
+	}
 	type at struct {
 		id    string
 		start int64
@@ -374,25 +376,22 @@ func (l *lineReader) rewind(rs *operator.Restore) error {
 		recorded[at{l.id(s.Path), s.Start}] = s
 	}
 	paths := map[string]string{} // by id: the path the input spells it
-	for _, s := range l.all {
-		paths[l.id(s.Path)] = s.Path
+	for path, id := range l.ids {
+		paths[id] = path
 	}
 	var read []split
 	for _, f := range known {
-		id, size := parseKnown(f)
+		id := string(f)
 		path, ok := paths[id]
 		if !ok {
 			path = id // NB: a file the input no longer matches: the id is its path
 		}
-		if size < 0 {
-			st, err := l.cfg.FS.Stat(path)
-			if err != nil {
-				return operator.Permanent(fmt.Errorf("input %s: checkpoint %d read %s, which cannot be read again: %w", l.cfg.Pattern, rs.Checkpoint, path, err))
-			}
-			size = st.Size()
+		m, ok := sizes[id]
+		if !ok {
+			return operator.Permanent(fmt.Errorf("input %s: checkpoint %d does not record the size %s had when the job took it (the job took it under an earlier version of Weir): it cannot be rewound", l.cfg.Pattern, rs.Checkpoint, path))
 		}
-		for start := int64(0); start < size; start += l.cfg.SplitBytes {
-			s := split{Path: path, Start: start, End: min(start+l.cfg.SplitBytes, size), Pos: start}
+		for start := int64(0); start < m.size; start += m.split {
+			s := split{Path: path, Start: start, End: min(start+m.split, m.size), Pos: start}
 			if r, ok := recorded[at{id, start}]; ok {
 				delete(recorded, at{id, start})
 				if !r.started {
@@ -404,7 +403,7 @@ func (l *lineReader) rewind(rs *operator.Restore) error {
 		}
 	}
 	for _, r := range recorded {
-		return operator.Permanent(fmt.Errorf("input %s: checkpoint %d records a split of %s at byte %d, which splits of %d bytes do not make: rewind with the split size the job had", l.cfg.Pattern, rs.Checkpoint, r.Path, r.Start, l.cfg.SplitBytes))
+		return operator.Permanent(fmt.Errorf("input %s: checkpoint %d records a split of %s at byte %d, which is not one of the splits it records the file was read in", l.cfg.Pattern, rs.Checkpoint, r.Path, r.Start))
 	}
 	l.mine = deal(read, l.ctx.Subtask, l.ctx.Parallelism)
 	return nil
@@ -504,13 +503,16 @@ func (l *lineReader) restore(rs *operator.Restore) error {
 		return nil
 	}
 
+	sizes, err := restoreMade(rs)
+	if err != nil {
+		return fmt.Errorf("input %s: restore the sizes of the files read: %w", l.cfg.Pattern, err)
+	}
 	wasKnown := make(map[string]bool, len(known))
 	for _, f := range known {
-		id, size := parseKnown(f)
-		wasKnown[id] = true
-		if _, ok := l.known[id]; !ok || size >= 0 {
-			l.known[id] = size
-		}
+		wasKnown[string(f)] = true
+		// NB: without a size recorded (an earlier version of Weir took the
+		// file), none is carried on: the file may have grown since.
+		l.known[string(f)] = sizes[string(f)]
 	}
 	l.mine = deal(recorded, l.ctx.Subtask, l.ctx.Parallelism)
 	if l.ctx.Subtask != 0 {
@@ -530,27 +532,35 @@ func (l *lineReader) restore(rs *operator.Restore) error {
 	return nil
 }
 
-// knownItem is a known file's item in the checkpoint: its id, and its
-// size after a NUL when known.
-func knownItem(id string, size int64) []byte {
-	if size < 0 {
-		return []byte(id)
-	}
-	return strconv.AppendInt(append([]byte(id), 0), size, 10)
+// made is how the job split a file it took: the file's size then, and
+// the split size; zero when not known (the job took the file under an
+// earlier version of Weir).
+type made struct{ size, split int64 }
+
+// The "sizes" union state holds an item per known file whose made is
+// known: its id, a NUL, and its size and split size as varints. ("files"
+// holds the ids alone, as earlier versions of Weir read them.)
+func madeItem(id string, m made) []byte {
+	return binary.AppendVarint(binary.AppendVarint(append([]byte(id), 0), m.size), m.split)
 }
 
-// parseKnown reads a knownItem; size -1 when it has none (an earlier
-// version of Weir recorded ids only).
-func parseKnown(b []byte) (id string, size int64) {
-	before, after, ok := bytes.Cut(b, []byte{0})
-	if !ok {
-		return string(b), -1
-	}
-	n, err := strconv.ParseInt(string(after), 10, 64)
+// restoreMade reads the "sizes" state of rs, by file id.
+func restoreMade(rs *operator.Restore) (map[string]made, error) {
+	items, err := state.RestoreList(rs.Handles, rs.Read, state.Union, "sizes", 0, 1)
 	if err != nil {
-		return string(b), -1
+		return nil, err
 	}
-	return string(before), n
+	out := make(map[string]made, len(items))
+	for _, it := range items {
+		id, rest, ok := bytes.Cut(it, []byte{0})
+		size, n1 := binary.Varint(rest)
+		split, n2 := binary.Varint(rest[max(n1, 0):])
+		if !ok || n1 <= 0 || n2 <= 0 || split <= 0 {
+			return nil, fmt.Errorf("file sizes: %w", codec.ErrShort)
+		}
+		out[string(id)] = made{size: size, split: split}
+	}
+	return out, nil
 }
 
 // nameFiles lists files for a message, the first maxNamedFiles of them.
@@ -745,14 +755,19 @@ func (l *lineReader) Snapshot(checkpoint.ID) (operator.Async, error) {
 	// Subtask 0 records the files and the input for every subtask (union
 	// state: each gets them all on restore, at any parallelism).
 	known := make([][]byte, 0, len(l.known))
+	var sizes [][]byte
 	for _, f := range slices.Sorted(maps.Keys(l.known)) {
-		known = append(known, knownItem(f, l.known[f]))
+		known = append(known, []byte(f))
+		if m := l.known[f]; m.split > 0 {
+			sizes = append(sizes, madeItem(f, m))
+		}
 	}
 	files := l.ctx.SnapshotList(state.Union, "files", known)
+	sized := l.ctx.SnapshotList(state.Union, "sizes", sizes)
 	input := l.ctx.SnapshotList(state.Union, "input", [][]byte{[]byte(l.cfg.Pattern)})
 	return func(w operator.Writer) ([]checkpoint.Handle, error) {
 		var hs []checkpoint.Handle
-		for _, async := range []operator.Async{splits, files, input} {
+		for _, async := range []operator.Async{splits, files, sized, input} {
 			more, err := async(w)
 			if err != nil {
 				return nil, err

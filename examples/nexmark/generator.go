@@ -468,8 +468,18 @@ func (r *reader) rewind(rs *operator.Restore) error {
 	if err != nil {
 		return err
 	}
-	if len(recorded) == 0 {
-		return operator.Permanent(fmt.Errorf("nexmark: checkpoint %d records no split of the generator (taken by an earlier version of Weir once every split ended?): it cannot be rewound", rs.Checkpoint))
+	// NB: a checkpoint after one of an earlier version of Weir, which did
+	// not record the splits read to the end, lacks those.
+	seen := map[int64]bool{}
+	for _, s := range recorded {
+		if s.of != recorded[0].of || seen[s.index] {
+			return operator.Permanent(fmt.Errorf("nexmark: checkpoint %d records splits of %d and of %d, or one twice: it cannot be rewound", rs.Checkpoint, recorded[0].of, s.of))
+		}
+		seen[s.index] = true
+	}
+	if len(recorded) == 0 || int64(len(seen)) != recorded[0].of {
+		return operator.Permanent(fmt.Errorf("nexmark: checkpoint %d records %d of the generator's splits, not all: the others ended before a checkpoint of an earlier version of Weir, which did not record ended splits; it cannot be rewound",
+			rs.Checkpoint, len(recorded)))
 	}
 	for _, s := range recorded {
 		if s.index%int64(r.ctx.Parallelism) == int64(r.ctx.Subtask) {
