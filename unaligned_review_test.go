@@ -86,7 +86,7 @@ func TestReviewUnalignedEventTimeWindowsWithFailures(t *testing.T) {
 // TestReviewUnalignedJoinsWithFailures: joinJob (two inputs) with
 // unaligned checkpoints, failing midway.
 func TestReviewUnalignedJoinsWithFailures(t *testing.T) {
-	want := joinBruteForce()
+	want := joinBruteForce(joinEvents)
 	for _, cc := range reviewModes {
 		t.Run(modeName(cc), func(t *testing.T) {
 			var n atomic.Int64
@@ -159,7 +159,7 @@ func TestReviewUnalignedWindowsRescaled(t *testing.T) {
 }
 
 func TestReviewUnalignedJoinsRescaled(t *testing.T) {
-	want := joinBruteForce()
+	want := joinBruteForce(joinEvents)
 	for _, cc := range reviewModes {
 		t.Run(modeName(cc), func(t *testing.T) {
 			got := reviewRescaled(t, cc, []int{2, 3, 1}, func(cfg weir.Config, out string, slow bool) *weir.Environment {
