@@ -145,9 +145,11 @@ func verifyCommand(ctx context.Context, cfg Config, build func(*Environment) err
 rerun the job in this process over exactly the input that checkpoint consumed (its sources
 rewound; no checkpoints, no faults, nothing written), and compare what each sink would write
 with what it committed up to that checkpoint, as multisets. Prints a summary and the records
-missing, duplicated or unexpected; exits 0 only on a match. Give the job's own flags. Refuses
-a job a rerun cannot reproduce: a source that cannot be read again, a sink whose output cannot
-be read back, an operator marked weir.NonDeterministic, processing-time timers.`,
+missing, duplicated or unexpected; exits 0 on a match, 1 on a mismatch, 2 when it could not
+verify. Give the job's own flags. Refuses a job a rerun cannot reproduce: a source that cannot
+be read again, a sink whose output cannot be read back, an operator marked
+weir.NonDeterministic, processing-time timers, watermarks with idleness, unaligned or
+at-least-once checkpoints, another run's output, two reruns that disagree.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
