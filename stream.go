@@ -365,6 +365,10 @@ func Sink[T any](s *Stream[T], name string, newWriter func() SinkWriter[T], opts
 		committed: func(ctx *operator.Context, f func([]byte)) error {
 			return newWriter().(VerifiedSink[T]).Committed(ctx, f)
 		},
+		keyed: func() KeyedRecords {
+			k, _ := newWriter().(KeyedRecords)
+			return k
+		},
 	}
 }
 

@@ -43,6 +43,13 @@ type VerifiedSink[T any] interface {
 	Committed(ctx *operator.Context, f func(rec []byte)) error
 }
 
+// KeyedRecords is implemented by a VerifiedSink whose records have keys
+// (a Kafka record's): when VerifyConfig.Key is nil, Verify pairs a missing
+// record with an unexpected one of the same key as a changed record.
+type KeyedRecords interface {
+	RecordKey(rec []byte) string
+}
+
 // NonDeterministic marks an operator whose output a rerun over the same
 // input need not reproduce (it reads the clock, draws random numbers,
 // calls a service): Verify refuses the job instead of reporting a false
@@ -55,13 +62,16 @@ type verifyPart struct {
 	check func() error
 	// committed reads a sink's committed output (VerifiedSink.Committed).
 	committed func(ctx *operator.Context, f func(rec []byte)) error
+	// keyed is a sink's writer if its records have keys, else nil.
+	keyed func() KeyedRecords
 }
 
 // VerifyConfig configures Environment.Verify.
 type VerifyConfig struct {
 	// Key, if set, is a committed record's key: a record the rerun made and
 	// the sink lacks, and one the sink holds and the rerun did not make,
-	// with the same key, are reported as one changed record.
+	// with the same key, are reported as one changed record. Unset, a
+	// sink's own (KeyedRecords) serves.
 	Key func(sink string, rec []byte) string
 	// Progress, if set, is called about once a second during the rerun
 	// with the records its sources have read so far.
@@ -404,7 +414,11 @@ func (e *Environment) Verify(ctx context.Context, vc VerifyConfig) (VerifyReport
 			return report, fmt.Errorf("job %s: sink %q: two reruns over checkpoint %d's input made different output (%d and %d records), or its committed output changed meanwhile (%d and %d): the job is not deterministic (records late by chance? a source's idleness?), or it is running and committing; it cannot be verified by a rerun",
 				e.cfg.Job, n.UID, m.ID, first[n.UID][0].n, t.digest[0].n, first[n.UID][1].n, t.digest[1].n)
 		}
-		report.Sinks = append(report.Sinks, compare(n.UID, t.m, vc.Key))
+		key := vc.Key
+		if k := n.verify.keyed(); key == nil && k != nil {
+			key = func(_ string, rec []byte) string { return k.RecordKey(rec) }
+		}
+		report.Sinks = append(report.Sinks, compare(n.UID, t.m, key))
 	}
 	slices.SortFunc(report.Sinks, func(a, b SinkVerdict) int { return strings.Compare(a.Sink, b.Sink) })
 	return report, nil

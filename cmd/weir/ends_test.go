@@ -96,7 +96,8 @@ func chaos(t *testing.T, kills int, args ...string) {
 // TestKill9KafkaToKafka kills the word count from Kafka to Kafka at random
 // moments; the broker, a process of its own, lives on. The output read
 // read_committed is exactly-once, and the read reaches the end offsets: no
-// transaction the killed runs left open holds it back.
+// transaction the killed runs left open holds it back. weir verify finds
+// it to match a rerun.
 func TestKill9KafkaToKafka(t *testing.T) {
 	inParallel(t)
 	addr := serveKafka(t, "lines", "counts")
@@ -122,6 +123,12 @@ func TestKill9KafkaToKafka(t *testing.T) {
 		t.Fatalf("%v %v", rep, err)
 	}
 	t.Logf("%v; read in %v", rep, time.Since(start))
+	// The topic, read back at the last checkpoint, matches a rerun.
+	out, err := exec.Command(weirBin, "verify", "wordcount", "--input", "kafka://"+addr+"/lines?bounded=true", "--output", "kafka://"+addr+"/counts",
+		"--checkpoint-dir", j.ckpt, "--parallelism", "3").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "sink output: match") {
+		t.Fatalf("weir verify: %v\n%s", err, out)
+	}
 }
 
 // TestKill9ToPostgres kills the word count writing to PostgreSQL at random

@@ -176,9 +176,46 @@ type txn struct {
 
 	// NB: not mu, which flush holds while the client calls ack.
 	markMu sync.Mutex
-	// mark is where the transaction's first record was written, reset
-	// when the id begins its next transaction.
-	mark *mark
+	// mark is where the transaction's first record was written, and
+	// spans where all of them were, reset when the id begins its next
+	// transaction.
+	mark  *mark
+	spans map[partition]offsets
+}
+
+// partition is a partition of a topic.
+type partition struct {
+	Topic     string
+	Partition int32
+}
+
+// offsets are the first and last offsets of the records a producer wrote
+// into a partition.
+type offsets struct{ First, Last int64 }
+
+func (o offsets) merge(p offsets) offsets {
+	return offsets{min(o.First, p.First), max(o.Last, p.Last)}
+}
+
+// span is what a checkpoint records of where a producer id of the sink
+// wrote into a partition, over the whole history of the job's output up to
+// the checkpoint: every record of that producer id within it belongs to a
+// transaction recorded by the checkpoint or an earlier one (the id's
+// transactions follow each other, and it begins one after a checkpoint only
+// once that checkpoint's is committed), and verify reads the output back by
+// it (Committed).
+type span struct {
+	PID       int64  `json:"pid"`
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	First     int64  `json:"first"`
+	Last      int64  `json:"last"`
+}
+
+// spanKey identifies a span.
+type spanKey struct {
+	PID int64
+	partition
 }
 
 // record is what a checkpoint records of a pre-committed transaction.
@@ -210,12 +247,19 @@ func (t *txn) record() record {
 	return record{ID: t.ID, PID: t.PID, Epoch: t.Epoch, At: t.At, Sub: t.Sub}
 }
 
-// noteMark keeps the place of the transaction's first acknowledged record.
+// noteMark keeps the place of the transaction's first acknowledged record,
+// and the span of its records in r's partition.
 func (t *txn) noteMark(r *kgo.Record) {
 	t.markMu.Lock()
 	defer t.markMu.Unlock()
 	if t.mark == nil {
 		t.mark = &mark{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
+	}
+	p := partition{r.Topic, r.Partition}
+	if o, ok := t.spans[p]; ok {
+		t.spans[p] = o.merge(offsets{r.Offset, r.Offset})
+	} else {
+		t.spans[p] = offsets{r.Offset, r.Offset}
 	}
 }
 
@@ -230,6 +274,9 @@ type pool struct {
 	// weir-<job>-<uid>-<s>-<k>. (Ids under a prefix the user set are the
 	// same in every format.)
 	IDs int `json:"ids,omitempty"`
+	// Spans: the checkpoint's spans cover the sink's whole output. False
+	// when its history goes through a checkpoint of Weir before spans.
+	Spans bool `json:"spans,omitempty"`
 }
 
 type writer[T any] struct {
@@ -259,6 +306,13 @@ type writer[T any] struct {
 	owned   bool
 	topicID string // of cfg.Topic, for the ownership record
 
+	// spans: where the transactions this subtask flushed wrote, by
+	// producer id, and in subtask 0 those the restored checkpoint
+	// recorded; complete unless that checkpoint lacked them (pool.Spans).
+	spanMu   sync.Mutex
+	spans    map[spanKey]offsets
+	complete bool
+
 	errMu    sync.Mutex
 	firstErr error
 }
@@ -269,6 +323,7 @@ func (w *writer[T]) Open(ctx *operator.Context) error {
 		w.delivery = AtLeastOnce // without checkpoints there is nothing to commit at
 		ctx.Logger.Info("kafka sink: no checkpoints, so records are written at least once and flushed when the input ends")
 	}
+	w.spans, w.complete = map[spanKey]offsets{}, true
 	var err error
 	if w.plain, err = client(w.cfg.Brokers, w.cfg.ClientOpts, kgo.DefaultProduceTopic(w.cfg.Topic), transactionVersion1()); err != nil {
 		return err
@@ -319,15 +374,17 @@ func (w *writer[T]) Open(ctx *operator.Context) error {
 		}
 		var commit []record
 		for _, it := range items {
-			var rec struct {
-				Pool *pool   `json:"pool"`
-				Txn  *record `json:"txn"`
-			}
+			var rec item
 			if err := json.Unmarshal(it, &rec); err != nil {
 				return operator.Permanent(fmt.Errorf("kafka sink: restore: %w", err))
 			}
 			switch {
+			case rec.Span != nil:
+				if ctx.Subtask == 0 {
+					w.addSpan(rec.Span.PID, partition{rec.Span.Topic, rec.Span.Partition}, offsets{rec.Span.First, rec.Span.Last})
+				}
 			case rec.Pool != nil:
+				w.complete = w.complete && rec.Pool.Spans
 				oldP, oldSize = max(oldP, rec.Pool.Parallelism), max(oldSize, rec.Pool.Size)
 				if rec.Pool.IDs < txnIDFormat {
 					legacyP, legacySize = max(legacyP, rec.Pool.Parallelism), max(legacySize, rec.Pool.Size)
@@ -560,7 +617,7 @@ func (w *writer[T]) newTxn(ctx context.Context, sub int, id string) (*txn, error
 		cl.Close()
 		return nil, fatal("kafka sink: initialise transactional id "+id, err)
 	}
-	t := &txn{ID: id, Sub: sub, cl: cl, ends: ends}
+	t := &txn{ID: id, Sub: sub, cl: cl, ends: ends, spans: map[partition]offsets{}}
 	t.ack = func(r *kgo.Record, err error) {
 		if err == nil {
 			t.noteMark(r)
@@ -820,7 +877,7 @@ func (w *writer[T]) Write(v T) error {
 				return fatal("kafka sink: begin transaction "+t.ID, err)
 			}
 			t.markMu.Lock()
-			t.mark = nil
+			t.mark, t.spans = nil, map[partition]offsets{}
 			t.markMu.Unlock()
 			w.open = t
 		}
@@ -861,7 +918,7 @@ func (w *writer[T]) Snapshot(id checkpoint.ID) (operator.Async, error) {
 		w.pending = append(w.pending, t)
 		w.open = nil
 	}
-	items := [][]byte{mustJSON(map[string]any{"pool": pool{Sub: w.ctx.Subtask, Parallelism: w.ctx.Parallelism, Size: w.cfg.TransactionalIDs, IDs: txnIDFormat}})}
+	items := [][]byte{mustJSON(item{Pool: &pool{Sub: w.ctx.Subtask, Parallelism: w.ctx.Parallelism, Size: w.cfg.TransactionalIDs, IDs: txnIDFormat, Spans: w.complete}})}
 	recs := make([]record, len(w.pending))
 	for i, t := range w.pending {
 		recs[i] = t.record()
@@ -882,10 +939,45 @@ func (w *writer[T]) Snapshot(id checkpoint.ID) (operator.Async, error) {
 		}
 		for i, r := range recs {
 			r.Mark = todo[i].flushedMark()
-			items = append(items, mustJSON(map[string]any{"txn": r}))
+			items = append(items, mustJSON(item{Txn: &r}))
 		}
+		items = w.spanItems(todo, items)
 		return w.ctx.SnapshotList(state.Union, "txns", items)(wr)
 	}, nil
+}
+
+// item is an item of the sink's list state: exactly one field is set.
+// (Weir before spans ignores span items.)
+type item struct {
+	Pool *pool   `json:"pool,omitempty"`
+	Txn  *record `json:"txn,omitempty"`
+	Span *span   `json:"span,omitempty"`
+}
+
+func (w *writer[T]) addSpan(pid int64, p partition, o offsets) {
+	k := spanKey{pid, p}
+	if old, ok := w.spans[k]; ok {
+		o = old.merge(o)
+	}
+	w.spans[k] = o
+}
+
+// spanItems adds the spans of the flushed transactions flushed to the
+// subtask's, and appends an item for each to items.
+func (w *writer[T]) spanItems(flushed []*txn, items [][]byte) [][]byte {
+	w.spanMu.Lock()
+	defer w.spanMu.Unlock()
+	for _, t := range flushed {
+		t.markMu.Lock()
+		for p, o := range t.spans {
+			w.addSpan(t.PID, p, o)
+		}
+		t.markMu.Unlock()
+	}
+	for k, o := range w.spans {
+		items = append(items, mustJSON(item{Span: &span{PID: k.PID, Topic: k.Topic, Partition: k.Partition, First: o.First, Last: o.Last}}))
+	}
+	return items
 }
 
 func (t *txn) flush() error {

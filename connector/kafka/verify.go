@@ -1,0 +1,322 @@
+package kafka
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/weirstream/weir/operator"
+	"github.com/weirstream/weir/state"
+)
+
+// Records calls f with the record v becomes, as verify compares it: its
+// topic, key, value and headers (not its partition, which the partitioner
+// may pick at random for records without keys).
+func (w *writer[T]) Records(v T, f func(rec []byte)) {
+	r := w.cfg.Encode(v)
+	topic := r.Topic
+	if topic == "" {
+		topic = w.cfg.Topic
+	}
+	f(appendRecord(nil, topic, r.Key, r.Value, r.Headers))
+}
+
+// appendRecord appends the form verify compares records in: the topic, then
+// the key, the value and each header's key=value, quoted (Go syntax), null
+// for a null key or value.
+func appendRecord(b []byte, topic string, key, value []byte, headers []kgo.RecordHeader) []byte {
+	quote := func(b, v []byte) []byte {
+		if v == nil {
+			return append(b, "null"...)
+		}
+		return strconv.AppendQuote(b, string(v))
+	}
+	b = append(b, topic...)
+	b = quote(append(b, ' '), key)
+	b = quote(append(b, ' '), value)
+	for _, h := range headers {
+		b = strconv.AppendQuote(append(b, ' '), h.Key)
+		b = quote(append(b, '='), h.Value)
+	}
+	return b
+}
+
+// RecordKey is a record's topic and key, which verify pairs a changed
+// record by.
+func (w *writer[T]) RecordKey(rec []byte) string {
+	topic, rest, _ := strings.Cut(string(rec), " ")
+	if strings.HasPrefix(rest, "null") {
+		return topic + " null"
+	}
+	key, err := strconv.QuotedPrefix(rest)
+	if err != nil {
+		return string(rec)
+	}
+	return topic + " " + key
+}
+
+// Committed reads back the records the sink committed up to checkpoint
+// ctx.Restore.Checkpoint, and those of the transactions it recorded still
+// open (a restore commits them), read_uncommitted with the transactions'
+// markers: in each partition the checkpoint's spans name, every committed
+// record from the first offset the sink wrote to the last the checkpoint
+// recorded, except those of the sink's producer ids outside their spans
+// (transactions after the checkpoint, or an earlier run's). A record
+// another producer committed among them is read too: the comparison
+// reports it unexpected. It only reads.
+func (w *writer[T]) Committed(ctx *operator.Context, f func(rec []byte)) error {
+	upTo := ctx.Restore.Checkpoint
+	if w.cfg.Delivery != ExactlyOnce {
+		return fmt.Errorf("kafka sink %s writes %v: its output may hold records twice, which a rerun does not reproduce; verify reads back exactly-once output only", ctx.UID, w.cfg.Delivery)
+	}
+	spans, complete, err := recordedSpans(ctx)
+	switch {
+	case err != nil:
+		return err
+	case !complete:
+		return fmt.Errorf("checkpoint %d of kafka sink %s does not record where all its output is: its history goes through a checkpoint of Weir before it recorded that; verify a checkpoint of a run started over with this version", upTo, ctx.UID)
+	}
+	ours := map[int64]bool{}
+	ranges := map[partition]offsets{} // from the first record any of the sink's producers wrote to the last recorded one
+	for k, o := range spans {
+		ours[k.PID] = true
+		if r, ok := ranges[k.partition]; ok {
+			o = r.merge(o)
+		}
+		ranges[k.partition] = o
+	}
+	if len(ranges) == 0 {
+		return nil // no output yet
+	}
+	cl, err := client(w.cfg.Brokers, w.cfg.ClientOpts)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	rctx, cancel := context.WithTimeout(context.Background(), w.cfg.Timeout)
+	defer cancel()
+	ends, err := w.checkReadable(rctx, kadm.NewClient(cl), ranges)
+	if err != nil {
+		return err
+	}
+	// First the markers, to the end of each partition (a transaction's
+	// marker follows its last record), then the records.
+	markers := map[spanKey][]marker{}
+	err = w.read(ranges, ends, func(r *kgo.Record) {
+		if !r.Attrs.IsControl() {
+			return
+		}
+		var key kmsg.ControlRecordKey
+		if key.ReadFrom(r.Key) != nil {
+			return
+		}
+		k := spanKey{r.ProducerID, partition{r.Topic, r.Partition}}
+		markers[k] = append(markers[k], marker{r.Offset, key.Type == kmsg.ControlRecordKeyTypeCommit})
+	})
+	if err != nil {
+		return err
+	}
+	recorded := map[partition]int64{}
+	for p, o := range ranges {
+		recorded[p] = o.Last + 1
+	}
+	var buf []byte
+	return w.read(ranges, recorded, func(r *kgo.Record) {
+		if r.Attrs.IsControl() {
+			return
+		}
+		k := spanKey{r.ProducerID, partition{r.Topic, r.Partition}}
+		committed, open := outcome(markers[k], r.Offset)
+		if ours[r.ProducerID] {
+			o, ok := spans[k]
+			if !ok || r.Offset < o.First || r.Offset > o.Last || !committed && !open {
+				return
+			}
+		} else if r.Attrs.IsTransactional() && !committed {
+			return
+		}
+		buf = appendRecord(buf[:0], r.Topic, r.Key, r.Value, r.Headers)
+		f(buf)
+	})
+}
+
+// marker is a transaction's commit or abort marker in a partition.
+type marker struct {
+	Offset int64
+	Commit bool
+}
+
+// outcome says how the transaction of a record at offset ended, by its
+// producer's markers in the partition: committed, or still open (no marker
+// after it).
+func outcome(ms []marker, offset int64) (committed, open bool) {
+	i := sort.Search(len(ms), func(i int) bool { return ms[i].Offset > offset })
+	if i == len(ms) {
+		return false, true
+	}
+	return ms[i].Commit, false
+}
+
+// recordedSpans reads the spans of every subtask's state, and whether they
+// cover the sink's whole output.
+func recordedSpans(ctx *operator.Context) (map[spanKey]offsets, bool, error) {
+	items, err := state.RestoreList(ctx.Restore.Handles, ctx.Restore.Read, state.Union, "txns", 0, 1)
+	if err != nil {
+		return nil, false, err
+	}
+	spans, pools, complete := map[spanKey]offsets{}, 0, true
+	for _, it := range items {
+		var rec item
+		if err := json.Unmarshal(it, &rec); err != nil {
+			return nil, false, fmt.Errorf("kafka sink %s: checkpoint %d: %w", ctx.UID, ctx.Restore.Checkpoint, err)
+		}
+		switch {
+		case rec.Pool != nil:
+			pools++
+			complete = complete && rec.Pool.Spans
+		case rec.Span != nil:
+			k := spanKey{rec.Span.PID, partition{rec.Span.Topic, rec.Span.Partition}}
+			o := offsets{rec.Span.First, rec.Span.Last}
+			if old, ok := spans[k]; ok {
+				o = old.merge(o)
+			}
+			spans[k] = o
+		}
+	}
+	if pools == 0 {
+		return nil, false, fmt.Errorf("checkpoint %d holds no state of kafka sink %s: it was not writing exactly once then", ctx.Restore.Checkpoint, ctx.UID)
+	}
+	return spans, complete, nil
+}
+
+// checkReadable refuses what reading the ranges back cannot count right: a
+// compacted topic (it keeps the last record of each key), records the log no
+// longer holds (retention), a log that ends before them (the topic was made
+// again). It returns each partition's end.
+func (w *writer[T]) checkReadable(ctx context.Context, adm *kadm.Client, ranges map[partition]offsets) (map[partition]int64, error) {
+	topics := slices.Sorted(maps.Keys(topicSet(ranges)))
+	configs, err := adm.DescribeTopicConfigs(ctx, topics...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka sink: describe %s: %w", strings.Join(topics, ", "), err)
+	}
+	for _, c := range configs {
+		if c.Err != nil {
+			return nil, fmt.Errorf("kafka sink: describe topic %s: %w", c.Name, c.Err)
+		}
+		for _, kv := range c.Configs {
+			if kv.Key == "cleanup.policy" && kv.Value != nil && strings.Contains(*kv.Value, "compact") {
+				return nil, fmt.Errorf("topic %s is compacted (cleanup.policy=%s): it keeps only the last record of each key, so its committed output cannot be counted against a rerun's", c.Name, *kv.Value)
+			}
+		}
+	}
+	starts, err := adm.ListStartOffsets(ctx, topics...)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kafka sink: the start offsets of %s: %w", strings.Join(topics, ", "), err)
+	}
+	endOffsets, err := adm.ListEndOffsets(ctx, topics...)
+	if err == nil {
+		err = endOffsets.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kafka sink: the end offsets of %s: %w", strings.Join(topics, ", "), err)
+	}
+	ends := map[partition]int64{}
+	for p, o := range ranges {
+		if s, ok := starts.Lookup(p.Topic, p.Partition); ok && s.Offset > o.First {
+			return nil, fmt.Errorf("%s/%d: the log starts at offset %d, after the job's first output at %d: retention deleted records the job committed, so its output cannot be read whole", p.Topic, p.Partition, s.Offset, o.First)
+		}
+		e, ok := endOffsets.Lookup(p.Topic, p.Partition)
+		if !ok || e.Offset <= o.Last {
+			return nil, fmt.Errorf("%s/%d ends before offset %d, where the checkpoint records output: the topic was deleted and made again, or is another cluster's", p.Topic, p.Partition, o.Last)
+		}
+		ends[p] = e.Offset
+	}
+	return ends, nil
+}
+
+func topicSet(ranges map[partition]offsets) map[string]bool {
+	ts := map[string]bool{}
+	for p := range ranges {
+		ts[p.Topic] = true
+	}
+	return ts
+}
+
+// errStalled is a read that got no record for the sink's Timeout.
+var errStalled = errors.New("no record came for the timeout")
+
+// read calls f with every record (control records too) of each partition
+// from ranges' first offset up to, not including, to's, read_uncommitted.
+func (w *writer[T]) read(ranges map[partition]offsets, to map[partition]int64, f func(*kgo.Record)) error {
+	from := map[string]map[int32]kgo.Offset{}
+	next := map[partition]int64{}
+	for p, o := range ranges {
+		if to[p] <= o.First {
+			continue
+		}
+		if from[p.Topic] == nil {
+			from[p.Topic] = map[int32]kgo.Offset{}
+		}
+		from[p.Topic][p.Partition] = kgo.NewOffset().At(o.First)
+		next[p] = o.First
+	}
+	if len(next) == 0 {
+		return nil
+	}
+	cl, err := client(w.cfg.Brokers, w.cfg.ClientOpts, kgo.FetchIsolationLevel(kgo.ReadUncommitted()), kgo.KeepControlRecords(), kgo.ConsumePartitions(from))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	for len(next) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), w.cfg.Timeout)
+		fs := cl.PollFetches(ctx)
+		stalled := ctx.Err() != nil
+		cancel()
+		if stalled {
+			p := slices.MinFunc(slices.Collect(maps.Keys(next)), func(a, b partition) int {
+				return cmp.Or(strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
+			})
+			return fmt.Errorf("kafka sink: read %s/%d back at offset %d, up to %d: %w (%v)", p.Topic, p.Partition, next[p], to[p], errStalled, w.cfg.Timeout)
+		}
+		var ferr error
+		fs.EachError(func(t string, p int32, err error) {
+			if ferr == nil {
+				ferr = fmt.Errorf("kafka sink: read %s/%d back: %w", t, p, err)
+			}
+		})
+		if ferr != nil {
+			return ferr
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			p := partition{r.Topic, r.Partition}
+			n, ok := next[p]
+			if !ok || r.Offset < n {
+				return
+			}
+			if r.Offset < to[p] {
+				f(r)
+			}
+			if r.Offset+1 >= to[p] {
+				delete(next, p)
+				return
+			}
+			next[p] = r.Offset + 1
+		})
+	}
+	return nil
+}

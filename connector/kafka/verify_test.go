@@ -1,0 +1,163 @@
+package kafka
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/weirstream/weir"
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/operator"
+	"github.com/weirstream/weir/operator/operatortest"
+)
+
+// keyed encodes a value with its first letter for key.
+func keyed(s string) *kgo.Record { return &kgo.Record{Key: []byte(s[:1]), Value: []byte(s)} }
+
+// committedAt is what the sink's Committed reads back at checkpoint id
+// recorded in hs, sorted.
+func committedAt(t *testing.T, run *operatortest.Run, newSink func() weir.SinkWriter[string], id checkpoint.ID, hs []checkpoint.Handle, w *operatortest.MemWriter) []string {
+	t.Helper()
+	var got []string
+	err := newSink().(weir.VerifiedSink[string]).Committed(run.Context("out", 0, 1, &operator.Restore{Checkpoint: id, Handles: hs, Read: w.Read}), func(rec []byte) {
+		got = append(got, string(rec))
+	})
+	if err != nil {
+		t.Fatalf("checkpoint %d: %v", id, err)
+	}
+	slices.Sort(got)
+	return got
+}
+
+// TestCommittedReadsWhatACheckpointRecorded: the sink's output read back at
+// a checkpoint is what it committed up to it, the transaction it recorded
+// still open (a restore commits it), and what other producers committed
+// among those records (which verify reports unexpected); not what it wrote
+// after the checkpoint, committed or not, nor another producer's aborted
+// records. After a restore, what the dead run wrote after the checkpoint
+// (aborted by the restore) stays out.
+func TestCommittedReadsWhatACheckpointRecorded(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	brokers := c.ListenAddrs()
+	newSink, err := Sink(SinkConfig[string]{Brokers: brokers, Topic: "out", Encode: keyed, TransactionalIDs: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &operatortest.MemWriter{}
+	run := &operatortest.Run{}
+	s := newSink()
+	if err := s.Open(run.Context("out", 0, 1, nil)); err != nil {
+		t.Fatal(err)
+	}
+	s.Write("a1")
+	s.Write("a2")
+	hs1 := snapshot(t, s, 1, w)
+	if err := s.NotifyComplete(1); err != nil {
+		t.Fatal(err)
+	}
+	produce(t, brokers, "out", "", "x")                // not transactional
+	produce(t, brokers, "out", "other", "y")           // committed
+	produce(t, brokers, "out", "other-aborted", "zzz") // aborted
+	s.Write("c1")
+	hs2 := snapshot(t, s, 2, w) // completes; the sink dies before it commits
+	s.Write("d1")
+	snapshot(t, s, 3, w) // flushed, never completes
+	s.Close()
+	run.Close()
+
+	rec := func(key, value string) string {
+		if key == "" {
+			return `out null "` + value + `"`
+		}
+		return `out "` + key + `" "` + value + `"`
+	}
+	run = &operatortest.Run{}
+	defer run.Close()
+	if got, want := committedAt(t, run, newSink, 1, hs1, w), []string{rec("a", "a1"), rec("a", "a2")}; !slices.Equal(got, want) {
+		t.Fatalf("at checkpoint 1: %q, want %q", got, want)
+	}
+	want := []string{rec("a", "a1"), rec("a", "a2"), rec("c", "c1"), rec("", "x"), rec("", "y")}
+	slices.Sort(want)
+	if got := committedAt(t, run, newSink, 2, hs2, w); !slices.Equal(got, want) {
+		t.Fatalf("at checkpoint 2, its transaction open: %q, want %q", got, want)
+	}
+
+	r := newSink()
+	if err := r.Open(run.Context("out", 0, 1, &operator.Restore{Checkpoint: 2, Handles: hs2, Read: w.Read})); err != nil {
+		t.Fatal(err)
+	}
+	r.Write("e1")
+	hs4 := snapshot(t, r, 4, w)
+	if err := r.NotifyComplete(4); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	want = append(want, rec("e", "e1"))
+	slices.Sort(want)
+	if got := committedAt(t, run, newSink, 4, hs4, w); !slices.Equal(got, want) {
+		t.Fatalf("at checkpoint 4, after a restore of 2: %q, want %q", got, want)
+	}
+	if k := r.(weir.KeyedRecords).RecordKey([]byte(rec("e", "e1"))); k != `out "e"` {
+		t.Fatalf("key %q", k)
+	}
+}
+
+// TestCommittedLeavesOutWhatAnIDWroteAfterTheCheckpoint: a subtask begins
+// the transaction after checkpoint 3 under a reused id while another
+// subtask still writes its records of checkpoint 3, so the record after the
+// checkpoint lies among those before it; read back at checkpoint 3, it is
+// left out by its producer id's span.
+func TestCommittedLeavesOutWhatAnIDWroteAfterTheCheckpoint(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	brokers := c.ListenAddrs()
+	newSink, err := Sink(SinkConfig[string]{Brokers: brokers, Topic: "out", Encode: keyed, TransactionalIDs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &operatortest.MemWriter{}
+	run := &operatortest.Run{}
+	defer run.Close()
+	var s [2]weir.SinkWriter[string]
+	for i := range s {
+		s[i] = newSink()
+		if err := s[i].Open(run.Context("out", i, 2, nil)); err != nil {
+			t.Fatal(err)
+		}
+		defer s[i].Close()
+	}
+	complete := func(id checkpoint.ID) []checkpoint.Handle {
+		var hs []checkpoint.Handle
+		for _, x := range s {
+			hs = append(hs, snapshot(t, x, id, w)...)
+		}
+		for _, x := range s {
+			if err := x.NotifyComplete(id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return hs
+	}
+	s[0].Write("a1")
+	complete(1)
+	complete(2) // s[0]'s only id is free again
+	s[1].Write("b1")
+	hs := snapshot(t, s[0], 3, w)
+	s[0].Write("g1")        // after checkpoint 3, under the id of a1
+	snapshot(t, s[0], 4, w) // flushed, never completes
+	s[1].Write("b2")
+	hs = append(hs, snapshot(t, s[1], 3, w)...)
+	want := []string{`out "a" "a1"`, `out "b" "b1"`, `out "b" "b2"`}
+	if got := committedAt(t, run, newSink, 3, hs, w); !slices.Equal(got, want) {
+		t.Fatalf("at checkpoint 3: %q, want %q", got, want)
+	}
+}
