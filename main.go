@@ -147,7 +147,8 @@ rewound; no checkpoints, no faults, nothing written), and compare what each sink
 with what it committed up to that checkpoint, as multisets. Prints a summary and the records
 missing, duplicated or unexpected; exits 0 on a match, 1 on a mismatch, 2 when it could not
 verify. Give the job's own flags. Refuses a job a rerun cannot reproduce: a source that cannot
-be read again, a sink whose output cannot be read back, an operator marked
+be read again, a sink whose output cannot be read back (standard output, Kafka at least
+once, PostgreSQL in upsert mode or while the job writes the table), an operator marked
 weir.NonDeterministic, processing-time timers, watermarks with idleness, unaligned or
 at-least-once checkpoints, another run's output, two reruns that disagree.`,
 		Args: cobra.NoArgs,

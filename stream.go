@@ -357,7 +357,13 @@ func Sink[T any](s *Stream[T], name string, newWriter func() SinkWriter[T], opts
 	n.emitter = nil
 	n.verify = &verifyPart{
 		check: func() error {
-			if _, ok := newWriter().(VerifiedSink[T]); !ok {
+			w := newWriter()
+			if v, ok := w.(Verifiable); ok {
+				if err := v.Verifiable(); err != nil {
+					return err
+				}
+			}
+			if _, ok := w.(VerifiedSink[T]); !ok {
 				return errors.New("its committed output cannot be read back (its writer does not implement weir.VerifiedSink)")
 			}
 			return nil

@@ -43,6 +43,12 @@ type VerifiedSink[T any] interface {
 	Committed(ctx *operator.Context, f func(rec []byte)) error
 }
 
+// Verifiable is implemented by a SinkWriter that, as configured, may
+// refuse verification: Verifiable says why, or nil.
+type Verifiable interface {
+	Verifiable() error
+}
+
 // KeyedRecords is implemented by a VerifiedSink whose records have keys
 // (a Kafka record's): when VerifyConfig.Key is nil, Verify pairs a missing
 // record with an unexpected one of the same key as a changed record.

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -133,7 +134,8 @@ func TestKill9KafkaToKafka(t *testing.T) {
 
 // TestKill9ToPostgres kills the word count writing to PostgreSQL at random
 // moments, in both modes, and checks the table: one row per occurrence,
-// each once (exactly-once), or one row per word with its count (upsert).
+// each once (exactly-once), or one row per word with its count (upsert);
+// weir verify finds the first to match a rerun, and refuses the second.
 func TestKill9ToPostgres(t *testing.T) {
 	inParallel(t)
 	pg := pgtest.Start(t)
@@ -141,8 +143,19 @@ func TestKill9ToPostgres(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			j := newJob(t, 4, 100_000)
 			table := "counts_" + strings.ReplaceAll(mode, "-", "_")
-			chaos(t, 3, "--input", j.input, "--output", pg.URL+"&table="+table+"&mode="+mode, "--checkpoint-dir", j.ckpt)
+			output := pg.URL + "&table=" + table + "&mode=" + mode
+			chaos(t, 3, "--input", j.input, "--output", output, "--checkpoint-dir", j.ckpt)
 			checkTable(t, pg.URL, table, mode, j.want)
+			// The table matches a rerun; an upsert table (the last count
+			// of each word) is refused, exit status 2.
+			out, err := exec.Command(weirBin, "verify", "wordcount", "--input", j.input, "--output", output, "--checkpoint-dir", j.ckpt, "--parallelism", "3").CombinedOutput()
+			var exit *exec.ExitError
+			switch {
+			case mode == "exactly-once" && (err != nil || !strings.Contains(string(out), "sink output: match")):
+				t.Fatalf("weir verify: %v\n%s", err, out)
+			case mode == "upsert" && (!errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), "upsert mode")):
+				t.Fatalf("weir verify of an upsert table: %v, want exit status 2 and the refusal\n%s", err, out)
+			}
 		})
 	}
 }

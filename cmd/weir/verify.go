@@ -33,18 +33,19 @@ func notVerified(err error) error {
 }
 
 // readable checks, before the job is built (which creates its output
-// directory), that what verify reads exists: the output directory (or a
-// Kafka topic, which the sink checks) and the job's checkpoints, dir/job.
+// directory), that what verify reads exists: the output directory (a Kafka
+// topic or a PostgreSQL table the sink checks) and the job's checkpoints,
+// dir/job.
 func readable(output, dir, job string) error {
 	scheme, ok := file.URLScheme(output)
 	switch {
-	case scheme == "kafka":
+	case scheme == "kafka" || scheme == "postgres" || scheme == "postgresql":
 	case ok || output == "-":
 		what := "standard output"
 		if ok {
 			what = "a " + scheme + ": URL"
 		}
-		return fmt.Errorf("--output %s: verify reads back output directories and Kafka topics only, not %s", map[bool]string{true: scheme + ":…", false: output}[ok], what)
+		return fmt.Errorf("--output %s: verify reads back output directories, Kafka topics and PostgreSQL tables only, not %s", map[bool]string{true: scheme + ":…", false: output}[ok], what)
 	default:
 		if st, err := os.Stat(output); err != nil || !st.IsDir() {
 			return fmt.Errorf("--output %s is not a directory the job wrote: %v", output, err)
@@ -69,8 +70,9 @@ written), and compare what its sinks would write with what they committed up to 
 checkpoint, as multisets. Prints a summary and the records missing, duplicated,
 unexpected or changed (by key); exits 0 only on a match. Give the flags the job ran
 with. Refuses jobs a rerun cannot reproduce: sources that cannot be read again, sinks
-whose output cannot be read back (PostgreSQL, standard output, Kafka at least once),
-processing-time timers, unaligned checkpoints holding records in flight.`,
+whose output cannot be read back (standard output, Kafka at least once, PostgreSQL in
+upsert mode, or while the job writes it), processing-time timers, unaligned
+checkpoints holding records in flight.`,
 	}
 	v.AddCommand(newVerifyWordCount(), newVerifyNexmark())
 	return v
@@ -103,10 +105,20 @@ func newVerifyWordCount() *cobra.Command {
 			if err != nil {
 				return notVerified(err)
 			}
+			// A changed count pairs by its word: a file's line is
+			// word<TAB>count, a row word="…" count="…"; a Kafka record's
+			// key is the word.
+			sep := []byte("\t")
+			switch scheme, _ := file.URLScheme(output); scheme {
+			case "kafka":
+				sep = nil
+			case "postgres", "postgresql":
+				sep = []byte(" count=")
+			}
 			var vc weir.VerifyConfig
-			if scheme, _ := file.URLScheme(output); scheme != "kafka" { // a Kafka record's key is the word
+			if sep != nil {
 				vc.Key = func(_ string, rec []byte) string {
-					word, _, _ := bytes.Cut(rec, []byte("\t"))
+					word, _, _ := bytes.Cut(rec, sep)
 					return string(word)
 				}
 			}

@@ -52,6 +52,14 @@ func appendRecord(b []byte, topic string, key, value []byte, headers []kgo.Recor
 	return b
 }
 
+// Verifiable refuses a sink writing at least once or without guarantees.
+func (w *writer[T]) Verifiable() error {
+	if w.cfg.Delivery != ExactlyOnce {
+		return fmt.Errorf("the kafka sink into %s writes %v: its output may hold records twice, which a rerun does not reproduce; verify reads back exactly-once output only", w.cfg.Topic, w.cfg.Delivery)
+	}
+	return nil
+}
+
 // RecordKey is a record's topic and key, which verify pairs a changed
 // record by.
 func (w *writer[T]) RecordKey(rec []byte) string {
@@ -77,9 +85,6 @@ func (w *writer[T]) RecordKey(rec []byte) string {
 // reports it unexpected. It only reads.
 func (w *writer[T]) Committed(ctx *operator.Context, f func(rec []byte)) error {
 	upTo := ctx.Restore.Checkpoint
-	if w.cfg.Delivery != ExactlyOnce {
-		return fmt.Errorf("kafka sink %s writes %v: its output may hold records twice, which a rerun does not reproduce; verify reads back exactly-once output only", ctx.UID, w.cfg.Delivery)
-	}
 	spans, complete, err := recordedSpans(ctx)
 	switch {
 	case err != nil:

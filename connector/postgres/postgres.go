@@ -105,6 +105,8 @@ type SinkConfig[T any] struct {
 	// Timeout bounds the statements run at start and at snapshots.
 	// Default DefaultTimeout.
 	Timeout time.Duration
+
+	columns []column // the types of Columns, found by Sink
 }
 
 // Sink returns a sink writing into cfg.Table. It fails now, writing
@@ -211,8 +213,17 @@ func (cfg *SinkConfig[T]) check(ctx context.Context, conn *pgx.Conn) error {
 		}
 	}
 	// Every column must be there: a statement that reads them all fails
-	// otherwise, naming the missing one.
-	if _, err := conn.Exec(ctx, fmt.Sprintf("SELECT %s FROM %s LIMIT 0", columnList(cfg.Columns), quoteTable(cfg.Table))); err != nil {
+	// otherwise, naming the missing one. It says their types too.
+	rows, err := conn.Query(ctx, fmt.Sprintf("SELECT %s FROM %s LIMIT 0", columnList(cfg.Columns), quoteTable(cfg.Table)))
+	if err == nil {
+		cfg.columns = cfg.columns[:0]
+		for _, fd := range rows.FieldDescriptions() {
+			cfg.columns = append(cfg.columns, column{OID: fd.DataTypeOID, Mod: fd.TypeModifier})
+		}
+		rows.Close()
+		err = rows.Err()
+	}
+	if err != nil {
 		return fmt.Errorf("postgres sink: table %s: %w", cfg.Table, err)
 	}
 	switch cfg.Mode {

@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -83,6 +84,10 @@ type txWriter[T any] struct {
 	rolled *rolledBack
 	// attempt names this attempt in its gids (attemptTag).
 	attempt string
+
+	// types and buf make verify's records (Records, Committed).
+	types *pgtype.Map
+	buf   []byte
 }
 
 func (w *txWriter[T]) Open(ctx *operator.Context) error {
