@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -306,10 +307,12 @@ type writer[T any] struct {
 	owned   bool
 	topicID string // of cfg.Topic, for the ownership record
 
-	// spans: where the transactions this subtask flushed wrote, by
+	// spans: where the transactions this subtask committed wrote, by
 	// producer id, and in subtask 0 those the restored checkpoint
 	// recorded; complete unless that checkpoint lacked them (pool.Spans).
-	spanMu   sync.Mutex
+	// NB: only the task's goroutine touches it (Open, Snapshot,
+	// NotifyComplete): asynchronous parts of two checkpoints may run at
+	// once, and in either order.
 	spans    map[spanKey]offsets
 	complete bool
 
@@ -381,7 +384,7 @@ func (w *writer[T]) Open(ctx *operator.Context) error {
 			switch {
 			case rec.Span != nil:
 				if ctx.Subtask == 0 {
-					w.addSpan(rec.Span.PID, partition{rec.Span.Topic, rec.Span.Partition}, offsets{rec.Span.First, rec.Span.Last})
+					addSpan(w.spans, rec.Span.PID, partition{rec.Span.Topic, rec.Span.Partition}, offsets{rec.Span.First, rec.Span.Last})
 				}
 			case rec.Pool != nil:
 				w.complete = w.complete && rec.Pool.Spans
@@ -928,6 +931,7 @@ func (w *writer[T]) Snapshot(id checkpoint.ID) (operator.Async, error) {
 	// asynchronous part failed first) is flushed by the next snapshot: a
 	// checkpoint completes only once every transaction it records is.
 	todo := slices.Clone(w.pending)
+	spans := maps.Clone(w.spans)
 	return func(wr operator.Writer) ([]checkpoint.Handle, error) {
 		for _, t := range todo {
 			if err := t.flush(); err != nil {
@@ -941,7 +945,7 @@ func (w *writer[T]) Snapshot(id checkpoint.ID) (operator.Async, error) {
 			r.Mark = todo[i].flushedMark()
 			items = append(items, mustJSON(item{Txn: &r}))
 		}
-		items = w.spanItems(todo, items)
+		items = spanItems(spans, todo, items)
 		return w.ctx.SnapshotList(state.Union, "txns", items)(wr)
 	}, nil
 }
@@ -954,27 +958,31 @@ type item struct {
 	Span *span   `json:"span,omitempty"`
 }
 
-func (w *writer[T]) addSpan(pid int64, p partition, o offsets) {
+func addSpan(spans map[spanKey]offsets, pid int64, p partition, o offsets) {
 	k := spanKey{pid, p}
-	if old, ok := w.spans[k]; ok {
+	if old, ok := spans[k]; ok {
 		o = old.merge(o)
 	}
-	w.spans[k] = o
+	spans[k] = o
 }
 
-// spanItems adds the spans of the flushed transactions flushed to the
-// subtask's, and appends an item for each to items.
-func (w *writer[T]) spanItems(flushed []*txn, items [][]byte) [][]byte {
-	w.spanMu.Lock()
-	defer w.spanMu.Unlock()
-	for _, t := range flushed {
-		t.markMu.Lock()
-		for p, o := range t.spans {
-			w.addSpan(t.PID, p, o)
-		}
-		t.markMu.Unlock()
+// addSpans adds where transaction t wrote to spans.
+func (t *txn) addSpans(spans map[spanKey]offsets) {
+	t.markMu.Lock()
+	defer t.markMu.Unlock()
+	for p, o := range t.spans {
+		addSpan(spans, t.PID, p, o)
 	}
-	for k, o := range w.spans {
+}
+
+// spanItems adds where the flushed transactions wrote to spans (those of
+// the transactions committed before), and appends an item for each span
+// to items.
+func spanItems(spans map[spanKey]offsets, flushed []*txn, items [][]byte) [][]byte {
+	for _, t := range flushed {
+		t.addSpans(spans)
+	}
+	for k, o := range spans {
 		items = append(items, mustJSON(item{Span: &span{PID: k.PID, Topic: k.Topic, Partition: k.Partition, First: o.First, Last: o.Last}}))
 	}
 	return items
@@ -1055,6 +1063,7 @@ func (w *writer[T]) NotifyComplete(id checkpoint.ID) error {
 				return fatal(fmt.Sprintf("kafka sink: commit transaction %s of checkpoint %d", t.ID, t.At), err)
 			}
 		}
+		t.addSpans(w.spans)
 		t.At = 0
 		t.mu.Lock()
 		t.flushed = false

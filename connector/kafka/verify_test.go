@@ -161,3 +161,47 @@ func TestCommittedLeavesOutWhatAnIDWroteAfterTheCheckpoint(t *testing.T) {
 		t.Fatalf("at checkpoint 3: %q, want %q", got, want)
 	}
 }
+
+// TestSpansOfConcurrentCheckpoints: the asynchronous parts of two
+// checkpoints in flight run at once, in either order; checkpoint 1's state
+// must not record where checkpoint 2's transaction wrote, or reading back at
+// checkpoint 1 would count it once committed.
+func TestSpansOfConcurrentCheckpoints(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	brokers := c.ListenAddrs()
+	newSink, err := Sink(SinkConfig[string]{Brokers: brokers, Topic: "out", Encode: keyed, TransactionalIDs: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &operatortest.MemWriter{}
+	run := &operatortest.Run{}
+	defer run.Close()
+	s := newSink()
+	if err := s.Open(run.Context("out", 0, 1, nil)); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.Write("a1")
+	async1, err := s.Snapshot(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Write("b1")
+	snapshot(t, s, 2, w) // its asynchronous part first
+	hs1, err := async1(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []checkpoint.ID{1, 2} {
+		if err := s.NotifyComplete(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := committedAt(t, run, newSink, 1, hs1, w), []string{`out "a" "a1"`}; !slices.Equal(got, want) {
+		t.Fatalf("at checkpoint 1: %q, want %q", got, want)
+	}
+}
