@@ -383,7 +383,7 @@ func (w *writer[T]) Open(ctx *operator.Context) error {
 			}
 			switch {
 			case rec.Span != nil:
-				if ctx.Subtask == 0 {
+				if ctx.Subtask == 0 && !plantedSpansDropped.Load() {
 					addSpan(w.spans, rec.Span.PID, partition{rec.Span.Topic, rec.Span.Partition}, offsets{rec.Span.First, rec.Span.Last})
 				}
 			case rec.Pool != nil:
@@ -529,6 +529,10 @@ var plantedDefect9, plantedDefect10 atomic.Bool
 // plantedEndSkipped, set only by TestSinkCommitsWhatItsClientLeftOpen,
 // stands for kgo's EndTransaction answering nil without sending EndTxn.
 var plantedEndSkipped atomic.Bool
+
+// plantedSpansDropped, set only by a planted-bug test, makes a restore
+// forget where the restored checkpoint's output is (its spans).
+var plantedSpansDropped atomic.Bool
 
 // refusal is a recorded transaction whose commit the broker refused for a
 // newer epoch of its id.
