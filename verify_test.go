@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/weirstream/weir/connector/file"
 	"github.com/weirstream/weir/connector/generator"
 	"github.com/weirstream/weir/examples/wordcount"
+	"github.com/weirstream/weir/operator"
 )
 
 // verifyWC runs Verify on the word count o describes, with the word as
@@ -455,5 +457,70 @@ func TestVerifyRefusesOutputOfAnotherRun(t *testing.T) {
 	_, err := build("first", false).Verify(context.Background(), weir.VerifyConfig{})
 	if err == nil || !strings.Contains(err.Error(), "holds the output of another run") {
 		t.Fatalf("the first run's checkpoints against the second run's output: %v, want a refusal", err)
+	}
+}
+
+// movingSink is a sink whose committed output a test makes up: Committed
+// calls during, then reads back what it was given.
+type movingSink struct {
+	operator.Base
+	committed []string
+	during    func()
+}
+
+func (s *movingSink) Write(string) error                   { return nil }
+func (s *movingSink) Records(v string, f func(rec []byte)) { f([]byte(v)) }
+func (s *movingSink) Committed(_ *operator.Context, f func(rec []byte)) error {
+	s.during()
+	for _, r := range s.committed {
+		f([]byte(r))
+	}
+	return nil
+}
+
+// TestVerifyAMismatchWhileTheJobMovesOnIsNotReported: a running job that
+// completes a checkpoint while verify reads its output back may have
+// committed output the read counts (a Kafka sink's producer ids new since
+// the checkpoint verify took); a mismatch is then an error saying so,
+// not a mismatch.
+func TestVerifyAMismatchWhileTheJobMovesOnIsNotReported(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), jobDeadline)
+	defer cancel()
+	build := func(restore string, sink *movingSink, onEvent func(weir.JobEvent)) *weir.Environment {
+		src, err := generator.New(generator.Config[string]{Count: 1_000_000, RatePerSecond: 20_000, Make: func(i int64) string { return fmt.Sprint(i) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := weir.New(weir.Config{Job: "moving", Restore: restore, OnEvent: onEvent, Checkpoint: weir.CheckpointConfig{Interval: 20 * time.Millisecond, Dir: filepath.Join(dir, "ckpt")}})
+		weir.Sink(weir.Source(e, "numbers", src), "out", func() weir.SinkWriter[string] { return sink })
+		return e
+	}
+	runOneMore := func(restore string, checkpoints int) {
+		stop, cancelRun := context.WithCancel(ctx)
+		defer cancelRun()
+		n := 0
+		e := build(restore, &movingSink{}, func(ev weir.JobEvent) {
+			if ev.Kind == weir.EventCheckpointCompleted {
+				if n++; n == checkpoints {
+					cancelRun()
+				}
+			}
+		})
+		if _, err := e.Execute(stop); !errors.Is(err, context.Canceled) {
+			t.Errorf("the run: %v", err)
+		}
+	}
+	runOneMore("", 2)
+	var once sync.Once
+	sink := &movingSink{committed: []string{"made up"}, during: func() { once.Do(func() { runOneMore("latest", 1) }) }}
+	rep, err := build("", sink, nil).Verify(ctx, weir.VerifyConfig{})
+	if err == nil || !strings.Contains(err.Error(), "completed checkpoint") {
+		t.Fatalf("verify while the job completed a checkpoint, with a mismatch: %v\n%s", err, rep)
+	}
+	// Without the job moving, the same mismatch is reported as one.
+	sink = &movingSink{committed: []string{"made up"}, during: func() {}}
+	if rep, err = build("", sink, nil).Verify(ctx, weir.VerifyConfig{}); err != nil || rep.OK() {
+		t.Fatalf("verify of a stopped job with a mismatch: %v\n%s", err, rep)
 	}
 }

@@ -2,17 +2,26 @@ package main
 
 import (
 	"bytes"
+	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weirstream/weir"
 	"github.com/weirstream/weir/connector/file"
+	"github.com/weirstream/weir/connector/kafka"
 	"github.com/weirstream/weir/examples/nexmark"
 	"github.com/weirstream/weir/examples/wordcount"
 	"github.com/weirstream/weir/storage"
@@ -40,6 +49,9 @@ func readable(output, dir, job string) error {
 	scheme, ok := file.URLScheme(output)
 	switch {
 	case scheme == "kafka" || scheme == "postgres" || scheme == "postgresql":
+		if err := outputExists(output, scheme); err != nil {
+			return err
+		}
 	case ok || output == "-":
 		what := "standard output"
 		if ok {
@@ -55,6 +67,58 @@ func readable(output, dir, job string) error {
 		if _, err := os.Stat(filepath.Join(strings.TrimPrefix(dir, "file://"), job)); err != nil {
 			return fmt.Errorf("--checkpoint-dir %s holds no checkpoints of job %s: %v", dir, job, err)
 		}
+	}
+	return nil
+}
+
+// outputExists checks that the Kafka topic or PostgreSQL table verify
+// reads back exists, with the Kafka sinks' ownership topic: building the
+// sink would create them (create=true, the word count's CREATE TABLE IF NOT
+// EXISTS, the ownership topic always), and verify only reads.
+func outputExists(output, scheme string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if scheme == "kafka" {
+		u, err := kafka.ParseURL(output)
+		if err != nil {
+			return err
+		}
+		cl, err := kgo.NewClient(kgo.SeedBrokers(u.Brokers...))
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		topics, err := kadm.NewClient(cl).ListTopics(ctx, append(slices.Clone(u.Topics), kafka.OwnersTopic)...)
+		if err != nil {
+			return fmt.Errorf("--output %s: %w", output, err)
+		}
+		for _, t := range append(slices.Clone(u.Topics), kafka.OwnersTopic) {
+			if d, ok := topics[t]; !ok || d.Err != nil {
+				return fmt.Errorf("--output %s: topic %s does not exist: no job wrote output there", output, t)
+			}
+		}
+		return nil
+	}
+	u, err := url.Parse(output)
+	if err != nil {
+		return fmt.Errorf("--output: %w", err)
+	}
+	q := u.Query()
+	table := cmp.Or(q.Get("table"), "counts")
+	q.Del("table")
+	q.Del("mode")
+	u.RawQuery = q.Encode()
+	conn, err := pgx.Connect(ctx, u.String())
+	if err != nil {
+		return fmt.Errorf("--output %s: %w", u.Redacted(), err)
+	}
+	defer conn.Close(context.Background())
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", pgx.Identifier(strings.Split(table, ".")).Sanitize()).Scan(&exists); err != nil {
+		return fmt.Errorf("--output %s: %w", u.Redacted(), err)
+	}
+	if !exists {
+		return fmt.Errorf("--output %s: table %s does not exist: no job wrote output there", u.Redacted(), table)
 	}
 	return nil
 }

@@ -278,6 +278,17 @@ type pool struct {
 	// Spans: the checkpoint's spans cover the sink's whole output. False
 	// when its history goes through a checkpoint of Weir before spans.
 	Spans bool `json:"spans,omitempty"`
+	// Since is, for each producer id the subtask initialised in its
+	// attempt, the epoch it first got: records of the id with an older
+	// epoch were written by earlier attempts (or runs, before a restore of
+	// an older checkpoint), the others by this one.
+	Since []since `json:"since,omitempty"`
+}
+
+// since is a producer id and the first epoch an attempt initialised it at.
+type since struct {
+	PID   int64 `json:"pid"`
+	Epoch int16 `json:"epoch"`
 }
 
 type writer[T any] struct {
@@ -315,6 +326,9 @@ type writer[T any] struct {
 	// once, and in either order.
 	spans    map[spanKey]offsets
 	complete bool
+	// since: the first epoch this attempt initialised each producer id at
+	// (pool.Since).
+	since map[int64]int16
 
 	errMu    sync.Mutex
 	firstErr error
@@ -326,7 +340,7 @@ func (w *writer[T]) Open(ctx *operator.Context) error {
 		w.delivery = AtLeastOnce // without checkpoints there is nothing to commit at
 		ctx.Logger.Info("kafka sink: no checkpoints, so records are written at least once and flushed when the input ends")
 	}
-	w.spans, w.complete = map[spanKey]offsets{}, true
+	w.spans, w.complete, w.since = map[spanKey]offsets{}, true, map[int64]int16{}
 	var err error
 	if w.plain, err = client(w.cfg.Brokers, w.cfg.ClientOpts, kgo.DefaultProduceTopic(w.cfg.Topic), transactionVersion1()); err != nil {
 		return err
@@ -620,9 +634,13 @@ func (w *writer[T]) newTxn(ctx context.Context, sub int, id string) (*txn, error
 	if err != nil {
 		return nil, err
 	}
-	if _, _, err := cl.ProducerID(ctx); err != nil {
+	pid, epoch, err := cl.ProducerID(ctx)
+	if err != nil {
 		cl.Close()
 		return nil, fatal("kafka sink: initialise transactional id "+id, err)
+	}
+	if e, ok := w.since[pid]; !ok || epoch < e {
+		w.since[pid] = epoch
 	}
 	t := &txn{ID: id, Sub: sub, cl: cl, ends: ends, spans: map[partition]offsets{}}
 	t.ack = func(r *kgo.Record, err error) {
@@ -925,7 +943,11 @@ func (w *writer[T]) Snapshot(id checkpoint.ID) (operator.Async, error) {
 		w.pending = append(w.pending, t)
 		w.open = nil
 	}
-	items := [][]byte{mustJSON(item{Pool: &pool{Sub: w.ctx.Subtask, Parallelism: w.ctx.Parallelism, Size: w.cfg.TransactionalIDs, IDs: txnIDFormat, Spans: w.complete}})}
+	pl := &pool{Sub: w.ctx.Subtask, Parallelism: w.ctx.Parallelism, Size: w.cfg.TransactionalIDs, IDs: txnIDFormat, Spans: w.complete}
+	for pid, epoch := range w.since {
+		pl.Since = append(pl.Since, since{pid, epoch})
+	}
+	items := [][]byte{mustJSON(item{Pool: pl})}
 	recs := make([]record, len(w.pending))
 	for i, t := range w.pending {
 		recs[i] = t.record()

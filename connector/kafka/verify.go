@@ -79,20 +79,26 @@ func (w *writer[T]) RecordKey(rec []byte) string {
 // open (a restore commits them), read_uncommitted with the transactions'
 // markers: in each partition the checkpoint's spans name, every committed
 // record from the first offset the sink wrote to the last the checkpoint
-// recorded, except those of the sink's producer ids outside their spans
-// (transactions after the checkpoint, or an earlier run's). A record
-// another producer committed among them is read too: the comparison
-// reports it unexpected. It only reads.
+// recorded, but none the attempt that took the checkpoint wrote outside
+// its spans (transactions after the checkpoint). So what earlier attempts
+// committed outside them is read too — a run that restored an older
+// checkpoint leaves the newer ones' output in the topic, which the
+// comparison reports duplicated — and what other producers committed among
+// the records, reported unexpected. It only reads.
 func (w *writer[T]) Committed(ctx *operator.Context, f func(rec []byte)) error {
 	upTo := ctx.Restore.Checkpoint
-	spans, complete, err := recordedSpans(ctx)
+	rec, err := recorded(ctx)
 	switch {
 	case err != nil:
 		return err
-	case !complete:
+	case !rec.complete:
 		return fmt.Errorf("checkpoint %d of kafka sink %s does not record where all its output is: its history goes through a checkpoint of Weir before it recorded that; verify a checkpoint of a run started over with this version", upTo, ctx.UID)
 	}
+	spans, since := rec.spans, rec.since
 	ours := map[int64]bool{}
+	for pid := range since {
+		ours[pid] = true
+	}
 	ranges := map[partition]offsets{} // from the first record any of the sink's producers wrote to the last recorded one
 	for k, o := range spans {
 		ours[k.PID] = true
@@ -113,6 +119,9 @@ func (w *writer[T]) Committed(ctx *operator.Context, f func(rec []byte)) error {
 	defer cancel()
 	ends, err := w.checkReadable(rctx, kadm.NewClient(cl), ranges)
 	if err != nil {
+		return err
+	}
+	if err := w.alone(rctx, kadm.NewClient(cl), ctx, topicSet(ranges)); err != nil {
 		return err
 	}
 	// First the markers, to the end of each partition (a transaction's
@@ -145,8 +154,16 @@ func (w *writer[T]) Committed(ctx *operator.Context, f func(rec []byte)) error {
 		committed, open := outcome(markers[k], r.Offset)
 		if ours[r.ProducerID] {
 			o, ok := spans[k]
-			if !ok || r.Offset < o.First || r.Offset > o.Last || !committed && !open {
-				return
+			e, attempt := since[r.ProducerID]
+			switch {
+			case ok && r.Offset >= o.First && r.Offset <= o.Last:
+				if !committed && !open {
+					return // aborted
+				}
+			case attempt && r.ProducerEpoch >= e:
+				return // after the checkpoint
+			case !committed:
+				return // an earlier attempt's, aborted or to be
 			}
 		} else if r.Attrs.IsTransactional() && !committed {
 			return
@@ -173,36 +190,80 @@ func outcome(ms []marker, offset int64) (committed, open bool) {
 	return ms[i].Commit, false
 }
 
-// recordedSpans reads the spans of every subtask's state, and whether they
-// cover the sink's whole output.
-func recordedSpans(ctx *operator.Context) (map[spanKey]offsets, bool, error) {
+// recordedOutput is what a checkpoint records of where the sink's output
+// is: every subtask's spans, the first epoch of each producer id in the
+// attempt that took it, and whether the spans cover the whole output.
+type recordedOutput struct {
+	spans    map[spanKey]offsets
+	since    map[int64]int16
+	complete bool
+}
+
+// recorded reads it from every subtask's state.
+func recorded(ctx *operator.Context) (recordedOutput, error) {
+	r := recordedOutput{spans: map[spanKey]offsets{}, since: map[int64]int16{}, complete: true}
 	items, err := state.RestoreList(ctx.Restore.Handles, ctx.Restore.Read, state.Union, "txns", 0, 1)
 	if err != nil {
-		return nil, false, err
+		return r, err
 	}
-	spans, pools, complete := map[spanKey]offsets{}, 0, true
+	pools := 0
 	for _, it := range items {
 		var rec item
 		if err := json.Unmarshal(it, &rec); err != nil {
-			return nil, false, fmt.Errorf("kafka sink %s: checkpoint %d: %w", ctx.UID, ctx.Restore.Checkpoint, err)
+			return r, fmt.Errorf("kafka sink %s: checkpoint %d: %w", ctx.UID, ctx.Restore.Checkpoint, err)
 		}
 		switch {
 		case rec.Pool != nil:
 			pools++
-			complete = complete && rec.Pool.Spans
-		case rec.Span != nil:
-			k := spanKey{rec.Span.PID, partition{rec.Span.Topic, rec.Span.Partition}}
-			o := offsets{rec.Span.First, rec.Span.Last}
-			if old, ok := spans[k]; ok {
-				o = old.merge(o)
+			r.complete = r.complete && rec.Pool.Spans
+			for _, s := range rec.Pool.Since {
+				if e, ok := r.since[s.PID]; !ok || s.Epoch < e {
+					r.since[s.PID] = s.Epoch
+				}
 			}
-			spans[k] = o
+		case rec.Span != nil:
+			addSpan(r.spans, rec.Span.PID, partition{rec.Span.Topic, rec.Span.Partition}, offsets{rec.Span.First, rec.Span.Last})
 		}
 	}
 	if pools == 0 {
-		return nil, false, fmt.Errorf("checkpoint %d holds no state of kafka sink %s: it was not writing exactly once then", ctx.Restore.Checkpoint, ctx.UID)
+		return r, fmt.Errorf("checkpoint %d holds no state of kafka sink %s: it was not writing exactly once then", ctx.Restore.Checkpoint, ctx.UID)
 	}
-	return spans, complete, nil
+	return r, nil
+}
+
+// alone refuses topics another sink of the job writes too (by its
+// ownership records): its records would count as another producer's.
+func (w *writer[T]) alone(rctx context.Context, adm *kadm.Client, ctx *operator.Context, topics map[string]bool) error {
+	ends, err := adm.ListEndOffsets(rctx, OwnersTopic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("kafka sink: the end of the ownership topic %s: %w", OwnersTopic, err)
+	}
+	ranges, to := map[partition]offsets{}, map[partition]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		p := partition{o.Topic, o.Partition}
+		ranges[p], to[p] = offsets{0, o.Offset - 1}, o.Offset
+	})
+	var other []string
+	err = w.read(ranges, to, func(r *kgo.Record) {
+		var key []string
+		if r.Attrs.IsControl() || json.Unmarshal(r.Key, &key) != nil || len(key) != 4 || key[0] != ownerKeyVersion {
+			return
+		}
+		if topics[key[1]] && key[2] == ctx.Job && key[3] != ctx.UID && !slices.Contains(other, key[3]) {
+			other = append(other, key[3])
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if len(other) > 0 {
+		slices.Sort(other)
+		return fmt.Errorf("sinks %s and %s of job %s write into the same topic: verify cannot tell their records apart, and would report the others' as unexpected; give each sink a topic of its own to verify it", ctx.UID, strings.Join(other, ", "), ctx.Job)
+	}
+	return nil
 }
 
 // checkReadable refuses what reading the ranges back cannot count right: a

@@ -127,6 +127,7 @@ func TestLifecycleGeneratorCatchesPlantedBugs(t *testing.T) {
 		{"a restore takes a transaction an earlier start rolled back for committed, and loses its rows (issue 19, left alone 3)", &planted.rolledBackIsCommitted},
 		{"a subtask that committed and closed before another opened is taken for an earlier run (records without run ids)", &planted.noRunID},
 		{"a savepoint taken before --fresh restores into a table without its rows (issue 19, defect 4, gap 4)", &planted.noLineage},
+		{"verify reads a table back while the checkpoint's transactions are prepared (their rows missing)", &planted.verifyReadsPrepared},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.bug.Store(true)
@@ -176,6 +177,9 @@ type lifeRun struct {
 	wrote  []bool            // upsert: a batch was committed in this attempt
 	oprun  *operatortest.Run // its Lineage is the run's
 	closed bool
+	// live: a subtask committed a transaction of this run (its ownership
+	// record names its living session).
+	live bool
 }
 
 // life is one sequence: the sink, PostgreSQL, and the model.
@@ -204,6 +208,9 @@ type life struct {
 	lineage            string
 	lineages           int
 	batchRows, keepCkp int
+	// last is the checkpoint or savepoint completed last, while every
+	// commit since is its own (nil after a start from another).
+	last *lifeCkpt
 }
 
 const lifeRetained = 3
@@ -565,6 +572,9 @@ func (l *life) open(p int, fresh bool, from *lifeCkpt) []error {
 	} else {
 		r.oprun.Lineage = l.newLineage()
 	}
+	if from != l.last {
+		l.last = nil
+	}
 	l.run = r
 	errs := make([]error, p)
 	var wg sync.WaitGroup
@@ -696,6 +706,7 @@ func (l *life) complete(id checkpoint.ID, handles []checkpoint.Handle, savepoint
 		notify[sub] = notified()
 	}
 	l.logf("%s %d at position %d completes, notified to subtasks %v", what, id, l.pos, notify)
+	l.last = c
 	return l.notify(id, notify)
 }
 
@@ -713,6 +724,7 @@ func (l *life) notify(id checkpoint.ID, to []bool) error {
 				// (Every prepared transaction is the running attempt's: a
 				// start commits or rolls back all others.)
 				l.commitTxn(tx)
+				r.live = true
 			}
 		}
 		if l.upsert && r.wrote[sub] {
@@ -795,6 +807,7 @@ func (l *life) staggered(p int, fresh bool) error {
 	}
 	l.logf("start %s at parallelism %d, staggered: positions 0..%d; subtasks %v open one after another, each writing its records, committing at their end and closing before the next opens", kind, p, n-1, order)
 	r := &lifeRun{sinks: make([]weir.SinkWriter[count], p), open: make([][]count, p), buf: make([][]count, p), wrote: make([]bool, p), oprun: &operatortest.Run{Lineage: l.newLineage()}}
+	l.last = nil
 	l.lineage = r.oprun.Lineage
 	l.run = r
 	recs := make([][]count, p)
@@ -938,6 +951,48 @@ func (l *life) check() error {
 	slices.Sort(wantGIDs)
 	if !slices.Equal(gids, wantGIDs) {
 		return fmt.Errorf("prepared transactions %v, want %v", gids, wantGIDs)
+	}
+	return l.checkReadBack(want)
+}
+
+// checkReadBack reads the last checkpoint back as weir verify does
+// (Committed), in exactly-once mode: refused while a subtask of the run
+// that committed lives, or while a transaction it recorded is prepared;
+// else it is the table (want, as check formats it).
+func (l *life) checkReadBack(want []string) error {
+	c := l.last
+	if l.upsert || l.none || c == nil || l.run != nil && !l.run.live {
+		return nil
+	}
+	var got []string
+	ctx := (&operatortest.Run{Lineage: c.lineage}).Context("counts", 0, 1, &operator.Restore{Checkpoint: c.id, Handles: c.handles, Read: l.mem.Read})
+	ctx.Job = l.job
+	err := l.newSink().(weir.VerifiedSink[count]).Committed(ctx, func(rec []byte) {
+		var w string
+		var n int64
+		if _, err := fmt.Sscanf(string(rec), "word=%q count=\"%d\"", &w, &n); err != nil {
+			got = append(got, string(rec))
+			return
+		}
+		got = append(got, fmt.Sprint(w, "=", n))
+	})
+	prepared := slices.ContainsFunc(c.recorded, func(tx *lifeTxn) bool { return tx.state == "prepared" })
+	switch {
+	case l.run != nil:
+		if err == nil || !strings.Contains(err.Error(), "is writing table") {
+			return fmt.Errorf("read back while the run writes, after its commits: %v, want a refusal", err)
+		}
+	case prepared:
+		if err == nil || !strings.Contains(err.Error(), "are prepared, not committed") {
+			return fmt.Errorf("read back %d while transactions it recorded are prepared: %v, want a refusal", c.id, err)
+		}
+	case err != nil:
+		return fmt.Errorf("read back %d: %w", c.id, err)
+	default:
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			return fmt.Errorf("read back %d as verify reads it: %s", c.id, diffRows(got, want))
+		}
 	}
 	return nil
 }

@@ -30,4 +30,7 @@ var planted struct {
 	// (--fresh) is not refused, and the rows --fresh deleted are missing
 	// without a word (issue 19, defect 4, gap 4).
 	noLineage plantedBug
+	// verifyReadsPrepared: verify reads the table back while transactions
+	// the checkpoint recorded are prepared, their rows not readable.
+	verifyReadsPrepared plantedBug
 }

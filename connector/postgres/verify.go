@@ -35,11 +35,32 @@ func (w *txWriter[T]) Records(v T, f func(rec []byte)) {
 	for i, c := range w.cfg.columns {
 		var x any
 		if i < len(vals) {
-			x = w.typed(c.OID, vals[i])
+			x = c.fit(w.typed(c.OID, vals[i]))
 		}
 		w.buf = w.appendValue(w.buf, i, c.OID, x)
 	}
 	f(w.buf)
+}
+
+// fit is what PostgreSQL stores of v in the column: a varchar(n) value of
+// more than n characters is cut to n if the rest is spaces (else the write
+// fails).
+func (c column) fit(v any) any {
+	s, ok := v.(string)
+	if !ok || c.OID != pgtype.VarcharOID || c.Mod < 4 {
+		return v
+	}
+	n, i := int(c.Mod-4), 0 // the modifier is n plus the header's 4 bytes
+	for at := range s {
+		if i == n {
+			if strings.Trim(s[at:], " ") == "" {
+				return s[:at]
+			}
+			break
+		}
+		i++
+	}
+	return s
 }
 
 // typed is what a column of type oid holds of v, as pgx decodes it: v
@@ -86,8 +107,9 @@ func (w *txWriter[T]) appendValue(b []byte, i int, oid uint32, v any) []byte {
 	return strconv.AppendQuote(b, string(text))
 }
 
-// Verifiable refuses columns whose type has a modifier (varchar(n) aside,
-// which stores what it takes or fails the write).
+// Verifiable refuses columns whose type has a modifier (varchar(n) aside:
+// Records cuts trailing spaces beyond n as PostgreSQL does, and any other
+// value too long fails the write).
 func (w *txWriter[T]) Verifiable() error {
 	for i, c := range w.cfg.columns {
 		if c.Mod != -1 && c.OID != pgtype.VarcharOID {
@@ -148,7 +170,21 @@ func (w *txWriter[T]) Committed(ctx *operator.Context, f func(rec []byte)) error
 		return err
 	}
 	defer conn.Close(context.Background())
-	if err := w.recordedCommitted(rctx, conn, ctx); err != nil {
+	var relation uint32
+	var schema string
+	err = conn.QueryRow(rctx, `SELECT c.oid, n.nspname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)`, quoteTable(w.cfg.Table)).Scan(&relation, &schema)
+	if err != nil {
+		return classify("postgres sink: table "+w.cfg.Table, err)
+	}
+	records := pgx.Identifier{schema, ownerTable}.Sanitize()
+	// NB: the job running is said first: its checkpoint's transactions may
+	// be prepared because it has not committed them yet.
+	if err := w.notRunning(rctx, conn, ctx, relation, records); err != nil {
+		return err
+	}
+	// NB: before the snapshot: a transaction committed after it would be
+	// neither prepared nor read.
+	if err := w.recordedCommitted(rctx, conn, ctx); err != nil && !planted.verifyReadsPrepared.Load() {
 		return err
 	}
 	tx, err := conn.BeginTx(rctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
@@ -156,18 +192,14 @@ func (w *txWriter[T]) Committed(ctx *operator.Context, f func(rec []byte)) error
 		return classify("postgres sink: verify: begin", err)
 	}
 	defer tx.Rollback(context.Background())
-	// NB: the snapshot is taken by the first statement; a commit after it
-	// is not read, whoever makes it.
-	var relation uint32
-	var schema string
-	err = tx.QueryRow(rctx, `SELECT c.oid, n.nspname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)`, quoteTable(w.cfg.Table)).Scan(&relation, &schema)
-	if err != nil {
-		return classify("postgres sink: table "+w.cfg.Table, err)
-	}
-	if err := w.notRunning(rctx, tx, ctx, relation, pgx.Identifier{schema, ownerTable}.Sanitize()); err != nil {
+	// The snapshot is taken by the first statement: a commit after it is
+	// not read, whoever makes it; one before it by the job is seen here.
+	if err := w.notRunning(rctx, tx, ctx, relation, records); err != nil {
 		return err
 	}
-	rows, err := tx.Query(rctx, fmt.Sprintf("SELECT %s FROM %s", columnList(w.cfg.Columns), quoteTable(w.cfg.Table)))
+	// NB: the read itself is as long as the table: Timeout bounds the
+	// statements before it.
+	rows, err := tx.Query(context.Background(), fmt.Sprintf("SELECT %s FROM %s", columnList(w.cfg.Columns), quoteTable(w.cfg.Table)))
 	if err != nil {
 		return classify("postgres sink: read "+w.cfg.Table, err)
 	}
@@ -217,10 +249,15 @@ func (w *txWriter[T]) recordedCommitted(rctx context.Context, conn *pgx.Conn, ct
 	return nil
 }
 
+// querier is a connection or a transaction.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
 // notRunning refuses a table whose rows may include commits after the
 // checkpoint: the job writes it now (a session that recorded committing
 // into it lives), or it holds the output of another run (lineage).
-func (w *txWriter[T]) notRunning(rctx context.Context, tx pgx.Tx, ctx *operator.Context, relation uint32, records string) error {
+func (w *txWriter[T]) notRunning(rctx context.Context, tx querier, ctx *operator.Context, relation uint32, records string) error {
 	var exists, runs bool
 	err := tx.QueryRow(rctx, `SELECT to_regclass($1) IS NOT NULL,
 	(SELECT count(*) = 2 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname IN ('run_id', 'run_attempt') AND NOT attisdropped)`, records).Scan(&exists, &runs)
@@ -228,11 +265,14 @@ func (w *txWriter[T]) notRunning(rctx context.Context, tx pgx.Tx, ctx *operator.
 		return classify("postgres sink: read "+records, err) // none: nothing committed
 	}
 	var sub, pid int32
-	err = tx.QueryRow(rctx, fmt.Sprintf(`SELECT o.subtask, o.session_pid FROM %s o JOIN pg_stat_activity a ON a.pid = o.session_pid AND a.backend_start = o.session_start
+	// NB: of another role's sessions, pg_stat_activity shows the start
+	// only to members of pg_read_all_stats: a session of the pid whose
+	// start is hidden may be the job's, and is taken for it.
+	err = tx.QueryRow(rctx, fmt.Sprintf(`SELECT o.subtask, o.session_pid FROM %s o JOIN pg_stat_activity a ON a.pid = o.session_pid AND (a.backend_start = o.session_start OR a.backend_start IS NULL)
 WHERE o.relation = $1 AND o.job = $2 AND o.uid = $3 AND o.subtask >= 0 ORDER BY o.subtask LIMIT 1`, records), relation, ctx.Job, ctx.UID).Scan(&sub, &pid)
 	switch {
 	case err == nil:
-		return fmt.Errorf("postgres sink: job %s is writing table %s (subtask %d's session, pid %d, committed into it and lives): rows it commits after checkpoint %d cannot be told from those before; verify once the job has stopped or finished",
+		return fmt.Errorf("postgres sink: job %s is writing table %s (subtask %d's session, pid %d, committed into it and lives, or a session of that pid whose start this role may not see): rows it commits after checkpoint %d cannot be told from those before; verify once the job has stopped or finished",
 			ctx.Job, w.cfg.Table, sub, pid, ctx.Restore.Checkpoint)
 	case !errors.Is(err, pgx.ErrNoRows):
 		return classify("postgres sink: read "+records, err)
