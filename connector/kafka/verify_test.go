@@ -4,7 +4,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weirstream/weir"
@@ -16,21 +15,6 @@ import (
 // keyed encodes a value with its first letter for key.
 func keyed(s string) *kgo.Record { return &kgo.Record{Key: []byte(s[:1]), Value: []byte(s)} }
 
-// committedAt is what the sink's Committed reads back at checkpoint id
-// recorded in hs, sorted.
-func committedAt(t *testing.T, run *operatortest.Run, newSink func() weir.SinkWriter[string], id checkpoint.ID, hs []checkpoint.Handle, w *operatortest.MemWriter) []string {
-	t.Helper()
-	var got []string
-	err := newSink().(weir.VerifiedSink[string]).Committed(run.Context("out", 0, 1, &operator.Restore{Checkpoint: id, Handles: hs, Read: w.Read}), func(rec []byte) {
-		got = append(got, string(rec))
-	})
-	if err != nil {
-		t.Fatalf("checkpoint %d: %v", id, err)
-	}
-	slices.Sort(got)
-	return got
-}
-
 // TestCommittedReadsWhatACheckpointRecorded: the sink's output read back at
 // a checkpoint is what it committed up to it, the transaction it recorded
 // still open (a restore commits it), and what other producers committed
@@ -39,12 +23,7 @@ func committedAt(t *testing.T, run *operatortest.Run, newSink func() weir.SinkWr
 // records. After a restore, what the dead run wrote after the checkpoint
 // (aborted by the restore) stays out.
 func TestCommittedReadsWhatACheckpointRecorded(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "out"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	brokers := c.ListenAddrs()
+	brokers := onePartition(t)
 	newSink, err := Sink(SinkConfig[string]{Brokers: brokers, Topic: "out", Encode: keyed, TransactionalIDs: 3})
 	if err != nil {
 		t.Fatal(err)
@@ -79,12 +58,12 @@ func TestCommittedReadsWhatACheckpointRecorded(t *testing.T) {
 	}
 	run = &operatortest.Run{}
 	defer run.Close()
-	if got, want := committedAt(t, run, newSink, 1, hs1, w), []string{rec("a", "a1"), rec("a", "a2")}; !slices.Equal(got, want) {
+	if got, want := readBackAs(t, run, "out", newSink, 1, hs1, w), []string{rec("a", "a1"), rec("a", "a2")}; !slices.Equal(got, want) {
 		t.Fatalf("at checkpoint 1: %q, want %q", got, want)
 	}
 	want := []string{rec("a", "a1"), rec("a", "a2"), rec("c", "c1"), rec("", "x"), rec("", "y")}
 	slices.Sort(want)
-	if got := committedAt(t, run, newSink, 2, hs2, w); !slices.Equal(got, want) {
+	if got := readBackAs(t, run, "out", newSink, 2, hs2, w); !slices.Equal(got, want) {
 		t.Fatalf("at checkpoint 2, its transaction open: %q, want %q", got, want)
 	}
 
@@ -100,7 +79,7 @@ func TestCommittedReadsWhatACheckpointRecorded(t *testing.T) {
 	r.Close()
 	want = append(want, rec("e", "e1"))
 	slices.Sort(want)
-	if got := committedAt(t, run, newSink, 4, hs4, w); !slices.Equal(got, want) {
+	if got := readBackAs(t, run, "out", newSink, 4, hs4, w); !slices.Equal(got, want) {
 		t.Fatalf("at checkpoint 4, after a restore of 2: %q, want %q", got, want)
 	}
 	if k := r.(weir.KeyedRecords).RecordKey([]byte(rec("e", "e1"))); k != `out "e"` {
@@ -114,12 +93,7 @@ func TestCommittedReadsWhatACheckpointRecorded(t *testing.T) {
 // checkpoint lies among those before it; read back at checkpoint 3, it is
 // left out by its producer id's span.
 func TestCommittedLeavesOutWhatAnIDWroteAfterTheCheckpoint(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "out"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	brokers := c.ListenAddrs()
+	brokers := onePartition(t)
 	newSink, err := Sink(SinkConfig[string]{Brokers: brokers, Topic: "out", Encode: keyed, TransactionalIDs: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -157,7 +131,7 @@ func TestCommittedLeavesOutWhatAnIDWroteAfterTheCheckpoint(t *testing.T) {
 	s[1].Write("b2")
 	hs = append(hs, snapshot(t, s[1], 3, w)...)
 	want := []string{`out "a" "a1"`, `out "b" "b1"`, `out "b" "b2"`}
-	if got := committedAt(t, run, newSink, 3, hs, w); !slices.Equal(got, want) {
+	if got := readBackAs(t, run, "out", newSink, 3, hs, w); !slices.Equal(got, want) {
 		t.Fatalf("at checkpoint 3: %q, want %q", got, want)
 	}
 }
@@ -167,12 +141,7 @@ func TestCommittedLeavesOutWhatAnIDWroteAfterTheCheckpoint(t *testing.T) {
 // must not record where checkpoint 2's transaction wrote, or reading back at
 // checkpoint 1 would count it once committed.
 func TestSpansOfConcurrentCheckpoints(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "out"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	brokers := c.ListenAddrs()
+	brokers := onePartition(t)
 	newSink, err := Sink(SinkConfig[string]{Brokers: brokers, Topic: "out", Encode: keyed, TransactionalIDs: 3})
 	if err != nil {
 		t.Fatal(err)
@@ -201,7 +170,7 @@ func TestSpansOfConcurrentCheckpoints(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got, want := committedAt(t, run, newSink, 1, hs1, w), []string{`out "a" "a1"`}; !slices.Equal(got, want) {
+	if got, want := readBackAs(t, run, "out", newSink, 1, hs1, w), []string{`out "a" "a1"`}; !slices.Equal(got, want) {
 		t.Fatalf("at checkpoint 1: %q, want %q", got, want)
 	}
 }
