@@ -199,12 +199,13 @@ func (o offsets) merge(p offsets) offsets {
 }
 
 // span is what a checkpoint records of where a producer id of the sink
-// wrote into a partition, over the whole history of the job's output up to
-// the checkpoint: every record of that producer id within it belongs to a
-// transaction recorded by the checkpoint or an earlier one (the id's
-// transactions follow each other, and it begins one after a checkpoint only
-// once that checkpoint's is committed), and verify reads the output back by
-// it (Committed).
+// wrote into a partition, over the lineage's output up to the checkpoint:
+// from the first record of the id's transactions that the checkpoint or an
+// earlier one of its lineage recorded to the last (the id's transactions
+// follow each other, and it begins one after a checkpoint only once that
+// checkpoint's is committed). Records of the id between them are those
+// transactions', or, after a restore of an older checkpoint, what the runs
+// since it committed; verify reads the output back by it (Committed).
 type span struct {
 	PID       int64  `json:"pid"`
 	Topic     string `json:"topic"`
@@ -256,12 +257,11 @@ func (t *txn) noteMark(r *kgo.Record) {
 	if t.mark == nil {
 		t.mark = &mark{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
 	}
-	p := partition{r.Topic, r.Partition}
-	if o, ok := t.spans[p]; ok {
-		t.spans[p] = o.merge(offsets{r.Offset, r.Offset})
-	} else {
-		t.spans[p] = offsets{r.Offset, r.Offset}
+	p, o := partition{r.Topic, r.Partition}, offsets{r.Offset, r.Offset}
+	if old, ok := t.spans[p]; ok {
+		o = old.merge(o)
 	}
+	t.spans[p] = o
 }
 
 // pool is what a subtask's state records besides its transactions, so a
@@ -283,6 +283,16 @@ type pool struct {
 	// epoch were written by earlier attempts (or runs, before a restore of
 	// an older checkpoint), the others by this one.
 	Since []since `json:"since,omitempty"`
+	// Starts are the end offsets of the sink's topic's partitions when the
+	// lineage began (at the first start, before any of its output; in
+	// subtask 0 the restored ones): where verify begins to read.
+	Starts []start `json:"starts,omitempty"`
+}
+
+// start is a partition's end offset when the lineage began.
+type start struct {
+	Partition int32 `json:"partition"`
+	Offset    int64 `json:"offset"`
 }
 
 // since is a producer id and the first epoch an attempt initialised it at.
@@ -327,8 +337,10 @@ type writer[T any] struct {
 	spans    map[spanKey]offsets
 	complete bool
 	// since: the first epoch this attempt initialised each producer id at
-	// (pool.Since).
-	since map[int64]int16
+	// (pool.Since); starts: where the lineage's output in cfg.Topic begins
+	// (pool.Starts).
+	since  map[int64]int16
+	starts map[int32]int64
 
 	errMu    sync.Mutex
 	firstErr error
@@ -340,7 +352,10 @@ func (w *writer[T]) Open(ctx *operator.Context) error {
 		w.delivery = AtLeastOnce // without checkpoints there is nothing to commit at
 		ctx.Logger.Info("kafka sink: no checkpoints, so records are written at least once and flushed when the input ends")
 	}
-	w.spans, w.complete, w.since = map[spanKey]offsets{}, true, map[int64]int16{}
+	// NB: a run that resumes a checkpoint without the sink's state (of
+	// another delivery) cannot say where its lineage's output is.
+	w.spans, w.complete = map[spanKey]offsets{}, ctx.Resumed == 0 || ctx.Restore != nil
+	w.since, w.starts = map[int64]int16{}, map[int32]int64{}
 	var err error
 	if w.plain, err = client(w.cfg.Brokers, w.cfg.ClientOpts, kgo.DefaultProduceTopic(w.cfg.Topic), transactionVersion1()); err != nil {
 		return err
@@ -370,6 +385,17 @@ func (w *writer[T]) Open(ctx *operator.Context) error {
 	if err := w.checkTimeout(rctx); err != nil {
 		return err
 	}
+	if ctx.Restore == nil && ctx.Resumed == 0 {
+		// The lineage begins: before this subtask writes anything.
+		ends, err := kadm.NewClient(w.plain).ListEndOffsets(rctx, w.cfg.Topic)
+		if err == nil {
+			err = ends.Error()
+		}
+		if err != nil {
+			return fmt.Errorf("kafka sink: the end offsets of %s: %w", w.cfg.Topic, err)
+		}
+		ends.Each(func(o kadm.ListedOffset) { w.starts[o.Partition] = o.Offset })
+	}
 	if w.topicID, err = w.lookUpTopicID(rctx); err != nil {
 		return err
 	}
@@ -390,6 +416,7 @@ func (w *writer[T]) Open(ctx *operator.Context) error {
 			return err
 		}
 		var commit []record
+		pools := 0
 		for _, it := range items {
 			var rec item
 			if err := json.Unmarshal(it, &rec); err != nil {
@@ -397,11 +424,15 @@ func (w *writer[T]) Open(ctx *operator.Context) error {
 			}
 			switch {
 			case rec.Span != nil:
-				if ctx.Subtask == 0 && !plantedSpansDropped.Load() {
+				if ctx.Subtask == 0 {
 					addSpan(w.spans, rec.Span.PID, partition{rec.Span.Topic, rec.Span.Partition}, offsets{rec.Span.First, rec.Span.Last})
 				}
 			case rec.Pool != nil:
+				pools++
 				w.complete = w.complete && rec.Pool.Spans
+				if ctx.Subtask == 0 && !plantedStartsDropped.Load() {
+					w.carry(rec.Pool)
+				}
 				oldP, oldSize = max(oldP, rec.Pool.Parallelism), max(oldSize, rec.Pool.Size)
 				if rec.Pool.IDs < txnIDFormat {
 					legacyP, legacySize = max(legacyP, rec.Pool.Parallelism), max(legacySize, rec.Pool.Size)
@@ -413,6 +444,9 @@ func (w *writer[T]) Open(ctx *operator.Context) error {
 				}
 			}
 		}
+		// NB: a checkpoint without the sink's pool (of another delivery)
+		// cannot say where the lineage's output is.
+		w.complete = w.complete && pools > 0
 		// First commit what the checkpoint recorded: a producer that
 		// initialised one of these ids first would abort it.
 		slices.SortFunc(commit, func(a, b record) int { return int(a.At) - int(b.At) })
@@ -518,9 +552,7 @@ func (w *writer[T]) refuseRecordedTransactions() error {
 		return err
 	}
 	for _, it := range items {
-		var rec struct {
-			Txn *record `json:"txn"`
-		}
+		var rec item
 		if err := json.Unmarshal(it, &rec); err != nil {
 			return operator.Permanent(fmt.Errorf("kafka sink: restore: %w", err))
 		}
@@ -544,9 +576,9 @@ var plantedDefect9, plantedDefect10 atomic.Bool
 // stands for kgo's EndTransaction answering nil without sending EndTxn.
 var plantedEndSkipped atomic.Bool
 
-// plantedSpansDropped, set only by a planted-bug test, makes a restore
-// forget where the restored checkpoint's output is (its spans).
-var plantedSpansDropped atomic.Bool
+// plantedStartsDropped, set only by a planted-bug test, makes a restore
+// forget where the lineage's output began (pool.Starts).
+var plantedStartsDropped atomic.Bool
 
 // refusal is a recorded transaction whose commit the broker refused for a
 // newer epoch of its id.
@@ -642,6 +674,7 @@ func (w *writer[T]) newTxn(ctx context.Context, sub int, id string) (*txn, error
 	if e, ok := w.since[pid]; !ok || epoch < e {
 		w.since[pid] = epoch
 	}
+
 	t := &txn{ID: id, Sub: sub, cl: cl, ends: ends, spans: map[partition]offsets{}}
 	t.ack = func(r *kgo.Record, err error) {
 		if err == nil {
@@ -947,6 +980,9 @@ func (w *writer[T]) Snapshot(id checkpoint.ID) (operator.Async, error) {
 	for pid, epoch := range w.since {
 		pl.Since = append(pl.Since, since{pid, epoch})
 	}
+	for p, o := range w.starts {
+		pl.Starts = append(pl.Starts, start{p, o})
+	}
 	items := [][]byte{mustJSON(item{Pool: pl})}
 	recs := make([]record, len(w.pending))
 	for i, t := range w.pending {
@@ -982,6 +1018,15 @@ type item struct {
 	Pool *pool   `json:"pool,omitempty"`
 	Txn  *record `json:"txn,omitempty"`
 	Span *span   `json:"span,omitempty"`
+}
+
+// carry takes on where the lineage began, as a restored pool item records.
+func (w *writer[T]) carry(pl *pool) {
+	for _, s := range pl.Starts {
+		if o, ok := w.starts[s.Partition]; !ok || s.Offset < o {
+			w.starts[s.Partition] = s.Offset
+		}
+	}
 }
 
 func addSpan(spans map[spanKey]offsets, pid int64, p partition, o offsets) {

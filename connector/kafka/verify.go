@@ -74,17 +74,15 @@ func (w *writer[T]) RecordKey(rec []byte) string {
 	return topic + " " + key
 }
 
-// Committed reads back the records the sink committed up to checkpoint
-// ctx.Restore.Checkpoint, and those of the transactions it recorded still
-// open (a restore commits them), read_uncommitted with the transactions'
-// markers: in each partition the checkpoint's spans name, every committed
-// record from the first offset the sink wrote to the last the checkpoint
-// recorded, but none the attempt that took the checkpoint wrote outside
-// its spans (transactions after the checkpoint). So what earlier attempts
-// committed outside them is read too — a run that restored an older
-// checkpoint leaves the newer ones' output in the topic, which the
-// comparison reports duplicated — and what other producers committed among
-// the records, reported unexpected. It only reads.
+// Committed reads back what the topic holds since the lineage began, except
+// what the attempt that took checkpoint ctx.Restore.Checkpoint wrote after
+// it: read_uncommitted with the transactions' markers, the sink's records
+// within the checkpoint's spans count if committed or still open (recorded:
+// a restore commits them), the attempt's records after the checkpoint (its
+// producer ids at its epochs, outside the spans) do not, and every other
+// committed record does — what runs after an older checkpoint committed
+// before a restore of it (the comparison reports them duplicated), what
+// other producers wrote (unexpected). It only reads.
 func (w *writer[T]) Committed(ctx *operator.Context, f func(rec []byte)) error {
 	upTo := ctx.Restore.Checkpoint
 	rec, err := recorded(ctx)
@@ -92,23 +90,17 @@ func (w *writer[T]) Committed(ctx *operator.Context, f func(rec []byte)) error {
 	case err != nil:
 		return err
 	case !rec.complete:
-		return fmt.Errorf("checkpoint %d of kafka sink %s does not record where all its output is: its history goes through a checkpoint of Weir before it recorded that; verify a checkpoint of a run started over with this version", upTo, ctx.UID)
+		return fmt.Errorf("checkpoint %d of kafka sink %s does not record where all its output is: its history goes through a checkpoint of Weir before it recorded that, or of another delivery; verify a checkpoint of a run started over with this version", upTo, ctx.UID)
 	}
 	spans, since := rec.spans, rec.since
-	ours := map[int64]bool{}
-	for pid := range since {
-		ours[pid] = true
-	}
 	ranges := map[partition]offsets{} // from the first record any of the sink's producers wrote to the last recorded one
+	topics := map[string]bool{w.cfg.Topic: true}
 	for k, o := range spans {
-		ours[k.PID] = true
 		if r, ok := ranges[k.partition]; ok {
 			o = r.merge(o)
 		}
 		ranges[k.partition] = o
-	}
-	if len(ranges) == 0 {
-		return nil // no output yet
+		topics[k.Topic] = true
 	}
 	cl, err := client(w.cfg.Brokers, w.cfg.ClientOpts)
 	if err != nil {
@@ -117,17 +109,20 @@ func (w *writer[T]) Committed(ctx *operator.Context, f func(rec []byte)) error {
 	defer cl.Close()
 	rctx, cancel := context.WithTimeout(context.Background(), w.cfg.Timeout)
 	defer cancel()
-	ends, err := w.checkReadable(rctx, kadm.NewClient(cl), ranges)
+	adm := kadm.NewClient(cl)
+	reads, err := w.checkReadable(rctx, adm, topics, ranges, rec.starts)
 	if err != nil {
 		return err
 	}
-	if err := w.alone(rctx, kadm.NewClient(cl), ctx, topicSet(ranges)); err != nil {
+	if err := w.alone(rctx, adm, ctx, topics); err != nil {
 		return err
 	}
-	// First the markers, to the end of each partition (a transaction's
-	// marker follows its last record), then the records.
+	// First the markers (a transaction's marker follows its last record),
+	// then the records: every partition of the topics from where the
+	// lineage began to the end, for what runs after an older checkpoint
+	// committed (before a restore of it) may lie anywhere.
 	markers := map[spanKey][]marker{}
-	err = w.read(ranges, ends, func(r *kgo.Record) {
+	err = w.read(reads, func(r *kgo.Record) {
 		if !r.Attrs.IsControl() {
 			return
 		}
@@ -141,32 +136,25 @@ func (w *writer[T]) Committed(ctx *operator.Context, f func(rec []byte)) error {
 	if err != nil {
 		return err
 	}
-	recorded := map[partition]int64{}
-	for p, o := range ranges {
-		recorded[p] = o.Last + 1
-	}
 	var buf []byte
-	return w.read(ranges, recorded, func(r *kgo.Record) {
+	return w.read(reads, func(r *kgo.Record) {
 		if r.Attrs.IsControl() {
 			return
 		}
-		k := spanKey{r.ProducerID, partition{r.Topic, r.Partition}}
+		p := partition{r.Topic, r.Partition}
+		k := spanKey{r.ProducerID, p}
 		committed, open := outcome(markers[k], r.Offset)
-		if ours[r.ProducerID] {
-			o, ok := spans[k]
-			e, attempt := since[r.ProducerID]
-			switch {
-			case ok && r.Offset >= o.First && r.Offset <= o.Last:
-				if !committed && !open {
-					return // aborted
-				}
-			case attempt && r.ProducerEpoch >= e:
-				return // after the checkpoint
-			case !committed:
-				return // an earlier attempt's, aborted or to be
+		o, inSpan := spans[k]
+		e, attempt := since[r.ProducerID]
+		switch {
+		case inSpan && r.Offset >= o.First && r.Offset <= o.Last:
+			if !committed && !open {
+				return // aborted
 			}
-		} else if r.Attrs.IsTransactional() && !committed {
-			return
+		case attempt && r.ProducerEpoch >= e:
+			return // what the attempt that took the checkpoint wrote after it
+		case r.Attrs.IsTransactional() && !committed:
+			return // aborted, or open and recorded by no checkpoint
 		}
 		buf = appendRecord(buf[:0], r.Topic, r.Key, r.Value, r.Headers)
 		f(buf)
@@ -196,12 +184,13 @@ func outcome(ms []marker, offset int64) (committed, open bool) {
 type recordedOutput struct {
 	spans    map[spanKey]offsets
 	since    map[int64]int16
+	starts   map[int32]int64 // of the sink's topic
 	complete bool
 }
 
 // recorded reads it from every subtask's state.
 func recorded(ctx *operator.Context) (recordedOutput, error) {
-	r := recordedOutput{spans: map[spanKey]offsets{}, since: map[int64]int16{}, complete: true}
+	r := recordedOutput{spans: map[spanKey]offsets{}, since: map[int64]int16{}, starts: map[int32]int64{}, complete: true}
 	items, err := state.RestoreList(ctx.Restore.Handles, ctx.Restore.Read, state.Union, "txns", 0, 1)
 	if err != nil {
 		return r, err
@@ -219,6 +208,11 @@ func recorded(ctx *operator.Context) (recordedOutput, error) {
 			for _, s := range rec.Pool.Since {
 				if e, ok := r.since[s.PID]; !ok || s.Epoch < e {
 					r.since[s.PID] = s.Epoch
+				}
+			}
+			for _, s := range rec.Pool.Starts {
+				if o, ok := r.starts[s.Partition]; !ok || s.Offset < o {
+					r.starts[s.Partition] = s.Offset
 				}
 			}
 		case rec.Span != nil:
@@ -241,13 +235,10 @@ func (w *writer[T]) alone(rctx context.Context, adm *kadm.Client, ctx *operator.
 	if err != nil {
 		return fmt.Errorf("kafka sink: the end of the ownership topic %s: %w", OwnersTopic, err)
 	}
-	ranges, to := map[partition]offsets{}, map[partition]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		p := partition{o.Topic, o.Partition}
-		ranges[p], to[p] = offsets{0, o.Offset - 1}, o.Offset
-	})
+	reads := map[partition]interval{}
+	ends.Each(func(o kadm.ListedOffset) { reads[partition{o.Topic, o.Partition}] = interval{0, o.Offset} })
 	var other []string
-	err = w.read(ranges, to, func(r *kgo.Record) {
+	err = w.read(reads, func(r *kgo.Record) {
 		var key []string
 		if r.Attrs.IsControl() || json.Unmarshal(r.Key, &key) != nil || len(key) != 4 || key[0] != ownerKeyVersion {
 			return
@@ -266,15 +257,21 @@ func (w *writer[T]) alone(rctx context.Context, adm *kadm.Client, ctx *operator.
 	return nil
 }
 
-// checkReadable refuses what reading the ranges back cannot count right: a
-// compacted topic (it keeps the last record of each key), records the log no
-// longer holds (retention), a log that ends before them (the topic was made
-// again). It returns each partition's end.
-func (w *writer[T]) checkReadable(ctx context.Context, adm *kadm.Client, ranges map[partition]offsets) (map[partition]int64, error) {
-	topics := slices.Sorted(maps.Keys(topicSet(ranges)))
-	configs, err := adm.DescribeTopicConfigs(ctx, topics...)
+// interval is the offsets [From, To) of a partition.
+type interval struct{ From, To int64 }
+
+// checkReadable refuses what reading the topics back cannot count right: a
+// compacted topic (it keeps the last record of each key), records of the
+// ranges the log no longer holds (retention), a log that ends before them
+// (the topic was made again). It returns what to read of each partition of
+// the topics, to the end: of the sink's topic, from where the lineage began
+// (starts; the log's start for a partition made since); of a topic Encode
+// chose, from the lineage's first record in each partition it wrote.
+func (w *writer[T]) checkReadable(ctx context.Context, adm *kadm.Client, topics map[string]bool, ranges map[partition]offsets, starts map[int32]int64) (map[partition]interval, error) {
+	names := slices.Sorted(maps.Keys(topics))
+	configs, err := adm.DescribeTopicConfigs(ctx, names...)
 	if err != nil {
-		return nil, fmt.Errorf("kafka sink: describe %s: %w", strings.Join(topics, ", "), err)
+		return nil, fmt.Errorf("kafka sink: describe %s: %w", strings.Join(names, ", "), err)
 	}
 	for _, c := range configs {
 		if c.Err != nil {
@@ -286,59 +283,72 @@ func (w *writer[T]) checkReadable(ctx context.Context, adm *kadm.Client, ranges 
 			}
 		}
 	}
-	starts, err := adm.ListStartOffsets(ctx, topics...)
+	logStarts, err := adm.ListStartOffsets(ctx, names...)
 	if err == nil {
-		err = starts.Error()
+		err = logStarts.Error()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("kafka sink: the start offsets of %s: %w", strings.Join(topics, ", "), err)
+		return nil, fmt.Errorf("kafka sink: the start offsets of %s: %w", strings.Join(names, ", "), err)
 	}
-	endOffsets, err := adm.ListEndOffsets(ctx, topics...)
+	ends, err := adm.ListEndOffsets(ctx, names...)
 	if err == nil {
-		err = endOffsets.Error()
+		err = ends.Error()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("kafka sink: the end offsets of %s: %w", strings.Join(topics, ", "), err)
+		return nil, fmt.Errorf("kafka sink: the end offsets of %s: %w", strings.Join(names, ", "), err)
 	}
-	ends := map[partition]int64{}
 	for p, o := range ranges {
-		if s, ok := starts.Lookup(p.Topic, p.Partition); ok && s.Offset > o.First {
+		if s, ok := logStarts.Lookup(p.Topic, p.Partition); ok && s.Offset > o.First {
 			return nil, fmt.Errorf("%s/%d: the log starts at offset %d, after the job's first output at %d: retention deleted records the job committed, so its output cannot be read whole", p.Topic, p.Partition, s.Offset, o.First)
 		}
-		e, ok := endOffsets.Lookup(p.Topic, p.Partition)
-		if !ok || e.Offset <= o.Last {
+		if e, ok := ends.Lookup(p.Topic, p.Partition); !ok || e.Offset <= o.Last {
 			return nil, fmt.Errorf("%s/%d ends before offset %d, where the checkpoint records output: the topic was deleted and made again, or is another cluster's", p.Topic, p.Partition, o.Last)
 		}
-		ends[p] = e.Offset
 	}
-	return ends, nil
-}
-
-func topicSet(ranges map[partition]offsets) map[string]bool {
-	ts := map[string]bool{}
-	for p := range ranges {
-		ts[p.Topic] = true
-	}
-	return ts
+	reads := map[partition]interval{}
+	ends.Each(func(e kadm.ListedOffset) {
+		p := partition{e.Topic, e.Partition}
+		from := int64(0)
+		if s, ok := logStarts.Lookup(e.Topic, e.Partition); ok {
+			from = s.Offset
+		}
+		switch r, ok := ranges[p]; {
+		case e.Topic == w.cfg.Topic:
+			if s, ok := starts[e.Partition]; ok {
+				from = max(from, s)
+			}
+		case ok:
+			// A topic Encode chose: the lineage's start there is not
+			// recorded, its first record is.
+			from = r.First
+		default:
+			return
+		}
+		if from < e.Offset {
+			reads[p] = interval{from, e.Offset}
+		}
+	})
+	return reads, nil
 }
 
 // errStalled is a read that got no record for the sink's Timeout.
 var errStalled = errors.New("no record came for the timeout")
 
 // read calls f with every record (control records too) of each partition
-// from ranges' first offset up to, not including, to's, read_uncommitted.
-func (w *writer[T]) read(ranges map[partition]offsets, to map[partition]int64, f func(*kgo.Record)) error {
+// in its interval, read_uncommitted.
+func (w *writer[T]) read(reads map[partition]interval, f func(*kgo.Record)) error {
 	from := map[string]map[int32]kgo.Offset{}
 	next := map[partition]int64{}
-	for p, o := range ranges {
-		if to[p] <= o.First {
+	to := map[partition]int64{}
+	for p, in := range reads {
+		if in.To <= in.From {
 			continue
 		}
 		if from[p.Topic] == nil {
 			from[p.Topic] = map[int32]kgo.Offset{}
 		}
-		from[p.Topic][p.Partition] = kgo.NewOffset().At(o.First)
-		next[p] = o.First
+		from[p.Topic][p.Partition] = kgo.NewOffset().At(in.From)
+		next[p], to[p] = in.From, in.To
 	}
 	if len(next) == 0 {
 		return nil

@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -58,7 +59,9 @@ func TestCommittedReadsWhatACheckpointRecorded(t *testing.T) {
 	}
 	run = &operatortest.Run{}
 	defer run.Close()
-	if got, want := readBackAs(t, run, "out", newSink, 1, hs1, w), []string{rec("a", "a1"), rec("a", "a2")}; !slices.Equal(got, want) {
+	// What others committed after checkpoint 1 counts; what the job wrote
+	// after it does not.
+	if got, want := readBackAs(t, run, "out", newSink, 1, hs1, w), []string{rec("a", "a1"), rec("a", "a2"), rec("", "x"), rec("", "y")}; !slices.Equal(got, want) {
 		t.Fatalf("at checkpoint 1: %q, want %q", got, want)
 	}
 	want := []string{rec("a", "a1"), rec("a", "a2"), rec("c", "c1"), rec("", "x"), rec("", "y")}
@@ -172,5 +175,77 @@ func TestSpansOfConcurrentCheckpoints(t *testing.T) {
 	}
 	if got, want := readBackAs(t, run, "out", newSink, 1, hs1, w), []string{`out "a" "a1"`}; !slices.Equal(got, want) {
 		t.Fatalf("at checkpoint 1: %q, want %q", got, want)
+	}
+}
+
+// TestCommittedCountsWhatARestoredOlderCheckpointLeft: checkpoint 1 records
+// no output; checkpoint 2 commits b1; a run restores checkpoint 1 and
+// commits b1 again at checkpoint 3. The topic holds b1 twice, read back so
+// (verify reports the duplicate), though checkpoint 1's lineage wrote
+// nothing before it (found by the second review: read only where spans
+// were, b1 was read once, and verify matched).
+func TestCommittedCountsWhatARestoredOlderCheckpointLeft(t *testing.T) {
+	brokers := onePartition(t)
+	newSink, err := Sink(SinkConfig[string]{Brokers: brokers, Topic: "out", Encode: keyed, TransactionalIDs: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &operatortest.MemWriter{}
+	run := &operatortest.Run{}
+	defer run.Close()
+	s := newSink()
+	if err := s.Open(run.Context("out", 0, 1, nil)); err != nil {
+		t.Fatal(err)
+	}
+	hs1 := snapshot(t, s, 1, w)
+	if err := s.NotifyComplete(1); err != nil {
+		t.Fatal(err)
+	}
+	s.Write("b1")
+	snapshot(t, s, 2, w)
+	if err := s.NotifyComplete(2); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	r := newSink()
+	if err := r.Open(run.Context("out", 0, 1, &operator.Restore{Checkpoint: 1, Handles: hs1, Read: w.Read})); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	r.Write("b1")
+	hs3 := snapshot(t, r, 3, w)
+	if err := r.NotifyComplete(3); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := readBackAs(t, run, "out", newSink, 3, hs3, w), []string{`out "b" "b1"`, `out "b" "b1"`}; !slices.Equal(got, want) {
+		t.Fatalf("at checkpoint 3: %q, want %q", got, want)
+	}
+}
+
+// TestCommittedRefusesALineageOfAnotherDelivery: a run that resumed a
+// checkpoint of the sink at least once (no state of it) cannot say where
+// the output before it is: read back, its checkpoints are refused, not
+// reported short.
+func TestCommittedRefusesALineageOfAnotherDelivery(t *testing.T) {
+	brokers := onePartition(t)
+	newSink, err := Sink(SinkConfig[string]{Brokers: brokers, Topic: "out", Encode: keyed, TransactionalIDs: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &operatortest.MemWriter{}
+	run := &operatortest.Run{}
+	defer run.Close()
+	ctx := run.Context("out", 0, 1, nil)
+	ctx.Resumed = 1 // a checkpoint without the sink's state
+	s := newSink()
+	if err := s.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.Write("a1")
+	hs := snapshot(t, s, 2, w)
+	err = newSink().(weir.VerifiedSink[string]).Committed(run.Context("out", 0, 1, &operator.Restore{Checkpoint: 2, Handles: hs, Read: w.Read}), func([]byte) {})
+	if err == nil || !strings.Contains(err.Error(), "does not record where all its output is") {
+		t.Fatalf("read back: %v, want a refusal", err)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -124,35 +123,6 @@ func (w *txWriter[T]) Verifiable() error {
 // verify compares every record the rerun makes.
 func (w *upsertWriter[T]) Verifiable() error {
 	return fmt.Errorf("postgres sink into %s writes in upsert mode: the table keeps the last row of each key, not every record, and verify compares every record; verify reads back exactly-once tables only", w.cfg.Table)
-}
-
-// RecordKey is a row's values of the Key columns (the whole row without
-// them): verify pairs a changed row by it.
-func (w *txWriter[T]) RecordKey(rec []byte) string {
-	if len(w.cfg.Key) == 0 {
-		return string(rec)
-	}
-	var key []string
-	for rest := string(rec); rest != ""; {
-		name, value, ok := strings.Cut(rest, "=")
-		if !ok {
-			return string(rec)
-		}
-		if strings.HasPrefix(value, "null") {
-			rest = strings.TrimPrefix(strings.TrimPrefix(value, "null"), " ")
-			value = "null"
-		} else {
-			q, err := strconv.QuotedPrefix(value)
-			if err != nil {
-				return string(rec)
-			}
-			rest, value = strings.TrimPrefix(value[len(q):], " "), q
-		}
-		if slices.Contains(w.cfg.Key, name) {
-			key = append(key, name+"="+value)
-		}
-	}
-	return strings.Join(key, " ")
 }
 
 // Committed reads the rows of the table, which must hold the sink's output
