@@ -964,6 +964,11 @@ func (l *life) checkReadBack(want []string) error {
 	if l.upsert || l.none || c == nil || l.run != nil && !l.run.live {
 		return nil
 	}
+	if l.run != nil {
+		d := sessionEndWait
+		sessionEndWait = 0 // the run lives on: no waiting for its sessions
+		defer func() { sessionEndWait = d }()
+	}
 	var got []string
 	ctx := (&operatortest.Run{Lineage: c.lineage}).Context("counts", 0, 1, &operator.Restore{Checkpoint: c.id, Handles: c.handles, Read: l.mem.Read})
 	ctx.Job = l.job

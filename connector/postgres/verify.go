@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -148,9 +149,22 @@ func (w *txWriter[T]) Committed(ctx *operator.Context, f func(rec []byte)) error
 	}
 	records := pgx.Identifier{schema, ownerTable}.Sanitize()
 	// NB: the job running is said first: its checkpoint's transactions may
-	// be prepared because it has not committed them yet.
-	if err := w.notRunning(rctx, conn, ctx, relation, records); err != nil {
-		return err
+	// be prepared because it has not committed them yet. A job that just
+	// stopped leaves its sessions a moment longer: the server ends them
+	// once it sees the connections closed.
+	for wait := time.Now().Add(sessionEndWait); ; {
+		err := w.notRunning(rctx, conn, ctx, relation, records)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, errRunning) || time.Now().After(wait) {
+			return err
+		}
+		select {
+		case <-time.After(50 * time.Millisecond): // polls the server for a condition
+		case <-rctx.Done():
+			return err
+		}
 	}
 	// NB: before the snapshot: a transaction committed after it would be
 	// neither prepared nor read.
@@ -219,6 +233,13 @@ func (w *txWriter[T]) recordedCommitted(rctx context.Context, conn *pgx.Conn, ct
 	return nil
 }
 
+// errRunning marks a refusal to read a table the job writes.
+var errRunning = errors.New("the job is writing the table")
+
+// sessionEndWait bounds how long verify waits for the sessions of a job
+// that stopped to end. (A variable for the tests of a running job.)
+var sessionEndWait = 5 * time.Second
+
 // querier is a connection or a transaction.
 type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
@@ -242,8 +263,8 @@ func (w *txWriter[T]) notRunning(rctx context.Context, tx querier, ctx *operator
 WHERE o.relation = $1 AND o.job = $2 AND o.uid = $3 AND o.subtask >= 0 ORDER BY o.subtask LIMIT 1`, records), relation, ctx.Job, ctx.UID).Scan(&sub, &pid)
 	switch {
 	case err == nil:
-		return fmt.Errorf("postgres sink: job %s is writing table %s (subtask %d's session, pid %d, committed into it and lives, or a session of that pid whose start this role may not see): rows it commits after checkpoint %d cannot be told from those before; verify once the job has stopped or finished",
-			ctx.Job, w.cfg.Table, sub, pid, ctx.Restore.Checkpoint)
+		return fmt.Errorf("postgres sink: %w: job %s is writing table %s (subtask %d's session, pid %d, committed into it and lives, or a session of that pid whose start this role may not see): rows it commits after checkpoint %d cannot be told from those before; verify once the job has stopped or finished",
+			errRunning, ctx.Job, w.cfg.Table, sub, pid, ctx.Restore.Checkpoint)
 	case !errors.Is(err, pgx.ErrNoRows):
 		return classify("postgres sink: read "+records, err)
 	case !runs:

@@ -118,6 +118,7 @@ func TestReviewVerifyUnderAnotherRoleDoesNotSeeTheJobRunning(t *testing.T) {
 	run := &operatortest.Run{}
 	defer run.Close()
 	hs := committedOnce(t, run, newSink, w, false, count{"a", 1}) // the job runs on
+	runningJob(t)
 	if _, err := readBack(run, newSink, 1, hs, w); err == nil || !strings.Contains(err.Error(), "is writing table counts") {
 		t.Fatalf("as the job's role, while the job runs: %v", err)
 	}
