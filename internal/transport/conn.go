@@ -316,8 +316,8 @@ func (c *Conn) recycle(frames [][]byte) {
 // read dispatches the peer's frames until the connection fails. It never
 // waits for a task: credits bound what it buffers.
 func (c *Conn) read() {
-	fr := &frameReader{r: bufio.NewReaderSize(c.nc, 64<<10)}
-	c.nc.SetReadDeadline(time.Now().Add(c.frameTimeout))
+	in := &silenceReader{nc: c.nc, silence: c.frameTimeout, until: time.Now().Add(c.frameTimeout)}
+	fr := &frameReader{r: bufio.NewReaderSize(in, 64<<10)}
 	f, err := fr.next()
 	switch {
 	case errors.Is(err, os.ErrDeadlineExceeded):
@@ -325,38 +325,56 @@ func (c *Conn) read() {
 	case errors.Is(err, ErrProtocol):
 		err = protocolErr("the peer did not greet as a Weir process (%v)", err)
 	case err == nil:
-		c.nc.SetReadDeadline(time.Time{})
 		err = checkHello(f)
 	}
+	in.silence = c.idleTimeout
 	for err == nil {
-		if f, err = c.readNext(fr); err == nil {
+		if f, err = c.readNext(fr, in); err == nil {
 			err = c.dispatch(f)
 		}
 	}
 	c.fail(err)
 }
 
-// readNext reads the next frame: its first byte within idleTimeout, then
-// the rest within frameTimeout unless it is buffered whole already. NB: a
-// deadline matters only to a read that waits for the network, and each
-// such read is given a fresh one: a stale deadline is never cleared.
-func (c *Conn) readNext(fr *frameReader) (frame, error) {
-	fr.release()
-	if fr.r.Buffered() == 0 {
-		c.nc.SetReadDeadline(time.Now().Add(c.idleTimeout))
+// silenceReader reads the connection with a deadline set at each read that
+// waits for the network: the peer's silence bound, and no later than until
+// if set. (A stale deadline never matters: every read gets a fresh one.)
+type silenceReader struct {
+	nc      net.Conn
+	silence time.Duration
+	until   time.Time
+}
+
+func (s *silenceReader) Read(p []byte) (int, error) {
+	d := time.Now().Add(s.silence)
+	if !s.until.IsZero() && s.until.Before(d) {
+		d = s.until
 	}
+	s.nc.SetReadDeadline(d)
+	return s.nc.Read(p)
+}
+
+// readNext reads the next frame: its first byte within idleTimeout of the
+// last, then the rest within frameTimeout, and with no silence of
+// idleTimeout half-way through (a cut network mid-frame is a silent peer:
+// the keep-alives cannot pass a frame begun).
+func (c *Conn) readNext(fr *frameReader, in *silenceReader) (frame, error) {
+	fr.release()
+	in.until = time.Time{}
 	if _, err := fr.r.Peek(1); err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			err = fmt.Errorf("%w: it sent nothing, not even a keep-alive, for %v", ErrPeerSilent, c.idleTimeout)
 		}
 		return frame{}, err
 	}
-	if !fr.buffered() {
-		c.nc.SetReadDeadline(time.Now().Add(c.frameTimeout))
-	}
+	in.until = time.Now().Add(c.frameTimeout)
 	f, err := fr.next()
 	if errors.Is(err, os.ErrDeadlineExceeded) {
-		err = fmt.Errorf("%w: the rest of a frame did not arrive within %v of its start", ErrFrameStalled, c.frameTimeout)
+		if time.Now().Before(in.until) {
+			err = fmt.Errorf("%w: it stopped half-way through a frame, and sent nothing for %v", ErrPeerSilent, c.idleTimeout)
+		} else {
+			err = fmt.Errorf("%w: the rest of a frame did not arrive within %v of its start", ErrFrameStalled, c.frameTimeout)
+		}
 	}
 	return f, err
 }

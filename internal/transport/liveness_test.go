@@ -3,6 +3,7 @@ package transport
 import (
 	"errors"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -95,4 +96,33 @@ func TestCutConnectionFailsWithinTheIdleTimeout(t *testing.T) {
 		}
 	}
 	t.Logf("both ends failed %v after the cut (idle timeout %v): %v", time.Since(start).Round(time.Millisecond), idle, ca.Err())
+}
+
+// TestCutHalfWayThroughAFrameIsASilentPeer: a network cut while a frame
+// crosses stops the frame and the keep-alives behind it. The connection
+// fails within the idle timeout as ErrPeerSilent; it waited for the frame
+// timeout (30 s) and failed as ErrFrameStalled, which the coordinator does
+// not take for a cut data path: it placed the two workers together again,
+// and the job gave up (TestDataPathPartitionNetns, in CI).
+func TestCutHalfWayThroughAFrameIsASilentPeer(t *testing.T) {
+	hello, err := finish(appendHello(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := tcpPair(t)
+	defer b.Close()
+	if _, err := b.Write(append(slices.Clone(hello), 0, 0, 1, 0, typeEvent, 1, 2)); err != nil {
+		t.Fatal(err)
+	}
+	const idle = 200 * time.Millisecond
+	c := newConn(a, time.Minute, idle)
+	defer c.Close()
+	select {
+	case <-c.Done():
+	case <-time.After(50 * idle):
+		t.Fatalf("the connection still waits after %v", 50*idle)
+	}
+	if err := c.Err(); !errors.Is(err, ErrPeerSilent) {
+		t.Fatalf("error %v, want ErrPeerSilent", err)
+	}
 }
