@@ -96,10 +96,7 @@ func (w *writer[T]) Committed(ctx *operator.Context, f func(rec []byte)) error {
 	ranges := map[partition]offsets{} // from the first record any of the sink's producers wrote to the last recorded one
 	topics := map[string]bool{w.cfg.Topic: true}
 	for k, o := range spans {
-		if r, ok := ranges[k.partition]; ok {
-			o = r.merge(o)
-		}
-		ranges[k.partition] = o
+		widen(ranges, k.partition, o)
 		topics[k.Topic] = true
 	}
 	cl, err := client(w.cfg.Brokers, w.cfg.ClientOpts)
@@ -206,17 +203,13 @@ func recorded(ctx *operator.Context) (recordedOutput, error) {
 			pools++
 			r.complete = r.complete && rec.Pool.Spans
 			for _, s := range rec.Pool.Since {
-				if e, ok := r.since[s.PID]; !ok || s.Epoch < e {
-					r.since[s.PID] = s.Epoch
-				}
+				keepMin(r.since, s.PID, s.Epoch)
 			}
 			for _, s := range rec.Pool.Starts {
-				if o, ok := r.starts[s.Partition]; !ok || s.Offset < o {
-					r.starts[s.Partition] = s.Offset
-				}
+				keepMin(r.starts, s.Partition, s.Offset)
 			}
 		case rec.Span != nil:
-			addSpan(r.spans, rec.Span.PID, partition{rec.Span.Topic, rec.Span.Partition}, offsets{rec.Span.First, rec.Span.Last})
+			widen(r.spans, rec.Span.key(), rec.Span.bounds())
 		}
 	}
 	if pools == 0 {
