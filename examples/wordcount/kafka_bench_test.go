@@ -43,6 +43,10 @@ func BenchmarkKafkaWordCount(b *testing.B) {
 		b.Fatal(err)
 	}
 	cl.Close()
+	// NB: a topic per run: b.Run calls its function more than once (b.N 1,
+	// then the -benchtime), and a run into a topic another run wrote is
+	// refused (its output is an earlier run's).
+	runs := 0
 	for _, c := range []struct {
 		name, delivery string
 		mode           weir.Mode
@@ -53,9 +57,10 @@ func BenchmarkKafkaWordCount(b *testing.B) {
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			var cpu time.Duration
-			for i := 0; b.Loop(); i++ {
+			for b.Loop() {
 				b.StopTimer()
-				out := fmt.Sprintf("counts-%s-%d", c.name, i)
+				runs++
+				out := fmt.Sprintf("counts-%s-%d", c.name, runs)
 				env, err := Build(Options{
 					Input:  "kafka://" + brokers[0] + "/lines?bounded=true",
 					Output: "kafka://" + brokers[0] + "/" + out + "?create=true&partitions=4&delivery=" + c.delivery, Parallelism: 2,
