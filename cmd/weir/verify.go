@@ -2,12 +2,10 @@ package main
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -99,26 +97,21 @@ func outputExists(output, scheme string) error {
 		}
 		return nil
 	}
-	u, err := url.Parse(output)
+	connURL, table, _, err := wordcount.PostgresOutput(output)
 	if err != nil {
 		return fmt.Errorf("--output: %w", err)
 	}
-	q := u.Query()
-	table := cmp.Or(q.Get("table"), "counts")
-	q.Del("table")
-	q.Del("mode")
-	u.RawQuery = q.Encode()
-	conn, err := pgx.Connect(ctx, u.String())
+	conn, err := pgx.Connect(ctx, connURL)
 	if err != nil {
-		return fmt.Errorf("--output %s: %w", u.Redacted(), err)
+		return fmt.Errorf("--output: %w", err)
 	}
 	defer conn.Close(context.Background())
 	var exists bool
 	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", pgx.Identifier(strings.Split(table, ".")).Sanitize()).Scan(&exists); err != nil {
-		return fmt.Errorf("--output %s: %w", u.Redacted(), err)
+		return fmt.Errorf("--output: %w", err)
 	}
 	if !exists {
-		return fmt.Errorf("--output %s: table %s does not exist: no job wrote output there", u.Redacted(), table)
+		return fmt.Errorf("--output: table %s does not exist: no job wrote output there", table)
 	}
 	return nil
 }

@@ -135,44 +135,53 @@ func parseDuration(opt, v string) (d time.Duration, err error) {
 	return d, nil
 }
 
-// postgresSink reads the word count's options (table, mode) off a
-// PostgreSQL URL and passes the rest to PostgreSQL. Its query is parsed
-// strictly: "table=my;table" is an error, not the default table.
-func postgresSink(raw string) (func() weir.SinkWriter[Count], error) {
+// PostgresOutput reads the word count's options (table, mode) off a
+// PostgreSQL URL and returns the URL without them, for PostgreSQL. Its query
+// is parsed strictly: "table=my;table" is an error, not the default table.
+func PostgresOutput(raw string) (connURL, table string, mode postgres.Mode, err error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			err = ue.Err // ue.URL is raw, password and all
 		}
-		return nil, fmt.Errorf("postgres URL %s: %w", redacted(raw), err)
+		return "", "", 0, fmt.Errorf("postgres URL %s: %w", redacted(raw), err)
 	}
 	q, err := url.ParseQuery(u.RawQuery)
 	if err != nil {
-		return nil, fmt.Errorf("postgres URL %s: options: %w (separate options with &, and write a literal ; as %%3B)", u.Redacted(), err)
+		return "", "", 0, fmt.Errorf("postgres URL %s: options: %w (separate options with &, and write a literal ; as %%3B)", u.Redacted(), err)
 	}
 	for opt, vs := range q {
 		if len(vs) > 1 {
-			return nil, fmt.Errorf("postgres URL %s: option %s given %d times: give it once", u.Redacted(), opt, len(vs))
+			return "", "", 0, fmt.Errorf("postgres URL %s: option %s given %d times: give it once", u.Redacted(), opt, len(vs))
 		}
 	}
-	table := "counts"
+	table = "counts"
 	if q.Has("table") {
 		table = q.Get("table")
 	}
 	if err := checkTableName(table); err != nil {
-		return nil, fmt.Errorf("postgres URL option table=%q: %w", table, err)
+		return "", "", 0, fmt.Errorf("postgres URL option table=%q: %w", table, err)
 	}
-	mode := postgres.ExactlyOnce
+	mode = postgres.ExactlyOnce
 	if m := q.Get("mode"); m != "" {
 		if mode, err = postgres.ParseMode(m); err != nil {
-			return nil, err
+			return "", "", 0, err
 		}
 	}
 	q.Del("table")
 	q.Del("mode")
 	u.RawQuery = q.Encode()
-	cfg := postgres.SinkConfig[Count]{URL: u.String(), Table: table, Mode: mode, Columns: []string{"word", "count"},
+	return u.String(), table, mode, nil
+}
+
+// postgresSink is the sink a PostgreSQL URL names (PostgresOutput).
+func postgresSink(raw string) (func() weir.SinkWriter[Count], error) {
+	connURL, table, mode, err := PostgresOutput(raw)
+	if err != nil {
+		return nil, err
+	}
+	cfg := postgres.SinkConfig[Count]{URL: connURL, Table: table, Mode: mode, Columns: []string{"word", "count"},
 		Row: func(c Count) []any { return []any{c.Word, c.Count} }}
 	if mode == postgres.Upsert {
 		cfg.Key = []string{"word"}
