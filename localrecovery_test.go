@@ -141,6 +141,42 @@ func testLocalRecovery(t *testing.T, sb weir.StateBackend, damage func(path stri
 	}
 }
 
+// A restore that downloaded (no local copy: a new disk) keeps what it
+// read: the first checkpoint after it reuses the restored files (an
+// owned restore), and a restore of that checkpoint finds all of them in
+// the local copy.
+func TestLocalRecoveryKeepsWhatARestoreDownloaded(t *testing.T) {
+	onBackends(t, func(t *testing.T, sb weir.StateBackend) {
+		dir := t.TempDir()
+		o := manyWords(t, dir)
+		reads := &stateReads{FS: vfs.Default}
+		o.Checkpoint.FS = reads
+		o.StateBackend = sb
+		o.LocalRecovery, o.LocalRecoveryDir = true, filepath.Join(dir, "local")
+		cancelAfter(t, o, 2)
+		if err := os.RemoveAll(o.LocalRecoveryDir); err != nil {
+			t.Fatal(err)
+		}
+		o.Restore = "latest"
+		cancelAfter(t, o, 1)
+		if reads.n.Load() == 0 {
+			t.Fatal("the restore without a local copy read no state file of the checkpoint storage")
+		}
+		reads.n.Store(0)
+		var logs bytes.Buffer
+		o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		if _, err := executeErr(t, o); err != nil {
+			t.Fatal(err)
+		}
+		if rep := report(t, o); !rep.OK() {
+			t.Fatalf("output after the restores: %v", rep)
+		}
+		if local, remote := restoredBytes(t, logs.String()); local == 0 || remote != 0 || reads.n.Load() != 0 {
+			t.Fatalf("restored %d bytes locally, %d remotely, reading %d state files of the checkpoint storage; want only local", local, remote, reads.n.Load())
+		}
+	})
+}
+
 // taskDirs lists the local copy's task directories of job.
 func taskDirs(t *testing.T, localDir, job string) []string {
 	t.Helper()

@@ -70,6 +70,28 @@ type Reader interface {
 	Open(h checkpoint.Handle) (io.ReadCloser, error)
 }
 
+// Local recovery (Config.LocalRecovery) adds two things Reader.Open may
+// return, for a backend that writes each piece it streams to a file of its
+// own and never writes that file again (Pebble's sstables): it may then
+// share the file with the local copy instead of copying the bytes.
+//
+// A VerifiedFile is a piece read from the local copy, checked whole
+// against its handle's size and checksum: the backend may hard-link the
+// file at VerifiedPath rather than copy it.
+type VerifiedFile interface {
+	io.ReadCloser
+	VerifiedPath() string
+}
+
+// A Keeper is a piece read from checkpoint storage. Once the backend has
+// written it whole to a file and checked it against the handle's size and
+// checksum, it may pass the file's path to Keep, which keeps that file as
+// the piece's local copy (a hard link where it can).
+type Keeper interface {
+	io.ReadCloser
+	Keep(path string)
+}
+
 // Value is keyed state holding one value per key.
 type Value[K comparable, V any] interface {
 	Get(k K) (V, bool)

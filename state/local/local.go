@@ -19,7 +19,12 @@
 //     a CRC-32C.
 //   - Retention: when checkpoint N completes, a task keeps the pieces N
 //     references and those of checkpoints taken since, not yet settled;
-//     every other file in its directory goes (an abort sweeps too).
+//     every other file in its directory goes (an abort sweeps too). Until
+//     then it keeps what its restore read, from the local copy or from
+//     checkpoint storage (the checkpoints after it reuse those files).
+//   - Sharing: a file is never written once in place (renamed in, or
+//     removed), so a backend may hard-link it (state.VerifiedFile,
+//     state.Keeper) instead of copying it.
 //   - Failure: a local write that fails costs only the local copy; the
 //     checkpoint goes on.
 //
@@ -373,12 +378,7 @@ func (w *writer) WriteShared(h checkpoint.Handle, r io.Reader) (checkpoint.Handl
 		w.t.drop(tmp)
 		return out, err
 	}
-	if lw.err != nil {
-		w.t.fail(lw.err)
-		w.t.drop(tmp)
-		return out, nil
-	}
-	w.t.place(w.id, out.Path, tmp)
+	w.t.place(w.id, out.Path, tmp.Name(), errors.Join(lw.err, tmp.Close()))
 	return out, nil
 }
 
@@ -422,47 +422,56 @@ func (t *Task) drop(f *os.File) {
 	t.mu.Unlock()
 }
 
+// fromRestore is the checkpoint id under which keep and place count a piece
+// a restore read from checkpoint storage: kept, like the pieces a restore
+// read locally, until the next completion says what stays.
+const fromRestore checkpoint.ID = 0
+
 // keep writes a local copy of the piece at storage path p of checkpoint
-// id with write.
+// id (or fromRestore) with write.
 func (t *Task) keep(id checkpoint.ID, p string, write func(*os.File) error) {
 	f, err := t.temp()
 	if err != nil {
 		t.fail(err)
 		return
 	}
-	if err := write(f); err != nil {
-		t.fail(err)
-		t.drop(f)
-		return
+	err = write(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
-	t.place(id, p, f)
+	t.place(id, p, f.Name(), err)
 }
 
-// place renames temporary file f to the local copy of storage path p and
-// counts it as checkpoint id's.
-func (t *Task) place(id checkpoint.ID, p string, f *os.File) {
-	dst, err := t.path(p)
+// place renames temporary file tmp, whose writing ended with err, to the
+// local copy of storage path p and counts it as checkpoint id's
+// (fromRestore: as restored).
+func (t *Task) place(id checkpoint.ID, p, tmp string, err error) {
+	dst, perr := t.path(p)
 	if err == nil {
-		err = f.Close()
+		err = perr
 	}
 	if err == nil {
 		err = os.MkdirAll(filepath.Dir(dst), 0o755)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	delete(t.temps, f.Name())
-	if err == nil && t.settledLocked(id) {
+	delete(t.temps, tmp)
+	if err == nil && id != fromRestore && t.settledLocked(id) {
 		// Checkpoint id was aborted or subsumed while it was written:
 		// its copy would wait for the next completion's sweep.
-		os.Remove(f.Name())
+		os.Remove(tmp)
 		return
 	}
 	if err == nil {
-		err = os.Rename(f.Name(), dst)
+		err = os.Rename(tmp, dst)
 	}
 	if err != nil {
-		os.Remove(f.Name())
+		os.Remove(tmp)
 		t.failLocked(err)
+		return
+	}
+	if id == fromRestore {
+		t.kept[p] = true
 		return
 	}
 	t.pendingLocked(id)[p] = true
@@ -646,20 +655,36 @@ func (t *Task) pendingHolds(rel string) bool {
 
 // Reads returns read and open, which read the pieces of a checkpoint
 // from checkpoint storage, as functions that read a piece from its local
-// copy when that is what the handle describes, and else call them.
+// copy when that is what the handle describes, and else call them. A
+// piece read from checkpoint storage whole, with the handle's size and
+// checksum, is kept in the local copy too: the checkpoints after the
+// restore build on the restored files (an incremental backend reuses
+// them), and the next restore here then finds them.
 func (t *Task) Reads(read func(checkpoint.Handle) ([]byte, error), open func(checkpoint.Handle) (io.ReadCloser, error)) (func(checkpoint.Handle) ([]byte, error), func(checkpoint.Handle) (io.ReadCloser, error)) {
+	readRemote := func(h checkpoint.Handle, keep bool) ([]byte, error) {
+		data, err := read(h)
+		if err == nil && keep && int64(len(data)) == h.SizeBytes && crc32.Checksum(data, castagnoli) == h.CRC32C {
+			t.keep(fromRestore, h.Path, func(f *os.File) error {
+				_, err := f.Write(data)
+				return err
+			})
+		}
+		return data, err
+	}
 	localRead := func(h checkpoint.Handle) ([]byte, error) {
-		if p, ok := t.valid(h); ok {
+		p, ok := t.valid(h)
+		if ok {
 			if data, err := os.ReadFile(p); err == nil && int64(len(data)) == h.SizeBytes && crc32.Checksum(data, castagnoli) == h.CRC32C {
 				t.count(h, true)
 				return data, nil
 			}
 		}
 		t.count(h, false)
-		return read(h)
+		return readRemote(h, ok)
 	}
 	localOpen := func(h checkpoint.Handle) (io.ReadCloser, error) {
-		if p, ok := t.valid(h); ok {
+		p, ok := t.valid(h)
+		if ok {
 			if f, err := t.openVerified(p, h); err == nil {
 				t.count(h, true)
 				return f, nil
@@ -667,15 +692,59 @@ func (t *Task) Reads(read func(checkpoint.Handle) ([]byte, error), open func(che
 		}
 		t.count(h, false)
 		if open == nil {
-			data, err := read(h)
+			data, err := readRemote(h, ok)
 			if err != nil {
 				return nil, err
 			}
 			return io.NopCloser(bytes.NewReader(data)), nil
 		}
-		return open(h)
+		rc, err := open(h)
+		if err != nil || !ok {
+			return rc, err
+		}
+		return keeper{ReadCloser: rc, t: t, h: h}, nil
 	}
 	return localRead, localOpen
+}
+
+// keeper is a piece a restore streams from checkpoint storage
+// (state.Keeper).
+type keeper struct {
+	io.ReadCloser
+	t *Task
+	h checkpoint.Handle
+}
+
+// Keep makes the file at path, which holds the piece whole and checked,
+// its local copy: a hard link, or a copy where the local copy is on
+// another file system.
+func (k keeper) Keep(path string) {
+	tmp, err := k.t.temp()
+	if err != nil {
+		k.t.fail(err)
+		return
+	}
+	// The temporary file's name, reserved from sweeps, becomes the link.
+	name := tmp.Name()
+	tmp.Close()
+	if err = os.Remove(name); err == nil && os.Link(path, name) != nil {
+		err = copyFile(path, name)
+	}
+	k.t.place(fromRestore, k.h.Path, name, err)
+}
+
+func copyFile(from, to string) error {
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(to)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in)
+	return errors.Join(err, out.Close())
 }
 
 // valid returns the local path of h if it may have a local copy: it is a
@@ -688,12 +757,19 @@ func (t *Task) valid(h checkpoint.Handle) (string, bool) {
 	return p, err == nil
 }
 
+// verifiedFile is a local copy checked against its handle
+// (state.VerifiedFile): the store only ever renames a file into place or
+// removes it, never writes one already placed.
+type verifiedFile struct{ *os.File }
+
+func (f verifiedFile) VerifiedPath() string { return f.Name() }
+
 // openVerified checks the file at p against h, then opens it again to be
 // streamed (the second read comes from the page cache).
-func (t *Task) openVerified(p string, h checkpoint.Handle) (*os.File, error) {
+func (t *Task) openVerified(p string, h checkpoint.Handle) (verifiedFile, error) {
 	f, err := os.Open(p)
 	if err != nil {
-		return nil, err
+		return verifiedFile{}, err
 	}
 	sum := crc32.New(castagnoli)
 	n, err := io.Copy(sum, f)
@@ -705,9 +781,9 @@ func (t *Task) openVerified(p string, h checkpoint.Handle) (*os.File, error) {
 	}
 	if err != nil {
 		f.Close()
-		return nil, err
+		return verifiedFile{}, err
 	}
-	return f, nil
+	return verifiedFile{f}, nil
 }
 
 // count counts a piece a restore read, from the local copy or not

@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/state"
 	"github.com/weirstream/weir/state/local"
 	"github.com/weirstream/weir/storage"
 )
@@ -166,10 +167,12 @@ func TestRestoreFallsBackToCheckpointStorage(t *testing.T) {
 			}
 			lt := s.Task("job", "v", 0)
 			restore(t, r, lt, hs, "own state", "shared file")
-			if n := r.reads.Load(); n != 4 {
-				t.Fatalf("%d reads of checkpoint storage, want 4", n)
+			// Each piece's read went to checkpoint storage and repaired
+			// the local copy, which its open then read.
+			if n := r.reads.Load(); n != 2 {
+				t.Fatalf("%d reads of checkpoint storage, want 2", n)
 			}
-			if got := lt.Restored(); got.LocalPieces != 0 || got.RemotePieces != 4 {
+			if got := lt.Restored(); got.LocalPieces != 2 || got.RemotePieces != 2 {
 				t.Fatalf("restored %+v", got)
 			}
 		})
@@ -187,8 +190,8 @@ func TestRestoreIgnoresCopiesTheMetadataDoesNotDescribe(t *testing.T) {
 	// checkpoint 1's copy.
 	two := snapshot(t, r, s.Task("job", "elsewhere", 0), 2, "new own", "new shared")
 	restore(t, r, s.Task("job", "v", 0), two, "new own", "new shared")
-	if n := r.reads.Load(); n != 4 {
-		t.Fatalf("%d reads of checkpoint storage, want 4", n)
+	if n := r.reads.Load(); n != 2 { // the opens read what the reads kept
+		t.Fatalf("%d reads of checkpoint storage, want 2", n)
 	}
 	r.reads.Store(0)
 	noSum := slices.Clone(one)
@@ -282,6 +285,77 @@ func TestRetention(t *testing.T) {
 	lt.Complete(4)
 	if got, want := files(t, s), paths(four); !slices.Equal(got, want) {
 		t.Fatalf("after 4 completed: %v, want %v", got, want)
+	}
+}
+
+// A restore keeps what it read from checkpoint storage: a piece read
+// whole that is what its handle says, and a streamed piece whose file the
+// backend hands over (state.Keeper), linked; the next restore reads them
+// locally. A piece unlike its handle is not kept.
+func TestRestoreKeepsWhatItDownloaded(t *testing.T) {
+	r, s := setup(t)
+	hs := snapshot(t, r, s.Task("job", "elsewhere", 0), 1, "own state", "shared file")
+	wrong := slices.Clone(hs)
+	wrong[0].CRC32C ^= 1
+	read, _ := s.Task("job", "v", 0).Reads(r.read, r.open)
+	read(wrong[0])
+	if got := files(t, s); len(got) != 0 {
+		t.Fatalf("a piece unlike its handle was kept: %v", got)
+	}
+	read, open := s.Task("job", "v", 0).Reads(r.read, r.open)
+	if _, err := read(hs[0]); err != nil {
+		t.Fatal(err)
+	}
+	// The shared piece is streamed to a file of the backend's, as
+	// Pebble's restore does.
+	rc, err := open(hs[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	backendFile := filepath.Join(t.TempDir(), "1.sst")
+	data, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(backendFile, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	k, ok := rc.(state.Keeper)
+	if !ok {
+		t.Fatalf("a piece streamed from checkpoint storage is a %T, not a state.Keeper", rc)
+	}
+	k.Keep(backendFile)
+	if got, want := files(t, s), paths(hs); !slices.Equal(got, want) {
+		t.Fatalf("after a restore that downloaded: %v, want %v", got, want)
+	}
+	a, err := os.Stat(backendFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.Stat(localFile(s, hs[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(a, b) {
+		t.Fatal("the kept piece is a copy, not a link to the backend's file")
+	}
+	r.reads.Store(0)
+	lt := s.Task("job", "v", 0)
+	restore(t, r, lt, hs, "own state", "shared file")
+	if n := r.reads.Load(); n != 0 {
+		t.Fatalf("the next restore read checkpoint storage %d times, want 0", n)
+	}
+	// They stay as what the restore read: a checkpoint of the new attempt
+	// that reuses the shared piece keeps it; the rest goes.
+	if err := r.Reserve(2); err != nil {
+		t.Fatal(err)
+	}
+	lt.Writer(2, r.writer(2))
+	lt.Referenced(2, hs[1:])
+	lt.Complete(2)
+	if got, want := files(t, s), paths(hs[1:]); !slices.Equal(got, want) {
+		t.Fatalf("after checkpoint 2 reusing the shared piece: %v, want %v", got, want)
 	}
 }
 

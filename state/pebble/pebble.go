@@ -497,6 +497,9 @@ func downloadOne(path string, h checkpoint.Handle, r state.Reader) error {
 		return err
 	}
 	defer in.Close()
+	if v, ok := in.(state.VerifiedFile); ok && h.Kind == KindData && os.Link(v.VerifiedPath(), path) == nil {
+		return nil // an sstable is never written once made: the local copy's file serves
+	}
 	f, err := os.Create(path)
 	if err != nil {
 		return err
@@ -513,6 +516,9 @@ func downloadOne(path string, h checkpoint.Handle, r state.Reader) error {
 		return fmt.Errorf("%w: %d bytes, the checkpoint says %d", checkpoint.ErrStateDamaged, n, h.SizeBytes)
 	case h.CRC32C != 0 && sum.Sum32() != h.CRC32C:
 		return fmt.Errorf("%w: checksum %08x, the checkpoint says %08x", checkpoint.ErrStateDamaged, sum.Sum32(), h.CRC32C)
+	}
+	if k, ok := in.(state.Keeper); ok && h.Kind == KindData && h.CRC32C != 0 {
+		k.Keep(path)
 	}
 	return nil
 }

@@ -225,3 +225,97 @@ func TestWorkingDirectories(t *testing.T) {
 		t.Fatalf("a closed backend's directory is still there: %v", err)
 	}
 }
+
+// linkedFile is a piece served from a file, as a local copy serves one
+// (state.VerifiedFile).
+type linkedFile struct{ *os.File }
+
+func (f linkedFile) VerifiedPath() string { return f.Name() }
+
+// kept is a piece streamed from checkpoint storage (state.Keeper) that
+// records the file the backend keeps it as.
+type kept struct {
+	io.ReadCloser
+	h    checkpoint.Handle
+	kept map[string]string
+}
+
+func (k kept) Keep(path string) { k.kept[k.h.File] = path }
+
+// sharing serves the data files from files in dir (verified), or streams
+// them and records what the backend keeps.
+type sharing struct {
+	*operatortest.MemWriter
+	dir    string
+	stream bool
+	kept   map[string]string
+}
+
+func (s *sharing) Open(h checkpoint.Handle) (io.ReadCloser, error) {
+	data, err := s.MemWriter.Read(h)
+	if err != nil || h.Kind != KindData {
+		return io.NopCloser(strings.NewReader(string(data))), err
+	}
+	if s.stream {
+		return kept{io.NopCloser(strings.NewReader(string(data))), h, s.kept}, nil
+	}
+	p := filepath.Join(s.dir, h.File)
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		return nil, err
+	}
+	f, err := os.Open(p)
+	return linkedFile{f}, err
+}
+
+// TestRestoreSharesDataFilesWithTheLocalCopy: a data file the local copy
+// serves, checked, is hard-linked into the database, not copied; one
+// streamed from checkpoint storage is handed to the local copy once it is
+// whole in the database.
+func TestRestoreSharesDataFilesWithTheLocalCopy(t *testing.T) {
+	w := &counting{MemWriter: &operatortest.MemWriter{}}
+	b, v := open(t, t.TempDir(), true, nil, nil)
+	put(b, v, 0, 20_000, "a")
+	hs := take(t, b, 1, w)
+	if n, _ := dataOf(hs); n == 0 {
+		t.Fatal("the checkpoint has no data file")
+	}
+	for _, stream := range []bool{false, true} {
+		r := &sharing{MemWriter: w.MemWriter, dir: t.TempDir(), stream: stream, kept: map[string]string{}}
+		rb, err := New(Options{Dir: t.TempDir()}, Scope{Job: "j", Operator: "op", KeyGroups: all}, &state.Restored{Handles: hs, Reader: r})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range hs {
+			if h.Kind != KindData {
+				continue
+			}
+			db := filepath.Join(rb.dir, "db", h.File)
+			if stream {
+				if r.kept[h.File] != db {
+					t.Fatalf("streamed %s: kept %q, want the database's file %s", h.File, r.kept[h.File], db)
+				}
+				continue
+			}
+			a, err := os.Stat(db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := os.Stat(filepath.Join(r.dir, h.File))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !os.SameFile(a, l) {
+				t.Fatalf("%s was copied from the local copy, not linked", h.File)
+			}
+		}
+		rv, err := NewValue(rb, "v", codec.For[string](), codec.For[string]())
+		if err != nil {
+			t.Fatal(err)
+		}
+		rb.SetGroup(7 % 128)
+		if got, ok := rv.Get("key-7"); !ok || !strings.HasPrefix(got, "a") {
+			t.Fatalf("restored key-7 = %q, %v", got, ok)
+		}
+		rb.Close()
+	}
+}
