@@ -70,10 +70,10 @@ type Reader interface {
 	Open(h checkpoint.Handle) (io.ReadCloser, error)
 }
 
-// Local recovery (Config.LocalRecovery) adds two things Reader.Open may
-// return, for a backend that writes each piece it streams to a file of its
-// own and never writes that file again (Pebble's sstables): it may then
-// share the file with the local copy instead of copying the bytes.
+// Local recovery (Config.LocalRecovery) lets a backend whose pieces are
+// files it never writes again (Pebble's sstables) share them with the
+// local copy instead of copying the bytes: what it uploads
+// (ImmutableFile), and what Reader.Open returns (VerifiedFile, Keeper).
 //
 // A VerifiedFile is a piece read from the local copy, checked whole
 // against its handle's size and checksum: the backend may hard-link the
@@ -81,6 +81,15 @@ type Reader interface {
 type VerifiedFile interface {
 	io.ReadCloser
 	VerifiedPath() string
+}
+
+// An ImmutableFile is what a backend may pass to Writer.WriteShared when
+// the bytes are a file's that nobody writes again (Pebble's sstables):
+// local recovery then hard-links the file at ImmutablePath into the local
+// copy rather than writing the bytes a second time.
+type ImmutableFile interface {
+	io.Reader
+	ImmutablePath() string
 }
 
 // A Keeper is a piece read from checkpoint storage. Once the backend has

@@ -361,6 +361,17 @@ func (w *writer) Write(h checkpoint.Handle, data []byte) (checkpoint.Handle, err
 }
 
 func (w *writer) WriteShared(h checkpoint.Handle, r io.Reader) (checkpoint.Handle, error) {
+	if f, ok := r.(state.ImmutableFile); ok {
+		sum := crc32.New(castagnoli)
+		out, err := w.w.WriteShared(h, io.TeeReader(r, sum))
+		if err == nil && out.CRC32C == 0 {
+			out.CRC32C = sum.Sum32()
+		}
+		if err == nil && out.Path != "" {
+			w.t.link(w.id, out.Path, f.ImmutablePath())
+		}
+		return out, err
+	}
 	tmp, err := w.t.temp()
 	if err != nil {
 		w.t.fail(err)
@@ -716,21 +727,25 @@ type keeper struct {
 }
 
 // Keep makes the file at path, which holds the piece whole and checked,
-// its local copy: a hard link, or a copy where the local copy is on
-// another file system.
-func (k keeper) Keep(path string) {
-	tmp, err := k.t.temp()
+// its local copy.
+func (k keeper) Keep(path string) { k.t.link(fromRestore, k.h.Path, path) }
+
+// link makes file, which nobody writes again, the local copy of the piece
+// at storage path p of checkpoint id (or fromRestore): a hard link, or a
+// copy where the local copy is on another file system.
+func (t *Task) link(id checkpoint.ID, p, file string) {
+	tmp, err := t.temp()
 	if err != nil {
-		k.t.fail(err)
+		t.fail(err)
 		return
 	}
 	// The temporary file's name, reserved from sweeps, becomes the link.
 	name := tmp.Name()
 	tmp.Close()
-	if err = os.Remove(name); err == nil && os.Link(path, name) != nil {
-		err = copyFile(path, name)
+	if err = os.Remove(name); err == nil && os.Link(file, name) != nil {
+		err = copyFile(file, name)
 	}
-	k.t.place(fromRestore, k.h.Path, name, err)
+	t.place(id, p, name, err)
 }
 
 func copyFile(from, to string) error {

@@ -542,3 +542,55 @@ func TestDeployedSweepsTheSubtasksTheJobNoLongerHas(t *testing.T) {
 		t.Fatalf("copies %v, want %v", got, want)
 	}
 }
+
+// immutable is a file being uploaded that nobody writes again
+// (state.ImmutableFile).
+type immutable struct {
+	io.Reader
+	path string
+}
+
+func (f immutable) ImmutablePath() string { return f.path }
+
+// A file uploaded as immutable is linked into the local copy, not written
+// again, and a restore reads it from there.
+func TestWriteSharedLinksAnImmutableFile(t *testing.T) {
+	r, s := setup(t)
+	src := filepath.Join(t.TempDir(), "1.sst")
+	if err := os.WriteFile(src, []byte("sstable bytes"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Reserve(1); err != nil {
+		t.Fatal(err)
+	}
+	lt := s.Task("job", "v", 0)
+	f, err := os.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h, err := lt.Writer(1, r.writer(1)).WriteShared(checkpoint.Handle{Operator: "op", Kind: "data", File: "1.sst"}, immutable{f, src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.CRC32C == 0 {
+		t.Fatal("no checksum")
+	}
+	lt.Referenced(1, []checkpoint.Handle{h})
+	lt.Complete(1)
+	a, err := os.Stat(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.Stat(localFile(s, h))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(a, b) {
+		t.Fatal("the local copy of an immutable file is a copy, not a link")
+	}
+	restore(t, r, s.Task("job", "v", 0), []checkpoint.Handle{h}, "sstable bytes")
+	if n := r.reads.Load(); n != 0 {
+		t.Fatalf("%d reads of checkpoint storage, want 0", n)
+	}
+}

@@ -342,10 +342,19 @@ func upload(w state.Writer, h checkpoint.Handle, path string) (checkpoint.Handle
 	}
 	defer f.Close()
 	sum := crc32.New(castagnoli)
-	out, err := w.WriteShared(h, io.TeeReader(f, sum))
+	out, err := w.WriteShared(h, immutableFile{io.TeeReader(f, sum), path})
 	out.CRC32C = sum.Sum32()
 	return out, err
 }
+
+// immutableFile is a data file being uploaded (state.ImmutableFile): an
+// sstable or blob file is never written once made.
+type immutableFile struct {
+	io.Reader
+	path string
+}
+
+func (f immutableFile) ImmutablePath() string { return f.path }
 
 // isData reports whether a file of a Pebble checkpoint is immutable data
 // that later checkpoints may share.

@@ -319,3 +319,45 @@ func TestRestoreSharesDataFilesWithTheLocalCopy(t *testing.T) {
 		rb.Close()
 	}
 }
+
+// immutables records the data files uploaded as immutable files.
+type immutables struct {
+	*operatortest.MemWriter
+	paths map[string]string
+}
+
+func (w *immutables) WriteShared(h checkpoint.Handle, r io.Reader) (checkpoint.Handle, error) {
+	if f, ok := r.(state.ImmutableFile); ok {
+		w.paths[h.File] = f.ImmutablePath()
+	}
+	return w.MemWriter.WriteShared(h, r)
+}
+
+// TestDataFilesAreUploadedAsImmutable: every data file a snapshot uploads
+// names its file, so that a local copy may link it.
+func TestDataFilesAreUploadedAsImmutable(t *testing.T) {
+	b, v := open(t, t.TempDir(), true, nil, nil)
+	put(b, v, 0, 20_000, "a")
+	w := &immutables{MemWriter: &operatortest.MemWriter{}, paths: map[string]string{}}
+	async, err := b.Snapshot(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs, err := async(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, h := range hs {
+		if h.Kind != KindData {
+			continue
+		}
+		n++
+		if filepath.Base(w.paths[h.File]) != h.File {
+			t.Fatalf("data file %s uploaded as %q, not as its immutable file", h.File, w.paths[h.File])
+		}
+	}
+	if n == 0 {
+		t.Fatal("the snapshot has no data file")
+	}
+}
