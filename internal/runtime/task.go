@@ -257,6 +257,9 @@ func (t *task) run(ctx context.Context) (err error) {
 			t.contexts[0].Logger.Info("restored state", "checkpoint", t.contexts[0].Resumed,
 				"localPieces", r.LocalPieces, "localBytes", r.LocalBytes, "remotePieces", r.RemotePieces, "remoteBytes", r.RemoteBytes)
 		}
+		if err := t.local.RestoreErr(); err != nil {
+			t.contexts[0].Logger.Warn("restored state; the local copy could not keep all of what was downloaded, and the next restore reads what it misses from checkpoint storage", "err", err)
+		}
 	}
 	t.wmSource, _ = t.ops[0].(operator.WatermarkSource)
 	if t.gate != nil {

@@ -295,9 +295,10 @@ type Task struct {
 	// keep nothing.
 	completed checkpoint.ID
 	aborted   map[checkpoint.ID]bool
-	// failed is the first local write that failed since the last call
-	// of WriteErr.
-	failed error
+	// failed is the first local write of a checkpoint that failed since
+	// the last call of WriteErr; restoreFailed, of what a restore read,
+	// since the last call of RestoreErr.
+	failed, restoreFailed error
 
 	restored Restored
 }
@@ -374,7 +375,7 @@ func (w *writer) WriteShared(h checkpoint.Handle, r io.Reader) (checkpoint.Handl
 	}
 	tmp, err := w.t.temp()
 	if err != nil {
-		w.t.fail(err)
+		w.t.fail(w.id, err)
 		tmp = nil
 	}
 	lw := &localWriter{f: tmp, sum: crc32.New(castagnoli)}
@@ -443,7 +444,7 @@ const fromRestore checkpoint.ID = 0
 func (t *Task) keep(id checkpoint.ID, p string, write func(*os.File) error) {
 	f, err := t.temp()
 	if err != nil {
-		t.fail(err)
+		t.fail(id, err)
 		return
 	}
 	err = write(f)
@@ -478,7 +479,7 @@ func (t *Task) place(id checkpoint.ID, p, tmp string, err error) {
 	}
 	if err != nil {
 		os.Remove(tmp)
-		t.failLocked(err)
+		t.failLocked(id, err)
 		return
 	}
 	if id == fromRestore {
@@ -494,26 +495,42 @@ func (t *Task) settledLocked(id checkpoint.ID) bool {
 	return id <= t.completed || t.aborted[id]
 }
 
-func (t *Task) fail(err error) {
+// fail records that a local write of checkpoint id (or fromRestore)
+// failed.
+func (t *Task) fail(id checkpoint.ID, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.failLocked(err)
+	t.failLocked(id, err)
 }
 
-func (t *Task) failLocked(err error) {
-	if t.failed == nil {
-		t.failed = fmt.Errorf("local recovery: keep a local copy in %s: %w", t.dir, err)
+func (t *Task) failLocked(id checkpoint.ID, err error) {
+	failed := &t.failed
+	if id == fromRestore {
+		failed = &t.restoreFailed
+	}
+	if *failed == nil {
+		*failed = fmt.Errorf("local recovery: keep a local copy in %s: %w", t.dir, err)
 	}
 }
 
-// WriteErr returns, and forgets, the first local write that failed since
-// the last call: the local copy misses a piece, and a restore will read it
-// from checkpoint storage.
+// WriteErr returns, and forgets, the first local write of a checkpoint's
+// pieces that failed since the last call: the local copy misses a piece,
+// and a restore will read it from checkpoint storage.
 func (t *Task) WriteErr() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	err := t.failed
 	t.failed = nil
+	return err
+}
+
+// RestoreErr returns, and forgets, the first piece a restore read from
+// checkpoint storage that the local copy could not keep.
+func (t *Task) RestoreErr() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	err := t.restoreFailed
+	t.restoreFailed = nil
 	return err
 }
 
@@ -736,7 +753,7 @@ func (k keeper) Keep(path string) { k.t.link(fromRestore, k.h.Path, path) }
 func (t *Task) link(id checkpoint.ID, p, file string) {
 	tmp, err := t.temp()
 	if err != nil {
-		t.fail(err)
+		t.fail(id, err)
 		return
 	}
 	// The temporary file's name, reserved from sweeps, becomes the link.
@@ -763,9 +780,10 @@ func copyFile(from, to string) error {
 }
 
 // valid returns the local path of h if it may have a local copy: it is a
-// file, with a checksum to check the copy by.
+// file, with a checksum to check the copy by (an empty piece's CRC-32C is
+// 0, which its size says as well).
 func (t *Task) valid(h checkpoint.Handle) (string, bool) {
-	if h.Path == "" || h.CRC32C == 0 {
+	if h.Path == "" || h.CRC32C == 0 && h.SizeBytes != 0 {
 		return "", false
 	}
 	p, err := t.path(h.Path)

@@ -594,3 +594,54 @@ func TestWriteSharedLinksAnImmutableFile(t *testing.T) {
 		t.Fatalf("%d reads of checkpoint storage, want 0", n)
 	}
 }
+
+// Review of b61db56: a restore's failure to keep a downloaded piece (here
+// the piece's local path is taken by a directory; in life a full disk)
+// surfaces as the first checkpoint's WriteErr, which the runtime logs as
+// "checkpoint N written; its local copy is incomplete". Checkpoint 2's
+// local copy is complete: the error belongs to the restore.
+func TestReview1RestoreKeepErrorIsBlamedOnTheNextCheckpoint(t *testing.T) {
+	r, s := setup(t)
+	hs := snapshot(t, r, s.Task("job", "elsewhere", 0), 1, "own state", "shared file")
+	if err := os.MkdirAll(filepath.Join(localFile(s, hs[0]), "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	lt := s.Task("job", "v", 0)
+	read, _ := lt.Reads(r.read, r.open)
+	if _, err := read(hs[0]); err != nil {
+		t.Fatal(err)
+	}
+	// Checkpoint 2 of the restored attempt writes its pieces: all kept.
+	two := snapshotErr(t, r, lt, 2, "new own", "new shared")
+	for _, h := range two {
+		if _, err := os.Stat(localFile(s, h)); err != nil {
+			t.Fatalf("checkpoint 2's piece %s has no local copy: %v", h.Path, err)
+		}
+	}
+	if err := lt.WriteErr(); err != nil {
+		t.Fatalf("checkpoint 2's local copy is complete, but its WriteErr says: %v", err)
+	}
+	if err := lt.RestoreErr(); err == nil || !strings.Contains(err.Error(), "keep a local copy") {
+		t.Fatalf("the restore's failure to keep a piece: %v", err)
+	}
+}
+
+// snapshotErr is snapshot without the WriteErr check.
+func snapshotErr(t *testing.T, r *remote, lt *local.Task, id checkpoint.ID, own, shared string) []checkpoint.Handle {
+	t.Helper()
+	if err := r.Reserve(id); err != nil {
+		t.Fatal(err)
+	}
+	w := lt.Writer(id, r.writer(id))
+	h1, err := w.Write(checkpoint.Handle{Operator: "op", Kind: "keyed"}, []byte(own))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h2, err := w.WriteShared(checkpoint.Handle{Operator: "op", Kind: "data", File: "1.sst"}, strings.NewReader(shared))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := []checkpoint.Handle{h1, h2}
+	lt.Referenced(id, hs)
+	return hs
+}

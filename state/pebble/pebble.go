@@ -501,6 +501,23 @@ func where(h checkpoint.Handle) string {
 }
 
 func downloadOne(path string, h checkpoint.Handle, r state.Reader) error {
+	if h.Kind == KindFile {
+		// A small file the database may write again (manifest, options,
+		// markers): read whole, so that a local copy keeps a copy of it.
+		data, err := r.Read(h)
+		if err == nil {
+			err = os.WriteFile(path, data, 0o644)
+		}
+		switch {
+		case err != nil:
+			return err
+		case int64(len(data)) != h.SizeBytes:
+			return fmt.Errorf("%w: %d bytes, the checkpoint says %d", checkpoint.ErrStateDamaged, len(data), h.SizeBytes)
+		case h.CRC32C != 0 && crc(data) != h.CRC32C:
+			return fmt.Errorf("%w: checksum %08x, the checkpoint says %08x", checkpoint.ErrStateDamaged, crc(data), h.CRC32C)
+		}
+		return nil
+	}
 	in, err := r.Open(h)
 	if err != nil {
 		return err
