@@ -673,6 +673,9 @@ func (t *Task) pendingHolds(rel string) bool {
 			return true
 		}
 	}
+	if planted.sweepIgnoresBases.Load() {
+		return false
+	}
 	for _, b := range t.bases {
 		if b[rel] {
 			return true
@@ -691,7 +694,7 @@ func (t *Task) pendingHolds(rel string) bool {
 func (t *Task) Reads(read func(checkpoint.Handle) ([]byte, error), open func(checkpoint.Handle) (io.ReadCloser, error)) (func(checkpoint.Handle) ([]byte, error), func(checkpoint.Handle) (io.ReadCloser, error)) {
 	readRemote := func(h checkpoint.Handle, keep bool) ([]byte, error) {
 		data, err := read(h)
-		if err == nil && keep && int64(len(data)) == h.SizeBytes && crc32.Checksum(data, castagnoli) == h.CRC32C {
+		if err == nil && keep && !planted.downloadsNotKept.Load() && int64(len(data)) == h.SizeBytes && crc32.Checksum(data, castagnoli) == h.CRC32C {
 			t.keep(fromRestore, h.Path, func(f *os.File) error {
 				_, err := f.Write(data)
 				return err
@@ -727,7 +730,7 @@ func (t *Task) Reads(read func(checkpoint.Handle) ([]byte, error), open func(che
 			return io.NopCloser(bytes.NewReader(data)), nil
 		}
 		rc, err := open(h)
-		if err != nil || !ok {
+		if err != nil || !ok || planted.downloadsNotKept.Load() {
 			return rc, err
 		}
 		return keeper{ReadCloser: rc, t: t, h: h}, nil
