@@ -95,13 +95,21 @@ func TestLocalRecoveryFallsBackFromADamagedCopy(t *testing.T) {
 	})
 }
 
-func testLocalRecovery(t *testing.T, sb weir.StateBackend, damage func(path string) error) {
+// localRecoveryJob is the word count over manyWords with local recovery
+// on backend sb, whose checkpoint storage counts the state files read.
+func localRecoveryJob(t *testing.T, sb weir.StateBackend) (wordcount.Options, *stateReads) {
+	t.Helper()
 	dir := t.TempDir()
 	o := manyWords(t, dir)
 	reads := &stateReads{FS: vfs.Default}
 	o.Checkpoint.FS = reads
 	o.StateBackend = sb
 	o.LocalRecovery, o.LocalRecoveryDir = true, filepath.Join(dir, "local")
+	return o, reads
+}
+
+func testLocalRecovery(t *testing.T, sb weir.StateBackend, damage func(path string) error) {
+	o, reads := localRecoveryJob(t, sb)
 	cancelAfter(t, o, 2)
 	if reads.n.Load() != 0 {
 		t.Fatalf("the first run read %d state files", reads.n.Load())
@@ -147,12 +155,7 @@ func testLocalRecovery(t *testing.T, sb weir.StateBackend, damage func(path stri
 // the local copy.
 func TestLocalRecoveryKeepsWhatARestoreDownloaded(t *testing.T) {
 	onBackends(t, func(t *testing.T, sb weir.StateBackend) {
-		dir := t.TempDir()
-		o := manyWords(t, dir)
-		reads := &stateReads{FS: vfs.Default}
-		o.Checkpoint.FS = reads
-		o.StateBackend = sb
-		o.LocalRecovery, o.LocalRecoveryDir = true, filepath.Join(dir, "local")
+		o, reads := localRecoveryJob(t, sb)
 		cancelAfter(t, o, 2)
 		if err := os.RemoveAll(o.LocalRecoveryDir); err != nil {
 			t.Fatal(err)

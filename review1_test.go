@@ -3,10 +3,7 @@ package weir_test
 import (
 	"bytes"
 	"log/slog"
-	"path/filepath"
 	"testing"
-
-	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/weirstream/weir"
 )
@@ -19,12 +16,7 @@ import (
 // locally.
 func TestReview1RescaledRestoresKeepAndRestoreAgain(t *testing.T) {
 	onBackends(t, func(t *testing.T, sb weir.StateBackend) {
-		dir := t.TempDir()
-		o := manyWords(t, dir)
-		reads := &stateReads{FS: vfs.Default}
-		o.Checkpoint.FS = reads
-		o.StateBackend = sb
-		o.LocalRecovery, o.LocalRecoveryDir = true, filepath.Join(dir, "local")
+		o, reads := localRecoveryJob(t, sb)
 		cancelAfter(t, o, 2)
 		o.Restore = "latest"
 		o.Parallelism = 1

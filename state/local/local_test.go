@@ -63,23 +63,11 @@ func setup(t *testing.T) (*remote, *local.Store) {
 	return &remote{Dir: d}, s
 }
 
-// snapshot writes one own piece and one shared piece for checkpoint id.
+// snapshot writes one own piece and one shared piece for checkpoint id,
+// and requires their local copies written.
 func snapshot(t *testing.T, r *remote, lt *local.Task, id checkpoint.ID, own, shared string) []checkpoint.Handle {
 	t.Helper()
-	if err := r.Reserve(id); err != nil {
-		t.Fatal(err)
-	}
-	w := lt.Writer(id, r.writer(id))
-	h1, err := w.Write(checkpoint.Handle{Operator: "op", Kind: "keyed"}, []byte(own))
-	if err != nil {
-		t.Fatal(err)
-	}
-	h2, err := w.WriteShared(checkpoint.Handle{Operator: "op", Kind: "data", File: "1.sst"}, strings.NewReader(shared))
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := []checkpoint.Handle{h1, h2}
-	lt.Referenced(id, hs)
+	hs := snapshotErr(t, r, lt, id, own, shared)
 	if err := lt.WriteErr(); err != nil {
 		t.Fatal(err)
 	}
