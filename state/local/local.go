@@ -363,13 +363,17 @@ func (w *writer) Write(h checkpoint.Handle, data []byte) (checkpoint.Handle, err
 
 func (w *writer) WriteShared(h checkpoint.Handle, r io.Reader) (checkpoint.Handle, error) {
 	if f, ok := r.(state.ImmutableFile); ok {
-		sum := crc32.New(castagnoli)
+		sum := &localWriter{sum: crc32.New(castagnoli)}
 		out, err := w.w.WriteShared(h, io.TeeReader(r, sum))
 		if err == nil && out.CRC32C == 0 {
-			out.CRC32C = sum.Sum32()
+			out.CRC32C = sum.sum.Sum32()
 		}
 		if err == nil && out.Path != "" {
-			w.t.link(w.id, out.Path, f.ImmutablePath())
+			// What the upload read is what the local copy holds only if the
+			// file, linked, still has those bytes: a remote that stopped
+			// reading early, or a file changed meanwhile, would make the
+			// copy another piece.
+			w.t.link(w.id, out.Path, f.ImmutablePath(), func(name string) error { return holds(name, sum.n, sum.sum.Sum32()) })
 		}
 		return out, err
 	}
@@ -394,16 +398,18 @@ func (w *writer) WriteShared(h checkpoint.Handle, r io.Reader) (checkpoint.Handl
 	return out, nil
 }
 
-// localWriter copies what the remote write reads into f and sums it; a
-// local error stops the copy, never the remote write.
+// localWriter copies what the remote write reads into f (if any), sums
+// and counts it; a local error stops the copy, never the remote write.
 type localWriter struct {
 	f   *os.File
 	sum hash.Hash32
+	n   int64
 	err error
 }
 
 func (l *localWriter) Write(p []byte) (int, error) {
 	l.sum.Write(p)
+	l.n += int64(len(p))
 	if l.f != nil && l.err == nil {
 		_, l.err = l.f.Write(p)
 	}
@@ -748,12 +754,13 @@ type keeper struct {
 
 // Keep makes the file at path, which holds the piece whole and checked,
 // its local copy.
-func (k keeper) Keep(path string) { k.t.link(fromRestore, k.h.Path, path) }
+func (k keeper) Keep(path string) { k.t.link(fromRestore, k.h.Path, path, nil) }
 
 // link makes file, which nobody writes again, the local copy of the piece
 // at storage path p of checkpoint id (or fromRestore): a hard link, or a
-// copy where the local copy is on another file system.
-func (t *Task) link(id checkpoint.ID, p, file string) {
+// copy where the local copy is on another file system; check, if set,
+// then vets the linked file.
+func (t *Task) link(id checkpoint.ID, p, file string, check func(name string) error) {
 	tmp, err := t.temp()
 	if err != nil {
 		t.fail(id, err)
@@ -765,7 +772,28 @@ func (t *Task) link(id checkpoint.ID, p, file string) {
 	if err = os.Remove(name); err == nil && os.Link(file, name) != nil {
 		err = copyFile(file, name)
 	}
+	if err == nil && check != nil {
+		err = check(name)
+	}
 	t.place(id, p, name, err)
+}
+
+// holds says whether the file at path has n bytes with CRC-32C sum.
+func holds(path string, n int64, sum uint32) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	h := crc32.New(castagnoli)
+	got, err := io.Copy(h, f)
+	switch {
+	case err != nil:
+		return err
+	case got != n || h.Sum32() != sum:
+		return fmt.Errorf("%s is not what was uploaded: %d bytes with CRC-32C %08x, the upload read %d with %08x", path, got, h.Sum32(), n, sum)
+	}
+	return nil
 }
 
 func copyFile(from, to string) error {

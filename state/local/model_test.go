@@ -35,9 +35,27 @@ type piece struct {
 type flight struct {
 	id      checkpoint.ID
 	w       state.Writer
+	remote  *failable
 	base    []piece // the shared pieces of the checkpoint it builds on
 	written bool
+	failed  bool // a write to checkpoint storage failed: it cannot complete
 	pieces  []piece
+}
+
+// failable is checkpoint storage whose next shared write fails half-way
+// when fail is set.
+type failable struct {
+	writerOf
+	fail bool
+}
+
+func (f *failable) WriteShared(h checkpoint.Handle, r io.Reader) (checkpoint.Handle, error) {
+	if f.fail {
+		f.fail = false
+		io.CopyN(io.Discard, r, 3)
+		return h, io.ErrUnexpectedEOF
+	}
+	return f.writerOf.WriteShared(h, r)
 }
 
 // modelRun drives one task's local copy through a seeded sequence of
@@ -58,6 +76,9 @@ type modelRun struct {
 	pieces   map[checkpoint.ID][]piece
 	building checkpoint.ID
 	flights  []*flight
+	// late are checkpoints settled for the task (aborted, or subsumed by
+	// a newer completion) before their writes ended or their notices came.
+	late []*flight
 	// The model of the task: what it keeps, what each unsettled
 	// checkpoint holds and builds on, the newest it completed, and the
 	// files of its directory (present) of which intact are unchanged.
@@ -68,7 +89,10 @@ type modelRun struct {
 	aborted   map[checkpoint.ID]bool
 	present   map[string]bool
 	intact    map[string]bool
-	history   []string
+	// marker is the checkpoint the task's completion marker names (0:
+	// none), which placement reads.
+	marker  checkpoint.ID
+	history []string
 }
 
 func (m *modelRun) logf(format string, args ...any) {
@@ -85,7 +109,7 @@ func (m *modelRun) fatalf(format string, args ...any) {
 func (m *modelRun) newAttempt() {
 	m.lt = m.s.Task("job", "v", 0)
 	m.kept, m.pending, m.bases = map[string]bool{}, map[checkpoint.ID]map[string]bool{}, map[checkpoint.ID]map[string]bool{}
-	m.completed, m.aborted, m.flights = 0, map[checkpoint.ID]bool{}, nil
+	m.completed, m.aborted, m.flights, m.late = 0, map[checkpoint.ID]bool{}, nil, nil
 }
 
 func (m *modelRun) settled(id checkpoint.ID) bool { return id <= m.completed || m.aborted[id] }
@@ -132,7 +156,8 @@ func (m *modelRun) take() {
 	if err := m.r.Reserve(id); err != nil {
 		m.t.Fatal(err)
 	}
-	f := &flight{id: id, w: m.lt.Writer(id, m.r.writer(id))}
+	f := &flight{id: id, remote: &failable{writerOf: m.r.writer(id)}}
+	f.w = m.lt.Writer(id, f.remote)
 	if m.building != 0 {
 		for _, p := range m.pieces[m.building] {
 			if storage.IsShared(p.h) {
@@ -171,6 +196,7 @@ func (m *modelRun) write(f *flight) {
 	}
 	for i := range m.rng.IntN(3) {
 		data := m.bytes()
+		f.remote.fail = m.rng.IntN(10) == 0
 		var r io.Reader = bytes.NewReader(data)
 		if m.rng.IntN(2) == 0 { // an immutable file, linked
 			path := filepath.Join(m.tmp, fmt.Sprintf("up-%d-%d", f.id, i))
@@ -181,7 +207,11 @@ func (m *modelRun) write(f *flight) {
 		}
 		h, err := f.w.WriteShared(checkpoint.Handle{Operator: "op", Kind: "data", File: fmt.Sprint(i, ".sst")}, r)
 		if err != nil {
-			m.t.Fatal(err)
+			// The snapshot fails (the task declines): it says nothing of
+			// what it wrote, and is aborted later.
+			f.written, f.failed = true, true
+			m.logf("write %d: a shared write to checkpoint storage failed", f.id)
+			return
 		}
 		place(piece{h, data})
 	}
@@ -220,7 +250,12 @@ func (m *modelRun) pendingOf(id checkpoint.ID) map[string]bool {
 func (m *modelRun) complete(f *flight) {
 	m.done = append(m.done, f.id)
 	m.pieces[f.id] = f.pieces
-	m.flights = slices.DeleteFunc(m.flights, func(g *flight) bool { return g.id <= f.id })
+	m.flights = slices.DeleteFunc(m.flights, func(g *flight) bool {
+		if g.id < f.id {
+			m.late = append(m.late, g) // subsumed
+		}
+		return g.id <= f.id
+	})
 	if m.rng.IntN(6) == 0 {
 		m.logf("complete %d (the task is not told)", f.id)
 		return
@@ -228,8 +263,13 @@ func (m *modelRun) complete(f *flight) {
 	m.building = f.id
 	m.lt.Complete(f.id)
 	if f.id > m.completed {
-		if p, ok := m.pending[f.id]; ok {
+		p, ok := m.pending[f.id]
+		if ok {
 			m.kept = p
+		}
+		m.marker = 0
+		if ok && len(p) > 0 {
+			m.marker = f.id
 		}
 		for c := range m.pending {
 			if c <= f.id {
@@ -249,6 +289,7 @@ func (m *modelRun) complete(f *flight) {
 
 func (m *modelRun) abort(f *flight) {
 	m.flights = slices.DeleteFunc(m.flights, func(g *flight) bool { return g == f })
+	m.late = append(m.late, f)
 	m.lt.Abort(f.id)
 	delete(m.pending, f.id)
 	delete(m.bases, f.id)
@@ -257,6 +298,23 @@ func (m *modelRun) abort(f *flight) {
 	}
 	m.sweep()
 	m.logf("abort %d", f.id)
+}
+
+// lateStep ends the write of a checkpoint already settled for the task,
+// or tells it again of a completion it has had (a late notice).
+func (m *modelRun) lateStep() {
+	if len(m.late) == 0 {
+		return
+	}
+	f := m.late[m.rng.IntN(len(m.late))]
+	if !f.written {
+		m.write(f)
+		return
+	}
+	if f.id <= m.completed && !m.aborted[f.id] && !f.failed {
+		m.lt.Complete(f.id)
+		m.logf("complete %d, late", f.id)
+	}
 }
 
 // damage flips a byte of a local file, cuts it short or deletes it.
@@ -414,6 +472,18 @@ func (m *modelRun) check() {
 	if !slices.Equal(got, want) {
 		m.fatalf("the local copy holds %v, the model %v", got, want)
 	}
+	// The marker, as a process started now would read it.
+	s, err := local.Open(m.dir)
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	var marker checkpoint.ID
+	for _, c := range s.Copies() {
+		marker = c.Checkpoint
+	}
+	if marker != m.marker {
+		m.fatalf("the completion marker names checkpoint %d, the model %d", marker, m.marker)
+	}
 }
 
 // runModel runs one seed; it returns the first difference from the model.
@@ -447,7 +517,7 @@ func runModel(t *testing.T, seed uint64) (err error) {
 		case k < 14:
 			var ws []*flight
 			for _, f := range m.flights {
-				if f.written {
+				if f.written && !f.failed {
 					ws = append(ws, f)
 				}
 			}
@@ -460,8 +530,10 @@ func runModel(t *testing.T, seed uint64) (err error) {
 			}
 		case k < 18:
 			m.restart()
-		default:
+		case k < 19:
 			m.damage()
+		default:
+			m.lateStep()
 		}
 		m.check()
 	}
