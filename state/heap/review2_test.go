@@ -17,9 +17,9 @@ import (
 func TestReview2ModelWithEncoderCounts(t *testing.T) {
 	saved := encoders
 	defer func() { encoders = saved }()
-	for _, n := range []int{1, 2, 3, 7, 43, 64, 127, 128, 129, 1000} {
+	for _, n := range []int{1, 3, 127, 129} { // fewer, as many as and more encoders than key groups
 		encoders = n
-		for seed := range 6 {
+		for seed := range 3 {
 			t.Run(fmt.Sprint("encoders", n, "seed", seed), func(t *testing.T) { runModel(t, uint64(seed)) })
 		}
 	}
