@@ -17,7 +17,7 @@ import (
 func TestReview2ModelWithEncoderCounts(t *testing.T) {
 	saved := encoders
 	defer func() { encoders = saved }()
-	for _, n := range []int{1, 3, 127, 129} { // fewer, as many as and more encoders than key groups
+	for _, n := range []int{1, 3, 127, 129} { // fewer and more encoders than the 128 key groups
 		encoders = n
 		for seed := range 3 {
 			t.Run(fmt.Sprint("encoders", n, "seed", seed), func(t *testing.T) { runModel(t, uint64(seed)) })
