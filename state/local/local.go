@@ -785,13 +785,19 @@ func holds(path string, n int64, sum uint32) error {
 		return err
 	}
 	defer f.Close()
+	return has(f, n, sum)
+}
+
+// has reads f to its end and says whether that was n bytes with CRC-32C
+// sum.
+func has(f *os.File, n int64, sum uint32) error {
 	h := crc32.New(castagnoli)
 	got, err := io.Copy(h, f)
 	switch {
 	case err != nil:
 		return err
 	case got != n || h.Sum32() != sum:
-		return fmt.Errorf("%s is not what was uploaded: %d bytes with CRC-32C %08x, the upload read %d with %08x", path, got, h.Sum32(), n, sum)
+		return fmt.Errorf("%s holds %d bytes with CRC-32C %08x, not %d with %08x", f.Name(), got, h.Sum32(), n, sum)
 	}
 	return nil
 }
@@ -835,11 +841,7 @@ func (t *Task) openVerified(p string, h checkpoint.Handle) (verifiedFile, error)
 	if err != nil {
 		return verifiedFile{}, err
 	}
-	sum := crc32.New(castagnoli)
-	n, err := io.Copy(sum, f)
-	if err == nil && (n != h.SizeBytes || sum.Sum32() != h.CRC32C) {
-		err = fmt.Errorf("%s is not the checkpoint's %s", p, h.Path)
-	}
+	err = has(f, h.SizeBytes, h.CRC32C)
 	if err == nil {
 		_, err = f.Seek(0, io.SeekStart)
 	}

@@ -81,7 +81,7 @@ func TestReview2ImmutablePartialReadLocalCopyDiffers(t *testing.T) {
 			h := uploadImmutable(t, lt.Writer(1, tc.w(r, src)), src)
 			lt.Referenced(1, []checkpoint.Handle{h})
 			lt.Complete(1)
-			if err := lt.WriteErr(); err == nil || !strings.Contains(err.Error(), "not what was uploaded") {
+			if err := lt.WriteErr(); err == nil || !strings.Contains(err.Error(), "holds 13 bytes") {
 				t.Errorf("WriteErr: %v; want the link refused", err)
 			}
 			remoteBytes, err := r.ReadState(h)
