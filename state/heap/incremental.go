@@ -300,8 +300,11 @@ func (b *Backend) snapshotIncremental(id checkpoint.ID) state.Async {
 			result[name] = cs
 		}
 		if size := tail + len(bufs[ranges]); size > len(dataMagic) {
-			sum := crc32.Checksum(dataMagic[:], castagnoli)
-			readers := []io.Reader{bytes.NewReader(dataMagic[:])}
+			// A copy: a writer may change what it is given (a test's file
+			// system that damages writes does), and dataMagic is shared.
+			magic := dataMagic
+			sum := crc32.Checksum(magic[:], castagnoli)
+			readers := []io.Reader{bytes.NewReader(magic[:])}
 			for _, b := range bufs {
 				sum = crc32.Update(sum, castagnoli, b)
 				readers = append(readers, bytes.NewReader(b))
