@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os/exec"
 	"path/filepath"
@@ -22,16 +23,24 @@ import (
 	"github.com/weirstream/weir/internal/pgtest"
 )
 
-// freePorts returns n loopback addresses with ports free a moment ago.
+// freePorts returns n loopback addresses with ports free a moment ago,
+// below the kernel's ephemeral range (32768 and up here, and by default):
+// a port the kernel hands out to a listener on port 0 (a worker's data
+// listener) or to an outgoing connection could be taken by the time a
+// standby coordinator binds it (it was, once, in CI).
 func freePorts(t *testing.T, n int) []string {
 	t.Helper()
 	var addrs []string
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+	for len(addrs) < n {
+		addr := fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000))
+		if slices.Contains(addrs, addr) {
+			continue
 		}
-		addrs = append(addrs, ln.Addr().String())
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue // taken
+		}
+		addrs = append(addrs, addr)
 		defer ln.Close()
 	}
 	return addrs
