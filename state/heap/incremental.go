@@ -79,6 +79,22 @@ type link struct {
 // sharedFile is a shared file of a snapshot; h is set once it is written.
 type sharedFile struct{ h checkpoint.Handle }
 
+// sections is a part of a snapshot's shared file being encoded: buf, to
+// be written at offset at of file.
+type sections struct {
+	file *sharedFile
+	at   int
+	buf  []byte
+}
+
+// add appends a section to buf with appendSection, and a link to it to
+// the chain dst (a copy).
+func (s *sections) add(dst []link, full bool, appendSection func([]byte) []byte) []link {
+	off := len(s.buf)
+	s.buf = appendSection(s.buf)
+	return append(slices.Clip(dst), link{file: s.file, off: s.at + off, n: len(s.buf) - off, full: full})
+}
+
 // chains are a snapshot's chains: per table, per key group (index); a
 // group with no state has none.
 type chains struct {
@@ -221,7 +237,8 @@ func (b *Backend) snapshotIncremental(id checkpoint.ID) state.Async {
 		// does not matter); the buffers are then written one after the
 		// other, and each new link's offset moved by where its buffer lands.
 		ranges := min(encoders, r.Len())
-		bufs := make([][]byte, ranges+1) // the last: the pending tables' chains
+		groupsOf := func(e int) (from, to int) { return r.Len() * e / ranges, r.Len() * (e + 1) / ranges }
+		parts := make([]sections, ranges+1) // the last: the pending tables' chains
 		tableChains := make([][][]link, len(names))
 		for i := range names {
 			tableChains[i] = make([][]link, r.Len())
@@ -229,19 +246,16 @@ func (b *Backend) snapshotIncremental(id checkpoint.ID) state.Async {
 		var wg sync.WaitGroup
 		for e := range ranges {
 			wg.Go(func() {
-				var buf []byte
-				add := func(dst []link, full bool, appendSection func([]byte) []byte) []link {
-					off := len(buf)
-					buf = appendSection(buf)
-					return append(slices.Clip(dst), link{file: file, off: off, n: len(buf) - off, full: full})
-				}
+				part := &parts[e]
+				part.file = file
 				for i, name := range names {
 					f, cs := tables[i], tableChains[i]
 					var prev [][]link
 					if base != nil {
 						prev = base.tables[name]
 					}
-					for g := r.Len() * e / ranges; g < r.Len()*(e+1)/ranges; g++ {
+					from, to := groupsOf(e)
+					for g := from; g < to; g++ {
 						changed, whole := true, true // with no base chain, a full section
 						if prev != nil {
 							changed, whole = f.changed(g, base.epoch)
@@ -250,40 +264,34 @@ func (b *Backend) snapshotIncremental(id checkpoint.ID) state.Async {
 						case !changed:
 							cs[g] = prev[g]
 						case !whole && len(prev[g]) > 0 && !compactionDue(prev[g], g+i):
-							cs[g] = add(prev[g], false, func(dst []byte) []byte { return f.appendDelta(dst, g, base.epoch) })
+							cs[g] = part.add(prev[g], false, func(dst []byte) []byte { return f.appendDelta(dst, g, base.epoch) })
 						case !f.empty(g):
-							cs[g] = add(nil, true, func(dst []byte) []byte { return f.appendFull(dst, g) })
+							cs[g] = part.add(nil, true, func(dst []byte) []byte { return f.appendFull(dst, g) })
 						}
 					}
 				}
-				bufs[e] = buf
 			})
 		}
 		wg.Wait()
-		// shift is where each range's buffer begins in the file.
-		shift := make([]int, ranges+1)
-		shift[0] = len(dataMagic)
+		// Each range's new links move by where its buffer begins.
+		at := len(dataMagic)
 		for e := range ranges {
-			shift[e+1] = shift[e] + len(bufs[e])
-		}
-		result := map[string][][]link{}
-		for i, name := range names {
-			cs := tableChains[i]
-			for e := range ranges {
-				for g := r.Len() * e / ranges; g < r.Len()*(e+1)/ranges; g++ {
-					if c := cs[g]; len(c) > 0 && c[len(c)-1].file == file {
-						c[len(c)-1].off += shift[e]
+			from, to := groupsOf(e)
+			for _, cs := range tableChains {
+				for _, c := range cs[from:to] {
+					if len(c) > 0 && c[len(c)-1].file == file {
+						c[len(c)-1].off += at
 					}
 				}
 			}
-			result[name] = cs
+			at += len(parts[e].buf)
 		}
-		tail := shift[ranges]
-		add := func(dst []link, full bool, appendSection func([]byte) []byte) []link {
-			off := len(bufs[ranges])
-			bufs[ranges] = appendSection(bufs[ranges])
-			return append(slices.Clip(dst), link{file: file, off: tail + off, n: len(bufs[ranges]) - off, full: full})
+		result := map[string][][]link{}
+		for i, name := range names {
+			result[name] = tableChains[i]
 		}
+		pendingPart := &parts[ranges]
+		pendingPart.file, pendingPart.at = file, at
 		// Tables restored and not registered do not change: their chains
 		// are copied once into this file, then referenced.
 		for i, name := range pendingNames {
@@ -293,21 +301,21 @@ func (b *Backend) snapshotIncremental(id checkpoint.ID) state.Async {
 			} else {
 				for g, ss := range pending[i] {
 					for _, s := range ss {
-						cs[g] = add(cs[g], s.full, func(dst []byte) []byte { return append(dst, s.data...) })
+						cs[g] = pendingPart.add(cs[g], s.full, func(dst []byte) []byte { return append(dst, s.data...) })
 					}
 				}
 			}
 			result[name] = cs
 		}
-		if size := tail + len(bufs[ranges]); size > len(dataMagic) {
+		if at+len(pendingPart.buf) > len(dataMagic) {
 			// A copy: a writer may change what it is given (a test's file
 			// system that damages writes does), and dataMagic is shared.
 			magic := dataMagic
 			sum := crc32.Checksum(magic[:], castagnoli)
 			readers := []io.Reader{bytes.NewReader(magic[:])}
-			for _, b := range bufs {
-				sum = crc32.Update(sum, castagnoli, b)
-				readers = append(readers, bytes.NewReader(b))
+			for _, p := range parts {
+				sum = crc32.Update(sum, castagnoli, p.buf)
+				readers = append(readers, bytes.NewReader(p.buf))
 			}
 			h, err := w.WriteShared(checkpoint.Handle{Kind: KindData, KeyGroups: r, File: fmt.Sprintf("heap-%d", id), CRC32C: sum}, io.MultiReader(readers...))
 			if err != nil {
