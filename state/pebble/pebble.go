@@ -508,15 +508,10 @@ func downloadOne(path string, h checkpoint.Handle, r state.Reader) error {
 		if err == nil {
 			err = os.WriteFile(path, data, 0o644)
 		}
-		switch {
-		case err != nil:
+		if err != nil {
 			return err
-		case int64(len(data)) != h.SizeBytes:
-			return fmt.Errorf("%w: %d bytes, the checkpoint says %d", checkpoint.ErrStateDamaged, len(data), h.SizeBytes)
-		case h.CRC32C != 0 && crc(data) != h.CRC32C:
-			return fmt.Errorf("%w: checksum %08x, the checkpoint says %08x", checkpoint.ErrStateDamaged, crc(data), h.CRC32C)
 		}
-		return nil
+		return isPiece(h, int64(len(data)), crc(data))
 	}
 	in, err := r.Open(h)
 	if err != nil {
@@ -535,16 +530,25 @@ func downloadOne(path string, h checkpoint.Handle, r state.Reader) error {
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	switch {
-	case err != nil:
+	if err == nil {
+		err = isPiece(h, n, sum.Sum32())
+	}
+	if err != nil {
 		return err
-	case n != h.SizeBytes:
-		return fmt.Errorf("%w: %d bytes, the checkpoint says %d", checkpoint.ErrStateDamaged, n, h.SizeBytes)
-	case h.CRC32C != 0 && sum.Sum32() != h.CRC32C:
-		return fmt.Errorf("%w: checksum %08x, the checkpoint says %08x", checkpoint.ErrStateDamaged, sum.Sum32(), h.CRC32C)
 	}
 	if k, ok := in.(state.Keeper); ok && h.Kind == KindData && h.CRC32C != 0 {
 		k.Keep(path)
+	}
+	return nil
+}
+
+// isPiece says whether n bytes with CRC-32C sum are the piece h describes.
+func isPiece(h checkpoint.Handle, n int64, sum uint32) error {
+	switch {
+	case n != h.SizeBytes:
+		return fmt.Errorf("%w: %d bytes, the checkpoint says %d", checkpoint.ErrStateDamaged, n, h.SizeBytes)
+	case h.CRC32C != 0 && sum != h.CRC32C:
+		return fmt.Errorf("%w: checksum %08x, the checkpoint says %08x", checkpoint.ErrStateDamaged, sum, h.CRC32C)
 	}
 	return nil
 }
