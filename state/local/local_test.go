@@ -543,24 +543,9 @@ func (f immutable) ImmutablePath() string { return f.path }
 // A file uploaded as immutable is linked into the local copy, not written
 // again, and a restore reads it from there.
 func TestWriteSharedLinksAnImmutableFile(t *testing.T) {
-	r, s := setup(t)
-	src := filepath.Join(t.TempDir(), "1.sst")
-	if err := os.WriteFile(src, []byte("sstable bytes"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Reserve(1); err != nil {
-		t.Fatal(err)
-	}
+	r, s, src := setupUpload(t)
 	lt := s.Task("job", "v", 0)
-	f, err := os.Open(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	h, err := lt.Writer(1, r.writer(1)).WriteShared(checkpoint.Handle{Operator: "op", Kind: "data", File: "1.sst"}, immutable{f, src})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := uploadImmutable(t, lt.Writer(1, r.writer(1)), src)
 	if h.CRC32C == 0 {
 		t.Fatal("no checksum")
 	}

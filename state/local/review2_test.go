@@ -10,6 +10,7 @@ import (
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/state"
+	"github.com/weirstream/weir/state/local"
 )
 
 // partialWriter is a remote that stores only the first n bytes it is
@@ -35,6 +36,21 @@ func (c changingWriter) WriteShared(h checkpoint.Handle, r io.Reader) (checkpoin
 	out, err := c.writerOf.WriteShared(h, r)
 	os.WriteFile(c.path, []byte("CHANGED bytes"), 0o644)
 	return out, err
+}
+
+// setupUpload is checkpoint storage with checkpoint 1 reserved, a local
+// copy, and a file to upload as immutable.
+func setupUpload(t *testing.T) (*remote, *local.Store, string) {
+	t.Helper()
+	r, s := setup(t)
+	src := filepath.Join(t.TempDir(), "1.sst")
+	if err := os.WriteFile(src, []byte("sstable bytes"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Reserve(1); err != nil {
+		t.Fatal(err)
+	}
+	return r, s, src
 }
 
 func uploadImmutable(t *testing.T, w state.Writer, src string) checkpoint.Handle {
@@ -69,14 +85,7 @@ func TestReview2ImmutablePartialReadLocalCopyDiffers(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r, s := setup(t)
-			src := filepath.Join(t.TempDir(), "1.sst")
-			if err := os.WriteFile(src, []byte("sstable bytes"), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			if err := r.Reserve(1); err != nil {
-				t.Fatal(err)
-			}
+			r, s, src := setupUpload(t)
 			lt := s.Task("job", "v", 0)
 			h := uploadImmutable(t, lt.Writer(1, tc.w(r, src)), src)
 			lt.Referenced(1, []checkpoint.Handle{h})
@@ -106,14 +115,7 @@ func TestReview2ImmutablePartialReadLocalCopyDiffers(t *testing.T) {
 // It costs only the local copy: the restore checks it and reads the piece
 // from checkpoint storage.
 func TestReview2ImmutableLinkSharesLaterChanges(t *testing.T) {
-	r, s := setup(t)
-	src := filepath.Join(t.TempDir(), "1.sst")
-	if err := os.WriteFile(src, []byte("sstable bytes"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Reserve(1); err != nil {
-		t.Fatal(err)
-	}
+	r, s, src := setupUpload(t)
 	lt := s.Task("job", "v", 0)
 	h := uploadImmutable(t, lt.Writer(1, r.writer(1)), src)
 	lt.Referenced(1, []checkpoint.Handle{h})
