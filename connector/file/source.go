@@ -6,6 +6,7 @@ package file
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -109,6 +110,9 @@ type split struct {
 	started         bool // Pos is at a line start (the first partial line was skipped)
 }
 
+// left is the bytes the split has still to read.
+func (s split) left() int64 { return max(s.End-s.Pos, 0) }
+
 func (s split) id() string { return fmt.Sprintf("%s@%d", s.Path, s.Start) }
 
 func (s split) encode() []byte {
@@ -147,7 +151,7 @@ func decodeSplit(b []byte) (split, error) {
 }
 
 // Lines returns a source of the lines of the files matching cfg.Pattern,
-// read in byte-range splits dealt round-robin to the subtasks. Positions are
+// read in byte-range splits dealt to the subtasks by their bytes. Positions are
 // checkpointed, so a restore resumes at the line after the last one a
 // completed checkpoint covers. It fails now if the pattern matches no
 // readable file.
@@ -409,11 +413,36 @@ func (l *lineReader) rewind(rs *operator.Restore) error {
 	return nil
 }
 
-// deal returns subtask i of p's share of splits: every p-th, from the i-th.
+// deal returns subtask i of p's share of splits, in their order. Shares
+// are balanced by the bytes left to read: the largest split goes first, each
+// to the subtask with the fewest bytes so far (then the fewest splits, then
+// the lowest index), so no share exceeds another by more than the largest
+// split.
+// Every subtask deals the same list alike. NB: dealing every p-th split
+// gave one subtask every file's first 64 MiB and the other its tail, when
+// the files were a little over the split size.
 func deal(splits []split, i, p int) []split {
+	order := make([]int, len(splits))
+	for j := range order {
+		order[j] = j
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(splits[b].left(), splits[a].left()) })
+	bytes, count := make([]int64, p), make([]int, p)
+	to := make([]int, len(splits))
+	for _, j := range order {
+		least := 0
+		for k := 1; k < p; k++ {
+			if bytes[k] < bytes[least] || bytes[k] == bytes[least] && count[k] < count[least] {
+				least = k
+			}
+		}
+		to[j] = least
+		bytes[least] += splits[j].left()
+		count[least]++
+	}
 	var mine []split
 	for j, s := range splits {
-		if j%p == i {
+		if to[j] == i {
 			mine = append(mine, s)
 		}
 	}
@@ -434,8 +463,8 @@ func (l *lineReader) id(path string) string {
 // restore takes this subtask's share of the checkpointed splits and, in
 // subtask 0, the splits of files the input now matches that the checkpoint
 // does not know. Every subtask reads every split and every known file, so
-// all of them decide alike, and rescaled (split state is dealt again
-// round-robin). NB: only subtask 0 takes the new files, which it alone
+// all of them decide alike, and rescaled (split state is dealt again by
+// the bytes left). NB: only subtask 0 takes the new files, which it alone
 // records as known: in a cluster every process matches the input itself,
 // and a file that appeared between two processes' starts would otherwise
 // be dealt by one and not by the other (lost), and be new again at the
@@ -784,7 +813,7 @@ func (l *lineReader) Close() error { return l.closeFile() }
 // the whole input.
 func (l *lineReader) Progress() (remaining, total int64) {
 	for _, s := range l.mine {
-		remaining += max(s.End-s.Pos, 0)
+		remaining += s.left()
 	}
 	return remaining, l.total
 }
