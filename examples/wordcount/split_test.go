@@ -201,7 +201,14 @@ type countWords int
 func (c *countWords) Collect(string) { *c++ }
 
 func TestFormat(t *testing.T) {
-	for _, n := range []int64{0, 1, 9, 10, 99, 100, 7999, 8000, 123456789, math.MaxInt64, -1, -10, math.MinInt64} {
+	ns := []int64{123456789, 1e18 - 1, 1e18, 1e18 + 1, math.MaxInt64, -1, -10, math.MinInt64}
+	for n := range int64(100_000) {
+		ns = append(ns, n)
+	}
+	for p := int64(10); p > 0 && p <= math.MaxInt64/10; p *= 10 {
+		ns = append(ns, p-1, p, p+1, 10*p-1)
+	}
+	for _, n := range ns {
 		for _, dst := range [][]byte{nil, []byte("x\n"), make([]byte, 0, 64)} {
 			want := string(dst) + "wörd\t" + strconv.FormatInt(n, 10) + "\n"
 			if got := string(Format(dst, Count{Word: "wörd", Count: n})); got != want {

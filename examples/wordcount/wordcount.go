@@ -95,24 +95,42 @@ func Format(dst []byte, c Count) []byte {
 }
 
 // appendCount appends n in decimal, as strconv.AppendInt does, but writes
-// the digits of a count (n ≥ 0) straight into dst: strconv formats into an
-// array of its own and copies it, which was a third of Format's time.
+// the digits of a count (n ≥ 0) straight into dst, two at a time from a
+// table: strconv formats into an array of its own and copies it, which was
+// a third of Format's time.
 func appendCount(dst []byte, n int64) []byte {
 	if n < 0 {
 		return strconv.AppendInt(dst, n, 10)
 	}
+	u := uint64(n)
 	digits := 1
-	for m := n; m >= 10; m /= 10 {
+	for digits < len(powersOf10) && u >= powersOf10[digits] {
 		digits++
 	}
 	dst = slices.Grow(dst, digits)
 	out := dst[len(dst) : len(dst)+digits]
-	for i := digits - 1; i >= 0; i-- {
-		out[i] = byte('0' + n%10)
-		n /= 10
+	i := digits
+	for u >= 100 {
+		q := u / 100
+		r := 2 * (u - q*100)
+		i -= 2
+		out[i], out[i+1] = digitPairs[r], digitPairs[r+1]
+		u = q
+	}
+	if u >= 10 {
+		out[0], out[1] = digitPairs[2*u], digitPairs[2*u+1]
+	} else {
+		out[0] = byte('0' + u)
 	}
 	return dst[:len(dst)+digits]
 }
+
+// powersOf10[d] is the least number of d+1 digits.
+var powersOf10 = [...]uint64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18}
+
+// digitPairs holds 00 to 99, two bytes each.
+const digitPairs = "00010203040506070809" + "10111213141516171819" + "20212223242526272829" + "30313233343536373839" + "40414243444546474849" +
+	"50515253545556575859" + "60616263646566676869" + "70717273747576777879" + "80818283848586878889" + "90919293949596979899"
 
 // Build builds the job; it fails at once on unreadable input or output.
 func Build(o Options) (*weir.Environment, error) {
