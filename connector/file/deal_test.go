@@ -17,10 +17,13 @@ var dealSeeds = flag.Int("deal.seeds", 500, "seeds of TestDealAgainstAModel")
 
 // TestDealAgainstAModel deals random splits (sizes from empty to large, some
 // started or read to the end) to 1–9 subtasks and checks what every subtask
-// must agree on: each split goes to exactly one subtask, a subtask's share
-// keeps the splits' order, and no share's bytes left to read exceed
-// another's by more than the largest split's (what dealing the largest first
-// to the least loaded guarantees).
+// must agree on: each split goes to exactly one subtask, and a subtask's
+// share keeps the splits' order. Dealt by their bytes (deal, a checkpoint's
+// splits), no share's bytes left to read exceed another's by more than the
+// largest split's (what dealing the largest first to the least loaded
+// guarantees). Dealt fresh (dealFresh), the shares do not change when the
+// splits' sizes do (each process of a cluster made its own), and of the
+// splits at each offset no subtask has two more than another.
 func TestDealAgainstAModel(t *testing.T) {
 	for seed := range *dealSeeds {
 		rng := rand.New(rand.NewPCG(uint64(seed), 7))
@@ -38,19 +41,11 @@ func TestDealAgainstAModel(t *testing.T) {
 			largest = max(largest, s.left())
 		}
 		p := 1 + rng.IntN(9)
-		seen := map[string]int{}
+		shares := dealt(t, seed, splits, p, deal)
 		var lo, hi int64 = -1, 0
-		for i := range p {
-			mine := deal(splits, i, p)
+		for _, mine := range shares {
 			var bytes int64
-			last := -1
 			for _, s := range mine {
-				at := slices.IndexFunc(splits, func(o split) bool { return o == s })
-				if at <= last {
-					t.Fatalf("seed %d: subtask %d of %d: split %s out of order in its share", seed, i, p, s.id())
-				}
-				last = at
-				seen[s.id()]++
 				bytes += s.left()
 			}
 			if lo < 0 || bytes < lo {
@@ -58,18 +53,67 @@ func TestDealAgainstAModel(t *testing.T) {
 			}
 			hi = max(hi, bytes)
 		}
-		for _, s := range splits {
-			if seen[s.id()] != 1 {
-				t.Fatalf("seed %d: split %s dealt %d times over %d subtasks", seed, s.id(), seen[s.id()], p)
-			}
-		}
-		if len(seen) != len(splits) {
-			t.Fatalf("seed %d: %d splits dealt, want %d", seed, len(seen), len(splits))
-		}
 		if hi-lo > largest {
 			t.Fatalf("seed %d: shares of %d subtasks range from %d to %d bytes, more apart than the largest split (%d)", seed, p, lo, hi, largest)
 		}
+
+		fresh := dealt(t, seed, splits, p, dealFresh)
+		grown := slices.Clone(splits)
+		for j := range grown {
+			grown[j].End += rng.Int64N(3) * 1000
+		}
+		for i, mine := range dealt(t, seed, grown, p, dealFresh) {
+			for k := range mine {
+				mine[k].End = fresh[i][k].End
+			}
+			if !slices.Equal(mine, fresh[i]) {
+				t.Fatalf("seed %d: subtask %d of %d is dealt other splits when the files grew:\n%v\n%v", seed, i, p, fresh[i], mine)
+			}
+		}
+		at := map[int64][]int{} // offset → splits per subtask
+		for i, mine := range fresh {
+			for _, s := range mine {
+				if at[s.Start] == nil {
+					at[s.Start] = make([]int, p)
+				}
+				at[s.Start][i]++
+			}
+		}
+		for start, n := range at {
+			if slices.Max(n)-slices.Min(n) > 1 {
+				t.Fatalf("seed %d: splits at offset %d dealt %v over %d subtasks", seed, start, n, p)
+			}
+		}
 	}
+}
+
+// dealt is every subtask's share of splits, after checking that each split
+// goes to one subtask and a share keeps the splits' order.
+func dealt(t *testing.T, seed int, splits []split, p int, deal func([]split, int, int) []split) [][]split {
+	t.Helper()
+	seen := map[string]int{}
+	shares := make([][]split, p)
+	for i := range p {
+		shares[i] = deal(splits, i, p)
+		last := -1
+		for _, s := range shares[i] {
+			at := slices.IndexFunc(splits, func(o split) bool { return o == s })
+			if at <= last {
+				t.Fatalf("seed %d: subtask %d of %d: split %s out of order in its share", seed, i, p, s.id())
+			}
+			last = at
+			seen[s.id()]++
+		}
+	}
+	for _, s := range splits {
+		if seen[s.id()] != 1 {
+			t.Fatalf("seed %d: split %s dealt %d times over %d subtasks", seed, s.id(), seen[s.id()], p)
+		}
+	}
+	if len(seen) != len(splits) {
+		t.Fatalf("seed %d: %d splits dealt, want %d", seed, len(seen), len(splits))
+	}
+	return shares
 }
 
 // TestSplitsAreDealtByTheirBytes: files a little larger than the split size

@@ -151,7 +151,7 @@ func decodeSplit(b []byte) (split, error) {
 }
 
 // Lines returns a source of the lines of the files matching cfg.Pattern,
-// read in byte-range splits dealt to the subtasks by their bytes. Positions are
+// read in byte-range splits dealt to the subtasks evenly. Positions are
 // checkpointed, so a restore resumes at the line after the last one a
 // completed checkpoint covers. It fails now if the pattern matches no
 // readable file.
@@ -334,7 +334,7 @@ func (l *lineReader) Open(ctx *operator.Context) error {
 	case ctx.Restore != nil:
 		return l.restore(ctx.Restore)
 	}
-	l.mine = deal(l.all, ctx.Subtask, ctx.Parallelism)
+	l.mine = dealFresh(l.all, ctx.Subtask, ctx.Parallelism)
 	return nil
 }
 
@@ -413,14 +413,14 @@ func (l *lineReader) rewind(rs *operator.Restore) error {
 	return nil
 }
 
-// deal returns subtask i of p's share of splits, in their order. Shares
-// are balanced by the bytes left to read: the largest split goes first, each
-// to the subtask with the fewest bytes so far (then the fewest splits, then
-// the lowest index), so no share exceeds another by more than the largest
-// split.
-// Every subtask deals the same list alike. NB: dealing every p-th split
-// gave one subtask every file's first 64 MiB and the other its tail, when
-// the files were a little over the split size.
+// deal returns subtask i of p's share of splits read from a checkpoint, in
+// their order. Shares are balanced by the bytes left to read: the largest
+// split goes first, each to the subtask with the fewest bytes so far (then
+// the fewest splits, then the lowest index), so no share exceeds another by
+// more than the largest split. Every subtask deals the checkpoint's list
+// alike. NB: dealing every p-th split gave one subtask every file's first
+// 64 MiB and the other its tail, when the files were a little over the
+// split size.
 func deal(splits []split, i, p int) []split {
 	order := make([]int, len(splits))
 	for j := range order {
@@ -440,6 +440,30 @@ func deal(splits []split, i, p int) []split {
 		bytes[least] += splits[j].left()
 		count[least]++
 	}
+	return share(splits, to, i)
+}
+
+// dealFresh returns subtask i of p's share of a fresh start's splits, in
+// their order: every p-th of them taken by their offset in the file (every
+// file's first split, then every second one…), so that files of about one
+// size are shared evenly. NB: not by their bytes, as deal does: in a cluster
+// each process made these splits itself, and a file that grew in between
+// has another last split in each, which must not deal the others otherwise.
+func dealFresh(splits []split, i, p int) []split {
+	order := make([]int, len(splits))
+	for j := range order {
+		order[j] = j
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(splits[a].Start, splits[b].Start) })
+	to := make([]int, len(splits))
+	for k, j := range order {
+		to[j] = k % p
+	}
+	return share(splits, to, i)
+}
+
+// share is the splits dealt to subtask i (to[j]: split j's), in their order.
+func share(splits []split, to []int, i int) []split {
 	var mine []split
 	for j, s := range splits {
 		if to[j] == i {
