@@ -3,6 +3,7 @@ package file
 import (
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -21,9 +22,9 @@ var dealSeeds = flag.Int("deal.seeds", 500, "seeds of TestDealAgainstAModel")
 // share keeps the splits' order. Dealt by their bytes (deal, a checkpoint's
 // splits), no share's bytes left to read exceed another's by more than the
 // largest split's (what dealing the largest first to the least loaded
-// guarantees). Dealt fresh (dealFresh), the shares do not change when the
-// splits' sizes do (each process of a cluster made its own), and of the
-// splits at each offset no subtask has two more than another.
+// guarantees). Dealt fresh (dealFresh), a file's splits go round the
+// subtasks, and no split moves when files grow or new ones that sort last
+// appear (each process of a cluster made its own splits).
 func TestDealAgainstAModel(t *testing.T) {
 	for seed := range *dealSeeds {
 		rng := rand.New(rand.NewPCG(uint64(seed), 7))
@@ -57,34 +58,54 @@ func TestDealAgainstAModel(t *testing.T) {
 			t.Fatalf("seed %d: shares of %d subtasks range from %d to %d bytes, more apart than the largest split (%d)", seed, p, lo, hi, largest)
 		}
 
-		fresh := dealt(t, seed, splits, p, dealFresh)
-		grown := slices.Clone(splits)
-		for j := range grown {
-			grown[j].End += rng.Int64N(3) * 1000
+		// A fresh start: files of random sizes, some growing or new (sorting
+		// last) in another process's view.
+		sizes := map[string]int64{}
+		for f := range rng.IntN(12) {
+			sizes[fmt.Sprintf("/in/f%02d", f)] = []int64{0, 1 + rng.Int64N(99), 100, 101 + rng.Int64N(350)}[rng.IntN(4)]
 		}
-		for i, mine := range dealt(t, seed, grown, p, dealFresh) {
-			for k := range mine {
-				mine[k].End = fresh[i][k].End
-			}
-			if !slices.Equal(mine, fresh[i]) {
-				t.Fatalf("seed %d: subtask %d of %d is dealt other splits when the files grew:\n%v\n%v", seed, i, p, fresh[i], mine)
-			}
-		}
-		at := map[int64][]int{} // offset → splits per subtask
-		for i, mine := range fresh {
+		early := freshReader(sizes)
+		owner := map[string]int{}
+		for i, mine := range dealt(t, seed, early.all, p, func(_ []split, i, p int) []split { return early.dealFresh(i, p) }) {
+			perFile := map[string]int{}
 			for _, s := range mine {
-				if at[s.Start] == nil {
-					at[s.Start] = make([]int, p)
+				owner[s.id()] = i
+				perFile[s.Path]++
+			}
+			for path, size := range sizes {
+				if n, want := perFile[path], int((size+99)/100); n < want/p || n > (want+p-1)/p {
+					t.Fatalf("seed %d: subtask %d of %d is dealt %d of the %d splits of %s", seed, i, p, n, want, path)
 				}
-				at[s.Start][i]++
 			}
 		}
-		for start, n := range at {
-			if slices.Max(n)-slices.Min(n) > 1 {
-				t.Fatalf("seed %d: splits at offset %d dealt %v over %d subtasks", seed, start, n, p)
+		for path := range sizes {
+			sizes[path] += []int64{0, 0, rng.Int64N(10), rng.Int64N(300)}[rng.IntN(4)]
+		}
+		for f := range rng.IntN(3) {
+			sizes[fmt.Sprintf("/in/z%02d", f)] = rng.Int64N(300)
+		}
+		late := freshReader(sizes)
+		for i, mine := range dealt(t, seed, late.all, p, func(_ []split, i, p int) []split { return late.dealFresh(i, p) }) {
+			for _, s := range mine {
+				if was, ok := owner[s.id()]; ok && was != i {
+					t.Fatalf("seed %d: split %s moved from subtask %d to %d of %d when files grew or appeared after the others", seed, s.id(), was, i, p)
+				}
 			}
 		}
 	}
+}
+
+// freshReader is a fresh start's reader of files of these sizes, in splits
+// of 100 bytes, as Lines makes it.
+func freshReader(sizes map[string]int64) *lineReader {
+	r := &lineReader{cfg: LinesConfig{SplitBytes: 100}, ids: map[string]string{}}
+	for _, path := range slices.Sorted(maps.Keys(sizes)) {
+		r.ids[path] = path
+		for start := int64(0); start < sizes[path]; start += 100 {
+			r.all = append(r.all, split{Path: path, Start: start, End: min(start+100, sizes[path]), Pos: start})
+		}
+	}
+	return r
 }
 
 // dealt is every subtask's share of splits, after checking that each split

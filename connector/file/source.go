@@ -334,7 +334,7 @@ func (l *lineReader) Open(ctx *operator.Context) error {
 	case ctx.Restore != nil:
 		return l.restore(ctx.Restore)
 	}
-	l.mine = dealFresh(l.all, ctx.Subtask, ctx.Parallelism)
+	l.mine = l.dealFresh(ctx.Subtask, ctx.Parallelism)
 	return nil
 }
 
@@ -444,22 +444,27 @@ func deal(splits []split, i, p int) []split {
 }
 
 // dealFresh returns subtask i of p's share of a fresh start's splits, in
-// their order: every p-th of them taken by their offset in the file (every
-// file's first split, then every second one…), so that files of about one
-// size are shared evenly. NB: not by their bytes, as deal does: in a cluster
-// each process made these splits itself, and a file that grew in between
-// has another last split in each, which must not deal the others otherwise.
-func dealFresh(splits []split, i, p int) []split {
-	order := make([]int, len(splits))
-	for j := range order {
-		order[j] = j
+// their order. Split k (from 0) of the n-th file the input matches (by
+// path, empty files too) goes to subtask (n+k) mod p: a file's splits go
+// round the subtasks, and each file starts one subtask after the one
+// before it, so that files of about one size are shared evenly. NB: a
+// split's subtask depends on nothing but its file's place and its own: in a
+// cluster each process globs and stats the files itself when it builds the
+// job (a replacement worker minutes later), and a file that grew in
+// between has more splits in one process than in another, which must not
+// move the other splits (dealt in list order or by offset, they moved, and
+// were read twice or never). A file that appears in between and sorts
+// before others still moves theirs.
+func (l *lineReader) dealFresh(i, p int) []split {
+	place := make(map[string]int, len(l.ids))
+	for n, path := range slices.Sorted(maps.Keys(l.ids)) {
+		place[path] = n
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(splits[a].Start, splits[b].Start) })
-	to := make([]int, len(splits))
-	for k, j := range order {
-		to[j] = k % p
+	to := make([]int, len(l.all))
+	for j, s := range l.all {
+		to[j] = (place[s.Path] + int(s.Start/l.cfg.SplitBytes)) % p
 	}
-	return share(splits, to, i)
+	return share(l.all, to, i)
 }
 
 // share is the splits dealt to subtask i (to[j]: split j's), in their order.
@@ -532,11 +537,13 @@ func (l *lineReader) restore(rs *operator.Restore) error {
 			rs.Checkpoint, l.cfg.Pattern, ErrUnreadInputDropped, nameFiles(dropped), was, fix))
 	}
 
-	if len(known) == 0 {
+	if len(input) == 0 {
 		// NB: a checkpoint taken before files were recorded (by an earlier
 		// version of Weir) holds positions only: a matched file it holds
 		// none for may have been read to the end, so it is taken as read,
-		// as it was then.
+		// as it was then. It records no input either (both came in one
+		// version); known files alone cannot tell it, since a checkpoint
+		// whose input matched only empty files knows none.
 		positioned := make(map[string]bool, len(recorded))
 		for _, s := range recorded {
 			positioned[l.id(s.Path)] = true

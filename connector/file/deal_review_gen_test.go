@@ -1,0 +1,182 @@
+package file
+
+import (
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/operator"
+	"github.com/weirstream/weir/operator/operatortest"
+)
+
+// TestReviewRestoreChainGenerated: seeded files (empty ones, ones just
+// over a split, many splits), a fresh run at p, then restores at other
+// parallelisms, each after new files land (some empty, some sorting
+// first), stopping at random points; the same checkpoint restored twice
+// reads the same lines; a rewind to each checkpoint reads what was read
+// before it; at the end every line was read once. In a restore a file
+// may land between two subtasks' builds (a cluster's processes). Every subtask is built by
+// its own Lines call (a cluster) after the files of the run landed.
+var chainSeeds = flag.Int("chain.seeds", 300, "seeds of TestReviewRestoreChainGenerated")
+
+func TestReviewRestoreChainGenerated(t *testing.T) {
+	for seed := range uint64(*chainSeeds) {
+		if err := restoreChain(seed); err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+	}
+}
+
+var debugChain = false
+
+func restoreChain(seed uint64) error {
+	rng := rand.New(rand.NewPCG(seed, 0xdea1))
+	fs := vfs.NewMem()
+	fs.MkdirAll("/in", 0o755)
+	split := int64(20 + rng.IntN(60))
+	var all []string
+	nfile := 0
+	land := func(n int) {
+		for k := range n {
+			name := fmt.Sprintf("/in/%c%d.txt", "amz"[rng.IntN(3)], nfile)
+			nfile++
+			var lines []string
+			switch rng.IntN(4) {
+			case 0: // empty
+			case 1: // just over a split
+				for len(lines) == 0 || int64(len(fmt.Sprint(lines))) < split+5 {
+					lines = append(lines, fmt.Sprintf("%s %d", name, len(lines)))
+				}
+			default:
+				for range rng.IntN(40) {
+					lines = append(lines, fmt.Sprintf("%s %d", name, len(lines)))
+				}
+			}
+			if nfile == 1 && k == 0 && len(lines) == 0 {
+				// The first file has lines: a checkpoint that knows no
+				// file is TestReviewACheckpointThatKnowsNoFile….
+				lines = append(lines, name+" 0")
+			}
+			var b []byte
+			for _, l := range lines {
+				b = append(append(b, l...), '\n')
+			}
+			if debugChain {
+				fmt.Printf("land %s: %d lines\n", name, len(lines))
+			}
+			f, _ := fs.Create(name, vfs.WriteCategoryUnspecified)
+			f.Write(b)
+			f.Close()
+			all = append(all, lines...)
+		}
+	}
+	land(1 + rng.IntN(5))
+	w := &operatortest.MemWriter{}
+	var done lines
+	var hs []checkpoint.Handle
+	cfg := LinesConfig{FS: fs, Pattern: "/in/*.txt", SplitBytes: split, BatchLines: 1 + rng.IntN(4)}
+	run := func(p int, restore []checkpoint.Handle, reads int, rewind bool) (lines, []checkpoint.Handle, error) {
+		var got lines
+		var out []checkpoint.Handle
+		landAt := -1
+		if restore != nil && !rewind && reads >= 0 && rng.IntN(2) == 0 {
+			landAt = rng.IntN(p) // a file lands after this subtask's process built the job
+		}
+		for sub := range p {
+			newReader, err := Lines(cfg)
+			if err != nil {
+				return nil, nil, err
+			}
+			if sub == landAt {
+				land(1)
+			}
+			var rs *operator.Restore
+			if restore != nil {
+				rs = &operator.Restore{Checkpoint: 1, Handles: restore, Read: w.Read}
+			}
+			ctx := opCtx(sub, p, rs)
+			ctx.Rewind = rewind
+			rd := newReader()
+			if err := rd.Open(ctx); err != nil {
+				return nil, nil, err
+			}
+			if debugChain {
+				fmt.Printf("sub %d/%d restore=%v rewind=%v reads=%d mine=%+v\n", sub, p, restore != nil, rewind, reads, rd.(*lineReader).mine)
+			}
+			for n := 0; reads < 0 || n < reads; n++ {
+				res, err := rd.Read(&got)
+				if err != nil {
+					return nil, nil, err
+				}
+				if res.Exhausted {
+					break
+				}
+			}
+			if !rewind {
+				async, err := rd.Snapshot(1)
+				if err != nil {
+					return nil, nil, err
+				}
+				more, err := async(w)
+				if err != nil {
+					return nil, nil, err
+				}
+				out = append(out, more...)
+			}
+			rd.Close()
+		}
+		return got, out, nil
+	}
+	got, hs, err := run(1+rng.IntN(4), nil, rng.IntN(8), false)
+	if err != nil {
+		return err
+	}
+	done = append(done, got...)
+	for step := range 1 + rng.IntN(4) {
+		land(rng.IntN(3))
+		again, _, err := run(1+rng.IntN(4), hs, -1, true)
+		if err != nil {
+			return fmt.Errorf("step %d: rewind: %w", step, err)
+		}
+		if !slices.Equal(slices.Sorted(slices.Values(again)), slices.Sorted(slices.Values(done))) {
+			return fmt.Errorf("step %d: rewind read %d lines, %d read before: %q, %q", step, len(again), len(done), again[:min(5, len(again))], done[:min(5, len(done))])
+		}
+		p := 1 + rng.IntN(5)
+		reads := rng.IntN(8)
+		got1, hs1, err := run(p, hs, reads, false)
+		if err != nil {
+			return fmt.Errorf("step %d: restore: %w", step, err)
+		}
+		// The same checkpoint restored again, at another parallelism, reads
+		// the same lines when read to the end.
+		end1, _, err := run(p, hs, -1, false)
+		if err != nil {
+			return err
+		}
+		end2, _, err := run(1+rng.IntN(5), hs, -1, false)
+		if err != nil {
+			return err
+		}
+		if !slices.Equal(slices.Sorted(slices.Values(end1)), slices.Sorted(slices.Values(end2))) {
+			return fmt.Errorf("step %d: one checkpoint restored twice read %d and %d lines", step, len(end1), len(end2))
+		}
+		done = append(done, got1...)
+		hs = hs1
+	}
+	rest, _, err := run(1+rng.IntN(5), hs, -1, false)
+	if err != nil {
+		return err
+	}
+	done = append(done, rest...)
+	slices.Sort(done)
+	slices.Sort(all)
+	if !slices.Equal(done, all) {
+		return fmt.Errorf("read %d lines in all, the files hold %d", len(done), len(all))
+	}
+	return nil
+}
