@@ -97,23 +97,26 @@ state larger than memory: GOMEMLIMIT=1GiB weir bench state --state-backend pebbl
 			loaded, loadCPU, _ := src.loaded()
 			fmt.Printf("load: %d keys in %.1fs, %s keys per CPU-second\n", keys, loaded.Sub(start).Seconds(), si(float64(keys)/(loadCPU-cpu0).Seconds()))
 			fmt.Printf("run: %.1fs, %.2f cores, %d checkpoints\n", wall.Seconds(), (cpu1-cpu0).Seconds()/wall.Seconds(), res.Checkpoints)
-			fmt.Println("checkpoint  phase    state      uploaded  share  sync part")
-			var syncs []time.Duration
+			fmt.Println("checkpoint  phase    state      uploaded  share  duration  sync part")
+			var syncs, durations []time.Duration
 			var shares []float64
 			for i, e := range events {
 				phase := "load"
 				if updating[i] {
 					phase = "update"
 					syncs = append(syncs, e.SyncPart)
+					durations = append(durations, e.Duration)
 					shares = append(shares, float64(e.Uploaded)/float64(e.Size))
 				}
-				fmt.Printf("%10d  %-6s  %9s  %9s  %4.1f%%  %v\n", e.ID, phase, byteSize(e.Size), byteSize(e.Uploaded), 100*float64(e.Uploaded)/float64(max(e.Size, 1)), e.SyncPart.Round(100*time.Microsecond))
+				fmt.Printf("%10d  %-6s  %9s  %9s  %4.1f%%  %8v  %v\n", e.ID, phase, byteSize(e.Size), byteSize(e.Uploaded), 100*float64(e.Uploaded)/float64(max(e.Size, 1)), e.Duration.Round(time.Millisecond), e.SyncPart.Round(100*time.Microsecond))
 			}
 			if len(syncs) > 0 {
 				slices.Sort(syncs)
+				slices.Sort(durations)
 				slices.Sort(shares)
-				fmt.Printf("update checkpoints: uploaded %.1f%%–%.1f%% of the state (median %.1f%%); synchronous part p50 %v, p99 %v\n",
-					100*shares[0], 100*shares[len(shares)-1], 100*shares[len(shares)/2], syncs[len(syncs)/2], syncs[min(len(syncs)-1, len(syncs)*99/100)])
+				p := func(ds []time.Duration, q float64) time.Duration { return ds[min(len(ds)-1, int(float64(len(ds))*q))] }
+				fmt.Printf("update checkpoints: uploaded %.1f%%–%.1f%% of the state (median %.1f%%); duration p50 %v, p99 %v; synchronous part p50 %v, p99 %v\n",
+					100*shares[0], 100*shares[len(shares)-1], 100*shares[len(shares)/2], p(durations, 0.5).Round(time.Millisecond), p(durations, 0.99).Round(time.Millisecond), p(syncs, 0.5), p(syncs, 0.99))
 			}
 			fmt.Printf("peak resident memory: %s\n", byteSize(ru.Maxrss*1024))
 			return nil

@@ -287,13 +287,32 @@ type cow[K comparable, E any] struct {
 	// newest completed checkpoint (at least), with the epoch of their
 	// deletion; nil when none.
 	deleted []map[K]uint64
-	ec      entryCodec[K, E]
+	// written holds per group, if incremental, the keys written since the
+	// newest completed checkpoint (at least), in order, a key once per
+	// epoch it was written in; nil when none. A delta walks these, not the
+	// group, unless they were dropped since its base: untracked is per
+	// group the newest epoch whose writes are not all recorded (0: none).
+	// Records are dropped when they outgrow a quarter of the group (and
+	// maxUntracked); for a group that changes that much a delta walks it.
+	written   [][]wrote[K]
+	untracked []uint64
+	ec        entryCodec[K, E]
+}
+
+// maxUntracked is the fewest written keys a group records before it drops
+// them for outgrowing a quarter of the group.
+const maxUntracked = 64
+
+// wrote records that key's entry was made in epoch.
+type wrote[K comparable] struct {
+	key   K
+	epoch uint64
 }
 
 func newCow[K comparable, E any](b *Backend, ec entryCodec[K, E]) cow[K, E] {
 	n := b.groups.Len()
 	c := cow[K, E]{b: b, groups: make([]map[K]E, n), shared: make([]bool, n),
-		modified: make([]uint64, n), cleared: make([]uint64, n), deleted: make([]map[K]uint64, n), ec: ec}
+		modified: make([]uint64, n), cleared: make([]uint64, n), deleted: make([]map[K]uint64, n), written: make([][]wrote[K], n), untracked: make([]uint64, n), ec: ec}
 	for i := range c.groups {
 		c.groups[i] = map[K]E{}
 	}
@@ -311,6 +330,9 @@ func (c *cow[K, E]) write() map[K]E {
 		c.shared[g] = false
 		if len(c.deleted[g]) > 0 {
 			c.deleted[g] = pruned(c.deleted[g], c.b.confirmedEpoch())
+		}
+		if len(c.written[g]) > 0 {
+			c.written[g] = c.prunedWrites(g)
 		}
 	}
 	c.modified[g] = c.b.epoch
@@ -338,14 +360,43 @@ func (c *cow[K, E]) noteDeleted(k K) {
 	c.deleted[g][k] = c.b.epoch
 }
 
+// noteWritten records that k (the table's own copy) was written in the
+// current group, which write made private, in this epoch: every write of
+// an entry of this epoch calls it once, when it makes the entry.
+func (c *cow[K, E]) noteWritten(k K) {
+	g := c.b.current
+	if !c.b.incremental || c.untracked[g] == c.b.epoch {
+		return
+	}
+	ws := append(c.written[g], wrote[K]{key: k, epoch: c.b.epoch})
+	if len(ws) > len(c.groups[g])/4+maxUntracked {
+		ws, c.untracked[g] = nil, c.b.epoch
+	}
+	c.written[g] = ws
+}
+
+// prunedWrites is a copy of group g's written keys (a snapshot may read
+// them) without those a delta never needs again: of the newest completed
+// checkpoint's epoch and before.
+func (c *cow[K, E]) prunedWrites(g int) []wrote[K] {
+	floor := c.b.confirmedEpoch()
+	var out []wrote[K]
+	for _, w := range c.written[g] {
+		if w.epoch > floor {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
 // clear empties group g (index), which a snapshot may still read.
 func (c *cow[K, E]) clear(g int) {
-	c.groups[g], c.shared[g], c.deleted[g] = map[K]E{}, false, nil
+	c.groups[g], c.shared[g], c.deleted[g], c.written[g] = map[K]E{}, false, nil, nil
 	c.modified[g], c.cleared[g] = c.b.epoch, c.b.epoch
 }
 
 func (c *cow[K, E]) freeze() frozen {
-	f := &frozenCow[K, E]{ec: &c.ec, groups: slices.Clone(c.groups), deleted: slices.Clone(c.deleted),
+	f := &frozenCow[K, E]{ec: &c.ec, groups: slices.Clone(c.groups), deleted: slices.Clone(c.deleted), written: slices.Clone(c.written), untracked: slices.Clone(c.untracked),
 		modified: slices.Clone(c.modified), cleared: slices.Clone(c.cleared)}
 	for i := range c.shared {
 		c.shared[i] = true
@@ -451,6 +502,7 @@ func (t *Value[K, V]) Put(k K, v V) {
 		e = &valueEntry[K, V]{key: t.keys.own(k), v: v, epoch: t.b.epoch}
 		t.vals.own(&e.v, nil)
 		t.write()[e.key] = e
+		t.noteWritten(e.key)
 	case e.epoch == t.b.epoch && t.vals.walk == nil:
 		e.v = v
 	case e.epoch == t.b.epoch:
@@ -464,6 +516,7 @@ func (t *Value[K, V]) Put(k K, v V) {
 		e = &valueEntry[K, V]{key: e.key, v: v, epoch: t.b.epoch}
 		t.vals.own(&e.v, &old.v)
 		t.write()[e.key] = e
+		t.noteWritten(e.key)
 	}
 	t.lastKey, t.last = k, e
 }
@@ -551,11 +604,13 @@ func (t *List[K, V]) Add(k K, v V) {
 		k = t.keys.own(k)
 		e = &listEntry[K, V]{key: k, vs: []V{v}, epoch: t.b.epoch}
 		m[k] = e
+		t.noteWritten(k)
 	case e.epoch == t.b.epoch:
 		e.vs = append(e.vs, v)
 	default:
 		e = &listEntry[K, V]{key: e.key, vs: append(e.vs, v), epoch: t.b.epoch}
 		m[e.key] = e
+		t.noteWritten(e.key)
 	}
 	t.vals.own(&e.vs[len(e.vs)-1], nil)
 }
@@ -581,6 +636,7 @@ func (t *List[K, V]) Update(k K, vs []V) {
 		t.all.own(&e.vs, nil)
 	}
 	m[e.key] = e
+	t.noteWritten(e.key)
 }
 
 func (t *List[K, V]) Delete(k K) { t.delete(k) }
@@ -726,9 +782,11 @@ func (t *Map[K, UK, V]) writable(k K) *inner[K, UK, V] {
 	case in == nil:
 		in = &inner[K, UK, V]{key: t.keys.own(k), m: map[UK]mapEntry[UK, V]{}, epoch: t.b.epoch}
 		m[in.key] = in
+		t.noteWritten(in.key)
 	case in.epoch != t.b.epoch:
 		in = &inner[K, UK, V]{key: in.key, m: maps.Clone(in.m), epoch: t.b.epoch}
 		m[in.key] = in
+		t.noteWritten(in.key)
 	}
 	return in
 }
@@ -810,6 +868,7 @@ func (t *Timers[K]) Register(k K, at time.Time) {
 	}
 	tm.key = t.keys.own(k)
 	t.write()[tm] = t.b.epoch
+	t.noteWritten(tm)
 	heap.Push(&t.queue, queued[K]{timer: tm, group: t.b.current})
 }
 

@@ -138,7 +138,9 @@ type frozenCow[K comparable, E any] struct {
 	ec                *entryCodec[K, E]
 	groups            []map[K]E
 	deleted           []map[K]uint64
+	written           [][]wrote[K]
 	modified, cleared []uint64
+	untracked         []uint64
 }
 
 func (f *frozenCow[K, E]) empty(g int) bool { return len(f.groups[g]) == 0 }
@@ -158,7 +160,9 @@ func (f *frozenCow[K, E]) appendFull(dst []byte, g int) []byte {
 }
 
 // appendDelta appends the keys deleted since epoch since, then the
-// entries written since; each list begins with its count (4 bytes).
+// entries written since (found by the keys written, without walking the
+// group, unless they were dropped); each list begins with its count (4
+// bytes).
 // Applied in this order, a key deleted and written again is there.
 func (f *frozenCow[K, E]) appendDelta(dst []byte, g int, since uint64) []byte {
 	at, n := len(dst), 0
@@ -172,9 +176,25 @@ func (f *frozenCow[K, E]) appendDelta(dst []byte, g int, since uint64) []byte {
 	binary.BigEndian.PutUint32(dst[at:], uint32(n))
 	at, n = len(dst), 0
 	dst = append(dst, 0, 0, 0, 0)
-	for k, e := range f.groups[g] {
-		if f.ec.epochOf(e) > since {
-			dst = f.ec.appendEntry(dst, k, e)
+	m := f.groups[g]
+	if f.untracked[g] > since {
+		for k, e := range m {
+			if f.ec.epochOf(e) > since {
+				dst = f.ec.appendEntry(dst, k, e)
+				n++
+			}
+		}
+		binary.BigEndian.PutUint32(dst[at:], uint32(n))
+		return dst
+	}
+	for _, w := range f.written[g] {
+		if w.epoch <= since {
+			continue
+		}
+		// A key written in several epochs is written once: as of the
+		// epoch its entry was last made in.
+		if e, ok := m[w.key]; ok && f.ec.epochOf(e) == w.epoch {
+			dst = f.ec.appendEntry(dst, w.key, e)
 			n++
 		}
 	}

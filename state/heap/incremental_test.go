@@ -640,3 +640,52 @@ func BenchmarkValueInsertDelete(b *testing.B) {
 		})
 	}
 }
+
+// TestKeysWrittenStayBounded: a delta walks the keys written since its base
+// (the newest completed checkpoint). When no checkpoint completes, a key
+// written at every checkpoint is recorded once per epoch; the record is
+// dropped when it outgrows a quarter of the group (and maxUntracked), and
+// a delta since before the drop walks the group instead: here 100 keys of
+// one group written once (dropped at once), then one of them at each of 298
+// checkpoints that do not complete. The last delta must hold all 100, each
+// once, with its newest value.
+func TestKeysWrittenStayBounded(t *testing.T) {
+	all := keygroup.Range{First: 0, Last: maxP - 1}
+	var keys []string // of one key group
+	for i := 0; len(keys) < 100; i++ {
+		if k := fmt.Sprint("k", i); keygroup.Of(hasher.Hash(k), maxP) == 7 {
+			keys = append(keys, k)
+		}
+	}
+	s := newStore()
+	ts := openInc(t, all, nil, s)
+	ts.counts.Put(at(ts.b, keys[0]), 0)
+	take(t, ts.b, 1, 0, s)
+	ts.b.NotifyComplete(1)
+	for i, k := range keys {
+		ts.counts.Put(at(ts.b, k), 1000+i)
+	}
+	for id := checkpoint.ID(2); id < 300; id++ {
+		ts.counts.Put(at(ts.b, keys[0]), int(id))
+		take(t, ts.b, id, 0, s) // never completed
+		if ws := ts.counts.written[7]; len(ws) > len(ts.counts.groups[7])/4+maxUntracked {
+			t.Fatalf("checkpoint %d: %d writes recorded for %d keys", id, len(ws), len(ts.counts.groups[7]))
+		}
+	}
+	s.written = 0
+	hs := take(t, ts.b, 300, 0, s)
+	ts.b.NotifyComplete(300)
+	if s.written > 4<<10 {
+		t.Fatalf("a delta of 100 keys wrote %d bytes", s.written)
+	}
+	got := openInc(t, all, hs, s)
+	for i, k := range keys {
+		want := 1000 + i
+		if i == 0 {
+			want = 299
+		}
+		if v, _ := got.counts.Get(at(got.b, k)); v != want {
+			t.Fatalf("%s: %d after the restore, want %d", k, v, want)
+		}
+	}
+}
