@@ -25,6 +25,7 @@
 package heap
 
 import (
+	"cmp"
 	"container/heap"
 	"encoding/binary"
 	"fmt"
@@ -375,18 +376,18 @@ func (c *cow[K, E]) noteWritten(k K) {
 	c.written[g] = ws
 }
 
-// prunedWrites is a copy of group g's written keys (a snapshot may read
-// them) without those a delta never needs again: of the newest completed
-// checkpoint's epoch and before.
+// prunedWrites is group g's written keys without those a delta never
+// needs again: of the newest completed checkpoint's epoch and before, a
+// prefix (records are appended in epoch order). NB: not a copy. A snapshot
+// reads its record only up to the length it froze, and records are only
+// appended, beyond it.
 func (c *cow[K, E]) prunedWrites(g int) []wrote[K] {
-	floor := c.b.confirmedEpoch()
-	var out []wrote[K]
-	for _, w := range c.written[g] {
-		if w.epoch > floor {
-			out = append(out, w)
-		}
+	ws := c.written[g]
+	cut, _ := slices.BinarySearchFunc(ws, c.b.confirmedEpoch()+1, func(w wrote[K], epoch uint64) int { return cmp.Compare(w.epoch, epoch) })
+	if cut == len(ws) {
+		return nil
 	}
-	return out
+	return ws[cut:]
 }
 
 // clear empties group g (index), which a snapshot may still read.
@@ -623,7 +624,8 @@ func (t *List[K, V]) Update(k K, vs []V) {
 	}
 	m := t.write()
 	e := &listEntry[K, V]{key: k, vs: slices.Clip(slices.Clone(vs)), epoch: t.b.epoch}
-	if old := m[k]; old != nil {
+	old := m[k]
+	if old != nil {
 		e.key = old.key
 		if t.all.walk != nil {
 			// A list trimmed of its oldest elements (a join's rows past
@@ -636,7 +638,9 @@ func (t *List[K, V]) Update(k K, vs []V) {
 		t.all.own(&e.vs, nil)
 	}
 	m[e.key] = e
-	t.noteWritten(e.key)
+	if old == nil || old.epoch != t.b.epoch {
+		t.noteWritten(e.key)
+	}
 }
 
 func (t *List[K, V]) Delete(k K) { t.delete(k) }

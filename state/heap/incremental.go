@@ -187,16 +187,29 @@ func (f *frozenCow[K, E]) appendDelta(dst []byte, g int, since uint64) []byte {
 		binary.BigEndian.PutUint32(dst[at:], uint32(n))
 		return dst
 	}
+	var again map[K]bool // keys deleted and made again in one epoch, written
 	for _, w := range f.written[g] {
 		if w.epoch <= since {
 			continue
 		}
 		// A key written in several epochs is written once: as of the
-		// epoch its entry was last made in.
-		if e, ok := m[w.key]; ok && f.ec.epochOf(e) == w.epoch {
-			dst = f.ec.appendEntry(dst, w.key, e)
-			n++
+		// epoch its entry was last made in. One deleted and made again in
+		// that epoch is recorded once each time.
+		e, ok := m[w.key]
+		if !ok || f.ec.epochOf(e) != w.epoch {
+			continue
 		}
+		if d, ok := f.deleted[g][w.key]; ok && d == w.epoch {
+			if again[w.key] {
+				continue
+			}
+			if again == nil {
+				again = map[K]bool{}
+			}
+			again[w.key] = true
+		}
+		dst = f.ec.appendEntry(dst, w.key, e)
+		n++
 	}
 	binary.BigEndian.PutUint32(dst[at:], uint32(n))
 	return dst
