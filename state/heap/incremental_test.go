@@ -119,7 +119,12 @@ func (m *model) clone() *model {
 // check compares the state restored from hs, into one subtask, with m.
 func check(t *testing.T, what string, hs []checkpoint.Handle, s *store, m *model, keys []string) {
 	t.Helper()
-	got := openInc(t, keygroup.Range{First: 0, Last: maxP - 1}, hs, s)
+	holds(t, what, openInc(t, keygroup.Range{First: 0, Last: maxP - 1}, hs, s), m, keys)
+}
+
+// holds fails unless the tables got hold what m says, for keys.
+func holds(t *testing.T, what string, got *tables, m *model, keys []string) {
+	t.Helper()
 	for _, k := range keys {
 		at(got.b, k)
 		v, ok := got.counts.Get(k)

@@ -7,8 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"maps"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -63,33 +61,7 @@ func openOwned(t *testing.T, r keygroup.Range, hs []checkpoint.Handle, read func
 
 func checkWith(t *testing.T, what string, hs []checkpoint.Handle, read func(checkpoint.Handle) ([]byte, error), m *model, keys []string) {
 	t.Helper()
-	got := openOwned(t, keygroup.Range{First: 0, Last: maxP - 1}, hs, read, false)
-	for _, k := range keys {
-		at(got.b, k)
-		v, ok := got.counts.Get(k)
-		if want, wok := m.counts[k]; ok != wok || v != want {
-			t.Fatalf("%s: value %s = %d %v, want %d %v", what, k, v, ok, want, wok)
-		}
-		if l, want := got.lists.Get(k), m.lists[k]; !slices.Equal(l, want) {
-			t.Fatalf("%s: list %s = %v, want %v", what, k, l, want)
-		}
-		if mm, want := maps.Collect(got.maps.All(k)), m.maps[k]; !maps.Equal(mm, want) {
-			t.Fatalf("%s: map %s = %v, want %v", what, k, mm, want)
-		}
-	}
-	fired := map[string]int64{}
-	if err := got.timers.FireUpTo(math.MaxInt64, func(k string, at time.Time) error {
-		if _, dup := fired[k]; dup {
-			t.Fatalf("%s: timer of %s fired twice", what, k)
-		}
-		fired[k] = at.UnixMilli()
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if !maps.Equal(fired, m.timers) {
-		t.Fatalf("%s: timers %v, want %v", what, fired, m.timers)
-	}
+	holds(t, what, openOwned(t, keygroup.Range{First: 0, Last: maxP - 1}, hs, read, false), m, keys)
 }
 
 // keysIn returns n keys of the key groups gs.
