@@ -35,6 +35,11 @@ func TestWebOutlivesAFailedJob(t *testing.T) {
 	if _, err := env.Execute(context.Background()); err == nil {
 		t.Fatal("the job did not fail")
 	}
+	t.Cleanup(func() { // the lingering server stops however the test ends (without Chromium it skips half-way)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		weir.WaitForWeb(ctx, nil)
+	})
 	base := "http://" + <-addrs
 	var job web.Job
 	getJSON(t, base+"/api/v1/job", &job)
