@@ -26,12 +26,12 @@ type KeyedStream[K comparable, T any] struct {
 
 // KeyBy partitions s by key, which must be deterministic: the same record
 // always has the same key, in every process. keyCodec, if given, encodes
-// keys (for hashing and state); by default codec.For[K].
+// keys (for hashing and state); by default codec.ForKey[K].
 func KeyBy[T any, K comparable](s *Stream[T], key func(T) K, keyCodec ...codec.Codec[K]) KeyedStream[K, T] {
 	if key == nil {
 		s.env.fail(fmt.Errorf("KeyBy after operator %q: the key function is nil", s.env.nodes[s.node].UID))
 	}
-	c := codec.For[K]()
+	c := codec.ForKey[K]()
 	if len(keyCodec) > 0 {
 		c = keyCodec[0]
 	}
@@ -224,7 +224,7 @@ type MapState[K, UK comparable, V any] struct {
 
 // NewMapState declares map state name; call it from Open.
 func NewMapState[K, UK comparable, V any](c *KeyedContext[K], name string) (*MapState[K, UK, V], error) {
-	t, err := backend.NewMap(c.backend, name, c.kc, codec.For[UK](), codec.For[V]())
+	t, err := backend.NewMap(c.backend, name, c.kc, codec.ForKey[UK](), codec.For[V]())
 	return &MapState[K, UK, V]{t: t, c: c}, err
 }
 

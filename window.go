@@ -386,9 +386,9 @@ func (w *windowOp[K, In, Acc, Out]) Open(oc *operator.Context) error {
 	}
 	var err error
 	if w.a.kind == sessions {
-		w.sessions, err = backend.NewMap(w.kctx.backend, "sessions", w.kc, codec.For[int64](), codec.For[sessionState[Acc]]())
+		w.sessions, err = backend.NewMap(w.kctx.backend, "sessions", w.kc, codec.ForKey[int64](), codec.For[sessionState[Acc]]())
 	} else {
-		w.panes, err = backend.NewMap(w.kctx.backend, "panes", w.kc, codec.For[int64](), codec.For[Acc]())
+		w.panes, err = backend.NewMap(w.kctx.backend, "panes", w.kc, codec.ForKey[int64](), codec.For[Acc]())
 	}
 	if err == nil && w.fold.listing {
 		w.records, err = backend.NewList(w.kctx.backend, "records", paneKeyCodec[K]{w.kc}, codec.For[In]())

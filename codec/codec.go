@@ -34,8 +34,22 @@ type Codec[T any] interface {
 // ErrShort means the input ended inside a value.
 var ErrShort = errors.New("codec: input ends inside a value")
 
-// For returns the codec Weir uses for T when the user gives none.
+// For returns the codec Weir uses for records and state values of type T
+// when the user gives none: a plain struct's is Binary, a type's
+// without a codec of its own here JSON.
 func For[T any]() Codec[T] {
+	c := ForKey[T]()
+	if _, isJSON := c.(JSON[T]); isJSON && encoderOf(reflect.TypeFor[T]()) != nil {
+		return Binary[T]{}
+	}
+	return c
+}
+
+// ForKey returns the codec Weir uses for keys of type T (a KeyBy's, a map
+// state's user keys) when the user gives none: as For, but JSON for every
+// struct, as before Binary, because a key's encoding decides its key group
+// and is the Pebble backend's key.
+func ForKey[T any]() Codec[T] {
 	var zero T
 	var c any
 	switch any(zero).(type) {

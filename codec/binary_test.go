@@ -1,0 +1,270 @@
+package codec
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+var binarySeeds = flag.Int("binary.seeds", 2000, "values of each type TestBinaryRoundTrip draws")
+
+type inner struct {
+	A int8
+	B *string
+	C []inner2
+}
+
+type inner2 struct{ X, Y uint16 }
+
+type empty struct{}
+
+// every holds a field of every kind Binary encodes, and fields JSON drops.
+type every struct {
+	I       int
+	I8      int8
+	I16     int16
+	I32     int32
+	I64     int64
+	U       uint
+	U8      uint8
+	U16     uint16
+	U32     uint32
+	U64     uint64
+	UP      uintptr
+	F32     float32
+	F64     float64
+	B       bool
+	S       string
+	Bytes   []byte
+	Strs    []string
+	Arr     [3]int32
+	Ptr     *int64
+	PtrS    *inner
+	In      inner
+	Ins     []inner
+	Empties []empty
+	Omit    string `json:"o,omitempty"`
+	Renamed int    `json:"renamed"`
+	Dropped string `json:"-"`
+	hidden  int
+}
+
+// carried is v as JSON carries it: without the fields JSON drops.
+func carried(v every) every {
+	v.Dropped, v.hidden = "", 0
+	return v
+}
+
+func drawString(rng *rand.Rand) string {
+	b := make([]byte, rng.IntN(20))
+	for i := range b {
+		b[i] = byte(rng.IntN(256)) // not always UTF-8: Binary keeps the bytes
+	}
+	return string(b)
+}
+
+func drawEvery(rng *rand.Rand) every {
+	n := func() int { return rng.IntN(4) - 1 } // -1: nil
+	v := every{
+		I: int(rng.Uint64()), I8: int8(rng.Uint64()), I16: int16(rng.Uint64()), I32: int32(rng.Uint64()), I64: int64(rng.Uint64()),
+		U: uint(rng.Uint64()), U8: uint8(rng.Uint64()), U16: uint16(rng.Uint64()), U32: uint32(rng.Uint64()), U64: rng.Uint64(), UP: uintptr(rng.Uint64()),
+		F32: float32(rng.NormFloat64()), F64: rng.NormFloat64() * 1e10, B: rng.IntN(2) == 0, S: drawString(rng),
+		Arr: [3]int32{rng.Int32(), -rng.Int32(), 0}, Omit: strings.Repeat("o", rng.IntN(2)), Renamed: rng.IntN(9), Dropped: "x", hidden: 7,
+	}
+	if k := n(); k >= 0 {
+		v.Bytes = []byte(drawString(rng))[:0:0]
+		for range k {
+			v.Bytes = append(v.Bytes, byte(rng.IntN(256)))
+		}
+	}
+	if k := n(); k >= 0 {
+		v.Strs = make([]string, k)
+		for i := range v.Strs {
+			v.Strs[i] = drawString(rng)
+		}
+	}
+	if rng.IntN(2) == 0 {
+		x := rng.Int64()
+		v.Ptr = &x
+	}
+	drawInner := func() inner {
+		in := inner{A: int8(rng.IntN(256))}
+		if rng.IntN(2) == 0 {
+			s := drawString(rng)
+			in.B = &s
+		}
+		if k := n(); k >= 0 {
+			in.C = make([]inner2, k)
+			for i := range in.C {
+				in.C[i] = inner2{uint16(rng.Uint32()), uint16(rng.Uint32())}
+			}
+		}
+		return in
+	}
+	v.In = drawInner()
+	if rng.IntN(2) == 0 {
+		in := drawInner()
+		v.PtrS = &in
+	}
+	if k := n(); k >= 0 {
+		v.Ins = make([]inner, k)
+		for i := range v.Ins {
+			v.Ins[i] = drawInner()
+		}
+	}
+	if k := n(); k >= 0 {
+		v.Empties = make([]empty, k*1000)
+	}
+	return v
+}
+
+// Every value Binary encodes decodes to itself, as JSON carries it (the
+// fields JSON drops are dropped), nil and empty slices and nil pointers
+// included, using every byte it wrote, after other bytes in the buffer.
+func TestBinaryRoundTrip(t *testing.T) {
+	c := For[every]()
+	if _, ok := c.(Binary[every]); !ok {
+		t.Fatalf("For[every] is %T, want Binary", c)
+	}
+	for seed := range *binarySeeds {
+		rng := rand.New(rand.NewPCG(uint64(seed), 102))
+		v := drawEvery(rng)
+		buf := c.Append([]byte("before"), v)
+		got, n, err := c.Decode(buf[len("before"):])
+		if err != nil || n != len(buf)-len("before") {
+			t.Fatalf("seed %d: decode: %v, used %d of %d bytes", seed, err, n, len(buf)-len("before"))
+		}
+		if want := carried(v); !reflect.DeepEqual(got, want) {
+			t.Fatalf("seed %d: decoded\n%+v\nwant\n%+v", seed, got, want)
+		}
+		// Every shorter prefix is an error, not a value.
+		for cut := range n {
+			if _, _, err := c.Decode(buf[len("before") : len("before")+cut]); err == nil {
+				t.Fatalf("seed %d: %d of %d bytes decoded without an error", seed, cut, n)
+			}
+		}
+	}
+}
+
+// Floats keep their bits: -0, infinities and NaN (which JSON cannot encode).
+func TestBinaryFloats(t *testing.T) {
+	type fs struct {
+		A float64
+		B float32
+	}
+	c := For[[]fs]()
+	in := []fs{{math.Copysign(0, -1), float32(math.Inf(-1))}, {math.NaN(), float32(math.NaN())}, {math.Inf(1), math.SmallestNonzeroFloat32}}
+	got, _, err := c.Decode(c.Append(nil, in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range in {
+		if math.Float64bits(got[i].A) != math.Float64bits(in[i].A) || math.Float32bits(got[i].B) != math.Float32bits(in[i].B) {
+			t.Fatalf("element %d: %v, want %v", i, got[i], in[i])
+		}
+	}
+}
+
+// What the JSON codec wrote (state and channel state of an earlier Weir)
+// Binary reads as JSON does.
+func TestBinaryReadsJSON(t *testing.T) {
+	c := For[every]()
+	for seed := range 200 {
+		rng := rand.New(rand.NewPCG(uint64(seed), 1021))
+		v := drawEvery(rng)
+		v.S = strings.ToValidUTF8(v.S, "?") // JSON would change it
+		old := JSON[every]{}.Append(nil, v)
+		want, wn, werr := JSON[every]{}.Decode(old)
+		got, n, err := c.Decode(old)
+		if werr != nil || err != nil || n != wn || !reflect.DeepEqual(got, want) {
+			t.Fatalf("seed %d: Binary read %+v (%d bytes, %v); JSON %+v (%d bytes, %v)", seed, got, n, err, want, wn, werr)
+		}
+	}
+}
+
+// Damaged input is an error, never a panic or a huge allocation.
+func FuzzBinaryDecode(f *testing.F) {
+	c := For[every]()
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 8 {
+		f.Add(c.Append(nil, drawEvery(rng)))
+	}
+	f.Add([]byte{0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		v, n, err := c.Decode(b)
+		if err == nil && (n > len(b) || n < 1) {
+			t.Fatalf("decoded %+v using %d of %d bytes", v, n, len(b))
+		}
+	})
+}
+
+// For gives Binary to types whose JSON is plain and keeps JSON for the
+// others; ForKey keeps JSON for every type without a codec of its own, so
+// a key hashes as it did.
+func TestForChoosesBinaryOnlyForValues(t *testing.T) {
+	type withTime struct{ At time.Time }
+	type withMap struct{ M map[string]int }
+	type point struct{ X, Y int }
+	for _, c := range []struct {
+		got  any
+		want string
+	}{
+		{For[point](), "Binary"},
+		{For[[]point](), "Binary"},
+		{For[[]string](), "Binary"},
+		{For[string](), "stringCodec"},
+		{For[int64](), "intCodec"},
+		{For[withTime](), "JSON"},
+		{For[withMap](), "JSON"},
+		{For[any](), "JSON"},
+		{ForKey[point](), "JSON"},
+		{ForKey[[]string](), "JSON"},
+		{ForKey[string](), "stringCodec"},
+	} {
+		if got := fmt.Sprintf("%T", c.got); !strings.HasPrefix(got, "codec."+c.want+"[") && got != "codec."+c.want {
+			t.Errorf("%s, want codec.%s", got, c.want)
+		}
+	}
+	k := point{3, 4}
+	js, _ := json.Marshal(k)
+	h := NewHasher(ForKey[point]())
+	if h.Hash(k) != NewHasher(Codec[point](JSON[point]{})).Hash(k) {
+		t.Fatal("a struct key hashes differently from its JSON encoding")
+	}
+	if !bytes.Contains(ForKey[point]().Append(nil, k), js) {
+		t.Fatal("ForKey does not encode a struct key as JSON")
+	}
+}
+
+type q3Person struct {
+	ID                int64
+	Name, City, State string
+}
+
+// Binary is smaller and cheaper than JSON for a record like Nexmark's.
+func BenchmarkBinaryAgainstJSON(b *testing.B) {
+	p := q3Person{ID: 1234567, Name: "Walter Shultz", City: "Portland", State: "OR"}
+	for _, c := range []Codec[q3Person]{Binary[q3Person]{}, JSON[q3Person]{}} {
+		buf := c.Append(nil, p)
+		b.Run(fmt.Sprintf("%T/append", c), func(b *testing.B) {
+			b.ReportMetric(float64(len(buf)), "bytes/op")
+			for b.Loop() {
+				buf = c.Append(buf[:0], p)
+			}
+		})
+		b.Run(fmt.Sprintf("%T/decode", c), func(b *testing.B) {
+			for b.Loop() {
+				if _, _, err := c.Decode(buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
