@@ -54,9 +54,16 @@ func (Binary[T]) Decode(src []byte) (T, int, error) {
 	if src[0] != binaryMarker {
 		return JSON[T]{}.Decode(src)
 	}
-	n, err := binaryOf(reflect.TypeFor[T]()).dec(src[1:], unsafe.Pointer(&v))
+	// Into a spare value, as Append: a pointer to v would make it escape.
+	// Decoders expect a zero value (they leave what T does not carry).
+	c := binaryOf(reflect.TypeFor[T]())
+	spare := c.spares.Get().(unsafe.Pointer)
+	n, err := c.dec(src[1:], spare)
+	v, *(*T)(spare) = *(*T)(spare), v
+	c.spares.Put(spare)
 	if err != nil {
-		return v, 0, fmt.Errorf("codec: decode %s: %w", reflect.TypeFor[T](), err)
+		var zero T
+		return zero, 0, fmt.Errorf("codec: decode %s: %w", reflect.TypeFor[T](), err)
 	}
 	return v, 1 + n, nil
 }
