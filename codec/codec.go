@@ -2,8 +2,10 @@
 //
 // A Codec appends a value's encoding to a buffer and decodes one from the
 // front of a buffer. For returns a fast built-in codec for basic types
-// (strings, integers, floats, bools, byte slices) and, for any other type,
-// JSON: it serves exported fields of structs, and a user with other needs
+// (strings, integers, floats, bools, byte slices), Binary for plain
+// structs, slices and arrays (what JSON would carry, in binary), and JSON
+// for any other type; ForKey, for keys, JSON for every type but the basic
+// ones. Both serve exported fields of structs, and a user with other needs
 // supplies a Codec of their own.
 package codec
 
