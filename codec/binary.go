@@ -14,18 +14,18 @@ import (
 // whose JSON encoding is plain (see jsonenc.go: structs of named fields,
 // numbers, strings, bools, pointers, slices and arrays of them, without a
 // Marshaler anywhere): what JSON would carry (a struct's fields in their
-// order), in binary — varints, a float's bits,
-// lengths before strings and slices — behind a zero byte. It carries the
-// same fields as JSON (so Faithful's answer holds for it), and their
-// values more exactly, as a record that stays in one process (never
-// encoded) keeps them: an empty slice stays empty where omitempty made
-// JSON's nil, as do -0 and a pointer to a nil pointer, and a string's
-// bytes stay as they are where JSON replaces invalid UTF-8. It is about a
-// third of JSON's size for Nexmark's records and several times cheaper to
-// encode and decode, which is what heap snapshots and a cluster's
-// channels spend most of their time on (design note 102). Decode also reads the JSON codec's encoding, which a
-// JSON value never begins with a zero byte (its length is at least 2):
-// state and channel state written by an earlier Weir restore.
+// order), in binary — varints, a float's bits, lengths before strings and
+// slices — behind a zero byte. It carries the same fields as JSON (so
+// Faithful's answer holds for it), and their values more exactly, as a
+// record that stays in one process (never encoded) keeps them: an empty
+// slice stays empty where omitempty made JSON's nil, as do -0 and a
+// pointer to a nil pointer, and a string's bytes stay as they are where
+// JSON replaces invalid UTF-8. It is under half of JSON's size for
+// Nexmark's records and several times cheaper to encode and decode, which
+// is what heap snapshots and a cluster's channels spend most of their time
+// on (design note 102). Decode also reads the JSON codec's encoding (a
+// length, never 0, then the JSON), whose first byte is never zero: state
+// and channel state written by an earlier Weir restore.
 //
 // NB: keys keep the JSON codec (ForKey): a key's encoding is hashed to
 // its key group and is the Pebble backend's key, both of which a restore
@@ -83,10 +83,14 @@ type binaryCompiled struct {
 
 var binaries sync.Map // reflect.Type → *binaryCompiled
 
-// binaryOf is t's compiled codec; t's JSON encoder must compile.
+// binaryOf is t's compiled codec. A type whose JSON is not plain is a
+// programming error in the job that named Binary for it (For never does).
 func binaryOf(t reflect.Type) *binaryCompiled {
 	if c, ok := binaries.Load(t); ok {
 		return c.(*binaryCompiled)
+	}
+	if encoderOf(t) == nil {
+		panic(fmt.Sprintf("codec: Binary cannot encode %s (a map, an interface, a Marshaler, an embedded field or a recursive type in it): use codec.For, which gives it JSON, or a codec of its own", t))
 	}
 	enc, dec := compileBinary(t)
 	c := &binaryCompiled{enc: enc, dec: dec}

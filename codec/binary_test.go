@@ -252,6 +252,25 @@ func TestForChoosesBinaryOnlyForValues(t *testing.T) {
 	}
 }
 
+// Binary named for a type whose JSON is not plain says so when first
+// used, rather than overflowing the stack on a recursive type.
+func TestBinaryRefusesWhatJSONMustEncode(t *testing.T) {
+	type node struct{ Next *node }
+	for name, use := range map[string]func(){
+		"recursive": func() { Binary[node]{}.Append(nil, node{}) },
+		"map":       func() { Binary[map[string]int]{}.Decode([]byte{0}) },
+	} {
+		func() {
+			defer func() {
+				if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "codec: Binary cannot encode") {
+					t.Errorf("%s: recovered %v", name, r)
+				}
+			}()
+			use()
+		}()
+	}
+}
+
 type q3Person struct {
 	ID                int64
 	Name, City, State string
