@@ -37,8 +37,9 @@ type Codec[T any] interface {
 var ErrShort = errors.New("codec: input ends inside a value")
 
 // For returns the codec Weir uses for records and state values of type T
-// when the user gives none: a plain struct's is Binary, a type's
-// without a codec of its own here JSON.
+// when the user gives none: a built-in one for basic types, Binary for a
+// type whose JSON is plain (structs, slices, arrays and pointers of
+// numbers, strings and bools), JSON for the rest.
 func For[T any]() Codec[T] {
 	c := ForKey[T]()
 	if _, isJSON := c.(JSON[T]); isJSON && encoderOf(reflect.TypeFor[T]()) != nil {
