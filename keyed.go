@@ -9,6 +9,7 @@ import (
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/codec"
 	"github.com/weirstream/weir/graph"
+	"github.com/weirstream/weir/internal/cacheline"
 	"github.com/weirstream/weir/internal/keygroup"
 	"github.com/weirstream/weir/internal/runtime"
 	"github.com/weirstream/weir/operator"
@@ -409,7 +410,7 @@ func (k *keyed[K, Out]) Close() error {
 func Process[K comparable, In, Out any](ks KeyedStream[K, In], name string, newFn func() KeyedProcessFunction[K, In, Out], opts ...Option) *Stream[Out] {
 	n := &node{}
 	n.instance = func(c *chain, next any) (operator.Operator, any) {
-		op := &processOp[K, In, Out]{fn: newFn(), key: ks.key, kc: ks.codec}
+		op := cacheline.New(processOp[K, In, Out]{fn: newFn(), key: ks.key, kc: ks.codec})
 		op.out, op.c = next.(Collector[Out]), c
 		return op, Collector[In](op)
 	}
@@ -479,7 +480,7 @@ func KeyedCoProcess[K comparable, A, B, Out any](a KeyedStream[K, A], b KeyedStr
 func keyedCoProcess[K comparable, A, B, Out any](a KeyedStream[K, A], b KeyedStream[K, B], name, kind string, newFn func() KeyedCoProcessFunction[K, A, B, Out], opts []Option) *Stream[Out] {
 	n := &node{}
 	n.instance = func(c *chain, next any) (operator.Operator, any) {
-		op := &keyedCoOp[K, A, B, Out]{fn: newFn(), keyA: a.key, keyB: b.key, kc: a.codec, n: n}
+		op := cacheline.New(keyedCoOp[K, A, B, Out]{fn: newFn(), keyA: a.key, keyB: b.key, kc: a.codec, n: n})
 		op.out, op.c, op.lateCount = next.(Collector[Out]), c, &n.late
 		return op, nil
 	}

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/weirstream/weir/graph"
+	"github.com/weirstream/weir/internal/cacheline"
 	"github.com/weirstream/weir/internal/runtime"
 	"github.com/weirstream/weir/operator"
 )
@@ -135,7 +136,7 @@ func (f fanout[T]) Collect(v T) {
 // chained after it once per batch.
 func headOf[In any](n *node) func(operator.Operator, any, *chain) any {
 	return func(_ operator.Operator, in any, c *chain) any {
-		return &head[In]{in: in.(Collector[In]), c: c, n: n}
+		return cacheline.New(head[In]{in: in.(Collector[In]), c: c, n: n})
 	}
 }
 
@@ -193,7 +194,7 @@ func FlatMap[In, Out any](s *Stream[In], name string, f func(In, Collector[Out])
 func flatMap[In, Out any](s *Stream[In], name string, user any, f func(In, Collector[Out]), opts []Option) *Stream[Out] {
 	n := &node{}
 	n.instance = func(c *chain, next any) (operator.Operator, any) {
-		op := &flatMapOp[In, Out]{f: f, out: next.(Collector[Out])}
+		op := cacheline.New(flatMapOp[In, Out]{f: f, out: next.(Collector[Out])})
 		return op, Collector[In](op)
 	}
 	n.head = headOf[In](n)
@@ -212,7 +213,7 @@ func (m *flatMapOp[In, Out]) Collect(v In) { m.f(v, m.out) }
 func Union[T any](s *Stream[T], name string, others []*Stream[T], opts ...Option) *Stream[T] {
 	n := &node{}
 	n.instance = func(c *chain, next any) (operator.Operator, any) {
-		op := &flatMapOp[T, T]{f: func(v T, out Collector[T]) { out.Collect(v) }, out: next.(Collector[T])}
+		op := cacheline.New(flatMapOp[T, T]{f: func(v T, out Collector[T]) { out.Collect(v) }, out: next.(Collector[T])})
 		return op, Collector[T](op)
 	}
 	// Every input carries []T: the single-input head serves.
@@ -249,7 +250,7 @@ func Source[T any](env *Environment, name string, newReader func() SourceReader[
 		if v := env.verify; v != nil {
 			r = &rewound[T]{SourceReader: r, restore: restoreOf(v.point, n.UID)}
 		}
-		op := &sourceOp[T]{SourceReader: r, progress: p, out: countingCollector[T]{next: next.(Collector[T])}, c: c, n: n}
+		op := cacheline.New(sourceOp[T]{SourceReader: r, progress: p, out: countingCollector[T]{next: next.(Collector[T])}, c: c, n: n})
 		ws, ok := n.watermarks.(WatermarkStrategy[T])
 		if !ok {
 			op.collector = op.out
@@ -349,7 +350,7 @@ func Sink[T any](s *Stream[T], name string, newWriter func() SinkWriter[T], opts
 		if v := s.env.verify; v != nil {
 			w = &rerunSink[T]{vs: w.(VerifiedSink[T]), t: v.tallies[n.UID]}
 		}
-		op := &sinkOp[T]{SinkWriter: w, c: c}
+		op := cacheline.New(sinkOp[T]{SinkWriter: w, c: c})
 		return op, Collector[T](op)
 	}
 	n.head = headOf[T](n)
@@ -427,7 +428,7 @@ func Connect[A, B any](a *Stream[A], b *Stream[B]) ConnectedStreams[A, B] {
 func CoProcess[A, B, Out any](cs ConnectedStreams[A, B], name string, newFn func() CoProcessFunction[A, B, Out], opts ...Option) *Stream[Out] {
 	n := &node{}
 	n.instance = func(c *chain, next any) (operator.Operator, any) {
-		return &coOp[A, B, Out]{fn: newFn(), out: next.(Collector[Out]), n: n, c: c}, nil
+		return cacheline.New(coOp[A, B, Out]{fn: newFn(), out: next.(Collector[Out]), n: n, c: c}), nil
 	}
 	n.head = func(op operator.Operator, _ any, _ *chain) any { return op }
 	return addOp[Out](cs.a.env, name, kindCoProcess, newFn, opts, n, cs.a, cs.b)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/codec"
+	"github.com/weirstream/weir/internal/cacheline"
 	"github.com/weirstream/weir/operator"
 	"github.com/weirstream/weir/state"
 )
@@ -304,8 +305,8 @@ func AssignWatermarks[T any](s *Stream[T], name string, strategy WatermarkStrate
 	}
 	n := &node{}
 	n.instance = func(c *chain, next any) (operator.Operator, any) {
-		op := &assigner[T]{out: next.(Collector[T]), c: c, timestamp: strategy.Timestamp,
-			clock: newClock(strategy.watermarkOf(), strategy.IdleTimeout)}
+		op := cacheline.New(assigner[T]{out: next.(Collector[T]), c: c, timestamp: strategy.Timestamp,
+			clock: newClock(strategy.watermarkOf(), strategy.IdleTimeout)})
 		return op, Collector[T](op)
 	}
 	n.head = headOf[T](n)

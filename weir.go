@@ -38,6 +38,7 @@ import (
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/graph"
+	"github.com/weirstream/weir/internal/cacheline"
 	"github.com/weirstream/weir/internal/cluster"
 	"github.com/weirstream/weir/internal/keygroup"
 	"github.com/weirstream/weir/internal/runtime"
@@ -767,7 +768,10 @@ func openStorage(cc CheckpointConfig, job string, log *slog.Logger) (storage.Sto
 func (e *Environment) build(plan *graph.Plan) func(*runtime.TaskBuild) (*runtime.TaskParts, error) {
 	return func(b *runtime.TaskBuild) (*runtime.TaskParts, error) {
 		vx := b.Vertex
-		c := &chain{subtask: b.Subtask, now: operator.MinTime, group: -1, state: e.cfg.StateBackend, stats: b.Stats, verify: e.verify}
+		// A chain, its operators and its emitters are written for every record
+		// and built one subtask after another: each gets cache lines of its own
+		// (package cacheline).
+		c := cacheline.New(chain{subtask: b.Subtask, now: operator.MinTime, group: -1, state: e.cfg.StateBackend, stats: b.Stats, verify: e.verify})
 		tail := e.nodes[vx.Nodes[len(vx.Nodes)-1]]
 		var next any
 		var outputs []runtime.Output
@@ -786,7 +790,7 @@ func (e *Environment) build(plan *graph.Plan) func(*runtime.TaskBuild) (*runtime
 		// Every operator after the head counts the records entering it
 		// (counts[i-1] is node i's).
 		c.counted = make([]*node, len(vx.Nodes)-1)
-		c.counts = make([]int64, len(vx.Nodes)-1)
+		c.counts = cacheline.Slice[int64](len(vx.Nodes) - 1)
 		for i := len(vx.Nodes) - 1; i >= 0; i-- {
 			var op operator.Operator
 			n := e.nodes[vx.Nodes[i]]

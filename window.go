@@ -9,6 +9,7 @@ import (
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/codec"
+	"github.com/weirstream/weir/internal/cacheline"
 	"github.com/weirstream/weir/operator"
 	"github.com/weirstream/weir/state"
 	"github.com/weirstream/weir/state/backend"
@@ -251,8 +252,8 @@ func addWindow[K comparable, In, Acc, Out any](ws WindowedStream[K, In], name st
 	}
 	n := &node{}
 	n.instance = func(c *chain, next any) (operator.Operator, any) {
-		op := &windowOp[K, In, Acc, Out]{key: ws.ks.key, kc: ws.ks.codec, a: ws.assigner, lateness: ws.cfg.lateness,
-			fold: fold, emit: emit, hasLate: late != nil}
+		op := cacheline.New(windowOp[K, In, Acc, Out]{key: ws.ks.key, kc: ws.ks.codec, a: ws.assigner, lateness: ws.cfg.lateness,
+			fold: fold, emit: emit, hasLate: late != nil})
 		op.out, op.c, op.lateCount = next.(Collector[Out]), c, &n.late
 		return op, Collector[In](op)
 	}

@@ -21,6 +21,7 @@ var layers = map[string]int{
 	"internal/keygroup":                           0,
 	"internal/arena":                              0,
 	"internal/hashtab":                            0,
+	"internal/cacheline":                          0,
 	"internal/idpart":                             0,
 	"internal/lockfile":                           0,
 	"internal/pgtest":                             0,

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"slices"
 	"time"
+
+	"github.com/weirstream/weir/internal/cacheline"
 )
 
 // Output is one outgoing edge of a task, as the task loop sees it.
@@ -79,12 +81,15 @@ const MaxForced = 16
 // nil, points at the event time of the record being collected: batches
 // then carry event times.
 func NewEmitter[T any](ctx context.Context, outs []OutputChannel, route Route[T], batchSize int, now *int64) *Emitter[T] {
-	e := &Emitter[T]{ctx: ctx, outs: outs, bufs: make([][]T, len(outs)), route: route, size: batchSize, now: now}
+	// An emitter and the slices it appends to for every record get cache
+	// lines of their own: a vertex's subtasks build theirs one after
+	// another (package cacheline).
+	e := cacheline.New(Emitter[T]{ctx: ctx, outs: outs, bufs: cacheline.Slice[[]T](len(outs)), route: route, size: batchSize, now: now})
 	for i := range e.bufs {
 		e.bufs[i] = make([]T, 0, batchSize)
 	}
 	if now != nil {
-		e.times = make([][]int64, len(outs))
+		e.times = cacheline.Slice[[]int64](len(outs))
 		for i := range e.times {
 			e.times[i] = make([]int64, 0, batchSize)
 		}
@@ -96,7 +101,7 @@ func NewEmitter[T any](ctx context.Context, outs []OutputChannel, route Route[T]
 // group in its batch.
 func (e *Emitter[T]) CarryKeyGroups(r KeyRoute[T]) {
 	e.keyRoute = r
-	e.groups = make([][]uint16, len(e.outs))
+	e.groups = cacheline.Slice[[]uint16](len(e.outs))
 	for i := range e.groups {
 		e.groups[i] = make([]uint16, 0, e.size)
 	}
