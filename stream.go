@@ -92,13 +92,16 @@ func emitterOf[T any](e *Environment, b *runtime.TaskBuild, plan *graph.Plan, c 
 		case graph.Hash:
 			keyRoute = consumer.inputs[edge.Input].hashRoute.(func(int, int) runtime.KeyRoute[T])(len(chans), consumer.MaxParallelism)
 		case graph.Rebalance:
-			i, n := b.Subtask%len(chans), len(chans)
+			// The counter, written for every record, on lines of its own
+			// (package cacheline): a closure's captured int is an 8-byte
+			// object of its own, beside the next subtask's.
+			i, n := cacheline.New(b.Subtask%len(chans)), len(chans)
 			route = func(T) int {
-				i++
-				if i == n {
-					i = 0
+				*i++
+				if *i == n {
+					*i = 0
 				}
-				return i
+				return *i
 			}
 		case graph.Broadcast:
 			route = func(T) int { return runtime.BroadcastRoute }
