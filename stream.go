@@ -260,8 +260,8 @@ func Source[T any](env *Environment, name string, newReader func() SourceReader[
 			return op, nil
 		}
 		clk := newClock(ws.watermarkOf(), ws.IdleTimeout)
-		op.collector = &timeCollector[T]{next: op.out, timestamp: ws.Timestamp, c: c, clock: clk}
-		return &timedSource[T]{sourceOp: op, clock: clk}, nil
+		op.collector = cacheline.New(timeCollector[T]{next: op.out, timestamp: ws.Timestamp, c: c, clock: clk})
+		return cacheline.New(timedSource[T]{sourceOp: op, clock: clk}), nil
 	}
 	n.head = func(op operator.Operator, _ any, _ *chain) any { return op }
 	s := addOp[T](env, name, kindSource, newReader, opts, n)

@@ -120,13 +120,13 @@ type splitTime struct {
 
 // newClock makes a clock for open to start.
 func newClock(watermarkOf func(int64) int64, idle time.Duration) *clock {
-	return &clock{watermarkOf: watermarkOf, idleTimeout: idle, splits: map[string]*splitTime{}, restored: map[string]int64{}}
+	return cacheline.New(clock{watermarkOf: watermarkOf, idleTimeout: idle, splits: map[string]*splitTime{}, restored: map[string]int64{}})
 }
 
 func (c *clock) enterSplit(id string) {
 	s := c.splits[id]
 	if s == nil {
-		s = &splitTime{max: operator.MinTime, seen: c.now()}
+		s = cacheline.New(splitTime{max: operator.MinTime, seen: c.now()}) // written for every record
 		if m, ok := c.restored[id]; ok {
 			s.max = m
 		}
