@@ -232,11 +232,12 @@ func (c *clientLog) repaired() int {
 	return bytes.Count(c.b.Bytes(), []byte("ended a transaction without committing it"))
 }
 
-// save writes the log to a file and returns its name, or why not.
-func (c *clientLog) save(seed uint64) string {
+// save writes the log to a file in dir (the system's temporary directory
+// if empty) and returns its name, or why not.
+func (c *clientLog) save(dir string, seed uint64) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	f, err := os.CreateTemp("", fmt.Sprintf("weir-kafka-lifecycle-%d-*.log", seed))
+	f, err := os.CreateTemp(dir, fmt.Sprintf("weir-kafka-lifecycle-%d-*.log", seed))
 	if err != nil {
 		return err.Error()
 	}
@@ -862,15 +863,18 @@ func readCommitted(brokers []string, topic string) (map[string]int, error) {
 	return got, nil
 }
 
-// lifeFailure describes a failed sequence so that it can be replayed.
-func lifeFailure(seed uint64, l *lifecycle, err error) string {
+// lifeFailure describes a failed sequence so that it can be replayed. The
+// sink's clients' log is saved in dir: "" (the system's temporary
+// directory, kept) for a failure, a test's own directory for a departure
+// a planted defect was meant to cause.
+func lifeFailure(dir string, seed uint64, l *lifecycle, err error) string {
 	var steps []string
 	if l != nil {
 		steps = l.steps
 	}
 	var clients string
 	if l != nil {
-		clients = "\nthe sink's clients logged, between the steps: " + l.clients.save(seed)
+		clients = "\nthe sink's clients logged, between the steps: " + l.clients.save(dir, seed)
 	}
 	return fmt.Sprintf("seed %d (replay: go test -run TestKafkaLifecycles ./connector/kafka -kafkalife.first=%d -kafkalife.seeds=1 -kafkalife.steps=%d): %v\nsteps:\n  %s%s",
 		seed, seed, *lifeSteps, err, strings.Join(steps, "\n  "), clients)
@@ -888,7 +892,7 @@ func TestKafkaLifecycles(t *testing.T) {
 		}
 		l, err := runLifecycle(seed, *lifeSteps)
 		if err != nil {
-			t.Error(lifeFailure(seed, l, err))
+			t.Error(lifeFailure("", seed, l, err))
 			if failed++; failed == 10 {
 				t.Fatalf("stopped after %d of %d sequences at the 10th failure", i+1, lifeSequences())
 			}
@@ -932,9 +936,9 @@ func caughtAs(t *testing.T, planted *atomic.Bool, caught func(error) bool) (uint
 		if caught(err) {
 			return seed, l, err
 		}
-		t.Logf("with the planted defect, another departure: %s", lifeFailure(seed, l, err))
+		t.Logf("with the planted defect, another departure: %s", lifeFailure(t.TempDir(), seed, l, err))
 		if l, err := runLifecycle(seed, *lifeSteps); err != nil {
-			t.Errorf("and without it too: %s", lifeFailure(seed, l, err))
+			t.Errorf("and without it too: %s", lifeFailure("", seed, l, err))
 		}
 	}
 	return 0, nil, nil
@@ -948,7 +952,7 @@ func TestKafkaLifecyclesCatchDefect9(t *testing.T) {
 	if err == nil {
 		t.Fatal("no sequence of the default seeds caught planted defect 9 as a restore refused for a newer epoch")
 	}
-	t.Logf("caught: %s", lifeFailure(seed, l, err))
+	t.Logf("caught: %s", lifeFailure(t.TempDir(), seed, l, err))
 }
 
 // TestKafkaLifecyclesCatchDefect10: with a restore that aborts only the ids
@@ -961,7 +965,7 @@ func TestKafkaLifecyclesCatchDefect10(t *testing.T) {
 	if err == nil {
 		t.Fatal("no sequence of the default seeds caught planted defect 10 as a transaction left open after a start")
 	}
-	t.Logf("caught: %s", lifeFailure(seed, l, err))
+	t.Logf("caught: %s", lifeFailure(t.TempDir(), seed, l, err))
 }
 
 // TestKafkaLifecyclesCatchSiblingTakenForEarlierRun: with every committed
@@ -972,7 +976,7 @@ func TestKafkaLifecyclesCatchSiblingTakenForEarlierRun(t *testing.T) {
 	if err == nil {
 		t.Fatal("no sequence of the default seeds caught records told apart without run ids as a staggered run refused for an earlier run's output")
 	}
-	t.Logf("caught: %s", lifeFailure(seed, l, err))
+	t.Logf("caught: %s", lifeFailure(t.TempDir(), seed, l, err))
 }
 
 // TestKafkaLifecyclesCatchStartsDropped: with a restore that forgets where
@@ -985,5 +989,5 @@ func TestKafkaLifecyclesCatchStartsDropped(t *testing.T) {
 	if err == nil {
 		t.Fatal("no sequence of the default seeds caught the lineage's starts dropped at a restore as a checkpoint read back with an earlier lineage's output")
 	}
-	t.Logf("caught: %s", lifeFailure(seed, l, err))
+	t.Logf("caught: %s", lifeFailure(t.TempDir(), seed, l, err))
 }
