@@ -14,7 +14,7 @@ import "unsafe"
 // Size is the cache line of amd64 and most arm64 servers, which the
 // padding spans. (A core's adjacent-line prefetch, which fetches lines in
 // aligned pairs, may still bring a neighbour's line along; padding for it
-// would double the cost and was not measured to pay.)
+// would double the padding and was not tried.)
 const Size = 64
 
 type pad [Size]byte
