@@ -19,11 +19,14 @@ package heap
 // emits, of the changed ones, the entries and deletions newer than the
 // base's epoch.
 //
-// A chain longer than a bound, or whose deltas outweigh its full section,
-// is rewritten whole from the frozen map (the bounds differ between
-// groups, so groups that change alike are not all rewritten at once): a
-// restore reads at most maxLinks sections per table and group, and less
-// than 2.75 times the bytes of their full section.
+// A chain longer than a bound, or holding keys the group no longer holds as
+// they are there (overwritten since, or deleted) at least as many as it
+// does hold, is rewritten whole from the frozen map (the bounds differ
+// between groups, so groups that change alike are not all rewritten at
+// once): a restore reads at most maxLinks sections per table and group,
+// and less than 2.75 times the keys the group holds, and one delta's. A
+// group that only grows is not rewritten before its chain's bound: its
+// chain holds nothing a rewrite would drop (design note 105).
 
 import (
 	"bytes"
@@ -58,9 +61,10 @@ var (
 // so that a checkpoint ends sooner (issue 23: q3's checkpoints).
 var encoders = max(4, runtime.GOMAXPROCS(0))
 
-// maxLinks bounds a chain's sections. Its bytes are bounded by the deltas
-// rule (see compactionDue): a long chain of small deltas costs a restore
-// little, while rewriting a group whole costs a checkpoint all of it.
+// maxLinks bounds a chain's sections. What it holds is bounded by the
+// keys rule (see compactionDue): a long chain of small deltas costs a
+// restore little, while rewriting a group whole costs a checkpoint all of
+// it.
 const maxLinks = 32
 
 // section is a restored part of a chain: full, or a delta.
@@ -69,11 +73,26 @@ type section struct {
 	data []byte
 }
 
-// link is a section of a chain in a shared file: bytes [off, off+n).
+// link is a section of a chain in a shared file: bytes [off, off+n),
+// holding keys keys (entries, and a delta's deletions); -1: not known (a
+// delta restored, whose counts a restore cannot find without its table's
+// codecs).
 type link struct {
-	file   *sharedFile
-	off, n int
-	full   bool
+	file         *sharedFile
+	off, n, keys int
+	full         bool
+}
+
+// sectionKeys is the keys a restored section holds, as link.keys.
+func sectionKeys(s section) int {
+	if !s.full {
+		return -1
+	}
+	n, _, err := codec.ReadLen(s.data)
+	if err != nil {
+		return -1
+	}
+	return n
 }
 
 // sharedFile is a shared file of a snapshot; h is set once it is written.
@@ -87,12 +106,13 @@ type sections struct {
 	buf  []byte
 }
 
-// add appends a section to buf with appendSection, and a link to it to
-// the chain dst (a copy).
-func (s *sections) add(dst []link, full bool, appendSection func([]byte) []byte) []link {
+// add appends a section to buf with appendSection, which says the keys it
+// wrote, and a link to it to the chain dst (a copy).
+func (s *sections) add(dst []link, full bool, appendSection func([]byte) ([]byte, int)) []link {
 	off := len(s.buf)
-	s.buf = appendSection(s.buf)
-	return append(slices.Clip(dst), link{file: s.file, off: s.at + off, n: len(s.buf) - off, full: full})
+	var keys int
+	s.buf, keys = appendSection(s.buf)
+	return append(slices.Clip(dst), link{file: s.file, off: s.at + off, n: len(s.buf) - off, keys: keys, full: full})
 }
 
 // chains are a snapshot's chains: per table, per key group (index); a
@@ -126,12 +146,13 @@ func pruned[K comparable](deleted map[K]uint64, floor uint64) map[K]uint64 {
 
 // frozen is a table as a freeze left it; key groups are indexes.
 type frozen interface {
-	empty(g int) bool
+	len(g int) int // keys
 	// changed: a write since epoch; whole: a Clear since epoch (a delta
 	// cannot say it).
 	changed(g int, since uint64) (changed, whole bool)
 	appendFull(dst []byte, g int) []byte
-	appendDelta(dst []byte, g int, since uint64) []byte
+	// appendDelta also returns the keys it wrote, deleted and written.
+	appendDelta(dst []byte, g int, since uint64) ([]byte, int)
 }
 
 type frozenCow[K comparable, E any] struct {
@@ -143,7 +164,7 @@ type frozenCow[K comparable, E any] struct {
 	untracked         []uint64
 }
 
-func (f *frozenCow[K, E]) empty(g int) bool { return len(f.groups[g]) == 0 }
+func (f *frozenCow[K, E]) len(g int) int { return len(f.groups[g]) }
 
 func (f *frozenCow[K, E]) changed(g int, since uint64) (bool, bool) {
 	return f.modified[g] > since, f.cleared[g] > since
@@ -164,7 +185,7 @@ func (f *frozenCow[K, E]) appendFull(dst []byte, g int) []byte {
 // group, unless they were dropped); each list begins with its count (4
 // bytes).
 // Applied in this order, a key deleted and written again is there.
-func (f *frozenCow[K, E]) appendDelta(dst []byte, g int, since uint64) []byte {
+func (f *frozenCow[K, E]) appendDelta(dst []byte, g int, since uint64) ([]byte, int) {
 	at, n := len(dst), 0
 	dst = append(dst, 0, 0, 0, 0)
 	for k, e := range f.deleted[g] {
@@ -174,6 +195,7 @@ func (f *frozenCow[K, E]) appendDelta(dst []byte, g int, since uint64) []byte {
 		}
 	}
 	binary.BigEndian.PutUint32(dst[at:], uint32(n))
+	deleted := n
 	at, n = len(dst), 0
 	dst = append(dst, 0, 0, 0, 0)
 	m := f.groups[g]
@@ -185,7 +207,7 @@ func (f *frozenCow[K, E]) appendDelta(dst []byte, g int, since uint64) []byte {
 			}
 		}
 		binary.BigEndian.PutUint32(dst[at:], uint32(n))
-		return dst
+		return dst, deleted + n
 	}
 	var again map[K]bool // keys deleted and made again in one epoch, written
 	for _, w := range f.written[g] {
@@ -212,7 +234,7 @@ func (f *frozenCow[K, E]) appendDelta(dst []byte, g int, since uint64) []byte {
 		n++
 	}
 	binary.BigEndian.PutUint32(dst[at:], uint32(n))
-	return dst
+	return dst, deleted + n
 }
 
 func applySection(t table, g int, s section) error {
@@ -272,6 +294,7 @@ func (b *Backend) snapshotIncremental(id checkpoint.ID) state.Async {
 		ranges := min(encoders, r.Len())
 		groupsOf := func(e int) (from, to int) { return r.Len() * e / ranges, r.Len() * (e + 1) / ranges }
 		parts := make([]sections, ranges+1) // the last: the pending tables' chains
+		hint := int(b.encoded.Load()) / ranges
 		tableChains := make([][][]link, len(names))
 		for i := range names {
 			tableChains[i] = make([][]link, r.Len())
@@ -281,6 +304,9 @@ func (b *Backend) snapshotIncremental(id checkpoint.ID) state.Async {
 			wg.Go(func() {
 				part := &parts[e]
 				part.file = file
+				if hint > 0 {
+					part.buf = make([]byte, 0, hint+hint/4)
+				}
 				for i, name := range names {
 					f, cs := tables[i], tableChains[i]
 					var prev [][]link
@@ -296,10 +322,10 @@ func (b *Backend) snapshotIncremental(id checkpoint.ID) state.Async {
 						switch {
 						case !changed:
 							cs[g] = prev[g]
-						case !whole && len(prev[g]) > 0 && !compactionDue(prev[g], g+i):
-							cs[g] = part.add(prev[g], false, func(dst []byte) []byte { return f.appendDelta(dst, g, base.epoch) })
-						case !f.empty(g):
-							cs[g] = part.add(nil, true, func(dst []byte) []byte { return f.appendFull(dst, g) })
+						case !whole && len(prev[g]) > 0 && !compactionDue(prev[g], g+i, f.len(g)):
+							cs[g] = part.add(prev[g], false, func(dst []byte) ([]byte, int) { return f.appendDelta(dst, g, base.epoch) })
+						case f.len(g) > 0:
+							cs[g] = part.add(nil, true, func(dst []byte) ([]byte, int) { return f.appendFull(dst, g), f.len(g) })
 						}
 					}
 				}
@@ -319,6 +345,7 @@ func (b *Backend) snapshotIncremental(id checkpoint.ID) state.Async {
 			}
 			at += len(parts[e].buf)
 		}
+		b.encoded.Store(int64(at - len(dataMagic)))
 		result := map[string][][]link{}
 		for i, name := range names {
 			result[name] = tableChains[i]
@@ -334,7 +361,7 @@ func (b *Backend) snapshotIncremental(id checkpoint.ID) state.Async {
 			} else {
 				for g, ss := range pending[i] {
 					for _, s := range ss {
-						cs[g] = pendingPart.add(cs[g], s.full, func(dst []byte) []byte { return append(dst, s.data...) })
+						cs[g] = pendingPart.add(cs[g], s.full, func(dst []byte) ([]byte, int) { return append(dst, s.data...), sectionKeys(s) })
 					}
 				}
 			}
@@ -370,22 +397,40 @@ func (b *Backend) snapshotIncremental(id checkpoint.ID) state.Async {
 	}
 }
 
-// compactionDue says whether chain prev is rewritten whole rather than
-// extended: when it is at its bound, between maxLinks/2+1 and maxLinks
-// sections, or its deltas outweigh its full section 1 to 1.75 times,
-// depending on salt. Groups with other salts (key group and table) reach
-// their bounds at other checkpoints, so groups that change alike (every
-// group, as state grows) are not all rewritten at once. A chain's bytes
-// stay below 2.75 times its full section's.
-func compactionDue(prev []link, salt int) bool {
+// compactionDue says whether chain prev of a group that now holds live
+// keys is rewritten whole rather than extended: when it is at its bound,
+// between maxLinks/2+1 and maxLinks sections, or the keys it holds that the
+// group no longer holds as they are there (overwritten or deleted since)
+// outnumber the keys the group holds 1 to 1.75 times, depending on salt.
+// Groups with other salts (key group and table) reach their bounds at
+// other checkpoints, so groups that change alike are not all rewritten at
+// once.
+//
+// What a chain holds that a rewrite would drop is what it holds beyond
+// the group's keys: a group that only grows (q3's, a word count's as it
+// meets new words) holds nothing to drop, and rewriting it whole would
+// cost a checkpoint the group's size instead of the change (design note
+// 105). A chain with a delta restored, whose keys are not known, is
+// rewritten when its deltas outweigh its full section as much (bytes).
+func compactionDue(prev []link, salt, live int) bool {
 	if len(prev) >= maxLinks/2+1+salt%(maxLinks/2) {
 		return true
 	}
-	deltas := 0
-	for _, l := range prev[1:] {
-		deltas += l.n
+	keys, deltas := 0, 0
+	for i, l := range prev {
+		if keys >= 0 && l.keys >= 0 {
+			keys += l.keys
+		} else {
+			keys = -1
+		}
+		if i > 0 {
+			deltas += l.n
+		}
 	}
-	return deltas*4 > prev[0].n*(4+salt%4)
+	if keys < 0 {
+		return deltas*4 > prev[0].n*(4+salt%4)
+	}
+	return (keys-live)*4 > live*(4+salt%4)
 }
 
 // encodeIndex writes the chains of key groups first..last: the shared
@@ -494,7 +539,8 @@ func (b *Backend) restoreChains(ih checkpoint.Handle, blob []byte, hs []checkpoi
 				if off < len(dataMagic) || off > len(data[fi]) || n > len(data[fi])-off {
 					return fmt.Errorf("%w: heap state file %s (%s): key group %d, state %q: section out of bounds", state.ErrCorrupt, handles[fi].File, where(handles[fi]), g, name)
 				}
-				if err := b.apply(name, g, section{full: full == 1, data: data[fi][off : off+n]}); err != nil {
+				s := section{full: full == 1, data: data[fi][off : off+n]}
+				if err := b.apply(name, g, s); err != nil {
 					return fmt.Errorf("key group %d, state %q: %w", g, name, err)
 				}
 				if into != nil {
@@ -504,7 +550,7 @@ func (b *Backend) restoreChains(ih checkpoint.Handle, blob []byte, hs []checkpoi
 						into.tables[name] = cs
 					}
 					i := g - b.groups.First
-					cs[i] = append(cs[i], link{file: files[fi], off: off, n: n, full: full == 1})
+					cs[i] = append(cs[i], link{file: files[fi], off: off, n: n, keys: sectionKeys(s), full: s.full})
 				}
 			}
 		}
