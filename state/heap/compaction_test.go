@@ -2,6 +2,7 @@ package heap
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/weirstream/weir/checkpoint"
@@ -171,4 +172,47 @@ func TestRestoredChainsAreCompactedByBytes(t *testing.T) {
 	if v, _ := got.counts.Get(at(got.b, "k9")); v != 12 {
 		t.Fatalf("k9 = %d, want 12", v)
 	}
+}
+
+// TestSnapshotsSpanChunks: a snapshot's part larger than a chunk, and a
+// section larger than one, land where their links say, while other
+// backends' snapshots take and give back chunks at the same time.
+func TestSnapshotsSpanChunks(t *testing.T) {
+	all := keygroup.Range{First: 0, Last: maxP - 1}
+	const keys = 120000
+	big := make([]string, chunkBytes/8) // one list entry of more than a chunk
+	for i := range big {
+		big[i] = fmt.Sprint("e", i)
+	}
+	var wg sync.WaitGroup
+	for b := range 3 {
+		wg.Go(func() {
+			s := newStore()
+			ts := openInc(t, all, nil, s)
+			var hs []checkpoint.Handle
+			for id := checkpoint.ID(1); id <= 3; id++ {
+				for i := int(id) % 2; i < keys; i += 2 {
+					ts.counts.Put(at(ts.b, fmt.Sprint("k", i)), i*int(id)+b)
+				}
+				k := at(ts.b, "big")
+				for _, e := range big[:len(big)*int(id)/3] {
+					ts.lists.Add(k, e)
+				}
+				hs = take(t, ts.b, id, 0, s)
+				ts.b.NotifyComplete(id)
+			}
+			got := openInc(t, all, hs, s)
+			for i := range keys {
+				want := i*(3-(3+i)%2) + b // odd keys last written at 3, even at 2
+				if v, _ := got.counts.Get(at(got.b, fmt.Sprint("k", i))); v != want {
+					t.Errorf("backend %d: k%d = %d, want %d", b, i, v, want)
+					return
+				}
+			}
+			if l := got.lists.Get(at(got.b, "big")); len(l) != len(big)/3+len(big)*2/3+len(big) {
+				t.Errorf("backend %d: the big list holds %d elements, want %d", b, len(l), len(big)/3+len(big)*2/3+len(big))
+			}
+		})
+	}
+	wg.Wait()
 }

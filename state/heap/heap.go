@@ -32,7 +32,6 @@ import (
 	"iter"
 	"maps"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/weirstream/weir/checkpoint"
@@ -58,10 +57,6 @@ type Backend struct {
 	// asynchronous part, read only after it returned).
 	confirmed *chains
 	taken     map[checkpoint.ID]*chains
-	// encoded is the bytes the latest incremental snapshot's encoders
-	// wrote: the next one's buffers start that large, rather than grow to
-	// it by copying (half a snapshot's CPU in q3, issue 23).
-	encoded atomic.Int64
 }
 
 type table interface {

@@ -98,21 +98,57 @@ func sectionKeys(s section) int {
 // sharedFile is a shared file of a snapshot; h is set once it is written.
 type sharedFile struct{ h checkpoint.Handle }
 
-// sections is a part of a snapshot's shared file being encoded: buf, to
-// be written at offset at of file.
+// sections is a part of a snapshot's shared file being encoded, to be
+// written at offset at of file: the chunks done, then buf. Sections go
+// into chunks that snapshots reuse (chunks), not a buffer of their own
+// that grows: growing one by append to a snapshot's size, in fresh memory
+// each time, was half of q3's snapshot CPU (issue 23).
 type sections struct {
 	file *sharedFile
 	at   int
+	done [][]byte
+	n    int // the bytes of done
 	buf  []byte
 }
 
-// add appends a section to buf with appendSection, which says the keys it
-// wrote, and a link to it to the chain dst (a copy).
+// chunkBytes is the size of a sections' chunk; a section that does not fit
+// in what is left of one makes it larger.
+const chunkBytes = 256 << 10
+
+// chunks holds chunks written, for snapshots to encode into again.
+var chunks = sync.Pool{New: func() any { return new([chunkBytes]byte) }}
+
+// add appends a section with appendSection, which says the keys it wrote,
+// and a link to it to the chain dst (a copy).
 func (s *sections) add(dst []link, full bool, appendSection func([]byte) ([]byte, int)) []link {
+	if s.buf == nil || len(s.buf) >= chunkBytes*3/4 {
+		if s.buf != nil {
+			s.done = append(s.done, s.buf)
+			s.n += len(s.buf)
+		}
+		s.buf = chunks.Get().(*[chunkBytes]byte)[:0]
+	}
 	off := len(s.buf)
 	var keys int
 	s.buf, keys = appendSection(s.buf)
-	return append(slices.Clip(dst), link{file: s.file, off: s.at + off, n: len(s.buf) - off, keys: keys, full: full})
+	return append(slices.Clip(dst), link{file: s.file, off: s.at + s.n + off, n: len(s.buf) - off, keys: keys, full: full})
+}
+
+// len is the bytes of the sections.
+func (s *sections) len() int { return s.n + len(s.buf) }
+
+// bytes are the sections' bytes, in chunks, in order.
+func (s *sections) bytes() [][]byte { return append(s.done, s.buf) }
+
+// release gives the sections' chunks back for other snapshots to reuse;
+// the sections are empty after it.
+func (s *sections) release() {
+	for _, c := range s.bytes() {
+		if cap(c) == chunkBytes {
+			chunks.Put((*[chunkBytes]byte)(c[:chunkBytes]))
+		}
+	}
+	*s = sections{file: s.file, at: s.at}
 }
 
 // chains are a snapshot's chains: per table, per key group (index); a
@@ -288,13 +324,17 @@ func (b *Backend) snapshotIncremental(id checkpoint.ID) state.Async {
 	return func(w state.Writer) ([]checkpoint.Handle, error) {
 		file := &sharedFile{}
 		// The key groups are encoded by encoders in parallel, each a range
-		// of them into a buffer of its own (the sections' order in the file
-		// does not matter); the buffers are then written one after the
-		// other, and each new link's offset moved by where its buffer lands.
+		// of them into sections of its own (the sections' order in the file
+		// does not matter); the parts are then written one after the
+		// other, and each new link's offset moved by where its part lands.
 		ranges := min(encoders, r.Len())
 		groupsOf := func(e int) (from, to int) { return r.Len() * e / ranges, r.Len() * (e + 1) / ranges }
 		parts := make([]sections, ranges+1) // the last: the pending tables' chains
-		hint := int(b.encoded.Load()) / ranges
+		defer func() {
+			for i := range parts {
+				parts[i].release()
+			}
+		}()
 		tableChains := make([][][]link, len(names))
 		for i := range names {
 			tableChains[i] = make([][]link, r.Len())
@@ -304,9 +344,6 @@ func (b *Backend) snapshotIncremental(id checkpoint.ID) state.Async {
 			wg.Go(func() {
 				part := &parts[e]
 				part.file = file
-				if hint > 0 {
-					part.buf = make([]byte, 0, hint+hint/4)
-				}
 				for i, name := range names {
 					f, cs := tables[i], tableChains[i]
 					var prev [][]link
@@ -343,9 +380,8 @@ func (b *Backend) snapshotIncremental(id checkpoint.ID) state.Async {
 					}
 				}
 			}
-			at += len(parts[e].buf)
+			at += parts[e].len()
 		}
-		b.encoded.Store(int64(at - len(dataMagic)))
 		result := map[string][][]link{}
 		for i, name := range names {
 			result[name] = tableChains[i]
@@ -367,15 +403,17 @@ func (b *Backend) snapshotIncremental(id checkpoint.ID) state.Async {
 			}
 			result[name] = cs
 		}
-		if at+len(pendingPart.buf) > len(dataMagic) {
+		if at+pendingPart.len() > len(dataMagic) {
 			// A copy: a writer may change what it is given (a test's file
 			// system that damages writes does), and dataMagic is shared.
 			magic := dataMagic
 			sum := crc32.Checksum(magic[:], castagnoli)
 			readers := []io.Reader{bytes.NewReader(magic[:])}
 			for _, p := range parts {
-				sum = crc32.Update(sum, castagnoli, p.buf)
-				readers = append(readers, bytes.NewReader(p.buf))
+				for _, c := range p.bytes() {
+					sum = crc32.Update(sum, castagnoli, c)
+					readers = append(readers, bytes.NewReader(c))
+				}
 			}
 			h, err := w.WriteShared(checkpoint.Handle{Kind: KindData, KeyGroups: r, File: fmt.Sprintf("heap-%d", id), CRC32C: sum}, io.MultiReader(readers...))
 			if err != nil {
