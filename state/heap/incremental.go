@@ -19,14 +19,16 @@ package heap
 // emits, of the changed ones, the entries and deletions newer than the
 // base's epoch.
 //
-// A chain longer than a bound, or holding keys the group no longer holds as
+// A chain longer than a bound, holding keys the group no longer holds as
 // they are there (overwritten since, or deleted) at least as many as it
-// does hold, is rewritten whole from the frozen map (the bounds differ
-// between groups, so groups that change alike are not all rewritten at
-// once): a restore reads at most maxLinks sections per table and group,
-// and less than 2.75 times the keys the group holds, and one delta's. A
-// group that only grows is not rewritten before its chain's bound: its
-// chain holds nothing a rewrite would drop (design note 105).
+// does hold, or whose deltas outweigh the group's estimated bytes in full,
+// is rewritten whole from the frozen map (the bounds differ between
+// groups, so groups that change alike are not all rewritten at once): a
+// restore reads at most maxLinks sections per table and group, less than
+// 2.75 times the keys the group holds and about 2.75 times its bytes, and
+// one delta's. A group that only grows is not rewritten before its
+// chain's bound: its chain holds nothing a rewrite would drop (design
+// note 105).
 
 import (
 	"bytes"
@@ -62,9 +64,9 @@ var (
 var encoders = max(4, runtime.GOMAXPROCS(0))
 
 // maxLinks bounds a chain's sections. What it holds is bounded by the
-// keys rule (see compactionDue): a long chain of small deltas costs a
-// restore little, while rewriting a group whole costs a checkpoint all of
-// it.
+// keys and bytes rules (see compactionDue): a long chain of small deltas
+// costs a restore little, while rewriting a group whole costs a checkpoint
+// all of it.
 const maxLinks = 32
 
 // section is a restored part of a chain: full, or a delta.
@@ -437,19 +439,27 @@ func (b *Backend) snapshotIncremental(id checkpoint.ID) state.Async {
 
 // compactionDue says whether chain prev of a group that now holds live
 // keys is rewritten whole rather than extended: when it is at its bound,
-// between maxLinks/2+1 and maxLinks sections, or the keys it holds that the
-// group no longer holds as they are there (overwritten or deleted since)
-// outnumber the keys the group holds 1 to 1.75 times, depending on salt.
-// Groups with other salts (key group and table) reach their bounds at
-// other checkpoints, so groups that change alike are not all rewritten at
-// once.
+// between maxLinks/2+1 and maxLinks sections; when the keys it holds that
+// the group no longer holds as they are there (overwritten or deleted
+// since) outnumber the keys the group holds 1 to 1.75 times; or when its
+// deltas outweigh the group's bytes in full 2 to 2.75 times, estimated
+// from its full section's bytes per key (a growing group's deltas come
+// near its bytes in full, and its new entries may be larger than its
+// old: the margin keeps it from being rewritten for that). Both ratios
+// depend on salt: groups with
+// other salts (key group and table) reach their bounds at other
+// checkpoints, so groups that change alike are not all rewritten at once.
 //
-// What a chain holds that a rewrite would drop is what it holds beyond
-// the group's keys: a group that only grows (q3's, a word count's as it
-// meets new words) holds nothing to drop, and rewriting it whole would
-// cost a checkpoint the group's size instead of the change (design note
-// 105). A chain with a delta restored, whose keys are not known, is
-// rewritten when its deltas outweigh its full section as much (bytes).
+// A rewrite pays for itself by what it drops: what the chain holds beyond
+// the group. A group that only grows (q3's join, a word count meeting new
+// words) holds nothing to drop, and rewriting it whole would cost a
+// checkpoint the group's size instead of the change (design note 105):
+// neither ratio grows with it, as its deltas hold its new keys, which the
+// estimate of its size counts too. The keys rule bounds what a restore
+// decodes; the bytes rule bounds what it reads when a few keys with large
+// entries (a long list, a big value) are rewritten by every delta. A chain
+// with a delta restored, whose keys are not known, is rewritten when its
+// deltas outweigh its full section as much.
 func compactionDue(prev []link, salt, live int) bool {
 	if len(prev) >= maxLinks/2+1+salt%(maxLinks/2) {
 		return true
@@ -465,10 +475,15 @@ func compactionDue(prev []link, salt, live int) bool {
 			deltas += l.n
 		}
 	}
+	ratio := float64(4+salt%4) / 4
+	full := float64(prev[0].n) // the group's bytes in full
 	if keys < 0 {
-		return deltas*4 > prev[0].n*(4+salt%4)
+		return float64(deltas) > full*ratio
 	}
-	return (keys-live)*4 > live*(4+salt%4)
+	if prev[0].keys > 0 {
+		full *= float64(live) / float64(prev[0].keys)
+	}
+	return float64(keys-live) > float64(live)*ratio || float64(deltas) > full*(1+ratio)
 }
 
 // encodeIndex writes the chains of key groups first..last: the shared
