@@ -332,6 +332,7 @@ func (b *Backend) snapshotIncremental(id checkpoint.ID) state.Async {
 		ranges := min(encoders, r.Len())
 		groupsOf := func(e int) (from, to int) { return r.Len() * e / ranges, r.Len() * (e + 1) / ranges }
 		parts := make([]sections, ranges+1) // the last: the pending tables' chains
+		live := referenced(base)
 		defer func() {
 			for i := range parts {
 				parts[i].release()
@@ -354,14 +355,15 @@ func (b *Backend) snapshotIncremental(id checkpoint.ID) state.Async {
 					}
 					from, to := groupsOf(e)
 					for g := from; g < to; g++ {
-						changed, whole := true, true // with no base chain, a full section
+						changed, whole, sparse := true, true, false // with no base chain, a full section
 						if prev != nil {
 							changed, whole = f.changed(g, base.epoch)
+							sparse = onSparseFile(prev[g], live, g+i)
 						}
 						switch {
-						case !changed:
+						case !changed && !sparse:
 							cs[g] = prev[g]
-						case !whole && len(prev[g]) > 0 && !compactionDue(prev[g], g+i, f.len(g)):
+						case !whole && !sparse && len(prev[g]) > 0 && !compactionDue(prev[g], g+i, f.len(g)):
 							cs[g] = part.add(prev[g], false, func(dst []byte) ([]byte, int) { return f.appendDelta(dst, g, base.epoch) })
 						case f.len(g) > 0:
 							cs[g] = part.add(nil, true, func(dst []byte) ([]byte, int) { return f.appendFull(dst, g), f.len(g) })
@@ -484,6 +486,42 @@ func compactionDue(prev []link, salt, live int) bool {
 		full *= float64(live) / float64(prev[0].keys)
 	}
 	return float64(keys-live) > float64(live)*ratio || float64(deltas) > full*(1+ratio)
+}
+
+// referenced is, per shared file the chains of c reference, the bytes of
+// their sections in it (nil c: none).
+func referenced(c *chains) map[*sharedFile]int64 {
+	if c == nil {
+		return nil
+	}
+	live := map[*sharedFile]int64{}
+	for _, cs := range c.tables {
+		for _, chain := range cs {
+			for _, l := range chain {
+				live[l.file] += int64(l.n)
+			}
+		}
+	}
+	return live
+}
+
+// onSparseFile says whether chain prev has a section in a shared file
+// that its base's chains use less than a sixteenth to an eighth of
+// (depending on salt): it is then rewritten whole, changed or not. A
+// restore reads a chain's files whole, and a file stays while any chain
+// references it: a chain that only grows, beside groups or states
+// rewritten often, would otherwise keep every file since its last
+// rewrite, mostly sections no chain references (design note 105). The
+// threshold is low so that a file that empties slowly (the groups of a
+// snapshot of everything reaching their bounds one after another) is not
+// left by most of its chains at once: they are rewritten when few are left.
+func onSparseFile(prev []link, live map[*sharedFile]int64, salt int) bool {
+	for _, l := range prev {
+		if size := l.file.h.SizeBytes; live[l.file]*16 < size*int64(1+salt%2) {
+			return true
+		}
+	}
+	return false
 }
 
 // encodeIndex writes the chains of key groups first..last: the shared
