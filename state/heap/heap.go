@@ -141,7 +141,8 @@ func (b *Backend) restore(hs []checkpoint.Handle, read func(checkpoint.Handle) (
 			}
 		} else {
 			err = state.DecodeKeyed(blob, b.groups, func(name string, g int, entries []byte) error {
-				return b.apply(name, g, section{full: true, data: entries})
+				_, err := b.apply(name, g, section{full: true, data: entries})
+				return err
 			})
 		}
 		if err != nil {
@@ -152,8 +153,9 @@ func (b *Backend) restore(hs []checkpoint.Handle, read func(checkpoint.Handle) (
 }
 
 // apply applies one restored section of table name in key group g
-// (absolute), or keeps it until the table is registered.
-func (b *Backend) apply(name string, g int, s section) error {
+// (absolute), or keeps it until the table is registered; it says the keys
+// the section holds, -1 if it cannot tell yet (see link.keys).
+func (b *Backend) apply(name string, g int, s section) (int, error) {
 	i := g - b.groups.First
 	if t, ok := b.byName[name]; ok {
 		return applySection(t, i, s)
@@ -163,7 +165,7 @@ func (b *Backend) apply(name string, g int, s section) error {
 	}
 	s.data = slices.Clone(s.data) // not the whole file it was read from
 	b.pending[name][i] = append(b.pending[name][i], s)
-	return nil
+	return sectionKeys(s), nil
 }
 
 // Snapshot freezes every table and returns the asynchronous part, which
@@ -252,10 +254,23 @@ func (b *Backend) register(name string, t table) error {
 	}
 	b.byName[name] = t
 	b.tables = append(b.tables, t)
+	// A chain taken over (RestoreOwned) and not extended yet is these
+	// sections, in order: applying them counts its deltas' keys, which the
+	// restore could not (without them a restored chain that only grew,
+	// deltas many times its full section, would be rewritten whole at the
+	// first checkpoint after a failover).
+	var claimed [][]link
+	if b.confirmed != nil && len(b.taken) == 0 {
+		claimed = b.confirmed.tables[name]
+	}
 	for g, ss := range b.pending[name] {
-		for _, s := range ss {
-			if err := applySection(t, g, s); err != nil {
+		for j, s := range ss {
+			keys, err := applySection(t, g, s)
+			if err != nil {
 				return fmt.Errorf("restore state %q, key group %d: %w", name, b.groups.First+g, err)
+			}
+			if g < len(claimed) && j < len(claimed[g]) && claimed[g][j].keys < 0 {
+				claimed[g][j].keys = keys
 			}
 		}
 	}

@@ -25,8 +25,8 @@ package heap
 // is rewritten whole from the frozen map (the bounds differ between
 // groups, so groups that change alike are not all rewritten at once): a
 // restore reads at most maxLinks sections per table and group, less than
-// 2.75 times the keys the group holds and about 2.75 times its bytes, and
-// one delta's. A group that only grows is not rewritten before its
+// 2.75 times the keys the group holds and about 3.75 times its bytes (its
+// estimate: see compactionDue), and one delta's. A group that only grows is not rewritten before its
 // chain's bound: its chain holds nothing a rewrite would drop (design
 // note 105).
 
@@ -114,8 +114,13 @@ type sections struct {
 }
 
 // chunkBytes is the size of a sections' chunk; a section that does not fit
-// in what is left of one makes it larger.
-const chunkBytes = 256 << 10
+// in what is left of one makes it larger. The first smallBytes of a part
+// go to a buffer of its own, grown by append: a snapshot of little (one
+// per encoder per backend, at every barrier) takes no chunk.
+const (
+	chunkBytes = 256 << 10
+	smallBytes = 32 << 10
+)
 
 // chunks holds chunks written, for snapshots to encode into again.
 var chunks = sync.Pool{New: func() any { return new([chunkBytes]byte) }}
@@ -123,11 +128,9 @@ var chunks = sync.Pool{New: func() any { return new([chunkBytes]byte) }}
 // add appends a section with appendSection, which says the keys it wrote,
 // and a link to it to the chain dst (a copy).
 func (s *sections) add(dst []link, full bool, appendSection func([]byte) ([]byte, int)) []link {
-	if s.buf == nil || len(s.buf) >= chunkBytes*3/4 {
-		if s.buf != nil {
-			s.done = append(s.done, s.buf)
-			s.n += len(s.buf)
-		}
+	if len(s.buf) >= chunkBytes*3/4 || cap(s.buf) < chunkBytes && len(s.buf) >= smallBytes {
+		s.done = append(s.done, s.buf)
+		s.n += len(s.buf)
 		s.buf = chunks.Get().(*[chunkBytes]byte)[:0]
 	}
 	off := len(s.buf)
@@ -275,30 +278,33 @@ func (f *frozenCow[K, E]) appendDelta(dst []byte, g int, since uint64) ([]byte, 
 	return dst, deleted + n
 }
 
-func applySection(t table, g int, s section) error {
+// applySection applies restored section s to key group g (index) of t,
+// and says the keys it held, as link.keys.
+func applySection(t table, g int, s section) (keys int, err error) {
 	put := func(src []byte) (int, error) { return t.put(g, src) }
 	if s.full {
-		return restoreEntries(s.data, put)
+		return sectionKeys(s), restoreEntries(s.data, put)
 	}
 	data := s.data
 	for _, apply := range []func([]byte) (int, error){func(src []byte) (int, error) { return t.deleteEncoded(g, src) }, put} {
 		if len(data) < 4 {
-			return codec.ErrShort
+			return 0, codec.ErrShort
 		}
 		n := binary.BigEndian.Uint32(data)
 		data = data[4:]
+		keys += int(n)
 		for range n {
 			used, err := apply(data)
 			if err != nil {
-				return err
+				return 0, err
 			}
 			data = data[used:]
 		}
 	}
 	if len(data) != 0 {
-		return fmt.Errorf("%d bytes after the last entry of a delta", len(data))
+		return 0, fmt.Errorf("%d bytes after the last entry of a delta", len(data))
 	}
-	return nil
+	return keys, nil
 }
 
 // snapshotIncremental freezes every table; the asynchronous part writes
@@ -332,7 +338,6 @@ func (b *Backend) snapshotIncremental(id checkpoint.ID) state.Async {
 		ranges := min(encoders, r.Len())
 		groupsOf := func(e int) (from, to int) { return r.Len() * e / ranges, r.Len() * (e + 1) / ranges }
 		parts := make([]sections, ranges+1) // the last: the pending tables' chains
-		live := referenced(base)
 		defer func() {
 			for i := range parts {
 				parts[i].release()
@@ -355,15 +360,14 @@ func (b *Backend) snapshotIncremental(id checkpoint.ID) state.Async {
 					}
 					from, to := groupsOf(e)
 					for g := from; g < to; g++ {
-						changed, whole, sparse := true, true, false // with no base chain, a full section
+						changed, whole := true, true // with no base chain, a full section
 						if prev != nil {
 							changed, whole = f.changed(g, base.epoch)
-							sparse = onSparseFile(prev[g], live, g+i)
 						}
 						switch {
-						case !changed && !sparse:
+						case !changed:
 							cs[g] = prev[g]
-						case !whole && !sparse && len(prev[g]) > 0 && !compactionDue(prev[g], g+i, f.len(g)):
+						case !whole && len(prev[g]) > 0 && !compactionDue(prev[g], g+i, f.len(g)):
 							cs[g] = part.add(prev[g], false, func(dst []byte) ([]byte, int) { return f.appendDelta(dst, g, base.epoch) })
 						case f.len(g) > 0:
 							cs[g] = part.add(nil, true, func(dst []byte) ([]byte, int) { return f.appendFull(dst, g), f.len(g) })
@@ -488,42 +492,6 @@ func compactionDue(prev []link, salt, live int) bool {
 	return float64(keys-live) > float64(live)*ratio || float64(deltas) > full*(1+ratio)
 }
 
-// referenced is, per shared file the chains of c reference, the bytes of
-// their sections in it (nil c: none).
-func referenced(c *chains) map[*sharedFile]int64 {
-	if c == nil {
-		return nil
-	}
-	live := map[*sharedFile]int64{}
-	for _, cs := range c.tables {
-		for _, chain := range cs {
-			for _, l := range chain {
-				live[l.file] += int64(l.n)
-			}
-		}
-	}
-	return live
-}
-
-// onSparseFile says whether chain prev has a section in a shared file
-// that its base's chains use less than a sixteenth to an eighth of
-// (depending on salt): it is then rewritten whole, changed or not. A
-// restore reads a chain's files whole, and a file stays while any chain
-// references it: a chain that only grows, beside groups or states
-// rewritten often, would otherwise keep every file since its last
-// rewrite, mostly sections no chain references (design note 105). The
-// threshold is low so that a file that empties slowly (the groups of a
-// snapshot of everything reaching their bounds one after another) is not
-// left by most of its chains at once: they are rewritten when few are left.
-func onSparseFile(prev []link, live map[*sharedFile]int64, salt int) bool {
-	for _, l := range prev {
-		if size := l.file.h.SizeBytes; live[l.file]*16 < size*int64(1+salt%2) {
-			return true
-		}
-	}
-	return false
-}
-
 // encodeIndex writes the chains of key groups first..last: the shared
 // files they reference (by File name), then per key group the tables'
 // chains, and a CRC-32C. It returns the files in the index's order.
@@ -631,7 +599,8 @@ func (b *Backend) restoreChains(ih checkpoint.Handle, blob []byte, hs []checkpoi
 					return fmt.Errorf("%w: heap state file %s (%s): key group %d, state %q: section out of bounds", state.ErrCorrupt, handles[fi].File, where(handles[fi]), g, name)
 				}
 				s := section{full: full == 1, data: data[fi][off : off+n]}
-				if err := b.apply(name, g, s); err != nil {
+				keys, err := b.apply(name, g, s)
+				if err != nil {
 					return fmt.Errorf("key group %d, state %q: %w", g, name, err)
 				}
 				if into != nil {
@@ -641,7 +610,7 @@ func (b *Backend) restoreChains(ih checkpoint.Handle, blob []byte, hs []checkpoi
 						into.tables[name] = cs
 					}
 					i := g - b.groups.First
-					cs[i] = append(cs[i], link{file: files[fi], off: off, n: n, keys: sectionKeys(s), full: s.full})
+					cs[i] = append(cs[i], link{file: files[fi], off: off, n: n, keys: keys, full: s.full})
 				}
 			}
 		}

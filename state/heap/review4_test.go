@@ -7,6 +7,7 @@ package heap
 // compactionDue), so they can be run there for comparison.
 
 import (
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
@@ -384,7 +385,7 @@ func checkKeys(t *testing.T, what string, b *Backend, s *store, lens map[string]
 					t.Fatalf("%s: %s group %d link %d: no file %q", what, name, g, i, l.file.h.Path)
 				}
 				ct := &countingTable{table: scratch.byName[name]}
-				if err := applySection(ct, g, section{full: l.full, data: data[l.off : l.off+l.n]}); err != nil {
+				if _, err := applySection(ct, g, section{full: l.full, data: data[l.off : l.off+l.n]}); err != nil {
 					t.Fatalf("%s: %s group %d link %d: %v", what, name, g, i, err)
 				}
 				if ct.n != l.keys {
@@ -414,10 +415,12 @@ func checkKeys(t *testing.T, what string, b *Backend, s *store, lens map[string]
 // confirmed link's keys are compared with the records its section holds,
 // and restores with a model. Expected to pass: it checks what held.
 func TestReview4LinkKeysAreTheRecordsTheyHold(t *testing.T) {
-	for seed := range 20 {
+	for seed := range *keysSeeds {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { runKeysModel(t, uint64(seed)) })
 	}
 }
+
+var keysSeeds = flag.Int("heap.keysseeds", 8, "seeds TestReview4LinkKeysAreTheRecordsTheyHold runs")
 
 func runKeysModel(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 104))
