@@ -25,10 +25,10 @@ package heap
 // is rewritten whole from the frozen map (the bounds differ between
 // groups, so groups that change alike are not all rewritten at once): a
 // restore reads at most maxLinks sections per table and group, less than
-// 2.75 times the keys the group holds and about 3.75 times its bytes (its
-// estimate: see compactionDue), and one delta's. A group that only grows is not rewritten before its
-// chain's bound: its chain holds nothing a rewrite would drop (design
-// note 105).
+// 2.75 times the keys the group holds and about 3.75 times its bytes (as
+// compactionDue estimates them), and one delta's. A group that only grows
+// is not rewritten before its chain's bound: its chain holds nothing a
+// rewrite would drop (design note 105).
 
 import (
 	"bytes"
@@ -77,8 +77,8 @@ type section struct {
 
 // link is a section of a chain in a shared file: bytes [off, off+n),
 // holding keys keys (entries, and a delta's deletions); -1: not known (a
-// delta restored, whose counts a restore cannot find without its table's
-// codecs).
+// delta restored for a state not declared: its counts are found when it is
+// applied, as the state is declared).
 type link struct {
 	file         *sharedFile
 	off, n, keys int
@@ -452,9 +452,9 @@ func (b *Backend) snapshotIncremental(id checkpoint.ID) state.Async {
 // from its full section's bytes per key (a growing group's deltas come
 // near its bytes in full, and its new entries may be larger than its
 // old: the margin keeps it from being rewritten for that). Both ratios
-// depend on salt: groups with
-// other salts (key group and table) reach their bounds at other
-// checkpoints, so groups that change alike are not all rewritten at once.
+// depend on salt: groups with other salts (key group and table) reach
+// their bounds at other checkpoints, so groups that change alike are not
+// all rewritten at once.
 //
 // A rewrite pays for itself by what it drops: what the chain holds beyond
 // the group. A group that only grows (q3's join, a word count meeting new
@@ -464,8 +464,8 @@ func (b *Backend) snapshotIncremental(id checkpoint.ID) state.Async {
 // estimate of its size counts too. The keys rule bounds what a restore
 // decodes; the bytes rule bounds what it reads when a few keys with large
 // entries (a long list, a big value) are rewritten by every delta. A chain
-// with a delta restored, whose keys are not known, is rewritten when its
-// deltas outweigh its full section as much.
+// with a section whose keys are not known (see link.keys) is rewritten
+// when its deltas outweigh its full section 1 to 1.75 times (note 86).
 func compactionDue(prev []link, salt, live int) bool {
 	if len(prev) >= maxLinks/2+1+salt%(maxLinks/2) {
 		return true
