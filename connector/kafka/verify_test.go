@@ -47,7 +47,9 @@ func TestCommittedReadsWhatACheckpointRecorded(t *testing.T) {
 	// A commit's markers reach the partition after it returns: a
 	// transaction without one yet is open, and another producer's open
 	// transaction is not counted.
-	consumeWhen(t, brokers, "out", func(got []string) bool { return slices.Contains(got, "y") })
+	if got := consumeWhen(t, brokers, "out", func(got []string) bool { return slices.Contains(got, "y") }); !slices.Contains(got, "y") {
+		t.Fatalf("another producer's committed record y never became visible read_committed: %q", got)
+	}
 	s.Write("c1")
 	hs2 := snapshot(t, s, 2, w) // completes; the sink dies before it commits
 	s.Write("d1")
@@ -221,7 +223,9 @@ func TestCommittedCountsWhatARestoredOlderCheckpointLeft(t *testing.T) {
 	if err := r.NotifyComplete(3); err != nil {
 		t.Fatal(err)
 	}
-	consumeWhen(t, brokers, "out", func(got []string) bool { return len(got) == 2 }) // the first commit's marker
+	if got := consumeWhen(t, brokers, "out", func(got []string) bool { return len(got) == 2 }); len(got) != 2 { // the first commit's marker
+		t.Fatalf("read_committed: %q, want the two b1", got)
+	}
 	if got, want := readBackAs(t, run, "out", newSink, 3, hs3, w), []string{`out "b" "b1"`, `out "b" "b1"`}; !slices.Equal(got, want) {
 		t.Fatalf("at checkpoint 3: %q, want %q", got, want)
 	}
