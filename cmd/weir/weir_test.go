@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -32,6 +33,7 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	weirBin = filepath.Join(dir, "weir")
+	corpusDir = filepath.Join(dir, "corpora")
 	if out, err := exec.Command("go", "build", "-o", weirBin, ".").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "build weir: %v\n%s", err, out)
 		os.Exit(1)
@@ -67,16 +69,57 @@ func (j *job) verified(t *testing.T, when string) {
 
 func newJob(t *testing.T, files, lines int) *job {
 	t.Helper()
+	c := corpusOf(t, files, lines)
 	dir := t.TempDir()
-	paths, err := writeCorpus(dir, files, lines)
-	if err != nil {
+	in := filepath.Join(dir, "input")
+	if err := os.Mkdir(in, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	want, err := wordcount.Expected(vfs.Default, paths)
-	if err != nil {
-		t.Fatal(err)
+	for _, p := range c.paths {
+		if err := os.Link(p, filepath.Join(in, filepath.Base(p))); err != nil {
+			t.Fatal(err)
+		}
 	}
-	return &job{dir: dir, input: filepath.Join(dir, "input", "*.txt"), output: filepath.Join(dir, "output"), ckpt: filepath.Join(dir, "ckpt"), want: want}
+	return &job{dir: dir, input: filepath.Join(in, "*.txt"), output: filepath.Join(dir, "output"), ckpt: filepath.Join(dir, "ckpt"), want: c.want}
+}
+
+// corpus is an input writeCorpus made and the counts it holds. It depends
+// only on its number of files and of lines, so a test binary makes each
+// once, and jobs link its files into their input (no test writes into its
+// input): under -race, making a corpus of 2 M lines and counting it took
+// about 8 s of CPU, and a dozen tests use one of those sizes.
+type corpus struct {
+	once  sync.Once
+	paths []string
+	want  map[string]int64
+	err   error
+}
+
+var (
+	corporaMu sync.Mutex
+	corpora   = map[[2]int]*corpus{}
+	corpusDir string // in TestMain's directory
+)
+
+func corpusOf(t *testing.T, files, lines int) *corpus {
+	t.Helper()
+	corporaMu.Lock()
+	c := corpora[[2]int{files, lines}]
+	if c == nil {
+		c = &corpus{}
+		corpora[[2]int{files, lines}] = c
+	}
+	corporaMu.Unlock()
+	c.once.Do(func() {
+		c.paths, c.err = writeCorpus(filepath.Join(corpusDir, fmt.Sprintf("%dx%d", files, lines)), files, lines)
+		if c.err == nil {
+			c.want, c.err = wordcount.Expected(vfs.Default, c.paths)
+		}
+	})
+	if c.err != nil {
+		t.Fatal(c.err)
+	}
+	return c
 }
 
 func (j *job) command(extra ...string) (*exec.Cmd, *bytes.Buffer) {

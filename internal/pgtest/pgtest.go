@@ -5,6 +5,7 @@ package pgtest
 
 import (
 	"fmt"
+	"hash/fnv"
 	"net"
 	"os"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 )
@@ -76,13 +78,64 @@ func Start(t testing.TB, settings ...string) *Server {
 			t.Fatal(err)
 		}
 	}
-	s.run("initdb", "-D", s.data(), "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8")
+	tmpl, err := template(bin, s.cred)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("cp", "-a", tmpl, s.data()).CombinedOutput(); err != nil {
+		t.Fatalf("copying the initialised cluster %s: %v\n%s", tmpl, err, out)
+	}
 	s.Port = freePort(t)
 	s.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", s.Port)
 	s.Restart()
 	t.Cleanup(s.stop)
 	return s
 }
+
+// template returns a cluster initdb made once for these binaries and this
+// user, in the temporary directory, beside no other process's: every test's
+// server starts from a copy, and initdb (about a second of CPU each, 50
+// servers in CI) runs once. A test binary makes it in a directory of its own
+// and renames it into place, so concurrent test binaries never see half of
+// one; whoever renames first wins, and the others use theirs.
+func template(bin string, cred *syscall.Credential) (string, error) {
+	templateMu.Lock()
+	defer templateMu.Unlock()
+	h := fnv.New64a()
+	fmt.Fprint(h, bin)
+	dst := filepath.Join(os.TempDir(), fmt.Sprintf("weir-pgtest-%x-%d", h.Sum64(), os.Geteuid()))
+	if _, err := os.Stat(filepath.Join(dst, "PG_VERSION")); err == nil {
+		return dst, nil
+	}
+	dir, err := os.MkdirTemp("", "weir-pgtest-initdb-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(dir)
+	data := filepath.Join(dir, "data")
+	if cred != nil {
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			return "", err
+		}
+	}
+	cmd := exec.Command(filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8")
+	cmd.Dir = dir
+	if cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("initdb: %v\n%s", err, out)
+	}
+	if err := os.Rename(data, dst); err != nil {
+		if _, serr := os.Stat(filepath.Join(dst, "PG_VERSION")); serr == nil {
+			return dst, nil // another test binary's
+		}
+		return "", fmt.Errorf("initdb's cluster into place: %w", err)
+	}
+	return dst, nil
+}
+
+var templateMu sync.Mutex
 
 func (s *Server) data() string { return filepath.Join(s.dir, "data") }
 
