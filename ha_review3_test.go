@@ -84,6 +84,7 @@ func TestReview3HAEndedThenRestoreLatestIsExactlyOnce(t *testing.T) {
 		{"cancel-discard-on-cancel", false, true, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each paced for 10 s, with an etcd and directories of its own
 			r := newHARig(t)
 			const job, count = "once", 40_000
 			out := filepath.Join(t.TempDir(), "out")
