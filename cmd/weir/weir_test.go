@@ -2,8 +2,11 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -39,6 +42,10 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	if err := corporaUnchanged(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -80,18 +87,20 @@ func newJob(t *testing.T, files, lines int) *job {
 			t.Fatal(err)
 		}
 	}
-	return &job{dir: dir, input: filepath.Join(in, "*.txt"), output: filepath.Join(dir, "output"), ckpt: filepath.Join(dir, "ckpt"), want: c.want}
+	return &job{dir: dir, input: filepath.Join(in, "*.txt"), output: filepath.Join(dir, "output"), ckpt: filepath.Join(dir, "ckpt"), want: maps.Clone(c.want)}
 }
 
 // corpus is an input writeCorpus made and the counts it holds. It depends
 // only on its number of files and of lines, so a test binary makes each
-// once, and jobs link its files into their input (no test writes into its
-// input): under -race, making a corpus of 2 M lines and counting it took
-// about 8 s of CPU, and a dozen tests use one of those sizes.
+// once, and jobs link its files into their input: under -race, making a
+// corpus of 2 M lines and counting it took about 8 s of CPU, and a dozen
+// tests use one of those sizes. No test may write into its input (the
+// links are the corpus): TestMain fails the binary if one did.
 type corpus struct {
 	once  sync.Once
 	paths []string
 	want  map[string]int64
+	sum   []byte // of its files
 	err   error
 }
 
@@ -115,11 +124,47 @@ func corpusOf(t *testing.T, files, lines int) *corpus {
 		if c.err == nil {
 			c.want, c.err = wordcount.Expected(vfs.Default, c.paths)
 		}
+		if c.err == nil {
+			c.sum, c.err = checksum(c.paths)
+		}
 	})
 	if c.err != nil {
 		t.Fatal(c.err)
 	}
 	return c
+}
+
+func checksum(paths []string) ([]byte, error) {
+	h := sha256.New()
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			return nil, err
+		}
+		_, err = io.Copy(h, f)
+		f.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	return h.Sum(nil), nil
+}
+
+// corporaUnchanged checks that no test wrote into a corpus.
+func corporaUnchanged() error {
+	for size, c := range corpora {
+		if c.err != nil {
+			continue
+		}
+		sum, err := checksum(c.paths)
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(sum, c.sum) {
+			return fmt.Errorf("a test wrote into its input, the corpus of %d files of %d lines that jobs share: copy the files instead of writing into them", size[0], size[1])
+		}
+	}
+	return nil
 }
 
 func (j *job) command(extra ...string) (*exec.Cmd, *bytes.Buffer) {

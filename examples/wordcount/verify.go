@@ -89,12 +89,11 @@ func CommittedLines(fs vfs.FS, dir string, errp *error) iter.Seq[string] {
 				return
 			}
 			for line := range strings.Lines(data) {
-				line = strings.TrimSuffix(strings.TrimSuffix(line, "\n"), "\r")
 				if len(line) > maxLine {
 					*errp = fmt.Errorf("output %s: a line longer than %d bytes", n, maxLine)
 					return
 				}
-				if !yield(line) {
+				if !yield(strings.TrimSuffix(strings.TrimSuffix(line, "\n"), "\r")) {
 					return
 				}
 			}
@@ -102,7 +101,9 @@ func CommittedLines(fs vfs.FS, dir string, errp *error) iter.Seq[string] {
 	}
 }
 
-// maxLine bounds an output line CommittedLines accepts.
+// maxLine bounds an output line CommittedLines accepts, its end of line
+// included (as bufio.Scanner's buffer of that size did, but for a last
+// line without one, which may now be a byte longer).
 const maxLine = 1 << 20
 
 // Check checks output lines "word<TAB>count": every word's counts must be

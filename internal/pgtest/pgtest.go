@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -92,19 +93,34 @@ func Start(t testing.TB, settings ...string) *Server {
 	return s
 }
 
-// template returns a cluster initdb made once for these binaries and this
-// user, in the temporary directory, beside no other process's: every test's
+// template returns a cluster initdb made for these binaries and this
+// user, kept in the temporary directory for later runs too: every test's
 // server starts from a copy, and initdb (about a second of CPU each, 50
-// servers in CI) runs once. A test binary makes it in a directory of its own
-// and renames it into place, so concurrent test binaries never see half of
-// one; whoever renames first wins, and the others use theirs.
+// servers in CI) runs once. Its name holds the binaries' path and version
+// and initdb's arguments; it is used only if it is whole (PG_VERSION and
+// global/pg_control) and owned by the user the servers run as, else it is
+// moved aside and made again. A test binary makes it in a directory of its
+// own and renames it into place, so concurrent test binaries never see half
+// of one; whoever renames first wins, and the others use theirs.
 func template(bin string, cred *syscall.Credential) (string, error) {
 	templateMu.Lock()
 	defer templateMu.Unlock()
+	version, err := exec.Command(filepath.Join(bin, "pg_ctl"), "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("pg_ctl --version: %w", err)
+	}
+	uid := os.Geteuid()
+	if cred != nil {
+		uid = int(cred.Uid)
+	}
 	h := fnv.New64a()
-	fmt.Fprint(h, bin)
-	dst := filepath.Join(os.TempDir(), fmt.Sprintf("weir-pgtest-%x-%d", h.Sum64(), os.Geteuid()))
-	if _, err := os.Stat(filepath.Join(dst, "PG_VERSION")); err == nil {
+	fmt.Fprintln(h, bin, string(version), initdbArgs)
+	dst := filepath.Join(os.TempDir(), fmt.Sprintf("weir-pgtest-%x-%d", h.Sum64(), uid))
+	// "pg_ctl (PostgreSQL) 15.8 (Debian 15.8-0+deb12u1)": PG_VERSION holds
+	// the major version, 15.
+	major, _, _ := strings.Cut(strings.TrimSpace(strings.TrimPrefix(string(version), "pg_ctl (PostgreSQL)")), ".")
+	whole := func(dir string) bool { return whole(dir, uid, major) }
+	if whole(dst) {
 		return dst, nil
 	}
 	dir, err := os.MkdirTemp("", "weir-pgtest-initdb-")
@@ -118,7 +134,7 @@ func template(bin string, cred *syscall.Credential) (string, error) {
 			return "", err
 		}
 	}
-	cmd := exec.Command(filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8")
+	cmd := exec.Command(filepath.Join(bin, "initdb"), append([]string{"-D", data}, initdbArgs...)...)
 	cmd.Dir = dir
 	if cred != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
@@ -126,13 +142,39 @@ func template(bin string, cred *syscall.Credential) (string, error) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("initdb: %v\n%s", err, out)
 	}
+	if _, err := os.Lstat(dst); err == nil && !whole(dst) {
+		// A half-made or foreign template: aside, then away.
+		aside := filepath.Join(dir, "bad")
+		if err := os.Rename(dst, aside); err != nil {
+			return "", fmt.Errorf("%s is not a whole PostgreSQL cluster of uid %d and cannot be moved aside (%w): remove it", dst, uid, err)
+		}
+	}
 	if err := os.Rename(data, dst); err != nil {
-		if _, serr := os.Stat(filepath.Join(dst, "PG_VERSION")); serr == nil {
+		if whole(dst) {
 			return dst, nil // another test binary's
 		}
 		return "", fmt.Errorf("initdb's cluster into place: %w", err)
 	}
 	return dst, nil
+}
+
+var initdbArgs = []string{"-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8"}
+
+// whole reports whether dir is a directory uid owns holding a cluster's
+// control file and version file, of version major.
+func whole(dir string, uid int, major string) bool {
+	st, err := os.Lstat(dir)
+	if err != nil || !st.IsDir() {
+		return false
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); !ok || int(sys.Uid) != uid {
+		return false
+	}
+	if _, err := os.Stat(filepath.Join(dir, "global", "pg_control")); err != nil {
+		return false
+	}
+	v, err := os.ReadFile(filepath.Join(dir, "PG_VERSION"))
+	return err == nil && strings.TrimSpace(string(v)) == major
 }
 
 var templateMu sync.Mutex
