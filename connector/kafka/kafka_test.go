@@ -202,9 +202,9 @@ func consume(t *testing.T, brokers []string, topic string, committed bool) []str
 }
 
 // consumeWhen reads topic read_committed until what it read satisfies ok,
-// for up to 10 s, and returns the last read (callers check it): a commit's markers reach the
-// partitions after the commit returns (in Kafka as in kfake), so what it
-// made visible shows shortly after.
+// for up to 10 s, and returns the last read (callers check it): a commit's
+// markers reach the partitions after the commit returns (in Kafka as in
+// kfake), so what it made visible shows shortly after.
 func consumeWhen(t *testing.T, brokers []string, topic string, ok func([]string) bool) []string {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)

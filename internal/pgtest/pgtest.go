@@ -4,8 +4,10 @@
 package pgtest
 
 import (
+	"errors"
 	"fmt"
 	"hash/fnv"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -98,8 +100,8 @@ func Start(t testing.TB, settings ...string) *Server {
 // server starts from a copy, and initdb (about a second of CPU each, 50
 // servers in CI) runs once. Its name holds the binaries' path and version
 // and initdb's arguments; it is used only if it is whole (PG_VERSION and
-// global/pg_control) and owned by the user the servers run as, else it is
-// moved aside and made again. A test binary makes it in a directory of its
+// global/pg_control), of the major version pg_ctl names and owned by the
+// user the servers run as, else it is moved aside and made again. A test binary makes it in a directory of its
 // own and renames it into place, so concurrent test binaries never see half
 // of one; whoever renames first wins, and the others use theirs.
 func template(bin string, cred *syscall.Credential) (string, error) {
@@ -119,8 +121,8 @@ func template(bin string, cred *syscall.Credential) (string, error) {
 	// "pg_ctl (PostgreSQL) 15.8 (Debian 15.8-0+deb12u1)": PG_VERSION holds
 	// the major version, 15.
 	major, _, _ := strings.Cut(strings.TrimSpace(strings.TrimPrefix(string(version), "pg_ctl (PostgreSQL)")), ".")
-	whole := func(dir string) bool { return whole(dir, uid, major) }
-	if whole(dst) {
+	usable := func() bool { return whole(dst, uid, major) }
+	if usable() {
 		return dst, nil
 	}
 	dir, err := os.MkdirTemp("", "weir-pgtest-initdb-")
@@ -142,15 +144,16 @@ func template(bin string, cred *syscall.Credential) (string, error) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("initdb: %v\n%s", err, out)
 	}
-	if _, err := os.Lstat(dst); err == nil && !whole(dst) {
-		// A half-made or foreign template: aside, then away.
-		aside := filepath.Join(dir, "bad")
-		if err := os.Rename(dst, aside); err != nil {
+	if _, err := os.Lstat(dst); err == nil && !usable() {
+		// A half-made or foreign template: aside, then away (unless
+		// another test binary just did so).
+		err := os.Rename(dst, filepath.Join(dir, "bad"))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) && !usable() {
 			return "", fmt.Errorf("%s is not a whole PostgreSQL cluster of uid %d and cannot be moved aside (%w): remove it", dst, uid, err)
 		}
 	}
 	if err := os.Rename(data, dst); err != nil {
-		if whole(dst) {
+		if usable() {
 			return dst, nil // another test binary's
 		}
 		return "", fmt.Errorf("initdb's cluster into place: %w", err)
