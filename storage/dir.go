@@ -55,6 +55,7 @@ func NewDir(fs vfs.FS, root, job string, inlineBytes int) (*Dir, error) {
 	if inlineBytes == 0 {
 		inlineBytes = DefaultInlineBytes
 	}
+	root = fs.PathJoin(root) // cleaned: PathDir of "ck/" is "ck" itself
 	d := newDir(fs, fs.PathJoin(root, job), inlineBytes)
 	if err := fs.MkdirAll(d.jobDir, 0o755); err != nil {
 		return nil, fmt.Errorf("checkpoint directory %s: %w", d.jobDir, err)
@@ -487,10 +488,14 @@ func OpenCheckpoint(fs vfs.FS, path string) (*checkpoint.Metadata, Storage, erro
 	if err != nil {
 		return nil, nil, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
-	chkDir, meta := path, fs.PathJoin(path, MetadataFile)
+	// The directory as PathJoin cleans it: with a trailing slash (as shell
+	// completion writes a directory), PathDir would be the checkpoint's
+	// directory itself, not its job's.
+	meta := fs.PathJoin(path, MetadataFile)
 	if !st.IsDir() {
-		chkDir, meta = fs.PathDir(path), path
+		meta = path
 	}
+	chkDir := fs.PathDir(meta)
 	id, ok := parseChk(fs.PathBase(chkDir))
 	if !ok {
 		return nil, nil, fmt.Errorf("checkpoint %s: not a checkpoint: expected a chk-<id> directory or its %s file", path, MetadataFile)

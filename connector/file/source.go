@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
 	"path"
 	"path/filepath"
 	"slices"
@@ -188,6 +189,12 @@ func Lines(cfg LinesConfig) (func() weir.SourceReader[string], error) {
 	}
 	var splits []split
 	for _, f := range files {
+		// Stat first: opening a FIFO waits for its writer, and a pipe's
+		// size says nothing of its lines. The source reads a file by
+		// position, to resume at a checkpoint's offset.
+		if st, err := cfg.FS.Stat(f); err == nil && !st.Mode().IsRegular() {
+			return nil, fmt.Errorf("input %s is %s, not a regular file: the file source reads files by position, to resume where a checkpoint left off; write the input to a file first", f, kindOf(st.Mode()))
+		}
 		// Open each file now: an unreadable input is a mistake to report at
 		// start, not a failure to restart the job for.
 		r, err := cfg.FS.Open(f)
@@ -214,6 +221,19 @@ func Lines(cfg LinesConfig) (func() weir.SourceReader[string], error) {
 	return func() weir.SourceReader[string] {
 		return &lineReader{cfg: cfg, all: splits, ids: ids, total: total}
 	}, nil
+}
+
+// kindOf names a file mode that is not a regular file's.
+func kindOf(m os.FileMode) string {
+	switch {
+	case m&os.ModeNamedPipe != 0:
+		return "a pipe or FIFO"
+	case m&os.ModeDevice != 0:
+		return "a device"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	}
+	return "a " + m.Type().String()
 }
 
 // fileID names a file however the input spells it: on the real file system
