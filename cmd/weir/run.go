@@ -313,7 +313,7 @@ its latest count), or standard output.`,
 		},
 	}
 	fl := wc.Flags()
-	fl.StringVar(&input, "input", "", "input files (a path or glob: 'books/*.txt', 'logs/*/part-*'), or a Kafka topic: 'kafka://host:port/topic[?bounded=true&start=earliest|latest|committed|<RFC 3339 time>&group=<group>]'")
+	fl.StringVar(&input, "input", "", "input files (a path or glob: 'books/*.txt', 'logs/*/part-*'; a * matches names beginning with a dot too, and must not match the output's files), or a Kafka topic: 'kafka://host:port/topic[?bounded=true&start=earliest|latest|committed|<RFC 3339 time>&group=<group>]'")
 	fl.StringVar(&output, "output", "", "an output directory (committed files are those not beginning with '.'), a Kafka topic ('kafka://host:port/topic[?delivery=exactly-once|at-least-once|none&txn-timeout=15m&create=true]'), a PostgreSQL table ('postgres://user@host:port/db?table=counts&mode=exactly-once|upsert'), or - (standard output, written when each checkpoint completes)")
 	fl.IntVar(&maxLineBytes, "max-line-bytes", file.DefaultMaxLineBytes, "the longest line of a file input, in bytes, not counting its line ending: a longer line fails the job at once")
 	fl.IntVar(&parallelism, "parallelism", 1, "subtasks per operator")

@@ -7,6 +7,8 @@ import (
 	"io"
 	"maps"
 	"os"
+	"path"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,6 +37,29 @@ type SinkConfig[T any] struct {
 // LockFile is the name of the lock file a running sink holds in its
 // output directory.
 const LockFile = ".weir.lock"
+
+// MatchesSinkFiles returns a file that the sink of operator uid writing
+// into dir writes and that pattern (LinesConfig.Pattern) matches, if any: a
+// job that reads pattern and writes into dir would read its own output,
+// committed and not, at a restore. Both paths are taken relative to the
+// working directory.
+func MatchesSinkFiles(pattern, dir, uid string) (string, bool) {
+	pattern, err := filepath.Abs(pattern)
+	if err != nil {
+		return "", false
+	}
+	if dir, err = filepath.Abs(dir); err != nil {
+		return "", false
+	}
+	s := fileSink[struct{}]{uid: escapeUID(uid)}
+	for _, name := range []string{s.committedName(0, 1), s.pendingName(0, 1), ".part-" + s.uid + "-0-1-1.inprogress", ".lineage-" + s.uid, LockFile} {
+		f := filepath.Join(dir, name)
+		if ok, _ := path.Match(filepath.ToSlash(pattern), filepath.ToSlash(f)); ok {
+			return f, true
+		}
+	}
+	return "", false
+}
 
 // Sink writes records into files in cfg.Dir with two-phase commit. File
 // names carry the sink's UID (escaped: letters, digits and _ stay, other

@@ -62,7 +62,8 @@ type LinesConfig struct {
 	FS vfs.FS // default the real file system
 	// Pattern is a file path or a glob ("logs/*.txt", "logs/*/part-*"):
 	// any element may hold wildcards (path.Match syntax; * does not cross
-	// a separator).
+	// a separator, and, unlike a shell's, matches names that begin with a
+	// dot).
 	Pattern string
 	// SplitBytes is the largest byte range one split reads; 0 means
 	// DefaultSplitBytes.

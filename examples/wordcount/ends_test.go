@@ -23,7 +23,7 @@ import (
 // serve is an error naming the schemes it serves, never a local directory
 // named after the URL; queries are parsed strictly and table names
 // checked, before anything is written or connected to; no error repeats a
-// password.
+// password; an input that matches the output's files is refused.
 func TestEndsAreURLsOrPaths(t *testing.T) {
 	fs := vfs.NewMem()
 	fs.MkdirAll("/in", 0o755)
@@ -50,6 +50,10 @@ func TestEndsAreURLsOrPaths(t *testing.T) {
 		{"/in/a.txt", "postgres://u:secret@127.0.0.1:x/db", []string{"invalid port"}},
 		{"/in/a.txt", "postgres://u@127.0.0.1:1/db?table=a&table=b", []string{"option table given 2 times"}},
 		{"/in/a.txt", "postgresql://u@127.0.0.1:1/db?table=", []string{`table=""`}},
+		// An input that matches the output's files: a restore would read
+		// them (outside review).
+		{"/in/*", "/in", []string{"input /in/* matches the output's files (/in/part-output-0-1)", "write the output elsewhere"}},
+		{"/*/*", "/out/", []string{"input /*/* matches the output's files (/out/part-output-0-1)"}},
 	} {
 		_, err := Build(Options{FS: fs, Input: c.input, Output: c.output, Parallelism: 1, Checkpoint: weir.CheckpointConfig{Mode: weir.NoCheckpoints}})
 		if err == nil {

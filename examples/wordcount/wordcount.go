@@ -30,6 +30,7 @@ import (
 	"golang.org/x/text/unicode/norm"
 
 	"github.com/weirstream/weir"
+	"github.com/weirstream/weir/connector/file"
 	"github.com/weirstream/weir/internal/arena"
 )
 
@@ -149,6 +150,13 @@ func Build(o Options) (*weir.Environment, error) {
 	lines, err := input(o)
 	if err != nil {
 		return nil, err
+	}
+	if _, inURL := file.URLScheme(o.Input); !inURL && o.Output != "-" {
+		if _, outURL := file.URLScheme(o.Output); !outURL {
+			if f, ok := file.MatchesSinkFiles(o.Input, o.Output, "output"); ok {
+				return nil, fmt.Errorf("input %s matches the output's files (%s): a restore would read the job's output as input; give an input that does not match files in %s, or write the output elsewhere", o.Input, f, o.Output)
+			}
+		}
 	}
 	sink, err := output(o, cc)
 	if err != nil {

@@ -1,0 +1,41 @@
+package file
+
+import (
+	"path/filepath"
+	"testing"
+)
+
+// TestMatchesSinkFiles: an input pattern that matches files a sink writes
+// into its directory is found (outside review: `--input 'd/*/*' --output
+// d/out` read the job's own output at a restore), however the two are
+// spelled; one that matches none of them is not.
+func TestMatchesSinkFiles(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		pattern, out string
+		match        bool
+	}{
+		{filepath.Join(dir, "d", "*", "*"), filepath.Join(dir, "d", "out"), true},
+		{filepath.Join(dir, "d", "out", "*"), filepath.Join(dir, "d", "out") + "/", true},
+		{filepath.Join(dir, "d", "*", "part-*"), filepath.Join(dir, "d", "out"), true},
+		{filepath.Join(dir, "d", "out", ".*"), filepath.Join(dir, "d", "x", "..", "out"), true},
+		{filepath.Join(dir, "d", "*", "*.txt"), filepath.Join(dir, "d", "out"), false},
+		{filepath.Join(dir, "d", "in", "*"), filepath.Join(dir, "d", "out"), false},
+		{filepath.Join(dir, "d", "*"), filepath.Join(dir, "d", "out"), false}, // the directory, not its files
+		{filepath.Join(dir, "d", "*", "*", "*"), filepath.Join(dir, "d", "out"), false},
+	} {
+		f, ok := MatchesSinkFiles(tc.pattern, tc.out, "output")
+		if ok != tc.match {
+			t.Errorf("input %s, output %s: matched %v (%s), want %v", tc.pattern, tc.out, ok, f, tc.match)
+		}
+	}
+	// Relative and absolute spellings of one place.
+	t.Chdir(dir)
+	if _, ok := MatchesSinkFiles("d/*/*", filepath.Join(dir, "d", "out"), "output"); !ok {
+		t.Error("relative input d/*/* against the absolute output directory: no match, want one")
+	}
+	// Another sink's files are not this one's.
+	if f, ok := MatchesSinkFiles(filepath.Join(dir, "d", "out", "part-count-*"), filepath.Join(dir, "d", "out"), "output"); ok {
+		t.Errorf("input part-count-* matched %s of sink output", f)
+	}
+}
