@@ -30,21 +30,39 @@ func newDemo() *cobra.Command {
 		Short: "Run the word count with a crash in the middle, recover, and verify exactly-once output",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := demoSize(files, lines); err != nil {
+				return err
+			}
 			return demoFiles(cmd.Context(), cmd.OutOrStdout(), files, lines, keep)
 		},
 	}
 	cmd.PersistentFlags().IntVar(&files, "files", 4, "input files to generate")
 	cmd.PersistentFlags().IntVar(&lines, "lines", 300_000, "lines per input file")
 	cmd.PersistentFlags().BoolVar(&keep, "keep", false, "keep the demo's directory (input, checkpoints, output)")
+
 	cmd.AddCommand(&cobra.Command{
 		Use:   "kafka",
 		Short: "The same from Kafka to Kafka, exactly-once with transactions, on an in-process development broker",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := demoSize(files, lines); err != nil {
+				return err
+			}
 			return demoKafka(cmd.Context(), cmd.OutOrStdout(), files, lines, keep)
 		},
 	})
 	return cmd
+}
+
+// demoSize refuses an input the demo cannot generate.
+func demoSize(files, lines int) error {
+	switch {
+	case files < 1:
+		return fmt.Errorf("--files %d: must be at least 1", files)
+	case lines < 1:
+		return fmt.Errorf("--lines %d: must be at least 1", lines)
+	}
+	return nil
 }
 
 // demoFiles counts the words of generated files into a directory.
@@ -257,7 +275,7 @@ loop:
 	case !rep.OK():
 		return exitError{code: 1, msg: "VERDICT: FAILED — the output is not exactly-once"}
 	case restarts.Load() == 0:
-		return exitError{code: 1, msg: "VERDICT: FAILED — the injected crash did not happen, so recovery was not shown"}
+		return exitError{code: 1, msg: fmt.Sprintf("VERDICT: FAILED — the injected crash did not happen, so recovery was not shown (it comes after checkpoint %d: the input must last longer than that; the default --files and --lines do)", crashAfterCheckpoints)}
 	}
 	fmt.Fprintf(w, "VERDICT: exactly-once holds across the crash: every word's counts are exactly 1..n, %d counts, none lost, none duplicated\n", total)
 	return nil

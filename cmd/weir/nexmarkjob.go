@@ -58,6 +58,9 @@ func newNexmarkJob(role weir.Role) *cobra.Command {
 				return err
 			}
 			res, err := env.Execute(cmd.Context())
+			if err != nil && cancelled(err, cmd) {
+				return interrupted(jf.checkpointFlags, err, cmd)
+			}
 			if err != nil || role == weir.Worker {
 				return err
 			}

@@ -263,6 +263,7 @@ its latest count), or standard output.`,
 			}
 			defer stopProfile()
 			var p progress
+			var foundNone atomic.Bool // --restore latest found no checkpoint
 			env, err := wordcount.Build(wordcount.Options{
 				Input: input, Output: output, MaxLineBytes: maxLineBytes, Checkpoint: cc, Parallelism: parallelism,
 				Restore: cf.restore, Fresh: cf.fresh, AllowNonRestoredState: cf.allowNonRestored,
@@ -282,6 +283,7 @@ its latest count), or standard output.`,
 						case e.RestoredFrom != 0:
 							fmt.Fprintf(os.Stderr, "weir: restored from checkpoint %d\n", e.RestoredFrom)
 						case cf.restore == "latest":
+							foundNone.Store(true)
 							fmt.Fprintf(os.Stderr, "weir: no completed checkpoint in %s; starting from the beginning\n", cc.Dir)
 						}
 					}
@@ -296,8 +298,11 @@ its latest count), or standard output.`,
 			}
 			res, err := env.Execute(cmd.Context())
 			if err != nil {
-				if errors.Is(err, context.Canceled) && cmd.Context().Err() != nil || errors.Is(err, weir.ErrCancelled) {
+				if cancelled(err, cmd) {
 					return interrupted(cf, err, cmd)
+				}
+				if errors.Is(err, file.ErrEarlierOutput) && foundNone.Load() {
+					return fmt.Errorf("%w\n--restore latest found no checkpoint of that run in %s: it took none (--mode none), or they were deleted, or they are in another --checkpoint-dir; --fresh starts over", err, cc.Dir)
 				}
 				return err
 			}
@@ -325,6 +330,12 @@ its latest count), or standard output.`,
 
 // interrupted is the exit of a job cancelled by a signal (Ctrl-C, SIGTERM)
 // or through the API: status 130, who stopped it, and how to resume.
+// cancelled says whether err, a job's end, is its cancellation: by a
+// signal to this process or through the API.
+func cancelled(err error, cmd *cobra.Command) bool {
+	return errors.Is(err, context.Canceled) && cmd.Context().Err() != nil || errors.Is(err, weir.ErrCancelled)
+}
+
 func interrupted(cf checkpointFlags, err error, cmd *cobra.Command) error {
 	what := "interrupted"
 	var byAPI *weir.CancelledError
@@ -347,7 +358,9 @@ func announceWeb(addr string) {
 }
 
 // resumeCommand is this process's command line without its --restore and
-// --fresh: with a --restore, the same job where it stopped.
+// --fresh, and with the value of --web-token hidden (the log may be read
+// more widely than the token is): with a --restore, the same job where it
+// stopped.
 func resumeCommand() string {
 	prog := os.Args[0]
 	if strings.Contains(prog, "go-build") {
@@ -360,6 +373,11 @@ func resumeCommand() string {
 		case a == "--restore":
 			i++ // and its value
 		case strings.HasPrefix(a, "--restore=") || strings.HasPrefix(a, "--fresh"):
+		case a == "--web-token" && i+1 < len(in):
+			args = append(args, a, `"$WEIR_WEB_TOKEN"`)
+			i++
+		case strings.HasPrefix(a, "--web-token="):
+			args = append(args, `--web-token="$WEIR_WEB_TOKEN"`)
 		default:
 			args = append(args, shellQuote(a))
 		}

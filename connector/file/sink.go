@@ -34,6 +34,11 @@ type SinkConfig[T any] struct {
 	Format func(dst []byte, v T) []byte
 }
 
+// ErrEarlierOutput is a sink's refusal of a directory that holds the output
+// of an earlier run, when the job neither restores a checkpoint nor starts
+// over.
+var ErrEarlierOutput = errors.New("output of an earlier run")
+
 // LockFile is the name of the lock file a running sink holds in its
 // output directory.
 const LockFile = ".weir.lock"
@@ -305,8 +310,12 @@ func (s *fileSink[T]) Open(ctx *operator.Context) error {
 	}
 	if len(earlier) > 0 && !ctx.StartOver {
 		slices.Sort(earlier)
-		return operator.Permanent(fmt.Errorf("output directory %s holds %d files sink %q committed in an earlier run (%s): resume that run with --restore latest (Config.Restore \"latest\"), or start over with --fresh (Config.Fresh), which deletes them",
-			s.cfg.Dir, len(earlier), ctx.UID, strings.Join(earlier[:min(3, len(earlier))], ", ")))
+		names := strings.Join(earlier[:min(3, len(earlier))], ", ")
+		if len(earlier) > 3 {
+			names += ", …"
+		}
+		return operator.Permanent(fmt.Errorf("%w: output directory %s holds %d files sink %q committed in an earlier run (%s): resume that run with --restore latest (Config.Restore \"latest\"), or start over with --fresh (Config.Fresh), which deletes them",
+			ErrEarlierOutput, s.cfg.Dir, len(earlier), ctx.UID, names))
 	}
 	if ctx.Restore == nil {
 		// NB: before the deletions: a start killed between the two leaves

@@ -54,6 +54,11 @@ func Commands() []*cobra.Command {
 				path += "?stop=true"
 			}
 			if err := c.do(http.MethodPost, path, http.StatusAccepted, &started); err != nil {
+				if stop && errors.Is(err, context.DeadlineExceeded) {
+					// The job answers once the savepoint completes: it
+					// may have taken the request and still stop.
+					return fmt.Errorf("%w\nno answer within --timeout %v: if the job took the request, its savepoint goes on and the job stops once it completes (its log then says \"stopped with savepoint N\" and how to resume); `weir checkpoints` shows the savepoint while the job runs", err, timeout)
+				}
 				return err
 			}
 			if stop { // answered once complete; the job stops
@@ -77,7 +82,7 @@ func Commands() []*cobra.Command {
 				}
 				select {
 				case <-c.ctx.Done():
-					return fmt.Errorf("savepoint %d: not complete within %v", started.ID, timeout)
+					return fmt.Errorf("savepoint %d: not complete within %v; it goes on in the job, and once complete it stays, as every savepoint (`weir checkpoints` shows it, `weir savepoint dispose` deletes it)", started.ID, timeout)
 				case <-time.After(100 * time.Millisecond): // polling the job's history
 				}
 			}
