@@ -438,6 +438,9 @@ func (e *Environment) wireCodec(plan *graph.Plan) func(graph.Edge) runtime.Batch
 	}
 }
 
+// chainCodec is the codec of the records node n emits on its main output.
+func (e *Environment) chainCodec(n int) runtime.BatchCodec { return e.nodes[n].wire[0].codec }
+
 // wire is how the records of a node's output port are encoded, on a
 // cluster's channels and in channel state.
 type wire struct {

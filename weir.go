@@ -659,7 +659,7 @@ func (e *Environment) spec(plan *graph.Plan) (runtime.Spec, error) {
 			TolerableFailures: cc.TolerableFailures, Retained: cc.Retained, RetainOnCancel: !cc.DiscardOnCancel,
 			Unaligned: cc.Alignment == Unaligned, AlignedTimeout: cc.AlignedTimeout, AtLeastOnce: cc.Mode == AtLeastOnce,
 		},
-		Codec: e.wireCodec(plan),
+		Codec: e.wireCodec(plan), ChainCodec: e.chainCodec,
 		Start: runtime.Start{Fresh: e.cfg.Fresh, Latest: e.cfg.Restore == "latest", AllowNonRestoredState: e.cfg.AllowNonRestoredState},
 	}
 	if err := e.cfg.Cluster.validate(e.cfg); err != nil {
@@ -791,12 +791,16 @@ func (e *Environment) build(plan *graph.Plan) func(*runtime.TaskBuild) (*runtime
 		// (counts[i-1] is node i's).
 		c.counted = make([]*node, len(vx.Nodes)-1)
 		c.counts = cacheline.Slice[int64](len(vx.Nodes) - 1)
+		// The nodes after the head can take batches too: channel state stored
+		// while one was a task's head, replayed once a restore chains it.
+		chained := make([]any, len(vx.Nodes))
 		for i := len(vx.Nodes) - 1; i >= 0; i-- {
 			var op operator.Operator
 			n := e.nodes[vx.Nodes[i]]
 			op, next = n.instance(c, next)
 			ops[i] = op
 			if i > 0 {
+				chained[i] = n.head(op, next, c)
 				c.counted[i-1] = n
 				next = e.nodes[vx.Nodes[i-1]].counting(next, &c.counts[i-1])
 			}
@@ -805,6 +809,6 @@ func (e *Environment) build(plan *graph.Plan) func(*runtime.TaskBuild) (*runtime
 			outputs = append(outputs, publisher{c})
 		}
 		head := e.nodes[vx.Nodes[0]].head(ops[0], next, c)
-		return &runtime.TaskParts{Ops: ops, Head: head, Outputs: outputs}, nil
+		return &runtime.TaskParts{Ops: ops, Head: head, Outputs: outputs, Chained: chained}, nil
 	}
 }

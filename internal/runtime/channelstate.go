@@ -176,10 +176,13 @@ func decodeChannelState(b []byte) ([]stateSection, error) {
 // channelRestore is what a task replays of a restored checkpoint's channel
 // state, and how it picks it: see replay.
 type channelRestore struct {
-	handles []checkpoint.Handle // the head's channel state, every subtask's
+	handles []checkpoint.Handle // a node's channel state, every subtask's
 	read    func(checkpoint.Handle) ([]byte, error)
-	// codecs and partitions of the head's inputs; subtask, parallelism
-	// and key groups of the task.
+	// into is where the node's records go: the task's head, or a node
+	// chained after it (TaskParts.Chained).
+	into operator.Input
+	// codecs of the node's inputs; subtask, parallelism and key groups of
+	// the task.
 	codecs      map[int]BatchCodec
 	subtask     int
 	parallelism int
@@ -243,7 +246,7 @@ func (t *task) replay(r *channelRestore) error {
 				if batchLen(ev.Batch) == 0 {
 					continue
 				}
-				if err := t.input.ProcessBatch(s.input, ev.Batch, ev.Times, ev.Groups); err != nil {
+				if err := r.into.ProcessBatch(s.input, ev.Batch, ev.Times, ev.Groups); err != nil {
 					return fmt.Errorf("task %s: replay channel state: %w", t.id, err)
 				}
 				if err := t.outputErr(); err != nil {

@@ -288,11 +288,11 @@ func (ts *Tasks) build(ctx context.Context, spec Spec, p Part, reports chan<- Re
 				}
 				t.ended = make([]bool, t.gate.Len())
 				t.channels, t.persisting = channels[v][s], make([][]checkpoint.ID, t.gate.Len())
-				if t.restore, err = channelRestoreOf(spec, p, vx, s); err != nil {
-					return err
-				}
 			default:
 				return fmt.Errorf("build %s: head is neither a source nor an input", vx.ID)
+			}
+			if t.restores, err = channelRestoresOf(spec, p, vx, s, parts); err != nil {
+				return err
 			}
 			ts.tasks = append(ts.tasks, t)
 			ts.byID[t.id] = t
@@ -333,28 +333,55 @@ func operatorContext(spec Spec, p Part, vertex string, n graph.Node, subtask int
 	return c
 }
 
-// channelRestoreOf returns the channel state subtask s of vx replays at
-// start, nil if the restored checkpoint has none for its head.
-func channelRestoreOf(spec Spec, p Part, vx *graph.Vertex, s int) (*channelRestore, error) {
+// channelRestoresOf returns the channel state subtask s of vx replays at
+// start, in order, none if the restored checkpoint has none for its nodes.
+// Channel state is stored for a task's head; a node that a restore chains
+// to the one before it (its parallelism changed to its upstream's) replays
+// the state stored for it into itself, through parts.Chained. Its records
+// were in flight to it, behind whatever its upstream emits from its own
+// channel state: so the chain replays tail first.
+func channelRestoresOf(spec Spec, p Part, vx *graph.Vertex, s int, parts *TaskParts) ([]*channelRestore, error) {
 	if p.Point == nil {
 		return nil, nil
 	}
-	head := spec.Plan.Graph.Nodes[vx.Nodes[0]]
-	r := &channelRestore{read: p.Point.Read, subtask: s, parallelism: vx.Parallelism,
-		keyGroups: keygroup.ForSubtask(head.MaxParallelism, vx.Parallelism, s),
-		handles:   channelStateOf(p.Point.Metadata, head.UID)}
-	if len(r.handles) == 0 {
-		return nil, nil
+	var out []*channelRestore
+	for i := len(vx.Nodes) - 1; i >= 0; i-- {
+		n := spec.Plan.Graph.Nodes[vx.Nodes[i]]
+		hs := channelStateOf(p.Point.Metadata, n.UID)
+		if len(hs) == 0 {
+			continue
+		}
+		if spec.Codec == nil || spec.ChainCodec == nil {
+			return nil, fmt.Errorf("restore %s: checkpoint %d holds channel state, and the job gave no codec to read it", vx.ID, p.Point.Metadata.ID)
+		}
+		r := &channelRestore{read: p.Point.Read, subtask: s, parallelism: vx.Parallelism,
+			keyGroups: keygroup.ForSubtask(n.MaxParallelism, vx.Parallelism, s),
+			handles:   hs, codecs: map[int]BatchCodec{}}
+		if i == 0 {
+			in, ok := parts.Head.(operator.Input)
+			if !ok {
+				return nil, fmt.Errorf("restore %s: checkpoint %d holds channel state of %s, which is now a source", vx.ID, p.Point.Metadata.ID, n.UID)
+			}
+			r.into = in
+			for _, ei := range vx.Inputs {
+				e := spec.Plan.Edges[ei]
+				r.codecs[e.Input] = spec.Codec(e)
+			}
+		} else {
+			var in operator.Input
+			if i < len(parts.Chained) {
+				in, _ = parts.Chained[i].(operator.Input)
+			}
+			if in == nil {
+				return nil, fmt.Errorf("restore %s: checkpoint %d holds records in flight into %s, which this job chains to %s and cannot replay them into: restore at the parallelism the checkpoint was taken at, or from a savepoint (aligned)",
+					vx.ID, p.Point.Metadata.ID, n.UID, spec.Plan.Graph.Nodes[vx.Nodes[i-1]].UID)
+			}
+			r.into = in
+			r.codecs[0] = spec.ChainCodec(vx.Nodes[i-1])
+		}
+		out = append(out, r)
 	}
-	if spec.Codec == nil {
-		return nil, fmt.Errorf("restore %s: checkpoint %d holds channel state, and the job gave no codec to read it", vx.ID, p.Point.Metadata.ID)
-	}
-	r.codecs = map[int]BatchCodec{}
-	for _, ei := range vx.Inputs {
-		e := spec.Plan.Edges[ei]
-		r.codecs[e.Input] = spec.Codec(e)
-	}
-	return r, nil
+	return out, nil
 }
 
 // channelStateOf returns the channel state handles of operator uid in m.
@@ -371,12 +398,13 @@ func channelStateOf(m *checkpoint.Metadata, uid string) []checkpoint.Handle {
 }
 
 // ChannelStateReplays lists the tasks of plan that replay channel state
-// when they restore m (every subtask of a vertex whose head has some), and
+// when they restore m (every subtask of a vertex one of whose nodes has
+// some), and
 // report ReportReplayed when they have.
 func ChannelStateReplays(plan *graph.Plan, m *checkpoint.Metadata) map[checkpoint.TaskID]bool {
 	out := map[checkpoint.TaskID]bool{}
 	for _, vx := range plan.Vertices {
-		if len(channelStateOf(m, plan.Graph.Nodes[vx.Nodes[0]].UID)) == 0 {
+		if !slices.ContainsFunc(vx.Nodes, func(n int) bool { return len(channelStateOf(m, plan.Graph.Nodes[n].UID)) > 0 }) {
 			continue
 		}
 		for s := range vx.Parallelism {

@@ -114,6 +114,11 @@ type TaskParts struct {
 	Head any
 	// Outputs are the tail's outputs, one per output edge.
 	Outputs []Output
+	// Chained has, for each node after the head, an operator.Input that
+	// feeds a batch of its records into it (nil at 0, or when the job
+	// builds none): channel state stored when the node was a task's head
+	// is replayed there when a restore chains it (after a rescale).
+	Chained []any
 }
 
 // Spec is a job for Run.
@@ -136,6 +141,10 @@ type Spec struct {
 	// checkpoints) is written with it. Required with Checkpoint.Unaligned
 	// or AlignedTimeout.
 	Codec func(graph.Edge) BatchCodec
+	// ChainCodec is the codec of the records node n emits to the node
+	// chained after it: what the channel state of that node holds when a
+	// restore chains it. Required with Codec.
+	ChainCodec func(n int) BatchCodec
 
 	ChannelCapacity int // events per channel; default 16
 	// BufferDebloat, when above 0, makes each task size its input

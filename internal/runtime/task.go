@@ -168,7 +168,7 @@ type task struct {
 	channels     []channelInfo
 	persisting   [][]checkpoint.ID
 	pending      map[checkpoint.ID]*pendingState
-	restore      *channelRestore
+	restores     []*channelRestore
 	scratch      []Event
 
 	// debloat, if set, sizes the input channels to the task's throughput.
@@ -268,15 +268,17 @@ func (t *task) run(ctx context.Context) (err error) {
 			t.chanWM[i] = operator.MinTime
 		}
 	}
+	if len(t.restores) > 0 {
+		for _, r := range t.restores {
+			if err := t.replay(r); err != nil {
+				return err
+			}
+		}
+		t.restores = nil
+		t.send(ctx, Report{Kind: ReportReplayed})
+	}
 	if t.source != nil {
 		return t.runSource(ctx)
-	}
-	if t.restore != nil {
-		if err := t.replay(t.restore); err != nil {
-			return err
-		}
-		t.restore = nil
-		t.send(ctx, Report{Kind: ReportReplayed})
 	}
 	return t.runInputs(ctx)
 }
