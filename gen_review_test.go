@@ -1015,7 +1015,7 @@ func TestReviewGen(t *testing.T) {
 	seeds := *genSeeds
 	if seeds == 0 {
 		seeds = 8
-		if raceEnabled {
+		if weir.RaceEnabled {
 			seeds = 2 // the race detector slows a seed about tenfold
 		}
 	}
