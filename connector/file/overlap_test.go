@@ -1,6 +1,7 @@
 package file
 
 import (
+	"os"
 	"path/filepath"
 	"testing"
 )
@@ -33,6 +34,16 @@ func TestMatchesSinkFiles(t *testing.T) {
 	t.Chdir(dir)
 	if _, ok := MatchesSinkFiles("d/*/*", filepath.Join(dir, "d", "out"), "output"); !ok {
 		t.Error("relative input d/*/* against the absolute output directory: no match, want one")
+	}
+	// A symbolic link to the output directory.
+	if err := os.MkdirAll(filepath.Join(dir, "d", "out"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(dir, "d", "out"), filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := MatchesSinkFiles("link/*", "d/out", "output"); !ok {
+		t.Error("input link/*, a symbolic link to the output directory d/out: no match, want one")
 	}
 	// Another sink's files are not this one's.
 	if f, ok := MatchesSinkFiles(filepath.Join(dir, "d", "out", "part-count-*"), filepath.Join(dir, "d", "out"), "output"); ok {

@@ -46,24 +46,56 @@ const LockFile = ".weir.lock"
 // MatchesSinkFiles returns a file that the sink of operator uid writing
 // into dir writes and that pattern (LinesConfig.Pattern) matches, if any: a
 // job that reads pattern and writes into dir would read its own output,
-// committed and not, at a restore. Both paths are taken relative to the
-// working directory.
+// committed and not, at a restore. Both are taken relative to the working
+// directory and with symbolic links resolved where they exist: the
+// pattern's directories up to its first wildcard, and dir.
 func MatchesSinkFiles(pattern, dir, uid string) (string, bool) {
-	pattern, err := filepath.Abs(pattern)
-	if err != nil {
-		return "", false
+	elems := strings.Split(filepath.ToSlash(pattern), "/")
+	lit := 0 // elements before the first that holds a wildcard
+	for lit < len(elems)-1 && !hasMeta(elems[lit]) {
+		lit++
 	}
-	if dir, err = filepath.Abs(dir); err != nil {
-		return "", false
+	prefix := strings.Join(elems[:lit], "/")
+	if prefix == "" && strings.HasPrefix(pattern, "/") {
+		prefix = "/"
 	}
+	prefix = realPath(prefix)
+	// The literal prefix as a pattern that matches only itself.
+	pattern = path.Join(escapeMeta(filepath.ToSlash(prefix)), path.Join(elems[lit:]...))
 	s := fileSink[struct{}]{uid: escapeUID(uid)}
+	dir = filepath.ToSlash(realPath(dir))
 	for _, name := range []string{s.committedName(0, 1), s.pendingName(0, 1), ".part-" + s.uid + "-0-1-1.inprogress", ".lineage-" + s.uid, LockFile} {
-		f := filepath.Join(dir, name)
-		if ok, _ := path.Match(filepath.ToSlash(pattern), filepath.ToSlash(f)); ok {
-			return f, true
+		if ok, _ := path.Match(pattern, path.Join(dir, name)); ok {
+			return filepath.Join(filepath.FromSlash(dir), name), true
 		}
 	}
 	return "", false
+}
+
+// realPath is p absolute, with its symbolic links resolved if it exists.
+func realPath(p string) string {
+	if p == "" {
+		p = "."
+	}
+	if abs, err := filepath.Abs(p); err == nil {
+		p = abs
+	}
+	if real, err := filepath.EvalSymlinks(p); err == nil {
+		p = real
+	}
+	return p
+}
+
+// escapeMeta makes p a pattern (path.Match) that matches p alone.
+func escapeMeta(p string) string {
+	var b strings.Builder
+	for _, c := range p {
+		if strings.ContainsRune(`*?[\`, c) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
 }
 
 // Sink writes records into files in cfg.Dir with two-phase commit. File
