@@ -399,8 +399,7 @@ func channelStateOf(m *checkpoint.Metadata, uid string) []checkpoint.Handle {
 
 // ChannelStateReplays lists the tasks of plan that replay channel state
 // when they restore m (every subtask of a vertex one of whose nodes has
-// some), and
-// report ReportReplayed when they have.
+// some), and report ReportReplayed when they have.
 func ChannelStateReplays(plan *graph.Plan, m *checkpoint.Metadata) map[checkpoint.TaskID]bool {
 	out := map[checkpoint.TaskID]bool{}
 	for _, vx := range plan.Vertices {
