@@ -328,14 +328,14 @@ its latest count), or standard output.`,
 	return wc
 }
 
-// interrupted is the exit of a job cancelled by a signal (Ctrl-C, SIGTERM)
-// or through the API: status 130, who stopped it, and how to resume.
 // cancelled says whether err, a job's end, is its cancellation: by a
 // signal to this process or through the API.
 func cancelled(err error, cmd *cobra.Command) bool {
 	return errors.Is(err, context.Canceled) && cmd.Context().Err() != nil || errors.Is(err, weir.ErrCancelled)
 }
 
+// interrupted is the exit of a job cancelled by a signal (Ctrl-C, SIGTERM)
+// or through the API: status 130, who stopped it, and how to resume.
 func interrupted(cf checkpointFlags, err error, cmd *cobra.Command) error {
 	what := "interrupted"
 	var byAPI *weir.CancelledError

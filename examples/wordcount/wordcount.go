@@ -133,6 +133,9 @@ var powersOf10 = [...]uint64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e1
 const digitPairs = "00010203040506070809" + "10111213141516171819" + "20212223242526272829" + "30313233343536373839" + "40414243444546474849" +
 	"50515253545556575859" + "60616263646566676869" + "70717273747576777879" + "80818283848586878889" + "90919293949596979899"
 
+// sinkName is the name (and UID) of the job's sink.
+const sinkName = "output"
+
 // Build builds the job; it fails at once on unreadable input or output.
 func Build(o Options) (*weir.Environment, error) {
 	if o.FS == nil {
@@ -153,7 +156,7 @@ func Build(o Options) (*weir.Environment, error) {
 	}
 	if _, inURL := file.URLScheme(o.Input); !inURL && o.Output != "-" {
 		if _, outURL := file.URLScheme(o.Output); !outURL {
-			if f, ok := file.MatchesSinkFiles(o.Input, o.Output, "output"); ok {
+			if f, ok := file.MatchesSinkFiles(o.Input, o.Output, sinkName); ok {
 				return nil, fmt.Errorf("input %s matches the output's files (%s): a restore would read the job's output as input; give an input that does not match files in %s, or write the output elsewhere", o.Input, f, o.Output)
 			}
 		}
@@ -165,7 +168,7 @@ func Build(o Options) (*weir.Environment, error) {
 	words := weir.FlatMap(weir.Source(env, "lines", lines), "split", Split)
 	counts := weir.Process(weir.KeyBy(words, func(w string) string { return w }), "count",
 		func() weir.KeyedProcessFunction[string, string, Count] { return &counter{before: o.BeforeCount} })
-	weir.Sink(counts, "output", sink)
+	weir.Sink(counts, sinkName, sink)
 	return env, nil
 }
 
