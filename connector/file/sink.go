@@ -64,7 +64,7 @@ func MatchesSinkFiles(pattern, dir, uid string) (string, bool) {
 	pattern = path.Join(escapeMeta(filepath.ToSlash(prefix)), path.Join(elems[lit:]...))
 	s := fileSink[struct{}]{uid: escapeUID(uid)}
 	dir = filepath.ToSlash(realPath(dir))
-	for _, name := range []string{s.committedName(0, 1), s.pendingName(0, 1), ".part-" + s.uid + "-0-1-1.inprogress", ".lineage-" + s.uid, LockFile} {
+	for _, name := range []string{s.committedName(0, 1), s.pendingName(0, 1), s.inProgressName(0, 1, 1), ".lineage-" + s.uid, LockFile} {
 		if ok, _ := path.Match(pattern, path.Join(dir, name)); ok {
 			return filepath.Join(filepath.FromSlash(dir), name), true
 		}
@@ -262,6 +262,10 @@ func escapeUID(uid string) string {
 
 func (s *fileSink[T]) pendingName(sub int, id checkpoint.ID) string {
 	return fmt.Sprintf(".part-%s-%d-%d.pending", s.uid, sub, id)
+}
+
+func (s *fileSink[T]) inProgressName(sub int, nanos int64, seq int) string {
+	return fmt.Sprintf(".part-%s-%d-%d-%d.inprogress", s.uid, sub, nanos, seq)
 }
 
 func (s *fileSink[T]) committedName(sub int, id checkpoint.ID) string {
@@ -478,7 +482,7 @@ const writeBytes = 256 << 10
 func (s *fileSink[T]) Write(v T) error {
 	if s.f == nil {
 		s.seq++
-		s.name = fmt.Sprintf(".part-%s-%d-%d-%d.inprogress", s.uid, s.ctx.Subtask, s.ctx.Now().UnixNano(), s.seq)
+		s.name = s.inProgressName(s.ctx.Subtask, s.ctx.Now().UnixNano(), s.seq)
 		f, err := s.cfg.FS.Create(s.path(s.name), vfs.WriteCategoryUnspecified)
 		if err != nil {
 			return fmt.Errorf("file sink: %w", err)
