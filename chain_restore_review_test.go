@@ -70,13 +70,7 @@ func chainReviewChainCollapse(t *testing.T, c [6]int, failAt int64) {
 		if ev.Kind != weir.EventCheckpointCompleted {
 			return
 		}
-		at := map[string]int64{}
-		for _, tt := range ev.Tasks {
-			if tt.ChannelState > 0 {
-				at[strings.Split(tt.Task.String(), "#")[0]] += tt.ChannelState
-			}
-		}
-		if len(at) >= 2 {
+		if at := channelStateByOperator(ev); len(at) >= 2 {
 			where.Store(fmt.Sprint(at))
 			stop()
 		}
@@ -94,15 +88,7 @@ func chainReviewChainCollapse(t *testing.T, c [6]int, failAt int64) {
 		t.Fatalf("%d attempts: the failure did not fire", res.Attempts)
 	}
 	lines := committedLines(t, out)
-	lost, dup := 0, 0
-	for i := range int64(n) {
-		switch c := lines[fmt.Sprint(i)]; {
-		case c == 0:
-			lost++
-		case c > 1:
-			dup++
-		}
-	}
+	lost, dup := countOnce(lines, n)
 	t.Logf("%v: channel state restored %v; %d attempts; %d lost, %d duplicated", c, where.Load(), res.Attempts, lost, dup)
 	if lost+dup > 0 || len(lines) != n {
 		t.Fatalf("%d of %d records lost, %d duplicated, %d distinct lines", lost, n, dup, len(lines))
@@ -155,12 +141,9 @@ func chainReviewChainedEventTime(t *testing.T, p [2]int) {
 		if ev.Kind != weir.EventCheckpointCompleted {
 			return
 		}
-		for _, tt := range ev.Tasks {
-			if strings.HasPrefix(tt.Task.String(), "tag#") && tt.ChannelState > 0 {
-				stored.Store(tt.ChannelState)
-				stop()
-				return
-			}
+		if sum := channelStateAt(ev, "tag"); sum > 0 {
+			stored.Store(sum)
+			stop()
 		}
 	}}
 	if _, err := build(cfg, p[0], true).Execute(first); !errors.Is(err, context.Canceled) {
@@ -231,12 +214,9 @@ func chainReviewChainedReplayInACluster(t *testing.T, p int) {
 		if ev.Kind != weir.EventCheckpointCompleted {
 			return
 		}
-		for _, tt := range ev.Tasks {
-			if strings.HasPrefix(tt.Task.String(), "fmt#") && tt.ChannelState > 0 {
-				stored.Store(tt.ChannelState)
-				stop()
-				return
-			}
+		if sum := channelStateAt(ev, "fmt"); sum > 0 {
+			stored.Store(sum)
+			stop()
 		}
 	}}
 	if _, err := build(cfg, 2, true).Execute(first); !errors.Is(err, context.Canceled) {
@@ -282,15 +262,7 @@ func chainReviewChainedReplayInACluster(t *testing.T, p int) {
 		}
 	}
 	lines := committedLines(t, out)
-	lost, dup := 0, 0
-	for i := range int64(n) {
-		switch c := lines[fmt.Sprint(i)]; {
-		case c == 0:
-			lost++
-		case c > 1:
-			dup++
-		}
-	}
+	lost, dup := countOnce(lines, n)
 	t.Logf("fmt 2 → %d in a cluster: %d bytes of fmt's channel state; %d lost, %d duplicated", p, stored.Load(), lost, dup)
 	if lost+dup > 0 {
 		t.Fatalf("%d of %d records lost, %d duplicated", lost, n, dup)
@@ -357,13 +329,7 @@ func chainReviewKeyedHeadChainedTail(t *testing.T, c [6]int) {
 		if ev.Kind != weir.EventCheckpointCompleted {
 			return
 		}
-		at := map[string]int64{}
-		for _, tt := range ev.Tasks {
-			if tt.ChannelState > 0 {
-				at[strings.Split(tt.Task.String(), "#")[0]] += tt.ChannelState
-			}
-		}
-		if len(at) >= 2 {
+		if at := channelStateByOperator(ev); len(at) >= 2 {
 			where.Store(fmt.Sprint(at))
 			stop()
 		}
@@ -440,13 +406,7 @@ func chainReviewChainedReplayAfterTheSourceEnded(t *testing.T, p [2]int) {
 		if ev.Kind != weir.EventCheckpointCompleted || read.Load() < n {
 			return
 		}
-		var sum int64
-		for _, tt := range ev.Tasks {
-			if strings.HasPrefix(tt.Task.String(), "out#") {
-				sum += tt.ChannelState
-			}
-		}
-		if sum > 0 {
+		if sum := channelStateAt(ev, "out"); sum > 0 {
 			stored.Store(sum)
 			stop()
 		}
@@ -460,15 +420,7 @@ func chainReviewChainedReplayAfterTheSourceEnded(t *testing.T, p [2]int) {
 		t.Fatal(err)
 	}
 	lines := committedLines(t, out)
-	lost, dup := 0, 0
-	for i := range int64(n) {
-		switch c := lines[fmt.Sprint(i)]; {
-		case c == 0:
-			lost++
-		case c > 1:
-			dup++
-		}
-	}
+	lost, dup := countOnce(lines, n)
 	t.Logf("sink %d → %d: %d bytes of the sink's channel state after the source's end; %d lost, %d duplicated", p[0], p[1], stored.Load(), lost, dup)
 	if lost+dup > 0 {
 		t.Fatalf("%d of %d records lost, %d duplicated", lost, n, dup)
@@ -487,4 +439,16 @@ func (w *slowWriter) Write(v string) error {
 		time.Sleep(time.Millisecond)
 	}
 	return w.SinkWriter.Write(v)
+}
+
+// channelStateByOperator is the channel state the tasks of each operator
+// hold in checkpoint event ev, for the operators that hold some.
+func channelStateByOperator(ev weir.JobEvent) map[string]int64 {
+	at := map[string]int64{}
+	for _, tt := range ev.Tasks {
+		if tt.ChannelState > 0 {
+			at[strings.Split(tt.Task.String(), "#")[0]] += tt.ChannelState
+		}
+	}
+	return at
 }

@@ -66,12 +66,9 @@ func channelStateChained(t *testing.T, chained bool) {
 		if ev.Kind != weir.EventCheckpointCompleted {
 			return
 		}
-		for _, tt := range ev.Tasks {
-			if strings.HasPrefix(tt.Task.String(), "fmt#") && tt.ChannelState > 0 {
-				stored.Store(tt.ChannelState)
-				stop()
-				return
-			}
+		if sum := channelStateAt(ev, "fmt"); sum > 0 {
+			stored.Store(sum)
+			stop()
 		}
 	}}
 	if _, err := build(cfg, 2, true).Execute(first); !errors.Is(err, context.Canceled) {
@@ -84,15 +81,7 @@ func channelStateChained(t *testing.T, chained bool) {
 		t.Fatal(err)
 	}
 	lines := committedLines(t, out)
-	lost, dup := 0, 0
-	for i := range int64(n) {
-		switch c := lines[fmt.Sprint(i)]; {
-		case c == 0:
-			lost++
-		case c > 1:
-			dup++
-		}
-	}
+	lost, dup := countOnce(lines, n)
 	if lost+dup > 0 {
 		t.Fatalf("restored with fmt chained to its source: %d of %d records lost, %d duplicated", lost, n, dup)
 	}
@@ -208,15 +197,7 @@ func sinkChannelStateRescaled(t *testing.T, c [4]int, failAt int64, timeout, exp
 		t.Fatalf("%d attempts: the failure did not fire", res.Attempts)
 	}
 	lines := committedLines(t, out)
-	lost, dup := 0, 0
-	for i := range int64(n) {
-		switch c := lines[fmt.Sprint(i)]; {
-		case c == 0:
-			lost++
-		case c > 1:
-			dup++
-		}
-	}
+	lost, dup := countOnce(lines, n)
 	t.Logf("fmt %d → %d, sink %d → %d: the checkpoint restored holds %d bytes of the sink's channel state; %d lost, %d duplicated", c[0], c[2], c[1], c[3], stored.Load(), lost, dup)
 	if lost+dup > 0 {
 		t.Fatalf("%d of %d records lost, %d duplicated", lost, n, dup)
@@ -274,13 +255,7 @@ func replayedOutputAfterFailover(t *testing.T, p [2]int, failAt int64) {
 		if ev.Kind != weir.EventCheckpointCompleted {
 			return
 		}
-		var sum int64
-		for _, tt := range ev.Tasks {
-			if strings.HasPrefix(tt.Task.String(), "fmt#") {
-				sum += tt.ChannelState
-			}
-		}
-		if sum > 0 {
+		if sum := channelStateAt(ev, "fmt"); sum > 0 {
 			stored.Store(sum)
 			stop()
 		}
@@ -298,15 +273,7 @@ func replayedOutputAfterFailover(t *testing.T, p [2]int, failAt int64) {
 		t.Fatalf("%d attempts: the failure did not fire", res.Attempts)
 	}
 	lines := committedLines(t, out)
-	lost, dup := 0, 0
-	for i := range int64(n) {
-		switch c := lines[fmt.Sprint(i)]; {
-		case c == 0:
-			lost++
-		case c > 1:
-			dup++
-		}
-	}
+	lost, dup := countOnce(lines, n)
 	t.Logf("fmt %d → %d: %d bytes of fmt's channel state restored; %d attempts; %d lost, %d duplicated", p[0], p[1], stored.Load(), res.Attempts, lost, dup)
 	if lost+dup > 0 {
 		t.Fatalf("%d of %d records lost, %d duplicated", lost, n, dup)
@@ -315,6 +282,32 @@ func replayedOutputAfterFailover(t *testing.T, p [2]int, failAt int64) {
 
 // genLogger is quiet unless GEN_LOG is set: then warnings and errors go to
 // standard error.
+// countOnce counts, of the records 0 to n-1 (as decimal lines), those
+// not committed and those committed more than once.
+func countOnce(lines map[string]int, n int64) (lost, dup int) {
+	for i := range n {
+		switch c := lines[fmt.Sprint(i)]; {
+		case c == 0:
+			lost++
+		case c > 1:
+			dup++
+		}
+	}
+	return lost, dup
+}
+
+// channelStateAt is the channel state that the tasks of operator uid hold in
+// checkpoint event ev.
+func channelStateAt(ev weir.JobEvent, uid string) int64 {
+	var sum int64
+	for _, tt := range ev.Tasks {
+		if strings.HasPrefix(tt.Task.String(), uid+"#") {
+			sum += tt.ChannelState
+		}
+	}
+	return sum
+}
+
 func genLogger() *slog.Logger {
 	if os.Getenv("GEN_LOG") == "" {
 		return quiet
