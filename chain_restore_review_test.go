@@ -5,7 +5,6 @@ package weir_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -64,22 +63,16 @@ func chainReviewChainCollapse(t *testing.T, c [6]int, failAt int64) {
 	cc := weir.CheckpointConfig{Interval: 20 * time.Millisecond, Dir: filepath.Join(dir, "ckpt"), Alignment: weir.Unaligned, Timeout: time.Minute}
 	ctx, cancel := context.WithTimeout(context.Background(), jobDeadline)
 	defer cancel()
-	first, stop := context.WithCancel(ctx)
 	var where atomic.Value
-	cfg := weir.Config{Job: "collapse", BatchSize: 16, Checkpoint: cc, Restart: weir.NoRestart{}, Logger: genLogger(), OnEvent: func(ev weir.JobEvent) {
-		if ev.Kind != weir.EventCheckpointCompleted {
-			return
-		}
+	cfg := weir.Config{Job: "collapse", BatchSize: 16, Checkpoint: cc, Restart: weir.NoRestart{}, Logger: genLogger()}
+	runUntil(t, ctx, cfg, func(cfg weir.Config) *weir.Environment { return build(cfg, c[0], c[1], c[2], true) }, func(ev weir.JobEvent) bool {
 		if at := channelStateByOperator(ev); len(at) >= 2 {
 			where.Store(fmt.Sprint(at))
-			stop()
+			return true
 		}
-	}}
-	if _, err := build(cfg, c[0], c[1], c[2], true).Execute(first); !errors.Is(err, context.Canceled) {
-		t.Fatalf("first run: %v (it must outlast a checkpoint with channel state at two operators)", err)
-	}
-	stop()
-	cfg.OnEvent, cfg.Restore, cfg.Restart = nil, "latest", weir.FixedDelay{Delay: time.Millisecond, MaxAttempts: 3}
+		return false
+	})
+	cfg.Restore, cfg.Restart = "latest", weir.FixedDelay{Delay: time.Millisecond, MaxAttempts: 3}
 	res, err := build(cfg, c[3], c[4], c[5], false).Execute(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -116,8 +109,8 @@ func chainReviewChainedEventTime(t *testing.T, p [2]int) {
 		src := weir.Source(e, "nums", gen(t, n, func(i int64) int64 { return i }), weir.Parallelism(1),
 			weir.Watermarks(weir.Monotonous(func(v int64) time.Time { return time.UnixMilli(v) })))
 		tag := weir.Map(src, "tag", func(v int64) int64 {
-			if crawl && k.Add(1)%8 == 0 {
-				time.Sleep(time.Millisecond)
+			if crawl {
+				pace(&k, 8)
 			}
 			return v
 		}, weir.Parallelism(pt))
@@ -135,22 +128,16 @@ func chainReviewChainedEventTime(t *testing.T, p [2]int) {
 	cc := weir.CheckpointConfig{Interval: 20 * time.Millisecond, Dir: filepath.Join(dir, "ckpt"), Alignment: weir.Unaligned, Timeout: time.Minute}
 	ctx, cancel := context.WithTimeout(context.Background(), jobDeadline)
 	defer cancel()
-	first, stop := context.WithCancel(ctx)
 	var stored atomic.Int64
-	cfg := weir.Config{Job: "timed", BatchSize: 16, Checkpoint: cc, Restart: weir.NoRestart{}, Logger: genLogger(), OnEvent: func(ev weir.JobEvent) {
-		if ev.Kind != weir.EventCheckpointCompleted {
-			return
-		}
+	cfg := weir.Config{Job: "timed", BatchSize: 16, Checkpoint: cc, Restart: weir.NoRestart{}, Logger: genLogger()}
+	runUntil(t, ctx, cfg, func(cfg weir.Config) *weir.Environment { return build(cfg, p[0], true) }, func(ev weir.JobEvent) bool {
 		if sum := channelStateAt(ev, "tag"); sum > 0 {
 			stored.Store(sum)
-			stop()
+			return true
 		}
-	}}
-	if _, err := build(cfg, p[0], true).Execute(first); !errors.Is(err, context.Canceled) {
-		t.Fatalf("first run: %v", err)
-	}
-	stop()
-	cfg.OnEvent, cfg.Restore = nil, "latest"
+		return false
+	})
+	cfg.Restore = "latest"
 	if _, err := build(cfg, p[1], false).Execute(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -193,8 +180,8 @@ func chainReviewChainedReplayInACluster(t *testing.T, p int) {
 		e := weir.New(cfg)
 		src := weir.Source(e, "nums", gen(t, n, func(i int64) int64 { return i }), weir.Parallelism(1))
 		fmtd := weir.Map(src, "fmt", func(v int64) string {
-			if crawl && k.Add(1)%8 == 0 {
-				time.Sleep(time.Millisecond)
+			if crawl {
+				pace(&k, 8)
 			}
 			return fmt.Sprint(v)
 		}, weir.Parallelism(p))
@@ -208,26 +195,20 @@ func chainReviewChainedReplayInACluster(t *testing.T, p int) {
 	cc := weir.CheckpointConfig{Interval: 20 * time.Millisecond, Dir: filepath.Join(dir, "ckpt"), Alignment: weir.Unaligned, Timeout: time.Minute}
 	ctx, cancel := context.WithTimeout(context.Background(), jobDeadline)
 	defer cancel()
-	first, stop := context.WithCancel(ctx)
 	var stored atomic.Int64
-	cfg := weir.Config{Job: "chained", BatchSize: 16, Checkpoint: cc, Restart: weir.NoRestart{}, Logger: genLogger(), OnEvent: func(ev weir.JobEvent) {
-		if ev.Kind != weir.EventCheckpointCompleted {
-			return
-		}
+	cfg := weir.Config{Job: "chained", BatchSize: 16, Checkpoint: cc, Restart: weir.NoRestart{}, Logger: genLogger()}
+	runUntil(t, ctx, cfg, func(cfg weir.Config) *weir.Environment { return build(cfg, 2, true) }, func(ev weir.JobEvent) bool {
 		if sum := channelStateAt(ev, "fmt"); sum > 0 {
 			stored.Store(sum)
-			stop()
+			return true
 		}
-	}}
-	if _, err := build(cfg, 2, true).Execute(first); !errors.Is(err, context.Canceled) {
-		t.Fatalf("first run: %v", err)
-	}
-	stop()
+		return false
+	})
 	certs := filepath.Join(dir, "certs")
 	if err := transport.WriteCerts(certs, []string{"coordinator", "worker-1", "worker-2"}, []string{"127.0.0.1"}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	cfg.OnEvent, cfg.Restore = nil, "latest"
+	cfg.Restore = "latest"
 	execute := func(cl weir.ClusterConfig) error {
 		cl.Certs = certs
 		cl.HeartbeatInterval, cl.HeartbeatTimeout = 200*time.Millisecond, 3*time.Second
@@ -323,22 +304,16 @@ func chainReviewKeyedHeadChainedTail(t *testing.T, c [6]int) {
 	cc := weir.CheckpointConfig{Interval: 20 * time.Millisecond, Dir: filepath.Join(dir, "ckpt"), Alignment: weir.Unaligned, Timeout: time.Minute}
 	ctx, cancel := context.WithTimeout(context.Background(), jobDeadline)
 	defer cancel()
-	first, stop := context.WithCancel(ctx)
 	var where atomic.Value
-	cfg := weir.Config{Job: "keyed", BatchSize: 16, Checkpoint: cc, Restart: weir.NoRestart{}, Logger: genLogger(), OnEvent: func(ev weir.JobEvent) {
-		if ev.Kind != weir.EventCheckpointCompleted {
-			return
-		}
+	cfg := weir.Config{Job: "keyed", BatchSize: 16, Checkpoint: cc, Restart: weir.NoRestart{}, Logger: genLogger()}
+	runUntil(t, ctx, cfg, func(cfg weir.Config) *weir.Environment { return build(cfg, c[0], c[1], c[2], true) }, func(ev weir.JobEvent) bool {
 		if at := channelStateByOperator(ev); len(at) >= 2 {
 			where.Store(fmt.Sprint(at))
-			stop()
+			return true
 		}
-	}}
-	if _, err := build(cfg, c[0], c[1], c[2], true).Execute(first); !errors.Is(err, context.Canceled) {
-		t.Fatalf("first run: %v", err)
-	}
-	stop()
-	cfg.OnEvent, cfg.Restore = nil, "latest"
+		return false
+	})
+	cfg.Restore = "latest"
 	if _, err := build(cfg, c[3], c[4], c[5], false).Execute(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -393,29 +368,26 @@ func chainReviewChainedReplayAfterTheSourceEnded(t *testing.T, p [2]int) {
 		}
 		var k atomic.Int64
 		weir.Sink(fmtd, "out", func() weir.SinkWriter[string] {
-			return &slowWriter{SinkWriter: sink(), crawl: crawl, k: &k}
+			return &crawlingWriter{SinkWriter: sink(), crawl: crawl, k: &k, every: 1}
 		}, weir.Parallelism(ps))
 		return e
 	}
 	cc := weir.CheckpointConfig{Interval: 20 * time.Millisecond, Dir: filepath.Join(dir, "ckpt"), Alignment: weir.Unaligned, Timeout: time.Minute}
 	ctx, cancel := context.WithTimeout(context.Background(), jobDeadline)
 	defer cancel()
-	first, stop := context.WithCancel(ctx)
 	var stored atomic.Int64
-	cfg := weir.Config{Job: "ended", BatchSize: 16, Checkpoint: cc, Restart: weir.NoRestart{}, Logger: genLogger(), OnEvent: func(ev weir.JobEvent) {
-		if ev.Kind != weir.EventCheckpointCompleted || read.Load() < n {
-			return
+	cfg := weir.Config{Job: "ended", BatchSize: 16, Checkpoint: cc, Restart: weir.NoRestart{}, Logger: genLogger()}
+	runUntil(t, ctx, cfg, func(cfg weir.Config) *weir.Environment { return build(cfg, p[0], true) }, func(ev weir.JobEvent) bool {
+		if read.Load() < n {
+			return false
 		}
 		if sum := channelStateAt(ev, "out"); sum > 0 {
 			stored.Store(sum)
-			stop()
+			return true
 		}
-	}}
-	if _, err := build(cfg, p[0], true).Execute(first); !errors.Is(err, context.Canceled) {
-		t.Fatalf("first run: %v (it must outlast a checkpoint after the source's end with channel state at the sink)", err)
-	}
-	stop()
-	cfg.OnEvent, cfg.Restore = nil, "latest"
+		return false
+	})
+	cfg.Restore = "latest"
 	if _, err := build(cfg, p[1], false).Execute(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -425,20 +397,6 @@ func chainReviewChainedReplayAfterTheSourceEnded(t *testing.T, p [2]int) {
 	if lost+dup > 0 {
 		t.Fatalf("%d of %d records lost, %d duplicated", lost, n, dup)
 	}
-}
-
-// slowWriter: a millisecond per record while crawl.
-type slowWriter struct {
-	weir.SinkWriter[string]
-	crawl bool
-	k     *atomic.Int64
-}
-
-func (w *slowWriter) Write(v string) error {
-	if w.crawl {
-		time.Sleep(time.Millisecond)
-	}
-	return w.SinkWriter.Write(v)
 }
 
 // channelStateByOperator is the channel state the tasks of each operator

@@ -4,6 +4,7 @@ package weir_test
 // deterministic test.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -45,8 +46,8 @@ func channelStateChained(t *testing.T, chained bool) {
 		src := weir.Source(e, "nums", gen(t, n, func(i int64) int64 { return i }), weir.Parallelism(1))
 		var k atomic.Int64
 		fmtd := weir.Map(src, "fmt", func(v int64) string {
-			if crawl && k.Add(1)%8 == 0 {
-				time.Sleep(time.Millisecond) // the crawl: back-pressure, so that records are in flight
+			if crawl {
+				pace(&k, 8)
 			}
 			return fmt.Sprint(v)
 		}, opts...)
@@ -60,23 +61,17 @@ func channelStateChained(t *testing.T, chained bool) {
 	cc := weir.CheckpointConfig{Interval: 20 * time.Millisecond, Dir: filepath.Join(dir, "ckpt"), Alignment: weir.Unaligned, Timeout: time.Minute}
 	ctx, cancel := context.WithTimeout(context.Background(), jobDeadline)
 	defer cancel()
-	first, stop := context.WithCancel(ctx)
 	var stored atomic.Int64
-	cfg := weir.Config{Job: "chained", Checkpoint: cc, Restart: weir.NoRestart{}, Logger: quiet, OnEvent: func(ev weir.JobEvent) {
-		if ev.Kind != weir.EventCheckpointCompleted {
-			return
-		}
+	cfg := weir.Config{Job: "chained", Checkpoint: cc, Restart: weir.NoRestart{}, Logger: quiet}
+	runUntil(t, ctx, cfg, func(cfg weir.Config) *weir.Environment { return build(cfg, 2, true) }, func(ev weir.JobEvent) bool {
 		if sum := channelStateAt(ev, "fmt"); sum > 0 {
 			stored.Store(sum)
-			stop()
+			return true
 		}
-	}}
-	if _, err := build(cfg, 2, true).Execute(first); !errors.Is(err, context.Canceled) {
-		t.Fatalf("first run: %v (it must outlast a checkpoint with channel state at fmt)", err)
-	}
-	stop()
+		return false
+	})
 	t.Logf("the checkpoint restored holds %d bytes of channel state of fmt", stored.Load())
-	cfg.OnEvent, cfg.Restore = nil, "latest"
+	cfg.Restore = "latest"
 	if _, err := build(cfg, 1, false).Execute(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -93,13 +88,23 @@ type crawlingWriter struct {
 	weir.SinkWriter[string]
 	crawl bool
 	k     *atomic.Int64
+	every int64 // records a millisecond's pause (0: 8)
 }
 
 func (w *crawlingWriter) Write(v string) error {
-	if w.crawl && w.k.Add(1)%8 == 0 {
-		time.Sleep(time.Millisecond) // the crawl
+	if w.crawl {
+		pace(w.k, cmp.Or(w.every, 8))
 	}
 	return w.SinkWriter.Write(v)
+}
+
+// pace sleeps a millisecond every n-th time k is counted: the crawl, back-
+// pressure (not synchronisation), so that records wait in channels and
+// unaligned checkpoints store them.
+func pace(k *atomic.Int64, n int64) {
+	if k.Add(1)%n == 0 {
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // TestReviewGenSinkChannelStateRescaled: source (1) → fmt (a) → a crawling
@@ -164,12 +169,9 @@ func sinkChannelStateRescaled(t *testing.T, c [4]int, failAt int64, timeout, exp
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), jobDeadline)
 	defer cancel()
-	first, stop := context.WithCancel(ctx)
 	var stored atomic.Int64
-	cfg := weir.Config{Job: "rescaled", BatchSize: 16, Checkpoint: cc, Restart: weir.NoRestart{}, Logger: genLogger(), OnEvent: func(ev weir.JobEvent) {
-		if ev.Kind != weir.EventCheckpointCompleted {
-			return
-		}
+	cfg := weir.Config{Job: "rescaled", BatchSize: 16, Checkpoint: cc, Restart: weir.NoRestart{}, Logger: genLogger()}
+	runUntil(t, ctx, cfg, func(cfg weir.Config) *weir.Environment { return build(cfg, c[0], c[1], true) }, func(ev weir.JobEvent) bool {
 		var sum int64
 		for _, tt := range ev.Tasks {
 			if strings.HasPrefix(tt.Task.String(), "out#") {
@@ -181,14 +183,11 @@ func sinkChannelStateRescaled(t *testing.T, c [4]int, failAt int64, timeout, exp
 		}
 		if sum > 0 {
 			stored.Store(sum)
-			stop()
+			return true
 		}
-	}}
-	if _, err := build(cfg, c[0], c[1], true).Execute(first); !errors.Is(err, context.Canceled) {
-		t.Fatalf("first run: %v (it must outlast a checkpoint with channel state at the sink)", err)
-	}
-	stop()
-	cfg.OnEvent, cfg.Restore, cfg.Restart = nil, "latest", weir.FixedDelay{Delay: time.Millisecond, MaxAttempts: 3}
+		return false
+	})
+	cfg.Restore, cfg.Restart = "latest", weir.FixedDelay{Delay: time.Millisecond, MaxAttempts: 3}
 	res, err := build(cfg, c[2], c[3], false).Execute(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -234,8 +233,8 @@ func replayedOutputAfterFailover(t *testing.T, p [2]int, failAt int64) {
 			return v
 		}, weir.Parallelism(1))
 		fmtd := weir.Map(pre, "fmt", func(v int64) string {
-			if first && k.Add(1)%8 == 0 {
-				time.Sleep(time.Millisecond) // the crawl
+			if first {
+				pace(&k, 8)
 			}
 			return fmt.Sprint(v)
 		}, weir.Parallelism(par), weir.NoChain())
@@ -249,22 +248,16 @@ func replayedOutputAfterFailover(t *testing.T, p [2]int, failAt int64) {
 	cc := weir.CheckpointConfig{Interval: 20 * time.Millisecond, Dir: filepath.Join(dir, "ckpt"), Alignment: weir.Unaligned, Timeout: time.Minute}
 	ctx, cancel := context.WithTimeout(context.Background(), jobDeadline)
 	defer cancel()
-	first, stop := context.WithCancel(ctx)
 	var stored atomic.Int64
-	cfg := weir.Config{Job: "replayed", BatchSize: 16, Checkpoint: cc, Restart: weir.NoRestart{}, Logger: quiet, OnEvent: func(ev weir.JobEvent) {
-		if ev.Kind != weir.EventCheckpointCompleted {
-			return
-		}
+	cfg := weir.Config{Job: "replayed", BatchSize: 16, Checkpoint: cc, Restart: weir.NoRestart{}, Logger: quiet}
+	runUntil(t, ctx, cfg, func(cfg weir.Config) *weir.Environment { return build(cfg, p[0], true) }, func(ev weir.JobEvent) bool {
 		if sum := channelStateAt(ev, "fmt"); sum > 0 {
 			stored.Store(sum)
-			stop()
+			return true
 		}
-	}}
-	if _, err := build(cfg, p[0], true).Execute(first); !errors.Is(err, context.Canceled) {
-		t.Fatalf("first run: %v (it must outlast a checkpoint with channel state at fmt)", err)
-	}
-	stop()
-	cfg.OnEvent, cfg.Restore, cfg.Restart = nil, "latest", weir.FixedDelay{Delay: time.Millisecond, MaxAttempts: 3}
+		return false
+	})
+	cfg.Restore, cfg.Restart = "latest", weir.FixedDelay{Delay: time.Millisecond, MaxAttempts: 3}
 	res, err := build(cfg, p[1], false).Execute(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -282,6 +275,23 @@ func replayedOutputAfterFailover(t *testing.T, p [2]int, failAt int64) {
 
 // genLogger is quiet unless GEN_LOG is set: then warnings and errors go to
 // standard error.
+// runUntil runs the job build makes of cfg until a checkpoint completes for
+// which stopAt says true, and cancels it there: the job must outlast such a
+// checkpoint.
+func runUntil(t *testing.T, ctx context.Context, cfg weir.Config, build func(weir.Config) *weir.Environment, stopAt func(weir.JobEvent) bool) {
+	t.Helper()
+	first, stop := context.WithCancel(ctx)
+	defer stop()
+	cfg.OnEvent = func(ev weir.JobEvent) {
+		if ev.Kind == weir.EventCheckpointCompleted && stopAt(ev) {
+			stop()
+		}
+	}
+	if _, err := build(cfg).Execute(first); !errors.Is(err, context.Canceled) {
+		t.Fatalf("first run: %v (it must outlast a checkpoint that stops it)", err)
+	}
+}
+
 // countOnce counts, of the records 0 to n-1 (as decimal lines), those
 // not committed and those committed more than once.
 func countOnce(lines map[string]int, n int64) (lost, dup int) {
