@@ -764,3 +764,60 @@ func TestPartitionsHaveTheirOwnWatermarks(t *testing.T) {
 		t.Fatalf("%d records late; window counts %v, want %v", lateCount, got, want)
 	}
 }
+
+// TestGroupCommitsSurviveFailedCheckpoints: a source keeps the offsets of
+// its recent snapshots to commit to the consumer group when their
+// checkpoint completes; checkpoints that fail are never notified. After
+// many failed ones, the completion of any of the newest commits its
+// offsets (the bound once dropped an arbitrary snapshot's, the newest
+// included).
+func TestGroupCommitsSurviveFailedCheckpoints(t *testing.T) {
+	brokers := broker(t, "lines")
+	produce(t, brokers, "lines", "", values("r", 200)...)
+	newReader, err := Source(SourceConfig[string]{Brokers: brokers, Topics: []string{"lines"}, Decode: StringValue, BatchSize: 1, Group: "lag"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := &operatortest.Run{}
+	defer run.Close()
+	r := newReader()
+	if err := r.Open(run.Context("kafka", 0, 1, nil)); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var got collected
+	const snapshots = 3 * maxCommits
+	for id := checkpoint.ID(1); id <= snapshots; id++ {
+		for want := len(got) + 1; len(got) < want; {
+			if _, err := r.Read(&got); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := r.Snapshot(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cl, _ := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	defer cl.Close()
+	// Each of the newest snapshots, completing in turn, commits the
+	// positions it recorded: one record a snapshot, over the topic's three
+	// partitions.
+	for id := checkpoint.ID(snapshots - maxCommits + 1); id <= snapshots; id++ {
+		if err := r.NotifyComplete(id); err != nil {
+			t.Fatal(err)
+		}
+		offs, err := kadm.NewClient(cl).FetchOffsets(context.Background(), "lag")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var read int64
+		for p := range int32(3) {
+			if o, ok := offs.Lookup("lines", p); ok {
+				read += o.At
+			}
+		}
+		if read != int64(id) {
+			t.Fatalf("after checkpoint %d completed: the group's offsets add up to %d, want %d", id, read, id)
+		}
+	}
+}

@@ -623,11 +623,11 @@ func (r *reader[T]) Snapshot(id checkpoint.ID) (operator.Async, error) {
 	}
 	if r.cfg.Group != "" {
 		r.commits[id] = offsets
+		// Checkpoints that failed are never notified: keep the newest.
 		for old := range r.commits {
-			if len(r.commits) <= maxCommits {
-				break
+			if old+maxCommits <= id {
+				delete(r.commits, old)
 			}
-			delete(r.commits, old)
 		}
 	}
 	splits := r.ctx.SnapshotList(state.Split, "splits", items)
