@@ -1,0 +1,485 @@
+package weir_test
+
+// The job generator (gen_review_test.go) on a cluster: each seed's job
+// runs on an in-process coordinator and 2 or 3 workers (goroutines, each
+// its own Environment, over mutual TLS on loopback), with the seed's
+// settings and in-job faults, and cluster faults drawn from the seed: a
+// worker stopped abruptly (its context cancelled at the k-th completed
+// checkpoint or some milliseconds into the run) and a replacement under
+// its name, under a new name or none; the coordinator stopped and started
+// again on its address with Restore "latest", the workers staying; the
+// whole cluster stopped (cancelled, or with a savepoint) and started again
+// with Restore "latest" at another parallelism, on other workers. The
+// committed output is checked against the same sequential model.
+//
+//	go test -run 'TestReviewGenCluster$' -count=1 -genc.seeds 20 -genc.first 1 .
+//	go test -run 'TestReviewGenCluster$' -count=1 -genc.first 17 -genc.seeds 1 -v .
+//
+// A seed draws the same job as TestReviewGen's seed of the same number
+// (the cluster's draw is a stream of its own), so a failing seed can be
+// run in one process too. The trace of a failing seed holds the
+// coordinator's events, the faults injected and every process's warnings.
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/weirstream/weir"
+	"github.com/weirstream/weir/internal/transport"
+)
+
+var (
+	gencSeeds = flag.Int("genc.seeds", 0, "seeds TestReviewGenCluster runs (default 2, 1 under -race)")
+	gencFirst = flag.Uint64("genc.first", 1, "TestReviewGenCluster's first seed")
+	gencProbe = flag.Bool("genc.failprobe", false, "the failing checkpoint write may be a worker's probe of the storage (which fails the job for good: TestReviewClusterProbeWriteFailsOnce)")
+)
+
+// gcFault is a fault of one phase of a cluster run: when (at the k-th
+// completed checkpoint of the phase, or some time after its coordinator
+// listened) and what.
+type gcFault struct {
+	what    string // "kill" (a worker), "coordinator" (restart)
+	atCkpt  int64
+	afterMs int
+	worker  int    // kill: which of the phase's workers
+	replace string // kill: "same" name, "new" name, "none"
+}
+
+func (f gcFault) String() string {
+	when := fmt.Sprintf("at checkpoint %d", f.atCkpt)
+	if f.atCkpt == 0 {
+		when = fmt.Sprintf("%dms in", f.afterMs)
+	}
+	if f.what == "kill" {
+		return fmt.Sprintf("kill worker %d %s, replace %s", f.worker, when, f.replace)
+	}
+	return "restart the coordinator " + when
+}
+
+// genCluster is a job of the generator and how the cluster runs it.
+type genCluster struct {
+	*genJob
+	plan      string // straight, rescale (cancelled and restored), savepoint (stopped with one and restored)
+	phases    int
+	slots     [3][]int // each phase's workers' slots
+	faults    [3][]gcFault
+	hbTimeout time.Duration
+}
+
+func (g *genCluster) String() string {
+	return fmt.Sprintf("%v || cluster: plan %s phases %d slots %v faults %v heartbeat timeout %v", g.genJob, g.plan, g.phases, g.slots[:g.phases], g.faults[:g.phases], g.hbTimeout)
+}
+
+func drawCluster(seed uint64) *genCluster {
+	g := &genCluster{genJob: drawJob(seed)}
+	rng := rand.New(rand.NewPCG(seed, 0xc1a5))
+	switch g.genJob.plan {
+	case "straight":
+		g.plan, g.phases = "straight", 1
+	case "rescale":
+		g.plan, g.phases = "rescale", 2
+		if g.twice {
+			g.phases = 3
+		}
+	default:
+		g.plan, g.phases = "savepoint", 2
+	}
+	g.hbTimeout = time.Duration(600+rng.IntN(1400)) * time.Millisecond
+	for r := range g.phases {
+		need := 1
+		for _, p := range g.par[r] {
+			need = max(need, p)
+		}
+		n := 2 + rng.IntN(2)
+		total := 0
+		for range n {
+			s := 1 + rng.IntN(3)
+			g.slots[r] = append(g.slots[r], s)
+			total += s
+		}
+		if total < need {
+			g.slots[r][n-1] += need - total
+			total = need
+		}
+		// A phase draws no fault, a worker's kill, a coordinator's
+		// restart, or both.
+		k := rng.IntN(4)
+		when := func() (int64, int) {
+			if rng.IntN(3) == 0 {
+				return 0, rng.IntN(1500)
+			}
+			return 1 + rng.Int64N(6), 0
+		}
+		if k&1 != 0 {
+			f := gcFault{what: "kill", worker: rng.IntN(n), replace: []string{"same", "same", "new", "none"}[rng.IntN(4)]}
+			if f.replace == "none" && total-g.slots[r][f.worker] < need {
+				f.replace = "new"
+			}
+			f.atCkpt, f.afterMs = when()
+			g.faults[r] = append(g.faults[r], f)
+		}
+		if k&2 != 0 {
+			f := gcFault{what: "coordinator"}
+			f.atCkpt, f.afterMs = when()
+			g.faults[r] = append(g.faults[r], f)
+		}
+	}
+	return g
+}
+
+// gcProc is a process of the cluster: its Execute runs in a goroutine
+// until its context ends or the job does.
+type gcProc struct {
+	name   string
+	cancel context.CancelFunc
+	done   chan struct{}
+	res    weir.Result
+	err    error
+}
+
+// gcRun is one seed's run on a cluster.
+type gcRun struct {
+	g     *genCluster
+	t     *testing.T
+	ctx   context.Context // the seed's deadline
+	dir   string
+	out   string
+	certs string
+	f     *genFaults
+	fs    *failNthCreate
+	tr    *genTrace
+	mu    sync.Mutex
+	procs []*gcProc // every process started, to stop and wait for at the end
+	fresh int       // the last new worker's number
+}
+
+// traceLog is a slog.Handler that adds a process's warnings and errors to
+// the trace.
+type traceLog struct {
+	tr    *genTrace
+	attrs string
+}
+
+func (h traceLog) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+
+func (h traceLog) Handle(_ context.Context, r slog.Record) error {
+	s := r.Level.String() + " " + r.Message + h.attrs
+	r.Attrs(func(a slog.Attr) bool { s += " " + a.String(); return true })
+	h.tr.add("%s", s)
+	return nil
+}
+
+func (h traceLog) WithAttrs(as []slog.Attr) slog.Handler {
+	for _, a := range as {
+		h.attrs += " " + a.String()
+	}
+	return h
+}
+
+func (h traceLog) WithGroup(string) slog.Handler { return h }
+
+// config is phase r's configuration of a process.
+func (c *gcRun) config(r int, cc weir.ClusterConfig) weir.Config {
+	g := c.g
+	ps := []int{g.srcP, g.p2, g.p3}
+	cfg := g.config(c.dir, ps[r], c.fs, r)
+	cc.Certs = c.certs
+	cc.HeartbeatInterval, cc.HeartbeatTimeout = 100*time.Millisecond, g.hbTimeout
+	cfg.Cluster = cc
+	name := or(cc.Name, "coordinator")
+	cfg.Logger = slog.New(traceLog{tr: c.tr}).With("process", name)
+	// A process's own disk: Pebble's files and local copies.
+	if cfg.StateBackend.Dir != "" {
+		cfg.StateBackend.Dir = filepath.Join(cfg.StateBackend.Dir, name)
+	}
+	if cfg.LocalRecovery {
+		cfg.LocalRecoveryDir = filepath.Join(cfg.LocalRecoveryDir, name)
+	}
+	if r > 0 {
+		cfg.Restore = "latest"
+	}
+	if cc.Role == weir.Worker {
+		cfg.OnEvent = nil
+	}
+	return cfg
+}
+
+func or(s, alt string) string {
+	if s != "" {
+		return s
+	}
+	return alt
+}
+
+// start runs a process of phase r.
+func (c *gcRun) start(r int, cfg weir.Config, slow bool) *gcProc {
+	ctx, cancel := context.WithCancel(c.ctx)
+	p := &gcProc{name: or(cfg.Cluster.Name, "coordinator"), cancel: cancel, done: make(chan struct{})}
+	c.mu.Lock()
+	c.procs = append(c.procs, p)
+	c.mu.Unlock()
+	env := c.g.build(c.t, cfg, c.out, slow, c.f, r)
+	go func() {
+		defer close(p.done)
+		p.res, p.err = env.Execute(ctx)
+		c.tr.add("%s returned %+v %v", p.name, p.res, p.err)
+	}()
+	return p
+}
+
+// stop cancels p and waits for it to return; false if it did not within
+// 30 s (a defect: a process that does not stop).
+func (c *gcRun) stop(p *gcProc) bool {
+	p.cancel()
+	select {
+	case <-p.done:
+		return true
+	case <-time.After(30 * time.Second):
+		c.t.Errorf("%s did not return 30 s after its context ended", p.name)
+		return false
+	}
+}
+
+func (c *gcRun) newWorkerName() string {
+	c.fresh++
+	return fmt.Sprintf("worker-%d", c.fresh)
+}
+
+// phase runs phase r of the plan: a coordinator and workers; the phase
+// ends when the job does, or (stop) after g.after completed checkpoints,
+// with a cancel (rescale) or a savepoint (savepoint). It returns the last
+// coordinator's result.
+func (c *gcRun) phase(r int) (weir.Result, error) {
+	g, t := c.g, c.t
+	last := r == g.phases-1
+	slow := !last || len(g.faults[r]) > 0
+	var completed atomic.Int64
+	var finished atomic.Bool // the job finished (or stopped with a savepoint)
+	events := make(chan struct{}, 1)
+	addr, web := "", ""
+	// coordinator starts phase r's coordinator, on any port (first) or on
+	// its address again, and sets addr and web.
+	coordinator := func(listen string) *gcProc {
+		listening := make(chan string, 1)
+		cc := weir.ClusterConfig{Role: weir.Coordinator, Listen: listen, OnListen: func(a string) { listening <- a }}
+		cfg := c.config(r, cc)
+		if listen != "127.0.0.1:0" {
+			cfg.Restore = "latest" // a coordinator started again
+		}
+		cfg.OnEvent = func(ev weir.JobEvent) {
+			c.tr.on(ev)
+			switch ev.Kind {
+			case weir.EventCheckpointCompleted:
+				completed.Add(1)
+			case weir.EventFinished:
+				finished.Store(true)
+			}
+			select {
+			case events <- struct{}{}:
+			default:
+			}
+		}
+		webs := make(chan string, 1)
+		if g.plan == "savepoint" && r == 0 {
+			cfg.Web, cfg.WebToken, cfg.OnWeb = "127.0.0.1:0", "tok", func(a string) { webs <- a }
+		}
+		p := c.start(r, cfg, slow)
+		select {
+		case addr = <-listening:
+		case <-p.done:
+			t.Fatalf("%v: phase %d: the coordinator ended before it listened: %v", g, r+1, p.err)
+		}
+		if cfg.Web != "" {
+			web = <-webs
+		}
+		return p
+	}
+	co := coordinator("127.0.0.1:0")
+	c.tr.add("phase %d: coordinator at %s", r+1, addr)
+	var workers []*gcProc
+	slotsOf := map[string]int{}
+	worker := func(name string, slots int) *gcProc {
+		slotsOf[name] = slots
+		cc := weir.ClusterConfig{Role: weir.Worker, Join: addr, Name: name, Listen: "127.0.0.1:0", Slots: slots}
+		return c.start(r, c.config(r, cc), slow)
+	}
+	for _, s := range g.slots[r] {
+		workers = append(workers, worker(c.newWorkerName(), s))
+	}
+	started := time.Now()
+	pending := append([]gcFault(nil), g.faults[r]...)
+	stopped := false // the stop of a phase not the last was asked for
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-events:
+		case <-tick.C: // the time of the faults drawn in milliseconds
+		case <-co.done:
+			return c.ended(r, co, workers, stopped)
+		case <-c.ctx.Done():
+			t.Fatalf("%v: phase %d: stuck: %d checkpoints completed in %v", g, r+1, completed.Load(), time.Since(started).Round(time.Millisecond))
+		}
+		n := completed.Load()
+		for i := 0; i < len(pending); i++ {
+			f := pending[i]
+			if f.atCkpt > 0 && n < f.atCkpt || f.atCkpt == 0 && time.Since(started) < time.Duration(f.afterMs)*time.Millisecond {
+				continue
+			}
+			pending = append(pending[:i], pending[i+1:]...)
+			i--
+			c.tr.add("phase %d: %v (%d checkpoints completed)", r+1, f, n)
+			switch f.what {
+			case "kill":
+				w := workers[f.worker%len(workers)]
+				if !c.stop(w) {
+					t.FailNow()
+				}
+				c.tr.add("phase %d: %s stopped: %v", r+1, w.name, w.err)
+				if finished.Load() {
+					// No replacement: a worker that joins after the
+					// coordinator returned looks for it for ever.
+					f.replace = "none"
+				}
+				switch f.replace {
+				case "same":
+					workers[f.worker%len(workers)] = worker(w.name, slotsOf[w.name])
+				case "new":
+					workers[f.worker%len(workers)] = worker(c.newWorkerName(), slotsOf[w.name])
+				default:
+					workers = append(workers[:f.worker%len(workers)], workers[f.worker%len(workers)+1:]...)
+				}
+			case "coordinator":
+				if !c.stop(co) {
+					t.FailNow()
+				}
+				if co.err == nil {
+					// The job ended before the stop.
+					return c.ended(r, co, workers, stopped)
+				}
+				c.tr.add("phase %d: coordinator stopped: %v; starting it again", r+1, co.err)
+				co = coordinator(addr)
+			}
+		}
+		if !last && !stopped && n >= g.after {
+			stopped = true
+			if g.plan == "rescale" {
+				c.tr.add("phase %d: stopping the cluster after %d checkpoints", r+1, n)
+				for _, p := range append([]*gcProc{co}, workers...) {
+					if !c.stop(p) {
+						t.FailNow()
+					}
+				}
+				return weir.Result{}, nil
+			}
+			if _, err := postSavepoint(web, true); err != nil {
+				c.tr.add("phase %d: savepoint: %v", r+1, err)
+				stopped = false
+			}
+		}
+	}
+}
+
+// ended waits, after the coordinator co of phase r returned, for the
+// workers to return on their own: the job ended (finished, or stopped with
+// a savepoint) and every worker must hear it.
+func (c *gcRun) ended(r int, co *gcProc, workers []*gcProc, stopped bool) (weir.Result, error) {
+	if co.err != nil {
+		for _, w := range workers {
+			c.stop(w)
+		}
+		return co.res, co.err
+	}
+	deadline := time.After(20 * time.Second)
+	for _, w := range workers {
+		select {
+		case <-w.done:
+			if w.err != nil {
+				c.t.Errorf("phase %d: worker %s returned %v after the job ended, want nil", r+1, w.name, w.err)
+			}
+		case <-deadline:
+			c.t.Errorf("phase %d: worker %s still runs 20 s after the job ended (%+v %v)", r+1, w.name, co.res, co.err)
+			c.stop(w)
+		}
+	}
+	if !stopped && co.res.StoppedWith != 0 {
+		c.t.Errorf("phase %d: stopped with savepoint %d, none asked for", r+1, co.res.StoppedWith)
+	}
+	return co.res, co.err
+}
+
+func (g *genCluster) runCluster(t *testing.T) {
+	dir := t.TempDir()
+	c := &gcRun{g: g, t: t, dir: dir, out: filepath.Join(dir, "out"), certs: filepath.Join(dir, "certs"), f: &genFaults{}, tr: &genTrace{run: 1}}
+	g.tr = c.tr
+	c.fs = &failNthCreate{FS: vfs.Default, k: g.failWrite, tr: c.tr, spareProbes: !*gencProbe}
+	names := []string{"coordinator"}
+	for i := 1; i <= 16; i++ {
+		names = append(names, fmt.Sprintf("worker-%d", i))
+	}
+	if err := transport.WriteCerts(c.certs, names, []string{"127.0.0.1"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), jobDeadline)
+	c.ctx = ctx
+	defer dump(t, c.tr, c.out)
+	// Every process ends before the test does (the package checks for
+	// leaks), also when it fails.
+	defer func() {
+		cancel()
+		c.mu.Lock()
+		procs := c.procs
+		c.mu.Unlock()
+		for _, p := range procs {
+			c.stop(p)
+		}
+	}()
+	for r := range g.phases {
+		c.tr.mu.Lock()
+		c.tr.run = r + 1
+		c.tr.mu.Unlock()
+		res, err := c.phase(r)
+		if err != nil {
+			t.Fatalf("%v: phase %d: %v", g, r+1, err)
+		}
+		if g.plan == "savepoint" && r == 0 {
+			if res.StoppedWith == 0 {
+				t.Logf("the first phase was not stopped with a savepoint: the job finished")
+				break
+			}
+			t.Logf("stopped with savepoint %d", res.StoppedWith)
+		}
+	}
+	g.verify(t, c.out, c.f, c.fs)
+	if c.fresh > 16 {
+		panic("more workers than certificates") // NB: drawCluster starts at most 3 a phase and 2 new ones
+	}
+}
+
+func TestReviewGenCluster(t *testing.T) {
+	seeds := *gencSeeds
+	if seeds == 0 {
+		seeds = 2
+		if weir.RaceEnabled {
+			seeds = 1 // the race detector slows a seed about tenfold
+		}
+	}
+	for seed := *gencFirst; seed < *gencFirst+uint64(seeds); seed++ {
+		g := drawCluster(seed)
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			start := time.Now()
+			g.runCluster(t)
+			t.Logf("%v: %v", g, time.Since(start).Round(time.Millisecond))
+		})
+	}
+}
