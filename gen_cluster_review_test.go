@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -48,11 +49,12 @@ var (
 // completed checkpoint of the phase, or some time after its coordinator
 // listened) and what.
 type gcFault struct {
-	what    string // "kill" (a worker), "coordinator" (restart)
+	what    string // "kill" (a worker), "coordinator" (restart), "stall" (a worker's link to the coordinator)
 	atCkpt  int64
 	afterMs int
 	worker  int    // kill: which of the phase's workers
 	replace string // kill: "same" name, "new" name, "none"
+	stallMs int    // stall: for how long
 }
 
 func (f gcFault) String() string {
@@ -60,8 +62,11 @@ func (f gcFault) String() string {
 	if f.atCkpt == 0 {
 		when = fmt.Sprintf("%dms in", f.afterMs)
 	}
-	if f.what == "kill" {
+	switch f.what {
+	case "kill":
 		return fmt.Sprintf("kill worker %d %s, replace %s", f.worker, when, f.replace)
+	case "stall":
+		return fmt.Sprintf("stall worker %d's link to the coordinator %s for %dms", f.worker, when, f.stallMs)
 	}
 	return "restart the coordinator " + when
 }
@@ -134,7 +139,118 @@ func drawCluster(seed uint64) *genCluster {
 			g.faults[r] = append(g.faults[r], f)
 		}
 	}
+	// Stalls come from a stream of their own: the seeds drawn before them
+	// keep their faults.
+	rng = rand.New(rand.NewPCG(seed, 0x57a11))
+	for r := range g.phases {
+		if rng.IntN(3) == 0 {
+			f := gcFault{what: "stall", worker: rng.IntN(len(g.slots[r])), atCkpt: 1 + rng.Int64N(6)}
+			f.stallMs = int(g.hbTimeout/time.Millisecond) + 200 + rng.IntN(1000)
+			g.faults[r] = append(g.faults[r], f)
+		}
+	}
 	return g
+}
+
+// stallProxy carries a worker's connections to the coordinator; stalled,
+// it holds their bytes, both ways, until it resumes (as a network that
+// drops every packet for a while and retransmits them after): the
+// heartbeats stop, the worker fences itself, and the coordinator declares
+// it lost; the calls then arrive late.
+type stallProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	open   chan struct{} // closed while bytes flow
+	conns  []net.Conn
+	closed chan struct{}
+	wg     sync.WaitGroup
+}
+
+func newStallProxy(target string) (*stallProxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &stallProxy{ln: ln, target: target, open: make(chan struct{}), closed: make(chan struct{})}
+	close(p.open)
+	p.wg.Go(p.accept)
+	return p, nil
+}
+
+func (p *stallProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *stallProxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		t, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, c, t)
+		p.mu.Unlock()
+		p.wg.Go(func() { p.copy(t, c) })
+		p.wg.Go(func() { p.copy(c, t) })
+	}
+}
+
+func (p *stallProxy) copy(dst, src net.Conn) {
+	defer dst.Close()
+	defer src.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			open := p.open
+			p.mu.Unlock()
+			select {
+			case <-open:
+			case <-p.closed:
+				return
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *stallProxy) stall() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.open = make(chan struct{})
+}
+
+func (p *stallProxy) resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.open:
+	default:
+		close(p.open)
+	}
+}
+
+// close closes the proxy and its connections, and waits for its
+// goroutines.
+func (p *stallProxy) close() {
+	close(p.closed)
+	p.ln.Close()
+	p.mu.Lock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
 }
 
 // gcProc is a process of the cluster: its Execute runs in a goroutine
@@ -149,18 +265,19 @@ type gcProc struct {
 
 // gcRun is one seed's run on a cluster.
 type gcRun struct {
-	g     *genCluster
-	t     *testing.T
-	ctx   context.Context // the seed's deadline
-	dir   string
-	out   string
-	certs string
-	f     *genFaults
-	fs    *failNthCreate
-	tr    *genTrace
-	mu    sync.Mutex
-	procs []*gcProc // every process started, to stop and wait for at the end
-	fresh int       // the last new worker's number
+	g       *genCluster
+	t       *testing.T
+	ctx     context.Context // the seed's deadline
+	dir     string
+	out     string
+	certs   string
+	f       *genFaults
+	fs      *failNthCreate
+	tr      *genTrace
+	mu      sync.Mutex
+	procs   []*gcProc     // every process started, to stop and wait for at the end
+	proxies []*stallProxy // every worker's link to the coordinator
+	fresh   int           // the last new worker's number
 }
 
 // traceLog is a slog.Handler that adds a process's warnings and errors to
@@ -308,10 +425,31 @@ func (c *gcRun) phase(r int) (weir.Result, error) {
 	c.tr.add("phase %d: coordinator at %s", r+1, addr)
 	var workers []*gcProc
 	slotsOf := map[string]int{}
+	links := map[*gcProc]*stallProxy{}
 	worker := func(name string, slots int) *gcProc {
 		slotsOf[name] = slots
-		cc := weir.ClusterConfig{Role: weir.Worker, Join: addr, Name: name, Listen: "127.0.0.1:0", Slots: slots}
-		return c.start(r, c.config(r, cc), slow)
+		link, err := newStallProxy(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.mu.Lock()
+		c.proxies = append(c.proxies, link)
+		c.mu.Unlock()
+		cc := weir.ClusterConfig{Role: weir.Worker, Join: link.addr(), Name: name, Listen: "127.0.0.1:0", Slots: slots}
+		w := c.start(r, c.config(r, cc), slow)
+		links[w] = link
+		return w
+	}
+	var resume []func() // stalled links, and when they resume
+	var resumeAt []time.Time
+	// resumeAll resumes the stalled links when the phase ends: a worker
+	// must hear the job's end.
+	cut := map[string]bool{} // workers whose link was stalled when the phase ended
+	resumeAll := func() {
+		for _, f := range resume {
+			f()
+		}
+		resume, resumeAt = nil, nil
 	}
 	for _, s := range g.slots[r] {
 		workers = append(workers, worker(c.newWorkerName(), s))
@@ -326,11 +464,20 @@ func (c *gcRun) phase(r int) (weir.Result, error) {
 		case <-events:
 		case <-tick.C: // the time of the faults drawn in milliseconds
 		case <-co.done:
-			return c.ended(r, co, workers, stopped)
+			resumeAll()
+			return c.ended(r, co, workers, stopped, cut)
 		case <-c.ctx.Done():
 			t.Fatalf("%v: phase %d: stuck: %d checkpoints completed in %v", g, r+1, completed.Load(), time.Since(started).Round(time.Millisecond))
 		}
 		n := completed.Load()
+		for i := 0; i < len(resume); i++ {
+			if time.Now().After(resumeAt[i]) {
+				resume[i]()
+				resume, resumeAt = append(resume[:i], resume[i+1:]...), append(resumeAt[:i], resumeAt[i+1:]...)
+				clear(cut)
+				i--
+			}
+		}
 		for i := 0; i < len(pending); i++ {
 			f := pending[i]
 			if f.atCkpt > 0 && n < f.atCkpt || f.atCkpt == 0 && time.Since(started) < time.Duration(f.afterMs)*time.Millisecond {
@@ -359,13 +506,21 @@ func (c *gcRun) phase(r int) (weir.Result, error) {
 				default:
 					workers = append(workers[:f.worker%len(workers)], workers[f.worker%len(workers)+1:]...)
 				}
+			case "stall":
+				// Sleeping would choose the moment too; the ticker does.
+				w := workers[f.worker%len(workers)]
+				link := links[w]
+				link.stall()
+				resume = append(resume, func() { c.tr.add("phase %d: %s's link resumes", r+1, w.name); cut[w.name] = true; link.resume() })
+				resumeAt = append(resumeAt, time.Now().Add(time.Duration(f.stallMs)*time.Millisecond))
 			case "coordinator":
 				if !c.stop(co) {
 					t.FailNow()
 				}
 				if co.err == nil {
 					// The job ended before the stop.
-					return c.ended(r, co, workers, stopped)
+					resumeAll()
+					return c.ended(r, co, workers, stopped, cut)
 				}
 				c.tr.add("phase %d: coordinator stopped: %v; starting it again", r+1, co.err)
 				co = coordinator(addr)
@@ -375,6 +530,7 @@ func (c *gcRun) phase(r int) (weir.Result, error) {
 			stopped = true
 			if g.plan == "rescale" {
 				c.tr.add("phase %d: stopping the cluster after %d checkpoints", r+1, n)
+				resumeAll()
 				for _, p := range append([]*gcProc{co}, workers...) {
 					if !c.stop(p) {
 						t.FailNow()
@@ -393,7 +549,11 @@ func (c *gcRun) phase(r int) (weir.Result, error) {
 // ended waits, after the coordinator co of phase r returned, for the
 // workers to return on their own: the job ended (finished, or stopped with
 // a savepoint) and every worker must hear it.
-func (c *gcRun) ended(r int, co *gcProc, workers []*gcProc, stopped bool) (weir.Result, error) {
+//
+// A worker whose link to the coordinator was stalled when the job ended
+// cannot hear it: it looks for the coordinator until it is stopped, as
+// the coordinator warns.
+func (c *gcRun) ended(r int, co *gcProc, workers []*gcProc, stopped bool, cut map[string]bool) (weir.Result, error) {
 	if co.err != nil {
 		for _, w := range workers {
 			c.stop(w)
@@ -408,6 +568,10 @@ func (c *gcRun) ended(r int, co *gcProc, workers []*gcProc, stopped bool) (weir.
 				c.t.Errorf("phase %d: worker %s returned %v after the job ended, want nil", r+1, w.name, w.err)
 			}
 		case <-deadline:
+			if cut[w.name] {
+				c.stop(w)
+				continue
+			}
 			c.t.Errorf("phase %d: worker %s still runs 20 s after the job ended (%+v %v)", r+1, w.name, co.res, co.err)
 			c.stop(w)
 		}
@@ -442,6 +606,9 @@ func (g *genCluster) runCluster(t *testing.T) {
 		c.mu.Unlock()
 		for _, p := range procs {
 			c.stop(p)
+		}
+		for _, p := range c.proxies {
+			p.close()
 		}
 	}()
 	for r := range g.phases {
