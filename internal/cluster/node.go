@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -480,7 +481,15 @@ func (n *node) Probe(ctx context.Context, req *connect.Request[clusterpb.ProbeRe
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("worker %s: checkpoint storage %s cannot be shared", n.cfg.Name, n.cfg.Spec.Storage.Describe()))
 	}
 	if err := pr.WriteProbe(req.Msg.GetToken(), []byte(n.cfg.Name)); err != nil {
-		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("worker %s: %w", n.cfg.Name, err))
+		// NB: only storage this worker may not write to fails the job for
+		// good; a full disk, an I/O error or a slow object store may pass,
+		// and the attempt restarts (a checkpoint's write that fails so is
+		// retried too).
+		code := connect.CodeUnavailable
+		if errors.Is(err, fs.ErrPermission) {
+			code = connect.CodeFailedPrecondition
+		}
+		return nil, connect.NewError(code, fmt.Errorf("worker %s: %w", n.cfg.Name, err))
 	}
 	return connect.NewResponse(&clusterpb.ProbeResponse{}), nil
 }
