@@ -3,8 +3,10 @@ package weir_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -102,4 +104,134 @@ func TestReviewClusterProbeWriteFailsOnce(t *testing.T) {
 	if got < n {
 		t.Fatalf("%d records sunk, want at least %d", got, n)
 	}
+}
+
+// TestReviewClusterReplacementHearsTheEnd: worker-2's process (idle, the
+// job runs on worker-1) goes silent, its connection open, and a new
+// process registers under its name; the coordinator holds the name for
+// the silent session until its heartbeat timeout, and the registration
+// waits. The job finishes meanwhile. The waiting registration was
+// answered "unavailable: the coordinator is stopping", not that the job
+// finished, so the new process looked for a coordinator for ever
+// (TestReviewGenCluster seeds 56 and 118: a worker killed and replaced
+// under its name just before the job stopped with a savepoint). It must
+// hear that the job finished and return nil, as a worker that registers
+// after the end does.
+func TestReviewClusterReplacementHearsTheEnd(t *testing.T) {
+	dir := t.TempDir()
+	certs := filepath.Join(dir, "certs")
+	if err := transport.WriteCerts(certs, []string{"coordinator", "worker-1", "worker-2"}, []string{"127.0.0.1"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	const n = 100
+	gate := make(chan struct{}) // the source's last record waits for it
+	running := make(chan struct{}, 1)
+	logs := newLogRecords()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	execute := func(ctx context.Context, cc weir.ClusterConfig) error {
+		cc.Certs = certs
+		cc.HeartbeatInterval, cc.HeartbeatTimeout = 100*time.Millisecond, 4*time.Second
+		cfg := weir.Config{Job: "end", Parallelism: 1, Cluster: cc, Logger: quiet,
+			Checkpoint: weir.CheckpointConfig{Dir: filepath.Join(dir, "ckpt"), Interval: time.Hour}}
+		if cc.Role == weir.Coordinator {
+			cfg.Logger = slog.New(logs)
+			cfg.OnEvent = func(ev weir.JobEvent) {
+				if ev.Kind == weir.EventRunning {
+					running <- struct{}{}
+				}
+			}
+		}
+		env := weir.New(cfg)
+		src, err := generator.New(generator.Config[int64]{Count: n, Make: func(i int64) int64 {
+			if i == n-1 {
+				select {
+				case <-gate:
+				case <-ctx.Done():
+				}
+			}
+			return i
+		}})
+		if err != nil {
+			return err
+		}
+		weir.Sink(weir.Source(env, "numbers", src), "discard", weir.SinkFunc(func(int64) error { return nil }))
+		_, err = env.Execute(ctx)
+		return err
+	}
+	listening := make(chan string, 1)
+	coordinator := make(chan error, 1)
+	go func() {
+		coordinator <- execute(ctx, weir.ClusterConfig{Role: weir.Coordinator, Listen: "127.0.0.1:0", OnListen: func(a string) { listening <- a }})
+	}()
+	addr := <-listening
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	start := func(ctx context.Context, join string) chan error {
+		done := make(chan error, 1)
+		name := "worker-2"
+		if join == addr {
+			name = "worker-1"
+		}
+		wg.Go(func() {
+			done <- execute(ctx, weir.ClusterConfig{Role: weir.Worker, Join: join, Name: name, Listen: "127.0.0.1:0"})
+		})
+		return done
+	}
+	// worker-1 runs the job; worker-2 joins through a link that stalls.
+	w1 := start(ctx, addr)
+	<-running
+	link, err := newStallProxy(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer link.close()
+	w2ctx, w2cancel := context.WithCancel(ctx)
+	defer w2cancel()
+	w2 := start(w2ctx, link.addr())
+	deadline := time.Now().Add(30 * time.Second)
+	for !registered(logs, "worker-2") {
+		if time.Now().After(deadline) {
+			t.Fatal("worker-2 did not register")
+		}
+		time.Sleep(10 * time.Millisecond) // polling the coordinator's log
+	}
+	link.stall() // worker-2 is silent, its connection open
+	replacement := make(chan error, 1)
+	wg.Go(func() {
+		replacement <- execute(ctx, weir.ClusterConfig{Role: weir.Worker, Join: addr, Name: "worker-2", Listen: "127.0.0.1:0"})
+	})
+	// The moment of the job's end: once the replacement's registration
+	// waits for the name (well within worker-2's 4 s timeout).
+	time.Sleep(500 * time.Millisecond)
+	close(gate)
+	if err := <-coordinator; err != nil {
+		t.Fatalf("coordinator: %v", err)
+	}
+	if err := <-w1; err != nil {
+		t.Errorf("worker-1: %v", err)
+	}
+	w2cancel()
+	link.resume()
+	<-w2
+	select {
+	case err := <-replacement:
+		if err != nil {
+			t.Errorf("the replacement of worker-2 returned %v, want nil", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Errorf("the replacement of worker-2 still looks for the coordinator 5 s after the job finished; the coordinator logged:\n%q", logs.after(time.Time{}, slog.LevelInfo))
+		cancel()
+		<-replacement
+	}
+}
+
+func registered(logs logRecords, worker string) bool {
+	for _, l := range logs.after(time.Time{}, slog.LevelInfo) {
+		if strings.Contains(l, "worker registered") && strings.Contains(l, "worker="+worker) {
+			return true
+		}
+	}
+	return false
 }
