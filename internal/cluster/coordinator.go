@@ -415,6 +415,15 @@ func (c *Coordinator) Register(ctx context.Context, req *connect.Request[cluster
 	var arrived time.Time
 	for {
 		c.mu.Lock()
+		if c.finished(want.Name) {
+			// NB: the job finished while the registration waited for a
+			// held name: the worker must hear it, or it looks for the
+			// coordinator for ever once this one exits.
+			c.mu.Unlock()
+			resp := connect.NewResponse(&clusterpb.RegisterResponse{})
+			resp.Header().Set(jobFinishedHeader, "true")
+			return resp, nil
+		}
 		now := c.cfg.Now()
 		w, replaced, err := c.members.Register(want, g, now)
 		var held *NameHeldError
