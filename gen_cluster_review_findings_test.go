@@ -2,13 +2,13 @@ package weir_test
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,18 +19,39 @@ import (
 	"github.com/weirstream/weir/internal/transport"
 )
 
-// failFirstProbe fails the first file created in the storage's _probe
-// directory, once, as a full disk would.
+// failFirstProbe fails, once, the first probe file the worker creates in
+// the storage's _probe directory (read: the first the coordinator opens)
+// with err.
 type failFirstProbe struct {
 	vfs.FS
+	read  bool
+	err   error
 	fired atomic.Bool
 }
 
-func (f *failFirstProbe) Create(name string, cat vfs.DiskWriteCategory) (vfs.File, error) {
+func (f *failFirstProbe) fail(op, name string) error {
 	if filepath.Base(filepath.Dir(name)) == "_probe" && f.fired.CompareAndSwap(false, true) {
-		return nil, &os.PathError{Op: "create", Path: name, Err: errors.New("injected: no space left on device")}
+		return &os.PathError{Op: op, Path: name, Err: f.err}
+	}
+	return nil
+}
+
+func (f *failFirstProbe) Create(name string, cat vfs.DiskWriteCategory) (vfs.File, error) {
+	if !f.read {
+		if err := f.fail("create", name); err != nil {
+			return nil, err
+		}
 	}
 	return f.FS.Create(name, cat)
+}
+
+func (f *failFirstProbe) Open(name string, opts ...vfs.OpenOption) (vfs.File, error) {
+	if f.read {
+		if err := f.fail("open", name); err != nil {
+			return nil, err
+		}
+	}
+	return f.FS.Open(name, opts...)
 }
 
 // TestReviewClusterProbeWriteFailsOnce: the coordinator probes, before it
@@ -42,17 +63,51 @@ func (f *failFirstProbe) Create(name string, cat vfs.DiskWriteCategory) (vfs.Fil
 // worker worker-1 cannot write to the checkpoint storage", with restarts
 // left. It happens at every new session: after a worker or the
 // coordinator restarted (TestReviewGenCluster seeds 4 and 20, with
-// -genc.failprobe). The job must restart and finish.
+// -genc.failprobe). So did one failing read of it by the coordinator
+// ("checkpoint storage ... is not shared"). The job must restart and
+// finish; storage the worker may not write to still fails it at once.
 func TestReviewClusterProbeWriteFailsOnce(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		read  bool
+		err   error
+		fails string // the error the job fails with; "" if it finishes
+	}{
+		{"write: no space", false, syscall.ENOSPC, ""},
+		{"read: I/O error", true, syscall.EIO, ""},
+		{"write: permission denied", false, syscall.EACCES, "a restart cannot fix it: worker worker-1 cannot write to the checkpoint storage"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			fs := &failFirstProbe{FS: vfs.Default, read: c.read, err: c.err}
+			got, err := runProbed(t, fs)
+			if !fs.fired.Load() {
+				t.Fatal("no probe was written and read")
+			}
+			switch {
+			case c.fails == "" && err != nil:
+				t.Fatalf("one failing %s: the job failed with %v; want a restart, and the job to finish", c.name, err)
+			case c.fails == "" && got < probedRecords:
+				t.Fatalf("%d records sunk, want at least %d", got, probedRecords)
+			case c.fails != "" && (err == nil || !strings.Contains(err.Error(), c.fails)):
+				t.Fatalf("%s: the job ended with %v; want it to fail at once, saying %q", c.name, err, c.fails)
+			}
+		})
+	}
+}
+
+const probedRecords = 1000
+
+// runProbed runs a job of probedRecords records on a coordinator and one
+// worker whose checkpoint storage is fs, and returns how many records its
+// sink took and how the job ended.
+func runProbed(t *testing.T, fs vfs.FS) (int, error) {
 	dir := t.TempDir()
 	certs := filepath.Join(dir, "certs")
 	if err := transport.WriteCerts(certs, []string{"coordinator", "worker-1"}, []string{"127.0.0.1"}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	const n = 1000
 	var mu sync.Mutex
 	got := 0
-	fs := &failFirstProbe{FS: vfs.Default}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	execute := func(ctx context.Context, cc weir.ClusterConfig) error {
@@ -61,7 +116,7 @@ func TestReviewClusterProbeWriteFailsOnce(t *testing.T) {
 		env := weir.New(weir.Config{Job: "probe", Parallelism: 1, Cluster: cc, Logger: quiet,
 			Restart:    weir.FixedDelay{Delay: time.Millisecond, MaxAttempts: 5},
 			Checkpoint: weir.CheckpointConfig{Dir: filepath.Join(dir, "ckpt"), FS: fs, Interval: time.Hour}})
-		src, err := generator.New(generator.Config[int64]{Count: n, Make: func(i int64) int64 { return i }})
+		src, err := generator.New(generator.Config[int64]{Count: probedRecords, Make: func(i int64) int64 { return i }})
 		if err != nil {
 			return err
 		}
@@ -93,17 +148,9 @@ func TestReviewClusterProbeWriteFailsOnce(t *testing.T) {
 	err := <-coordinator
 	wcancel() // the worker returns at once if the job failed
 	<-worker
-	if !fs.fired.Load() {
-		t.Fatal("no probe was written")
-	}
-	if err != nil {
-		t.Fatalf("one failing write of the storage probe: the job failed with %v; want a restart, and the job to finish", err)
-	}
 	mu.Lock()
 	defer mu.Unlock()
-	if got < n {
-		t.Fatalf("%d records sunk, want at least %d", got, n)
-	}
+	return got, err
 }
 
 // TestReviewClusterReplacementHearsTheEnd: worker-2's process (idle, the

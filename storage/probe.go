@@ -3,13 +3,22 @@ package storage
 import (
 	"bytes"
 	"fmt"
+	"io/fs"
 	"regexp"
+
+	"gocloud.dev/gcerrors"
 )
 
 // Prober is storage that several processes can share: one writes a probe
 // file, another reads it back. A cluster's coordinator has every worker
 // write one before it deploys anything, and refuses storage the workers do
 // not share with it (a directory that is local to each machine).
+//
+// Their errors say what a restart cannot fix as the file system does:
+// fs.ErrNotExist (a probe not there to read: the storage is not shared)
+// and fs.ErrPermission (storage this process may not write to); any other
+// error (a full disk, an I/O error, an object store that timed out) may
+// pass.
 type Prober interface {
 	WriteProbe(name string, data []byte) error
 	ReadProbe(name string) ([]byte, error)
@@ -63,7 +72,7 @@ func (b *Blob) WriteProbe(name string, data []byte) error {
 		return err
 	}
 	if err := b.bucket.WriteAll(bg(), ProbeDir+"/"+name, data, nil); err != nil {
-		return fmt.Errorf("probe %s/%s: %w", b.where, ProbeDir, err)
+		return fmt.Errorf("probe %s/%s: %w", b.where, ProbeDir, asFileError(err))
 	}
 	return nil
 }
@@ -72,7 +81,23 @@ func (b *Blob) ReadProbe(name string) ([]byte, error) {
 	if err := checkProbeName(name); err != nil {
 		return nil, err
 	}
-	return b.bucket.ReadAll(bg(), ProbeDir+"/"+name)
+	data, err := b.bucket.ReadAll(bg(), ProbeDir+"/"+name)
+	if err != nil {
+		return nil, fmt.Errorf("probe %s/%s/%s: %w", b.where, ProbeDir, name, asFileError(err))
+	}
+	return data, nil
+}
+
+// asFileError adds to an object store's error the file system's for what
+// it says: not found, or not allowed (Prober).
+func asFileError(err error) error {
+	switch gcerrors.Code(err) {
+	case gcerrors.NotFound:
+		return fmt.Errorf("%w (%w)", err, fs.ErrNotExist)
+	case gcerrors.PermissionDenied:
+		return fmt.Errorf("%w (%w)", err, fs.ErrPermission)
+	}
+	return err
 }
 
 func (b *Blob) RemoveProbe(name string) error {

@@ -399,14 +399,6 @@ func (c *Coordinator) Register(ctx context.Context, req *connect.Request[cluster
 		return nil, err
 	}
 	conn := peerOf(ctx).conn
-	c.mu.Lock()
-	finished := c.finished(m.GetWorker())
-	c.mu.Unlock()
-	if finished {
-		resp := connect.NewResponse(&clusterpb.RegisterResponse{})
-		resp.Header().Set(jobFinishedHeader, "true")
-		return resp, nil
-	}
 	want := Worker{Name: m.GetWorker(), Slots: int(m.GetSlots()), DataAddress: clipTo(m.GetDataAddress(), maxNameBytes)}
 	g := graphFromProto(m.GetGraph())
 	tick := time.NewTicker(c.cfg.Liveness.HeartbeatInterval / 2)
@@ -416,8 +408,8 @@ func (c *Coordinator) Register(ctx context.Context, req *connect.Request[cluster
 	for {
 		c.mu.Lock()
 		if c.finished(want.Name) {
-			// NB: the job finished while the registration waited for a
-			// held name: the worker must hear it, or it looks for the
+			// The job finished, before the claim or while it waited for
+			// a held name: the worker must hear it, or it looks for the
 			// coordinator for ever once this one exits.
 			c.mu.Unlock()
 			resp := connect.NewResponse(&clusterpb.RegisterResponse{})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -118,12 +119,17 @@ func (x *Executor) probe(ctx context.Context, st storage.Storage, w Worker) erro
 		return fmt.Errorf("probe the checkpoint storage on worker %s: %w", w.Name, err)
 	}
 	got, err := pr.ReadProbe(token)
-	if err == nil {
-		err = pr.RemoveProbe(token)
-	}
-	if err != nil || string(got) != w.Name {
+	switch {
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		// A read that failed may pass (storage.Prober): the attempt
+		// restarts.
+		return fmt.Errorf("read back the probe worker %s wrote to checkpoint storage %s: %w", w.Name, st.Describe(), err)
+	case err != nil || string(got) != w.Name:
 		return operator.Permanent(fmt.Errorf("checkpoint storage %s is not shared: worker %s wrote %s/%s there, and the coordinator cannot read it back (%v); give every process the same shared directory or object storage",
 			st.Describe(), w.Name, storage.ProbeDir, token, err))
+	}
+	if err := pr.RemoveProbe(token); err != nil {
+		x.log.Warn("could not remove a storage probe file", "file", storage.ProbeDir+"/"+token, "err", err)
 	}
 	x.log.Info("worker shares the checkpoint storage", "worker", w.Name, "storage", st.Describe())
 	x.mu.Lock()

@@ -481,10 +481,10 @@ func (n *node) Probe(ctx context.Context, req *connect.Request[clusterpb.ProbeRe
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("worker %s: checkpoint storage %s cannot be shared", n.cfg.Name, n.cfg.Spec.Storage.Describe()))
 	}
 	if err := pr.WriteProbe(req.Msg.GetToken(), []byte(n.cfg.Name)); err != nil {
-		// NB: only storage this worker may not write to fails the job for
-		// good; a full disk, an I/O error or a slow object store may pass,
-		// and the attempt restarts (a checkpoint's write that fails so is
-		// retried too).
+		// Only storage this worker may not write to fails the job for
+		// good (storage.Prober); a full disk, an I/O error or a slow
+		// object store may pass, and the attempt restarts, as after a
+		// checkpoint's write that failed so.
 		code := connect.CodeUnavailable
 		if errors.Is(err, fs.ErrPermission) {
 			code = connect.CodeFailedPrecondition
