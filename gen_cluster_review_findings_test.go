@@ -238,7 +238,7 @@ func TestReviewClusterReplacementHearsTheEnd(t *testing.T) {
 	defer w2cancel()
 	w2 := start(w2ctx, link.addr())
 	deadline := time.Now().Add(30 * time.Second)
-	for !registered(logs, "worker-2") {
+	for !logged(logs, "worker registered", "worker-2") {
 		if time.Now().After(deadline) {
 			t.Fatal("worker-2 did not register")
 		}
@@ -249,9 +249,14 @@ func TestReviewClusterReplacementHearsTheEnd(t *testing.T) {
 	wg.Go(func() {
 		replacement <- execute(ctx, weir.ClusterConfig{Role: weir.Worker, Join: addr, Name: "worker-2", Listen: "127.0.0.1:0"})
 	})
-	// The moment of the job's end: once the replacement's registration
-	// waits for the name (well within worker-2's 4 s timeout).
-	time.Sleep(500 * time.Millisecond)
+	// The job ends once the replacement's registration waits for the name
+	// (well within worker-2's 4 s timeout).
+	for !logged(logs, "worker registering waits", "worker-2") {
+		if time.Now().After(deadline) {
+			t.Fatal("the replacement of worker-2 did not wait for its name")
+		}
+		time.Sleep(10 * time.Millisecond) // polling the coordinator's log
+	}
 	close(gate)
 	if err := <-coordinator; err != nil {
 		t.Fatalf("coordinator: %v", err)
@@ -274,9 +279,10 @@ func TestReviewClusterReplacementHearsTheEnd(t *testing.T) {
 	}
 }
 
-func registered(logs logRecords, worker string) bool {
+// logged says whether the coordinator logged msg about worker.
+func logged(logs logRecords, msg, worker string) bool {
 	for _, l := range logs.after(time.Time{}, slog.LevelInfo) {
-		if strings.Contains(l, "worker registered") && strings.Contains(l, "worker="+worker) {
+		if strings.Contains(l, msg) && strings.Contains(l, "worker="+worker) {
 			return true
 		}
 	}

@@ -420,6 +420,7 @@ func (c *Coordinator) Register(ctx context.Context, req *connect.Request[cluster
 		w, replaced, err := c.members.Register(want, g, now)
 		var held *NameHeldError
 		var why string
+		waits := false // this claim begins to wait for the session holding the name
 		if errors.As(err, &held) {
 			h := held.Held
 			switch {
@@ -430,7 +431,7 @@ func (c *Coordinator) Register(ctx context.Context, req *connect.Request[cluster
 				replaced, why = &h, "its connection closed and a process registered under its name (restarted)"
 				w, _, err = c.members.Register(want, g, now)
 			case h.Session != claimed:
-				claimed, arrived = h.Session, now
+				claimed, arrived, waits = h.Session, now, true
 			case held.Last.Sub(arrived) >= c.cfg.Liveness.HeartbeatInterval:
 				err = fmt.Errorf("%w: worker name %q is held by another live process (session %d, which answered a heartbeat %v after this registration arrived): two worker processes were given one name; give each its own --name (and a certificate of that name)",
 					ErrNameHeld, clip(h.Name), h.Session, held.Last.Sub(arrived).Round(time.Millisecond))
@@ -454,6 +455,10 @@ func (c *Coordinator) Register(ctx context.Context, req *connect.Request[cluster
 			c.reportLost(*replaced, why)
 		}
 		if held != nil && err != nil {
+			if waits {
+				c.cfg.Logger.Info("worker registering waits for the session holding its name (a restarted process's, or a second process given one name) to close its connection, time out or prove alive",
+					"worker", clip(want.Name), "session", held.Held.Session, "timeout", c.cfg.Liveness.Timeout)
+			}
 			var gone <-chan struct{}
 			if pc := c.viaOf(held.Held.Name); pc != nil {
 				gone = pc.gone
