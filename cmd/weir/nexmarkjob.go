@@ -11,7 +11,6 @@ import (
 	"github.com/weirstream/weir"
 	"github.com/weirstream/weir/connector/file"
 	"github.com/weirstream/weir/examples/nexmark"
-	"github.com/weirstream/weir/storage"
 )
 
 // newNexmarkJob is a Nexmark query as a job in a role: run (local),
@@ -66,7 +65,7 @@ func newNexmarkJob(role weir.Role) *cobra.Command {
 			}
 			if res.StoppedWith != 0 {
 				fmt.Fprintf(os.Stderr, "weir: nexmark %s stopped with savepoint %d. Resume with:\n  %s --restore %s\n",
-					qs[0].Name, res.StoppedWith, resumeCommand(), storage.CheckpointLocation(js.cc.Dir, "nexmark-"+qs[0].Name, res.StoppedWith))
+					qs[0].Name, res.StoppedWith, resumeCommand(), resumeFrom(role, js.cc.Dir, "nexmark-"+qs[0].Name, res.StoppedWith))
 				return nil
 			}
 			fmt.Fprintf(os.Stderr, "weir: nexmark %s finished: %d checkpoints, %d attempts; results in %s\n", qs[0].Name, res.Checkpoints, res.Attempts, output)
