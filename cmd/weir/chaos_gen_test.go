@@ -31,6 +31,7 @@ import (
 var (
 	chaosSeeds = flag.Int("chaos.seeds", 1, "TestChaosGen: how many seeds to run, one after another")
 	chaosFirst = flag.Uint64("chaos.first", 0, "TestChaosGen: the first seed (0: drawn from the time, and logged)")
+	chaosDraw  = flag.Bool("chaos.draw", false, "TestChaosGen: log each seed's setup and faults, and run nothing")
 	chaosLogs  = flag.String("chaos.logs", "", "TestChaosGen: where a failing seed's process logs go (default: a new directory in the temporary directory)")
 )
 
@@ -52,6 +53,9 @@ func TestChaosGen(t *testing.T) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			s := drawChaos(seed)
 			t.Logf("-chaos.first %d: %v", seed, s)
+			if *chaosDraw {
+				return
+			}
 			newChaosRun(t, s).run()
 		})
 	}
@@ -79,6 +83,10 @@ type chaosFault struct {
 	victims []int
 	// newNames: killed workers come back under names of their own.
 	newNames bool
+	// damageLocal: a byte of a file in a killed worker's local recovery
+	// directory is flipped before it starts again (a disk's fault: a kill
+	// never tears a local copy, which is renamed into place whole).
+	damageLocal bool
 	// pause is how long pauseWorker pauses its victim.
 	pause time.Duration
 	// parallelism is savepointRescale's.
@@ -89,7 +97,7 @@ func (f chaosFault) String() string {
 	var what string
 	switch f.kind {
 	case killWorker:
-		what = fmt.Sprintf("kill workers %v (new names: %v)", f.victims, f.newNames)
+		what = fmt.Sprintf("kill workers %v (new names: %v, damage the local copy: %v)", f.victims, f.newNames, f.damageLocal)
 	case pauseWorker:
 		what = fmt.Sprintf("pause worker %v for %v", f.victims, f.pause)
 	case killCoordinator:
@@ -105,6 +113,7 @@ func (f chaosFault) String() string {
 
 // chaosSetup is a job and its faults, drawn from a seed.
 type chaosSetup struct {
+	seed                        uint64
 	flags                       []string // every process's checkpoint and state flags
 	pebble, local               bool     // a state directory, a local recovery directory per process
 	workers, slots, parallelism int
@@ -131,7 +140,9 @@ const heartbeatTimeout = 2 * time.Second
 // drawChaos draws a setup from seed.
 func drawChaos(seed uint64) chaosSetup {
 	rng := rand.New(rand.NewPCG(seed, 0xc4a05))
-	var s chaosSetup
+	// more draws what was added later, so that a seed's earlier draws stay.
+	more := rand.New(rand.NewPCG(seed, 0x3012e))
+	s := chaosSetup{seed: seed}
 	switch rng.IntN(3) {
 	case 0:
 		s.flags = []string{"--checkpoint-alignment", "aligned"}
@@ -183,6 +194,10 @@ func drawChaos(seed uint64) chaosSetup {
 		f.duringRestore = restores && f.kind != savepointRescale && rng.IntN(3) == 0
 		restores = f.kind != pauseWorker || f.pause > heartbeatTimeout
 		s.faults = append(s.faults, f)
+	}
+	s.flags = append(s.flags, "--checkpoints-retained", strconv.Itoa(1+more.IntN(3)))
+	for i, f := range s.faults {
+		s.faults[i].damageLocal = f.kind == killWorker && s.local && !f.newNames && more.IntN(2) == 0
 	}
 	return s
 }
@@ -406,7 +421,7 @@ func (r *chaosRun) run() {
 			break
 		}
 		r.note("fault %d: %v", i+1, f)
-		if r.inject(f) {
+		if r.inject(i, f) {
 			applied++
 		}
 	}
@@ -429,7 +444,7 @@ func (r *chaosRun) run() {
 
 // inject injects f and reports whether it was applied (a savepoint may be
 // refused).
-func (r *chaosRun) inject(f chaosFault) bool {
+func (r *chaosRun) inject(i int, f chaosFault) bool {
 	switch f.kind {
 	case killWorker:
 		for _, v := range f.victims {
@@ -437,6 +452,9 @@ func (r *chaosRun) inject(f chaosFault) bool {
 		}
 		for _, v := range f.victims {
 			name := r.workers[v].name
+			if f.damageLocal {
+				r.damage(filepath.Join(r.j.dir, "local", name), i)
+			}
 			if f.newNames {
 				name = r.newName()
 			}
@@ -472,6 +490,42 @@ func (r *chaosRun) inject(f chaosFault) bool {
 		return r.stopAndRescale(f.parallelism)
 	}
 	return true
+}
+
+// damage flips a byte of a file in dir (which one is drawn from the seed
+// and the fault's index i, among those there are).
+func (r *chaosRun) damage(dir string, i int) {
+	var files []string
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil && fi.Size() > 0 {
+				files = append(files, p)
+			}
+		}
+		return nil
+	})
+	if len(files) == 0 {
+		r.note("no local copy in %s to damage", dir)
+		return
+	}
+	slices.Sort(files)
+	rng := rand.New(rand.NewPCG(r.s.seed, uint64(i)))
+	p := files[rng.IntN(len(files))]
+	data, err := os.ReadFile(p)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	at := rng.IntN(len(data))
+	data[at] ^= 0x20
+	// NB: a new file renamed over it, should it be a hard link (to the
+	// checkpoint storage's file, or the state directory's).
+	if err := os.WriteFile(p+".damaged", data, 0o644); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := os.Rename(p+".damaged", p); err != nil {
+		r.t.Fatal(err)
+	}
+	r.note("damaged byte %d of %s", at, p)
 }
 
 var savepointLine = regexp.MustCompile(`savepoint (\d+): (\S+)`)
