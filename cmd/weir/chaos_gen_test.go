@@ -437,6 +437,13 @@ func (r *chaosRun) run() {
 		r.fail("%v", rep)
 	}
 	for _, w := range r.workers {
+		if !strings.Contains(w.p.log.String(), "msg=registered") {
+			// Started as the job ended, it never heard from the coordinator,
+			// and looks for one until it is stopped (weir worker --help).
+			r.note("%s never registered; stopping it", w.name)
+			w.p.signal(syscall.SIGTERM)
+			continue
+		}
 		r.exits(w.name, w.p, 30*time.Second)
 	}
 	r.note("%d restores, %d checkpoints: %v", r.count("restoring checkpoint"), r.count("checkpoint completed"), rep)
