@@ -32,6 +32,7 @@ var (
 	chaosSeeds = flag.Int("chaos.seeds", 1, "TestChaosGen: how many seeds to run, one after another")
 	chaosFirst = flag.Uint64("chaos.first", 0, "TestChaosGen: the first seed (0: drawn from the time, and logged)")
 	chaosDraw  = flag.Bool("chaos.draw", false, "TestChaosGen: log each seed's setup and faults, and run nothing")
+	chaosKeep  = flag.Bool("chaos.keep", false, "TestChaosGen: write the process logs of a seed that passed too")
 	chaosLogs  = flag.String("chaos.logs", "", "TestChaosGen: where a failing seed's process logs go (default: a new directory in the temporary directory)")
 )
 
@@ -270,7 +271,7 @@ func (r *chaosRun) fail(format string, args ...any) {
 
 // dumpLogs writes every process's log to a directory when the seed failed.
 func (r *chaosRun) dumpLogs() {
-	if !r.t.Failed() {
+	if !r.t.Failed() && !*chaosKeep {
 		return
 	}
 	dir := *chaosLogs
