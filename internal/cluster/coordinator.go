@@ -107,9 +107,11 @@ type Coordinator struct {
 	ended   uint64        // the attempt that finished the job, if any
 	// deployed is the last attempt deployed (or being deployed) so far.
 	deployed uint64
-	// done: the job finished (Observe saw runtime.EventFinished); told are
-	// the workers that heard it (see Close).
+	// done: the job ended (Observe saw runtime.EventFinished), as ending
+	// says ("finished", or "stopped with savepoint N"); told are the
+	// workers that heard it (see Close).
 	done   bool
+	ending string
 	told   map[string]bool
 	status jobStatus
 	// gone are the workers declared lost, oldest first, at most maxGone:
@@ -246,16 +248,19 @@ func (c *Coordinator) Close() error {
 }
 
 // jobFinishedHeader, in the answer to a heartbeat or registration, says
-// that the job finished: the worker has nothing left to do and exits.
+// that the job ended, and how (Coordinator.ending; "true" from a
+// coordinator before it said how): the worker has nothing left to do and
+// exits.
 // NB: a header rather than a field of the answers, so that the generated
 // messages (clusterpb) stay as they are.
 const jobFinishedHeader = "Weir-Job-Finished"
 
-// jobFinished records that the job finished: the workers are told so.
-func (c *Coordinator) jobFinished() {
+// jobFinished records that the job ended, as ending says: the workers are
+// told so.
+func (c *Coordinator) jobFinished(ending string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.done = true
+	c.done, c.ending = true, ending
 	c.notify()
 }
 
@@ -411,9 +416,10 @@ func (c *Coordinator) Register(ctx context.Context, req *connect.Request[cluster
 			// The job finished, before the claim or while it waited for
 			// a held name: the worker must hear it, or it looks for the
 			// coordinator for ever once this one exits.
+			ending := c.ending
 			c.mu.Unlock()
 			resp := connect.NewResponse(&clusterpb.RegisterResponse{})
-			resp.Header().Set(jobFinishedHeader, "true")
+			resp.Header().Set(jobFinishedHeader, ending)
 			return resp, nil
 		}
 		now := c.cfg.Now()
@@ -511,12 +517,13 @@ func (c *Coordinator) Heartbeat(ctx context.Context, req *connect.Request[cluste
 		// would swap the incarnations back and count them twice.
 		w, ok := c.members.workers[req.Msg.GetWorker()]
 		current := ok && w.Session == req.Msg.GetSession()
+		ending := c.ending
 		c.mu.Unlock()
 		if current {
 			c.reportOperators(req.Msg)
 		}
 		resp := connect.NewResponse(&clusterpb.HeartbeatResponse{})
-		resp.Header().Set(jobFinishedHeader, "true")
+		resp.Header().Set(jobFinishedHeader, ending)
 		return resp, nil
 	}
 	suspect := c.members.Suspected(req.Msg.GetWorker())

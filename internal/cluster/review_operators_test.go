@@ -59,7 +59,7 @@ func TestFinishedJobCountsOnlyTheCurrentSessionsOperators(t *testing.T) {
 	if got := ops.Sum(); !slices.Equal(got, want) {
 		t.Fatalf("while the job runs: %+v, want %+v", got, want)
 	}
-	c.jobFinished()
+	c.jobFinished("finished")
 	heartbeat(old.Session, 1, 100) // in flight as the job finished
 	heartbeat(renewed.Session, 2, 10)
 	if got := ops.Sum(); !slices.Equal(got, want) {

@@ -38,7 +38,7 @@ type jobStatus struct {
 // the workers are told (see Close); the driver calls it (Spec.OnEvent).
 func (c *Coordinator) Observe(e runtime.JobEvent) {
 	if e.Kind == runtime.EventFinished {
-		c.jobFinished()
+		c.jobFinished(ending(e))
 	}
 	s := &c.status
 	s.mu.Lock()
@@ -51,7 +51,7 @@ func (c *Coordinator) Observe(e runtime.JobEvent) {
 	case runtime.EventRestarting:
 		s.state, s.lastFailure = "restarting", e.Err.Error()
 	case runtime.EventFinished:
-		s.state = "finished"
+		s.state = ending(e)
 	case runtime.EventCheckpointCompleted:
 		s.add(&clusterpb.CheckpointStatus{Id: uint64(e.ID), State: "completed", DurationMs: e.Duration.Milliseconds(), Bytes: e.Size, Slowest: e.Slowest.String(), AtUnixMs: now})
 	case runtime.EventCheckpointAborted:
@@ -61,6 +61,15 @@ func (c *Coordinator) Observe(e runtime.JobEvent) {
 		}
 		s.add(cs)
 	}
+}
+
+// ending says how a job that ended (runtime.EventFinished) did: its input
+// done, or stopped with a savepoint.
+func ending(e runtime.JobEvent) string {
+	if e.ID != 0 {
+		return fmt.Sprintf("stopped with savepoint %d", e.ID)
+	}
+	return "finished"
 }
 
 func (s *jobStatus) add(cs *clusterpb.CheckpointStatus) {

@@ -61,8 +61,23 @@ type WorkerConfig struct {
 	Local *local.Store
 }
 
-// errJobFinished says that the coordinator answered: the job finished.
-var errJobFinished = errors.New("the job finished")
+// jobEnded says that the coordinator answered: the job ended, as how says
+// ("finished", or "stopped with savepoint N").
+type jobEnded struct{ how string }
+
+func (e *jobEnded) Error() string { return "the job " + e.how }
+
+// endedBy is the end of the job a coordinator's answer tells of, if any.
+func endedBy(h http.Header) *jobEnded {
+	switch how := h.Get(jobFinishedHeader); how {
+	case "":
+		return nil
+	case "true": // a coordinator that did not say how
+		return &jobEnded{how: "finished"}
+	default:
+		return &jobEnded{how: clip(how)}
+	}
+}
 
 // RunWorker registers with the coordinator and keeps the registration
 // alive until ctx ends or the coordinator says the job finished, fencing
@@ -108,8 +123,8 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	wait := firstRegisterTimeout
 	for {
 		w, live, err := register(ctx, &co, cfg, wait, tr.CloseIdleConnections)
-		if errors.Is(err, errJobFinished) {
-			cfg.Logger.Info("the job finished; this worker exits", "worker", cfg.Name, "coordinator", cfg.Coordinator)
+		if end := (*jobEnded)(nil); errors.As(err, &end) {
+			cfg.Logger.Info(end.Error()+"; this worker exits", "worker", cfg.Name, "coordinator", cfg.Coordinator)
 			return nil
 		}
 		if err != nil || ctx.Err() != nil {
@@ -133,11 +148,11 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 			cfg.Fence(context.Cause(ctx))
 			return nil
 		}
-		if errors.Is(reason, errJobFinished) {
+		if end := (*jobEnded)(nil); errors.As(reason, &end) {
 			// The coordinator cancelled the last attempt's tasks already;
 			// fencing makes sure none is left.
 			cfg.Fence(reason)
-			cfg.Logger.Info("the job finished; this worker exits", "worker", cfg.Name, "coordinator", cfg.Coordinator, "session", w.Session)
+			cfg.Logger.Info(end.Error()+"; this worker exits", "worker", cfg.Name, "coordinator", cfg.Coordinator, "session", w.Session)
 			return nil
 		}
 		cfg.Logger.Warn("fencing: stopping this worker's tasks", "worker", cfg.Name, "session", w.Session, "reason", reason)
@@ -211,8 +226,10 @@ func register(ctx context.Context, co *coordinators, cfg WorkerConfig, timeout t
 		rctx, cancel := context.WithTimeout(ctx, timeout)
 		resp, err := co.client().Register(rctx, connect.NewRequest(req))
 		cancel()
-		if err == nil && resp.Header().Get(jobFinishedHeader) != "" {
-			return Worker{}, nil, errJobFinished
+		if err == nil {
+			if end := endedBy(resp.Header()); end != nil {
+				return Worker{}, nil, end
+			}
 		}
 		if err == nil {
 			m := resp.Msg
@@ -306,8 +323,8 @@ func heartbeats(ctx context.Context, client clusterpbconnect.CoordinatorServiceC
 		resp, err := client.Heartbeat(hctx, connect.NewRequest(req))
 		cancel()
 		switch {
-		case err == nil && resp.Header().Get(jobFinishedHeader) != "":
-			return errJobFinished
+		case err == nil && endedBy(resp.Header()) != nil:
+			return endedBy(resp.Header())
 		case err == nil:
 			l.lastSent = sent
 		case connect.CodeOf(err) == connect.CodeNotFound:

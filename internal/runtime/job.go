@@ -207,6 +207,8 @@ const (
 	EventCheckpointCompleted
 	EventCheckpointAborted
 	EventRestarting
+	// EventFinished: the job ended, its input done or, with ID set,
+	// stopped with savepoint ID.
 	EventFinished
 )
 
@@ -638,7 +640,7 @@ func (d *driver) run(ctx context.Context) (Result, error) {
 		err := d.runAttempt(ctx)
 		d.res.Attempts = d.attempt
 		if err == nil {
-			d.emit(JobEvent{Kind: EventFinished})
+			d.emit(JobEvent{Kind: EventFinished, ID: d.res.StoppedWith})
 			return d.res, nil
 		}
 		if ctx.Err() != nil {
