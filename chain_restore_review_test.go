@@ -368,7 +368,10 @@ func chainReviewChainedReplayAfterTheSourceEnded(t *testing.T, p [2]int) {
 		}
 		var k atomic.Int64
 		weir.Sink(fmtd, "out", func() weir.SinkWriter[string] {
-			return &crawlingWriter{SinkWriter: sink(), crawl: crawl, k: &k, every: 1}
+			// Once the source has ended, the sink's backlog (a few hundred
+			// records) must outlast a checkpoint under -race on a loaded
+			// machine: it crawls slower.
+			return &crawlingWriter{SinkWriter: sink(), crawl: crawl, k: &k, every: 1, slower: func() bool { return read.Load() >= n }}
 		}, weir.Parallelism(ps))
 		return e
 	}
