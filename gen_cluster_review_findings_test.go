@@ -76,6 +76,7 @@ func TestReviewClusterProbeWriteFailsOnce(t *testing.T) {
 		{"write: no space", false, syscall.ENOSPC, ""},
 		{"read: I/O error", true, syscall.EIO, ""},
 		{"write: permission denied", false, syscall.EACCES, "a restart cannot fix it: worker worker-1 cannot write to the checkpoint storage"},
+		{"read: permission denied", true, syscall.EACCES, "a restart cannot fix it: checkpoint storage"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			fs := &failFirstProbe{FS: vfs.Default, read: c.read, err: c.err}

@@ -16,7 +16,7 @@ import (
 //
 // Their errors say what a restart cannot fix as the file system does:
 // fs.ErrNotExist (a probe not there to read: the storage is not shared)
-// and fs.ErrPermission (storage this process may not write to); any other
+// and fs.ErrPermission (storage this process may not write or read); any other
 // error (a full disk, an I/O error, an object store that timed out) may
 // pass.
 type Prober interface {

@@ -107,10 +107,9 @@ type Coordinator struct {
 	ended   uint64        // the attempt that finished the job, if any
 	// deployed is the last attempt deployed (or being deployed) so far.
 	deployed uint64
-	// done: the job ended (Observe saw runtime.EventFinished), as ending
-	// says ("finished", or "stopped with savepoint N"); told are the
-	// workers that heard it (see Close).
-	done   bool
+	// ending: the job ended (Observe saw runtime.EventFinished), as it
+	// says ("finished", or "stopped with savepoint N"), if set; told are
+	// the workers that heard it (see Close).
 	ending string
 	told   map[string]bool
 	status jobStatus
@@ -260,14 +259,14 @@ const jobFinishedHeader = "Weir-Job-Finished"
 func (c *Coordinator) jobFinished(ending string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.done, c.ending = true, ending
+	c.ending = ending
 	c.notify()
 }
 
 // finished reports whether the job finished, and if so records that
 // worker heard it. c.mu must be held.
 func (c *Coordinator) finished(worker string) bool {
-	if !c.done {
+	if c.ending == "" {
 		return false
 	}
 	if !c.told[worker] {
@@ -285,7 +284,7 @@ func (c *Coordinator) waitUntilTold(limit time.Duration) bool {
 	defer timer.Stop()
 	for {
 		c.mu.Lock()
-		ended, changed := c.done, c.changed
+		ended, changed := c.ending != "", c.changed
 		waiting := 0
 		for _, w := range c.members.All() {
 			if !c.told[w.Name] && !c.via[w.Name].closed() {

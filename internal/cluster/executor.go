@@ -125,7 +125,7 @@ func (x *Executor) probe(ctx context.Context, st storage.Storage, w Worker) erro
 	}
 	got, err := pr.ReadProbe(token)
 	switch {
-	case err != nil && !errors.Is(err, fs.ErrNotExist):
+	case err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, fs.ErrPermission):
 		// A read that failed may pass (storage.Prober): the attempt
 		// restarts.
 		return fmt.Errorf("read back the probe worker %s wrote to checkpoint storage %s: %w", w.Name, st.Describe(), err)

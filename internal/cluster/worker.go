@@ -123,7 +123,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	wait := firstRegisterTimeout
 	for {
 		w, live, err := register(ctx, &co, cfg, wait, tr.CloseIdleConnections)
-		if end := (*jobEnded)(nil); errors.As(err, &end) {
+		if end, ok := errors.AsType[*jobEnded](err); ok {
 			cfg.Logger.Info(end.Error()+"; this worker exits", "worker", cfg.Name, "coordinator", cfg.Coordinator)
 			return nil
 		}
@@ -148,7 +148,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 			cfg.Fence(context.Cause(ctx))
 			return nil
 		}
-		if end := (*jobEnded)(nil); errors.As(reason, &end) {
+		if end, ok := errors.AsType[*jobEnded](reason); ok {
 			// The coordinator cancelled the last attempt's tasks already;
 			// fencing makes sure none is left.
 			cfg.Fence(reason)
@@ -230,8 +230,6 @@ func register(ctx context.Context, co *coordinators, cfg WorkerConfig, timeout t
 			if end := endedBy(resp.Header()); end != nil {
 				return Worker{}, nil, end
 			}
-		}
-		if err == nil {
 			m := resp.Msg
 			l := Liveness{HeartbeatInterval: time.Duration(m.GetHeartbeatIntervalMs()) * time.Millisecond, Timeout: time.Duration(m.GetTimeoutMs()) * time.Millisecond}
 			if err := l.Validate(); err != nil || l.HeartbeatInterval <= 0 {
@@ -323,9 +321,10 @@ func heartbeats(ctx context.Context, client clusterpbconnect.CoordinatorServiceC
 		resp, err := client.Heartbeat(hctx, connect.NewRequest(req))
 		cancel()
 		switch {
-		case err == nil && endedBy(resp.Header()) != nil:
-			return endedBy(resp.Header())
 		case err == nil:
+			if end := endedBy(resp.Header()); end != nil {
+				return end
+			}
 			l.lastSent = sent
 		case connect.CodeOf(err) == connect.CodeNotFound:
 			return err
