@@ -155,6 +155,13 @@ var ErrEarlierRun = runtime.ErrEarlierRun
 // checkpoint of that run, or start over again.
 var ErrStartedOver = operator.ErrStartedOver
 
+// ErrRolledBack matches (errors.Is) the error of a restore of a checkpoint
+// or savepoint that a later start rolled back: that start restored an
+// older checkpoint, and its sinks rolled back the output committed after
+// it, which this one's output builds on. Restore a checkpoint taken since
+// (Restore "latest"), or the older one.
+var ErrRolledBack = runtime.ErrRolledBack
+
 // DefaultCheckpointInterval is the time between checkpoints when
 // CheckpointConfig.Interval is zero, in the API and the CLI alike.
 const DefaultCheckpointInterval = time.Second

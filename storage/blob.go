@@ -298,6 +298,10 @@ func (b *Blob) Scan() (Scan, error) {
 		}
 		if id, ok := parseChk(strings.TrimSuffix(o.Key, "/")); ok && o.IsDir {
 			ids[id] = true
+		} else if !o.IsDir {
+			if err := b.scanRollback(&s, o.Key); err != nil {
+				return Scan{}, err
+			}
 		}
 	}
 	for id := range ids {
@@ -338,6 +342,7 @@ func (b *Blob) Scan() (Scan, error) {
 		}
 		s.Completed = append(s.Completed, m)
 	}
+	sortRollbacks(s.Rollbacks)
 	b.shared.reset(s.Completed)
 	return s, nil
 }

@@ -291,6 +291,9 @@ func (d *Dir) Scan() (Scan, error) {
 	for _, name := range names {
 		id, ok := parseChk(name)
 		if !ok {
+			if err := d.scanRollback(&s, name); err != nil {
+				return Scan{}, err
+			}
 			continue
 		}
 		dir := d.CheckpointDir(id)
@@ -329,6 +332,7 @@ func (d *Dir) Scan() (Scan, error) {
 	slices.SortFunc(s.Completed, byID)
 	slices.Sort(s.Incomplete)
 	slices.SortFunc(s.Damaged, func(a, b Damaged) int { return cmp.Compare(a.ID, b.ID) })
+	sortRollbacks(s.Rollbacks)
 	d.shared.reset(s.Completed)
 	return s, nil
 }

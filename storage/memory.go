@@ -25,6 +25,7 @@ type Memory struct {
 	maxID     checkpoint.ID
 	completed map[checkpoint.ID]*checkpoint.Metadata
 	files     map[string][]byte // shared files by path
+	rollbacks map[checkpoint.ID]Rollback
 	shared    *registry
 }
 
@@ -34,7 +35,7 @@ func NewMemory(maxStateBytes int) *Memory {
 	if maxStateBytes <= 0 {
 		maxStateBytes = DefaultMaxStateBytes
 	}
-	return &Memory{maxStateBytes: maxStateBytes, completed: map[checkpoint.ID]*checkpoint.Metadata{}, files: map[string][]byte{}, shared: newRegistry()}
+	return &Memory{maxStateBytes: maxStateBytes, completed: map[checkpoint.ID]*checkpoint.Metadata{}, files: map[string][]byte{}, rollbacks: map[checkpoint.ID]Rollback{}, shared: newRegistry()}
 }
 
 func (m *Memory) Describe() string { return "memory" }
@@ -149,6 +150,8 @@ func (m *Memory) Scan() (Scan, error) {
 		s.Completed = append(s.Completed, md)
 	}
 	slices.SortFunc(s.Completed, byID)
+	s.Rollbacks = slices.Collect(maps.Values(m.rollbacks))
+	sortRollbacks(s.Rollbacks)
 	m.shared.reset(s.Completed)
 	return s, nil
 }

@@ -7,6 +7,7 @@
 //
 //	<root>/<job>/chk-<id>/_metadata   written last, atomically; its presence = completed
 //	<root>/<job>/chk-<id>/<state>     state files of that checkpoint
+//	<root>/<job>/_rollback-<id>       a start that restored an older checkpoint (Rollback)
 //
 // Every file access goes through vfs.FS so tests can run on an in-memory
 // file system, simulate a crash between any two writes and inject I/O errors.
@@ -68,6 +69,10 @@ type Storage interface {
 	DiscardState(hs []checkpoint.Handle) error
 	// Describe names the storage for people: a directory or "memory".
 	Describe() string
+	// RecordRollback writes r durably: a start restores an older
+	// checkpoint than the newest, or one from elsewhere (see Rollback).
+	// Scan reports it from then on.
+	RecordRollback(r Rollback) error
 	// Lock takes the storage for this run: a second run on the same
 	// storage fails here, naming the holder. Close releases it.
 	Lock() (io.Closer, error)
@@ -87,6 +92,9 @@ type Scan struct {
 	// Incomplete lists checkpoints reserved but never committed (a crash or
 	// an abort left them), ascending.
 	Incomplete []checkpoint.ID
+	// Rollbacks lists the starts that restored an older checkpoint than
+	// the newest, or one from elsewhere, ascending by Through.
+	Rollbacks []Rollback
 }
 
 // Damaged is a checkpoint whose metadata cannot be used.
@@ -96,10 +104,14 @@ type Damaged struct {
 	Err  error
 }
 
-// Latest is the newest completed checkpoint, or nil.
+// Latest is the checkpoint to resume from (--restore latest): the newest
+// completed one that no start rolled back (RolledBack), or nil. See also
+// Elsewhere.
 func (s Scan) Latest() *checkpoint.Metadata {
-	if n := len(s.Completed); n > 0 {
-		return s.Completed[n-1]
+	for i := len(s.Completed) - 1; i >= 0; i-- {
+		if _, rolled := s.RolledBack(s.Completed[i]); !rolled {
+			return s.Completed[i]
+		}
 	}
 	return nil
 }

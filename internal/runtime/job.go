@@ -302,6 +302,11 @@ type earlierRunError struct{ msg string }
 func (e earlierRunError) Error() string        { return e.msg }
 func (e earlierRunError) Is(target error) bool { return target == ErrEarlierRun }
 
+// ErrRolledBack matches Run's error (errors.Is) when the checkpoint to
+// restore was rolled back: a start since restored an older checkpoint,
+// and its sinks rolled back the output this one's builds on.
+var ErrRolledBack = errors.New("a start since restored an older checkpoint, and rolled back the output this one's builds on")
+
 // Run runs the job until its input ends (bounded sources), it fails beyond
 // its restart strategy, or ctx ends.
 func Run(ctx context.Context, spec Spec) (Result, error) {
@@ -468,6 +473,41 @@ func startedOverSince(m *checkpoint.Metadata, completed []*checkpoint.Metadata) 
 	return nil
 }
 
+// rolledBackError refuses to restore checkpoint id, which the start r
+// records rolled back.
+func rolledBackError(job string, id checkpoint.ID, r storage.Rollback) error {
+	return operator.Permanent(fmt.Errorf("job %s: %w: checkpoint %d is newer than checkpoint %d, which a start restored at %s, and its sinks rolled back the output committed after that one: restoring checkpoint %d would lose that output. Restore a checkpoint taken since (--restore latest), or checkpoint %d or an older one, or start over with --fresh",
+		job, ErrRolledBack, id, r.Restored, r.At.Format(time.RFC3339), id, r.Restored))
+}
+
+// recordRollback records in the job's storage that the run restores p,
+// before any task starts (so before any sink rolls back), if p is older
+// than a checkpoint scan holds or is not one of them (a checkpoint
+// restored from elsewhere): --restore latest then restores p, not a newer
+// one whose output is rolled back, until a checkpoint completes; and a
+// restore of one of those newer ones is refused (rolledBackError).
+func (d *driver) recordRollback(p *RestorePoint, scan storage.Scan) error {
+	held, newer := false, false
+	for _, m := range scan.Completed {
+		held = held || m.ID == p.Metadata.ID && m.Lineage == p.Metadata.Lineage && m.Triggered.Equal(p.Metadata.Triggered)
+		newer = newer || m.ID > p.Metadata.ID
+	}
+	for _, dmg := range scan.Damaged {
+		newer = newer || dmg.ID > p.Metadata.ID
+	}
+	if held && !newer {
+		return nil
+	}
+	r := storage.Rollback{Restored: p.Metadata.ID, Lineage: p.Metadata.Lineage, Through: scan.MaxID, At: d.spec.Now()}
+	if !held {
+		r.Elsewhere = p.Where
+	}
+	if err := d.spec.Storage.RecordRollback(r); err != nil {
+		return fmt.Errorf("job %s: restore checkpoint %d: %w", d.spec.Name, p.Metadata.ID, err)
+	}
+	return nil
+}
+
 // decideStart reads what the job's storage holds, tidies it, and decides
 // where the run starts (d.start). It refuses what could lose or duplicate
 // output: starting from the beginning over an earlier run's checkpoints,
@@ -514,9 +554,19 @@ func (d *driver) decideStart() (checkpoint.Restored, error) {
 	case st.Point != nil:
 		d.start = st.Point
 	case st.Latest:
+		if r, ok := scan.Elsewhere(); ok {
+			return checkpoint.Restored{}, fmt.Errorf("job %s: the start at %s restored checkpoint %d from %s and no checkpoint has completed since, so --restore latest would restore an older one of %s than the output holds: restore that one again (--restore %s)",
+				d.spec.Name, r.At.Format(time.RFC3339), r.Restored, r.Elsewhere, store.Describe(), r.Elsewhere)
+		}
 		if m := scan.Latest(); m != nil {
 			d.start = &RestorePoint{Metadata: m, Owned: !m.Savepoint, Read: store.ReadState, Open: store.OpenState, Where: store.Describe()}
 			break
+		}
+		if n := len(scan.Completed); n > 0 {
+			// Every one rolled back; the one the rollback restored is gone.
+			r, _ := scan.RolledBack(scan.Completed[n-1])
+			return checkpoint.Restored{}, earlierRunError{fmt.Sprintf("the checkpoints in %s are newer than checkpoint %d, which a start restored at %s, and their output is rolled back; checkpoint %d is not there any more. Weir does not start from the beginning over them: restore checkpoint %d or an older one by path (--restore <dir>/chk-<id>), or start over with --fresh (Config.Fresh), which deletes them and the job's output",
+				store.Describe(), r.Restored, r.At.Format(time.RFC3339), r.Restored, r.Restored)}
 		}
 		if len(scan.Damaged) > 0 {
 			return checkpoint.Restored{}, earlierRunError{fmt.Sprintf("every checkpoint in %s is damaged (%s); Weir does not start from the beginning over them: restore an older one by path (--restore <dir>/chk-<id>), or start over with --fresh (Config.Fresh), which deletes them and the job's output",
@@ -524,10 +574,10 @@ func (d *driver) decideStart() (checkpoint.Restored, error) {
 		}
 		d.log.Info("no completed checkpoint to restore; starting from the beginning", "dir", store.Describe())
 	default:
-		if m := scan.Latest(); m != nil || len(scan.Damaged) > 0 {
+		if n := len(scan.Completed); n > 0 || len(scan.Damaged) > 0 {
 			what := fmt.Sprintf("checkpoints of an earlier run (the latest is %d)", scan.MaxID)
-			if m != nil {
-				what = fmt.Sprintf("checkpoints of an earlier run (the latest completed is %d)", m.ID)
+			if n > 0 {
+				what = fmt.Sprintf("checkpoints of an earlier run (the latest completed is %d)", scan.Completed[n-1].ID)
 			}
 			return checkpoint.Restored{}, earlierRunError{fmt.Sprintf("%s holds %s: resume it with --restore latest (Config.Restore \"latest\"), or start over with --fresh (Config.Fresh), which deletes them and the job's output",
 				store.Describe(), what)}
@@ -538,6 +588,12 @@ func (d *driver) decideStart() (checkpoint.Restored, error) {
 			return checkpoint.Restored{}, err
 		}
 		if err := startedOverSince(d.start.Metadata, scan.Completed); err != nil {
+			return checkpoint.Restored{}, err
+		}
+		if r, rolled := scan.RolledBack(d.start.Metadata); rolled {
+			return checkpoint.Restored{}, rolledBackError(d.spec.Name, d.start.Metadata.ID, r)
+		}
+		if err := d.recordRollback(d.start, scan); err != nil {
 			return checkpoint.Restored{}, err
 		}
 		// Checkpoints newer than the restored one describe output that the
@@ -722,8 +778,9 @@ func DamagedState(err error) bool {
 }
 
 // previous is the newest completed checkpoint in the job's storage older
-// than id that fits the job, and the checkpoints it abandons: those after
-// it up to id, savepoints excepted.
+// than id that fits the job and that no start rolled back, and the
+// checkpoints it abandons: those after it up to id, savepoints excepted.
+// It records the rollback to it (recordRollback).
 func (d *driver) previous(id checkpoint.ID) (*RestorePoint, []checkpoint.ID, error) {
 	store := d.spec.Storage
 	if store == nil {
@@ -751,6 +808,9 @@ func (d *driver) previous(id checkpoint.ID) (*RestorePoint, []checkpoint.ID, err
 			// --fresh): its output is gone or written over.
 			continue
 		}
+		if _, rolled := scan.RolledBack(m); rolled {
+			continue // a savepoint whose output an earlier fallback or start rolled back
+		}
 		p := &RestorePoint{Metadata: m, Owned: !m.Savepoint, Read: store.ReadState, Open: store.OpenState, Where: store.Describe()}
 		if err := d.fit(p); err != nil {
 			d.log.Warn("an earlier checkpoint does not fit the job either", "checkpoint", m.ID, "err", err)
@@ -758,6 +818,9 @@ func (d *driver) previous(id checkpoint.ID) (*RestorePoint, []checkpoint.ID, err
 				abandoned = append(abandoned, m.ID)
 			}
 			continue
+		}
+		if err := d.recordRollback(p, scan); err != nil {
+			return nil, nil, fmt.Errorf("%w: %w", storage.ErrUnavailable, err)
 		}
 		return p, abandoned, nil
 	}

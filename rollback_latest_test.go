@@ -1,0 +1,151 @@
+package weir_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/weirstream/weir"
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/examples/wordcount"
+)
+
+// stopWithSavepoint runs the word count (o.Restore as given) until k
+// checkpoints completed, stops it with a savepoint and returns its id.
+func stopWithSavepoint(t *testing.T, o wordcount.Options, k int) checkpoint.ID {
+	t.Helper()
+	o.BeforeCount = wordcount.Paced(200)
+	addrs := make(chan string, 1)
+	o.Web, o.WebToken, o.OnWeb = "127.0.0.1:0", "tok", func(a string) { addrs <- a }
+	completed := make(chan struct{}, 64)
+	o.OnEvent = func(ev weir.JobEvent) {
+		if ev.Kind == weir.EventCheckpointCompleted {
+			completed <- struct{}{}
+		}
+	}
+	e, err := wordcount.Build(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type res struct {
+		r   weir.Result
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		r, err := e.Execute(context.Background())
+		done <- res{r, err}
+	}()
+	addr := <-addrs
+	for range k {
+		<-completed
+	}
+	if _, err := postSavepoint(addr, true); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || r.r.StoppedWith == 0 {
+		t.Fatalf("run to stop with a savepoint: %v, stopped with %d (the input must outlast %d checkpoints)", r.err, r.r.StoppedWith, k)
+	}
+	return r.r.StoppedWith
+}
+
+// A run that restores an older savepoint than the storage's newest rolls
+// back the output committed after it. Killed before it completes a
+// checkpoint of its own, the next start with --restore latest must restore
+// that savepoint again, not the newer one whose output is gone.
+func TestLatestAfterARollbackIsItsPoint(t *testing.T) {
+	dir := t.TempDir()
+	o := wcInput(t, dir)
+	a := stopWithSavepoint(t, o, 2)
+	o.Restore = "latest"
+	b := stopWithSavepoint(t, o, 2)
+	if b <= a {
+		t.Fatalf("savepoints %d, %d", a, b)
+	}
+	// Restore a by path; the run stops before its first checkpoint.
+	o.Restore = filepath.Join(dir, "ckpt", "wordcount", fmt.Sprintf("chk-%d", a))
+	ctx, cancel := context.WithCancel(context.Background())
+	o.BeforeCount = func(string) { cancel() }
+	o.OnEvent = func(ev weir.JobEvent) {
+		if ev.Kind == weir.EventCheckpointCompleted {
+			t.Errorf("checkpoint %d completed in the run meant to stop before its first", ev.ID)
+		}
+	}
+	e, err := wordcount.Build(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Execute(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("run from savepoint %d: %v", a, err)
+	}
+	// Savepoint b's output is rolled back: its restore is refused, and
+	// deletes nothing.
+	o.BeforeCount, o.OnEvent = nil, nil
+	o.Restore = filepath.Join(dir, "ckpt", "wordcount", fmt.Sprintf("chk-%d", b))
+	if _, err := executeErr(t, o); !errors.Is(err, weir.ErrRolledBack) || !strings.Contains(err.Error(), fmt.Sprintf("checkpoint %d, which a start restored", a)) {
+		t.Fatalf("restore of savepoint %d after the rollback to %d: %v; want it refused (weir.ErrRolledBack), naming %d", b, a, err, a)
+	}
+	o.Restore = "latest"
+	var restored []checkpoint.ID
+	o.OnEvent = func(ev weir.JobEvent) {
+		if ev.Kind == weir.EventRunning {
+			restored = append(restored, ev.RestoredFrom)
+		}
+	}
+	if _, err := executeErr(t, o); err != nil {
+		t.Fatalf("--restore latest after the rollback to savepoint %d (savepoint %d is newer): %v", a, b, err)
+	}
+	if len(restored) == 0 || restored[0] != a {
+		t.Errorf("--restore latest restored %v; want savepoint %d, which the last run started from", restored, a)
+	}
+	if rep := report(t, o); !rep.OK() {
+		t.Fatalf("after --restore latest: %v", rep)
+	}
+}
+
+// A run that restores a savepoint moved out of the job's storage and stops
+// before its first checkpoint leaves --restore latest nothing right to
+// restore in the storage: it is refused, naming the savepoint to restore
+// again.
+func TestLatestAfterARestoreFromElsewhereNamesIt(t *testing.T) {
+	dir := t.TempDir()
+	o := wcInput(t, dir)
+	a := stopWithSavepoint(t, o, 2)
+	o.Restore = "latest"
+	stopWithSavepoint(t, o, 2)
+	// The savepoint moves out, with the shared files it references.
+	job := filepath.Join(dir, "ckpt", "wordcount")
+	if err := os.CopyFS(filepath.Join(dir, "kept"), os.DirFS(job)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(job, fmt.Sprintf("chk-%d", a))); err != nil {
+		t.Fatal(err)
+	}
+	kept := filepath.Join(dir, "kept", fmt.Sprintf("chk-%d", a))
+	o.Restore = kept
+	ctx, cancel := context.WithCancel(context.Background())
+	o.BeforeCount = func(string) { cancel() }
+	e, err := wordcount.Build(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Execute(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("run from %s: %v", kept, err)
+	}
+	o.BeforeCount, o.Restore = nil, "latest"
+	if _, err := executeErr(t, o); err == nil || !strings.Contains(err.Error(), "--restore "+kept) {
+		t.Fatalf("--restore latest after a start from %s that completed no checkpoint: %v; want it refused, naming it", kept, err)
+	}
+	o.Restore = kept
+	if _, err := executeErr(t, o); err != nil {
+		t.Fatalf("restore of %s again: %v", kept, err)
+	}
+	if rep := report(t, o); !rep.OK() {
+		t.Fatalf("after restoring %s again: %v", kept, rep)
+	}
+}
