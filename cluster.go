@@ -117,9 +117,6 @@ func (c ClusterConfig) validate(cfg Config) error {
 	if cfg.Checkpoint.Mode != NoCheckpoints && cfg.Checkpoint.Dir == "" {
 		return errors.New("a cluster needs checkpoint storage that every process reaches (--checkpoint-dir a shared directory or s3://bucket/prefix): memory checkpoints live in one process")
 	}
-	if r := cfg.Restore; r != "" && r != "latest" {
-		return fmt.Errorf("restore %q: a cluster restores checkpoints of its own storage (--restore latest); restore a checkpoint elsewhere in local mode", r)
-	}
 	if err := c.validateHA(cfg); err != nil {
 		return err
 	}
@@ -183,6 +180,9 @@ func (e *Environment) executeClustered(ctx context.Context, plan *graph.Plan, sp
 		})
 		return Result{}, err
 	}
+	if err := restoresOwn(spec); err != nil {
+		return Result{}, err
+	}
 	tc, err := transport.LoadTLS(cc.Certs, cluster.CoordinatorName)
 	if err != nil {
 		return Result{}, err
@@ -195,6 +195,27 @@ func (e *Environment) executeClustered(ctx context.Context, plan *graph.Plan, sp
 		})
 	}
 	return e.coordinate(ctx, ccfg, spec)
+}
+
+// restoresOwn refuses a checkpoint to restore by path (--restore <dir>/chk-N)
+// that the cluster's checkpoint storage does not hold: the coordinator
+// names the checkpoint to its workers by id, and they read its state from
+// that storage.
+func restoresOwn(spec runtime.Spec) error {
+	p := spec.Start.Point
+	if p == nil {
+		return nil
+	}
+	scan, err := spec.Storage.Scan()
+	if err != nil {
+		return fmt.Errorf("restore %s: %w", p.Where, err)
+	}
+	for _, m := range scan.Completed {
+		if m.ID == p.Metadata.ID && m.Lineage == p.Metadata.Lineage && m.Triggered.Equal(p.Metadata.Triggered) {
+			return nil
+		}
+	}
+	return fmt.Errorf("restore %s: checkpoint %d is not in the cluster's checkpoint storage %s, whose checkpoints its workers restore: restore it in one process (weir run), or restore one of the cluster's own", p.Where, p.Metadata.ID, spec.Storage.Describe())
 }
 
 // coordinate runs the job as its coordinator.
