@@ -210,10 +210,8 @@ func restoresOwn(spec runtime.Spec) error {
 	if err != nil {
 		return fmt.Errorf("restore %s: %w", p.Where, err)
 	}
-	for _, m := range scan.Completed {
-		if m.ID == p.Metadata.ID && m.Lineage == p.Metadata.Lineage && m.Triggered.Equal(p.Metadata.Triggered) {
-			return nil
-		}
+	if scan.Holds(p.Metadata) {
+		return nil
 	}
 	return fmt.Errorf("restore %s: checkpoint %d is not in the cluster's checkpoint storage %s, whose checkpoints its workers restore: restore it in one process (weir run), or restore one of the cluster's own", p.Where, p.Metadata.ID, spec.Storage.Describe())
 }

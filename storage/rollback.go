@@ -94,6 +94,15 @@ func sortRollbacks(rs []Rollback) {
 	slices.SortFunc(rs, func(a, b Rollback) int { return cmp.Compare(a.Through, b.Through) })
 }
 
+// Holds reports whether m, a checkpoint read from wherever it was named,
+// is one of the completed checkpoints storage holds: the same id, lineage
+// and trigger time.
+func (s Scan) Holds(m *checkpoint.Metadata) bool {
+	return slices.ContainsFunc(s.Completed, func(c *checkpoint.Metadata) bool {
+		return c.ID == m.ID && c.Lineage == m.Lineage && c.Triggered.Equal(m.Triggered)
+	})
+}
+
 // RolledBack is the record of the start that rolled m back, if one did.
 func (s Scan) RolledBack(m *checkpoint.Metadata) (Rollback, bool) {
 	for _, r := range s.Rollbacks {

@@ -487,14 +487,9 @@ func rolledBackError(job string, id checkpoint.ID, r storage.Rollback) error {
 // one whose output is rolled back, until a checkpoint completes; and a
 // restore of one of those newer ones is refused (rolledBackError).
 func (d *driver) recordRollback(p *RestorePoint, scan storage.Scan) error {
-	held, newer := false, false
-	for _, m := range scan.Completed {
-		held = held || m.ID == p.Metadata.ID && m.Lineage == p.Metadata.Lineage && m.Triggered.Equal(p.Metadata.Triggered)
-		newer = newer || m.ID > p.Metadata.ID
-	}
-	for _, dmg := range scan.Damaged {
-		newer = newer || dmg.ID > p.Metadata.ID
-	}
+	held := scan.Holds(p.Metadata)
+	newer := slices.ContainsFunc(scan.Completed, func(m *checkpoint.Metadata) bool { return m.ID > p.Metadata.ID }) ||
+		slices.ContainsFunc(scan.Damaged, func(dmg storage.Damaged) bool { return dmg.ID > p.Metadata.ID })
 	if held && !newer {
 		return nil
 	}
