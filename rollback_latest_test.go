@@ -149,3 +149,46 @@ func TestLatestAfterARestoreFromElsewhereNamesIt(t *testing.T) {
 		t.Fatalf("after restoring %s again: %v", kept, rep)
 	}
 }
+
+// The checkpoints a rollback deletes (the newer ones that are not
+// savepoints) leave their ids in its record's range: the checkpoints of
+// the runs after it take ids above that range, or --restore latest would
+// take them for rolled back and restore the older checkpoint again.
+func TestCheckpointsAfterARollbackAreNotRolledBack(t *testing.T) {
+	dir := t.TempDir()
+	o := wcInput(t, dir)
+	a := stopWithSavepoint(t, o, 2)
+	o.Restore = "latest"
+	cancelAfter(t, o, 3) // checkpoints after a, none a savepoint
+	// Back to a, stopped before its first checkpoint: the newer
+	// checkpoints are deleted.
+	o.Restore = filepath.Join(dir, "ckpt", "wordcount", fmt.Sprintf("chk-%d", a))
+	ctx, cancel := context.WithCancel(context.Background())
+	o.BeforeCount = func(string) { cancel() }
+	e, err := wordcount.Build(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Execute(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("run from savepoint %d: %v", a, err)
+	}
+	o.Restore, o.BeforeCount = "latest", nil
+	cancelAfter(t, o, 2)
+	chks := completedCheckpoints(dir)
+	last := filepath.Base(chks[len(chks)-1])
+	var restored []checkpoint.ID
+	o.OnEvent = func(ev weir.JobEvent) {
+		if ev.Kind == weir.EventRunning {
+			restored = append(restored, ev.RestoredFrom)
+		}
+	}
+	if _, err := executeErr(t, o); err != nil {
+		t.Fatal(err)
+	}
+	if len(restored) == 0 || fmt.Sprint("chk-", restored[0]) != last {
+		t.Errorf("--restore latest restored %v; want %s, the newest (the storage holds %v after the rollback to %d)", restored, last, chks, a)
+	}
+	if rep := report(t, o); !rep.OK() {
+		t.Fatalf("after --restore latest: %v", rep)
+	}
+}

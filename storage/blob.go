@@ -342,7 +342,7 @@ func (b *Blob) Scan() (Scan, error) {
 		}
 		s.Completed = append(s.Completed, m)
 	}
-	sortRollbacks(s.Rollbacks)
+	settleRollbacks(&s)
 	b.shared.reset(s.Completed)
 	return s, nil
 }

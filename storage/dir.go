@@ -332,7 +332,7 @@ func (d *Dir) Scan() (Scan, error) {
 	slices.SortFunc(s.Completed, byID)
 	slices.Sort(s.Incomplete)
 	slices.SortFunc(s.Damaged, func(a, b Damaged) int { return cmp.Compare(a.ID, b.ID) })
-	sortRollbacks(s.Rollbacks)
+	settleRollbacks(&s)
 	d.shared.reset(s.Completed)
 	return s, nil
 }

@@ -151,7 +151,7 @@ func (m *Memory) Scan() (Scan, error) {
 	}
 	slices.SortFunc(s.Completed, byID)
 	s.Rollbacks = slices.Collect(maps.Values(m.rollbacks))
-	sortRollbacks(s.Rollbacks)
+	settleRollbacks(&s)
 	m.shared.reset(s.Completed)
 	return s, nil
 }

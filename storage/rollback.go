@@ -46,6 +46,9 @@ type Rollback struct {
 // with the same Through writes over it (see RecordRollback).
 const rollbackPrefix = "_rollback-"
 
+// Name is the record's name in its job's storage.
+func (r Rollback) Name() string { return rollbackName(r.Through) }
+
 func rollbackName(through checkpoint.ID) string {
 	return rollbackPrefix + strconv.FormatUint(uint64(through), 10)
 }
@@ -90,8 +93,17 @@ func merged(held, r Rollback) Rollback {
 	return r
 }
 
-func sortRollbacks(rs []Rollback) {
-	slices.SortFunc(rs, func(a, b Rollback) int { return cmp.Compare(a.Through, b.Through) })
+// settleRollbacks sorts s's records and raises MaxID to their Through: a
+// record's range is ids reserved before its start, so new ids must come
+// after it even when the checkpoints that had them are deleted (the
+// rollback deletes the newer ones that are not savepoints). Otherwise a
+// checkpoint completed after the rollback could take such an id and be
+// taken for rolled back.
+func settleRollbacks(s *Scan) {
+	slices.SortFunc(s.Rollbacks, func(a, b Rollback) int { return cmp.Compare(a.Through, b.Through) })
+	for _, r := range s.Rollbacks {
+		s.MaxID = max(s.MaxID, r.Through)
+	}
 }
 
 // Holds reports whether m, a checkpoint read from wherever it was named,

@@ -140,6 +140,17 @@ func TestRollbackRecords(t *testing.T) {
 			if _, ok := scan.Elsewhere(); ok || scan.Latest().ID != 10 {
 				t.Fatalf("after checkpoint 10 completed: Elsewhere %v, latest %d; want none, 10", ok, scan.Latest().ID)
 			}
+			// New ids start above a record's range, though its checkpoints
+			// are gone.
+			if err := s.RecordRollback(Rollback{Restored: 10, Lineage: "L", Through: 20, At: at}); err != nil {
+				t.Fatal(err)
+			}
+			if scan, err = s.Scan(); err != nil {
+				t.Fatal(err)
+			}
+			if scan.MaxID != 20 || scan.Latest().ID != 10 {
+				t.Fatalf("after a rollback to 10 through 20: MaxID %d, latest %d; want 20, 10", scan.MaxID, scan.Latest().ID)
+			}
 		})
 	}
 }

@@ -80,7 +80,8 @@ type Storage interface {
 
 // Scan is what storage holds for a job.
 type Scan struct {
-	// MaxID is the highest id reserved, completed or not.
+	// MaxID is the highest id reserved, completed or not, or in a
+	// rollback record's range (Rollback.Through): new ids start above it.
 	MaxID checkpoint.ID
 	// Completed lists the checkpoints with valid metadata, ascending.
 	Completed []*checkpoint.Metadata

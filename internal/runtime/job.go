@@ -475,9 +475,9 @@ func startedOverSince(m *checkpoint.Metadata, completed []*checkpoint.Metadata) 
 
 // rolledBackError refuses to restore checkpoint id, which the start r
 // records rolled back.
-func rolledBackError(job string, id checkpoint.ID, r storage.Rollback) error {
-	return operator.Permanent(fmt.Errorf("job %s: %w: checkpoint %d is newer than checkpoint %d, which a start restored at %s, and its sinks rolled back the output committed after that one: restoring checkpoint %d would lose that output. Restore a checkpoint taken since (--restore latest), or checkpoint %d or an older one, or start over with --fresh",
-		job, ErrRolledBack, id, r.Restored, r.At.Format(time.RFC3339), id, r.Restored))
+func rolledBackError(job, where string, id checkpoint.ID, r storage.Rollback) error {
+	return operator.Permanent(fmt.Errorf("job %s: %w: checkpoint %d is newer than checkpoint %d, which a start restored at %s, and its sinks rolled back the output committed after that one: restoring checkpoint %d would lose that output. Restore a checkpoint taken since (--restore latest), or checkpoint %d or an older one, or start over with --fresh. (Sinks that cannot take back what they committed, such as Kafka's, kept that output: to go back to checkpoint %d anyway, delete %s/%s first)",
+		job, ErrRolledBack, id, r.Restored, r.At.Format(time.RFC3339), id, r.Restored, id, where, r.Name()))
 }
 
 // recordRollback records in the job's storage that the run restores p,
@@ -586,7 +586,7 @@ func (d *driver) decideStart() (checkpoint.Restored, error) {
 			return checkpoint.Restored{}, err
 		}
 		if r, rolled := scan.RolledBack(d.start.Metadata); rolled {
-			return checkpoint.Restored{}, rolledBackError(d.spec.Name, d.start.Metadata.ID, r)
+			return checkpoint.Restored{}, rolledBackError(d.spec.Name, store.Describe(), d.start.Metadata.ID, r)
 		}
 		if err := d.recordRollback(d.start, scan); err != nil {
 			return checkpoint.Restored{}, err
