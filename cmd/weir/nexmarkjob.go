@@ -65,7 +65,7 @@ func newNexmarkJob(role weir.Role) *cobra.Command {
 			}
 			if res.StoppedWith != 0 {
 				fmt.Fprintf(os.Stderr, "weir: nexmark %s stopped with savepoint %d. Resume with:\n  %s --restore %s\n",
-					qs[0].Name, res.StoppedWith, resumeCommand(), resumeFrom(role, js.cc.Dir, "nexmark-"+qs[0].Name, res.StoppedWith))
+					qs[0].Name, res.StoppedWith, resumeCommand(), resumeFrom(js.cl, js.cc.Dir, "nexmark-"+qs[0].Name, res.StoppedWith))
 				return nil
 			}
 			fmt.Fprintf(os.Stderr, "weir: nexmark %s finished: %d checkpoints, %d attempts; results in %s\n", qs[0].Name, res.Checkpoints, res.Attempts, output)

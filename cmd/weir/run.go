@@ -315,7 +315,7 @@ its latest count), or standard output.`,
 			case role == weir.Worker:
 			case res.StoppedWith != 0:
 				fmt.Fprintf(os.Stderr, "weir: wordcount stopped with savepoint %d. Resume with:\n  %s --restore %s\n",
-					res.StoppedWith, resumeCommand(), resumeFrom(role, cf.dir, "wordcount", res.StoppedWith))
+					res.StoppedWith, resumeCommand(), resumeFrom(js.cl, cf.dir, "wordcount", res.StoppedWith))
 			default:
 				fmt.Fprintf(os.Stderr, "weir: wordcount finished: %d checkpoints, %d attempts; output in %s\n", res.Checkpoints, res.Attempts, output)
 			}
@@ -367,12 +367,13 @@ func announceWeb(addr string) {
 	fmt.Fprintf(os.Stderr, "weir: web UI at http://%s/ (metrics at /metrics, the API under /api/v1/)\n", addr)
 }
 
-// resumeFrom is the --restore that resumes job, stopped with savepoint id:
-// the savepoint's location; for a cluster's coordinator, which restores
-// only its own storage's latest checkpoint, latest (the savepoint is the
+// resumeFrom is the --restore that resumes job, stopped with savepoint id
+// by a process of cluster configuration cl: the savepoint's location; for
+// a cluster's coordinator, or a process with --ha, which restore only
+// their own storage's latest checkpoint, latest (the savepoint is the
 // latest: the job stopped with it).
-func resumeFrom(role weir.Role, dir, job string, id checkpoint.ID) string {
-	if role == weir.Coordinator {
+func resumeFrom(cl weir.ClusterConfig, dir, job string, id checkpoint.ID) string {
+	if cl.Role == weir.Coordinator || cl.HA != "" {
 		return "latest"
 	}
 	return storage.CheckpointLocation(dir, job, id)
