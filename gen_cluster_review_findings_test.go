@@ -101,7 +101,10 @@ const probedRecords = 1000
 // runProbed runs a job of probedRecords records on a coordinator and one
 // worker whose checkpoint storage is fs, and returns how many records its
 // sink took and how the job ended.
-func runProbed(t *testing.T, fs vfs.FS) (int, error) {
+func runProbed(t *testing.T, fs vfs.FS) (int, error) { return runProbedLogged(t, fs, quiet) }
+
+// runProbedLogged is runProbed with log for the coordinator's logger.
+func runProbedLogged(t *testing.T, fs vfs.FS, log *slog.Logger) (int, error) {
 	dir := t.TempDir()
 	certs := filepath.Join(dir, "certs")
 	if err := transport.WriteCerts(certs, []string{"coordinator", "worker-1"}, []string{"127.0.0.1"}, time.Hour); err != nil {
@@ -114,7 +117,11 @@ func runProbed(t *testing.T, fs vfs.FS) (int, error) {
 	execute := func(ctx context.Context, cc weir.ClusterConfig) error {
 		cc.Certs = certs
 		cc.HeartbeatInterval, cc.HeartbeatTimeout = 100*time.Millisecond, 2*time.Second
-		env := weir.New(weir.Config{Job: "probe", Parallelism: 1, Cluster: cc, Logger: quiet,
+		logger := quiet
+		if cc.Role == weir.Coordinator {
+			logger = log
+		}
+		env := weir.New(weir.Config{Job: "probe", Parallelism: 1, Cluster: cc, Logger: logger,
 			Restart:    weir.FixedDelay{Delay: time.Millisecond, MaxAttempts: 5},
 			Checkpoint: weir.CheckpointConfig{Dir: filepath.Join(dir, "ckpt"), FS: fs, Interval: time.Hour}})
 		src, err := generator.New(generator.Config[int64]{Count: probedRecords, Make: func(i int64) int64 { return i }})

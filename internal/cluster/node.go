@@ -484,8 +484,10 @@ func (n *node) Probe(ctx context.Context, req *connect.Request[clusterpb.ProbeRe
 		// Only storage this worker may not write to fails the job for
 		// good (storage.Prober); a full disk, an I/O error or a slow
 		// object store may pass, and the attempt restarts, as after a
-		// checkpoint's write that failed so.
-		code := connect.CodeUnavailable
+		// checkpoint's write that failed so. NB: not Unavailable, which
+		// the coordinator takes for a worker it could not reach
+		// (unreachable), and makes suspect: this one answered.
+		code := connect.CodeAborted
 		if errors.Is(err, fs.ErrPermission) {
 			code = connect.CodeFailedPrecondition
 		}
