@@ -137,7 +137,14 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 			// connection). The session is live from when the coordinator
 			// registered it, which the worker cannot tell; a heartbeat
 			// answered now says it is.
-			if err := confirm(ctx, co.client(), w, live); err != nil {
+			err := confirm(ctx, co.client(), w, live)
+			if end, ok := errors.AsType[*jobEnded](err); ok {
+				// NB: the coordinator counts this worker told, and may be
+				// gone by its next call.
+				cfg.Logger.Info(end.Error()+"; this worker exits", "worker", cfg.Name, "coordinator", cfg.Coordinator)
+				return nil
+			}
+			if err != nil {
 				cfg.Logger.Warn("registered too late to keep the session; registering again", "worker", w.Name, "session", w.Session, "err", err)
 				continue
 			}
@@ -275,13 +282,18 @@ type liveness struct {
 func (l *liveness) fenceAt() time.Time { return l.lastSent.Add(l.fenceAfter()) }
 
 // confirm sends a heartbeat of session w now, and counts the session's
-// liveness from it if it is answered within the fence time.
+// liveness from it if it is answered within the fence time. It returns a
+// *jobEnded if the answer says the job ended.
 func confirm(ctx context.Context, client clusterpbconnect.CoordinatorServiceClient, w Worker, l *liveness) error {
 	sent := time.Now()
 	hctx, cancel := context.WithTimeout(ctx, l.fenceAfter())
 	defer cancel()
-	if _, err := client.Heartbeat(hctx, connect.NewRequest(&clusterpb.HeartbeatRequest{Worker: w.Name, Session: w.Session})); err != nil {
+	resp, err := client.Heartbeat(hctx, connect.NewRequest(&clusterpb.HeartbeatRequest{Worker: w.Name, Session: w.Session}))
+	if err != nil {
 		return err
+	}
+	if end := endedBy(resp.Header()); end != nil {
+		return end
 	}
 	l.lastSent = sent
 	return nil
