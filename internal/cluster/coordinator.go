@@ -109,9 +109,11 @@ type Coordinator struct {
 	deployed uint64
 	// ending: the job ended (Observe saw runtime.EventFinished), as it
 	// says ("finished", or "stopped with savepoint N"), if set; told are
-	// the workers that heard it (see Close).
+	// the sessions that heard it (see Close). NB: sessions, not names: a
+	// process replaced under its name, whose heartbeat is still answered
+	// that the job ended, has not told its successor.
 	ending string
-	told   map[string]bool
+	told   map[uint64]bool
 	status jobStatus
 	// gone are the workers declared lost, oldest first, at most maxGone:
 	// WorkerStatus lists those whose name no session holds now.
@@ -147,7 +149,7 @@ func StartCoordinator(cfg CoordinatorConfig) (*Coordinator, error) {
 	c := &Coordinator{
 		cfg: cfg, ln: ln, lost: make(chan Worker, 64),
 		members: NewMembers(cfg.Graph, cfg.Liveness.Timeout, cfg.Epoch), via: map[string]*peerConn{}, changed: make(chan struct{}),
-		told: map[string]bool{}, stop: make(chan struct{}),
+		told: map[uint64]bool{}, stop: make(chan struct{}),
 	}
 	path, h := clusterpbconnect.NewCoordinatorServiceHandler(c, readLimit)
 	mux := http.NewServeMux()
@@ -264,13 +266,13 @@ func (c *Coordinator) jobFinished(ending string) {
 }
 
 // finished reports whether the job finished, and if so records that
-// worker heard it. c.mu must be held.
-func (c *Coordinator) finished(worker string) bool {
+// session heard it (0: a process that has none yet). c.mu must be held.
+func (c *Coordinator) finished(session uint64) bool {
 	if c.ending == "" {
 		return false
 	}
-	if !c.told[worker] {
-		c.told[worker] = true
+	if session != 0 && !c.told[session] {
+		c.told[session] = true
 		c.notify()
 	}
 	return true
@@ -287,7 +289,7 @@ func (c *Coordinator) waitUntilTold(limit time.Duration) bool {
 		ended, changed := c.ending != "", c.changed
 		waiting := 0
 		for _, w := range c.members.All() {
-			if !c.told[w.Name] && !c.via[w.Name].closed() {
+			if !c.told[w.Session] && !c.via[w.Name].closed() {
 				waiting++
 			}
 		}
@@ -411,7 +413,7 @@ func (c *Coordinator) Register(ctx context.Context, req *connect.Request[cluster
 	var arrived time.Time
 	for {
 		c.mu.Lock()
-		if c.finished(want.Name) {
+		if c.finished(0) {
 			// The job finished, before the claim or while it waited for
 			// a held name: the worker must hear it, or it looks for the
 			// coordinator for ever once this one exits.
@@ -510,7 +512,7 @@ func (c *Coordinator) Heartbeat(ctx context.Context, req *connect.Request[cluste
 		return nil, err
 	}
 	c.mu.Lock()
-	if c.finished(req.Msg.GetWorker()) {
+	if c.finished(req.Msg.GetSession()) {
 		// The worker's tasks ended: its counts are final. NB: only the
 		// current session's: an earlier process's, under the same name,
 		// would swap the incarnations back and count them twice.

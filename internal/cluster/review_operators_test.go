@@ -29,7 +29,7 @@ func TestFinishedJobCountsOnlyTheCurrentSessionsOperators(t *testing.T) {
 	c := &Coordinator{
 		cfg:     CoordinatorConfig{Graph: jobGraph, Now: func() time.Time { return now }, Operators: ops, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
 		members: NewMembers(jobGraph, time.Second, 0), via: map[string]*peerConn{}, changed: make(chan struct{}),
-		told: map[string]bool{}, stop: make(chan struct{}), lost: make(chan Worker, 64),
+		told: map[uint64]bool{}, stop: make(chan struct{}), lost: make(chan Worker, 64),
 	}
 	ctx := context.WithValue(context.Background(), peerKey{}, peer{name: "w1", role: transport.RoleWorker})
 	heartbeat := func(session, incarnation uint64, records int64) error {
