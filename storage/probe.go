@@ -2,9 +2,11 @@ package storage
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io/fs"
 	"regexp"
+	"syscall"
 
 	"gocloud.dev/gcerrors"
 )
@@ -16,9 +18,9 @@ import (
 //
 // Their errors say what a restart cannot fix as the file system does:
 // fs.ErrNotExist (a probe not there to read: the storage is not shared)
-// and fs.ErrPermission (storage this process may not write or read); any other
-// error (a full disk, an I/O error, an object store that timed out) may
-// pass.
+// and fs.ErrPermission (storage this process may not write or read, a
+// read-only file system included); any other error (a full disk, an I/O
+// error, an object store that timed out) may pass.
 type Prober interface {
 	WriteProbe(name string, data []byte) error
 	ReadProbe(name string) ([]byte, error)
@@ -45,12 +47,23 @@ func (d *Dir) WriteProbe(name string, data []byte) error {
 	}
 	dir := d.fs.PathJoin(d.jobDir, ProbeDir)
 	if err := d.fs.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("probe %s: %w", dir, err)
+		return fmt.Errorf("probe %s: %w", dir, readOnlyAsPermission(err))
 	}
 	if _, err := d.writeFile(d.fs.PathJoin(dir, name), bytes.NewReader(data)); err != nil {
-		return fmt.Errorf("probe %s: %w", dir, err)
+		return fmt.Errorf("probe %s: %w", dir, readOnlyAsPermission(err))
 	}
 	return nil
+}
+
+// readOnlyAsPermission adds fs.ErrPermission to a write's error that says
+// the file system is read-only (EROFS): storage this process may not
+// write to, which a restart does not fix (Prober). NB: EROFS is not
+// fs.ErrPermission for errors.Is.
+func readOnlyAsPermission(err error) error {
+	if errors.Is(err, syscall.EROFS) && !errors.Is(err, fs.ErrPermission) {
+		return fmt.Errorf("%w (%w)", err, fs.ErrPermission)
+	}
+	return err
 }
 
 func (d *Dir) ReadProbe(name string) ([]byte, error) {
