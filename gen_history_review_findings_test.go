@@ -87,9 +87,9 @@ func genhSavepointBetween(t *testing.T, o wordcount.Options, k int) checkpoint.I
 // as in a typical run).
 //
 // Found by reasoning from the generator's latest-after-rollback finding
-// (the generator does not damage state yet); the fix belongs beside main's
-// rollback rule, in internal/runtime/job.go: previous() skips checkpoints
-// a rollback rolled back, as the scan's fallback is to.
+// (the generator does not damage state yet). Fixed with the rollback
+// record (design note 110): previous() skips checkpoints a rollback rolled
+// back.
 func TestReviewStateFallbackSkipsRolledBackSavepoint(t *testing.T) {
 	dir := t.TempDir()
 	o := wcInput(t, dir)

@@ -498,7 +498,7 @@ func (d *driver) recordRollback(p *RestorePoint, scan storage.Scan) error {
 		r.Elsewhere = p.Where
 	}
 	if err := d.spec.Storage.RecordRollback(r); err != nil {
-		return fmt.Errorf("job %s: restore checkpoint %d: %w", d.spec.Name, p.Metadata.ID, err)
+		return fmt.Errorf("job %s: restore checkpoint %d: the rollback to it could not be recorded, so nothing was restored or deleted; start again to retry: %w", d.spec.Name, p.Metadata.ID, err)
 	}
 	return nil
 }
