@@ -141,6 +141,14 @@ func TestLatestAfterARestoreFromElsewhereNamesIt(t *testing.T) {
 	if _, err := executeErr(t, o); err == nil || !strings.Contains(err.Error(), "--restore "+kept) {
 		t.Fatalf("--restore latest after a start from %s that completed no checkpoint: %v; want it refused, naming it", kept, err)
 	}
+	// Nor does verify compare the output with the storage's own newest.
+	v, err := wordcount.Build(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Verify(context.Background(), weir.VerifyConfig{}); err == nil || !strings.Contains(err.Error(), "no checkpoint has completed since") {
+		t.Fatalf("verify after a start from %s that completed no checkpoint: %v; want it refused, naming it", kept, err)
+	}
 	o.Restore = kept
 	if _, err := executeErr(t, o); err != nil {
 		t.Fatalf("restore of %s again: %v", kept, err)

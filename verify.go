@@ -343,6 +343,9 @@ func (e *Environment) Verify(ctx context.Context, vc VerifyConfig) (VerifyReport
 	if err != nil {
 		return VerifyReport{}, err
 	}
+	if r, ok := scan.Elsewhere(); ok {
+		return VerifyReport{}, fmt.Errorf("job %s: the start at %s restored checkpoint %d from %s and no checkpoint has completed since: the output is that one's, which verify does not read; verify once the job has completed a checkpoint", e.cfg.Job, r.At.Format(time.RFC3339), r.Restored, r.Elsewhere)
+	}
 	m := scan.Latest()
 	if m == nil {
 		return VerifyReport{}, fmt.Errorf("job %s: %s holds no completed checkpoint to verify", e.cfg.Job, st.Describe())
