@@ -485,22 +485,37 @@ func rolledBackError(job, where string, id checkpoint.ID, r storage.Rollback) er
 // than a checkpoint scan holds or is not one of them (a checkpoint
 // restored from elsewhere): --restore latest then restores p, not a newer
 // one whose output is rolled back, until a checkpoint completes; and a
-// restore of one of those newer ones is refused (rolledBackError).
-func (d *driver) recordRollback(p *RestorePoint, scan storage.Scan) error {
+// restore of one of those newer ones is refused (rolledBackError). It
+// returns the record's Through (0 when it records nothing): new ids start
+// above it.
+//
+// An earlier start's record that restored a newer checkpoint than p (one
+// from elsewhere, which scan does not hold) makes p a rollback too: that
+// start's sinks committed output up to its checkpoint. Through is at
+// least the restored checkpoint's id, so that a checkpoint from elsewhere
+// newer than every one scan holds is rolled back by the next start that
+// goes back from it. A record of another lineage with the same Through is
+// never written over (it says which checkpoints of its lineage are rolled
+// back): Through goes one above it.
+func (d *driver) recordRollback(p *RestorePoint, scan storage.Scan) (checkpoint.ID, error) {
 	held := scan.Holds(p.Metadata)
 	newer := slices.ContainsFunc(scan.Completed, func(m *checkpoint.Metadata) bool { return m.ID > p.Metadata.ID }) ||
-		slices.ContainsFunc(scan.Damaged, func(dmg storage.Damaged) bool { return dmg.ID > p.Metadata.ID })
+		slices.ContainsFunc(scan.Damaged, func(dmg storage.Damaged) bool { return dmg.ID > p.Metadata.ID }) ||
+		slices.ContainsFunc(scan.Rollbacks, func(r storage.Rollback) bool { return r.Restored > p.Metadata.ID })
 	if held && !newer {
-		return nil
+		return 0, nil
 	}
-	r := storage.Rollback{Restored: p.Metadata.ID, Lineage: p.Metadata.Lineage, Through: scan.MaxID, At: d.spec.Now()}
+	r := storage.Rollback{Restored: p.Metadata.ID, Lineage: p.Metadata.Lineage, Through: max(scan.MaxID, p.Metadata.ID), At: d.spec.Now()}
+	if slices.ContainsFunc(scan.Rollbacks, func(h storage.Rollback) bool { return h.Through == r.Through && h.Lineage != r.Lineage }) {
+		r.Through++ // NB: scan.MaxID is at least every record's Through
+	}
 	if !held {
 		r.Elsewhere = p.Where
 	}
 	if err := d.spec.Storage.RecordRollback(r); err != nil {
-		return fmt.Errorf("job %s: restore checkpoint %d: the rollback to it could not be recorded, so nothing was restored or deleted; start again to retry: %w", d.spec.Name, p.Metadata.ID, err)
+		return 0, fmt.Errorf("job %s: restore checkpoint %d: the rollback to it could not be recorded, so nothing was restored or deleted; start again to retry: %w", d.spec.Name, p.Metadata.ID, err)
 	}
-	return nil
+	return r.Through, nil
 }
 
 // decideStart reads what the job's storage holds, tidies it, and decides
@@ -588,9 +603,11 @@ func (d *driver) decideStart() (checkpoint.Restored, error) {
 		if r, rolled := scan.RolledBack(d.start.Metadata); rolled {
 			return checkpoint.Restored{}, rolledBackError(d.spec.Name, store.Describe(), d.start.Metadata.ID, r)
 		}
-		if err := d.recordRollback(d.start, scan); err != nil {
+		through, err := d.recordRollback(d.start, scan)
+		if err != nil {
 			return checkpoint.Restored{}, err
 		}
+		scan.MaxID = max(scan.MaxID, through)
 		// Checkpoints newer than the restored one describe output that the
 		// sinks roll back on restore: they are gone for good.
 		for _, m := range scan.Completed {
@@ -814,7 +831,9 @@ func (d *driver) previous(id checkpoint.ID) (*RestorePoint, []checkpoint.ID, err
 			}
 			continue
 		}
-		if err := d.recordRollback(p, scan); err != nil {
+		// NB: the run reserved id, so scan.MaxID is above every earlier
+		// record's Through and the record takes no id above it.
+		if _, err := d.recordRollback(p, scan); err != nil {
 			return nil, nil, fmt.Errorf("%w: %w", storage.ErrUnavailable, err)
 		}
 		return p, abandoned, nil
