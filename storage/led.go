@@ -81,6 +81,17 @@ func (s *led) Reserve(id checkpoint.ID) error {
 	return s.Storage.Reserve(id)
 }
 
+// RecordRollback writes the record only while the term is not known to
+// be lost: a deposed leader's record, whose range its last scan of etcd
+// sized, could cover checkpoints its successor completed.
+// NB: a paused leader that has not heard yet still writes it.
+func (s *led) RecordRollback(r Rollback) error {
+	if err := s.l.Err(); err != nil {
+		return s.fail(err)
+	}
+	return s.Storage.RecordRollback(r)
+}
+
 func (s *led) Commit(m *checkpoint.Metadata) error {
 	if err := s.l.Err(); err != nil {
 		return s.fail(err)
