@@ -54,6 +54,28 @@ func stopWithSavepoint(t *testing.T, o wordcount.Options, k int) checkpoint.ID {
 	return r.r.StoppedWith
 }
 
+// stopBeforeACheckpoint runs the word count from o.Restore and cancels it
+// at its first word counted, after its sinks opened (and rolled back) and
+// before any checkpoint of its own.
+func stopBeforeACheckpoint(t *testing.T, o wordcount.Options) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	o.BeforeCount = func(string) { cancel() }
+	o.OnEvent = func(ev weir.JobEvent) {
+		if ev.Kind == weir.EventCheckpointCompleted {
+			t.Errorf("checkpoint %d completed in the run meant to stop before its first", ev.ID)
+		}
+	}
+	e, err := wordcount.Build(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Execute(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("run from %s: %v", o.Restore, err)
+	}
+}
+
 // A run that restores an older savepoint than the storage's newest rolls
 // back the output committed after it. Killed before it completes a
 // checkpoint of its own, the next start with --restore latest must restore
@@ -69,23 +91,9 @@ func TestLatestAfterARollbackIsItsPoint(t *testing.T) {
 	}
 	// Restore a by path; the run stops before its first checkpoint.
 	o.Restore = filepath.Join(dir, "ckpt", "wordcount", fmt.Sprintf("chk-%d", a))
-	ctx, cancel := context.WithCancel(context.Background())
-	o.BeforeCount = func(string) { cancel() }
-	o.OnEvent = func(ev weir.JobEvent) {
-		if ev.Kind == weir.EventCheckpointCompleted {
-			t.Errorf("checkpoint %d completed in the run meant to stop before its first", ev.ID)
-		}
-	}
-	e, err := wordcount.Build(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.Execute(ctx); !errors.Is(err, context.Canceled) {
-		t.Fatalf("run from savepoint %d: %v", a, err)
-	}
+	stopBeforeACheckpoint(t, o)
 	// Savepoint b's output is rolled back: its restore is refused, and
 	// deletes nothing.
-	o.BeforeCount, o.OnEvent = nil, nil
 	o.Restore = filepath.Join(dir, "ckpt", "wordcount", fmt.Sprintf("chk-%d", b))
 	if _, err := executeErr(t, o); !errors.Is(err, weir.ErrRolledBack) || !strings.Contains(err.Error(), fmt.Sprintf("checkpoint %d, which a start restored", a)) {
 		t.Fatalf("restore of savepoint %d after the rollback to %d: %v; want it refused (weir.ErrRolledBack), naming %d", b, a, err, a)
@@ -128,16 +136,8 @@ func TestLatestAfterARestoreFromElsewhereNamesIt(t *testing.T) {
 	}
 	kept := filepath.Join(dir, "kept", fmt.Sprintf("chk-%d", a))
 	o.Restore = kept
-	ctx, cancel := context.WithCancel(context.Background())
-	o.BeforeCount = func(string) { cancel() }
-	e, err := wordcount.Build(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.Execute(ctx); !errors.Is(err, context.Canceled) {
-		t.Fatalf("run from %s: %v", kept, err)
-	}
-	o.BeforeCount, o.Restore = nil, "latest"
+	stopBeforeACheckpoint(t, o)
+	o.Restore = "latest"
 	if _, err := executeErr(t, o); err == nil || !strings.Contains(err.Error(), "--restore "+kept) {
 		t.Fatalf("--restore latest after a start from %s that completed no checkpoint: %v; want it refused, naming it", kept, err)
 	}
@@ -171,16 +171,8 @@ func TestCheckpointsAfterARollbackAreNotRolledBack(t *testing.T) {
 	// Back to a, stopped before its first checkpoint: the newer
 	// checkpoints are deleted.
 	o.Restore = filepath.Join(dir, "ckpt", "wordcount", fmt.Sprintf("chk-%d", a))
-	ctx, cancel := context.WithCancel(context.Background())
-	o.BeforeCount = func(string) { cancel() }
-	e, err := wordcount.Build(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.Execute(ctx); !errors.Is(err, context.Canceled) {
-		t.Fatalf("run from savepoint %d: %v", a, err)
-	}
-	o.Restore, o.BeforeCount = "latest", nil
+	stopBeforeACheckpoint(t, o)
+	o.Restore = "latest"
 	cancelAfter(t, o, 2)
 	chks := completedCheckpoints(dir)
 	last := filepath.Base(chks[len(chks)-1])
