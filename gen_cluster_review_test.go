@@ -12,6 +12,17 @@ package weir_test
 // with Restore "latest" at another parallelism, on other workers. The
 // committed output is checked against the same sequential model.
 //
+// Some seeds of the two plans that stop the cluster also go back (a
+// stream of its own, so the other draws stay): the first phase takes a
+// savepoint without stopping (and, cancelled, another), and the second
+// starts from that savepoint's path, or from the older checkpoint the
+// storage retains, rolling back what came after; its coordinator is
+// killed before its first checkpoint completes and started again with
+// "latest" (which must restore the same checkpoint: the start's rollback
+// record), or at a checkpoint, or not. No run may restore a rolled-back
+// checkpoint, and at the end a restore of the rolled-back savepoint by
+// path is refused (weir.ErrRolledBack).
+//
 //	go test -run 'TestReviewGenCluster$' -count=1 -genc.seeds 20 -genc.first 1 .
 //	go test -run 'TestReviewGenCluster$' -count=1 -genc.first 17 -genc.seeds 1 -v .
 //
@@ -22,12 +33,15 @@ package weir_test
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -36,6 +50,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/weirstream/weir"
+	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/internal/transport"
 )
 
@@ -79,10 +94,22 @@ type genCluster struct {
 	slots     [3][]int // each phase's workers' slots
 	faults    [3][]gcFault
 	hbTimeout time.Duration
+	// goback: the second phase restores an older checkpoint by its path
+	// and its coordinator is killed "before" its first checkpoint
+	// completes (killMs after the job runs) or "after" (a drawn restart
+	// at a checkpoint), or "stay"s ("": no going back)
+	goback string
+	backTo string // "savepoint" (the first phase's first) or "checkpoint" (the older retained)
+	spAt   int64  // the first savepoint is asked for at this completed checkpoint
+	killMs int
 }
 
 func (g *genCluster) String() string {
-	return fmt.Sprintf("%v || cluster: plan %s phases %d slots %v faults %v heartbeat timeout %v", g.genJob, g.plan, g.phases, g.slots[:g.phases], g.faults[:g.phases], g.hbTimeout)
+	back := ""
+	if g.goback != "" {
+		back = fmt.Sprintf(" goback %s to %s (savepoint at %d, kill %dms)", g.goback, g.backTo, g.spAt, g.killMs)
+	}
+	return fmt.Sprintf("%v || cluster: plan %s phases %d slots %v faults %v heartbeat timeout %v%s", g.genJob, g.plan, g.phases, g.slots[:g.phases], g.faults[:g.phases], g.hbTimeout, back)
 }
 
 func drawCluster(seed uint64) *genCluster {
@@ -147,6 +174,17 @@ func drawCluster(seed uint64) *genCluster {
 			f := gcFault{what: "stall", worker: rng.IntN(len(g.slots[r])), atCkpt: 1 + rng.Int64N(6)}
 			f.stallMs = int(g.hbTimeout/time.Millisecond) + 200 + rng.IntN(1000)
 			g.faults[r] = append(g.faults[r], f)
+		}
+	}
+	// Going back too, from a stream of its own.
+	rng = rand.New(rand.NewPCG(seed, 0xb0c4))
+	if g.plan != "straight" && rng.IntN(2) == 0 {
+		g.goback = []string{"before", "before", "after", "stay"}[rng.IntN(4)]
+		g.backTo = []string{"savepoint", "savepoint", "checkpoint"}[rng.IntN(3)]
+		g.spAt = 1 + rng.Int64N(3)
+		g.killMs = rng.IntN(300)
+		if g.goback == "after" {
+			g.faults[1] = append(g.faults[1], gcFault{what: "coordinator", atCkpt: 1 + rng.Int64N(3)})
 		}
 	}
 	return g
@@ -278,6 +316,97 @@ type gcRun struct {
 	procs   []*gcProc     // every process started, to stop and wait for at the end
 	proxies []*stallProxy // every worker's link to the coordinator
 	fresh   int           // the last new worker's number
+	back    gcBack
+}
+
+// gcBack is what a seed that goes back saw and restored.
+type gcBack struct {
+	mu       sync.Mutex
+	sps      []checkpoint.ID // savepoints completed in the first phase
+	ckpts    []checkpoint.ID // periodic checkpoints completed in the first phase
+	aborted  map[checkpoint.ID]bool
+	max      checkpoint.ID // the newest checkpoint completed in the first phase
+	to       checkpoint.ID // the checkpoint the second phase restores (0: none)
+	b        checkpoint.ID // a savepoint it rolls back, to restore by path at the end
+	since    bool          // a checkpoint completed after the start back to it
+	restores int           // runs (attempts) that restored to
+}
+
+// event notes a coordinator's event of phase r and checks its restore.
+func (c *gcRun) event(r int, ev weir.JobEvent) {
+	if c.g.goback == "" {
+		return
+	}
+	b := &c.back
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch ev.Kind {
+	case weir.EventCheckpointCompleted:
+		if r == 0 {
+			if ev.Savepoint {
+				b.sps = append(b.sps, ev.ID)
+			} else {
+				b.ckpts = append(b.ckpts, ev.ID)
+			}
+			b.max = max(b.max, ev.ID)
+		} else if b.to != 0 {
+			b.since = true
+		}
+	case weir.EventCheckpointAborted:
+		if b.aborted == nil {
+			b.aborted = map[checkpoint.ID]bool{}
+		}
+		b.aborted[ev.ID] = true
+	case weir.EventRunning:
+		if r == 0 || b.to == 0 {
+			return
+		}
+		if !b.since && ev.RestoredFrom != b.to {
+			c.t.Errorf("phase %d: attempt %d restored checkpoint %d, want %d: no checkpoint completed since the start back to it", r+1, ev.Attempt, ev.RestoredFrom, b.to)
+		}
+		if ev.RestoredFrom > b.to && ev.RestoredFrom <= b.max {
+			c.t.Errorf("phase %d: attempt %d restored checkpoint %d, which the start back to %d rolled back", r+1, ev.Attempt, ev.RestoredFrom, b.to)
+		}
+		if ev.RestoredFrom == b.to {
+			b.restores++
+		}
+	}
+}
+
+// backTarget chooses, after the first phase, the checkpoint the second
+// restores, and a rolled-back savepoint; false if there is none.
+func (c *gcRun) backTarget(stoppedWith checkpoint.ID) bool {
+	b := &c.back
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var own []checkpoint.ID // savepoints asked for without stopping
+	for _, id := range b.sps {
+		if id != stoppedWith {
+			own = append(own, id)
+		}
+	}
+	if len(own) == 0 {
+		return false
+	}
+	b.to = own[0]
+	for _, id := range b.sps {
+		if id > b.to {
+			b.b = id
+		}
+	}
+	if c.g.backTo == "checkpoint" {
+		// The older of the periodic checkpoints the storage retains.
+		var held []checkpoint.ID
+		for _, id := range b.ckpts {
+			if _, err := os.Stat(filepath.Join(c.dir, "ckpt", "gen", fmt.Sprintf("chk-%d", id), "_metadata")); err == nil {
+				held = append(held, id)
+			}
+		}
+		if len(held) >= 2 {
+			b.to = held[len(held)-2]
+		}
+	}
+	return b.to < b.max
 }
 
 // traceLog is a slog.Handler that adds a process's warnings and errors to
@@ -379,27 +508,40 @@ func (c *gcRun) newWorkerName() string {
 func (c *gcRun) phase(r int) (weir.Result, error) {
 	g, t := c.g, c.t
 	last := r == g.phases-1
-	slow := !last || len(g.faults[r]) > 0
+	slow := !last || len(g.faults[r]) > 0 || r == 1 && g.goback == "before"
+	var running atomic.Int64 // when the job last ran (UnixNano; 0: not yet)
 	var completed atomic.Int64
 	var finished atomic.Bool // the job finished (or stopped with a savepoint)
 	events := make(chan struct{}, 1)
 	addr, web := "", ""
+	// retryBack: the start back failed to record its rollback (the
+	// injected full disk) and is started again on its address, as its
+	// error says, from the same checkpoint
+	retryBack := false
 	// coordinator starts phase r's coordinator, on any port (first) or on
 	// its address again, and sets addr and web.
 	coordinator := func(listen string) *gcProc {
 		listening := make(chan string, 1)
 		cc := weir.ClusterConfig{Role: weir.Coordinator, Listen: listen, OnListen: func(a string) { listening <- a }}
 		cfg := c.config(r, cc)
-		if listen != "127.0.0.1:0" {
+		if r == 1 && c.back.to != 0 && (listen == "127.0.0.1:0" || retryBack) {
+			cfg.Restore = filepath.Join(c.dir, "ckpt", "gen", fmt.Sprintf("chk-%d", c.back.to))
+			if g.goback == "before" {
+				cfg.Checkpoint.Interval = time.Hour // killed before its first
+			}
+		} else if listen != "127.0.0.1:0" {
 			cfg.Restore = "latest" // a coordinator started again
 		}
 		cfg.OnEvent = func(ev weir.JobEvent) {
 			c.tr.on(ev)
+			c.event(r, ev)
 			switch ev.Kind {
 			case weir.EventCheckpointCompleted:
 				completed.Add(1)
 			case weir.EventFinished:
 				finished.Store(true)
+			case weir.EventRunning:
+				running.CompareAndSwap(0, time.Now().UnixNano())
 			}
 			select {
 			case events <- struct{}{}:
@@ -407,7 +549,7 @@ func (c *gcRun) phase(r int) (weir.Result, error) {
 			}
 		}
 		webs := make(chan string, 1)
-		if g.plan == "savepoint" && r == 0 {
+		if (g.plan == "savepoint" || g.goback != "") && r == 0 {
 			cfg.Web, cfg.WebToken, cfg.OnWeb = "127.0.0.1:0", "tok", func(a string) { webs <- a }
 		}
 		p := c.start(r, cfg, slow)
@@ -457,6 +599,19 @@ func (c *gcRun) phase(r int) (weir.Result, error) {
 	started := time.Now()
 	pending := append([]gcFault(nil), g.faults[r]...)
 	stopped := false // the stop of a phase not the last was asked for
+	// going back: the savepoints the first phase asks for without stopping
+	need := 0
+	if r == 0 && g.goback != "" {
+		need = 1
+		if g.plan == "rescale" {
+			need = 2 // one to go back to, one rolled back
+		}
+	}
+	var asked checkpoint.ID // a savepoint asked for, not yet completed
+	var askedN int64
+	askedOf := co
+	killBefore := r == 1 && g.goback == "before" && c.back.to != 0
+	retryBack = false
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -464,6 +619,13 @@ func (c *gcRun) phase(r int) (weir.Result, error) {
 		case <-events:
 		case <-tick.C: // the time of the faults drawn in milliseconds
 		case <-co.done:
+			if r == 1 && c.back.to != 0 && running.Load() == 0 && !retryBack && errors.Is(co.err, errInjectedNoSpace) {
+				c.tr.add("phase %d: the start back failed: %v; starting it again", r+1, co.err)
+				retryBack = true
+				co = coordinator(addr)
+				retryBack = false
+				continue
+			}
 			resumeAll()
 			return c.ended(r, co, workers, stopped, cut)
 		case <-c.ctx.Done():
@@ -526,7 +688,43 @@ func (c *gcRun) phase(r int) (weir.Result, error) {
 				co = coordinator(addr)
 			}
 		}
-		if !last && !stopped && n >= g.after {
+		if need > 0 && !stopped {
+			c.back.mu.Lock()
+			sps := len(c.back.sps)
+			lost := asked != 0 && (c.back.aborted[asked] || slices.Contains(c.back.sps, asked))
+			c.back.mu.Unlock()
+			if lost || askedOf != co || n > askedN+20 {
+				asked = 0 // completed, aborted, or its coordinator is gone
+			}
+			if sps < need && asked == 0 && n >= g.spAt+int64(sps) {
+				if id, err := postSavepoint(web, false); err == nil {
+					c.tr.add("phase %d: savepoint %d asked for (%d checkpoints completed)", r+1, id, n)
+					asked, askedN, askedOf = id, n, co
+				}
+			}
+		}
+		if killBefore {
+			at := running.Load()
+			if at != 0 && time.Since(time.Unix(0, at)) >= time.Duration(g.killMs)*time.Millisecond {
+				killBefore = false
+				c.tr.add("phase %d: killing the coordinator %dms after the job ran (%d checkpoints completed)", r+1, g.killMs, n)
+				if !c.stop(co) {
+					t.FailNow()
+				}
+				if co.err == nil {
+					resumeAll()
+					return c.ended(r, co, workers, stopped, cut)
+				}
+				co = coordinator(addr)
+			}
+		}
+		ready := true
+		if need > 0 {
+			c.back.mu.Lock()
+			ready = len(c.back.sps) >= need
+			c.back.mu.Unlock()
+		}
+		if !last && !stopped && n >= g.after && ready {
 			stopped = true
 			if g.plan == "rescale" {
 				c.tr.add("phase %d: stopping the cluster after %d checkpoints", r+1, n)
@@ -611,13 +809,25 @@ func (g *genCluster) runCluster(t *testing.T) {
 			p.close()
 		}
 	}()
+	var stoppedWith checkpoint.ID
 	for r := range g.phases {
 		c.tr.mu.Lock()
 		c.tr.run = r + 1
 		c.tr.mu.Unlock()
+		if r == 1 && g.goback != "" {
+			if c.backTarget(stoppedWith) {
+				c.tr.add("phase 2 goes back to checkpoint %d (newest %d, rolled-back savepoint %d)", c.back.to, c.back.max, c.back.b)
+			} else {
+				c.tr.add("phase 2 does not go back: no savepoint taken without stopping, or nothing after it")
+				c.back.to = 0
+			}
+		}
 		res, err := c.phase(r)
 		if err != nil {
 			t.Fatalf("%v: phase %d: %v", g, r+1, err)
+		}
+		if r == 0 {
+			stoppedWith = res.StoppedWith
 		}
 		if g.plan == "savepoint" && r == 0 {
 			if res.StoppedWith == 0 {
@@ -627,6 +837,10 @@ func (g *genCluster) runCluster(t *testing.T) {
 			t.Logf("stopped with savepoint %d", res.StoppedWith)
 		}
 	}
+	if g.goback != "" {
+		t.Logf("went back to checkpoint %d of %d (savepoints %v, rolled-back savepoint %d): %d runs restored it", c.back.to, c.back.max, c.back.sps, c.back.b, c.back.restores)
+	}
+	c.refusesRolledBack()
 	g.verify(t, c.out, c.f, c.fs)
 	if c.fresh > 16 {
 		panic("more workers than certificates") // NB: drawCluster starts at most 3 a phase and 2 new ones
@@ -648,5 +862,34 @@ func TestReviewGenCluster(t *testing.T) {
 			g.runCluster(t)
 			t.Logf("%v: %v", g, time.Since(start).Round(time.Millisecond))
 		})
+	}
+}
+
+// refusesRolledBack starts, after a seed went back, a coordinator from the
+// savepoint that start rolled back, by its path: it must be refused
+// (weir.ErrRolledBack), having deleted nothing (the output is verified
+// after).
+func (c *gcRun) refusesRolledBack() {
+	b := c.back.b
+	if c.g.goback == "" || c.back.to == 0 || b == 0 {
+		return
+	}
+	c.tr.mu.Lock()
+	c.tr.run++
+	c.tr.mu.Unlock()
+	r := c.g.phases - 1
+	cfg := c.config(r, weir.ClusterConfig{Role: weir.Coordinator, Listen: "127.0.0.1:0"})
+	cfg.Restore = filepath.Join(c.dir, "ckpt", "gen", fmt.Sprintf("chk-%d", b))
+	cfg.OnEvent = c.tr.on
+	p := c.start(r, cfg, false)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		c.t.Errorf("a coordinator restoring rolled-back savepoint %d was not refused in 30 s", b)
+		c.stop(p)
+		return
+	}
+	if !errors.Is(p.err, weir.ErrRolledBack) {
+		c.t.Errorf("restore of rolled-back savepoint %d by path: %v, want weir.ErrRolledBack", b, p.err)
 	}
 }

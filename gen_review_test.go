@@ -785,6 +785,9 @@ func (g *genJob) checkWindows(lines map[string]int, records map[int64]gr) []stri
 // failNthCreate fails the k-th file created in checkpoint storage, once:
 // a shared state file, a checkpoint's state, or the metadata's temporary
 // file (only _metadata itself and lock files are spared).
+// errInjectedNoSpace is failNthCreate's error.
+var errInjectedNoSpace = errors.New("injected: no space left on device")
+
 type failNthCreate struct {
 	vfs.FS
 	k     int64
@@ -803,7 +806,7 @@ func (f *failNthCreate) Create(name string, cat vfs.DiskWriteCategory) (vfs.File
 		if f.tr != nil {
 			f.tr.add("failing the creation of %s", name)
 		}
-		return nil, &os.PathError{Op: "create", Path: name, Err: errors.New("injected: no space left on device")}
+		return nil, &os.PathError{Op: "create", Path: name, Err: errInjectedNoSpace}
 	}
 	return f.FS.Create(name, cat)
 }
