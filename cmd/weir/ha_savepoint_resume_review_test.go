@@ -21,6 +21,9 @@ import (
 // checkpoint etcd records: --fresh and --restore of a checkpoint do not
 // apply"), as a cluster's coordinator did before it printed latest.
 func TestRunHAStopWithSavepointResumeReview(t *testing.T) {
+	if raceEnabled {
+		t.Skip("processes of the race-built binary: run without -race (CI's time), as go test ./... does")
+	}
 	e := etcdtest.Start(t, 1)
 	url := "etcd://" + strings.Join(e.Hosts(), ",") + "/weir-test"
 	j := newJob(t, 4, 250_000)
