@@ -3,8 +3,6 @@ package cluster
 import (
 	"context"
 	"errors"
-	"net"
-	"net/http"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,7 +11,6 @@ import (
 
 	"github.com/weirstream/weir/internal/cluster/clusterpb"
 	"github.com/weirstream/weir/internal/cluster/clusterpb/clusterpbconnect"
-	"github.com/weirstream/weir/internal/transport"
 )
 
 // endingCoordinator answers the first Register late, as lateCoordinator;
@@ -57,37 +54,15 @@ func (c *endingCoordinator) Heartbeat(context.Context, *connect.Request[clusterp
 // It must exit, as on any answer that says the job ended.
 func TestLateRegisterHearsTheEndReview(t *testing.T) {
 	live := Liveness{HeartbeatInterval: 100 * time.Millisecond, Timeout: time.Second}
-	dir := t.TempDir()
-	if err := transport.WriteCerts(dir, []string{"coordinator", "worker-1"}, []string{"127.0.0.1"}, time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	stc, err := transport.LoadTLS(dir, "coordinator")
-	if err != nil {
-		t.Fatal(err)
-	}
-	stc.NextProtos = []string{"h2"}
 	coord := &endingCoordinator{live: live}
-	path, h := clusterpbconnect.NewCoordinatorServiceHandler(coord)
-	mux := http.NewServeMux()
-	mux.Handle(path, h)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: mux, TLSConfig: stc}
-	go srv.ServeTLS(ln, "", "")
-	defer srv.Close()
-	wtc, err := transport.LoadTLS(dir, "worker-1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	addr, wtc := serveCoordinator(t, coord)
 	var registered atomic.Bool
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
 		done <- RunWorker(ctx, WorkerConfig{
-			Coordinator: ln.Addr().String(), Name: "worker-1", Slots: 1, DataAddress: "127.0.0.1:1", Graph: jobGraph, TLS: wtc, Logger: quiet(),
+			Coordinator: addr, Name: "worker-1", Slots: 1, DataAddress: "127.0.0.1:1", Graph: jobGraph, TLS: wtc, Logger: quiet(),
 			Registered: func(Worker, Liveness, string) { registered.Store(true) },
 			Fence:      func(error) {},
 		})

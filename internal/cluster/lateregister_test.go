@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"net/http"
 	"sync"
@@ -47,30 +48,8 @@ func (c *lateCoordinator) Heartbeat(context.Context, *connect.Request[clusterpb.
 // worker keeps it (issue 20: it registered and fenced in one millisecond).
 func TestLateRegisterAnswerKeepsTheSession(t *testing.T) {
 	live := Liveness{HeartbeatInterval: 100 * time.Millisecond, Timeout: time.Second}
-	dir := t.TempDir()
-	if err := transport.WriteCerts(dir, []string{"coordinator", "worker-1"}, []string{"127.0.0.1"}, time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	stc, err := transport.LoadTLS(dir, "coordinator")
-	if err != nil {
-		t.Fatal(err)
-	}
-	stc.NextProtos = []string{"h2"}
 	coord := &lateCoordinator{delay: live.Timeout, live: live}
-	path, h := clusterpbconnect.NewCoordinatorServiceHandler(coord)
-	mux := http.NewServeMux()
-	mux.Handle(path, h)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: mux, TLSConfig: stc}
-	go srv.ServeTLS(ln, "", "")
-	defer srv.Close()
-	wtc, err := transport.LoadTLS(dir, "worker-1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	addr, wtc := serveCoordinator(t, coord)
 	var mu sync.Mutex
 	var events []string
 	registered := make(chan struct{}, 1)
@@ -78,7 +57,7 @@ func TestLateRegisterAnswerKeepsTheSession(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- RunWorker(ctx, WorkerConfig{
-			Coordinator: ln.Addr().String(), Name: "worker-1", Slots: 1, DataAddress: "127.0.0.1:1", Graph: jobGraph, TLS: wtc, Logger: quiet(),
+			Coordinator: addr, Name: "worker-1", Slots: 1, DataAddress: "127.0.0.1:1", Graph: jobGraph, TLS: wtc, Logger: quiet(),
 			Registered: func(Worker, Liveness, string) {
 				mu.Lock()
 				events = append(events, "registered")
@@ -110,4 +89,35 @@ func TestLateRegisterAnswerKeepsTheSession(t *testing.T) {
 	if len(events) != 1 {
 		t.Fatalf("events %q: want one registration, no fence", events)
 	}
+}
+
+// serveCoordinator serves coord as a coordinator over mutual TLS on
+// loopback until the test ends, and returns its address and worker-1's TLS
+// configuration.
+func serveCoordinator(t *testing.T, coord clusterpbconnect.CoordinatorServiceHandler) (string, *tls.Config) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := transport.WriteCerts(dir, []string{"coordinator", "worker-1"}, []string{"127.0.0.1"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	stc, err := transport.LoadTLS(dir, "coordinator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stc.NextProtos = []string{"h2"}
+	path, h := clusterpbconnect.NewCoordinatorServiceHandler(coord)
+	mux := http.NewServeMux()
+	mux.Handle(path, h)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: mux, TLSConfig: stc}
+	go srv.ServeTLS(ln, "", "")
+	t.Cleanup(func() { srv.Close() })
+	wtc, err := transport.LoadTLS(dir, "worker-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln.Addr().String(), wtc
 }
