@@ -47,6 +47,7 @@ import (
 	"github.com/weirstream/weir"
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/connector/file"
+	"github.com/weirstream/weir/internal/racetest"
 )
 
 var (
@@ -866,11 +867,9 @@ func TestReviewGenHistory(t *testing.T) {
 	seeds := *genhSeeds
 	if seeds == 0 {
 		seeds = 2
-		if weir.RaceEnabled {
-			// CI's 20 minutes: the driver's start, which the histories
-			// exercise, runs on one goroutine; go test ./... runs them.
-			t.Skip("the histories run without -race (CI's time); -genh.seeds N runs them here")
-		}
+		// The driver's start, which the histories exercise, runs on one
+		// goroutine: -genh.seeds N runs them under -race.
+		racetest.Skip(t)
 	}
 	for seed := *genhFirst; seed < *genhFirst+uint64(seeds); seed++ {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {

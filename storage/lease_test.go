@@ -23,6 +23,7 @@ import (
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/internal/lockfile"
+	"github.com/weirstream/weir/internal/racetest"
 	"github.com/weirstream/weir/internal/s3test"
 )
 
@@ -275,6 +276,7 @@ func TestStartRace(t *testing.T) {
 // unconditionally, renew without looking), the generator finds two runs
 // holding one storage.
 func TestStartRaceCatchesDefect11(t *testing.T) {
+	racetest.Skip(t)
 	plantedDefect11.Store(true)
 	t.Cleanup(func() { plantedDefect11.Store(false) })
 	var kinds []startKind

@@ -72,12 +72,13 @@ import (
 
 	"github.com/weirstream/weir"
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/racetest"
 	"github.com/weirstream/weir/operator"
 	"github.com/weirstream/weir/operator/operatortest"
 )
 
 var (
-	lifeSeeds = flag.Int("kafkalife.seeds", 0, "sequences the Kafka sink lifecycle generator runs (default 24, 12 under -race, 6 with -short)")
+	lifeSeeds = flag.Int("kafkalife.seeds", 0, "sequences the Kafka sink lifecycle generator runs (default 24, 4 under -race, where .ci/run also runs the 24 without it, 6 with -short)")
 	lifeFirst = flag.Uint64("kafkalife.first", 1, "the lifecycle generator's first seed")
 	lifeSteps = flag.Int("kafkalife.steps", 40, "steps per sequence")
 )
@@ -91,7 +92,7 @@ func lifeSequences() uint64 {
 	case testing.Short():
 		return 6
 	case raceEnabled:
-		return 12
+		return 4
 	}
 	return lifeDefaultSequences
 }
@@ -948,6 +949,7 @@ func caughtAs(t *testing.T, planted *atomic.Bool, caught func(error) bool) (uint
 // broker refuses a recorded transaction's commit for a newer epoch (a
 // savepoint restores once), some default sequence fails so.
 func TestKafkaLifecyclesCatchDefect9(t *testing.T) {
+	racetest.Skip(t)
 	seed, l, err := caughtAs(t, &plantedDefect9, func(err error) bool { return errors.Is(err, errEpochGone) })
 	if err == nil {
 		t.Fatal("no sequence of the default seeds caught planted defect 9 as a restore refused for a newer epoch")
@@ -959,6 +961,7 @@ func TestKafkaLifecyclesCatchDefect9(t *testing.T) {
 // up to the recorded parallelism and pool size, some default sequence
 // leaves a transaction open after a start.
 func TestKafkaLifecyclesCatchDefect10(t *testing.T) {
+	racetest.Skip(t)
 	seed, l, err := caughtAs(t, &plantedDefect10, func(err error) bool {
 		return strings.Contains(err.Error(), "transactions hold read_committed readers back")
 	})
@@ -972,6 +975,7 @@ func TestKafkaLifecyclesCatchDefect10(t *testing.T) {
 // ownership record taken for an earlier run's (no run ids), some default
 // sequence has a staggered run refused for its own subtasks' output.
 func TestKafkaLifecyclesCatchSiblingTakenForEarlierRun(t *testing.T) {
+	racetest.Skip(t)
 	seed, l, err := caughtAs(t, &plantedNoRunID, func(err error) bool { return errors.Is(err, errStaggeredRefused) })
 	if err == nil {
 		t.Fatal("no sequence of the default seeds caught records told apart without run ids as a staggered run refused for an earlier run's output")
@@ -983,6 +987,7 @@ func TestKafkaLifecyclesCatchSiblingTakenForEarlierRun(t *testing.T) {
 // the lineage's output began, some default sequence reads a checkpoint back
 // with what an earlier lineage committed.
 func TestKafkaLifecyclesCatchStartsDropped(t *testing.T) {
+	racetest.Skip(t)
 	seed, l, err := caughtAs(t, &plantedStartsDropped, func(err error) bool {
 		return strings.Contains(err.Error(), "read back as verify reads it")
 	})

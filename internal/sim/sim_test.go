@@ -10,13 +10,14 @@ import (
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/checkpoint/barrier"
+	"github.com/weirstream/weir/internal/racetest"
 )
 
 // defaultSeeds is the number of seeds per mode TestSimulation runs.
 var defaultSeeds = 1000
 
 var (
-	seeds    = flag.Int("sim.seeds", 0, "number of seeds per mode (default 1000; 200 under -race)")
+	seeds    = flag.Int("sim.seeds", 0, "number of seeds per mode (default 1000)")
 	first    = flag.Int64("sim.first", 1, "first seed")
 	only     = flag.Int64("sim.seed", 0, "run only this seed (with -v, trace it)")
 	modeFlag = flag.String("sim.mode", "", "run only this mode: exactly-once or at-least-once")
@@ -43,6 +44,7 @@ func replay(seed int64, mode barrier.Mode) string {
 // random schedules per mode, with crashes and failures, and checks every
 // invariant on each.
 func TestSimulation(t *testing.T) {
+	racetest.Skip(t)
 	for _, mode := range modes(t) {
 		t.Run(mode.String(), func(t *testing.T) {
 			n := *seeds
@@ -203,6 +205,7 @@ func (c eagerCoordinator) Ready() []checkpoint.Action {
 // TestSimulationCatchesPlantedBugs shows the simulation has teeth: each
 // planted bug must be caught, with the invariant it breaks.
 func TestSimulationCatchesPlantedBugs(t *testing.T) {
+	racetest.Skip(t)
 	cases := []struct {
 		name string
 		cfg  Config
@@ -286,6 +289,7 @@ func TestSimulationCatchesPlantedBugs(t *testing.T) {
 // changes' own invariants turned off: the output and restore checks find
 // it alone.
 func TestSimulationCatchesLeaderBugs(t *testing.T) {
+	racetest.Skip(t)
 	const leaderBugSeeds = 300
 	cases := []struct {
 		name string
