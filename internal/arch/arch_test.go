@@ -28,6 +28,7 @@ var layers = map[string]int{
 	"internal/s3test":                             0,
 	"internal/etcdtest":                           0,
 	"internal/browsertest":                        0,
+	"internal/racetest":                           0,
 	"internal/profiling":                          0,
 	"internal/cluster/clusterpb":                  0,
 	"internal/cluster/clusterpb/clusterpbconnect": 1,
