@@ -33,9 +33,9 @@ var (
 	chaosFirst = flag.Uint64("chaos.first", 0, "TestChaosGen: the first seed (0: drawn from the time, and logged)")
 	chaosDraw  = flag.Bool("chaos.draw", false, "TestChaosGen: log each seed's setup and faults, and run nothing")
 	chaosKeep  = flag.Bool("chaos.keep", false, "TestChaosGen: write the process logs of a seed that passed too")
-	// NB: CI runs go test under -race only, with one seed; the first
-	// three faults keep it within its time.
-	chaosFaults = flag.Int("chaos.faults", 0, "TestChaosGen: inject at most this many of a seed's faults (0: all; 3 under -race when the seed is drawn from the time)")
+	// NB: CI runs this package with -short, one seed; the first three
+	// faults keep it within its time.
+	chaosFaults = flag.Int("chaos.faults", 0, "TestChaosGen: inject at most this many of a seed's faults (0: all; 3 under -short or -race when the seed is drawn from the time)")
 	chaosLogs   = flag.String("chaos.logs", "", "TestChaosGen: where a failing seed's process logs go (default: a new directory in the temporary directory)")
 )
 
@@ -54,7 +54,7 @@ func TestChaosGen(t *testing.T) {
 		first = uint64(time.Now().UnixNano()) % 1_000_000
 	}
 	most := *chaosFaults
-	if most == 0 && raceEnabled && *chaosFirst == 0 {
+	if most == 0 && fewer() && *chaosFirst == 0 {
 		most = 3
 	}
 	for seed := first; seed < first+uint64(*chaosSeeds); seed++ {

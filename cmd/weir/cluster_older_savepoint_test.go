@@ -8,8 +8,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/weirstream/weir/internal/racetest"
 )
 
 var savepointOut = regexp.MustCompile(`savepoint (\d+): (\S+)`)
@@ -21,7 +19,6 @@ var savepointOut = regexp.MustCompile(`savepoint (\d+): (\S+)`)
 // the older savepoint (the start recorded its rollback), not the newer
 // one whose output is gone, and the job ends exactly once.
 func TestClusterRestoresAnOlderSavepoint(t *testing.T) {
-	racetest.Skip(t)
 	web := []string{"--web", "127.0.0.1:0", "--web-token", "s3cret", "--web-linger", "0"}
 	hb := []string{"--heartbeat-interval", "200ms", "--heartbeat-timeout", "2s"}
 	j := startClusterJobWith(t, 2, 20_000, []string{"--pace", "16"}, web...)

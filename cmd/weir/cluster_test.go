@@ -131,11 +131,11 @@ func (j *clusterJob) checkpoints() int {
 // worker processes, kills a worker with SIGKILL at random moments and
 // starts it again, four times, and checks the output by counting: no count
 // lost, none twice. It does with aligned checkpoints, unaligned ones and
-// aligned ones a 1 ms timeout switches (under -race one of the three,
+// aligned ones a 1 ms timeout switches (under -short or -race one of the three,
 // drawn from WEIR_SEED as unalignedVariants draws).
 func TestClusterKill9Workers(t *testing.T) {
 	modes := [][]string{{"--checkpoint-alignment", "aligned"}, {"--checkpoint-alignment", "unaligned"}, {"--aligned-checkpoint-timeout", "1ms"}}
-	if raceEnabled {
+	if fewer() {
 		modes = [][]string{modes[drawn(t, len(modes))]}
 	}
 	for _, m := range modes {
@@ -247,14 +247,14 @@ type unalignedVariant struct {
 	args  []string
 }
 
-// unalignedVariants returns the six variants, or under -race one of them,
+// unalignedVariants returns the six variants, or under -short or -race one of them,
 // drawn from WEIR_SEED (default: the time), which it logs.
 func unalignedVariants(t *testing.T) []unalignedVariant {
 	var vs []unalignedVariant
 	for _, q := range []string{"q3", "q5", "q8"} {
 		vs = append(vs, unalignedVariant{q, []string{"--checkpoint-alignment", "unaligned"}}, unalignedVariant{q, []string{"--aligned-checkpoint-timeout", "1ms"}})
 	}
-	if !raceEnabled {
+	if !fewer() {
 		return vs
 	}
 	return []unalignedVariant{vs[drawn(t, len(vs))]}

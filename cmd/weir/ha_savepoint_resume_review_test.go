@@ -8,7 +8,6 @@ import (
 
 	"github.com/weirstream/weir/examples/wordcount"
 	"github.com/weirstream/weir/internal/etcdtest"
-	"github.com/weirstream/weir/internal/racetest"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -22,7 +21,6 @@ import (
 // checkpoint etcd records: --fresh and --restore of a checkpoint do not
 // apply"), as a cluster's coordinator did before it printed latest.
 func TestRunHAStopWithSavepointResumeReview(t *testing.T) {
-	racetest.Skip(t)
 	e := etcdtest.Start(t, 1)
 	url := "etcd://" + strings.Join(e.Hosts(), ",") + "/weir-test"
 	j := newJob(t, 4, 250_000)

@@ -2,7 +2,7 @@
 
 package main
 
-// raceEnabled: under the race detector, processes of weir built for the
-// tests run several times slower; the longest process tests run one
-// variant of their modes only (go test ./..., without -race, runs all).
+// raceEnabled: the race detector slows this package's own side several
+// times (its in-process Kafka brokers and the checks that count a job's
+// output; the weir processes it starts are built without it).
 const raceEnabled = true

@@ -183,6 +183,12 @@ func (j *job) command(extra ...string) (*exec.Cmd, *bytes.Buffer) {
 // CI's time, and by its end the other packages are done and a core idles.
 func inParallel(t *testing.T) { t.Parallel() }
 
+// fewer says whether the longest tests run one variant of their modes
+// (drawn, and logged) and TestChaosGen three faults of its seed: under
+// -short, as CI runs this package, and under -race (see raceEnabled).
+// go test ./... runs them all.
+func fewer() bool { return testing.Short() || raceEnabled }
+
 // TestKill9AndRestoreLatest kills the word count with SIGKILL at random
 // moments, restarts it with --restore latest each time until it finishes,
 // and checks the committed output by counting: no count lost, none twice.
@@ -226,11 +232,11 @@ func TestVerifyExitStatus(t *testing.T) {
 
 // TestKill9Unaligned is TestKill9AndRestoreLatest with unaligned
 // checkpoints, and with aligned ones a 1 ms timeout switches (not under
-// -race, which makes it long: see raceEnabled).
+// -short or -race: see fewer).
 func TestKill9Unaligned(t *testing.T) {
 	inParallel(t)
 	modes := [][]string{{"--checkpoint-alignment", "unaligned"}, {"--aligned-checkpoint-timeout", "1ms"}}
-	if raceEnabled {
+	if fewer() {
 		modes = modes[:1]
 	}
 	for _, args := range modes {
