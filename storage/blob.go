@@ -130,14 +130,6 @@ func OpenBlob(ctx context.Context, rawURL, job string) (*Blob, error) {
 		if b, err = blob.OpenBucket(ctx, bu.String()); err != nil {
 			return nil, fmt.Errorf("checkpoint storage %s: %w", redact(u), err)
 		}
-		// A bucket that is not there will not appear by retrying, as a
-		// write that failed may pass (ErrUnavailable): say so at start.
-		// Any other answer (S3 unreachable for now, listing not allowed)
-		// is left to the first use.
-		if ok, err := b.IsAccessible(ctx); err == nil && !ok {
-			b.Close()
-			return nil, fmt.Errorf("checkpoint storage %s: bucket %q does not exist: create it, or name an existing bucket in the checkpoint URL", redact(u), u.Host)
-		}
 		cas = func(b *blob.Bucket) casStore { return s3CAS{b} }
 	default:
 		return nil, fmt.Errorf("checkpoint storage %q: want s3://bucket/prefix or mem://name", redact(u))

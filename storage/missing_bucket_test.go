@@ -2,6 +2,9 @@ package storage_test
 
 import (
 	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -9,35 +12,59 @@ import (
 	"github.com/weirstream/weir/storage"
 )
 
-// TestMissingBucketFailsAtOpen: a checkpoint URL naming a bucket that does
-// not exist fails at open, naming the bucket and the fix. Before, the
-// first write failed with ErrUnavailable ("retrying may succeed"), which
-// no retry could make true. A bucket S3 cannot be asked about for now
-// (503 on every read) is not taken for missing: the open succeeds, and
-// the first use says what fails.
-func TestMissingBucketFailsAtOpen(t *testing.T) {
+// TestMissingBucketIsNoPassingFault: a checkpoint URL naming a bucket that
+// does not exist fails the start's lease, and a worker's probe, with
+// ErrNoBucket, which names the fix. Before, both said ErrUnavailable
+// ("retrying may succeed"), which no retry could make true, and a worker's
+// probe was retried until the restart strategy gave up.
+func TestMissingBucketIsNoPassingFault(t *testing.T) {
 	s3 := s3test.Start(t)
 	missing := strings.Replace(s3.URL, "s3://ckpt/", "s3://no-such-bucket/", 1)
 	if missing == s3.URL {
 		t.Fatalf("s3test's URL %s does not name bucket ckpt", s3.URL)
 	}
-	_, err := storage.OpenBlob(context.Background(), missing, "job")
-	if err == nil || !strings.Contains(err.Error(), `bucket "no-such-bucket" does not exist: create it`) {
-		t.Fatalf("open of a missing bucket: %v; want it refused, naming the bucket", err)
+	b, err := storage.OpenBlob(context.Background(), missing, "job")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if errors := s3.Failed.Load(); errors != 0 {
-		t.Fatalf("%d requests failed on purpose before any fault was set", errors)
+	l, err := b.Lock()
+	if err == nil {
+		l.Close()
+		t.Fatal("a lease taken in a bucket that does not exist")
+	}
+	if !errors.Is(err, storage.ErrNoBucket) || errors.Is(err, storage.ErrUnavailable) || !strings.Contains(err.Error(), "create it") {
+		t.Fatalf("the lease in a missing bucket: %v; want ErrNoBucket, not ErrUnavailable", err)
+	}
+	if err := b.WriteProbe("token", []byte("worker-1")); !errors.Is(err, storage.ErrNoBucket) {
+		t.Fatalf("a probe written to a missing bucket: %v; want ErrNoBucket", err)
 	}
 
-	if _, err := storage.OpenBlob(context.Background(), s3.URL, "job"); err != nil {
-		t.Fatalf("open of the existing bucket: %v", err)
+	// An endpoint that is no S3 answers every request 404 without an S3
+	// error code, which gocloud takes for NotFound: that is no missing
+	// bucket (the outside review found it said so).
+	srv := httptest.NewServer(http.NotFoundHandler())
+	defer srv.Close()
+	notS3, err := storage.OpenBlob(context.Background(), "s3://ckpt/weir?endpoint="+srv.URL+"&region=us-east-1&use_path_style=true&disable_https=true", "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := notS3.Lock(); err == nil || errors.Is(err, storage.ErrNoBucket) {
+		if err == nil {
+			l.Close()
+		}
+		t.Fatalf("the lease on an endpoint that is no S3: %v; want an error, not ErrNoBucket", err)
 	}
 
-	s3.FailReads.Store(true)
-	if _, err := storage.OpenBlob(context.Background(), s3.URL, "job"); err != nil {
-		t.Fatalf("open while S3 answers 503: %v; want it left to the first use", err)
+	// The bucket there: neither is refused.
+	ok, err := storage.OpenBlob(context.Background(), s3.URL, "job")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if s3.Failed.Load() == 0 {
-		t.Fatal("the open while S3 answered 503 asked S3 nothing: the check of the bucket is not made")
+	if l, err = ok.Lock(); err != nil {
+		t.Fatalf("the lease in the bucket there: %v", err)
+	}
+	l.Close()
+	if err := ok.WriteProbe("token", []byte("worker-1")); err != nil {
+		t.Fatalf("a probe written to the bucket there: %v", err)
 	}
 }

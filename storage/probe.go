@@ -104,6 +104,9 @@ func (b *Blob) ReadProbe(name string) ([]byte, error) {
 // asFileError adds to an object store's error the file system's for what
 // it says: not found, or not allowed (Prober).
 func asFileError(err error) error {
+	if noBucket(err) {
+		return fmt.Errorf("%w (%w)", err, ErrNoBucket)
+	}
 	switch gcerrors.Code(err) {
 	case gcerrors.NotFound:
 		return fmt.Errorf("%w (%w)", err, fs.ErrNotExist)

@@ -19,6 +19,7 @@ import (
 	"io"
 	"sync/atomic"
 
+	"github.com/aws/smithy-go"
 	"github.com/weirstream/weir/checkpoint"
 )
 
@@ -137,10 +138,24 @@ var ErrStateTooLarge = errors.New("state too large for memory checkpoint storage
 // to an older one or delete one.
 var ErrUnavailable = errors.New("checkpoint storage unavailable (retrying may succeed)")
 
+// ErrNoBucket: S3 answered that the checkpoint URL's bucket does not
+// exist (NoSuchBucket), which no retry mends.
+var ErrNoBucket = errors.New("the checkpoint URL's bucket does not exist: create it, or name an existing bucket")
+
+// noBucket says whether err is S3's NoSuchBucket. (Not any 404: gocloud
+// takes a plain 404 of an endpoint that is no S3 for NotFound too.)
+func noBucket(err error) bool {
+	var ae smithy.APIError
+	return errors.As(err, &ae) && ae.ErrorCode() == "NoSuchBucket"
+}
+
 // unavailable marks err, which proves nothing, as ErrUnavailable.
 func unavailable(err error) error {
-	if errors.Is(err, ErrUnavailable) {
+	if errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNoBucket) {
 		return err
+	}
+	if noBucket(err) {
+		return fmt.Errorf("%w: %w", ErrNoBucket, err)
 	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }

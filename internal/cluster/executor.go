@@ -116,7 +116,7 @@ func (x *Executor) probe(ctx context.Context, st storage.Storage, w Worker) erro
 		if connect.CodeOf(err) == connect.CodeFailedPrecondition {
 			return operator.Permanent(fmt.Errorf("worker %s cannot write to the checkpoint storage: %w", w.Name, err))
 		}
-		if ctx.Err() == nil && unreachable(err) {
+		if !errors.Is(ctx.Err(), context.Canceled) && unreachable(err) {
 			// As a failed deploy: else every restart until the heartbeat
 			// timeout picks the worker again, and fails again. (A probe
 			// the coordinator gave up on says nothing of the worker.)

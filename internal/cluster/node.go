@@ -488,7 +488,7 @@ func (n *node) Probe(ctx context.Context, req *connect.Request[clusterpb.ProbeRe
 		// the coordinator takes for a worker it could not reach
 		// (unreachable), and makes suspect: this one answered.
 		code := connect.CodeAborted
-		if errors.Is(err, fs.ErrPermission) {
+		if errors.Is(err, fs.ErrPermission) || errors.Is(err, storage.ErrNoBucket) {
 			code = connect.CodeFailedPrecondition
 		}
 		return nil, connect.NewError(code, fmt.Errorf("worker %s: %w", n.cfg.Name, err))
