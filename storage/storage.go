@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 
 	"github.com/aws/smithy-go"
+
 	"github.com/weirstream/weir/checkpoint"
 )
 
@@ -149,7 +150,8 @@ func noBucket(err error) bool {
 	return errors.As(err, &ae) && ae.ErrorCode() == "NoSuchBucket"
 }
 
-// unavailable marks err, which proves nothing, as ErrUnavailable.
+// unavailable marks err, which proves nothing, as ErrUnavailable, unless
+// it is S3's NoSuchBucket, which it marks as ErrNoBucket.
 func unavailable(err error) error {
 	if errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNoBucket) {
 		return err
