@@ -262,7 +262,7 @@ func TestWebBytesAreZeroInOneProcess(t *testing.T) {
 // connection to it failed), then lost, with the reason, once the
 // coordinator declares it lost.
 func TestClusterWorkersInTheWebUI(t *testing.T) {
-	ctx := browsertest.Start(t, 2*time.Minute)
+	ctx := browsertest.Start(t, 5*time.Minute)
 	web, stopWorker := clusterWithWeb(t)
 	base := "http://" + web + "/"
 	step := func(what string, err error) {
@@ -276,10 +276,15 @@ func TestClusterWorkersInTheWebUI(t *testing.T) {
 		os.WriteFile(shot, png, 0o644)
 		t.Fatalf("the UI at %s: %s: %v\n(screenshot %s) the page says:\n%s", base, what, err, shot, text)
 	}
+	// within runs actions that wait for the page, a minute for each step
+	// (the cluster runs beside CI's other tests on two cores).
+	within := func(actions ...chromedp.Action[chromedp.Void]) error {
+		c, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		return chromedp.Do(c, actions...)
+	}
 	step("load it", chromedp.Do(ctx, chromedp.Navigate(base)))
-	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	step("wait for both workers' rows, alive, running the attempt, with their heap", chromedp.Do(waitCtx,
+	step("wait for both workers' rows, alive, running the attempt, with their heap", within(
 		chromedp.WaitVisible(`#workers-section`),
 		chromedp.WaitVisible(`#workers tbody tr[data-worker="worker-1"][data-state="alive"][data-slots-used="1"] td[data-heap-bytes]`),
 		chromedp.WaitVisible(`#workers tbody tr[data-worker="worker-2"][data-state="alive"][data-slots-used="1"] td[data-heap-bytes]`)))
@@ -292,11 +297,13 @@ func TestClusterWorkersInTheWebUI(t *testing.T) {
 			t.Fatalf("%s's row says %q, heap %v bytes; want 1 / 1 slots used and a heap", w, row, heap)
 		}
 	}
-	step("click the sums' vertex for their bytes in", chromedp.Do(waitCtx,
+	step("click the sums' vertex for their bytes in", within(
 		chromedp.Click(`#graph .vertex[data-id="sum"]`),
 		chromedp.WaitVisible(`#subtasks tbody tr[data-task="sum#1"] td[data-bytes="in"]`)))
-	_, err := chromedp.Run(waitCtx, chromedp.Poll[bool](`Number(document.querySelector('#subtasks tbody tr[data-task="sum#1"] td[data-bytes="in"]')?.dataset.value) > 0`,
+	pollCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	_, err := chromedp.Run(pollCtx, chromedp.Poll[bool](`Number(document.querySelector('#subtasks tbody tr[data-task="sum#1"] td[data-bytes="in"]')?.dataset.value) > 0`,
 		chromedp.WithPollingInterval(100*time.Millisecond)))
+	cancel()
 	step("wait for sum#1's bytes in above 0", err)
 	png, err := chromedp.Run(ctx, chromedp.Screenshot(`#workers-section`, chromedp.NodeVisible))
 	step("screenshot the workers", err)
@@ -305,11 +312,11 @@ func TestClusterWorkersInTheWebUI(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopWorker("worker-2")
-	step("wait for the stopped worker's row to be marked", chromedp.Do(waitCtx,
+	step("wait for the stopped worker's row to be marked", within(
 		chromedp.WaitVisible(`#workers tbody tr[data-worker="worker-2"]:is([data-state="late"], [data-state="suspect"])`)))
 	state, err := chromedp.Run(ctx, chromedp.Text(`#workers tbody tr[data-worker="worker-2"] td.worker-state`))
 	step("read the stopped worker's state", err)
-	step("wait for the stopped worker's row to say it was lost", chromedp.Do(waitCtx,
+	step("wait for the stopped worker's row to say it was lost", within(
 		chromedp.WaitVisible(`#workers tbody tr[data-worker="worker-2"][data-state="lost"]`)))
 	lostRow, err := chromedp.Run(ctx, chromedp.Text(`#workers tbody tr[data-worker="worker-2"]`))
 	step("read the lost worker's row", err)

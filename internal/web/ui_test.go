@@ -159,3 +159,49 @@ func TestUIShowsHowCheckpointsAligned(t *testing.T) {
 	}
 	t.Logf("screenshots in %s", dir)
 }
+
+// TestAClickAcrossARefreshPicks: the page draws its graph and its
+// checkpoint table anew at every refresh (every 2 s). A click whose press
+// comes before a refresh and whose release after it (a slow click, or a
+// busy page) still picks the vertex or the checkpoint pressed; before,
+// the browser sent it to the container and it was lost.
+func TestAClickAcrossARefreshPicks(t *testing.T) {
+	ctx := browsertest.Start(t, time.Minute)
+	srv := httptest.NewServer(alignmentStory(t).Handler())
+	defer srv.Close()
+	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(`#graph .vertex[data-id="count"]`),
+		chromedp.WaitVisible(`#checkpoints tbody tr[data-id="2"]`)); err != nil {
+		t.Fatal(err)
+	}
+	// slowClick scrolls to what selector names, presses its middle, waits
+	// until a refresh has replaced it, and releases.
+	slowClick := func(selector string) {
+		t.Helper()
+		at, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](fmt.Sprintf(`(() => {
+			const e = document.querySelector(%q);
+			e.scrollIntoView({block: 'center'});
+			window.pressed = e;
+			const r = e.getBoundingClientRect();
+			return [r.x + r.width / 2, r.y + r.height / 2];
+		})()`, selector)))
+		if err != nil {
+			t.Fatalf("find %s: %v", selector, err)
+		}
+		press := []chromedp.MouseOption{chromedp.ButtonLeft, chromedp.ClickCount(1)}
+		if err := chromedp.Do(ctx,
+			chromedp.MouseEvent(chromedp.MousePressed, at[0], at[1], press...),
+			chromedp.Poll[chromedp.Void](fmt.Sprintf(`document.querySelector(%q) !== window.pressed`, selector), chromedp.WithPollingInterval(20*time.Millisecond)),
+			chromedp.MouseEvent(chromedp.MouseReleased, at[0], at[1], press...)); err != nil {
+			t.Fatalf("a click on %s across a refresh: %v", selector, err)
+		}
+	}
+	slowClick(`#graph .vertex[data-id="count"]`)
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(`#graph .vertex.selected[data-id="count"]`), chromedp.WaitVisible(`#vertex table#subtasks`)); err != nil {
+		t.Fatalf("the vertex clicked across a refresh is not selected: %v", err)
+	}
+	slowClick(`#checkpoints tbody tr[data-id="2"]`)
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(`#checkpoints tbody tr.selected[data-id="2"]`),
+		chromedp.WaitVisible(`#timeline .tl-row[data-task="count#1"][data-alignment="unaligned"]`)); err != nil {
+		t.Fatalf("the checkpoint clicked across a refresh is not picked: %v", err)
+	}
+}

@@ -33,8 +33,7 @@ function s(tag, attrs, ...children) {
 
 function setAttrs(e, attrs) {
   for (const [k, v] of Object.entries(attrs || {})) {
-    if (k === 'onclick') e.addEventListener('click', v);
-    else if (v !== undefined && v !== null) e.setAttribute(k, v);
+    if (v !== undefined && v !== null) e.setAttribute(k, v);
   }
 }
 
@@ -230,7 +229,6 @@ function renderGraph() {
     root.append(s('g', {
       class: `vertex ${load}${ui.selectedVertex === v.id ? ' selected' : ''}`, 'data-id': v.id, 'data-backpressure': pressureLevel(bp),
       'data-load': load, 'data-bottleneck': String(load === 'bottleneck'),
-      onclick: () => { ui.selectedVertex = v.id; renderGraph(); renderVertex(); },
     },
     s('title', {}, title),
     s('rect', { x, y, width: n.width, height: n.height, fill: loadColour[load] }),
@@ -289,7 +287,6 @@ function renderCheckpoints(cps) {
   const rows = [...inflightRows(), ...cps.slice().reverse().map((c) => h('tr', {
     'data-id': c.id, 'data-status': c.status,
     class: (c.status === 'completed' ? 'clickable' : '') + (c.id === ui.selectedCheckpoint ? ' selected' : ''),
-    onclick: c.status === 'completed' ? () => { ui.selectedCheckpoint = c.id; ui.follow = false; renderCheckpoints(ui.checkpoints); loadTimeline(); } : undefined,
   },
   h('td', { class: 'num' }, c.id), h('td', {}, c.savepoint ? 'savepoint' : 'checkpoint'),
   h('td', { class: c.status === 'completed' ? '' : 'error' }, c.status), h('td', { class: 'num' }, c.attempt),
@@ -627,6 +624,34 @@ async function refresh() {
   }
 }
 
+// onPick calls pick with the data-id of the element matching selector
+// that a click in container picked. The graph and the checkpoints are
+// drawn anew at every refresh, and a refresh between a press and its
+// release replaces the pressed element: the browser then sends no click
+// at all. So a pointer picks by its press and release on the same id;
+// a click from no pointer (the keyboard, a script) by its target.
+function onPick(container, selector, pick) {
+  const idOf = (e) => e.target.closest(selector)?.dataset.id ?? null;
+  let pressed = null;
+  container.addEventListener('pointerdown', (e) => { pressed = e.button === 0 ? idOf(e) : null; });
+  container.addEventListener('pointerup', (e) => {
+    const id = idOf(e);
+    if (id !== null && id === pressed) pick(id);
+    pressed = null;
+  });
+  container.addEventListener('click', (e) => {
+    const id = idOf(e);
+    if (!e.pointerType && id !== null) pick(id);
+  });
+}
+
+onPick($('graph'), '.vertex', (id) => { ui.selectedVertex = id; renderGraph(); renderVertex(); });
+onPick($('checkpoints'), 'tr.clickable', (id) => {
+  ui.selectedCheckpoint = Number(id);
+  ui.follow = false;
+  renderCheckpoints(ui.checkpoints);
+  loadTimeline();
+});
 $('timeline-vertex').addEventListener('change', (e) => { ui.timelineVertex = e.target.value; renderTimeline(); });
 refresh();
 setInterval(refresh, POLL_MS);
