@@ -39,14 +39,17 @@ var (
 	chaosLogs   = flag.String("chaos.logs", "", "TestChaosGen: where a failing seed's process logs go (default: a new directory in the temporary directory)")
 )
 
-// TestChaosGen draws, from each seed, a word count on a coordinator (or
-// two with --ha on etcd) and worker processes, and a schedule of faults
+// TestChaosGen draws, from each seed, a job (the word count, or a Nexmark
+// query: joins, windows and their timers over event time) on a
+// coordinator (or two with --ha on etcd) and worker processes, and a
+// schedule of faults
 // at drawn moments: workers killed with SIGKILL and started again (under
 // the same name or a new one), paused with SIGSTOP for less or more than
 // the heartbeat timeout, two killed at once, the coordinator (the HA
 // leader) killed and started again, and the job stopped with a savepoint
 // and restored from it at another parallelism. Every count must be in the
-// output exactly once, and every process must exit 0 once the job
+// output exactly once (a query's results must be those of a run in one
+// process without faults), and every process must exit 0 once the job
 // finished. A seed takes 15–40 s.
 func TestChaosGen(t *testing.T) {
 	first := *chaosFirst
@@ -125,7 +128,9 @@ func (f chaosFault) String() string {
 
 // chaosSetup is a job and its faults, drawn from a seed.
 type chaosSetup struct {
-	seed                        uint64
+	seed uint64
+	// query is the Nexmark query the job runs; "" for the word count.
+	query                       string
 	flags                       []string // every process's checkpoint and state flags
 	pebble, local               bool     // a state directory, a local recovery directory per process
 	workers, slots, parallelism int
@@ -135,7 +140,11 @@ type chaosSetup struct {
 
 func (s chaosSetup) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d workers × %d slots, parallelism %d, ha %v, flags %v", s.workers, s.slots, s.parallelism, s.ha, s.flags)
+	job := "wordcount"
+	if s.query != "" {
+		job = "nexmark " + s.query
+	}
+	fmt.Fprintf(&b, "%s, %d workers × %d slots, parallelism %d, ha %v, flags %v", job, s.workers, s.slots, s.parallelism, s.ha, s.flags)
 	for i, f := range s.faults {
 		fmt.Fprintf(&b, "\n  fault %d: %v", i+1, f)
 	}
@@ -145,6 +154,14 @@ func (s chaosSetup) String() string {
 // chaosWordsPerMs is about how fast the job counts (--pace): its 640,000
 // words take about 20 s undisturbed, to outlast most schedules of faults.
 const chaosWordsPerMs = 32
+
+// chaosEvents and chaosThrottle are a Nexmark job's: about 20 s too.
+const chaosEvents, chaosThrottle = 300_000, 15_000
+
+// chaosQueries are the Nexmark queries TestChaosGen draws from: a join of
+// keyed state (q3), windowed joins (q4, q8), sliding windows (q5) and a
+// window's maximum joined back (q7).
+var chaosQueries = []string{"q3", "q4", "q5", "q7", "q8"}
 
 // heartbeatTimeout is the coordinators' --heartbeat-timeout.
 const heartbeatTimeout = 2 * time.Second
@@ -211,6 +228,9 @@ func drawChaos(seed uint64) chaosSetup {
 	for i, f := range s.faults {
 		s.faults[i].damageLocal = f.kind == killWorker && s.local && !f.newNames && more.IntN(2) == 0
 	}
+	if job := rand.New(rand.NewPCG(seed, 0x10b5)); job.IntN(2) == 0 {
+		s.query = chaosQueries[job.IntN(len(chaosQueries))]
+	}
 	return s
 }
 
@@ -232,6 +252,8 @@ type chaosRun struct {
 	restore     string // a coordinator's --restore: "", "latest" or a savepoint
 	start       time.Time
 	timeline    []string
+	// golden are a Nexmark job's results in one process without faults.
+	golden []string
 }
 
 type chaosWorker struct {
@@ -249,6 +271,9 @@ const chaosNames = 32
 
 func newChaosRun(t *testing.T, s chaosSetup) *chaosRun {
 	r := &chaosRun{t: t, s: s, j: newJob(t, 4, 20_000), parallelism: s.parallelism, start: time.Now()}
+	if s.query != "" {
+		r.golden = r.nexmarkGolden()
+	}
 	r.certs = filepath.Join(r.j.dir, "certs")
 	names := []string{"coordinator", "admin"}
 	for i := 1; i <= chaosNames; i++ {
@@ -302,11 +327,31 @@ func (r *chaosRun) dumpLogs() {
 	r.t.Logf("the processes' logs are in %s", dir)
 }
 
+// nexmarkGolden runs the seed's query in one process, at the parallelism
+// the chaos starts with (the generator's splits, which a restore keeps,
+// are the first start's parallelism), and returns its results, sorted.
+func (r *chaosRun) nexmarkGolden() []string {
+	dir := filepath.Join(r.j.dir, "golden")
+	out, err := exec.Command(weirBin, "run", "nexmark", "--query", r.s.query, "--events", strconv.Itoa(chaosEvents), "--rate", "2000",
+		"--output", filepath.Join(dir, "out"), "--checkpoint-dir", filepath.Join(dir, "ckpt"), "--parallelism", strconv.Itoa(r.s.parallelism)).CombinedOutput()
+	if err != nil {
+		r.t.Fatalf("the query in one process: %v\n%s", err, out)
+	}
+	golden := committedSorted(r.t, filepath.Join(dir, "out"))
+	if len(golden) == 0 {
+		r.t.Fatalf("%s found no results", r.s.query)
+	}
+	return golden
+}
+
 // args are a process's: the job's flags, and its own directories.
 func (r *chaosRun) args(role, proc string, extra ...string) []string {
-	a := []string{role, "wordcount", "--input", r.j.input, "--output", r.j.output, "--checkpoint-dir", r.j.ckpt,
-		"--parallelism", strconv.Itoa(r.parallelism), "--pace", strconv.Itoa(max(1, chaosWordsPerMs/r.parallelism)),
-		"--certs", r.certs, "--log-level", "info", "--restart-delay", "200ms"}
+	a := []string{role, "wordcount", "--input", r.j.input, "--pace", strconv.Itoa(max(1, chaosWordsPerMs/r.parallelism))}
+	if r.s.query != "" {
+		a = []string{role, "nexmark", "--query", r.s.query, "--events", strconv.Itoa(chaosEvents), "--rate", "2000", "--throttle", strconv.Itoa(chaosThrottle)}
+	}
+	a = append(a, "--output", r.j.output, "--checkpoint-dir", r.j.ckpt, "--parallelism", strconv.Itoa(r.parallelism),
+		"--certs", r.certs, "--log-level", "info", "--restart-delay", "200ms")
 	a = append(a, r.s.flags...)
 	if r.s.pebble {
 		a = append(a, "--state-dir", filepath.Join(r.j.dir, "state", proc))
@@ -441,13 +486,7 @@ func (r *chaosRun) run() {
 	for i, c := range r.coords {
 		r.exits(fmt.Sprintf("coordinator %s", r.addrs[i]), c, 2*time.Minute)
 	}
-	rep, err := wordcount.Verify(vfs.Default, r.j.output, r.j.want, false)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	if !rep.OK() {
-		r.fail("%v", rep)
-	}
+	result := r.verify()
 	for _, w := range r.workers {
 		if !strings.Contains(w.p.log.String(), "msg=registered") {
 			// Started as the job ended, it never heard from the coordinator,
@@ -458,7 +497,39 @@ func (r *chaosRun) run() {
 		}
 		r.exits(w.name, w.p, 30*time.Second)
 	}
-	r.note("%d restores, %d checkpoints: %v", r.count("restoring checkpoint"), r.count("checkpoint completed"), rep)
+	r.note("%d restores, %d checkpoints: %s", r.count("restoring checkpoint"), r.count("checkpoint completed"), result)
+}
+
+// verify fails the seed unless the output is exactly what the job makes
+// without faults, and says what it found.
+func (r *chaosRun) verify() string {
+	if r.s.query == "" {
+		rep, err := wordcount.Verify(vfs.Default, r.j.output, r.j.want, false)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		if !rep.OK() {
+			r.fail("%v", rep)
+		}
+		return rep.String()
+	}
+	got := committedSorted(r.t, r.j.output)
+	if !slices.Equal(got, r.golden) {
+		var missing, extra []string
+		for _, l := range r.golden {
+			if _, found := slices.BinarySearch(got, l); !found {
+				missing = append(missing, l)
+			}
+		}
+		for _, l := range got {
+			if _, found := slices.BinarySearch(r.golden, l); !found {
+				extra = append(extra, l)
+			}
+		}
+		r.fail("%d results, %d in one process without faults; %d of those missing (the first: %.5q), %d not among them (the first: %.5q), the rest duplicated",
+			len(got), len(r.golden), len(missing), missing, len(extra), extra)
+	}
+	return fmt.Sprintf("%d results, as in one process", len(got))
 }
 
 // inject injects f and reports whether it was applied (a savepoint may be
@@ -586,7 +657,7 @@ func (r *chaosRun) stopAndRescale(p int) bool {
 	if m == nil {
 		mm := regexp.MustCompile(`stopped with savepoint (\d+)\. Resume with:\n.* --restore (\S+)`).FindStringSubmatch(r.coords[i].log.String())
 		if mm == nil {
-			if strings.Contains(r.coords[i].log.String(), "wordcount finished") {
+			if regexp.MustCompile(`weir: (wordcount|nexmark q\d) finished`).MatchString(r.coords[i].log.String()) {
 				r.note("the job finished instead")
 				return false
 			}
