@@ -526,8 +526,8 @@ func (r *chaosRun) verify() string {
 				extra = append(extra, l)
 			}
 		}
-		r.fail("%d results, %d in one process without faults; %d of those missing (the first: %.5q), %d not among them (the first: %.5q), the rest duplicated",
-			len(got), len(r.golden), len(missing), missing, len(extra), extra)
+		r.fail("%d results, %d in one process without faults; %d of those missing (the first: %q), %d not among them (the first: %q), the rest duplicated",
+			len(got), len(r.golden), len(missing), missing[:min(3, len(missing))], len(extra), extra[:min(3, len(extra))])
 	}
 	return fmt.Sprintf("%d results, as in one process", len(got))
 }
