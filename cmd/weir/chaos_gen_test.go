@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -515,19 +516,30 @@ func (r *chaosRun) verify() string {
 	}
 	got := committedSorted(r.t, r.j.output)
 	if !slices.Equal(got, r.golden) {
-		var missing, extra []string
-		for _, l := range r.golden {
-			if _, found := slices.BinarySearch(got, l); !found {
-				missing = append(missing, l)
-			}
-		}
+		// By line: how many times each is in the output, less how many
+		// in the golden run's.
+		surplus := map[string]int{}
 		for _, l := range got {
-			if _, found := slices.BinarySearch(r.golden, l); !found {
-				extra = append(extra, l)
+			surplus[l]++
+		}
+		for _, l := range r.golden {
+			surplus[l]--
+		}
+		var lost, duplicated, foreign []string
+		for _, l := range slices.Sorted(maps.Keys(surplus)) {
+			_, golden := slices.BinarySearch(r.golden, l)
+			switch n := surplus[l]; {
+			case n < 0:
+				lost = append(lost, l)
+			case n > 0 && golden:
+				duplicated = append(duplicated, l)
+			case n > 0:
+				foreign = append(foreign, l)
 			}
 		}
-		r.fail("%d results, %d in one process without faults; %d of those missing (the first: %q), %d not among them (the first: %q), the rest duplicated",
-			len(got), len(r.golden), len(missing), missing[:min(3, len(missing))], len(extra), extra[:min(3, len(extra))])
+		first := func(ls []string) []string { return ls[:min(3, len(ls))] }
+		r.fail("%d results, %d in one process without faults: %d lost (the first: %q), %d duplicated (%q), %d not in the run in one process (%q)",
+			len(got), len(r.golden), len(lost), first(lost), len(duplicated), first(duplicated), len(foreign), first(foreign))
 	}
 	return fmt.Sprintf("%d results, as in one process", len(got))
 }

@@ -393,13 +393,26 @@ type reader struct {
 	turn    int
 	entered bool
 	ev      Event
-	// throttling: events emitted since start
+	// throttling: this subtask's share of Config.Throttle, and the events
+	// emitted since start
+	perTask float64
 	start   time.Time
 	emitted int64
 }
 
 func (r *reader) Open(ctx *operator.Context) error {
 	r.ctx, r.start = ctx, ctx.Now()
+	err := r.open(ctx)
+	// A subtask's share of the throttle is its share of the splits, which
+	// a restore at another parallelism keeps: 1/parallelism would leave
+	// the shares of subtasks without a split unused.
+	if mine := len(r.splits) + len(r.done); mine > 0 {
+		r.perTask = r.cfg.Throttle * float64(mine) / float64(slices.Concat(r.splits, r.done)[0].of)
+	}
+	return err
+}
+
+func (r *reader) open(ctx *operator.Context) error {
 	if ctx.Rewind {
 		return r.rewind(ctx.Restore)
 	}
@@ -511,10 +524,9 @@ func (r *reader) Read(out weir.Collector[Event]) (operator.PollResult, error) {
 	weir.EnterSplit(out, s.id)
 	n := min(int64(r.cfg.BatchSize), s.max-s.count)
 	if r.cfg.Throttle > 0 {
-		perTask := r.cfg.Throttle / float64(r.ctx.Parallelism)
 		elapsed := r.ctx.Now().Sub(r.start)
-		if n = min(n, int64(elapsed.Seconds()*perTask)+1-r.emitted); n <= 0 {
-			wait := time.Duration(float64(r.emitted)/perTask*float64(time.Second)) - elapsed
+		if n = min(n, int64(elapsed.Seconds()*r.perTask)+1-r.emitted); n <= 0 {
+			wait := time.Duration(float64(r.emitted)/r.perTask*float64(time.Second)) - elapsed
 			return operator.PollResult{IdleUntil: r.ctx.Now().Add(max(wait, time.Millisecond))}, nil
 		}
 		r.emitted += n

@@ -559,3 +559,59 @@ func TestBadConfigurationIsRefused(t *testing.T) {
 		t.Errorf("Lookup all: %d %v", len(qs), err)
 	}
 }
+
+// TestThrottleIsSharedBySplits: --throttle bounds the events of all
+// subtasks together, and a subtask's share is its share of the splits. A
+// job started at parallelism 1 (one split) and restored at 4 has one
+// subtask with a split: it emits at the whole throttle, not a quarter of
+// it (the three without a split have nothing to emit).
+func TestThrottleIsSharedBySplits(t *testing.T) {
+	const throttle = 1000
+	newReader, err := Generator(Config{Events: 100_000, BatchSize: 10_000, Throttle: throttle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := &operatortest.Run{}
+	defer run.Close()
+	start := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+	// emitted opens subtask sub of p (restoring rs) and reads once a
+	// second of its clock after it opened.
+	emitted := func(sub, p int, rs *operator.Restore) (int, weir.SourceReader[Event]) {
+		t.Helper()
+		now := start
+		ctx := run.Context("nexmark", sub, p, rs)
+		ctx.Now = func() time.Time { return now }
+		r := newReader()
+		if err := r.Open(ctx); err != nil {
+			t.Fatal(err)
+		}
+		now = now.Add(time.Second)
+		var got collected
+		if _, err := r.Read(&got); err != nil {
+			t.Fatal(err)
+		}
+		return len(got), r
+	}
+	n, first := emitted(0, 1, nil)
+	if n != throttle+1 {
+		t.Fatalf("one subtask, one split: %d events in its first second, want %d", n, throttle+1)
+	}
+	async, err := first.Snapshot(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &operatortest.MemWriter{}
+	hs, err := async(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restore := &operator.Restore{Checkpoint: 1, Handles: hs, Read: w.Read}
+	total := 0
+	for sub := range 4 {
+		n, _ := emitted(sub, 4, restore)
+		total += n
+	}
+	if total != throttle+1 {
+		t.Fatalf("restored at parallelism 4: %d events in the first second, want %d (the throttle's)", total, throttle+1)
+	}
+}

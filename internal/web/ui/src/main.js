@@ -627,21 +627,27 @@ async function refresh() {
 // onPick calls pick with the data-id of the element matching selector
 // that a click in container picked. The graph and the checkpoints are
 // drawn anew at every refresh, and a refresh between a press and its
-// release replaces the pressed element: the browser then sends no click
-// at all. So a pointer picks by its press and release on the same id;
-// a click from no pointer (the keyboard, a script) by its target.
+// release replaces the pressed element (and may move the row pressed, as
+// checkpoints come and go): the browser then sends no click at all. So a
+// pointer picks by its press and release: on the same id, or anywhere in
+// the container once a refresh replaced what was pressed. A click that
+// no pointer's release just handled (a script's) picks by its target.
 function onPick(container, selector, pick) {
   const idOf = (e) => e.target.closest(selector)?.dataset.id ?? null;
-  let pressed = null;
-  container.addEventListener('pointerdown', (e) => { pressed = e.button === 0 ? idOf(e) : null; });
+  let pressed = null; // the element pressed
+  let released = false; // a pointer's release, whose click comes next
+  container.addEventListener('pointerdown', (e) => { pressed = e.button === 0 ? e.target.closest(selector) : null; });
   container.addEventListener('pointerup', (e) => {
-    const id = idOf(e);
-    if (id !== null && id === pressed) pick(id);
+    if (pressed && (idOf(e) === pressed.dataset.id || !pressed.isConnected)) pick(pressed.dataset.id);
     pressed = null;
+    released = true;
+    setTimeout(() => { released = false; }, 0);
   });
+  // A press released outside the container, or cancelled, picks nothing.
+  for (const k of ['pointerup', 'pointercancel']) document.addEventListener(k, () => { pressed = null; });
   container.addEventListener('click', (e) => {
     const id = idOf(e);
-    if (!e.pointerType && id !== null) pick(id);
+    if (!released && !e.pointerType && id !== null) pick(id);
   });
 }
 
