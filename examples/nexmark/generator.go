@@ -406,8 +406,8 @@ func (r *reader) Open(ctx *operator.Context) error {
 	// A subtask's share of the throttle is its share of the splits, which
 	// a restore at another parallelism keeps: 1/parallelism would leave
 	// the shares of subtasks without a split unused.
-	if mine := len(r.splits) + len(r.done); mine > 0 {
-		r.perTask = r.cfg.Throttle * float64(mine) / float64(slices.Concat(r.splits, r.done)[0].of)
+	if mine := slices.Concat(r.splits, r.done); len(mine) > 0 {
+		r.perTask = r.cfg.Throttle * float64(len(mine)) / float64(mine[0].of)
 	}
 	return err
 }

@@ -19,23 +19,6 @@ import (
 	"github.com/weirstream/weir/internal/runtime"
 )
 
-// review25Centre scrolls selector's element into view, remembers it as
-// window.pressed, and returns its centre.
-func review25Centre(t *testing.T, ctx context.Context, selector string) (float64, float64) {
-	t.Helper()
-	at, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](fmt.Sprintf(`(() => {
-		const e = document.querySelector(%q);
-		e.scrollIntoView({block: 'center'});
-		window.pressed = e;
-		const r = e.getBoundingClientRect();
-		return [r.x + r.width / 2, r.y + r.height / 2];
-	})()`, selector)))
-	if err != nil {
-		t.Fatalf("find %s: %v", selector, err)
-	}
-	return at[0], at[1]
-}
-
 // review25Refreshed waits until the page has refreshed once more (its
 // status line says the time of the last refresh, to the second; a refresh
 // comes every 2 s): what a press, release or click set off has happened.
@@ -50,9 +33,9 @@ func review25Refreshed(t *testing.T, ctx context.Context) {
 	}
 }
 
-func review25Replaced(selector string) chromedp.Action[chromedp.Void] {
-	return chromedp.Poll[chromedp.Void](fmt.Sprintf(`document.querySelector(%q) !== window.pressed`, selector), chromedp.WithPollingInterval(20*time.Millisecond))
-}
+// recordEvents starts recording the page's pointer events and clicks in
+// window.seen, for a failure to show.
+var recordEvents = chromedp.Evaluate[chromedp.Void](`window.seen = []; for (const k of ['pointerdown','pointerup','pointercancel','click']) document.addEventListener(k, (e) => window.seen.push(k + ':' + e.pointerType + ':' + e.target.tagName + ':' + (e.target.closest && e.target.closest('[data-id]')?.dataset.id)), true); undefined`)
 
 // TestReview25ATapAcrossARefreshPicks is TestAClickAcrossARefreshPicks
 // with a finger: a touch on the vertex, held across a refresh, released.
@@ -64,7 +47,7 @@ func TestReview25ATapAcrossARefreshPicks(t *testing.T) {
 		t.Fatal(err)
 	}
 	sel := `#graph .vertex[data-id="count"]`
-	x, y := review25Centre(t, ctx, sel)
+	x, y := centreOf(t, ctx, sel)
 	touch := func(typ input.DispatchTouchEventType, points []*input.TouchPoint) chromedp.Action[chromedp.Void] {
 		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
 			_, err := cdp.Call(ctx, tg, input.DispatchTouchEvent, input.DispatchTouchEventParams{Type: typ, TouchPoints: points})
@@ -74,9 +57,9 @@ func TestReview25ATapAcrossARefreshPicks(t *testing.T) {
 	one := 1.0
 	zero := 0.0
 	if err := chromedp.Do(ctx,
-		chromedp.Evaluate[chromedp.Void](`window.seen = []; for (const k of ['pointerdown','pointerup','pointercancel','click']) document.addEventListener(k, (e) => window.seen.push(k + ':' + e.pointerType + ':' + (e.target.closest && e.target.closest('[data-id]')?.dataset.id)), true); undefined`),
+		recordEvents,
 		touch(input.DispatchTouchEventTypeTouchStart, []*input.TouchPoint{{X: x, Y: y, RadiusX: &one, RadiusY: &one, Force: &one, ID: &zero}}),
-		review25Replaced(sel),
+		replaced(sel),
 		touch(input.DispatchTouchEventTypeTouchEnd, []*input.TouchPoint{})); err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +83,7 @@ func TestReview25ADragInFromOutsidePicksNothing(t *testing.T) {
 	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(`#graph .vertex[data-id="count"]`)); err != nil {
 		t.Fatal(err)
 	}
-	x, y := review25Centre(t, ctx, `#graph .vertex[data-id="count"]`)
+	x, y := centreOf(t, ctx, `#graph .vertex[data-id="count"]`)
 	// a point outside #graph: the page's heading.
 	out, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](`(() => { const r = document.querySelector('h2').getBoundingClientRect(); return [r.x + 5, r.y + r.height / 2]; })()`))
 	if err != nil {
@@ -110,7 +93,9 @@ func TestReview25ADragInFromOutsidePicksNothing(t *testing.T) {
 		t.Fatal("the outside point is in the graph")
 	}
 	left := []chromedp.MouseOption{chromedp.ButtonLeft, chromedp.ClickCount(1)}
-	chromedp.Run(ctx, chromedp.Evaluate[chromedp.Void](`window.seen = []; for (const k of ['pointerdown','pointerup','pointercancel','click']) document.addEventListener(k, (e) => window.seen.push(k + ':' + e.pointerType + ':' + e.target.tagName + ':' + (e.target.closest && e.target.closest('[data-id]')?.dataset.id)), true); undefined`))
+	if err := chromedp.Do(ctx, recordEvents); err != nil {
+		t.Fatal(err)
+	}
 	move := func(x, y float64) chromedp.Action[chromedp.Void] {
 		return chromedp.MouseEvent(chromedp.MouseMoved, x, y, chromedp.ButtonLeft)
 	}
@@ -147,7 +132,7 @@ func TestReview25AClickAcrossARefreshOfALiveTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	sel := `#checkpoints tbody tr[data-id="2"]`
-	x, y := review25Centre(t, ctx, sel)
+	x, y := centreOf(t, ctx, sel)
 	press := []chromedp.MouseOption{chromedp.ButtonLeft, chromedp.ClickCount(1)}
 	if err := chromedp.Do(ctx, chromedp.MouseEvent(chromedp.MousePressed, x, y, press...)); err != nil {
 		t.Fatal(err)
@@ -156,7 +141,7 @@ func TestReview25AClickAcrossARefreshOfALiveTable(t *testing.T) {
 	// that checkpoints more often than every 2 s
 	s.Observe(runtime.JobEvent{Kind: runtime.EventCheckpointCompleted, Attempt: 1, ID: checkpoint.ID(5), Duration: 300 * time.Millisecond, Size: 500,
 		Tasks: []runtime.TaskTrace{{Task: checkpoint.TaskID{Vertex: "source"}, Acked: 300 * time.Millisecond, Bytes: 500}}})
-	if err := chromedp.Do(ctx, chromedp.WaitVisible(`#checkpoints tbody tr[data-id="5"]`), review25Replaced(sel),
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(`#checkpoints tbody tr[data-id="5"]`), replaced(sel),
 		chromedp.MouseEvent(chromedp.MouseReleased, x, y, press...)); err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"fmt"
 	"net/http/httptest"
 	"os"
@@ -177,21 +178,12 @@ func TestAClickAcrossARefreshPicks(t *testing.T) {
 	// until a refresh has replaced it, and releases.
 	slowClick := func(selector string) {
 		t.Helper()
-		at, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](fmt.Sprintf(`(() => {
-			const e = document.querySelector(%q);
-			e.scrollIntoView({block: 'center'});
-			window.pressed = e;
-			const r = e.getBoundingClientRect();
-			return [r.x + r.width / 2, r.y + r.height / 2];
-		})()`, selector)))
-		if err != nil {
-			t.Fatalf("find %s: %v", selector, err)
-		}
+		x, y := centreOf(t, ctx, selector)
 		press := []chromedp.MouseOption{chromedp.ButtonLeft, chromedp.ClickCount(1)}
 		if err := chromedp.Do(ctx,
-			chromedp.MouseEvent(chromedp.MousePressed, at[0], at[1], press...),
-			chromedp.Poll[chromedp.Void](fmt.Sprintf(`document.querySelector(%q) !== window.pressed`, selector), chromedp.WithPollingInterval(20*time.Millisecond)),
-			chromedp.MouseEvent(chromedp.MouseReleased, at[0], at[1], press...)); err != nil {
+			chromedp.MouseEvent(chromedp.MousePressed, x, y, press...),
+			replaced(selector),
+			chromedp.MouseEvent(chromedp.MouseReleased, x, y, press...)); err != nil {
 			t.Fatalf("a click on %s across a refresh: %v", selector, err)
 		}
 	}
@@ -204,4 +196,27 @@ func TestAClickAcrossARefreshPicks(t *testing.T) {
 		chromedp.WaitVisible(`#timeline .tl-row[data-task="count#1"][data-alignment="unaligned"]`)); err != nil {
 		t.Fatalf("the checkpoint clicked across a refresh is not picked: %v", err)
 	}
+}
+
+// centreOf scrolls selector's element into view, remembers it (for
+// replaced), and returns its centre in the viewport.
+func centreOf(t *testing.T, ctx context.Context, selector string) (x, y float64) {
+	t.Helper()
+	at, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](fmt.Sprintf(`(() => {
+		const e = document.querySelector(%q);
+		e.scrollIntoView({block: 'center'});
+		window.pressed = e;
+		const r = e.getBoundingClientRect();
+		return [r.x + r.width / 2, r.y + r.height / 2];
+	})()`, selector)))
+	if err != nil {
+		t.Fatalf("find %s: %v", selector, err)
+	}
+	return at[0], at[1]
+}
+
+// replaced waits until a refresh has replaced the element of selector
+// that centreOf found.
+func replaced(selector string) chromedp.Action[chromedp.Void] {
+	return chromedp.Poll[chromedp.Void](fmt.Sprintf(`document.querySelector(%q) !== window.pressed`, selector), chromedp.WithPollingInterval(20*time.Millisecond))
 }
