@@ -4,6 +4,7 @@ package browsertest
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"slices"
@@ -32,6 +33,34 @@ func Start(t *testing.T, timeout time.Duration) context.Context {
 		}
 		t.Skip("no Chromium on PATH: install Debian's chromium to run the browser tests")
 	}
+	return start(t, path, timeout)
+}
+
+// start starts the Chromium at path.
+func start(t *testing.T, path string, timeout time.Duration) context.Context {
+	t.Helper()
+	// Chromium now and then exits before it listens, saying nothing of
+	// why (seen once in CI under load: 0.9 s, no crash report). That is
+	// the browser's start, not the page under test, so a test tries three
+	// times, each with a new profile, before it fails.
+	var err error
+	for try := 1; try <= 3; try++ {
+		var ctx context.Context
+		if ctx, err = launch(t, path, timeout); err == nil {
+			return ctx
+		}
+		t.Logf("Chromium did not start (try %d of 3): %v", try, err)
+		if errors.Is(err, context.DeadlineExceeded) {
+			break // the test's time is gone
+		}
+	}
+	t.Fatalf("start Chromium: %v", err)
+	return nil
+}
+
+// launch starts one Chromium with a new profile; the test's cleanup
+// stops it whether or not it started.
+func launch(t *testing.T, path string, timeout time.Duration) (context.Context, error) {
 	// The flags keep Chromium off the network: it reaches only the page.
 	opts := append(slices.Clone(chromedp.DefaultExecAllocatorOptions[:]),
 		chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()),
@@ -48,10 +77,8 @@ func Start(t *testing.T, timeout time.Duration) context.Context {
 	// and after a failed allocation a later Run (a test's diagnostics on
 	// its failure path) allocates again on the same context, whose two
 	// exits then close one channel twice and panic the whole test binary.
-	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`true`)); err != nil {
-		t.Fatalf("start Chromium: %v", err)
-	}
-	return ctx
+	_, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`true`))
+	return ctx, err
 }
 
 // Artifacts is where a test saves what a person should look at:
