@@ -1,11 +1,14 @@
 package pebble
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/state/heap"
 )
 
@@ -46,17 +49,83 @@ func migrateList[K comparable, V any](t *List[K, V], name string) error {
 	h, err := heap.NewList(t.b.timers, name, t.kc, t.vc)
 	return t.migrate(name, err, func(w *batchWriter) error {
 		return h.Each(func(g int, k K, vs []V) error {
+			t.val = t.val[:0]
 			for _, v := range vs {
-				key := binary.BigEndian.AppendUint64(prefixAt(&t.table, g, t.kc, k), t.b.seq)
-				t.b.seq++
-				t.val = t.vc.Append(t.val[:0], v)
-				if err := w.set(key, t.val); err != nil {
+				t.val = t.appendElem(t.val, v)
+			}
+			return w.set(prefixAt(&t.table, g, t.kc, k), t.val)
+		})
+	})
+}
+
+// migrateListKeys rewrites a list table of a database written before
+// lists took one key each: a list was an element per key, the list's key
+// followed by a sequence number (8 bytes, big-endian, in the order of the
+// appends), the element's bytes the value. Each such run of keys becomes
+// one key whose value is the elements, length-prefixed, in that order. A
+// key already of one list (copied in from a newer database at a rescale)
+// stays.
+func migrateListKeys(t *table) error {
+	w := newBatchWriter(t.b.db)
+	var list, elems []byte // the list being gathered, and its elements
+	end := func() error {
+		if list == nil {
+			return nil
+		}
+		err := w.set(list, elems)
+		list, elems = nil, elems[:0]
+		return err
+	}
+	kg := t.b.scope.KeyGroups
+	for g := kg.First; g <= kg.Last; g++ {
+		prefix := binary.BigEndian.AppendUint16(groupKey(g), t.id)
+		it, err := t.b.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upperBound(prefix)})
+		if err != nil {
+			return err
+		}
+		for ok := it.First(); ok; ok = it.Next() {
+			k := it.Key()
+			n, l := binary.Uvarint(k[4:])
+			if l <= 0 || uint64(len(k)-4-l) < n {
+				it.Close()
+				return fmt.Errorf("pebble state backend: list state: a key of %d bytes that is not a list's: %w", len(k), checkpoint.ErrStateDamaged)
+			}
+			head := 4 + l + int(n) // the list's key
+			switch len(k) - head {
+			case 0:
+				continue // one list already
+			case 8:
+			default:
+				it.Close()
+				return fmt.Errorf("pebble state backend: list state: a key with %d bytes after the list's, not an element's 8: %w", len(k)-head, checkpoint.ErrStateDamaged)
+			}
+			if list != nil && !bytes.Equal(list, k[:head]) {
+				if err := end(); err != nil {
+					it.Close()
 					return err
 				}
 			}
-			return nil
-		})
-	})
+			if list == nil {
+				list = slices.Clone(k[:head])
+			}
+			v := it.Value()
+			elems = append(binary.AppendUvarint(elems, uint64(len(v))), v...)
+			if err := w.delete(k); err != nil {
+				it.Close()
+				return err
+			}
+		}
+		if err := it.Close(); err != nil {
+			return err
+		}
+		if err := end(); err != nil {
+			return err
+		}
+	}
+	if err := w.commit(); err != nil {
+		return fmt.Errorf("pebble state backend: rewrite list state as a key per list: %w", err)
+	}
+	return nil
 }
 
 func migrateMap[K, UK comparable, V any](t *Map[K, UK, V], name string) error {
@@ -98,8 +167,13 @@ type batchWriter struct {
 
 func newBatchWriter(db *pebble.DB) *batchWriter { return &batchWriter{db: db, batch: db.NewBatch()} }
 
-func (w *batchWriter) set(key, value []byte) error {
-	if err := w.batch.Set(key, value, nil); err != nil {
+func (w *batchWriter) set(key, value []byte) error { return w.next(w.batch.Set(key, value, nil)) }
+
+func (w *batchWriter) delete(key []byte) error { return w.next(w.batch.Delete(key, nil)) }
+
+// next commits the batch once it holds a few MiB.
+func (w *batchWriter) next(err error) error {
+	if err != nil {
 		return err
 	}
 	if w.batch.Len() <= 4<<20 {

@@ -4,9 +4,10 @@
 //
 // Keys begin with the key group (two bytes, big-endian) and the table (two
 // bytes), so a key-group range is a key range; then the key, length-
-// prefixed; then, for lists, a sequence number per element (an append
-// writes one key and reads nothing), and for maps the user key. Values are
-// the job's codecs' bytes. Timers stay on the heap (as Flink's RocksDB
+// prefixed; for maps then the user key. Values are the job's codecs'
+// bytes; a list's value is its elements, each length-prefixed, and an
+// append is a Pebble merge (the default merger concatenates), which reads
+// nothing (see List). Timers stay on the heap (as Flink's RocksDB
 // backend can keep them) and are written whole at every checkpoint.
 //
 // A checkpoint's synchronous part flushes the memtable and takes a Pebble
@@ -88,7 +89,10 @@ type Backend struct {
 	db     *pebble.DB
 	group  int // the current key group, absolute
 	tables map[string]uint16
-	seq    uint64 // the next list element's sequence number
+	// oneKey: list tables that hold each list under one key (listKey);
+	// the others still hold an element per key and are rewritten when
+	// declared (see migrateListKeys).
+	oneKey map[string]bool
 	timers *heap.Backend
 	caches []flusher // the tables' write-back caches
 	cache  *sharedCache
@@ -102,12 +106,14 @@ type Backend struct {
 
 // meta keys live in key group 0xFFFF, which no key group reaches (at most
 // 32,768 key groups).
-var (
-	metaPrefix = []byte{0xff, 0xff}
-	seqKey     = []byte{0xff, 0xff, 's'}
-)
+// (A database written before lists took one key each also holds
+// {0xff, 0xff, 's'}, their elements' sequence number, unread now.)
+var metaPrefix = []byte{0xff, 0xff}
 
 func tableKey(name string) []byte { return append([]byte{0xff, 0xff, 't'}, name...) }
+
+// listKey marks list table name as holding each list under one key.
+func listKey(name string) []byte { return append([]byte{0xff, 0xff, 'l'}, name...) }
 
 // New opens a backend for scope: empty (rs nil), or restored from the
 // handles of a checkpoint (those of the scope's operator, any
@@ -130,7 +136,7 @@ func New(opts Options, sc Scope, rs *state.Restored) (_ *Backend, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("pebble state backend: %w", err)
 	}
-	b := &Backend{opts: opts, scope: sc, dir: dir, tables: map[string]uint16{}, timers: heap.New(sc.KeyGroups),
+	b := &Backend{opts: opts, scope: sc, dir: dir, tables: map[string]uint16{}, oneKey: map[string]bool{}, timers: heap.New(sc.KeyGroups),
 		confirmed: map[string]checkpoint.Handle{}, files: map[checkpoint.ID]map[string]checkpoint.Handle{}, group: sc.KeyGroups.First,
 		cache: acquireCache(opts.CacheBytes)}
 	defer func() {
@@ -182,7 +188,7 @@ func (b *Backend) open(dir string, readOnly bool) (*pebble.DB, error) {
 	o := &pebble.Options{
 		MemTableSize: uint64(b.opts.MemTableBytes), DisableWAL: true, ReadOnly: readOnly,
 		FormatMajorVersion: pebble.FormatNewest, Logger: quiet{}, FS: scratchFS{vfs.Default},
-		L0CompactionThreshold: 16, L0StopWritesThreshold: 64,
+		L0CompactionThreshold: 16, L0StopWritesThreshold: 64, Merger: merger,
 	}
 	// Bounded data files: a checkpoint uploads changed files whole. Bloom
 	// filters: most reads of a new key find nothing, without reading
@@ -207,27 +213,22 @@ func (quiet) Infof(string, ...any)           {}
 func (quiet) Errorf(string, ...any)          {}
 func (quiet) Fatalf(format string, a ...any) { panic(fmt.Sprintf("pebble: "+format, a...)) }
 
-// loadMeta reads the tables and the sequence number the database holds.
+// loadMeta reads the tables the database holds and which lists are kept
+// under one key.
 func (b *Backend) loadMeta() error {
-	it, err := b.db.NewIter(&pebble.IterOptions{LowerBound: tableKey(""), UpperBound: upperBound(tableKey(""))})
+	it, err := b.db.NewIter(&pebble.IterOptions{LowerBound: metaPrefix, UpperBound: upperBound(metaPrefix)})
 	if err != nil {
 		return err
 	}
 	for ok := it.First(); ok; ok = it.Next() {
-		b.tables[string(it.Key()[3:])] = binary.BigEndian.Uint16(it.Value())
+		switch k := it.Key(); {
+		case len(k) > 2 && k[2] == 't':
+			b.tables[string(k[3:])] = binary.BigEndian.Uint16(it.Value())
+		case len(k) > 2 && k[2] == 'l':
+			b.oneKey[string(k[3:])] = true
+		}
 	}
-	if err := it.Close(); err != nil {
-		return err
-	}
-	v, closer, err := b.db.Get(seqKey)
-	if errors.Is(err, pebble.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	b.seq = binary.BigEndian.Uint64(v)
-	return closer.Close()
+	return it.Close()
 }
 
 // table returns the id of table name, registering it.
@@ -266,9 +267,6 @@ func failed(op string, err error) {
 func (b *Backend) Snapshot(id checkpoint.ID) (state.Async, error) {
 	if err := b.flushAll(); err != nil {
 		return nil, fmt.Errorf("pebble state backend: write the cache: %w", err)
-	}
-	if err := b.db.Set(seqKey, binary.BigEndian.AppendUint64(nil, b.seq), pebble.NoSync); err != nil {
-		return nil, err
 	}
 	if err := b.db.Flush(); err != nil {
 		return nil, fmt.Errorf("pebble state backend: flush: %w", err)
@@ -467,7 +465,7 @@ func (b *Backend) restore(dbDir string, hs []checkpoint.Handle, r state.Reader, 
 			}
 		}
 	}
-	return b.db.Set(seqKey, binary.BigEndian.AppendUint64(nil, b.seq), pebble.NoSync)
+	return nil
 }
 
 // validName refuses a file name from a checkpoint that is not a plain
@@ -572,7 +570,7 @@ func (b *Backend) copyFrom(dir string, r keygroup.Range) error {
 		return err
 	}
 	defer src.Close()
-	other := &Backend{db: src, tables: map[string]uint16{}}
+	other := &Backend{db: src, tables: map[string]uint16{}, oneKey: map[string]bool{}}
 	if err := other.loadMeta(); err != nil {
 		return err
 	}
@@ -581,8 +579,15 @@ func (b *Backend) copyFrom(dir string, r keygroup.Range) error {
 		if ids[id], err = b.table(name); err != nil {
 			return err
 		}
+		// Lists copied in an element per key leave this table to be
+		// rewritten when declared.
+		if b.oneKey[name] && !other.oneKey[name] {
+			if err := b.db.Delete(listKey(name), pebble.NoSync); err != nil {
+				return err
+			}
+			delete(b.oneKey, name)
+		}
 	}
-	b.seq = max(b.seq, other.seq)
 	it, err := src.NewIter(&pebble.IterOptions{LowerBound: groupKey(r.First), UpperBound: groupKey(r.Last + 1)})
 	if err != nil {
 		return err
@@ -798,47 +803,103 @@ func (t *Value[K, V]) flush(batch *pebble.Batch) {
 	}
 }
 
-// List is list state in Pebble: a key per element.
+// List is list state in Pebble: a list is one key, whose value is its
+// elements, each a uvarint length and the element's bytes. Add merges an
+// element in (Pebble's default merger concatenates), reading nothing, as
+// Flink's RocksDB list state appends with RocksDB's merge operator; Get
+// is one point read. (Lists were an element per key under a sequence
+// number: every read was an iterator, and every Update deleted the
+// elements and wrote them again under new keys, so reads walked the
+// tombstones of all the list's earlier versions.)
 type List[K comparable, V any] struct {
 	table
-	kc codec.Codec[K]
-	vc codec.Codec[V]
+	kc   codec.Codec[K]
+	vc   codec.Codec[V]
+	elem []byte // scratch
 }
 
 // NewList declares list state name.
 func NewList[K comparable, V any](b *Backend, name string, kc codec.Codec[K], vc codec.Codec[V]) (*List[K, V], error) {
+	_, known := b.tables[name]
 	t, err := newTable(b, name)
 	if err != nil {
 		return nil, err
 	}
 	l := &List[K, V]{table: t, kc: kc, vc: vc}
-	return l, migrateList(l, name)
+	if b.oneKey[name] {
+		return l, nil
+	}
+	if known {
+		err = migrateListKeys(&l.table)
+	} else {
+		err = migrateList(l, name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := b.db.Set(listKey(name), nil, pebble.NoSync); err != nil {
+		return nil, fmt.Errorf("pebble state backend: %w", err)
+	}
+	b.oneKey[name] = true
+	return l, nil
 }
 
 func (t *List[K, V]) Get(k K) []V { return slices.Collect(t.All(k)) }
 
+// All reads k's list when it is iterated.
 func (t *List[K, V]) All(k K) iter.Seq[V] {
-	prefix := slices.Clone(prefixOf(&t.table, t.kc, k))
+	key := slices.Clone(prefixOf(&t.table, t.kc, k))
 	return func(yield func(V) bool) {
-		t.scan(prefix, func(_, value []byte) bool { return yield(decode(t.vc, value)) })
+		v, closer, err := t.b.db.Get(key)
+		if errors.Is(err, pebble.ErrNotFound) {
+			return
+		}
+		if err != nil {
+			failed("read", err)
+		}
+		// A copy: yield may write this table.
+		list := slices.Clone(v)
+		closer.Close()
+		for rest := list; len(rest) > 0; {
+			n, w := binary.Uvarint(rest)
+			if w <= 0 || n > uint64(len(rest)-w) {
+				failed("decode", fmt.Errorf("%w: a list of %d bytes whose element at byte %d runs past its end", checkpoint.ErrStateDamaged, len(list), len(list)-len(rest)))
+			}
+			e := rest[w : w+int(n)]
+			rest = rest[w+int(n):]
+			if !yield(decode(t.vc, e)) {
+				return
+			}
+		}
 	}
+}
+
+// appendElem appends v, length-prefixed, to b.
+func (t *List[K, V]) appendElem(b []byte, v V) []byte {
+	t.elem = t.vc.Append(t.elem[:0], v)
+	return append(binary.AppendUvarint(b, uint64(len(t.elem))), t.elem...)
 }
 
 func (t *List[K, V]) Add(k K, v V) {
-	key := binary.BigEndian.AppendUint64(prefixOf(&t.table, t.kc, k), t.b.seq)
-	t.b.seq++
-	t.val = t.vc.Append(t.val[:0], v)
-	t.set(key, t.val)
-}
-
-func (t *List[K, V]) Update(k K, vs []V) {
-	t.Delete(k)
-	for _, v := range vs {
-		t.Add(k, v)
+	t.val = t.appendElem(t.val[:0], v)
+	if err := t.b.db.Merge(prefixOf(&t.table, t.kc, k), t.val, pebble.NoSync); err != nil {
+		failed("write", err)
 	}
 }
 
-func (t *List[K, V]) Delete(k K) { t.deletePrefix(slices.Clone(prefixOf(&t.table, t.kc, k))) }
+func (t *List[K, V]) Update(k K, vs []V) {
+	if len(vs) == 0 {
+		t.Delete(k)
+		return
+	}
+	t.val = t.val[:0]
+	for _, v := range vs {
+		t.val = t.appendElem(t.val, v)
+	}
+	t.set(prefixOf(&t.table, t.kc, k), t.val)
+}
+
+func (t *List[K, V]) Delete(k K) { t.del(prefixOf(&t.table, t.kc, k)) }
 
 // Map is map state in Pebble: a key per entry, behind a write-back cache
 // per key; iterating a key's map writes its cached changes first.

@@ -52,11 +52,18 @@ type tables struct {
 // open builds a backend for key groups r, restored from rs (nil: empty).
 func (s *suite) open(t *testing.T, r keygroup.Range, rs *state.Restored) *tables {
 	t.Helper()
+	ts := s.openUnclosed(t, r, rs)
+	t.Cleanup(func() { ts.b.Close() })
+	return ts
+}
+
+// openUnclosed is open for a caller that closes the backend itself.
+func (s *suite) openUnclosed(t *testing.T, r keygroup.Range, rs *state.Restored) *tables {
+	t.Helper()
 	b, err := backend.New(s.cfg, backend.Scope{Job: "statetest", Operator: "op/with slash", Subtask: r.First, KeyGroups: r}, rs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { b.Close() })
 	ts := &tables{b: b, hasher: codec.NewHasher(codec.For[string]()), r: r}
 	kc := codec.For[string]()
 	if ts.values, err = backend.NewValue(b, "values", kc, codec.For[int64]()); err != nil {
