@@ -9,18 +9,18 @@ import (
 )
 
 var (
-	genSeeds = flag.Int("statetest.seeds", 0, "seeds TestGenerate runs for each backend (0: 200 on the heap, 20 on Pebble; under -race 50 and 5)")
+	genSeeds = flag.Int("statetest.seeds", 0, "seeds TestGenerate runs for each backend (0: 200 on the heap, 20 on Pebble; under -race 50 and 3)")
 	genFirst = flag.Uint64("statetest.first", 1, "the first seed TestGenerate runs")
 )
 
 // seeds is how many seeds TestGenerate runs on a backend: Pebble's take
-// about 0.3 s each (1.5 s under -race), the heap's a hundredth of that.
+// about 0.3 s each (2.6 s under -race), the heap's a hundredth of that.
 func seeds(kind backend.Kind) uint64 {
 	switch {
 	case *genSeeds > 0:
 		return uint64(*genSeeds)
 	case kind == backend.Pebble && racetest.Enabled:
-		return 5
+		return 3
 	case kind == backend.Pebble:
 		return 20
 	case racetest.Enabled:
