@@ -3,6 +3,7 @@ package pebble
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -121,7 +122,8 @@ func declareList(t *testing.T, b *Backend, name string) *List[string, string] {
 // element per key (Weir before lists took one key each) restores with
 // every list whole and in order, at the same parallelism and at others,
 // and a list added to after the restore keeps its old elements first.
-// The rewritten table is marked, so the next restore does not look again.
+// The rewritten table's kind is recorded, so the next restore does not
+// look again.
 func TestListsOfAnEarlierFormatAreRewritten(t *testing.T) {
 	w := &operatortest.MemWriter{}
 	old := backendOf(t, all, nil, w)
@@ -130,8 +132,8 @@ func TestListsOfAnEarlierFormatAreRewritten(t *testing.T) {
 
 	t.Run("same parallelism", func(t *testing.T) {
 		b := backendOf(t, all, hs, w)
-		if b.oneKey["l"] {
-			t.Fatal("a table of the old format is marked as one key a list before it is declared")
+		if k := b.kinds["l"]; k != "" {
+			t.Fatalf("a table of the old format has kind %q before it is declared", k)
 		}
 		l := declareList(t, b, "l")
 		checkLists(t, b, l, want)
@@ -141,8 +143,8 @@ func TestListsOfAnEarlierFormatAreRewritten(t *testing.T) {
 			t.Fatalf("key-3 after an Add: %v", got)
 		}
 		again := backendOf(t, all, checkpointOf(t, b, 2, w), w)
-		if !again.oneKey["l"] {
-			t.Fatal("the rewritten table is not marked: every restore would scan it again")
+		if k := again.kinds["l"]; k != kindList {
+			t.Fatalf("the rewritten table's kind is %q: every restore would scan it again", k)
 		}
 	})
 	t.Run("to two subtasks", func(t *testing.T) {
@@ -330,5 +332,49 @@ func BenchmarkListLong(b *testing.B) {
 		if n := len(l.Get(k)); n != 5000 {
 			b.Fatalf("read %d elements of 5000", n)
 		}
+	}
+}
+
+// TestOldMapDeclaredAsList: a database written before kinds were recorded
+// (its map table has no kind) restored by a job that declares list state
+// under the map's name: the keys are no list's of the earlier format (a
+// user key of other than 8 bytes), or their values no list elements (the
+// map's int64s do not decode as the list's strings). NewList refuses it as
+// a checkpoint that does not fit the job, not as damaged state (which
+// would make the runtime discard the checkpoint), and rewrites nothing.
+func TestOldMapDeclaredAsList(t *testing.T) {
+	for _, uk := range []string{"a-longer-key", "seven-7"} {
+		t.Run(uk, func(t *testing.T) {
+			w := &operatortest.MemWriter{}
+			b := backendOf(t, all, nil, w)
+			m, err := NewMap(b, "s", str, str, codec.For[int64]())
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.SetGroup(r26Group("k"))
+			m.Put("k", uk, 1<<62)
+			if err := b.db.Delete(kindKey("s"), pebble.NoSync); err != nil { // as before kinds
+				t.Fatal(err)
+			}
+			hs := checkpointOf(t, b, 1, w)
+			r := backendOf(t, all, hs, w)
+			if k := r.kinds["s"]; k != "" {
+				t.Fatalf("the table has kind %q", k)
+			}
+			_, err = NewList(r, "s", str, str)
+			if !errors.Is(err, checkpoint.ErrMismatch) || errors.Is(err, checkpoint.ErrStateDamaged) {
+				t.Fatalf("NewList of an old map table: %v; want a checkpoint that does not fit the job", err)
+			}
+			t.Log(err)
+			again := backendOf(t, all, hs, w)
+			mm, err := NewMap(again, "s", str, str, codec.For[int64]())
+			if err != nil {
+				t.Fatal(err)
+			}
+			again.SetGroup(r26Group("k"))
+			if v, ok := mm.Get("k", uk); !ok || v != 1<<62 {
+				t.Fatalf("the map declared as it was reads %d, %v", v, ok)
+			}
+		})
 	}
 }

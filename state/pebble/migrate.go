@@ -58,14 +58,17 @@ func migrateList[K comparable, V any](t *List[K, V], name string) error {
 	})
 }
 
-// migrateListKeys rewrites a list table of a database written before
+// migrateListKeys rewrites list table name of a database written before
 // lists took one key each: a list was an element per key, the list's key
 // followed by a sequence number (8 bytes, big-endian, in the order of the
 // appends), the element's bytes the value. Each such run of keys becomes
-// one key whose value is the elements, length-prefixed, in that order. A
-// key already of one list (copied in from a newer database at a rescale)
-// stays.
-func migrateListKeys(t *table) error {
+// one key whose value is the elements, length-prefixed, in that order.
+// With merged (the table's kind is kindOldList: a rescale merged databases
+// of both formats), a key that is a whole list already stays. A key of
+// another shape, or an element that does not decode, is state of another
+// kind (a database before kinds were recorded does not say which).
+func migrateListKeys[K comparable, V any](l *List[K, V], name string, merged bool) error {
+	t := &l.table
 	w := newBatchWriter(t.b.db)
 	var list, elems []byte // the list being gathered, and its elements
 	end := func() error {
@@ -76,54 +79,71 @@ func migrateListKeys(t *table) error {
 		list, elems = nil, elems[:0]
 		return err
 	}
+	notList := func(why string) error {
+		return fmt.Errorf("pebble state backend: state %q in the checkpoint is not list state (%s): was it value or map state? declare it as it was, or under another name: %w", name, why, checkpoint.ErrMismatch)
+	}
+	// One iterator over the subtask's key groups, seeking past the other
+	// tables' keys and the empty groups: the cost is the table's keys, not
+	// the key groups (32,768 at most).
 	kg := t.b.scope.KeyGroups
-	for g := kg.First; g <= kg.Last; g++ {
-		prefix := binary.BigEndian.AppendUint16(groupKey(g), t.id)
-		it, err := t.b.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upperBound(prefix)})
-		if err != nil {
-			return err
+	it, err := t.b.db.NewIter(&pebble.IterOptions{LowerBound: groupKey(kg.First), UpperBound: groupKey(kg.Last + 1)})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	at := func(g int) []byte { return binary.BigEndian.AppendUint16(groupKey(g), t.id) }
+	for ok := it.SeekGE(at(kg.First)); ok; {
+		k := it.Key()
+		g, id := int(binary.BigEndian.Uint16(k)), binary.BigEndian.Uint16(k[2:])
+		switch {
+		case id < t.id:
+			ok = it.SeekGE(at(g))
+			continue
+		case id > t.id:
+			if err := end(); err != nil {
+				return err
+			}
+			ok = g < kg.Last && it.SeekGE(at(g+1))
+			continue
 		}
-		for ok := it.First(); ok; ok = it.Next() {
-			k := it.Key()
-			n, l := binary.Uvarint(k[4:])
-			if l <= 0 || uint64(len(k)-4-l) < n {
-				it.Close()
-				return fmt.Errorf("pebble state backend: list state: a key of %d bytes that is not a list's: %w", len(k), checkpoint.ErrStateDamaged)
-			}
-			head := 4 + l + int(n) // the list's key
-			switch len(k) - head {
-			case 0:
-				continue // one list already
-			case 8:
-			default:
-				it.Close()
-				return fmt.Errorf("pebble state backend: list state: a key with %d bytes after the list's, not an element's 8: %w", len(k)-head, checkpoint.ErrStateDamaged)
-			}
-			if list != nil && !bytes.Equal(list, k[:head]) {
-				if err := end(); err != nil {
-					it.Close()
-					return err
-				}
-			}
-			if list == nil {
-				list = slices.Clone(k[:head])
-			}
-			v := it.Value()
-			elems = append(binary.AppendUvarint(elems, uint64(len(v))), v...)
-			if err := w.delete(k); err != nil {
-				it.Close()
+		n, width := binary.Uvarint(k[4:])
+		if width <= 0 || uint64(len(k)-4-width) < n {
+			return notList(fmt.Sprintf("a key of %d bytes that is no list's", len(k)))
+		}
+		head := 4 + width + int(n) // the list's key
+		switch after := len(k) - head; {
+		case after == 0 && merged:
+			ok = it.Next()
+			continue // one list already
+		case after != 8:
+			return notList(fmt.Sprintf("a key with %d bytes after the state's key, where a list's element had 8", after))
+		}
+		v := it.Value()
+		if _, _, err := l.vc.Decode(v); err != nil {
+			return notList(fmt.Sprintf("an element that does not decode: %v", err))
+		}
+		if list != nil && !bytes.Equal(list, k[:head]) {
+			if err := end(); err != nil {
 				return err
 			}
 		}
-		if err := it.Close(); err != nil {
+		if list == nil {
+			list = slices.Clone(k[:head])
+		}
+		elems = append(binary.AppendUvarint(elems, uint64(len(v))), v...)
+		if err := w.delete(k); err != nil {
 			return err
 		}
-		if err := end(); err != nil {
-			return err
-		}
+		ok = it.Next()
+	}
+	if err := it.Error(); err != nil {
+		return err
+	}
+	if err := end(); err != nil {
+		return err
 	}
 	if err := w.commit(); err != nil {
-		return fmt.Errorf("pebble state backend: rewrite list state as a key per list: %w", err)
+		return fmt.Errorf("pebble state backend: rewrite list state %q as a key per list: %w", name, err)
 	}
 	return nil
 }

@@ -89,10 +89,10 @@ type Backend struct {
 	db     *pebble.DB
 	group  int // the current key group, absolute
 	tables map[string]uint16
-	// oneKey: list tables that hold each list under one key (listKey);
-	// the others still hold an element per key and are rewritten when
-	// declared (see migrateListKeys).
-	oneKey map[string]bool
+	// kinds are the tables' kinds of state (kindKey); a table of a
+	// database written before kinds were recorded has none until the
+	// job declares it.
+	kinds  map[string]string
 	timers *heap.Backend
 	caches []flusher // the tables' write-back caches
 	cache  *sharedCache
@@ -112,8 +112,37 @@ var metaPrefix = []byte{0xff, 0xff}
 
 func tableKey(name string) []byte { return append([]byte{0xff, 0xff, 't'}, name...) }
 
-// listKey marks list table name as holding each list under one key.
-func listKey(name string) []byte { return append([]byte{0xff, 0xff, 'l'}, name...) }
+// kindKey records the kind of state table name holds: value, map or
+// list (a list one key, see List), or list? (a list some of whose keys
+// may be of the format before, an element per key: a rescale merged a
+// database of that time into this one). The job's declaration must be of
+// the kind recorded. A database written before kinds were recorded has
+// none: a table gets its kind when declared, a list's keys rewritten
+// first (migrateListKeys).
+func kindKey(name string) []byte { return append([]byte{0xff, 0xff, 'k'}, name...) }
+
+const (
+	kindValue   = "value"
+	kindList    = "list"
+	kindMap     = "map"
+	kindOldList = "list?"
+)
+
+// setKind records table name's kind.
+func (b *Backend) setKind(name, kind string) error {
+	if err := b.db.Set(kindKey(name), []byte(kind), pebble.NoSync); err != nil {
+		return fmt.Errorf("pebble state backend: %w", err)
+	}
+	b.kinds[name] = kind
+	return nil
+}
+
+// kindMismatch is the error of state declared of another kind than the
+// checkpoint's.
+func kindMismatch(name, had, declared string) error {
+	return fmt.Errorf("pebble state backend: state %q is %s state in the checkpoint, and the job declares it %s state: declare it as it was, or under another name: %w",
+		name, strings.TrimSuffix(had, "?"), declared, checkpoint.ErrMismatch)
+}
 
 // New opens a backend for scope: empty (rs nil), or restored from the
 // handles of a checkpoint (those of the scope's operator, any
@@ -136,7 +165,7 @@ func New(opts Options, sc Scope, rs *state.Restored) (_ *Backend, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("pebble state backend: %w", err)
 	}
-	b := &Backend{opts: opts, scope: sc, dir: dir, tables: map[string]uint16{}, oneKey: map[string]bool{}, timers: heap.New(sc.KeyGroups),
+	b := &Backend{opts: opts, scope: sc, dir: dir, tables: map[string]uint16{}, kinds: map[string]string{}, timers: heap.New(sc.KeyGroups),
 		confirmed: map[string]checkpoint.Handle{}, files: map[checkpoint.ID]map[string]checkpoint.Handle{}, group: sc.KeyGroups.First,
 		cache: acquireCache(opts.CacheBytes)}
 	defer func() {
@@ -213,8 +242,7 @@ func (quiet) Infof(string, ...any)           {}
 func (quiet) Errorf(string, ...any)          {}
 func (quiet) Fatalf(format string, a ...any) { panic(fmt.Sprintf("pebble: "+format, a...)) }
 
-// loadMeta reads the tables the database holds and which lists are kept
-// under one key.
+// loadMeta reads the tables the database holds and their kinds.
 func (b *Backend) loadMeta() error {
 	it, err := b.db.NewIter(&pebble.IterOptions{LowerBound: metaPrefix, UpperBound: upperBound(metaPrefix)})
 	if err != nil {
@@ -224,8 +252,8 @@ func (b *Backend) loadMeta() error {
 		switch k := it.Key(); {
 		case len(k) > 2 && k[2] == 't':
 			b.tables[string(k[3:])] = binary.BigEndian.Uint16(it.Value())
-		case len(k) > 2 && k[2] == 'l':
-			b.oneKey[string(k[3:])] = true
+		case len(k) > 2 && k[2] == 'k':
+			b.kinds[string(k[3:])] = string(it.Value())
 		}
 	}
 	return it.Close()
@@ -570,22 +598,26 @@ func (b *Backend) copyFrom(dir string, r keygroup.Range) error {
 		return err
 	}
 	defer src.Close()
-	other := &Backend{db: src, tables: map[string]uint16{}, oneKey: map[string]bool{}}
+	other := &Backend{db: src, tables: map[string]uint16{}, kinds: map[string]string{}}
 	if err := other.loadMeta(); err != nil {
 		return err
 	}
 	ids := map[uint16]uint16{} // theirs → ours
 	for name, id := range other.tables {
+		_, had := b.tables[name]
 		if ids[id], err = b.table(name); err != nil {
 			return err
 		}
-		// Lists copied in an element per key leave this table to be
-		// rewritten when declared.
-		if b.oneKey[name] && !other.oneKey[name] {
-			if err := b.db.Delete(listKey(name), pebble.NoSync); err != nil {
+		mine, theirs := b.kinds[name], other.kinds[name]
+		if !had {
+			mine = theirs
+		}
+		if kind, err := mergeKinds(name, mine, theirs); err != nil {
+			return err
+		} else if kind != b.kinds[name] {
+			if err := b.setKind(name, kind); err != nil {
 				return err
 			}
-			delete(b.oneKey, name)
 		}
 	}
 	it, err := src.NewIter(&pebble.IterOptions{LowerBound: groupKey(r.First), UpperBound: groupKey(r.Last + 1)})
@@ -606,6 +638,26 @@ func (b *Backend) copyFrom(dir string, r keygroup.Range) error {
 		return err
 	}
 	return w.commit()
+}
+
+// mergeKinds is the kind of table name in a database merged from two
+// whose kinds were a and b ("": recorded by neither).
+func mergeKinds(name, a, b string) (string, error) {
+	if a == b {
+		return a, nil
+	}
+	if a == "" {
+		a, b = b, a
+	}
+	switch {
+	case b != "" && strings.TrimSuffix(a, "?") != strings.TrimSuffix(b, "?"):
+		return "", fmt.Errorf("pebble state backend: state %q is %s state in one subtask's part of the checkpoint and %s state in another's: %w", name, a, b, checkpoint.ErrMismatch)
+	case a == kindList || a == kindOldList:
+		// A list, some of whose keys may be of the format before.
+		return kindOldList, nil
+	}
+	// A value or map table is of one format in every version.
+	return a, nil
 }
 
 // upperBound is the least key above every key beginning with prefix.
@@ -630,10 +682,21 @@ type table struct {
 	key, enc, val []byte // scratch
 }
 
-func newTable(b *Backend, name string) (table, error) {
+// newTable declares table name of kind (kindValue, kindList or kindMap)
+// and returns it with the kind recorded before; unknown: the table holds
+// state that a database written before kinds were recorded left.
+func newTable(b *Backend, name, kind string) (t table, had string, unknown bool, err error) {
 	_, known := b.tables[name]
 	id, err := b.table(name)
-	return table{b: b, id: id, fromHeap: !known && b.timers.Restored(name)}, err
+	if err != nil {
+		return table{}, "", false, err
+	}
+	t = table{b: b, id: id, fromHeap: !known && b.timers.Restored(name)}
+	had = b.kinds[name]
+	if had != "" && strings.TrimSuffix(had, "?") != kind {
+		return t, had, false, kindMismatch(name, had, kind)
+	}
+	return t, had, known && had == "", nil
 }
 
 // prefixOf is the key of k in the current key group, length-prefixed so
@@ -733,7 +796,10 @@ type Value[K comparable, V any] struct {
 
 // NewValue declares value state name.
 func NewValue[K comparable, V any](b *Backend, name string, kc codec.Codec[K], vc codec.Codec[V]) (*Value[K, V], error) {
-	t, err := newTable(b, name)
+	t, had, _, err := newTable(b, name, kindValue)
+	if err == nil && had == "" {
+		err = b.setKind(name, kindValue)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -820,27 +886,25 @@ type List[K comparable, V any] struct {
 
 // NewList declares list state name.
 func NewList[K comparable, V any](b *Backend, name string, kc codec.Codec[K], vc codec.Codec[V]) (*List[K, V], error) {
-	_, known := b.tables[name]
-	t, err := newTable(b, name)
+	t, had, unknown, err := newTable(b, name, kindList)
 	if err != nil {
 		return nil, err
 	}
 	l := &List[K, V]{table: t, kc: kc, vc: vc}
-	if b.oneKey[name] {
+	if had == kindList {
 		return l, nil
 	}
-	if known {
-		err = migrateListKeys(&l.table)
+	if unknown || had == kindOldList {
+		err = migrateListKeys(l, name, had == kindOldList)
 	} else {
 		err = migrateList(l, name)
+	}
+	if err == nil {
+		err = b.setKind(name, kindList)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if err := b.db.Set(listKey(name), nil, pebble.NoSync); err != nil {
-		return nil, fmt.Errorf("pebble state backend: %w", err)
-	}
-	b.oneKey[name] = true
 	return l, nil
 }
 
@@ -857,13 +921,15 @@ func (t *List[K, V]) All(k K) iter.Seq[V] {
 		if err != nil {
 			failed("read", err)
 		}
-		// A copy: yield may write this table.
-		list := slices.Clone(v)
-		closer.Close()
+		// Pebble keeps v as it is until the closer closes, whatever yield
+		// writes meanwhile (a memtable's or data file's bytes are never
+		// written again; a merge's result is new).
+		defer closer.Close()
+		list := v
 		for rest := list; len(rest) > 0; {
 			n, w := binary.Uvarint(rest)
 			if w <= 0 || n > uint64(len(rest)-w) {
-				failed("decode", fmt.Errorf("%w: a list of %d bytes whose element at byte %d runs past its end", checkpoint.ErrStateDamaged, len(list), len(list)-len(rest)))
+				failed("decode", fmt.Errorf("a list of %d bytes whose element at byte %d runs past its end", len(list), len(list)-len(rest)))
 			}
 			e := rest[w : w+int(n)]
 			rest = rest[w+int(n):]
@@ -914,7 +980,10 @@ type Map[K, UK comparable, V any] struct {
 
 // NewMap declares map state name.
 func NewMap[K, UK comparable, V any](b *Backend, name string, kc codec.Codec[K], ukc codec.Codec[UK], vc codec.Codec[V]) (*Map[K, UK, V], error) {
-	t, err := newTable(b, name)
+	t, had, _, err := newTable(b, name, kindMap)
+	if err == nil && had == "" {
+		err = b.setKind(name, kindMap)
+	}
 	if err != nil {
 		return nil, err
 	}

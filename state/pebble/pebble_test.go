@@ -57,7 +57,7 @@ func put(b *Backend, v *Value[string, string], from, to int, val string) {
 	}
 }
 
-func take(t *testing.T, b *Backend, id checkpoint.ID, w *counting) []checkpoint.Handle {
+func take(t testing.TB, b *Backend, id checkpoint.ID, w *counting) []checkpoint.Handle {
 	t.Helper()
 	async, err := b.Snapshot(id)
 	if err != nil {
