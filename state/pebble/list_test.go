@@ -241,19 +241,26 @@ func TestListsAcrossFlushes(t *testing.T) {
 	}
 }
 
-// BenchmarkListRewrite is q4's waiting bids: per key, a few elements
-// added, then the list read and rewritten without its first element, over
-// and over, as timers drop what the watermark passed.
-func BenchmarkListRewrite(b *testing.B) {
-	be, err := New(Options{Dir: b.TempDir(), MemTableBytes: 16 << 20}, Scope{Job: "j", Operator: "op", KeyGroups: all}, nil)
+// benchList is an empty backend with a memtable of the size given, and
+// its list table.
+func benchList(b *testing.B, memtable int64) (*Backend, *List[string, string]) {
+	be, err := New(Options{Dir: b.TempDir(), MemTableBytes: memtable}, Scope{Job: "j", Operator: "op", KeyGroups: all}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer be.Close()
+	b.Cleanup(func() { be.Close() })
 	l, err := NewList(be, "l", str, str)
 	if err != nil {
 		b.Fatal(err)
 	}
+	return be, l
+}
+
+// BenchmarkListRewrite is q4's waiting bids: per key, a few elements
+// added, then the list read and rewritten without its first element, over
+// and over, as timers drop what the watermark passed.
+func BenchmarkListRewrite(b *testing.B) {
+	be, l := benchList(b, 16<<20)
 	keys := make([]string, 1000)
 	for i := range keys {
 		keys[i] = fmt.Sprint("key-", i)
@@ -314,15 +321,7 @@ func TestConcatenateMergesInOrder(t *testing.T) {
 // BenchmarkListLong is a window's pane: elements added one by one, then
 // the list read whole, before a flush merges the operands.
 func BenchmarkListLong(b *testing.B) {
-	be, err := New(Options{Dir: b.TempDir(), MemTableBytes: 64 << 20}, Scope{Job: "j", Operator: "op", KeyGroups: all}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer be.Close()
-	l, err := NewList(be, "l", str, str)
-	if err != nil {
-		b.Fatal(err)
-	}
+	_, l := benchList(b, 64<<20)
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		k := fmt.Sprint("pane-", i)
