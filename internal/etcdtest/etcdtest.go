@@ -113,6 +113,31 @@ func start(t testing.TB, n int, s *TLS, host string) *Cluster {
 		}
 		os.RemoveAll(dir)
 	})
+	// A port found free may be taken before etcd binds it (CI saw a
+	// member exit with "address already in use"): the cluster then starts
+	// again on other ports, up to three times.
+	for try := 1; ; try++ {
+		c.Members = nil
+		c.startMembers(t, bin, dir, n, s, scheme, host)
+		err := c.waitReady(30 * time.Second)
+		if err == nil {
+			return c
+		}
+		if !c.portTaken() || try == 3 {
+			t.Fatal(err)
+		}
+		t.Logf("etcd try %d of 3: a port was taken before etcd bound it: %v", try, err)
+		for _, m := range c.Members {
+			m.stop()
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// startMembers starts n members, in dir, on ports free just now.
+func (c *Cluster) startMembers(t testing.TB, bin, dir string, n int, s *TLS, scheme, host string) {
 	var initial []string
 	for i := range n {
 		m := &Member{Name: fmt.Sprintf("m%d", i), ClientURL: scheme + freeAddr(t, host), peerURL: "http://" + freeAddr(t, "127.0.0.1"),
@@ -134,12 +159,27 @@ func start(t testing.TB, n int, s *TLS, host string) *Cluster {
 		}
 		m.start(t, bin)
 	}
-	c.WaitReady(30 * time.Second)
-	return c
 }
 
-// freeAddr returns an address of host with a port free just now.
-func freeAddr(t testing.TB, host string) string {
+// portTaken reports whether a member that exited logged that its address
+// was in use.
+func (c *Cluster) portTaken() bool {
+	for _, m := range c.Members {
+		select {
+		case <-m.exited:
+		default:
+			continue
+		}
+		if log, _ := os.ReadFile(filepath.Join(m.dir, "log")); strings.Contains(string(log), "address already in use") {
+			return true
+		}
+	}
+	return false
+}
+
+// freeAddr returns an address of host with a port free just now (a
+// variable, for a test that hands out a port in use).
+var freeAddr = func(t testing.TB, host string) string {
 	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		t.Fatal(err)
@@ -211,12 +251,21 @@ func (c *Cluster) Hosts() []string {
 }
 
 // WaitReady waits until the cluster takes a write (a quorum is up), or
-// fails the test after limit.
+// fails the test after limit or when a member the test did not kill has
+// exited.
 func (c *Cluster) WaitReady(limit time.Duration) {
 	c.t.Helper()
+	if err := c.waitReady(limit); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// waitReady is WaitReady, returning what went wrong: a member exited, or
+// no write was taken within limit.
+func (c *Cluster) waitReady(limit time.Duration) error {
 	cl, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: time.Second, Logger: zap.NewNop(), TLS: c.tls})
 	if err != nil {
-		c.t.Fatal(err)
+		return err
 	}
 	defer cl.Close()
 	deadline := time.Now().Add(limit)
@@ -224,21 +273,23 @@ func (c *Cluster) WaitReady(limit time.Duration) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_, err := cl.Put(ctx, "etcdtest/ready", "")
 		cancel()
-		if err == nil {
-			return
-		}
+		// A member that exited fails the wait even where a quorum of the
+		// others took the write.
 		for _, m := range c.Members {
 			if m.cmd == nil {
 				continue // killed by the test
 			}
 			select {
 			case <-m.exited:
-				c.t.Fatalf("etcd member %s exited: see %s", m.Name, filepath.Join(m.dir, "log"))
+				return fmt.Errorf("etcd member %s exited: see %s", m.Name, filepath.Join(m.dir, "log"))
 			default:
 			}
 		}
+		if err == nil {
+			return nil
+		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("etcd took no write within %v: %v", limit, err)
+			return fmt.Errorf("etcd took no write within %v: %v", limit, err)
 		}
 	}
 }
