@@ -75,9 +75,9 @@ type gen struct {
 	w    *operatortest.MemWriter
 	subs []*tables
 	live *model
-	// next is the next checkpoint's id; pending, checkpoints whose
+	// taken is the newest checkpoint's id; pending, checkpoints whose
 	// asynchronous parts have not run; latest, the newest completed one.
-	next_   checkpoint.ID
+	taken   checkpoint.ID
 	pending []*pendingCheckpoint
 	latest  *pendingCheckpoint
 }
@@ -280,8 +280,8 @@ func (g *gen) fire(limit int64) error {
 // checkpoint takes the synchronous part of the next checkpoint in every
 // subtask; its asynchronous parts run when it finishes.
 func (g *gen) checkpoint() {
-	g.next_++
-	c := &pendingCheckpoint{id: g.next_, model: g.live.clone()}
+	g.taken++
+	c := &pendingCheckpoint{id: g.taken, model: g.live.clone()}
 	for _, ts := range g.subs {
 		async, err := ts.b.Snapshot(c.id)
 		if err != nil {
