@@ -1147,7 +1147,14 @@ func (d *driver) carryOut(ctx context.Context, x Execution) error {
 		for _, act := range acts {
 			switch act := act.(type) {
 			case checkpoint.Trigger:
-				d.triggered[act.ID] = d.spec.Now()
+				// The instant the barriers carry, from which tasks count
+				// the aligned-checkpoint timeout: a task's acknowledgement
+				// and the checkpoint's duration count from it too (the
+				// driver may reach this action some milliseconds later).
+				d.triggered[act.ID] = act.At
+				if act.At.IsZero() {
+					d.triggered[act.ID] = d.spec.Now()
+				}
 				if err := d.spec.Storage.Reserve(act.ID); err != nil {
 					d.coord.TriggerFailed(act.ID, err)
 					continue
