@@ -1178,12 +1178,20 @@ func (d *driver) carryOut(ctx context.Context, x Execution) error {
 					// Every task acknowledged: the last is the slowest.
 					tasks := d.acks[m.ID]
 					var sync time.Duration
+					var channel int64
 					for _, tt := range tasks {
 						sync = max(sync, tt.Sync)
+						channel += tt.ChannelState
 					}
 					slowest := tasks[len(tasks)-1].Task
 					d.emit(JobEvent{Kind: EventCheckpointCompleted, ID: m.ID, Duration: dur, Size: m.SizeBytes(), Uploaded: up, SyncPart: sync, Slowest: slowest, Savepoint: m.Savepoint, Tasks: tasks})
-					d.log.Info("checkpoint completed", "checkpoint", m.ID, "attempt", d.attempt, "duration", dur, "bytes", m.SizeBytes(), "uploaded", up, "sync", sync, "slowest", slowest)
+					attrs := []any{"checkpoint", m.ID, "attempt", d.attempt, "duration", dur, "bytes", m.SizeBytes(), "uploaded", up, "sync", sync, "slowest", slowest}
+					if channel > 0 {
+						// Of bytes: the in-flight records an unaligned
+						// snapshot stored, which a restore replays.
+						attrs = append(attrs, "channel", channel)
+					}
+					d.log.Info("checkpoint completed", attrs...)
 					// Forget m's acknowledgements and those of older
 					// checkpoints that are over (late acks of an aborted
 					// one), not of those still pending: a savepoint does
