@@ -185,6 +185,18 @@ func client(brokers []string, extra []kgo.Opt, opts ...kgo.Opt) (*kgo.Client, er
 	return cl, nil
 }
 
+// closeConsumer closes a client that consumes. It stops consuming first:
+// franz-go's Close (v1.22.3) reads a broker's fetch session while a fetch
+// that its metadata loop started may still write it (a data race CI's race
+// detector found; TestCloseConsumerWhileFetching), and stopping consumption
+// waits for every fetch to end.
+func closeConsumer(cl *kgo.Client) {
+	if topics := cl.GetConsumeTopics(); len(topics) > 0 {
+		cl.PurgeTopicsFromConsuming(topics...)
+	}
+	cl.Close()
+}
+
 // checkTopics checks at start that the brokers answer and that the topics
 // exist; create makes missing ones with partitions partitions instead.
 func checkTopics(ctx context.Context, adm *kadm.Client, brokers, topics []string, create bool, partitions int32) error {

@@ -151,7 +151,7 @@ func (w *writer[T]) findOwner(ctx context.Context) (run, attempt *found, err err
 	if err != nil {
 		return nil, nil, err
 	}
-	defer cl.Close()
+	defer closeConsumer(cl)
 	key := string(ownerKey(w.cfg.Topic, w.ctx.Job, w.ctx.UID))
 	committed := func(f found) {
 		switch w.earlier(f.value) {

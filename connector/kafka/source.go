@@ -672,7 +672,7 @@ func (r *reader[T]) NotifyComplete(id checkpoint.ID) error {
 
 func (r *reader[T]) Close() error {
 	if r.cl != nil {
-		r.cl.Close()
+		closeConsumer(r.cl)
 	}
 	return nil
 }
