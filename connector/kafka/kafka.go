@@ -35,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"net"
 	"net/url"
 	"slices"
@@ -185,16 +186,26 @@ func client(brokers []string, extra []kgo.Opt, opts ...kgo.Opt) (*kgo.Client, er
 	return cl, nil
 }
 
-// closeConsumer closes a client that consumes. It stops consuming first:
-// franz-go's Close (v1.22.3) reads a broker's fetch session while a fetch
-// that its metadata loop started may still write it (a data race CI's race
-// detector found; TestCloseConsumerWhileFetching), and stopping consumption
-// waits for every fetch to end.
-func closeConsumer(cl *kgo.Client) {
-	if topics := cl.GetConsumeTopics(); len(topics) > 0 {
-		cl.PurgeTopicsFromConsuming(topics...)
-	}
+// closeConsumer closes a client that consumes parts (topic → partitions).
+// It stops consuming them first: franz-go's Close (v1.22.3) reads a
+// broker's fetch session while a fetch that its metadata loop started may
+// still write it (a data race CI's race detector found;
+// TestCloseConsumerWhileFetching). RemoveConsumePartitions waits for the
+// fetches in flight, and a metadata update after it has nothing to fetch.
+// Not PurgeTopicsFromConsuming, which waits for the metadata loop: about
+// 30 s when a broker stops answering (TestCloseConsumerWhileMetadataHangs).
+func closeConsumer(cl *kgo.Client, parts map[string][]int32) {
+	cl.RemoveConsumePartitions(parts)
 	cl.Close()
+}
+
+// partitionsAt is the topics and partitions of offsets.
+func partitionsAt(offsets map[string]map[int32]kgo.Offset) map[string][]int32 {
+	out := map[string][]int32{}
+	for topic, ps := range offsets {
+		out[topic] = slices.Collect(maps.Keys(ps))
+	}
+	return out
 }
 
 // checkTopics checks at start that the brokers answer and that the topics

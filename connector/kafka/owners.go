@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -151,7 +153,7 @@ func (w *writer[T]) findOwner(ctx context.Context) (run, attempt *found, err err
 	if err != nil {
 		return nil, nil, err
 	}
-	defer closeConsumer(cl)
+	defer closeConsumer(cl, map[string][]int32{OwnersTopic: slices.Collect(maps.Keys(from))})
 	key := string(ownerKey(w.cfg.Topic, w.ctx.Job, w.ctx.UID))
 	committed := func(f found) {
 		switch w.earlier(f.value) {

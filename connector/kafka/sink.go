@@ -824,7 +824,7 @@ func (w *writer[T]) firstFrom(ctx context.Context, m mark, committed bool) (*kgo
 	if err != nil {
 		return nil, err
 	}
-	defer closeConsumer(cl)
+	defer closeConsumer(cl, map[string][]int32{m.Topic: {m.Partition}})
 	for {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {

@@ -672,7 +672,7 @@ func (r *reader[T]) NotifyComplete(id checkpoint.ID) error {
 
 func (r *reader[T]) Close() error {
 	if r.cl != nil {
-		closeConsumer(r.cl)
+		closeConsumer(r.cl, partitionsOf(slices.Collect(maps.Keys(r.splits))))
 	}
 	return nil
 }

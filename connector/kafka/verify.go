@@ -350,7 +350,7 @@ func (w *writer[T]) read(reads map[partition]interval, f func(*kgo.Record)) erro
 	if err != nil {
 		return err
 	}
-	defer closeConsumer(cl)
+	defer closeConsumer(cl, partitionsAt(from))
 	for len(next) > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), w.cfg.Timeout)
 		fs := cl.PollFetches(ctx)

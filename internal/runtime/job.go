@@ -1187,9 +1187,11 @@ func (d *driver) carryOut(ctx context.Context, x Execution) error {
 					d.emit(JobEvent{Kind: EventCheckpointCompleted, ID: m.ID, Duration: dur, Size: m.SizeBytes(), Uploaded: up, SyncPart: sync, Slowest: slowest, Savepoint: m.Savepoint, Tasks: tasks})
 					attrs := []any{"checkpoint", m.ID, "attempt", d.attempt, "duration", dur, "bytes", m.SizeBytes(), "uploaded", up, "sync", sync, "slowest", slowest}
 					if channel > 0 {
-						// Of bytes: the in-flight records an unaligned
-						// snapshot stored, which a restore replays.
-						attrs = append(attrs, "channel", channel)
+						// Of bytes: the records in flight the snapshots
+						// stored (unaligned ones; aligned ones too, of
+						// barriers that overtook records), which a
+						// restore replays. The UI's channelStateBytes.
+						attrs = append(attrs, "channel-state-bytes", channel)
 					}
 					d.log.Info("checkpoint completed", attrs...)
 					// Forget m's acknowledgements and those of older
