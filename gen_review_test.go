@@ -31,6 +31,7 @@ package weir_test
 // (runtime.TaskParts.Chained).
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -590,6 +591,9 @@ func (g *genJob) check(lines map[string]int, w genWant) []string {
 		}
 		return false
 	}
+	if g.window && g.kind == "session" {
+		lines = g.joinTouchingSessions(lines)
+	}
 	for l, n := range w.exact {
 		if got := lines[l]; got != n {
 			bad = append(bad, fmt.Sprintf("%q: %d times, want %d", l, got, n))
@@ -659,6 +663,68 @@ func (g *genJob) check(lines map[string]int, w genWant) []string {
 		bad = append(bad, g.checkWindows(lines, w.records)...)
 	}
 	return bad
+}
+
+// joinTouchingSessions returns lines with the sessions of a key that
+// touch (one ends where the next starts) joined, as the model joins them.
+// A session fires when the watermark reaches its end less 1 ms: a record
+// at that end (the same event time as the record that took the watermark
+// there) is on time and starts a session of its own, which Flink does not
+// merge with the one that fired either; with an allowed lateness the fired
+// session is kept and merges, and fires again joined. Which happens
+// depends on where the watermark fell, so the model cannot say (a soak
+// found it at seed 3056 of TestReviewGenHistory and TestReviewGenCluster).
+// Only sessions committed once are joined; with a lateness, a firing that
+// a joined one from the same start holds all of is dropped.
+func (g *genJob) joinTouchingSessions(lines map[string]int) map[string]int {
+	type session struct {
+		start, end int64
+		ids        []int64
+	}
+	byKey := map[int64][]session{}
+	out := map[string]int{}
+	for l, n := range lines {
+		if !strings.HasPrefix(l, "w ") || n != 1 {
+			out[l] += n
+			continue
+		}
+		var k int64
+		var s session
+		fmt.Sscanf(l, "w %d %d %d", &k, &s.start, &s.end)
+		for _, f := range strings.Fields(l[strings.Index(l, "[")+1 : len(l)-1]) {
+			id, _ := strconv.ParseInt(f, 10, 64)
+			s.ids = append(s.ids, id)
+		}
+		byKey[k] = append(byKey[k], s)
+	}
+	for k, ss := range byKey {
+		slices.SortFunc(ss, func(a, b session) int { return cmp.Or(cmp.Compare(a.start, b.start), cmp.Compare(a.end, b.end)) })
+		if g.lateness > 0 {
+			var kept []session
+			for _, a := range ss {
+				if !slices.ContainsFunc(ss, func(b session) bool {
+					return b.start == a.start && b.end > a.end && !slices.ContainsFunc(a.ids, func(id int64) bool { return !slices.Contains(b.ids, id) })
+				}) {
+					kept = append(kept, a)
+				}
+			}
+			ss = kept
+		}
+		var joined []session
+		for _, s := range ss {
+			if n := len(joined); n > 0 && joined[n-1].end == s.start {
+				joined[n-1].end = s.end
+				joined[n-1].ids = append(joined[n-1].ids, s.ids...)
+				continue
+			}
+			joined = append(joined, s)
+		}
+		for _, s := range joined {
+			slices.Sort(s.ids)
+			out[fmt.Sprintf("w %d %d %d %v", k, s.start, s.end, s.ids)]++
+		}
+	}
+	return out
 }
 
 // checkWindows: each window's firings are its records so far, each firing
@@ -1003,7 +1069,17 @@ func (g *genJob) run(t *testing.T) {
 			tr.mu.Unlock()
 			cfg := g.config(dir, p, fs, i+1)
 			cfg.Restore = sp
-			if _, err := g.build(t, cfg, out, false, f, i+1).Execute(ctx); err != nil {
+			_, err := g.build(t, cfg, out, false, f, i+1).Execute(ctx)
+			if err != nil && strings.Contains(err.Error(), "could not be recorded") && strings.Contains(err.Error(), "injected:") {
+				// The injected fault (it fires once) hit the record of
+				// the start's rollback past run 2's checkpoints: the
+				// start failed before it restored or deleted anything,
+				// as designed; start again, as TestReviewGenHistory does
+				// (seeds 3162 and 3795 of a soak found this).
+				t.Logf("run %d: the start could not record its rollback (%v); starting again", i+2, err)
+				_, err = g.build(t, cfg, out, false, f, i+1).Execute(ctx)
+			}
+			if err != nil {
 				t.Fatalf("%v: run %d from savepoint %d: %v", g, i+2, r.r.StoppedWith, err)
 			}
 		}
