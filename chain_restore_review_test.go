@@ -370,8 +370,10 @@ func chainReviewChainedReplayAfterTheSourceEnded(t *testing.T, p [2]int) {
 		weir.Sink(fmtd, "out", func() weir.SinkWriter[string] {
 			// Once the source has ended, the sink's backlog (a few hundred
 			// records) must outlast a checkpoint under -race on a loaded
-			// machine: it crawls slower.
-			return &crawlingWriter{SinkWriter: sink(), crawl: crawl, k: &k, every: 1, slower: func() bool { return read.Load() >= n }}
+			// machine: it crawls slower, 25 ms a record (with 5 ms, CI saw
+			// the two sink subtasks of [2 2] drain it first, and the run
+			// end before its premise).
+			return &crawlingWriter{SinkWriter: sink(), crawl: crawl, k: &k, every: 1, slower: func() bool { return read.Load() >= n }, slowPause: 25 * time.Millisecond}
 		}, weir.Parallelism(ps))
 		return e
 	}

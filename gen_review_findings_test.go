@@ -89,16 +89,18 @@ type crawlingWriter struct {
 	crawl bool
 	k     *atomic.Int64
 	every int64 // records a millisecond's pause (0: 8)
-	// slower, if set and true, makes every record pause 5 ms: a backlog
-	// that must outlast the checkpoints a loaded machine takes.
-	slower func() bool
+	// slower, if set and true, makes every record pause slowPause (0: 5
+	// ms): a backlog that must outlast the checkpoints a loaded machine
+	// takes.
+	slower    func() bool
+	slowPause time.Duration
 }
 
 func (w *crawlingWriter) Write(v string) error {
 	switch {
 	case !w.crawl:
 	case w.slower != nil && w.slower():
-		time.Sleep(5 * time.Millisecond) // back-pressure, as pace
+		time.Sleep(cmp.Or(w.slowPause, 5*time.Millisecond)) // back-pressure, as pace
 	default:
 		pace(w.k, cmp.Or(w.every, 8))
 	}
