@@ -688,14 +688,8 @@ func (g *genJob) joinTouchingSessions(lines map[string]int) map[string]int {
 			out[l] += n
 			continue
 		}
-		var k int64
-		var s session
-		fmt.Sscanf(l, "w %d %d %d", &k, &s.start, &s.end)
-		for _, f := range strings.Fields(l[strings.Index(l, "[")+1 : len(l)-1]) {
-			id, _ := strconv.ParseInt(f, 10, 64)
-			s.ids = append(s.ids, id)
-		}
-		byKey[k] = append(byKey[k], s)
+		k, start, end, ids := windowLine(l)
+		byKey[k] = append(byKey[k], session{start, end, ids})
 	}
 	for k, ss := range byKey {
 		slices.SortFunc(ss, func(a, b session) int { return cmp.Or(cmp.Compare(a.start, b.start), cmp.Compare(a.end, b.end)) })
@@ -727,6 +721,16 @@ func (g *genJob) joinTouchingSessions(lines map[string]int) map[string]int {
 	return out
 }
 
+// windowLine parses a window's output line, "w key start end [ids]".
+func windowLine(l string) (k, start, end int64, ids []int64) {
+	fmt.Sscanf(l, "w %d %d %d", &k, &start, &end)
+	for _, f := range strings.Fields(l[strings.Index(l, "[")+1 : len(l)-1]) {
+		id, _ := strconv.ParseInt(f, 10, 64)
+		ids = append(ids, id)
+	}
+	return k, start, end, ids
+}
+
 // checkWindows: each window's firings are its records so far, each firing
 // one more record than the one before (a late record within the
 // lateness), the added ones late; every on-time record is in every one of
@@ -741,16 +745,9 @@ func (g *genJob) checkWindows(lines map[string]int, records map[int64]gr) []stri
 	for l, n := range lines {
 		switch {
 		case strings.HasPrefix(l, "w "):
-			var k, s, e int64
-			fmt.Sscanf(l, "w %d %d %d", &k, &s, &e)
+			k, s, e, ids := windowLine(l)
 			if e-s != g.size {
 				bad = append(bad, fmt.Sprintf("%q: a window of size %d", l, e-s))
-			}
-			var ids []int64
-			body := l[strings.Index(l, "[")+1 : len(l)-1]
-			for _, f := range strings.Fields(body) {
-				id, _ := strconv.ParseInt(f, 10, 64)
-				ids = append(ids, id)
 			}
 			for range n {
 				firings[win{k, s}] = append(firings[win{k, s}], ids)

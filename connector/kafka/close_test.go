@@ -9,6 +9,18 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
+// withRecords is a broker with 50 records in topic one, partition 0.
+func withRecords(t *testing.T) *kfake.Cluster {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "one"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	produce(t, c.ListenAddrs(), "one", "", values("r", 50)...)
+	return c
+}
+
 // consuming is a client of c that consumes topic one's partition 0.
 func consuming(t *testing.T, c *kfake.Cluster) *kgo.Client {
 	t.Helper()
@@ -28,12 +40,7 @@ func consuming(t *testing.T, c *kfake.Cluster) *kgo.Client {
 // it in every run of 3 × 300 clients); closeConsumer stops consuming first.
 // Without -race it checks only that each client ends.
 func TestCloseConsumerWhileFetching(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "one"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	produce(t, c.ListenAddrs(), "one", "", values("r", 50)...)
+	c := withRecords(t)
 	n := 300
 	if !raceEnabled {
 		n = 30
@@ -54,12 +61,7 @@ func TestCloseConsumerWhileFetching(t *testing.T) {
 // by an outside review); a plain Close takes under a millisecond. The bound
 // is for a hang, far above either.
 func TestCloseConsumerWhileMetadataHangs(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "one"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	produce(t, c.ListenAddrs(), "one", "", values("r", 50)...)
+	c := withRecords(t)
 	cl := consuming(t, c)
 	cl.PollRecords(nil, 10)
 	asked := make(chan struct{}, 1)

@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -153,7 +151,7 @@ func (w *writer[T]) findOwner(ctx context.Context) (run, attempt *found, err err
 	if err != nil {
 		return nil, nil, err
 	}
-	defer closeConsumer(cl, map[string][]int32{OwnersTopic: slices.Collect(maps.Keys(from))})
+	defer closeConsumer(cl, partitionsAt(map[string]map[int32]kgo.Offset{OwnersTopic: from}))
 	key := string(ownerKey(w.cfg.Topic, w.ctx.Job, w.ctx.UID))
 	committed := func(f found) {
 		switch w.earlier(f.value) {
