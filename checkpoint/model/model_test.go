@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/weirstream/weir/internal/racetest"
 )
 
 var full = flag.Bool("model.full", false, "check the models at their larger bounds too (minutes; see README.md)")
@@ -71,6 +73,7 @@ var fullRuns = []run{
 // hold every property, and each planted bug must be caught with a
 // counterexample, which the test logs as the trail's story.
 func TestModels(t *testing.T) {
+	racetest.Skip(t)
 	tools(t)
 	all := runs
 	if *full {
