@@ -27,12 +27,17 @@ func runCluster(t *testing.T, q Query, cfg Config, dir string, lose bool, alignm
 	listening := make(chan string, 1)
 	restarted, checkpointed := make(chan struct{}, 16), make(chan struct{}, 1)
 	config := func(role weir.Role, name, join string) weir.Config {
+		// A heartbeat timeout of 3 s: with 1 s, CI's loaded machine (a
+		// coordinator and two workers in one process, under -race) starved
+		// heartbeats during restores, and the workers fenced themselves
+		// one restart after another until the restart strategy gave up. A
+		// lost worker is found by its closed connection, not the timeout.
 		c := weir.Config{Job: "nexmark-" + q.Name, Parallelism: 3, WatermarkInterval: time.Millisecond,
 			Checkpoint: weir.CheckpointConfig{Interval: 20 * time.Millisecond, Dir: ckpt, Alignment: alignment.Alignment, AlignedTimeout: alignment.AlignedTimeout},
 			Restart:    weir.FixedDelay{Delay: time.Millisecond, MaxAttempts: 5},
 			Logger:     slog.New(slog.DiscardHandler),
 			Cluster: weir.ClusterConfig{Role: role, Name: name, Join: join, Certs: certs, Listen: "127.0.0.1:0", Slots: 2,
-				HeartbeatInterval: 100 * time.Millisecond, HeartbeatTimeout: time.Second}}
+				HeartbeatInterval: 100 * time.Millisecond, HeartbeatTimeout: 3 * time.Second}}
 		if role == weir.Coordinator {
 			c.Cluster.OnListen = func(addr string) { listening <- addr }
 			c.OnEvent = func(ev weir.JobEvent) {

@@ -20,9 +20,19 @@ func KafkaLines(ctx context.Context, brokers []string, topic string) ([]string, 
 	if err != nil {
 		return nil, err
 	}
-	defer cl.Close()
+	var ends kadm.ListedOffsets
+	defer func() {
+		// As the connector's consumers close (closeConsumer in
+		// connector/kafka): stop fetching the partitions first, which
+		// waits for the fetches in flight; franz-go's Close alone races
+		// with a fetch its metadata loop starts.
+		parts := map[string][]int32{}
+		ends.Each(func(o kadm.ListedOffset) { parts[o.Topic] = append(parts[o.Topic], o.Partition) })
+		cl.RemoveConsumePartitions(parts)
+		cl.Close()
+	}()
 	adm := kadm.NewClient(cl)
-	ends, err := adm.ListEndOffsets(ctx, topic)
+	ends, err = adm.ListEndOffsets(ctx, topic)
 	if err != nil {
 		return nil, err
 	}
