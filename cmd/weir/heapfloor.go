@@ -1,5 +1,7 @@
 package main
 
+import "github.com/spf13/cobra"
+
 // heapFloorBytes is the heap the garbage collector leaves room for above
 // the live heap before it collects, at least (design note 88). Go's
 // default (GOGC=100: collect when the heap has doubled) makes a job with
@@ -25,4 +27,26 @@ func setHeapFloor(getenv func(string) string) int {
 	}
 	ballast = make([]byte, heapFloorBytes)
 	return len(ballast)
+}
+
+// warmHeapFloor backs the room the heap floor leaves with memory (see
+// prefault) when cmd's process runs a job's tasks, which write all of it.
+func warmHeapFloor(cmd *cobra.Command) {
+	if len(ballast) > 0 && runsTasks(cmd) {
+		prefault(len(ballast))
+	}
+}
+
+// runsTasks reports whether command cmd runs a job's tasks in its process:
+// weir run, worker, demo, bench and verify do; a coordinator and the tools
+// do not.
+func runsTasks(cmd *cobra.Command) bool {
+	for cmd.HasParent() && cmd.Parent().HasParent() {
+		cmd = cmd.Parent()
+	}
+	switch cmd.Name() {
+	case "run", "worker", "demo", "bench", "verify":
+		return cmd.HasParent()
+	}
+	return false
 }

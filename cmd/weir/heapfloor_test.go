@@ -1,6 +1,9 @@
 package main
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestHeapFloorOnlyWhenTheEnvironmentDoesNotTuneTheCollector(t *testing.T) {
 	defer func() { ballast = nil }()
@@ -16,6 +19,27 @@ func TestHeapFloorOnlyWhenTheEnvironmentDoesNotTuneTheCollector(t *testing.T) {
 		ballast = nil
 		if got := setHeapFloor(func(k string) string { return c.env[k] }); got != c.want || len(ballast) != c.want {
 			t.Errorf("environment %v: floor %d (ballast %d bytes); want %d", c.env, got, len(ballast), c.want)
+		}
+	}
+}
+
+// TestRunsTasks: the heap floor is backed with memory ahead (prefault) in
+// the processes that run tasks, and in no other: a coordinator or a tool
+// would only pay for it.
+func TestRunsTasks(t *testing.T) {
+	root := newRoot()
+	for path, want := range map[string]bool{
+		"run wordcount": true, "run nexmark": true, "worker": true, "demo": true,
+		"bench cluster": true, "bench wordcount": true, "verify": true,
+		"coordinator": false, "list": false, "status": false, "savepoint": false, "cancel": false,
+		"checkpoints": false, "kafka": false, "nexmark": false, "cluster": false, "": false,
+	} {
+		cmd, _, err := root.Find(strings.Fields(path))
+		if err != nil {
+			t.Fatalf("%q: %v", path, err)
+		}
+		if got := runsTasks(cmd); got != want {
+			t.Errorf("weir %s (found %q): runsTasks %v, want %v", path, cmd.CommandPath(), got, want)
 		}
 	}
 }

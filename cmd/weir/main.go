@@ -62,6 +62,7 @@ func newRoot() *cobra.Command {
 			return fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
 		}
 		slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})))
+		warmHeapFloor(cmd)
 		return nil
 	}
 	root.AddCommand(newRun(), newVerify(), newDemo(), newKafka(), newBench(), newNexmark(), newCluster(), newCoordinator(), newWorker(), cluster.StatusCommand())
