@@ -1,6 +1,10 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"strings"
+
+	"github.com/spf13/cobra"
+)
 
 // heapFloorBytes is the heap the garbage collector leaves room for above
 // the live heap before it collects, at least (design note 88). Go's
@@ -38,15 +42,18 @@ func warmHeapFloor(cmd *cobra.Command) {
 }
 
 // runsTasks reports whether command cmd runs a job's tasks in its process:
-// weir run, worker, demo, bench and verify do; a coordinator and the tools
-// do not.
+// weir run, worker, demo, verify and bench do, but bench cluster, whose
+// runs are processes of their own; a coordinator and the tools do not.
 func runsTasks(cmd *cobra.Command) bool {
-	for cmd.HasParent() && cmd.Parent().HasParent() {
-		cmd = cmd.Parent()
+	path := strings.Fields(cmd.CommandPath()) // weir bench cluster
+	if len(path) < 2 {
+		return false
 	}
-	switch cmd.Name() {
-	case "run", "worker", "demo", "bench", "verify":
-		return cmd.HasParent()
+	switch path[1] {
+	case "run", "worker", "demo", "verify":
+		return true
+	case "bench":
+		return len(path) > 2 && path[2] != "cluster"
 	}
 	return false
 }

@@ -15,27 +15,30 @@ import (
 // offsets, as output lines "word<TAB>count". It fails when ctx ends first:
 // a transaction left open would hold a read_committed consumer back.
 func KafkaLines(ctx context.Context, brokers []string, topic string) ([]string, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.KeepControlRecords())
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
 	if err != nil {
 		return nil, err
 	}
-	var ends kadm.ListedOffsets
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	if err != nil {
+		cl.Close() // it fetches nothing yet
+		return nil, err
+	}
+	// The partitions are consumed from the start once their ends are
+	// known, and closed as the connector's consumers close (closeConsumer
+	// in connector/kafka): fetching stopped first, which waits for the
+	// fetches in flight, as franz-go's Close races with a fetch its
+	// metadata loop starts.
+	from, parts := map[int32]kgo.Offset{}, map[string][]int32{}
+	ends.Each(func(o kadm.ListedOffset) {
+		from[o.Partition] = kgo.NewOffset().AtStart()
+		parts[topic] = append(parts[topic], o.Partition)
+	})
+	cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: from})
 	defer func() {
-		// As the connector's consumers close (closeConsumer in
-		// connector/kafka): stop fetching the partitions first, which
-		// waits for the fetches in flight; franz-go's Close alone races
-		// with a fetch its metadata loop starts.
-		parts := map[string][]int32{}
-		ends.Each(func(o kadm.ListedOffset) { parts[o.Topic] = append(parts[o.Topic], o.Partition) })
 		cl.RemoveConsumePartitions(parts)
 		cl.Close()
 	}()
-	adm := kadm.NewClient(cl)
-	ends, err = adm.ListEndOffsets(ctx, topic)
-	if err != nil {
-		return nil, err
-	}
 	pos := map[int32]int64{}
 	caughtUp := func() bool {
 		all := true
