@@ -16,8 +16,8 @@ const hugePage = 2 << 20
 
 // prefault backs n bytes of the heap with memory before a job needs it,
 // as the JVM's -XX:+AlwaysPreTouch with transparent huge pages does
-// (design note 117): it allocates n bytes, asks the kernel for huge pages
-// there (MADV_HUGEPAGE, honoured where transparent huge pages are "always"
+// (design note 117): it allocates n bytes (2 MiB-aligned, inside a block
+// 2 MiB larger), asks the kernel for huge pages there (MADV_HUGEPAGE, honoured where transparent huge pages are "always"
 // or "madvise"), writes a byte of every page, and frees them, so that the
 // heap's next n bytes reuse those pages. Without it, every page of the
 // heap floor costs a page fault the first time a job writes it, 4 KiB at
@@ -26,7 +26,7 @@ const hugePage = 2 << 20
 // no huge pages (the mode "never"; a process it refuses them, by
 // prctl(PR_SET_THP_DISABLE) or for want of free ones), writing the pages
 // would only move those faults earlier: it stops at the first 2 MiB that
-// took more than a few faults. The collector is off meanwhile: it would
+// took faults for more than a quarter of its pages. The collector is off meanwhile: it would
 // start a cycle half-way, and keep a mark worker spinning on an idle core.
 func prefault(n int) {
 	if thp, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled"); err != nil || bytes.Contains(thp, []byte("[never]")) {
