@@ -32,7 +32,7 @@ var weirBin string
 // and kill it.
 func TestMain(m *testing.M) {
 	if os.Getenv("WEIR_TEST_PREFAULT") != "" {
-		os.Exit(m.Run()) // TestPrefaultedFloorIsWrittenWithoutFaults's own process: it runs no weir
+		os.Exit(m.Run()) // a prefault test's process of its own (ownProcess): it runs no weir
 	}
 	dir, err := os.MkdirTemp("", "weir-bin-")
 	if err != nil {
