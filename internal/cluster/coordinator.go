@@ -151,7 +151,7 @@ func StartCoordinator(cfg CoordinatorConfig) (*Coordinator, error) {
 		members: NewMembers(cfg.Graph, cfg.Liveness.Timeout, cfg.Epoch), via: map[string]*peerConn{}, changed: make(chan struct{}),
 		told: map[uint64]bool{}, stop: make(chan struct{}),
 	}
-	path, h := clusterpbconnect.NewCoordinatorServiceHandler(c, readLimit)
+	path, h := clusterpbconnect.NewCoordinatorServiceHandler(c, rpcOptions)
 	mux := http.NewServeMux()
 	mux.Handle(path, limitBody(withPeer(h)))
 	tc := cfg.TLS.Clone()

@@ -89,7 +89,7 @@ func (x *Executor) client(w Worker) clusterpbconnect.WorkerServiceClient {
 	tr.TLSClientConfig.NextProtos = []string{"h2"}
 	tr.TLSClientConfig.InsecureSkipVerify = true // verifyPeer checks the chain and the name
 	tr.TLSClientConfig.VerifyConnection = verifyPeer(x.c.cfg.TLS, w.Name)
-	cl := clusterpbconnect.NewWorkerServiceClient(&http.Client{Transport: tr}, "https://"+w.DataAddress, readLimit)
+	cl := clusterpbconnect.NewWorkerServiceClient(&http.Client{Transport: tr}, "https://"+w.DataAddress, rpcOptions)
 	x.clients[key] = cl
 	return cl
 }

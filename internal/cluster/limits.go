@@ -33,9 +33,17 @@ const (
 	maxCopies = 4096
 )
 
-// readLimit is the Connect option that bounds the messages a handler or a
-// client reads.
-var readLimit = connect.WithReadMaxBytes(maxMessageBytes)
+// rpcOptions are the Connect options of every handler and client of the
+// control plane: they bound the messages it reads, and send a message
+// compressed only from compressMinBytes. Connect gzips every response a
+// client accepts gzip for, and its pooled compressor's reset alone cost a
+// coordinator more CPU than its handlers' work (note 118); the control
+// plane's messages are a few hundred bytes.
+var rpcOptions = connect.WithOptions(connect.WithReadMaxBytes(maxMessageBytes), connect.WithCompressMinBytes(compressMinBytes))
+
+// compressMinBytes is the least message the control plane compresses (a
+// deploy of a large graph, a profile).
+const compressMinBytes = 64 << 10
 
 // limitBody bounds what h reads of a request's body: Connect's own limit
 // refuses a larger message but then reads the rest to its end.

@@ -116,7 +116,7 @@ func TestRolesAreEnforced(t *testing.T) {
 	cancel := func(as string) error {
 		tr := &http.Transport{TLSClientConfig: c.tls(as), ForceAttemptHTTP2: true}
 		defer tr.CloseIdleConnections()
-		cl := clusterpbconnect.NewWorkerServiceClient(&http.Client{Transport: tr}, "https://"+addr, readLimit)
+		cl := clusterpbconnect.NewWorkerServiceClient(&http.Client{Transport: tr}, "https://"+addr, rpcOptions)
 		_, err := cl.Cancel(t.Context(), connect.NewRequest(&clusterpb.CancelRequest{Attempt: 1}))
 		return err
 	}
@@ -133,7 +133,7 @@ func TestRolesAreEnforced(t *testing.T) {
 // serveWorkerService serves an idle worker's WorkerService with tc until
 // the test ends, and returns its address.
 func serveWorkerService(t *testing.T, tc *tls.Config) string {
-	path, h := clusterpbconnect.NewWorkerServiceHandler(&node{}, readLimit)
+	path, h := clusterpbconnect.NewWorkerServiceHandler(&node{}, rpcOptions)
 	mux := http.NewServeMux()
 	mux.Handle(path, limitBody(withPeer(h)))
 	tc = tc.Clone()
@@ -169,7 +169,7 @@ func TestLongNameIsRefusedShortly(t *testing.T) {
 	name := strings.Repeat("x", 1<<20)
 	tr := &http.Transport{TLSClientConfig: c.tls("worker-1"), ForceAttemptHTTP2: true}
 	defer tr.CloseIdleConnections()
-	cl := clusterpbconnect.NewCoordinatorServiceClient(&http.Client{Transport: tr}, "https://"+c.coord.Addr(), readLimit)
+	cl := clusterpbconnect.NewCoordinatorServiceClient(&http.Client{Transport: tr}, "https://"+c.coord.Addr(), rpcOptions)
 	_, err := cl.Register(t.Context(), connect.NewRequest(&clusterpb.RegisterRequest{Worker: name, Slots: 1, Graph: graphToProto(jobGraph)}))
 	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "names are at most 253 bytes") || len(err.Error()) > 512 {
 		t.Fatalf("a name of %d bytes: %.1000v (%d bytes)", len(name), err, len(errString(err)))

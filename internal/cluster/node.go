@@ -127,7 +127,7 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 	if cfg.Advertise != "" {
 		n.addr = cfg.Advertise
 	}
-	path, h := clusterpbconnect.NewWorkerServiceHandler(n, readLimit)
+	path, h := clusterpbconnect.NewWorkerServiceHandler(n, rpcOptions)
 	mux := http.NewServeMux()
 	mux.Handle(path, limitBody(withPeer(h)))
 	calls := &chanListener{addr: ln.Addr(), conns: make(chan net.Conn), done: make(chan struct{})}
@@ -151,7 +151,7 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 		Operators: cfg.Operators, Incarnation: cmp.Or(cfg.Incarnation, rand.Uint64()), Local: cfg.Spec.Local,
 		Registered: func(w Worker, l Liveness, coordinator string) {
 			if clients[coordinator] == nil {
-				clients[coordinator] = clusterpbconnect.NewCoordinatorServiceClient(&http.Client{Transport: tr}, "https://"+coordinator, readLimit)
+				clients[coordinator] = clusterpbconnect.NewCoordinatorServiceClient(&http.Client{Transport: tr}, "https://"+coordinator, rpcOptions)
 			}
 			n.mu.Lock()
 			n.session, n.attempt, n.idle, n.client = w.Session, 0, l.Timeout, clients[coordinator]

@@ -24,7 +24,7 @@ func TestOnlyTheCoordinatorProfilesAWorker(t *testing.T) {
 	prof := func(as string, d time.Duration) ([]byte, error) {
 		tr := &http.Transport{TLSClientConfig: c.tls(as), ForceAttemptHTTP2: true}
 		defer tr.CloseIdleConnections()
-		cl := clusterpbconnect.NewWorkerServiceClient(&http.Client{Transport: tr}, "https://"+addr, readLimit)
+		cl := clusterpbconnect.NewWorkerServiceClient(&http.Client{Transport: tr}, "https://"+addr, rpcOptions)
 		resp, err := cl.Profile(t.Context(), connect.NewRequest(&clusterpb.ProfileRequest{DurationMs: d.Milliseconds()}))
 		if err != nil {
 			return nil, err

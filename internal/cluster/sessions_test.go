@@ -137,7 +137,7 @@ func TestPausedOldProcessYieldsItsNameWhenItResumes(t *testing.T) {
 func (c *testCluster) reportAs(certName string, m *clusterpb.ReportRequest) error {
 	tr := &http.Transport{TLSClientConfig: c.tls(certName), ForceAttemptHTTP2: true}
 	defer tr.CloseIdleConnections()
-	cl := clusterpbconnect.NewCoordinatorServiceClient(&http.Client{Transport: tr}, "https://"+c.coord.Addr(), readLimit)
+	cl := clusterpbconnect.NewCoordinatorServiceClient(&http.Client{Transport: tr}, "https://"+c.coord.Addr(), rpcOptions)
 	_, err := cl.Report(c.t.Context(), connect.NewRequest(m))
 	return err
 }

@@ -154,7 +154,7 @@ func (c *Coordinator) Liveness() Liveness { return c.cfg.Liveness }
 func FetchStatus(ctx context.Context, addr string, tc *tls.Config) (*clusterpb.StatusResponse, error) {
 	tr := &http.Transport{TLSClientConfig: toCoordinator(tc), ForceAttemptHTTP2: true}
 	defer tr.CloseIdleConnections()
-	client := clusterpbconnect.NewCoordinatorServiceClient(&http.Client{Transport: tr}, "https://"+addr, readLimit)
+	client := clusterpbconnect.NewCoordinatorServiceClient(&http.Client{Transport: tr}, "https://"+addr, rpcOptions)
 	resp, err := client.Status(ctx, connect.NewRequest(&clusterpb.StatusRequest{}))
 	if err != nil {
 		return nil, fmt.Errorf("status of the coordinator at %s: %w", addr, err)

@@ -118,7 +118,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	defer tr.CloseIdleConnections()
 	co := coordinators{addrs: strings.Split(cfg.Coordinator, ",")}
 	for _, a := range co.addrs {
-		co.clients = append(co.clients, clusterpbconnect.NewCoordinatorServiceClient(&http.Client{Transport: tr}, "https://"+a, readLimit))
+		co.clients = append(co.clients, clusterpbconnect.NewCoordinatorServiceClient(&http.Client{Transport: tr}, "https://"+a, rpcOptions))
 	}
 	wait := firstRegisterTimeout
 	for {
