@@ -116,6 +116,14 @@ type ByteCounter interface {
 	Bytes() int64
 }
 
+// Flusher is implemented by output channels that may hold what was pushed
+// a while, waiting for more to send it with (a connection's writer, which
+// corks): Flush sends what they hold now. A task flushes its outputs when
+// it goes idle.
+type Flusher interface {
+	Flush()
+}
+
 // Resizable is implemented by input channels whose capacity their task
 // adapts to its throughput (buffer debloating, Debloater).
 type Resizable interface {

@@ -209,6 +209,11 @@ func (e *Emitter[T]) Flush() error {
 	for i := range e.bufs {
 		e.push(i)
 	}
+	for _, o := range e.outs {
+		if f, ok := o.(Flusher); ok {
+			f.Flush()
+		}
+	}
 	return e.err
 }
 

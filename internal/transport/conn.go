@@ -70,6 +70,19 @@ const (
 	maxFreeFrameBytes = 256 << 10
 )
 
+// The frames of batches and the credits a connection's channels queue wait
+// for one another before the writer takes them (corking): a wake of the
+// writer, a write and the peer's wake to read it cost more CPU than the
+// frame's encoding (note 118). The writer is woken when corkBytes of
+// frames are queued, when a channel's credits to send reach a quarter of
+// its window, when an output is flushed (its task goes idle, or waits for
+// credits) or for any other event (a barrier, a watermark, the end), and
+// at the latest corkDelay after the first frame or credit held.
+const (
+	corkBytes = 32 << 10
+	corkDelay = time.Millisecond
+)
+
 // ErrClosed is the error of a connection closed by its owner.
 var ErrClosed = errors.New("transport: connection closed")
 
@@ -112,6 +125,16 @@ type Conn struct {
 	err       error
 	done      chan struct{} // closed when err is set
 	wake      chan struct{} // the writer has work
+	// corked counts the bytes of the frames queued since the writer last
+	// took the queue. held: the frames and credits queued wait for more
+	// (corking); a wake of the writer leaves them until release. uncork
+	// releases them corkDelay after the first was held (armed: it runs).
+	corked int
+	held   bool
+	armed  bool
+	uncork *time.Timer
+	// holdFor is corkDelay (longer in tests); guarded by mu.
+	holdFor time.Duration
 
 	wg sync.WaitGroup
 }
@@ -135,8 +158,15 @@ func newConn(nc net.Conn, frameTimeout, idleTimeout time.Duration) *Conn {
 	c := &Conn{
 		nc: nc, peer: nc.RemoteAddr().String(), frameTimeout: frameTimeout, idleTimeout: idleTimeout,
 		outputs: map[uint64]*Output{}, inputs: map[uint64]*Input{}, grant: map[uint64]int{},
-		done: make(chan struct{}), wake: make(chan struct{}, 1),
+		done: make(chan struct{}), wake: make(chan struct{}, 1), holdFor: corkDelay,
 	}
+	c.uncork = time.AfterFunc(time.Hour, func() {
+		c.mu.Lock()
+		c.armed = false
+		c.mu.Unlock()
+		c.release()
+	})
+	c.uncork.Stop()
 	c.queue = append(c.queue, appendHello(nil))
 	if _, err := finish(c.queue[0]); err != nil {
 		panic(err)
@@ -159,6 +189,19 @@ func (c *Conn) Err() error {
 
 // Close closes the connection and waits for its goroutines. Frames not yet
 // written are dropped.
+var dbgFlushes, dbgFrames, dbgCredits atomic.Int64
+
+func init() {
+	if os.Getenv("WEIR_DBG") != "" {
+		go func() {
+			for {
+				time.Sleep(200 * time.Millisecond)
+				os.WriteFile(fmt.Sprintf("/tmp/wcp/dbg-%d", os.Getpid()), []byte(fmt.Sprintf("flushes %d frames %d credits %d\n", dbgFlushes.Load(), dbgFrames.Load(), dbgCredits.Load())), 0o644)
+			}
+		}()
+	}
+}
+
 func (c *Conn) Close() error {
 	c.fail(ErrClosed)
 	c.wg.Wait()
@@ -178,6 +221,33 @@ func (c *Conn) fail(err error) {
 	c.err = err
 	close(c.done)
 	c.nc.Close()
+	c.uncork.Stop()
+}
+
+// hold reports whether what is queued, with the frame of n bytes (n = 0: a
+// credit) just queued, may wait for more (see corkBytes), and if it may,
+// holds it for at most corkDelay. c.mu is held; if hold returns false,
+// the caller must release.
+func (c *Conn) hold(n int) bool {
+	c.corked += n
+	if c.corked >= corkBytes {
+		return false
+	}
+	c.held = true
+	if !c.armed {
+		c.armed = true
+		c.uncork.Reset(c.holdFor)
+	}
+	return true
+}
+
+// release wakes the writer for all that is queued, held or not. c.mu is
+// not held.
+func (c *Conn) release() {
+	c.mu.Lock()
+	c.held = false
+	c.mu.Unlock()
+	signal(c.wake)
 }
 
 // Output opens the sending side of channel ch. The peer opens its Input
@@ -230,6 +300,7 @@ func (c *Conn) Input(ch uint64, bc BatchCodec, capacity int, ready chan<- struct
 		spares: runtime.NewBatchPool(capacity + 2)}
 	c.inputs[ch] = in
 	c.grant[ch] += capacity
+	c.held = false
 	signal(c.wake)
 	return in, nil
 }
@@ -256,8 +327,17 @@ func (c *Conn) write() {
 			return
 		}
 		c.mu.Lock()
+		if c.held {
+			c.mu.Unlock()
+			continue // until release
+		}
 		frames := c.queue
 		c.queue = nil
+		c.corked = 0
+		if c.armed {
+			c.armed = false
+			c.uncork.Stop()
+		}
 		credit = credit[:0]
 		for ch, n := range c.grant {
 			start := len(credit)
@@ -272,6 +352,11 @@ func (c *Conn) write() {
 		}
 		if len(frames) == 0 && len(credit) == 0 {
 			continue
+		}
+		dbgFlushes.Add(1)
+		dbgFrames.Add(int64(len(frames)))
+		if len(credit) > 0 {
+			dbgCredits.Add(1)
 		}
 		for _, f := range frames {
 			w.Write(f)
@@ -402,6 +487,7 @@ func (c *Conn) dispatch(f frame) error {
 			o.opened = true
 			c.queue = append(c.queue, o.early...)
 			o.early = nil
+			c.held = false
 			signal(c.wake)
 		}
 		signal(o.granted)
@@ -481,6 +567,7 @@ func (o *Output) Push(ctx context.Context, e runtime.Event) error {
 		if ok, err := o.TryPush(e); ok || err != nil {
 			return err
 		}
+		o.Flush() // what is queued must reach the receiver to free room
 		select {
 		case <-o.granted:
 		case <-c.done:
@@ -521,7 +608,7 @@ func (o *Output) Overtake(b, tail runtime.Event) error {
 	if err != nil {
 		return err
 	}
-	return o.queue(appendOvertake(o.c.frameBuf(o.sizeHint), o.ch, b, tail, o.codec), tail)
+	return o.queue(appendOvertake(o.c.frameBuf(o.sizeHint), o.ch, b, tail, o.codec), tail, false)
 }
 
 // ForcePush sends e without a credit: the receiver queues it beyond its
@@ -535,7 +622,7 @@ func (o *Output) ForcePush(e runtime.Event) error {
 	if err != nil {
 		return err
 	}
-	return o.queue(appendEvent(o.c.frameBuf(o.sizeHint), typeForced, o.ch, e, o.codec), e)
+	return o.queue(appendEvent(o.c.frameBuf(o.sizeHint), typeForced, o.ch, e, o.codec), e, false)
 }
 
 // Room is signalled when credits arrive.
@@ -550,14 +637,29 @@ func (o *Output) HasRoom() bool {
 }
 
 // send encodes e and queues it for the connection's writer; its credit is
-// taken.
+// taken. A batch's frame may wait for more (corking), any other event's
+// goes at once.
 func (o *Output) send(e runtime.Event) error {
-	return o.queue(appendEvent(o.c.frameBuf(o.sizeHint), typeEvent, o.ch, e, o.codec), e)
+	return o.queue(appendEvent(o.c.frameBuf(o.sizeHint), typeEvent, o.ch, e, o.codec), e, e.Kind == runtime.KindBatch)
 }
 
-// queue finishes frame f and queues it for the connection's writer. If
-// batch is one, f holds its encoding: the task may fill it again (Spare).
-func (o *Output) queue(f []byte, batch runtime.Event) error {
+// Flush wakes the connection's writer for the frames queued
+// (runtime.Flusher): its task goes idle, or waits for room.
+func (o *Output) Flush() {
+	c := o.c
+	c.mu.Lock()
+	held := c.held
+	c.mu.Unlock()
+	if held {
+		c.release()
+	}
+}
+
+// queue finishes frame f and queues it for the connection's writer, which
+// it wakes unless the frame may wait for more (mayHold, and see corkBytes).
+// If batch is one, f holds its encoding: the task may fill it again
+// (Spare).
+func (o *Output) queue(f []byte, batch runtime.Event, mayHold bool) error {
 	c := o.c
 	f, err := finish(f)
 	o.sizeHint = len(f) + len(f)/8
@@ -580,8 +682,14 @@ func (o *Output) queue(f []byte, batch runtime.Event) error {
 		return nil
 	}
 	c.queue = append(c.queue, f)
+	held := mayHold && c.hold(len(f))
+	if !held {
+		c.held = false
+	}
 	c.mu.Unlock()
-	signal(c.wake)
+	if !held {
+		signal(c.wake)
+	}
 	return nil
 }
 
@@ -667,9 +775,10 @@ func (in *Input) pop(take func(*runtime.Queue) (runtime.Event, bool)) (runtime.E
 	if keep {
 		in.withheld++
 	}
+	batch := max((in.capacity-in.withhold)/4, 1) // a quarter of the window
 	in.mu.Unlock()
 	if ok && !e.Priority && !keep {
-		in.grant(1)
+		in.grantBatched(batch)
 	}
 	return e, ok
 }
@@ -694,8 +803,25 @@ func (in *Input) grant(n int) {
 	c := in.c
 	c.mu.Lock()
 	c.grant[in.ch] += n
+	c.held = false
 	c.mu.Unlock()
 	signal(c.wake)
+}
+
+// grantBatched gives the sender a credit, which may wait (corking) until
+// batch of them are due on the channel.
+func (in *Input) grantBatched(batch int) {
+	c := in.c
+	c.mu.Lock()
+	c.grant[in.ch]++
+	held := c.grant[in.ch] < batch && c.hold(0)
+	if !held {
+		c.held = false
+	}
+	c.mu.Unlock()
+	if !held {
+		signal(c.wake)
+	}
 }
 
 // Overtaken appends to dst the first k queued batches: those the barrier
