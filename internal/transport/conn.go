@@ -126,11 +126,13 @@ type Conn struct {
 	done      chan struct{} // closed when err is set
 	wake      chan struct{} // the writer has work
 	// corked counts the bytes of the frames queued since the writer last
-	// took the queue. held: the frames and credits queued wait for more
-	// (corking); a wake of the writer leaves them until release. uncork
-	// releases them corkDelay after the first was held (armed: it runs).
+	// took the queue. held: what is queued may wait for more (corking); a
+	// wake of the writer then leaves it, unless due: something must go
+	// now (release). uncork releases corkDelay after the first was held
+	// (armed: it runs).
 	corked int
 	held   bool
+	due    bool
 	armed  bool
 	uncork *time.Timer
 	// holdFor is corkDelay (longer in tests); guarded by mu.
@@ -189,19 +191,6 @@ func (c *Conn) Err() error {
 
 // Close closes the connection and waits for its goroutines. Frames not yet
 // written are dropped.
-var dbgFlushes, dbgFrames, dbgCredits atomic.Int64
-
-func init() {
-	if os.Getenv("WEIR_DBG") != "" {
-		go func() {
-			for {
-				time.Sleep(200 * time.Millisecond)
-				os.WriteFile(fmt.Sprintf("/tmp/wcp/dbg-%d", os.Getpid()), []byte(fmt.Sprintf("flushes %d frames %d credits %d\n", dbgFlushes.Load(), dbgFrames.Load(), dbgCredits.Load())), 0o644)
-			}
-		}()
-	}
-}
-
 func (c *Conn) Close() error {
 	c.fail(ErrClosed)
 	c.wg.Wait()
@@ -227,7 +216,7 @@ func (c *Conn) fail(err error) {
 // hold reports whether what is queued, with the frame of n bytes (n = 0: a
 // credit) just queued, may wait for more (see corkBytes), and if it may,
 // holds it for at most corkDelay. c.mu is held; if hold returns false,
-// the caller must release.
+// the caller sets due and wakes the writer.
 func (c *Conn) hold(n int) bool {
 	c.corked += n
 	if c.corked >= corkBytes {
@@ -245,7 +234,7 @@ func (c *Conn) hold(n int) bool {
 // not held.
 func (c *Conn) release() {
 	c.mu.Lock()
-	c.held = false
+	c.due = true
 	c.mu.Unlock()
 	signal(c.wake)
 }
@@ -300,7 +289,7 @@ func (c *Conn) Input(ch uint64, bc BatchCodec, capacity int, ready chan<- struct
 		spares: runtime.NewBatchPool(capacity + 2)}
 	c.inputs[ch] = in
 	c.grant[ch] += capacity
-	c.held = false
+	c.due = true
 	signal(c.wake)
 	return in, nil
 }
@@ -327,13 +316,13 @@ func (c *Conn) write() {
 			return
 		}
 		c.mu.Lock()
-		if c.held {
+		if c.held && !c.due {
 			c.mu.Unlock()
 			continue // until release
 		}
 		frames := c.queue
 		c.queue = nil
-		c.corked = 0
+		c.corked, c.held, c.due = 0, false, false
 		if c.armed {
 			c.armed = false
 			c.uncork.Stop()
@@ -352,11 +341,6 @@ func (c *Conn) write() {
 		}
 		if len(frames) == 0 && len(credit) == 0 {
 			continue
-		}
-		dbgFlushes.Add(1)
-		dbgFrames.Add(int64(len(frames)))
-		if len(credit) > 0 {
-			dbgCredits.Add(1)
 		}
 		for _, f := range frames {
 			w.Write(f)
@@ -487,7 +471,7 @@ func (c *Conn) dispatch(f frame) error {
 			o.opened = true
 			c.queue = append(c.queue, o.early...)
 			o.early = nil
-			c.held = false
+			c.due = true
 			signal(c.wake)
 		}
 		signal(o.granted)
@@ -648,7 +632,7 @@ func (o *Output) send(e runtime.Event) error {
 func (o *Output) Flush() {
 	c := o.c
 	c.mu.Lock()
-	held := c.held
+	held := c.held && !c.due
 	c.mu.Unlock()
 	if held {
 		c.release()
@@ -681,16 +665,23 @@ func (o *Output) queue(f []byte, batch runtime.Event, mayHold bool) error {
 		c.mu.Unlock()
 		return nil
 	}
-	c.queue = append(c.queue, f)
-	held := mayHold && c.hold(len(f))
-	if !held {
-		c.held = false
-	}
+	wake := c.enqueue(f, mayHold)
 	c.mu.Unlock()
-	if !held {
+	if wake {
 		signal(c.wake)
 	}
 	return nil
+}
+
+// enqueue queues frame f for the writer, and reports whether to wake it:
+// unless f may wait for more (mayHold, and see hold). c.mu is held.
+func (c *Conn) enqueue(f []byte, mayHold bool) bool {
+	c.queue = append(c.queue, f)
+	if mayHold && c.hold(len(f)) {
+		return false
+	}
+	c.due = true
+	return true
 }
 
 // Input is the receiving side of a channel; it implements
@@ -803,7 +794,7 @@ func (in *Input) grant(n int) {
 	c := in.c
 	c.mu.Lock()
 	c.grant[in.ch] += n
-	c.held = false
+	c.due = true
 	c.mu.Unlock()
 	signal(c.wake)
 }
@@ -816,7 +807,7 @@ func (in *Input) grantBatched(batch int) {
 	c.grant[in.ch]++
 	held := c.grant[in.ch] < batch && c.hold(0)
 	if !held {
-		c.held = false
+		c.due = true
 	}
 	c.mu.Unlock()
 	if !held {

@@ -185,3 +185,25 @@ func TestCreditsGoByTheQuarterWindow(t *testing.T) {
 		}
 	}
 }
+
+// What must go now (a barrier, a flush) goes though something queued
+// after it, before the writer ran, may wait: a credit held does not hold
+// back the barrier queued before it.
+func TestHoldAfterReleaseHoldsNothingBack(t *testing.T) {
+	a, b, _ := corkedPair(t, time.Hour)
+	_, in, ready := channel(t, a, b, 8)
+	f, err := finish(appendEvent(nil, typeEvent, 1, runtime.Event{Kind: runtime.KindBarrier, ID: 3}, strings_))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.mu.Lock() // the writer cannot run in between
+	if !a.enqueue(f, false) {
+		t.Fatal("a barrier's frame held")
+	}
+	a.hold(0) // a credit granted to a's peer
+	a.mu.Unlock()
+	signal(a.wake)
+	if got := pop(t, in, ready); got.Kind != runtime.KindBarrier || got.ID != 3 {
+		t.Fatalf("got %+v, want barrier 3", got)
+	}
+}
