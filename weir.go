@@ -468,6 +468,7 @@ func (p publisher) Flush() error                  { p.c.publish(); return nil }
 func (p publisher) Broadcast(runtime.Event) error { p.c.publish(); return nil }
 func (p publisher) Overtake(runtime.Event) error  { p.c.publish(); return nil }
 func (p publisher) Congested() <-chan struct{}    { return nil }
+func (p publisher) FlushChannels()                {}
 func (p publisher) Err() error                    { p.c.publish(); return nil }
 
 func (c *chain) fail(err error) {

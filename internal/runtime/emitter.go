@@ -11,8 +11,12 @@ import (
 
 // Output is one outgoing edge of a task, as the task loop sees it.
 type Output interface {
-	// Flush pushes every buffered batch.
+	// Flush pushes every buffered batch, then FlushChannels.
 	Flush() error
+	// FlushChannels sends what the channels hold of what was pushed
+	// (Flusher), without pushing the buffered batches: before the task
+	// waits.
+	FlushChannels()
 	// Broadcast flushes, then pushes a control event on every channel.
 	Broadcast(e Event) error
 	// Overtake sends barrier b of an unaligned checkpoint on every
@@ -196,6 +200,7 @@ func (e *Emitter[T]) send(o OutputChannel, ev Event) error {
 			return o.ForcePush(ev)
 		}
 	}
+	e.FlushChannels() // what the others hold goes while this one waits
 	start := time.Now()
 	err := o.Push(e.ctx, ev)
 	e.Stats.addBackPressure(time.Since(start))
@@ -209,12 +214,16 @@ func (e *Emitter[T]) Flush() error {
 	for i := range e.bufs {
 		e.push(i)
 	}
+	e.FlushChannels()
+	return e.err
+}
+
+func (e *Emitter[T]) FlushChannels() {
 	for _, o := range e.outs {
 		if f, ok := o.(Flusher); ok {
 			f.Flush()
 		}
 	}
-	return e.err
 }
 
 func (e *Emitter[T]) Broadcast(ev Event) error {

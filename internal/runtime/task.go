@@ -425,6 +425,7 @@ func (t *task) congested() <-chan struct{} {
 // the time waited is then back-pressure, not idleness), a control message
 // comes, wakeAt passes or ctx ends. A control message is handled here.
 func (t *task) wait(ctx context.Context, ready, room <-chan struct{}, wakeAt time.Time) error {
+	t.flushChannels()
 	var timeout <-chan time.Time
 	if !wakeAt.IsZero() {
 		d := wakeAt.Sub(t.now())
@@ -566,6 +567,9 @@ func (t *task) handle(ctx context.Context, ch int, ev Event) error {
 // checkpoint, whose shared files storage may have deleted since (design
 // note 89). The driver sent the notice before the trigger, so it comes.
 func (t *task) awaitCompleted(ctx context.Context, id checkpoint.ID) error {
+	if t.completed < id {
+		t.flushChannels()
+	}
 	for t.completed < id {
 		select {
 		case m := <-t.mailbox:
@@ -912,6 +916,15 @@ func (t *task) flush() error {
 		}
 	}
 	return nil
+}
+
+// flushChannels sends what the outputs' channels hold (Flusher) before
+// the task waits; unlike flush, it leaves the records not pushed yet
+// where they are (an unaligned barrier may take them as its tail).
+func (t *task) flushChannels() {
+	for _, o := range t.outputs {
+		o.FlushChannels()
+	}
 }
 
 func (t *task) outputErr() error {

@@ -36,8 +36,9 @@ func (h *wmHead) Watermark() (int64, bool) { return h.wm, h.idle }
 // logOutput records what a task broadcasts downstream.
 type logOutput struct{ log *[]string }
 
-func (o logOutput) Flush() error { return nil }
-func (o logOutput) Err() error   { return nil }
+func (o logOutput) Flush() error   { return nil }
+func (o logOutput) FlushChannels() {}
+func (o logOutput) Err() error     { return nil }
 func (o logOutput) Broadcast(e Event) error {
 	s := e.String()
 	if e.Kind == KindWatermark {

@@ -3,7 +3,8 @@
 // frames, with credit-based flow control per channel.
 //
 // A receiver grants credits: an Input of capacity c grants c when it opens
-// and one more each time its task takes an event. A sender sends an event
+// and one more each time its task takes an event (sent together, a quarter
+// of the window at a time: see corkBytes). A sender sends an event
 // only with a credit in hand, so a receiver never buffers more than c
 // events of a channel, and a channel whose task does not read (a channel
 // blocked by barrier alignment) stalls its own sender only: the connection's
@@ -73,11 +74,14 @@ const (
 // The frames of batches and the credits a connection's channels queue wait
 // for one another before the writer takes them (corking): a wake of the
 // writer, a write and the peer's wake to read it cost more CPU than the
-// frame's encoding (note 118). The writer is woken when corkBytes of
-// frames are queued, when a channel's credits to send reach a quarter of
-// its window, when an output is flushed (its task goes idle, or waits for
-// credits) or for any other event (a barrier, a watermark, the end), and
-// at the latest corkDelay after the first frame or credit held.
+// frame's encoding (note 118). The writer is woken for what is queued when
+// corkBytes of frames are, when an output is flushed (its task goes idle
+// or waits: runtime.Flusher), for any event but a batch (a barrier, a
+// watermark, the end), when a channel's credits to send reach a quarter of
+// its window or its window shrinks, and at the latest corkDelay after the
+// first frame or credit held. Credits below a quarter are not flushed
+// with the task's outputs: the sender holds three quarters of the window
+// meanwhile.
 const (
 	corkBytes = 32 << 10
 	corkDelay = time.Millisecond
@@ -128,8 +132,9 @@ type Conn struct {
 	// corked counts the bytes of the frames queued since the writer last
 	// took the queue. held: what is queued may wait for more (corking); a
 	// wake of the writer then leaves it, unless due: something must go
-	// now (release). uncork releases corkDelay after the first was held
-	// (armed: it runs).
+	// now. uncork makes it due corkDelay after the first was held;
+	// armed: it was started and has not fired (a Stop that lost the race
+	// with firing makes an early release at worst).
 	corked int
 	held   bool
 	due    bool
@@ -164,9 +169,9 @@ func newConn(nc net.Conn, frameTimeout, idleTimeout time.Duration) *Conn {
 	}
 	c.uncork = time.AfterFunc(time.Hour, func() {
 		c.mu.Lock()
-		c.armed = false
+		c.armed, c.due = false, true
 		c.mu.Unlock()
-		c.release()
+		signal(c.wake)
 	})
 	c.uncork.Stop()
 	c.queue = append(c.queue, appendHello(nil))
@@ -228,15 +233,6 @@ func (c *Conn) hold(n int) bool {
 		c.uncork.Reset(c.holdFor)
 	}
 	return true
-}
-
-// release wakes the writer for all that is queued, held or not. c.mu is
-// not held.
-func (c *Conn) release() {
-	c.mu.Lock()
-	c.due = true
-	c.mu.Unlock()
-	signal(c.wake)
 }
 
 // Output opens the sending side of channel ch. The peer opens its Input
@@ -318,7 +314,7 @@ func (c *Conn) write() {
 		c.mu.Lock()
 		if c.held && !c.due {
 			c.mu.Unlock()
-			continue // until release
+			continue // until something is due
 		}
 		frames := c.queue
 		c.queue = nil
@@ -633,9 +629,12 @@ func (o *Output) Flush() {
 	c := o.c
 	c.mu.Lock()
 	held := c.held && !c.due
+	if held {
+		c.due = true
+	}
 	c.mu.Unlock()
 	if held {
-		c.release()
+		signal(c.wake)
 	}
 }
 
@@ -769,7 +768,7 @@ func (in *Input) pop(take func(*runtime.Queue) (runtime.Event, bool)) (runtime.E
 	batch := max((in.capacity-in.withhold)/4, 1) // a quarter of the window
 	in.mu.Unlock()
 	if ok && !e.Priority && !keep {
-		in.grantBatched(batch)
+		in.grant(1, batch)
 	}
 	return e, ok
 }
@@ -780,37 +779,34 @@ func (in *Input) pop(take func(*runtime.Queue) (runtime.Event, bool)) (runtime.E
 // events its task takes; growing, it grants those it withheld at once.
 func (in *Input) SetCapacity(n int) {
 	in.mu.Lock()
+	was := in.withhold
 	in.withhold = in.capacity - min(max(n, 1), in.capacity)
 	give := max(in.withheld-in.withhold, 0)
 	in.withheld -= give
+	shrunk := in.withhold > was
 	in.mu.Unlock()
-	if give > 0 {
-		in.grant(give)
+	if give > 0 || shrunk {
+		// Shrunk, it sends the credits held (corking) at once: the next
+		// events' it withholds, and its pop may grant nothing more.
+		in.grant(give, 0)
 	}
 }
 
-// grant gives the sender n credits, with the connection's next write.
-func (in *Input) grant(n int) {
+// grant gives the sender n credits with the connection's next write, which
+// may wait for more (corking) while the channel's credits due are fewer
+// than batch.
+func (in *Input) grant(n, batch int) {
 	c := in.c
 	c.mu.Lock()
-	c.grant[in.ch] += n
-	c.due = true
-	c.mu.Unlock()
-	signal(c.wake)
-}
-
-// grantBatched gives the sender a credit, which may wait (corking) until
-// batch of them are due on the channel.
-func (in *Input) grantBatched(batch int) {
-	c := in.c
-	c.mu.Lock()
-	c.grant[in.ch]++
-	held := c.grant[in.ch] < batch && c.hold(0)
-	if !held {
+	if n > 0 { // a credit of 0 is a protocol violation
+		c.grant[in.ch] += n
+	}
+	wake := c.grant[in.ch] >= batch || !c.hold(0)
+	if wake {
 		c.due = true
 	}
 	c.mu.Unlock()
-	if !held {
+	if wake {
 		signal(c.wake)
 	}
 }

@@ -207,3 +207,36 @@ func TestHoldAfterReleaseHoldsNothingBack(t *testing.T) {
 		t.Fatalf("got %+v, want barrier 3", got)
 	}
 }
+
+// Buffer debloating shrinks a window while a credit is held: the task
+// then takes the events queued and withholds their credits, so no grant
+// would release the held one but the corking timer, and the sender of a
+// window of 1 would wait for it with the receiver idle. Shrinking sends
+// the credits held (found by an outside review).
+func TestShrunkWindowSendsHeldCredits(t *testing.T) {
+	a, b, _ := corkedPair(t, time.Hour)
+	const capacity = 8 // a quarter: 2
+	out, in, ready := channel(t, a, b, capacity)
+	for i := range capacity {
+		if ok, err := out.TryPush(batch(string(rune('a' + i)))); !ok || err != nil {
+			t.Fatalf("push %d: %v, %v", i, ok, err)
+		}
+	}
+	out.Flush()
+	pop(t, in, ready) // its credit is held: 1 of 2 due
+	in.SetCapacity(1) // the debloater shrinks the window to 1
+	for range capacity - 1 {
+		pop(t, in, ready) // withheld
+	}
+	// The receiver's queue is empty and its task idle; its window is 1,
+	// and the one credit the sender may have is held on b.
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := out.Push(ctx, batch("z")); err != nil {
+		t.Fatalf("a window of 1, its receiver idle and empty: the sender got no credit within 10s (%v)", err)
+	}
+	out.Flush() // as its task, going idle
+	if got := pop(t, in, ready).Batch.([]string); got[0] != "z" {
+		t.Fatalf("got %q", got)
+	}
+}
