@@ -50,8 +50,9 @@ func corkedPair(t *testing.T, hold time.Duration) (*Conn, *Conn, *writes) {
 	return ca, cb, w
 }
 
-// channel opens channel 1 from a to b, and waits for its first credits.
-func channel(t *testing.T, a, b *Conn, capacity int) (*Output, *Input, chan struct{}) {
+// openChannel opens channel 1 from a to b, of capacity events: its ends,
+// and what the receiving end signals when ready.
+func openChannel(t *testing.T, a, b *Conn, capacity int) (*Output, *Input, chan struct{}) {
 	t.Helper()
 	ready := make(chan struct{}, 1)
 	in, err := b.Input(1, strings_, capacity, ready)
@@ -62,6 +63,13 @@ func channel(t *testing.T, a, b *Conn, capacity int) (*Output, *Input, chan stru
 	if err != nil {
 		t.Fatal(err)
 	}
+	return out, in, ready
+}
+
+// channel opens channel 1 from a to b, and waits for its first credits.
+func channel(t *testing.T, a, b *Conn, capacity int) (*Output, *Input, chan struct{}) {
+	t.Helper()
+	out, in, ready := openChannel(t, a, b, capacity)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	for !out.HasRoom() {

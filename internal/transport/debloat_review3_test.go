@@ -18,15 +18,7 @@ import (
 func TestSetCapacityRacesForcedAndOvertaking_review3(t *testing.T) {
 	const capacity, batches = 8, 20000
 	a, b := pair(t)
-	ready := make(chan struct{}, 1)
-	in, err := b.Input(1, strings_, capacity, ready)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := a.Output(1, strings_)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out, in, ready := openChannel(t, a, b, capacity)
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	sendErr := make(chan error, 1)

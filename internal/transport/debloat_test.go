@@ -36,15 +36,7 @@ func windowOf(t *testing.T, out *Output, in *Input, ready <-chan struct{}, credi
 func TestInputSetCapacityResizesTheWindow(t *testing.T) {
 	const capacity = 8
 	a, b := pair(t)
-	ready := make(chan struct{}, 1)
-	in, err := b.Input(1, strings_, capacity, ready)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := a.Output(1, strings_)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out, in, ready := openChannel(t, a, b, capacity)
 	credits := newFence(t, b, a, 2)
 	credits.wait(t) // the opening grant arrived
 	if got := windowOf(t, out, in, ready, credits); got != capacity {

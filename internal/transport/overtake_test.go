@@ -82,15 +82,7 @@ func (f *fence) wait(t *testing.T) {
 func TestOvertakingBarrierPassesAFullWindow(t *testing.T) {
 	const capacity = 4
 	a, b := pair(t)
-	ready := make(chan struct{}, 1)
-	in, err := b.Input(1, strings_, capacity, ready)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := a.Output(1, strings_)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out, in, ready := openChannel(t, a, b, capacity)
 	credits := newFence(t, b, a, 2) // b grants, a takes
 	idle := runtime.Event{Kind: runtime.KindIdle}
 
