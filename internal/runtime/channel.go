@@ -118,8 +118,8 @@ type ByteCounter interface {
 
 // Flusher is implemented by output channels that may hold what was pushed
 // a while, waiting for more to send it with (a connection's writer, which
-// corks): Flush sends what they hold now. A task flushes its outputs when
-// it goes idle.
+// corks): Flush sends what they hold now. A task flushes its outputs'
+// channels before it waits (for input, room or a notice).
 type Flusher interface {
 	Flush()
 }

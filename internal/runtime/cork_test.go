@@ -57,6 +57,21 @@ func flushedWithin(c *corkingChannel, d time.Duration) bool {
 	return false
 }
 
+// An emitter's Flush (a task's, going idle) flushes the channels that hold
+// what was pushed (Flusher): a connection's writer would otherwise wait
+// for more.
+func TestEmitterFlushesItsChannels(t *testing.T) {
+	out := &corkingChannel{LocalChannel: NewLocalChannel(4, make(chan struct{}, 1))}
+	e := NewEmitter[int](t.Context(), []OutputChannel{out}, nil, 8, nil)
+	e.Collect(1)
+	if err := e.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if ev, ok := out.TryPop(); !ok || len(ev.Batch.([]int)) != 1 || out.flushes.Load() != 1 {
+		t.Fatalf("after a flush: %v, %v popped, the channel flushed %d times; want the batch, once", ev.Batch, ok, out.flushes.Load())
+	}
+}
+
 // byValue routes record v to channel v.
 func byValue(v int) int { return v }
 

@@ -223,26 +223,3 @@ func TestBatchesComeBack(t *testing.T) {
 		t.Errorf("%d batches of %d records carried %d records through a channel of %d: want at most %d", len(arrays), size, n, capacity, capacity+2)
 	}
 }
-
-// flushCounting is a local channel that counts its flushes.
-type flushCounting struct {
-	*LocalChannel
-	flushes int
-}
-
-func (f *flushCounting) Flush() { f.flushes++ }
-
-// An emitter's Flush (a task's, going idle) flushes the channels that hold
-// what was pushed (Flusher): a connection's writer would otherwise wait
-// for more.
-func TestEmitterFlushesItsChannels(t *testing.T) {
-	out := &flushCounting{LocalChannel: NewLocalChannel(4, make(chan struct{}, 1))}
-	e := NewEmitter[int](t.Context(), []OutputChannel{out}, nil, 8, nil)
-	e.Collect(1)
-	if err := e.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	if ev, ok := out.TryPop(); !ok || len(ev.Batch.([]int)) != 1 || out.flushes != 1 {
-		t.Fatalf("after a flush: %v, %v popped, the channel flushed %d times; want the batch, once", ev.Batch, ok, out.flushes)
-	}
-}
