@@ -145,7 +145,10 @@ func TestClusterKill9Workers(t *testing.T) {
 
 // clusterKill9Workers is TestClusterKill9Workers with the processes' flags.
 func clusterKill9Workers(t *testing.T, flags []string) {
-	j := startClusterJobWith(t, 4, 250_000, flags)
+	// Paced (a millisecond's sleep every 512 words a worker counts: 5 s
+	// of sleeps over the input), so that the input outlasts four kills on
+	// a fast machine too: unpaced, the fourth once came as the job ended.
+	j := startClusterJobWith(t, 4, 250_000, append([]string{"--pace", "512"}, flags...))
 	workers := map[string]*child{}
 	for i := 1; i <= 3; i++ {
 		name := fmt.Sprintf("worker-%d", i)
