@@ -2,6 +2,7 @@ package wordcount
 
 import (
 	"math"
+	"math/rand/v2"
 	"regexp"
 	"slices"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	"sync"
 	"testing"
 	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/text/cases"
 	"golang.org/x/text/unicode/norm"
@@ -258,3 +260,57 @@ func TestClassAndLowerEightAtATime(t *testing.T) {
 		}
 	}
 }
+
+// TestASCIIWordsEightAtATime checks emitASCIIWords against a byte at a
+// time: lines of 0 to 25 bytes (words across and at the ends of the
+// eight-byte blocks) of the bytes at the edges of a-z and 0-9, and every
+// ASCII byte at every position of a 17-byte line.
+func TestASCIIWordsEightAtATime(t *testing.T) {
+	byteAtATime := func(line string) (words []string) {
+		start := -1
+		for i := 0; i <= len(line); i++ {
+			word := i < len(line) && asciiWord[line[i]]
+			switch {
+			case word && start < 0:
+				start = i
+			case !word && start >= 0:
+				words = append(words, line[start:i])
+				start = -1
+			}
+		}
+		return words
+	}
+	check := func(line string) {
+		t.Helper()
+		var got collected
+		emitASCIIWords(line, &got)
+		if want := byteAtATime(line); !slices.Equal(got, want) {
+			t.Fatalf("emitASCIIWords(%q) = %q; want %q", line, got, want)
+		}
+	}
+	const edges = "az09 /:`{\x00\x7f"
+	rng := rand.New(rand.NewPCG(1, 2))
+	for n := 0; n <= 25; n++ {
+		for range 2000 {
+			line := make([]byte, n)
+			for i := range line {
+				line[i] = edges[rng.IntN(len(edges))]
+			}
+			check(string(line))
+		}
+	}
+	for pos := range 17 {
+		for b := range utf8.RuneSelf {
+			if b >= 'A' && b <= 'Z' {
+				continue // the line is lower-cased
+			}
+			line := []byte("ab cd3 ef9 gh ij ")
+			line[pos] = byte(b)
+			check(string(line))
+		}
+	}
+}
+
+type collected []string
+
+func (c *collected) Collect(w string) { *c = append(*c, w) }

@@ -15,6 +15,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -104,8 +105,11 @@ func appendCount(dst []byte, n int64) []byte {
 		return strconv.AppendInt(dst, n, 10)
 	}
 	u := uint64(n)
-	digits := 1
-	for digits < len(powersOf10) && u >= powersOf10[digits] {
+	// log10(2) ≈ 1233/4096: t is the digits of the least number of u's bit
+	// length, less one; u has t or t+1 digits.
+	t := uint(bits.Len64(u|1)) * 1233 >> 12
+	digits := int(t)
+	if u|1 >= powersOf10[t] { // 0 has one digit; no power of ten is odd
 		digits++
 	}
 	dst = slices.Grow(dst, digits)
@@ -126,7 +130,7 @@ func appendCount(dst []byte, n int64) []byte {
 	return dst[:len(dst)+digits]
 }
 
-// powersOf10[d] is the least number of d+1 digits.
+// powersOf10[d] is 10^d, the least number of d+1 digits.
 var powersOf10 = [...]uint64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18}
 
 // digitPairs holds 00 to 99, two bytes each.
@@ -326,22 +330,48 @@ func dropDotsAfterI(dst, b []byte) []byte {
 	return dst
 }
 
-// emitASCIIWords emits the words of a lower-cased ASCII line.
+// emitASCIIWords emits the words of a lower-cased ASCII line: the runs of
+// a-z and 0-9. It takes the line eight bytes at a time (SWAR, as classOf):
+// a word starts or ends where a byte's being a word byte differs from the
+// byte's before it, and the block's changes are found at once.
 func emitASCIIWords(line string, out weir.Collector[string]) {
-	start := -1
-	for i := 0; i < len(line); i++ {
-		word := asciiWord[line[i]&(utf8.RuneSelf-1)] // the mask is for the bounds check: line is ASCII
-		switch {
-		case word && start < 0:
-			start = i
-		case !word && start >= 0:
-			out.Collect(line[start:i])
-			start = -1
+	start := 0
+	var before uint64 // 0x80 if the byte before the block is a word byte
+	// The last block is padded with zero bytes, which end a word at the
+	// line's end: i runs to len(line) itself.
+	for i := 0; i <= len(line); i += 8 {
+		var x uint64
+		if i+8 <= len(line) {
+			x = load64(line[i:])
+		} else {
+			var tail [8]byte
+			copy(tail[:], line[i:])
+			x = binary.LittleEndian.Uint64(tail[:])
 		}
+		w := wordASCII(x)
+		for e := w ^ (w<<8 | before); e != 0; e &= e - 1 {
+			at := i + bits.TrailingZeros64(e)>>3
+			if e&-e&w != 0 {
+				start = at
+			} else {
+				out.Collect(line[start:at])
+			}
+		}
+		before = w >> 56
 	}
-	if start >= 0 {
-		out.Collect(line[start:])
-	}
+}
+
+// wordASCII has the high bit of each byte of x that is in a-z or 0-9, x
+// being eight ASCII bytes.
+func wordASCII(x uint64) uint64 {
+	return inASCII(x, 'a', 'z') | inASCII(x, '0', '9')
+}
+
+// inASCII has the high bit of each byte of x that is in lo-hi, x being
+// eight ASCII bytes: x+(0x80-lo) sets it in a byte ≥ lo, x+(0x80-hi-1) in
+// a byte > hi, and no byte carries into the next.
+func inASCII(x uint64, lo, hi byte) uint64 {
+	return (x + uint64(0x80-lo)*lowBits) &^ (x + uint64(0x80-hi-1)*lowBits) & highBits
 }
 
 // emitWords emits the words (step 2 of Split's definition) of a folded
@@ -417,9 +447,7 @@ const (
 // upperASCII has the high bit of each byte of x that is in A-Z, x being
 // eight ASCII bytes: x+0x3f sets it in a byte ≥ 'A', x+0x25 in a byte
 // > 'Z', and no byte carries into the next.
-func upperASCII(x uint64) uint64 {
-	return (x + (0x80-'A')*lowBits) &^ (x + (0x80-'Z'-1)*lowBits) & highBits
-}
+func upperASCII(x uint64) uint64 { return inASCII(x, 'A', 'Z') }
 
 // load64 is the first eight bytes of s, little-endian (one load).
 func load64(s string) uint64 {
