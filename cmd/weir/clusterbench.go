@@ -29,10 +29,13 @@ func newClusterBench() *cobra.Command {
 		Use:   "cluster",
 		Short: "The word count on a coordinator and 2 worker processes against one process: words per CPU-second, checkpoint durations, recovery time",
 		Long: `Run the word count (checkpoints every second, exactly-once, parallelism 2) in
-one process, then on a coordinator and two worker processes of one slot each
-on loopback with mutual TLS, --runs times each, and print words per CPU-second
-(user plus system time of every process of the run, the best run) and
-checkpoint durations (p50, p99 over all runs). Then, --recoveries times, run it
+one process and on a coordinator and two worker processes of one slot each
+on loopback with mutual TLS, in turn, --runs rounds, and print words per
+CPU-second (user plus system time of every process of the run: the best
+run, the median and the range) and checkpoint durations (p50, p99 over all
+runs), and the cluster's words per CPU-second over one process's: of the
+best runs, of the medians, and per round (the median and range of the
+rounds' ratios, each of two runs taken one after the other). Then, --recoveries times, run it
 on three workers, kill one with SIGKILL after a checkpoint, and print the time
 from the kill to the tasks running again on the other two and to the first
 checkpoint after (when the file sink commits output again): with the default
@@ -57,7 +60,7 @@ merges them).`,
 	}
 	cmd.Flags().IntVar(&files, "files", 4, "input files")
 	cmd.Flags().IntVar(&lines, "lines", 250_000, "lines per input file (8 words each)")
-	cmd.Flags().IntVar(&runs, "runs", 3, "runs of each mode; the best counts")
+	cmd.Flags().IntVar(&runs, "runs", 5, "rounds: runs of each mode, taken in turn")
 	cmd.Flags().IntVar(&recoveries, "recoveries", 3, "kills to time, per setting")
 	return cmd
 }
@@ -366,35 +369,45 @@ func benchCluster(ctx context.Context, w io.Writer, self string, files, lines, r
 		return err
 	}
 	words := float64(files) * float64(lines) * 8
-	fmt.Fprintf(w, "weir bench cluster: %.0f words, parallelism 2, checkpoints every 1s, %d CPUs, best of %d runs\n\n", words, goruntime.NumCPU(), runs)
-	const row = "%-44s %12s %16s %10s %10s %7s\n"
-	fmt.Fprintf(w, row, "", "words/cpu-s", "all runs", "ckpt p50", "ckpt p99", "ckpts")
-	var perCPU [2]float64
-	for i, mode := range []struct {
+	fmt.Fprintf(w, "weir bench cluster: %.0f words, parallelism 2, checkpoints every 1s, %d CPUs, %d rounds (each runs both modes, in turn)\n\n", words, goruntime.NumCPU(), runs)
+	modes := []struct {
 		name string
 		run  func() (time.Duration, string, error)
 	}{
 		{"one process", b.local},
 		{"coordinator + 2 workers (1 slot each), TLS", b.clustered},
-	} {
-		var best, worst time.Duration
-		var durs []time.Duration
-		for r := range runs {
+	}
+	// Rounds take the modes in turn, so that a slow spell of a shared
+	// machine does not fall on one of them only; a round's ratio compares
+	// two runs taken one after the other.
+	cpus := make([][]time.Duration, len(modes))
+	durs := make([][]time.Duration, len(modes))
+	for range runs {
+		for i, mode := range modes {
 			cpu, log, err := mode.run()
 			if err != nil {
 				return fmt.Errorf("%s: %w", mode.name, err)
 			}
-			if r == 0 || cpu < best {
-				best = cpu
-			}
-			worst = max(worst, cpu)
-			durs = append(durs, checkpointDurations(log)...)
+			cpus[i] = append(cpus[i], cpu)
+			durs[i] = append(durs[i], checkpointDurations(log)...)
 		}
-		perCPU[i] = words / best.Seconds()
-		fmt.Fprintf(w, row, mode.name, si(perCPU[i]), si(words/worst.Seconds())+"–"+si(perCPU[i]),
-			percentile(durs, 0.5).Round(time.Millisecond), percentile(durs, 0.99).Round(time.Millisecond), fmt.Sprint(len(durs)))
 	}
-	fmt.Fprintf(w, "\ncluster / one process, per CPU-second: %.2f\n", perCPU[1]/perCPU[0])
+	const row = "%-44s %12s %8s %16s %10s %10s %7s\n"
+	fmt.Fprintf(w, row, "", "words/cpu-s", "median", "all runs", "ckpt p50", "ckpt p99", "ckpts")
+	perCPU := func(cpu time.Duration) float64 { return words / cpu.Seconds() }
+	for i, mode := range modes {
+		best, worst := slices.Min(cpus[i]), slices.Max(cpus[i])
+		fmt.Fprintf(w, row, mode.name, si(perCPU(best)), si(perCPU(percentile(cpus[i], 0.5))), si(perCPU(worst))+"–"+si(perCPU(best)),
+			percentile(durs[i], 0.5).Round(time.Millisecond), percentile(durs[i], 0.99).Round(time.Millisecond), fmt.Sprint(len(durs[i])))
+	}
+	ratios := make([]float64, runs) // per round: cluster ÷ one process, per CPU-second
+	for r := range ratios {
+		ratios[r] = cpus[0][r].Seconds() / cpus[1][r].Seconds()
+	}
+	slices.Sort(ratios)
+	fmt.Fprintf(w, "\ncluster / one process, per CPU-second: %.2f (best runs), %.2f (medians); per round: median %.2f, %.2f–%.2f\n",
+		slices.Min(cpus[0]).Seconds()/slices.Min(cpus[1]).Seconds(), percentile(cpus[0], 0.5).Seconds()/percentile(cpus[1], 0.5).Seconds(),
+		ratios[len(ratios)/2], ratios[0], ratios[len(ratios)-1])
 	if recoveries == 0 {
 		return nil
 	}

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -28,12 +29,16 @@ func TestWordCountBench(t *testing.T) {
 
 // TestClusterBenchProfilesEveryProcess: `weir bench cluster --cpuprofile F`
 // leaves a CPU profile of each process of the last run of each mode, which
-// pprof reads (`bench cluster` used to take the flag and profile nothing).
+// pprof reads (`bench cluster` used to take the flag and profile nothing),
+// and prints the modes' rates and their ratios.
 func TestClusterBenchProfilesEveryProcess(t *testing.T) {
 	prof := filepath.Join(t.TempDir(), "cpu")
-	out, err := exec.Command(weirBin, "bench", "cluster", "--files", "1", "--lines", "2000", "--runs", "1", "--recoveries", "0", "--cpuprofile", prof).CombinedOutput()
+	out, err := exec.Command(weirBin, "bench", "cluster", "--files", "1", "--lines", "2000", "--runs", "2", "--recoveries", "0", "--cpuprofile", prof).CombinedOutput()
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
+	}
+	if !regexp.MustCompile(`(?m)^one process +\S+ +\S+ +\S+–\S+ .*\ncoordinator \+ 2 workers .*\n\ncluster / one process, per CPU-second: [0-9.]+ \(best runs\), [0-9.]+ \(medians\); per round: median [0-9.]+, [0-9.]+–[0-9.]+$`).Match(out) {
+		t.Fatalf("no rows and ratios of both modes in:\n%s", out)
 	}
 	for _, p := range []string{"local", "coordinator", "worker-1", "worker-2"} {
 		f, err := os.Open(prof + "." + p)
