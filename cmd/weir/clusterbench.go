@@ -35,17 +35,18 @@ CPU-second (user plus system time of every process of the run: the best
 run, the median and the range) and checkpoint durations (p50, p99 over all
 runs), and the cluster's words per CPU-second over one process's: of the
 best runs, of the medians, and per round (the median and range of the
-rounds' ratios, each of two runs taken one after the other). Then, --recoveries times, run it
-on three workers, kill one with SIGKILL after a checkpoint, and print the time
-from the kill to the tasks running again on the other two and to the first
-checkpoint after (when the file sink commits output again): with the default
-settings, with a restart delay of 0, and with that and checkpoints every
-100 ms. Outputs are checked by counting.
+rounds' ratios, each of two runs taken one after the other). Then,
+--recoveries times, run it on three workers, kill one with SIGKILL after a
+checkpoint, and print the time from the kill to the tasks running again on
+the other two and to the first checkpoint after (when the file sink
+commits output again): with the default settings, with a restart delay of
+0, and with that and checkpoints every 100 ms. Outputs are checked by
+counting.
 
-With --cpuprofile F, each process of the last run of each mode writes its
-own CPU profile: F.local for one process, F.coordinator and F.worker-1,
-F.worker-2 for the cluster (go tool pprof -top F.coordinator F.worker-*
-merges them).`,
+With --cpuprofile F, every process of every run writes its CPU profile,
+so the last run of each mode leaves them: F.local for one process,
+F.coordinator and F.worker-1, F.worker-2 for the cluster (go tool pprof
+-top F.coordinator F.worker-* merges them).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if files < 1 || lines < 1 || runs < 1 || recoveries < 0 {
@@ -155,6 +156,16 @@ func checkpointDurations(log string) []time.Duration {
 		}
 	}
 	return ds
+}
+
+// median is the middle of xs, or the mean of the two middle ones.
+func median[T time.Duration | float64](xs []T) T {
+	s := slices.Sorted(slices.Values(xs))
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
 }
 
 func percentile(ds []time.Duration, p float64) time.Duration {
@@ -369,7 +380,7 @@ func benchCluster(ctx context.Context, w io.Writer, self string, files, lines, r
 		return err
 	}
 	words := float64(files) * float64(lines) * 8
-	fmt.Fprintf(w, "weir bench cluster: %.0f words, parallelism 2, checkpoints every 1s, %d CPUs, %d rounds (each runs both modes, in turn)\n\n", words, goruntime.NumCPU(), runs)
+	fmt.Fprintf(w, "weir bench cluster: %.0f words, parallelism 2, checkpoints every 1s, %d CPUs, rounds: %d (each runs both modes, in turn)\n\n", words, goruntime.NumCPU(), runs)
 	modes := []struct {
 		name string
 		run  func() (time.Duration, string, error)
@@ -395,19 +406,20 @@ func benchCluster(ctx context.Context, w io.Writer, self string, files, lines, r
 	const row = "%-44s %12s %8s %16s %10s %10s %7s\n"
 	fmt.Fprintf(w, row, "", "words/cpu-s", "median", "all runs", "ckpt p50", "ckpt p99", "ckpts")
 	perCPU := func(cpu time.Duration) float64 { return words / cpu.Seconds() }
+	var best, med [2]time.Duration
 	for i, mode := range modes {
-		best, worst := slices.Min(cpus[i]), slices.Max(cpus[i])
-		fmt.Fprintf(w, row, mode.name, si(perCPU(best)), si(perCPU(percentile(cpus[i], 0.5))), si(perCPU(worst))+"–"+si(perCPU(best)),
+		best[i], med[i] = slices.Min(cpus[i]), median(cpus[i])
+		fmt.Fprintf(w, row, mode.name, si(perCPU(best[i])), si(perCPU(med[i])), si(perCPU(slices.Max(cpus[i])))+"–"+si(perCPU(best[i])),
 			percentile(durs[i], 0.5).Round(time.Millisecond), percentile(durs[i], 0.99).Round(time.Millisecond), fmt.Sprint(len(durs[i])))
 	}
-	ratios := make([]float64, runs) // per round: cluster ÷ one process, per CPU-second
+	// The cluster's words per CPU-second over one process's is one
+	// process's CPU time over the cluster's.
+	ratios := make([]float64, runs) // per round
 	for r := range ratios {
 		ratios[r] = cpus[0][r].Seconds() / cpus[1][r].Seconds()
 	}
-	slices.Sort(ratios)
 	fmt.Fprintf(w, "\ncluster / one process, per CPU-second: %.2f (best runs), %.2f (medians); per round: median %.2f, %.2f–%.2f\n",
-		slices.Min(cpus[0]).Seconds()/slices.Min(cpus[1]).Seconds(), percentile(cpus[0], 0.5).Seconds()/percentile(cpus[1], 0.5).Seconds(),
-		ratios[len(ratios)/2], ratios[0], ratios[len(ratios)-1])
+		best[0].Seconds()/best[1].Seconds(), med[0].Seconds()/med[1].Seconds(), median(ratios), slices.Min(ratios), slices.Max(ratios))
 	if recoveries == 0 {
 		return nil
 	}
@@ -430,8 +442,8 @@ func benchCluster(ctx context.Context, w io.Writer, self string, files, lines, r
 			}
 			dep, com = append(dep, d), append(com, c)
 		}
-		fmt.Fprintf(w, rrow, s.name, fmt.Sprintf("%v (%v–%v)", percentile(dep, 0.5).Round(time.Millisecond), slices.Min(dep).Round(time.Millisecond), slices.Max(dep).Round(time.Millisecond)),
-			fmt.Sprintf("%v (%v–%v)", percentile(com, 0.5).Round(time.Millisecond), slices.Min(com).Round(time.Millisecond), slices.Max(com).Round(time.Millisecond)))
+		fmt.Fprintf(w, rrow, s.name, fmt.Sprintf("%v (%v–%v)", median(dep).Round(time.Millisecond), slices.Min(dep).Round(time.Millisecond), slices.Max(dep).Round(time.Millisecond)),
+			fmt.Sprintf("%v (%v–%v)", median(com).Round(time.Millisecond), slices.Min(com).Round(time.Millisecond), slices.Max(com).Round(time.Millisecond)))
 	}
 	return nil
 }

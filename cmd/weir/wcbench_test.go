@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/pprof/profile"
 )
@@ -50,5 +51,26 @@ func TestClusterBenchProfilesEveryProcess(t *testing.T) {
 		if err != nil {
 			t.Fatalf("the profile of %s: %v", p, err)
 		}
+	}
+}
+
+// TestMedian: the middle value, or the mean of the two middle ones (the
+// bench's medians were the upper middle with an even number of rounds).
+func TestMedian(t *testing.T) {
+	for _, c := range []struct {
+		xs   []float64
+		want float64
+	}{
+		{[]float64{3}, 3},
+		{[]float64{3, 1}, 2},
+		{[]float64{4, 1, 3, 2}, 2.5},
+		{[]float64{5, 1, 4, 2, 3}, 3},
+	} {
+		if got := median(c.xs); got != c.want {
+			t.Errorf("median(%v) = %v; want %v", c.xs, got, c.want)
+		}
+	}
+	if got := median([]time.Duration{time.Second, 3 * time.Second}); got != 2*time.Second {
+		t.Errorf("median(1s, 3s) = %v; want 2s", got)
 	}
 }

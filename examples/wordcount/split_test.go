@@ -151,7 +151,7 @@ func TestSplitEveryCasedLetter(t *testing.T) {
 
 func FuzzSplit(f *testing.F) {
 	for _, s := range []string{"", "Hello, World!", "ÄÖÜ straße 42x", "a\xffb", "日本語のテキスト", "tab\tsep\r\n", "İstanbul",
-		"x1_y2-z3", "ΟΔΟΣ οδος", "हिन्दी", "Cafe\u0301", "ᾼ\u0345ͅ", "I\u0323\u0307", "ＡＢ１２", "\u0301x", "ꮂ Ꮂ", "i\u0307\u0323\u0301 ᾀ\u0301\u0345 ΐ\u0345"} {
+		"x1_y2-z3", "\xf3\u0374", "ΟΔΟΣ οδος", "हिन्दी", "Cafe\u0301", "ᾼ\u0345ͅ", "I\u0323\u0307", "ＡＢ１２", "\u0301x", "ꮂ Ꮂ", "i\u0307\u0323\u0301 ᾀ\u0301\u0345 ΐ\u0345"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, line string) {
@@ -282,7 +282,7 @@ func TestASCIIWordsEightAtATime(t *testing.T) {
 	}
 	check := func(line string) {
 		t.Helper()
-		var got collected
+		var got collect
 		emitASCIIWords(line, &got)
 		if want := byteAtATime(line); !slices.Equal(got, want) {
 			t.Fatalf("emitASCIIWords(%q) = %q; want %q", line, got, want)
@@ -310,7 +310,3 @@ func TestASCIIWordsEightAtATime(t *testing.T) {
 		}
 	}
 }
-
-type collected []string
-
-func (c *collected) Collect(w string) { *c = append(*c, w) }

@@ -105,11 +105,14 @@ func appendCount(dst []byte, n int64) []byte {
 		return strconv.AppendInt(dst, n, 10)
 	}
 	u := uint64(n)
-	// log10(2) ≈ 1233/4096: t is the digits of the least number of u's bit
-	// length, less one; u has t or t+1 digits.
+	// With L the bit length of u, t = floor(L·log10 2) (1233/4096 is close
+	// enough for L ≤ 64) is the digits of 2^L-1, the greatest number of
+	// that length, less one: u has t digits, or t+1 if u ≥ 10^t. u|1 makes
+	// 0 one digit long and changes nothing else (10^t is even for t ≥ 1,
+	// and every u ≥ 1 = 10^0).
 	t := uint(bits.Len64(u|1)) * 1233 >> 12
 	digits := int(t)
-	if u|1 >= powersOf10[t] { // 0 has one digit; no power of ten is odd
+	if u|1 >= powersOf10[t] {
 		digits++
 	}
 	dst = slices.Grow(dst, digits)
@@ -233,6 +236,13 @@ var folder = cases.Fold()
 // fold returns line in the canonical form of step 1 of Split's definition,
 // cut from a chunk shared with other lines (see arena).
 func fold(line string) string {
+	if !utf8.ValidString(line) {
+		// Bytes that are not UTF-8 separate words; as U+FFFD they also
+		// leave the text after them to be normalised (norm leaves a mark
+		// or singleton right after such a byte as it is: "\xf3\u0374"
+		// would keep U+0374, which NFC maps to U+02B9).
+		line = strings.ToValidUTF8(line, "\uFFFD")
+	}
 	f := foldings.Get().(*folding)
 	defer f.put()
 	src := append(f.src[:0], line...)
