@@ -128,7 +128,9 @@ func drawCluster(seed uint64) *genCluster {
 	}
 	g.hbTimeout = time.Duration(600+rng.IntN(1400)) * time.Millisecond
 	for r := range g.phases {
-		need := 1
+		// The operators without a parallelism of their own run at the
+		// phase's default (gcRun.config).
+		need := []int{g.srcP, g.p2, g.p3}[r]
 		for _, p := range g.par[r] {
 			need = max(need, p)
 		}

@@ -714,8 +714,9 @@ func (h *hist) step(run int, s hStep) bool {
 		h.damageNewest()
 	}
 	p := h.predict(s)
-	if s.end == hKillPanic && (p.from == nil || !(h.g.mapV || h.g.mapPanicAt > 0)) {
-		// The panic could come before the sinks open, or there is no map.
+	if s.end == hKillPanic && (p.from == nil || p.sinkRefused || !(h.g.mapV || h.g.mapPanicAt > 0)) {
+		// The panic could come before the sinks open (and refuse, if they
+		// are to: every task starts at once), or there is no map.
 		s.end = hKillCancel
 	}
 	h.logf("run %d: %v; model %v; predicted: %v", run, s, &h.m, p)
