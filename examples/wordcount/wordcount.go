@@ -342,8 +342,8 @@ func dropDotsAfterI(dst, b []byte) []byte {
 
 // emitASCIIWords emits the words of a lower-cased ASCII line: the runs of
 // a-z and 0-9. It takes the line eight bytes at a time (SWAR, as classOf):
-// a word starts or ends where a byte's being a word byte differs from the
-// byte's before it, and the block's changes are found at once.
+// a word starts where a word byte follows one that is not, and ends where
+// the other way round, and a block's starts and ends are found at once.
 func emitASCIIWords(line string, out weir.Collector[string]) {
 	start := 0
 	var before uint64 // 0x80 if the byte before the block is a word byte
