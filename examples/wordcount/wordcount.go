@@ -455,8 +455,7 @@ const (
 )
 
 // upperASCII has the high bit of each byte of x that is in A-Z, x being
-// eight ASCII bytes: x+0x3f sets it in a byte ≥ 'A', x+0x25 in a byte
-// > 'Z', and no byte carries into the next.
+// eight ASCII bytes.
 func upperASCII(x uint64) uint64 { return inASCII(x, 'A', 'Z') }
 
 // load64 is the first eight bytes of s, little-endian (one load).
