@@ -134,12 +134,12 @@ func TestEventsAreJSONLines(t *testing.T) {
 }
 
 // run runs query q over the events of cfg at parallelism 2, its results
-// into dir; crashAt, if not 0, fails the job once, at the first event
-// after that many once a checkpoint has completed, so that it restores
-// the checkpoint.
-// run runs q over the events of cfg into dir, crashing once after
-// crashAt events (0: never) and a completed checkpoint; alignment holds the
-// checkpoints' Alignment and AlignedTimeout.
+// into dir; alignment holds the checkpoints' Alignment and AlignedTimeout.
+// crashAt, if not 0, fails the job once, at the first event after that
+// many once a checkpoint has completed, so that it restores the
+// checkpoint: the sources hold their input after crashAt events until a
+// checkpoint has completed, for under load (-race, a busy CI) the first
+// one took longer than the whole input.
 func run(t *testing.T, q Query, cfg Config, dir string, crashAt int64, alignment weir.CheckpointConfig) weir.Result {
 	t.Helper()
 	var completed, restored atomic.Int64
@@ -160,9 +160,15 @@ func run(t *testing.T, q Query, cfg Config, dir string, crashAt int64, alignment
 	if err != nil {
 		t.Fatal(err)
 	}
+	var n atomic.Int64
+	if crashAt > 0 {
+		open := gen
+		gen = func() weir.SourceReader[Event] {
+			return heldReader{open().(*reader), func() bool { return n.Load() >= crashAt && completed.Load() == 0 }}
+		}
+	}
 	events := weir.Source(env, "nexmark", gen, weir.Watermarks(weir.BoundedOutOfOrderness(Watermark, EventTime)))
 	if crashAt > 0 {
-		var n atomic.Int64
 		var crashed atomic.Bool
 		events = weir.Map(events, "crash", func(e Event) Event {
 			if n.Add(1) >= crashAt && completed.Load() > 0 && !crashed.Swap(true) {
@@ -189,6 +195,19 @@ func run(t *testing.T, q Query, cfg Config, dir string, crashAt int64, alignment
 		t.Fatalf("%d attempts, restored from checkpoint %d: the failure did not happen after a checkpoint", res.Attempts, restored.Load())
 	}
 	return res
+}
+
+// heldReader reads nothing while hold says so.
+type heldReader struct {
+	*reader
+	hold func() bool
+}
+
+func (h heldReader) Read(out weir.Collector[Event]) (operator.PollResult, error) {
+	if h.hold() {
+		return operator.PollResult{IdleUntil: h.ctx.Now().Add(time.Millisecond)}, nil
+	}
+	return h.reader.Read(out)
 }
 
 // committed reads the JSON lines the file sink committed in dir, sorted.
@@ -258,10 +277,9 @@ func TestUnalignedQueriesAgainstBruteForce(t *testing.T) {
 		want := jsonLines(t, bruteForce[name](evs))
 		for _, cc := range []weir.CheckpointConfig{{Alignment: weir.Unaligned}, {AlignedTimeout: time.Millisecond}} {
 			t.Run(fmt.Sprintf("%s/%v-timeout-%v", name, cc.Alignment, cc.AlignedTimeout), func(t *testing.T) {
-				// Slower than TestQueriesAgainstBruteForce's: the crash waits
-				// for a completed checkpoint, and under load (-race, a busy
-				// CI) the first unaligned one, holding the backlog, took
-				// 0.7 s, after the input had ended.
+				// Slower than TestQueriesAgainstBruteForce's, so that more
+				// checkpoints fall within the input: the first unaligned
+				// one, holding the backlog, takes long.
 				crashed, slow := t.TempDir(), testConfig
 				slow.Throttle = 40_000
 				run(t, q[0], slow, crashed, testConfig.Events*3/5, cc)
