@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -151,14 +152,37 @@ func TestZeroConfigDefaults(t *testing.T) {
 // Case 16: a run that ends by its context's deadline after failures says
 // both: the deadline, and the failure.
 func TestDeadlineErrorCarriesTheLastFailure(t *testing.T) {
-	e := env(weir.Config{Restart: weir.FixedDelay{Delay: time.Hour, MaxAttempts: 5}})
+	// The deadline passes once the job waits to restart, however slow
+	// the machine is to get there.
+	ctx := &expiring{Context: context.Background(), done: make(chan struct{})}
+	e := env(weir.Config{Restart: weir.FixedDelay{Delay: time.Hour, MaxAttempts: 5}, OnEvent: func(ev weir.JobEvent) {
+		if ev.Kind == weir.EventRestarting {
+			ctx.once.Do(func() { close(ctx.done) })
+		}
+	}})
 	out := weir.Process(weir.KeyBy(weir.Source(e, "n", gen(t, 50, func(i int64) int64 { return i })), func(v int64) int64 { return v }), "p",
 		func() weir.KeyedProcessFunction[int64, int64, int64] { return poison{} })
 	weir.Sink(out, "out", (&collect[int64]{}).sink())
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
 	_, err := e.Execute(ctx)
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "record 7 cannot be processed") {
 		t.Fatalf("error %v; want the deadline and the failure", err)
+	}
+}
+
+// expiring is a context whose deadline passes when done is closed.
+type expiring struct {
+	context.Context // never done
+	done            chan struct{}
+	once            sync.Once
+}
+
+func (c *expiring) Done() <-chan struct{} { return c.done }
+
+func (c *expiring) Err() error {
+	select {
+	case <-c.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
 	}
 }
