@@ -245,21 +245,31 @@ func (j *regularJoin[K, A, B, Out]) expireAt(c *KeyedContext[K], now int64) {
 	}
 }
 
+// live reports whether a record kept since at is within the TTL at now:
+// one past it is not matched, though its timer (rounded up to ttlGrain)
+// has not dropped it yet (as Flink's state TTL never returns an expired
+// value).
+func (j *regularJoin[K, A, B, Out]) live(at, now int64) bool { return j.ttl == 0 || at > now-j.ttl }
+
 func (j *regularJoin[K, A, B, Out]) Process1(c *KeyedContext[K], v A, out Collector[Out]) error {
-	for _, b := range j.bs.Get() {
-		out.Collect(j.f(v, b.V))
-	}
 	now := c.Now().UnixMilli()
+	for _, b := range j.bs.Get() {
+		if j.live(b.At, now) {
+			out.Collect(j.f(v, b.V))
+		}
+	}
 	j.as.Add(Kept[A]{At: now, V: v})
 	j.expireAt(c, now)
 	return nil
 }
 
 func (j *regularJoin[K, A, B, Out]) Process2(c *KeyedContext[K], v B, out Collector[Out]) error {
-	for _, a := range j.as.Get() {
-		out.Collect(j.f(a.V, v))
-	}
 	now := c.Now().UnixMilli()
+	for _, a := range j.as.Get() {
+		if j.live(a.At, now) {
+			out.Collect(j.f(a.V, v))
+		}
+	}
 	j.bs.Add(Kept[B]{At: now, V: v})
 	j.expireAt(c, now)
 	return nil

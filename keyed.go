@@ -270,6 +270,10 @@ type keyed[K comparable, Out any] struct {
 	// wmCap bounds the watermark in a verification rerun: the operator's
 	// at the checkpoint (chain.watermarkCap).
 	wmCap int64
+	// behind: the restored watermark is the least of several subtasks'
+	// (a rescale), so state may hold windows that fired under a greater
+	// one, their firing timers spent (restoreWatermarks).
+	behind bool
 }
 
 func (k *keyed[K, Out]) open(oc *operator.Context, kc codec.Codec[K], fn any) error {
@@ -295,7 +299,7 @@ func (k *keyed[K, Out]) open(oc *operator.Context, kc codec.Codec[K], fn any) er
 	}
 	wm := operator.MinTime
 	if oc.Restore != nil {
-		if wm, err = restoreWatermark(oc.Restore, oc); err != nil {
+		if wm, k.behind, err = restoreWatermarks(oc.Restore, oc); err != nil {
 			return err
 		}
 	}

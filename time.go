@@ -353,22 +353,30 @@ func snapshotWatermark(oc *operator.Context, wm int64) operator.Async {
 // parallelism is the same, else the least of all (nothing on time becomes
 // late); MinTime when the checkpoint has none.
 func restoreWatermark(rs *operator.Restore, oc *operator.Context) (int64, error) {
+	wm, _, err := restoreWatermarks(rs, oc)
+	return wm, err
+}
+
+// restoreWatermarks is restoreWatermark, and whether it is the least of
+// several that differ: then the key groups of another subtask may hold
+// windows that fired under a greater one.
+func restoreWatermarks(rs *operator.Restore, oc *operator.Context) (wm int64, behind bool, err error) {
 	items, err := state.RestoreList(rs.Handles, rs.Read, state.Union, "_watermark", oc.Subtask, oc.Parallelism)
 	if err != nil || len(items) == 0 {
-		return operator.MinTime, err
+		return operator.MinTime, false, err
 	}
-	least := operator.MaxTime
+	least, greatest := operator.MaxTime, operator.MinTime
 	for _, it := range items {
 		sub, n1 := binary.Uvarint(it)
 		p, n2 := binary.Uvarint(it[max(n1, 0):])
 		wm, n3 := binary.Varint(it[max(n1+n2, 0):])
 		if n1 <= 0 || n2 <= 0 || n3 <= 0 {
-			return 0, fmt.Errorf("restore watermark: %w", codec.ErrShort)
+			return 0, false, fmt.Errorf("restore watermark: %w", codec.ErrShort)
 		}
 		if int(p) == oc.Parallelism && int(sub) == oc.Subtask {
-			return wm, nil
+			return wm, false, nil
 		}
-		least = min(least, wm)
+		least, greatest = min(least, wm), max(greatest, wm)
 	}
-	return least, nil
+	return least, least < greatest, nil
 }

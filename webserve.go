@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/graph"
@@ -280,7 +283,15 @@ func (e *Environment) webControl(spec *runtime.Spec, cancel context.CancelCauseF
 			if st == nil {
 				return ""
 			}
-			return storage.CheckpointLocation(st.Describe(), "", checkpoint.ID(id))
+			loc := storage.CheckpointLocation(st.Describe(), "", checkpoint.ID(id))
+			if !storage.IsURL(loc) && vfs.Root(e.cfg.Checkpoint.FS) == vfs.Default {
+				// Absolute, as the CLI that asks may run in another
+				// directory than the job.
+				if abs, err := filepath.Abs(loc); err == nil {
+					loc = abs
+				}
+			}
+			return loc
 		},
 	}
 	if e.cfg.Cluster.Role == Coordinator {

@@ -93,8 +93,8 @@ func (a WindowAssigner) check() error {
 			return fmt.Errorf("window size %v and slide %v must be whole milliseconds above 0", a.sizeD, a.slideD)
 		}
 	case sessions:
-		if a.gap <= 0 {
-			return fmt.Errorf("session gap %v must be above 0", a.gD)
+		if a.gap <= 0 || a.gD%time.Millisecond != 0 {
+			return fmt.Errorf("session gap %v must be whole milliseconds above 0", a.gD)
 		}
 	default:
 		return fmt.Errorf("no window assigner: use weir.Tumbling, weir.Sliding or weir.Session")
@@ -500,9 +500,11 @@ func (w *windowOp[K, In, Acc, Out]) addToPane(ts int64, v In) error {
 		if w.isLate(end) || (a.processing && end-1 <= w.firedUpTo) {
 			continue
 		}
-		if !had {
+		if !had || w.behind && !w.fired(end) {
 			// A new pane: its windows need timers (an existing pane's have
-			// them).
+			// them, unless a rescale restored a watermark less than the one
+			// the window fired under: its timer is spent, and the window
+			// must fire again).
 			w.registerWindow(end)
 		}
 		if w.fired(end) {

@@ -89,6 +89,18 @@ func (r Reason) String() string {
 	return fmt.Sprintf("reason(%d)", int(r))
 }
 
+// AfterAbortedStop says what becomes of a job whose savepoint to stop with
+// (stop-with-savepoint) was aborted for reason r.
+func (r Reason) AfterAbortedStop() string {
+	switch r {
+	case ReasonCancelled:
+		return "the job was cancelled before it completed"
+	case ReasonJobFailing, ReasonTaskFailed:
+		return "the job is failing over, and runs on if it restarts"
+	}
+	return "the job runs on"
+}
+
 // Counts reports whether an abort for this reason counts towards the
 // tolerable consecutive failures.
 func (r Reason) Counts() bool {

@@ -26,15 +26,18 @@ type Disposed struct {
 // deletes those as newer ones complete. While a job holds the storage, its
 // shared files stay (that job's reference counts include them) and go at
 // its next start, as every unreferenced shared file does.
+//
+// The job's newest checkpoint (what a restart and --restore latest resume
+// from) is refused when it is the savepoint: without it the job could
+// resume only from an older checkpoint, or not at all.
 func DisposeSavepoint(ctx context.Context, fs vfs.FS, path string) (Disposed, error) {
-	var m *checkpoint.Metadata
-	var st Storage
-	var err error
-	if IsURL(path) {
-		m, st, err = OpenCheckpointURL(ctx, path)
-	} else {
-		m, st, err = OpenCheckpoint(fs, path)
+	open := func() (*checkpoint.Metadata, Storage, error) {
+		if IsURL(path) {
+			return OpenCheckpointURL(ctx, path)
+		}
+		return OpenCheckpoint(fs, path)
 	}
+	m, st, err := open()
 	if err != nil {
 		return Disposed{}, fmt.Errorf("dispose: %w", err)
 	}
@@ -42,14 +45,24 @@ func DisposeSavepoint(ctx context.Context, fs vfs.FS, path string) (Disposed, er
 		return Disposed{}, fmt.Errorf("dispose %s: checkpoint %d is not a savepoint; Weir deletes checkpoints itself as newer ones complete (Checkpoint.Retained)", path, m.ID)
 	}
 	d := Disposed{ID: m.ID}
+	scanned := st // Scan counts the shared files' references
 	lock, err := st.Lock()
 	if err != nil {
 		d.SharedKept, d.Held = true, err
+		// NB: st's counts stay empty, so that Discard leaves every shared
+		// file to the job that holds the storage; another copy looks.
+		if _, scanned, err = open(); err != nil {
+			return Disposed{}, fmt.Errorf("dispose: %w", err)
+		}
 	} else {
 		defer lock.Close()
-		if _, err := st.Scan(); err != nil { // counts the shared files' references
-			return Disposed{}, fmt.Errorf("dispose %s: %w", path, err)
-		}
+	}
+	scan, err := scanned.Scan()
+	if err != nil {
+		return Disposed{}, fmt.Errorf("dispose %s: %w", path, err)
+	}
+	if latest := scan.Latest(); latest != nil && latest.ID == m.ID {
+		return Disposed{}, fmt.Errorf("dispose %s: savepoint %d is the job's newest checkpoint: a restart and --restore latest resume from it, and without it the job could resume only from an older checkpoint or not at all; dispose it once the job has completed a newer checkpoint", path, m.ID)
 	}
 	if err := st.Discard(m.ID); err != nil {
 		return Disposed{}, fmt.Errorf("dispose %s: %w", path, err)

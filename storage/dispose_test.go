@@ -62,6 +62,11 @@ func TestDisposeSavepoint(t *testing.T) {
 	if _, err := DisposeSavepoint(ctx, fs, d.CheckpointDir(1)); err == nil || !strings.Contains(err.Error(), "not a savepoint") {
 		t.Fatalf("disposing checkpoint 1: %v", err)
 	}
+	// The job's newest checkpoint is what it resumes from: refused.
+	if _, err := DisposeSavepoint(ctx, fs, d.CheckpointDir(2)); err == nil || !strings.Contains(err.Error(), "newest checkpoint") {
+		t.Fatalf("disposing savepoint 2, the newest checkpoint: %v", err)
+	}
+	commit(3, false, one, "e.sst")
 	got, err := DisposeSavepoint(ctx, fs, d.CheckpointDir(2))
 	if err != nil || got.ID != 2 || got.SharedKept {
 		t.Fatalf("disposing savepoint 2: %+v, %v", got, err)
@@ -75,14 +80,14 @@ func TestDisposeSavepoint(t *testing.T) {
 		slices.Sort(out)
 		return strings.Join(out, " ")
 	}
-	if got := names(d); got != "a.sst b.sst" {
-		t.Fatalf("shared files after disposing savepoint 2: %s (want checkpoint 1's a and b)", got)
+	if got := names(d); got != "a.sst b.sst e.sst" {
+		t.Fatalf("shared files after disposing savepoint 2: %s (want checkpoints 1's and 3's: a, b and e)", got)
 	}
 	if _, err := fs.Stat(d.CheckpointDir(2)); err == nil {
 		t.Fatal("savepoint 2's directory is still there")
 	}
 	scan, err := open().Scan()
-	if err != nil || len(scan.Completed) != 1 || scan.Completed[0].ID != 1 {
+	if err != nil || len(scan.Completed) != 2 || scan.Completed[0].ID != 1 || scan.Completed[1].ID != 3 {
 		t.Fatalf("after disposing: %+v, %v", scan.Completed, err)
 	}
 	// It says what it did not find, not that a restore failed (it did).
@@ -91,27 +96,31 @@ func TestDisposeSavepoint(t *testing.T) {
 		t.Fatalf("a savepoint disposed twice: %v", err)
 	}
 
-	// A job holds the storage: savepoint 3 goes, its own shared file d
-	// stays until the job's next start.
+	// A job holds the storage: savepoint 4 goes once checkpoint 5 is
+	// newer, its own shared file d stays until the job's next start.
 	lock, err := d.Lock()
 	if err != nil {
 		t.Fatal(err)
 	}
-	commit(3, true, one[1:], "d.sst")
-	got, err = DisposeSavepoint(ctx, fs, d.CheckpointDir(3))
-	if err != nil || !got.SharedKept || got.Held == nil {
-		t.Fatalf("disposing savepoint 3 while the storage is held: %+v, %v", got, err)
+	commit(4, true, one[1:], "d.sst")
+	if _, err := DisposeSavepoint(ctx, fs, d.CheckpointDir(4)); err == nil || !strings.Contains(err.Error(), "newest checkpoint") {
+		t.Fatalf("disposing savepoint 4, the newest checkpoint, while the storage is held: %v", err)
 	}
-	if got := names(d); got != "a.sst b.sst d.sst" {
-		t.Fatalf("shared files while the storage is held: %s (want a, b and d)", got)
+	commit(5, false, one)
+	got, err = DisposeSavepoint(ctx, fs, d.CheckpointDir(4))
+	if err != nil || !got.SharedKept || got.Held == nil {
+		t.Fatalf("disposing savepoint 4 while the storage is held: %+v, %v", got, err)
+	}
+	if got := names(d); got != "a.sst b.sst d.sst e.sst" {
+		t.Fatalf("shared files while the storage is held: %s (want a, b, d and e)", got)
 	}
 	lock.Close()
 	next := open()
 	if err := next.RemoveOrphans(); err != nil {
 		t.Fatal(err)
 	}
-	if got := names(next); got != "a.sst b.sst" {
-		t.Fatalf("shared files at the next start: %s (want a and b)", got)
+	if got := names(next); got != "a.sst b.sst e.sst" {
+		t.Fatalf("shared files at the next start: %s (want a, b and e)", got)
 	}
 	if _, err := DisposeSavepoint(ctx, fs, "/ckpt/job/not-a-checkpoint"); err == nil {
 		t.Fatal("a path that is no checkpoint was accepted")

@@ -83,6 +83,7 @@ func TestOpenCheckpointWithTrailingSlash(t *testing.T) {
 func TestDisposeSavepointWithTrailingSlash(t *testing.T) {
 	root := t.TempDir()
 	d := commitWithShared(t, root, 2, true)
+	commitWithShared(t, root, 3, false) // a savepoint that is the newest checkpoint stays
 	chk := d.CheckpointDir(2)
 	got, err := DisposeSavepoint(context.Background(), vfs.Default, chk+"/")
 	if err != nil {

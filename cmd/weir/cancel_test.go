@@ -21,7 +21,7 @@ func TestCancelAfterAFailureSaysWhoCleanly(t *testing.T) {
 	err := fmt.Errorf("job wordcount stopped (%w) after a failure: %w", cause, errors.New("task count#0 failed: boom"))
 	cmd := &cobra.Command{}
 	cmd.SetContext(context.Background())
-	msg := interrupted(checkpointFlags{}, err, cmd).Error()
+	msg := interrupted(checkpointFlags{}, err, cmd, false).Error()
 	if want := "job cancelled through the API by alice@host (127.0.0.1:5000)"; msg != want {
 		t.Fatalf("exit message %q, want %q", msg, want)
 	}

@@ -58,7 +58,7 @@ func newNexmarkJob(role weir.Role) *cobra.Command {
 			}
 			res, err := env.Execute(cmd.Context())
 			if err != nil && cancelled(err, cmd) {
-				return interrupted(jf.checkpointFlags, err, cmd)
+				return interrupted(jf.checkpointFlags, err, cmd, res.Checkpoints > 0)
 			}
 			if err != nil || role == weir.Worker {
 				return err

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -125,10 +126,16 @@ func (f *checkpointFlags) config() (weir.CheckpointConfig, weir.RestartStrategy,
 			return none, nil, fmt.Errorf("--checkpoint-interval %v: checkpoint interval is %v: must be above 0", f.interval, f.interval)
 		case f.timeout <= 0:
 			return none, nil, fmt.Errorf("--checkpoint-timeout %v: must be above 0", f.timeout)
-		case f.maxConcurrent < 1:
-			return none, nil, fmt.Errorf("--checkpoint-max-concurrent %d: must be at least 1", f.maxConcurrent)
-		case f.retained < 1:
-			return none, nil, fmt.Errorf("--checkpoints-retained %d: must be at least 1 (the latest checkpoint is what a restore needs)", f.retained)
+		case f.maxConcurrent < 1 || f.maxConcurrent > checkpoint.MaxConcurrentLimit:
+			return none, nil, fmt.Errorf("--checkpoint-max-concurrent %d: want 1 to %d", f.maxConcurrent, checkpoint.MaxConcurrentLimit)
+		case f.retained < 1 || f.retained > checkpoint.MaxRetained:
+			return none, nil, fmt.Errorf("--checkpoints-retained %d: want 1 to %d (the latest checkpoint is what a restore needs)", f.retained, checkpoint.MaxRetained)
+		case f.minPause < 0:
+			return none, nil, fmt.Errorf("--checkpoint-min-pause %v: must not be negative", f.minPause)
+		case f.minPause > 0 && f.maxConcurrent > 1:
+			return none, nil, fmt.Errorf("--checkpoint-min-pause %v with --checkpoint-max-concurrent %d: a pause between checkpoints allows one at a time; drop one of them", f.minPause, f.maxConcurrent)
+		case f.tolerable < 0:
+			return none, nil, fmt.Errorf("--checkpoint-tolerable-failures %d: must not be negative (0: the first failed checkpoint fails the job over)", f.tolerable)
 		}
 	}
 	switch {
@@ -304,7 +311,7 @@ its latest count), or standard output.`,
 			res, err := env.Execute(cmd.Context())
 			if err != nil {
 				if cancelled(err, cmd) {
-					return interrupted(cf, err, cmd)
+					return interrupted(cf, err, cmd, res.Checkpoints > 0)
 				}
 				if errors.Is(err, file.ErrEarlierOutput) && foundNone.Load() {
 					return fmt.Errorf("%w\n--restore latest found no checkpoint of that run in %s: it took none (--mode none), or they were deleted, or they are in another --checkpoint-dir; --fresh starts over", err, cc.Dir)
@@ -345,21 +352,32 @@ func cancelled(err error, cmd *cobra.Command) bool {
 }
 
 // interrupted is the exit of a job cancelled by a signal (Ctrl-C, SIGTERM)
-// or through the API: status 130, who stopped it, and how to resume.
-func interrupted(cf checkpointFlags, err error, cmd *cobra.Command) error {
+// or through the API: status 130, who stopped it, and how to resume
+// (checkpointed: the run completed a checkpoint).
+func interrupted(cf checkpointFlags, err error, cmd *cobra.Command, checkpointed bool) error {
 	what := "interrupted"
 	var byAPI *weir.CancelledError
 	switch cause := context.Cause(cmd.Context()); {
 	case errors.As(err, &byAPI):
 		what = byAPI.Error() // "job cancelled through the API by …"
-	case cause != nil && !errors.Is(cause, context.Canceled):
+	case cause != nil && cause != context.Canceled: // NB: a signal's cause Is context.Canceled too
 		what = "interrupted (" + cause.Error() + ")" // "interrupt signal received"
 	}
 	if cf.dir == "" || !cf.retainOnCancel || cf.mode == weir.NoCheckpoints.String() {
 		return exitError{code: 130, msg: what}
 	}
-	return exitError{code: 130, msg: fmt.Sprintf("%s; the checkpoints are kept in %s. Resume with:\n  %s --restore latest",
-		what, cf.dir, resumeCommand())}
+	restore := "latest"
+	if cf.restore != "" && cf.restore != "latest" && !checkpointed {
+		// Not latest: the checkpoint restored may be another storage's,
+		// which --restore latest refuses until one completes here.
+		restore = cf.restore
+		if abs, err := filepath.Abs(restore); err == nil && !storage.IsURL(restore) {
+			restore = abs
+		}
+		restore = shellQuote(restore)
+	}
+	return exitError{code: 130, msg: fmt.Sprintf("%s; the checkpoints are kept in %s. Resume with:\n  %s --restore %s",
+		what, cf.dir, resumeCommand(), restore)}
 }
 
 // announceWeb prints where the job serves its UI, whatever the log level.
@@ -376,7 +394,11 @@ func resumeFrom(cl weir.ClusterConfig, dir, job string, id checkpoint.ID) string
 	if cl.Role == weir.Coordinator || cl.HA != "" {
 		return "latest"
 	}
-	return storage.CheckpointLocation(dir, job, id)
+	loc := storage.CheckpointLocation(dir, job, id)
+	if abs, err := filepath.Abs(loc); err == nil && !storage.IsURL(loc) {
+		loc = abs // the command may be run from another directory
+	}
+	return loc
 }
 
 // resumeCommand is this process's command line without its --restore and

@@ -50,6 +50,39 @@ const LockFile = ".weir.lock"
 // directory and with symbolic links resolved where they exist: the
 // pattern's directories up to its first wildcard, and dir.
 func MatchesSinkFiles(pattern, dir, uid string) (string, bool) {
+	pattern = resolvePattern(pattern)
+	s := fileSink[struct{}]{uid: escapeUID(uid)}
+	dir = filepath.ToSlash(realPath(dir))
+	for _, name := range []string{s.committedName(0, 1), s.pendingName(0, 1), s.inProgressName(0, 1, 1), ".lineage-" + s.uid, LockFile} {
+		if ok, _ := path.Match(pattern, path.Join(dir, name)); ok {
+			return filepath.Join(filepath.FromSlash(dir), name), true
+		}
+	}
+	return "", false
+}
+
+// MatchesUnder reports whether pattern (LinesConfig.Pattern) can match a
+// file inside directory dir, at any depth: a job whose input can match its
+// own checkpoint directory would read its lock file and checkpoints as
+// input at a restore. Both are taken as MatchesSinkFiles takes them.
+func MatchesUnder(pattern, dir string) bool {
+	pe := strings.Split(resolvePattern(pattern), "/")
+	de := strings.Split(filepath.ToSlash(realPath(dir)), "/")
+	if len(pe) <= len(de) {
+		return false
+	}
+	for i, d := range de {
+		if ok, _ := path.Match(pe[i], d); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// resolvePattern is pattern absolute, with the symbolic links of its
+// directories up to its first wildcard resolved (where they exist), and
+// that literal prefix escaped to match only itself; in slash form.
+func resolvePattern(pattern string) string {
 	elems := strings.Split(filepath.ToSlash(pattern), "/")
 	lit := 0 // elements before the first that holds a wildcard
 	for lit < len(elems)-1 && !hasMeta(elems[lit]) {
@@ -59,17 +92,7 @@ func MatchesSinkFiles(pattern, dir, uid string) (string, bool) {
 	if prefix == "" && strings.HasPrefix(pattern, "/") {
 		prefix = "/"
 	}
-	prefix = realPath(prefix)
-	// The literal prefix as a pattern that matches only itself.
-	pattern = path.Join(escapeMeta(filepath.ToSlash(prefix)), path.Join(elems[lit:]...))
-	s := fileSink[struct{}]{uid: escapeUID(uid)}
-	dir = filepath.ToSlash(realPath(dir))
-	for _, name := range []string{s.committedName(0, 1), s.pendingName(0, 1), s.inProgressName(0, 1, 1), ".lineage-" + s.uid, LockFile} {
-		if ok, _ := path.Match(pattern, path.Join(dir, name)); ok {
-			return filepath.Join(filepath.FromSlash(dir), name), true
-		}
-	}
-	return "", false
+	return path.Join(escapeMeta(filepath.ToSlash(realPath(prefix))), path.Join(elems[lit:]...))
 }
 
 // realPath is p absolute, with its symbolic links resolved if it exists.

@@ -105,11 +105,16 @@ func URLScheme(s string) (scheme string, ok bool) {
 	return "", false
 }
 
-// split is a byte range of a file; Next is where the next line starts.
+// split is a byte range of a file; Pos is where the next line starts.
 type split struct {
-	Path            string
+	Path            string // as the input spelled it when the split was made
 	Start, End, Pos int64
 	started         bool // Pos is at a line start (the first partial line was skipped)
+	// File is the file's fileID when the split was made; empty in a
+	// checkpoint of an earlier version of Weir (then Path's is taken). A
+	// restore finds the file by it, not by Path: a relative path or a
+	// symbolic link may name another file by then.
+	File string
 }
 
 // left is the bytes the split has still to read.
@@ -127,7 +132,7 @@ func (s split) encode() []byte {
 	} else {
 		b = append(b, 0)
 	}
-	return b
+	return codec.AppendBytes(b, []byte(s.File))
 }
 
 func decodeSplit(b []byte) (split, error) {
@@ -145,10 +150,21 @@ func decodeSplit(b []byte) (split, error) {
 		}
 		*dst, b = v, b[k:]
 	}
-	if len(b) != 1 {
+	if len(b) < 1 {
 		return s, codec.ErrShort
 	}
-	s.started = b[0] == 1
+	s.started, b = b[0] == 1, b[1:]
+	if len(b) == 0 {
+		return s, nil // an earlier version of Weir recorded no File
+	}
+	f, n, err := codec.ReadBytes(b)
+	if err != nil {
+		return s, err
+	}
+	if n != len(b) {
+		return s, codec.ErrShort
+	}
+	s.File = string(f)
 	return s, nil
 }
 
@@ -189,7 +205,17 @@ func Lines(cfg LinesConfig) (func() weir.SourceReader[string], error) {
 		return nil, err
 	}
 	var splits []split
+	ids := make(map[string]string, len(files))
+	taken := make(map[string]string, len(files)) // by fileID: the first path matching it
 	for _, f := range files {
+		// A file matched twice (by a symbolic link to it, or a link to its
+		// directory) is read once, by its first path: a restore and a
+		// rewind know files by their fileID, and would read it once.
+		id := fileID(cfg.FS, f)
+		if _, ok := taken[id]; ok {
+			continue
+		}
+		taken[id], ids[f] = f, id
 		// Stat first: opening a FIFO waits for its writer, and a pipe's
 		// size says nothing of its lines. The source reads a file by
 		// position, to resume at a checkpoint's offset.
@@ -208,19 +234,15 @@ func Lines(cfg LinesConfig) (func() weir.SourceReader[string], error) {
 			return nil, fmt.Errorf("input %s: %w", f, err)
 		}
 		for start := int64(0); start < st.Size(); start += cfg.SplitBytes {
-			splits = append(splits, split{Path: f, Start: start, End: min(start+cfg.SplitBytes, st.Size()), Pos: start})
+			splits = append(splits, split{Path: f, Start: start, End: min(start+cfg.SplitBytes, st.Size()), Pos: start, File: id})
 		}
 	}
 	var total int64
 	for _, sp := range splits {
 		total += sp.End - sp.Start
 	}
-	ids := make(map[string]string, len(files))
-	for _, f := range files {
-		ids[f] = fileID(cfg.FS, f)
-	}
 	return func() weir.SourceReader[string] {
-		return &lineReader{cfg: cfg, all: splits, ids: ids, total: total}
+		return &lineReader{cfg: cfg, all: splits, ids: ids, paths: taken, total: total}
 	}, nil
 }
 
@@ -325,6 +347,7 @@ type lineReader struct {
 	cfg   LinesConfig
 	all   []split           // every split of the job, for a fresh start
 	ids   map[string]string // every file cfg.Pattern matches, empty ones too: its fileID
+	paths map[string]string // ids inverted: the path this run matches a file by
 	total int64             // bytes of every split
 	// known is every file the source has taken (cleaned): those this
 	// run's input matches and those the restored checkpoint records, with
@@ -346,7 +369,7 @@ func (l *lineReader) Open(ctx *operator.Context) error {
 	// restore that finds it.
 	l.known = make(map[string]made, len(l.ids))
 	for _, s := range l.all {
-		id := l.id(s.Path)
+		id := s.File
 		l.known[id] = made{size: max(l.known[id].size, s.End), split: l.cfg.SplitBytes}
 	}
 	switch {
@@ -398,16 +421,12 @@ func (l *lineReader) rewind(rs *operator.Restore) error {
 		if err != nil {
 			return fmt.Errorf("input %s: rewind to checkpoint %d: %w", l.cfg.Pattern, rs.Checkpoint, err)
 		}
-		recorded[at{l.id(s.Path), s.Start}] = s
-	}
-	paths := map[string]string{} // by id: the path the input spells it
-	for path, id := range l.ids {
-		paths[id] = path
+		recorded[at{l.fileOf(s), s.Start}] = s
 	}
 	var read []split
 	for _, f := range known {
 		id := string(f)
-		path, ok := paths[id]
+		path, ok := l.paths[id]
 		if !ok {
 			path = id // NB: a file the input no longer matches: the id is its path
 		}
@@ -415,8 +434,9 @@ func (l *lineReader) rewind(rs *operator.Restore) error {
 		if !ok {
 			return operator.Permanent(fmt.Errorf("input %s: checkpoint %d does not record the size %s had when the job took it (the job took it under an earlier version of Weir): it cannot be rewound", l.cfg.Pattern, rs.Checkpoint, path))
 		}
+		l.known[id] = m // read up to that size (openSplit)
 		for start := int64(0); start < m.size; start += m.split {
-			s := split{Path: path, Start: start, End: min(start+m.split, m.size), Pos: start}
+			s := split{Path: path, Start: start, End: min(start+m.split, m.size), Pos: start, File: id}
 			if r, ok := recorded[at{id, start}]; ok {
 				delete(recorded, at{id, start})
 				if !r.started {
@@ -502,12 +522,26 @@ func share(splits []split, to []int, i int) []split {
 // maxNamedFiles bounds the files an error or a log line names.
 const maxNamedFiles = 10
 
-// id is the fileID of path.
-func (l *lineReader) id(path string) string {
-	if id, ok := l.ids[path]; ok {
+// fileOf is the fileID of the file split s reads: the one recorded with
+// it, or (recorded by an earlier version of Weir) its path's now.
+func (l *lineReader) fileOf(s split) string {
+	if s.File != "" {
+		return s.File
+	}
+	if id, ok := l.ids[s.Path]; ok {
 		return id
 	}
-	return fileID(l.cfg.FS, path)
+	return fileID(l.cfg.FS, s.Path)
+}
+
+// pathOf is the path split s is opened by: the one this run's input
+// matches its file by, else its fileID.
+func (l *lineReader) pathOf(s *split) string {
+	id := l.fileOf(*s)
+	if p, ok := l.paths[id]; ok {
+		return p
+	}
+	return id
 }
 
 // restore takes this subtask's share of the checkpointed splits and, in
@@ -544,7 +578,7 @@ func (l *lineReader) restore(rs *operator.Restore) error {
 	}
 	var dropped []string
 	for _, s := range recorded {
-		if id := l.id(s.Path); !matched[id] && !(s.started && s.Pos >= s.End) && !slices.Contains(dropped, id) {
+		if id := l.fileOf(s); !matched[id] && !(s.started && s.Pos >= s.End) && !slices.Contains(dropped, id) {
 			dropped = append(dropped, id)
 		}
 	}
@@ -567,7 +601,7 @@ func (l *lineReader) restore(rs *operator.Restore) error {
 		// whose input matched only empty files knows none.
 		positioned := make(map[string]bool, len(recorded))
 		for _, s := range recorded {
-			positioned[l.id(s.Path)] = true
+			positioned[l.fileOf(s)] = true
 		}
 		var unknown []string
 		for id := range matched {
@@ -601,7 +635,7 @@ func (l *lineReader) restore(rs *operator.Restore) error {
 	}
 	unread := map[string]bool{}
 	for _, s := range l.all {
-		if id := l.id(s.Path); !wasKnown[id] {
+		if id := s.File; !wasKnown[id] {
 			l.mine = append(l.mine, s)
 			unread[id] = true
 		}
@@ -772,7 +806,7 @@ func (l *lineReader) openSplit(s *split) error {
 	if err := l.closeFile(); err != nil {
 		return err
 	}
-	f, err := l.cfg.FS.Open(s.Path)
+	f, err := l.cfg.FS.Open(l.pathOf(s))
 	if err != nil {
 		return fmt.Errorf("input %s: %w", s.Path, err)
 	}
@@ -790,8 +824,15 @@ func (l *lineReader) openSplit(s *split) error {
 		pos = s.Start - 1 // the skip reads through the newline at or after Start-1
 		s.Pos = pos
 	}
+	// The file is read up to the size it had when the job took it, even
+	// where its last line has no newline and the file grew since: the
+	// bytes appended after it would be read as part of that line.
+	size := st.Size()
+	if m := l.known[l.fileOf(*s)].size; m >= s.End && m < size {
+		size = m
+	}
 	l.f, l.reader = f, s
-	l.r = bufio.NewReaderSize(io.NewSectionReader(f, pos, st.Size()-pos), 64<<10)
+	l.r = bufio.NewReaderSize(io.NewSectionReader(f, pos, size-pos), 64<<10)
 	return nil
 }
 

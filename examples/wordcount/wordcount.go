@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/bits"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -161,10 +162,15 @@ func Build(o Options) (*weir.Environment, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, inURL := file.URLScheme(o.Input); !inURL && o.Output != "-" {
-		if _, outURL := file.URLScheme(o.Output); !outURL {
+	if _, inURL := file.URLScheme(o.Input); !inURL {
+		if _, outURL := file.URLScheme(o.Output); !outURL && o.Output != "-" {
 			if f, ok := file.MatchesSinkFiles(o.Input, o.Output, sinkName); ok {
 				return nil, fmt.Errorf("input %s matches the output's files (%s): a restore would read the job's output as input; give an input that does not match files in %s, or write the output elsewhere", o.Input, f, o.Output)
+			}
+		}
+		if _, ckURL := file.URLScheme(cc.Dir); !ckURL && cc.Dir != "" && vfs.Root(o.FS) == vfs.Default {
+			if jobDir := filepath.Join(cc.Dir, "wordcount"); file.MatchesUnder(o.Input, jobDir) {
+				return nil, fmt.Errorf("input %s matches files in the job's checkpoint directory %s: a restore would read the job's lock file and checkpoints as input; give an input that does not match files in %s, or keep checkpoints elsewhere (--checkpoint-dir)", o.Input, jobDir, jobDir)
 			}
 		}
 	}

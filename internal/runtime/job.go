@@ -589,8 +589,14 @@ func (d *driver) decideStart() (checkpoint.Restored, error) {
 			if n > 0 {
 				what = fmt.Sprintf("checkpoints of an earlier run (the latest completed is %d)", scan.Completed[n-1].ID)
 			}
-			return checkpoint.Restored{}, earlierRunError{fmt.Sprintf("%s holds %s: resume it with --restore latest (Config.Restore \"latest\"), or start over with --fresh (Config.Fresh), which deletes them and the job's output",
-				store.Describe(), what)}
+			resume := `--restore latest (Config.Restore "latest")`
+			if r, ok := scan.Elsewhere(); ok {
+				resume = fmt.Sprintf("--restore %s (the checkpoint its last start restored: none has completed here since)", r.Elsewhere)
+			} else if scan.Latest() == nil {
+				resume = "a checkpoint by path (--restore <dir>/chk-<id>): --restore latest takes none of these, as they are damaged or rolled back"
+			}
+			return checkpoint.Restored{}, earlierRunError{fmt.Sprintf("%s holds %s: resume it with %s, or start over with --fresh (Config.Fresh), which deletes them and the job's output",
+				store.Describe(), what, resume)}
 		}
 	}
 	if d.start != nil {
@@ -1243,7 +1249,7 @@ func (d *driver) carryOut(ctx context.Context, x Execution) error {
 				if act.ID == d.stopWith {
 					d.stopWith = 0 // the job runs on
 					d.coord.Hold(false)
-					d.log.Warn("the savepoint to stop with was aborted: the job runs on", "savepoint", act.ID, "reason", act.Reason, "err", act.Cause)
+					d.log.Warn("the savepoint to stop with was aborted: "+act.Reason.AfterAbortedStop(), "savepoint", act.ID, "reason", act.Reason, "err", act.Cause)
 				}
 				d.emit(JobEvent{Kind: EventCheckpointAborted, ID: act.ID, Reason: act.Reason, Err: act.Cause})
 				if act.Reason.Counts() {

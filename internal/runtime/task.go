@@ -137,7 +137,11 @@ type task struct {
 	wm         int64
 	idle       bool
 	// wmNext throttles a wmSource's watermarks to one per wmInterval.
-	wmNext     time.Time
+	wmNext time.Time
+	// wmCheck, of a task with inputs and a wmSource, is when to ask the
+	// wmSource again while no input comes (zero: not set): a watermark
+	// the interval held back, or an input gone idle, is told then.
+	wmCheck    time.Time
 	wmInterval time.Duration
 
 	// traces time the barriers of the checkpoints this task aligns;
@@ -368,6 +372,12 @@ func (t *task) runInputs(ctx context.Context) error {
 		if err := t.fireTimers(); err != nil {
 			return err
 		}
+		if !t.wmCheck.IsZero() && !t.now().Before(t.wmCheck) {
+			t.wmCheck = time.Time{}
+			if err := t.advance(); err != nil {
+				return err
+			}
+		}
 		ch, ev, ok := t.gate.Poll(t.aligner.Blocked)
 		if ok {
 			if t.debloat != nil && ev.Kind == KindBatch {
@@ -390,13 +400,33 @@ func (t *task) runInputs(ctx context.Context) error {
 				wakeAt = at
 			}
 		}
-		if at := t.switchAt(); !at.IsZero() && (wakeAt.IsZero() || at.Before(wakeAt)) {
-			wakeAt = at
+		for _, at := range []time.Time{t.switchAt(), t.watermarkCheck()} {
+			if !at.IsZero() && (wakeAt.IsZero() || at.Before(wakeAt)) {
+				wakeAt = at
+			}
 		}
 		if err := t.wait(ctx, t.gate.Ready(), nil, wakeAt); err != nil {
 			return err
 		}
 	}
+}
+
+// watermarkCheck is when a task with inputs whose watermark an operator
+// makes (AssignWatermarks) asks that operator again while no input comes,
+// as Flink's periodic watermark emitter does (zero: never): when the
+// interval lets the next watermark go, else an interval on, for an input
+// that may go idle. An idle task is asked again when records come.
+func (t *task) watermarkCheck() time.Time {
+	if t.wmSource == nil || t.inputEnded || t.idle {
+		return time.Time{}
+	}
+	if t.wmCheck.IsZero() {
+		t.wmCheck = t.wmNext
+		if now := t.now(); !t.wmCheck.After(now) {
+			t.wmCheck = now.Add(max(t.wmInterval, time.Millisecond))
+		}
+	}
+	return t.wmCheck
 }
 
 // switchAt is when the task wakes for the aligned-checkpoint timeout to
@@ -964,8 +994,8 @@ func (t *task) advance() error {
 	switch {
 	case t.wmSource != nil:
 		wm, idle = t.wmSource.Watermark()
-		if wm > t.wm && !idle && wm != operator.MaxTime && t.now().Before(t.wmNext) {
-			return nil // at most one watermark per interval
+		if wm > t.wm && !idle && !t.idle && wm != operator.MaxTime && t.now().Before(t.wmNext) {
+			return nil // at most one watermark per interval; an idle task says at once that it is active again
 		}
 	case len(t.chanWM) > 0:
 		// Idle channels do not hold the watermark back. When every channel

@@ -228,6 +228,16 @@ func newClient(ctx context.Context, addr, token string, timeout time.Duration, a
 	if addr == "" {
 		return nil, errors.New("--web is required: the address the job serves its API at")
 	}
+	if timeout <= 0 {
+		return nil, fmt.Errorf("--timeout %v: must be above 0", timeout)
+	}
+	// The job prints its UI's URL ("web UI at http://127.0.0.1:8081/"):
+	// take that too.
+	if rest, ok := strings.CutPrefix(addr, "http://"); ok {
+		addr = strings.TrimSuffix(rest, "/")
+	} else if strings.Contains(addr, "://") || strings.Contains(addr, "/") {
+		return nil, fmt.Errorf("--web %s: want the address the job serves its API at, host:port (as in its log line \"web UI at http://host:port/\")", addr)
+	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	c := &client{ctx: ctx, cancel: cancel, base: "http://" + addr, token: token}
 	if len(args) == 1 {

@@ -72,6 +72,9 @@ type Checkpoint struct {
 	Finalize float64 `json:"finalizeSeconds,omitempty"`
 	Reason   string  `json:"reason,omitempty"`
 	Attempt  int     `json:"attempt"`
+	// afterStop, of an aborted checkpoint, says what becomes of a job
+	// that was to stop with it (checkpoint.Reason.AfterAbortedStop).
+	afterStop string
 	// Savepoint: kept until deleted by hand.
 	Savepoint bool `json:"savepoint"`
 	// Location is where its metadata lives: what --restore takes.
@@ -750,7 +753,7 @@ func (s *Server) Observe(e runtime.JobEvent) {
 		if e.Err != nil {
 			reason += ": " + e.Err.Error()
 		}
-		c := Checkpoint{ID: uint64(e.ID), Status: "aborted", At: now, Reason: reason, Attempt: e.Attempt}
+		c := Checkpoint{ID: uint64(e.ID), Status: "aborted", At: now, Reason: reason, Attempt: e.Attempt, afterStop: e.Reason.AfterAbortedStop()}
 		s.checkpoints = appendBounded(s.checkpoints, c)
 		s.settle(c)
 	}
@@ -1021,7 +1024,7 @@ func (s *Server) Handler() http.Handler {
 			return
 		}
 		if c.Status != "completed" {
-			http.Error(w, fmt.Sprintf("savepoint %d was aborted (%s): the job runs on", id, c.Reason), http.StatusConflict)
+			http.Error(w, fmt.Sprintf("savepoint %d was aborted (%s): %s", id, c.Reason, c.afterStop), http.StatusConflict)
 			return
 		}
 		c.Tasks = nil
@@ -1038,10 +1041,20 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
-// mutation lets h run only for a request that carries the token.
+// mutation lets h run only for a request that carries the token, while
+// the job has not ended (the UI may linger after it: WebLinger).
 func (s *Server) mutation(h http.HandlerFunc) http.HandlerFunc {
 	return s.withToken("mutations are off: start the job with a token (--web-token) to allow them",
-		"a mutation needs the job's token: Authorization: Bearer <token>", h)
+		"a mutation needs the job's token: Authorization: Bearer <token>", func(w http.ResponseWriter, r *http.Request) {
+			s.mu.Lock()
+			name, state, ended := s.job.Name, s.job.State, s.job.Ended
+			s.mu.Unlock()
+			if ended != nil {
+				http.Error(w, fmt.Sprintf("job %s %s at %s: it takes no more requests", name, state, ended.Format(time.RFC3339)), http.StatusConflict)
+				return
+			}
+			h(w, r)
+		})
 }
 
 // profiled lets h, which profiles the process, run only for a request that
