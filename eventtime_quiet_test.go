@@ -201,3 +201,24 @@ func TestSessionGapInWholeMilliseconds(t *testing.T) {
 		}
 	}
 }
+
+// TestJoinTTLInWholeMilliseconds: a TTL under a millisecond, which was
+// taken as 0 (forever), is refused, as is one that is not whole
+// milliseconds.
+func TestJoinTTLInWholeMilliseconds(t *testing.T) {
+	for _, ttl := range []time.Duration{500 * time.Microsecond, 1500 * time.Microsecond} {
+		e := env(weir.Config{Logger: quietLog})
+		src := weir.Source(e, "s", func() weir.SourceReader[tev] {
+			return &scheduledReader{at: []time.Duration{0}, batches: [][]tev{{{"k", 0}}}}
+		})
+		key := func(e tev) string { return e.Key }
+		joined := weir.Join(weir.KeyBy(src, key), weir.KeyBy(src, key), "join", func(a, b tev) tev { return a }, weir.JoinConfig{TTL: ttl})
+		weir.Sink(joined, "out", weir.SinkFunc(func(tev) error { return nil }))
+		ctx, cancel := context.WithTimeout(context.Background(), jobDeadline)
+		_, err := e.Execute(ctx)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), "whole milliseconds") {
+			t.Errorf("Join with TTL %v: Execute returned %v, want an error that it must be whole milliseconds", ttl, err)
+		}
+	}
+}

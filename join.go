@@ -207,8 +207,8 @@ func Join[K comparable, A, B, Out any](a KeyedStream[K, A], b KeyedStream[K, B],
 	if f == nil {
 		a.s.env.fail(fmt.Errorf("operator %q: its function is nil", name))
 	}
-	if cfg.TTL < 0 {
-		a.s.env.fail(fmt.Errorf("operator %q: TTL %v is negative", name, cfg.TTL))
+	if cfg.TTL < 0 || cfg.TTL%time.Millisecond != 0 {
+		a.s.env.fail(fmt.Errorf("operator %q: TTL %v must be whole milliseconds, not negative (0: forever)", name, cfg.TTL))
 	}
 	return keyedCoProcess(a, b, name, kindJoin, func() KeyedCoProcessFunction[K, A, B, Out] {
 		return &regularJoin[K, A, B, Out]{ttl: cfg.TTL.Milliseconds(), f: f}

@@ -270,11 +270,16 @@ type keyed[K comparable, Out any] struct {
 	// wmCap bounds the watermark in a verification rerun: the operator's
 	// at the checkpoint (chain.watermarkCap).
 	wmCap int64
-	// behind: the restored watermark is the least of several subtasks'
-	// (a rescale), so state may hold windows that fired under a greater
-	// one, their firing timers spent (restoreWatermarks).
-	behind bool
+	// firedUnder is the greatest watermark the state's windows may have
+	// fired under: greater than the watermark after a rescale took the least of
+	// the subtasks' (restoreWatermarks); while it is, a window that looks
+	// unfired may have fired, its timer spent (behind).
+	firedUnder int64
 }
+
+// behind reports whether the state may hold windows that fired under a
+// greater watermark than the operator's.
+func (k *keyed[K, Out]) behind() bool { return k.kctx.wm < k.firedUnder }
 
 func (k *keyed[K, Out]) open(oc *operator.Context, kc codec.Codec[K], fn any) error {
 	var rs *state.Restored
@@ -298,8 +303,9 @@ func (k *keyed[K, Out]) open(oc *operator.Context, kc codec.Codec[K], fn any) er
 		return err
 	}
 	wm := operator.MinTime
+	k.firedUnder = operator.MinTime
 	if oc.Restore != nil {
-		if wm, k.behind, err = restoreWatermarks(oc.Restore, oc); err != nil {
+		if wm, k.firedUnder, err = restoreWatermarks(oc.Restore, oc); err != nil {
 			return err
 		}
 	}
@@ -350,7 +356,7 @@ func (k *keyed[K, Out]) Snapshot(id checkpoint.ID) (operator.Async, error) {
 	if err != nil {
 		return nil, err
 	}
-	return both(oc.StateWriter(a), nil)(snapshotWatermark(oc, k.kctx.wm))
+	return both(oc.StateWriter(a), nil)(snapshotWatermark(oc, k.kctx.wm, k.firedUnder))
 }
 
 func (k *keyed[K, Out]) NextTimer() (time.Time, bool) { return k.kctx.timers.Next() }

@@ -342,10 +342,13 @@ func (a *assigner[T]) Snapshot(checkpoint.ID) (operator.Async, error) {
 	return a.clock.snapshot(a.oc), nil
 }
 
-// snapshotWatermark writes an operator's watermark, so that after a
-// restore nothing that was late becomes on time, and nothing on time late.
-func snapshotWatermark(oc *operator.Context, wm int64) operator.Async {
+// snapshotWatermark writes an operator's watermark wm, so that after a
+// restore nothing that was late becomes on time, and nothing on time late;
+// and fired, the greatest watermark its state's windows may have fired
+// under (at least wm: more after a rescale took a lesser one).
+func snapshotWatermark(oc *operator.Context, wm, fired int64) operator.Async {
 	item := binary.AppendVarint(binary.AppendUvarint(binary.AppendUvarint(nil, uint64(oc.Subtask)), uint64(oc.Parallelism)), wm)
+	item = binary.AppendVarint(item, max(wm, fired))
 	return oc.SnapshotList(state.Union, "_watermark", [][]byte{item})
 }
 
@@ -357,13 +360,15 @@ func restoreWatermark(rs *operator.Restore, oc *operator.Context) (int64, error)
 	return wm, err
 }
 
-// restoreWatermarks is restoreWatermark, and whether it is the least of
-// several that differ: then the key groups of another subtask may hold
-// windows that fired under a greater one.
-func restoreWatermarks(rs *operator.Restore, oc *operator.Context) (wm int64, behind bool, err error) {
+// restoreWatermarks is restoreWatermark, and the greatest watermark the
+// restored state's windows may have fired under: this subtask's when the
+// parallelism is the same, else the greatest of all (a checkpoint of an
+// earlier version records none: the watermark is taken). When it is
+// greater than the watermark, a window that fired may look unfired.
+func restoreWatermarks(rs *operator.Restore, oc *operator.Context) (wm, fired int64, err error) {
 	items, err := state.RestoreList(rs.Handles, rs.Read, state.Union, "_watermark", oc.Subtask, oc.Parallelism)
 	if err != nil || len(items) == 0 {
-		return operator.MinTime, false, err
+		return operator.MinTime, operator.MinTime, err
 	}
 	least, greatest := operator.MaxTime, operator.MinTime
 	for _, it := range items {
@@ -371,12 +376,20 @@ func restoreWatermarks(rs *operator.Restore, oc *operator.Context) (wm int64, be
 		p, n2 := binary.Uvarint(it[max(n1, 0):])
 		wm, n3 := binary.Varint(it[max(n1+n2, 0):])
 		if n1 <= 0 || n2 <= 0 || n3 <= 0 {
-			return 0, false, fmt.Errorf("restore watermark: %w", codec.ErrShort)
+			return 0, 0, fmt.Errorf("restore watermark: %w", codec.ErrShort)
+		}
+		fired := wm
+		if rest := it[n1+n2+n3:]; len(rest) > 0 {
+			f, n4 := binary.Varint(rest)
+			if n4 != len(rest) {
+				return 0, 0, fmt.Errorf("restore watermark: %w", codec.ErrShort)
+			}
+			fired = max(f, wm)
 		}
 		if int(p) == oc.Parallelism && int(sub) == oc.Subtask {
-			return wm, false, nil
+			return wm, fired, nil
 		}
-		least, greatest = min(least, wm), max(greatest, wm)
+		least, greatest = min(least, wm), max(greatest, fired)
 	}
-	return least, least < greatest, nil
+	return least, greatest, nil
 }

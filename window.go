@@ -327,6 +327,10 @@ type windowKnobs struct {
 	// deleteSharedTimers: a merge deletes the merged sessions' timer
 	// instants although another session needs one of them.
 	deleteSharedTimers bool
+	// keepSpentTimers: a record in an existing pane registers no timer
+	// after a rescale restored a watermark behind the one its window fired
+	// under, so the window's update is never emitted.
+	keepSpentTimers bool
 	// endsAtSlideMultiples: a timer fires a sliding window only when its
 	// end is a multiple of the slide, so a size that is not one fires none.
 	endsAtSlideMultiples bool
@@ -500,7 +504,7 @@ func (w *windowOp[K, In, Acc, Out]) addToPane(ts int64, v In) error {
 		if w.isLate(end) || (a.processing && end-1 <= w.firedUpTo) {
 			continue
 		}
-		if !had || w.behind && !w.fired(end) {
+		if !had || w.behind() && !w.fired(end) && !w.knobs.keepSpentTimers {
 			// A new pane: its windows need timers (an existing pane's have
 			// them, unless a rescale restored a watermark less than the one
 			// the window fired under: its timer is spent, and the window

@@ -28,6 +28,14 @@ const DefaultInlineBytes = 20 << 10
 // LockFile is the name of the lock file in a job's checkpoint directory.
 const LockFile = ".lock"
 
+// JobDirEntries returns samples of the names Dir gives what it writes
+// directly in a job's directory: files, and directories (which hold files
+// of their own).
+func JobDirEntries() (files, dirs []string) {
+	return []string{LockFile, LedFile, LedFile + ".tmp-0123456789abcdef", rollbackName(1), rollbackName(1) + ".tmp"},
+		[]string{chkName(1), SharedDir, ProbeDir}
+}
+
 // Dir keeps checkpoints in a directory; see the package doc for the layout.
 type Dir struct {
 	fs          vfs.FS

@@ -62,7 +62,7 @@ func DisposeSavepoint(ctx context.Context, fs vfs.FS, path string) (Disposed, er
 		return Disposed{}, fmt.Errorf("dispose %s: %w", path, err)
 	}
 	if latest := scan.Latest(); latest != nil && latest.ID == m.ID {
-		return Disposed{}, fmt.Errorf("dispose %s: savepoint %d is the job's newest checkpoint: a restart and --restore latest resume from it, and without it the job could resume only from an older checkpoint or not at all; dispose it once the job has completed a newer checkpoint", path, m.ID)
+		return Disposed{}, fmt.Errorf("dispose %s: savepoint %d is the job's newest checkpoint: a restart and --restore latest resume from it, and without it the job could resume only from an older checkpoint or not at all; dispose it once the job has completed a newer checkpoint, or delete the job's checkpoints whole (%s) to discard the job", path, m.ID, st.Describe())
 	}
 	if err := st.Discard(m.ID); err != nil {
 		return Disposed{}, fmt.Errorf("dispose %s: %w", path, err)

@@ -218,6 +218,7 @@ func TestAPICLIFlagsAreValidated(t *testing.T) {
 		{[]string{"--web", srv.Listener.Addr().String(), "--timeout", "-1s"}, "--timeout", false},
 		{[]string{"--web", srv.URL + "/"}, "--web", true},
 		{[]string{"--web", "https://" + srv.Listener.Addr().String()}, "--web", false},
+		{[]string{"--web", srv.URL + "/ui"}, "--web", false},
 	} {
 		for _, cmd := range web.Commands() {
 			if cmd.Name() != "list" {

@@ -133,7 +133,7 @@ func (f *checkpointFlags) config() (weir.CheckpointConfig, weir.RestartStrategy,
 		case f.minPause < 0:
 			return none, nil, fmt.Errorf("--checkpoint-min-pause %v: must not be negative", f.minPause)
 		case f.minPause > 0 && f.maxConcurrent > 1:
-			return none, nil, fmt.Errorf("--checkpoint-min-pause %v with --checkpoint-max-concurrent %d: a pause between checkpoints allows one at a time; drop one of them", f.minPause, f.maxConcurrent)
+			return none, nil, fmt.Errorf("--checkpoint-min-pause %v needs --checkpoint-max-concurrent 1, not %d: a pause between checkpoints cannot hold while several run at once", f.minPause, f.maxConcurrent)
 		case f.tolerable < 0:
 			return none, nil, fmt.Errorf("--checkpoint-tolerable-failures %d: must not be negative (0: the first failed checkpoint fails the job over)", f.tolerable)
 		}
@@ -370,11 +370,7 @@ func interrupted(cf checkpointFlags, err error, cmd *cobra.Command, checkpointed
 	if cf.restore != "" && cf.restore != "latest" && !checkpointed {
 		// Not latest: the checkpoint restored may be another storage's,
 		// which --restore latest refuses until one completes here.
-		restore = cf.restore
-		if abs, err := filepath.Abs(restore); err == nil && !storage.IsURL(restore) {
-			restore = abs
-		}
-		restore = shellQuote(restore)
+		restore = shellQuote(absolute(cf.restore))
 	}
 	return exitError{code: 130, msg: fmt.Sprintf("%s; the checkpoints are kept in %s. Resume with:\n  %s --restore %s",
 		what, cf.dir, resumeCommand(), restore)}
@@ -394,9 +390,19 @@ func resumeFrom(cl weir.ClusterConfig, dir, job string, id checkpoint.ID) string
 	if cl.Role == weir.Coordinator || cl.HA != "" {
 		return "latest"
 	}
-	loc := storage.CheckpointLocation(dir, job, id)
-	if abs, err := filepath.Abs(loc); err == nil && !storage.IsURL(loc) {
-		loc = abs // the command may be run from another directory
+	return absolute(storage.CheckpointLocation(strings.TrimPrefix(dir, "file://"), job, id))
+}
+
+// absolute is the checkpoint location loc (a path, file://path or an
+// object store's URL) as a path from any directory: absolute, without
+// file://; a URL as it is.
+func absolute(loc string) string {
+	if storage.IsURL(loc) {
+		return loc
+	}
+	loc = strings.TrimPrefix(loc, "file://")
+	if abs, err := filepath.Abs(loc); err == nil {
+		return abs
 	}
 	return loc
 }

@@ -62,17 +62,42 @@ func MatchesSinkFiles(pattern, dir, uid string) (string, bool) {
 }
 
 // MatchesUnder reports whether pattern (LinesConfig.Pattern) can match a
-// file inside directory dir, at any depth: a job whose input can match its
-// own checkpoint directory would read its lock file and checkpoints as
-// input at a restore. Both are taken as MatchesSinkFiles takes them.
-func MatchesUnder(pattern, dir string) bool {
+// file that directory dir holds: one named as files are, directly in it,
+// or any file inside a directory named as dirs are (file and directory
+// names may hold wildcards: samples of the names a writer uses). A job
+// whose input can match its own checkpoint directory would read its lock
+// file and checkpoints as input at a restore. The pattern is taken as
+// MatchesSinkFiles takes it; dir both absolute as given and with its
+// symbolic links resolved, as a glob may reach it either way.
+func MatchesUnder(pattern, dir string, files, dirs []string) bool {
 	pe := strings.Split(resolvePattern(pattern), "/")
-	de := strings.Split(filepath.ToSlash(realPath(dir)), "/")
-	if len(pe) <= len(de) {
-		return false
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		abs = dir
 	}
-	for i, d := range de {
-		if ok, _ := path.Match(pe[i], d); !ok {
+	for _, d := range []string{abs, realPath(dir)} {
+		de := strings.Split(filepath.ToSlash(d), "/")
+		if len(pe) <= len(de) || !elementsMatch(pe[:len(de)], de) {
+			continue
+		}
+		names := dirs
+		if len(pe) == len(de)+1 {
+			names = files // the pattern's last element names files
+		}
+		for _, n := range names {
+			if ok, _ := path.Match(pe[len(de)], n); ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// elementsMatch reports whether each pattern element matches the name at
+// its place.
+func elementsMatch(patterns, names []string) bool {
+	for i, n := range names {
+		if ok, _ := path.Match(patterns[i], n); !ok {
 			return false
 		}
 	}

@@ -53,6 +53,10 @@ func KafkaRecord(c Count) *kgo.Record {
 	return &kgo.Record{Key: []byte(c.Word), Value: strconv.AppendInt(nil, c.Count, 10)}
 }
 
+// markerDir is the directory, in the job's checkpoint directory, where the
+// standard output sink keeps its markers.
+const markerDir = "stdout-markers"
+
 // output is the sink o.Output names.
 func output(o Options, cc weir.CheckpointConfig) (func() weir.SinkWriter[Count], error) {
 	scheme, isURL := file.URLScheme(o.Output)
@@ -62,7 +66,7 @@ func output(o Options, cc weir.CheckpointConfig) (func() weir.SinkWriter[Count],
 			return nil, errors.New("output - (standard output, written at the barrier) keeps its markers beside the checkpoints: give a checkpoint directory")
 		}
 		return writeahead.Sink(writeahead.Config[Count]{
-			FS: o.FS, MarkerDir: o.FS.PathJoin(cc.Dir, "wordcount", "stdout-markers"),
+			FS: o.FS, MarkerDir: o.FS.PathJoin(cc.Dir, "wordcount", markerDir),
 			Write: func(_ context.Context, b writeahead.Batch[Count]) error {
 				var buf []byte
 				for _, c := range b.Records {

@@ -34,6 +34,7 @@ import (
 	"github.com/weirstream/weir"
 	"github.com/weirstream/weir/connector/file"
 	"github.com/weirstream/weir/internal/arena"
+	"github.com/weirstream/weir/storage"
 )
 
 // Options configure the job; Restore, Fresh and AllowNonRestoredState are
@@ -168,8 +169,10 @@ func Build(o Options) (*weir.Environment, error) {
 				return nil, fmt.Errorf("input %s matches the output's files (%s): a restore would read the job's output as input; give an input that does not match files in %s, or write the output elsewhere", o.Input, f, o.Output)
 			}
 		}
-		if _, ckURL := file.URLScheme(cc.Dir); !ckURL && cc.Dir != "" && vfs.Root(o.FS) == vfs.Default {
-			if jobDir := filepath.Join(cc.Dir, "wordcount"); file.MatchesUnder(o.Input, jobDir) {
+		ck := strings.TrimPrefix(cc.Dir, "file://")
+		if _, ckURL := file.URLScheme(ck); !ckURL && ck != "" && vfs.Root(o.FS) == vfs.Default {
+			files, dirs := storage.JobDirEntries()
+			if jobDir := filepath.Join(ck, "wordcount"); file.MatchesUnder(o.Input, jobDir, files, append(dirs, markerDir)) {
 				return nil, fmt.Errorf("input %s matches files in the job's checkpoint directory %s: a restore would read the job's lock file and checkpoints as input; give an input that does not match files in %s, or keep checkpoints elsewhere (--checkpoint-dir)", o.Input, jobDir, jobDir)
 			}
 		}

@@ -235,7 +235,8 @@ func newClient(ctx context.Context, addr, token string, timeout time.Duration, a
 	// take that too.
 	if rest, ok := strings.CutPrefix(addr, "http://"); ok {
 		addr = strings.TrimSuffix(rest, "/")
-	} else if strings.Contains(addr, "://") || strings.Contains(addr, "/") {
+	}
+	if strings.Contains(addr, "://") || strings.Contains(addr, "/") {
 		return nil, fmt.Errorf("--web %s: want the address the job serves its API at, host:port (as in its log line \"web UI at http://host:port/\")", addr)
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
