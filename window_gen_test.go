@@ -597,11 +597,16 @@ func generatorSeeds() uint64 {
 	return 400
 }
 
-// TestWindowGenerator runs -window.seeds seeds from -window.first.
-func TestWindowGenerator(t *testing.T) {
+// seedRunner runs one seed of a generator with knobs and says what broke
+// ("" when nothing did).
+type seedRunner func(t *testing.T, seed uint64, knobs windowKnobs) (string, error)
+
+// runSeeds runs -window.seeds seeds from -window.first, and stops after
+// three that fail.
+func runSeeds(t *testing.T, run seedRunner) {
 	failures := 0
 	for seed := *windowFirst; seed < *windowFirst+generatorSeeds(); seed++ {
-		diff, err := runSeed(t, seed, windowKnobs{})
+		diff, err := run(t, seed, windowKnobs{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -614,6 +619,25 @@ func TestWindowGenerator(t *testing.T) {
 	}
 }
 
+// findsPlanted checks that run finds the defect knobs put back within
+// 2000 seeds.
+func findsPlanted(t *testing.T, run seedRunner, knobs windowKnobs) {
+	for seed := uint64(1); seed <= 2000; seed++ {
+		diff, err := run(t, seed, knobs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff != "" {
+			t.Logf("found at seed %d", seed)
+			return
+		}
+	}
+	t.Fatal("the planted bug survived 2000 seeds")
+}
+
+// TestWindowGenerator runs -window.seeds seeds from -window.first.
+func TestWindowGenerator(t *testing.T) { runSeeds(t, runSeed) }
+
 // TestWindowGeneratorCatchesPlantedBugs puts back each window defect the
 // generator exists for and checks it finds it within a few hundred seeds.
 func TestWindowGeneratorCatchesPlantedBugs(t *testing.T) {
@@ -625,19 +649,7 @@ func TestWindowGeneratorCatchesPlantedBugs(t *testing.T) {
 		{"a merge deletes another session's timer (issue 19, defect 2; issue 25, defect 3)", windowKnobs{deleteSharedTimers: true}},
 		{"sliding windows whose size is not a multiple of the slide never fire (issue 25, defect 1)", windowKnobs{endsAtSlideMultiples: true}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			for seed := uint64(1); seed <= 2000; seed++ {
-				diff, err := runSeed(t, seed, tc.knobs)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if diff != "" {
-					t.Logf("found at seed %d", seed)
-					return
-				}
-			}
-			t.Fatal("the planted bug survived 2000 seeds")
-		})
+		t.Run(tc.name, func(t *testing.T) { findsPlanted(t, runSeed, tc.knobs) })
 	}
 }
 
@@ -730,38 +742,14 @@ func runSkewSeed(t *testing.T, seed uint64, knobs windowKnobs) (string, error) {
 
 // TestWindowGeneratorSkewedWatermarks runs runSkewSeed over
 // -window.seeds seeds from -window.first.
-func TestWindowGeneratorSkewedWatermarks(t *testing.T) {
-	failures := 0
-	for seed := *windowFirst; seed < *windowFirst+generatorSeeds(); seed++ {
-		diff, err := runSkewSeed(t, seed, windowKnobs{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if diff != "" {
-			t.Error(diff)
-			if failures++; failures == 3 {
-				t.Fatal("stopping after 3 failing seeds")
-			}
-		}
-	}
-}
+func TestWindowGeneratorSkewedWatermarks(t *testing.T) { runSeeds(t, runSkewSeed) }
 
 // TestSkewedWatermarksCatchPlantedBug puts back the rescale defect
 // (keepSpentTimers: a record in an existing pane after a rescale restored
 // a watermark behind the one its window fired under was never emitted;
 // session 32) and checks that runSkewSeed finds it.
 func TestSkewedWatermarksCatchPlantedBug(t *testing.T) {
-	for seed := uint64(1); seed <= 2000; seed++ {
-		diff, err := runSkewSeed(t, seed, windowKnobs{keepSpentTimers: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if diff != "" {
-			t.Logf("found at seed %d", seed)
-			return
-		}
-	}
-	t.Fatal("the planted bug survived 2000 seeds")
+	findsPlanted(t, runSkewSeed, windowKnobs{keepSpentTimers: true})
 }
 
 // procModel is processing-time windows as Flink runs them (no lateness):

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,31 +61,7 @@ func TestInputMatchingTheCheckpointDirectoryThroughASymlinkIsRefused(t *testing.
 		Checkpoint: weir.CheckpointConfig{Interval: time.Second, Dir: ck}}
 	runToEnd(t, o)
 	o.Input, o.Restore = filepath.Join(data, "*", "*", "*"), "latest"
-	if _, err := Build(o); err != nil {
-		t.Logf("refused: %v", err)
-		return // refused: fine
-	}
-	runToEnd(t, o)
-	if got, want := committedSorted(t, o.Output), []string{"hello\t1"}; !slices.Equal(got, want) {
-		t.Fatalf("input %s with checkpoints in %s (a symbolic link) was taken, and the output is %q, want %q (or a refusal at Build)", o.Input, ck, got, want)
-	}
-}
-
-// TestInputMatchingAFileURLCheckpointDirectoryIsRefused: a checkpoint
-// directory given as file://path is checked as the path is (it was taken
-// for a URL, and the check skipped).
-func TestInputMatchingAFileURLCheckpointDirectoryIsRefused(t *testing.T) {
-	dir := t.TempDir()
-	d := filepath.Join(dir, "d")
-	if err := os.MkdirAll(filepath.Join(d, "x"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(d, "x", "a.txt"), []byte("hello\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	o := Options{Input: filepath.Join(d, "*", "*"), Output: filepath.Join(dir, "out"), Parallelism: 1,
-		Checkpoint: weir.CheckpointConfig{Interval: time.Second, Dir: "file://" + d}}
-	if _, err := Build(o); err == nil {
-		t.Fatalf("Build with input %s and checkpoints in %s: accepted; want the refusal the plain path %s gets", o.Input, o.Checkpoint.Dir, d)
+	if _, err := Build(o); err == nil || !strings.Contains(err.Error(), "checkpoint directory") {
+		t.Fatalf("input %s with checkpoints in %s (a symbolic link): %v, want a refusal naming the checkpoint directory", o.Input, ck, err)
 	}
 }

@@ -42,6 +42,23 @@ func runToEnd(t *testing.T, o Options) {
 	}
 }
 
+// verifyAgrees checks that weir verify's rerun of the job over in, at
+// parallelism 1, agrees with the output it committed in out.
+func verifyAgrees(t *testing.T, in, out, ck string) {
+	t.Helper()
+	env, err := Build(Options{Input: in, Output: out, Parallelism: 1, Checkpoint: weir.CheckpointConfig{Dir: ck}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := env.Verify(context.Background(), weir.VerifyConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() {
+		t.Fatalf("verify disagrees with the run's output: %v", rep)
+	}
+}
+
 // TestGrownFileIsReadUpToItsSizeWhenTaken: a file whose last line has no
 // newline is appended to after the job took it (Build); its last line is
 // read up to the size the file had then ("abc"), not through the appended
@@ -99,17 +116,7 @@ func TestVerifyAfterAnAppendToTheLastLine(t *testing.T) {
 	}
 	f.WriteString("def\n")
 	f.Close()
-	env, err := Build(Options{Input: in, Output: out, Parallelism: 1, Checkpoint: weir.CheckpointConfig{Dir: ck}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep, err := env.Verify(context.Background(), weir.VerifyConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !rep.OK() {
-		t.Fatalf("verify reports the run's correct output as wrong: %v", rep)
-	}
+	verifyAgrees(t, in, out, ck)
 }
 
 // TestSymlinkInTheGlobIsReadOnce: the glob matches a file and a symbolic
@@ -134,17 +141,7 @@ func TestSymlinkInTheGlobIsReadOnce(t *testing.T) {
 	if got, want := committedSorted(t, out), []string{"x\t1", "y\t1"}; !slices.Equal(got, want) {
 		t.Fatalf("run's output %q, want %q: the file read once", got, want)
 	}
-	env, err := Build(Options{Input: in, Output: out, Parallelism: 1, Checkpoint: weir.CheckpointConfig{Dir: ck}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep, err := env.Verify(context.Background(), weir.VerifyConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !rep.OK() {
-		t.Fatalf("verify disagrees with the run over the same unchanged input: %v", rep)
-	}
+	verifyAgrees(t, in, out, ck)
 }
 
 // TestInputMatchingTheCheckpointDirectoryIsRefused: an input glob that
@@ -164,10 +161,14 @@ func TestInputMatchingTheCheckpointDirectoryIsRefused(t *testing.T) {
 	}
 	o := Options{Input: filepath.Join(d, "*", "*"), Output: filepath.Join(dir, "out"), Parallelism: 1,
 		Checkpoint: weir.CheckpointConfig{Interval: time.Second, Dir: d}}
-	_, err := Build(o)
-	if err == nil || !strings.Contains(err.Error(), filepath.Join(d, "wordcount")) || !strings.Contains(err.Error(), "--checkpoint-dir") {
-		t.Fatalf("Build with input %s and checkpoints in %s: %v, want a refusal naming %s and --checkpoint-dir", o.Input, d, err, filepath.Join(d, "wordcount"))
+	for _, ck := range []string{d, "file://" + d} { // file:// was taken for a URL, and not checked
+		o.Checkpoint.Dir = ck
+		_, err := Build(o)
+		if err == nil || !strings.Contains(err.Error(), filepath.Join(d, "wordcount")) || !strings.Contains(err.Error(), "--checkpoint-dir") {
+			t.Fatalf("Build with input %s and checkpoints in %s: %v, want a refusal naming %s and --checkpoint-dir", o.Input, ck, err, filepath.Join(d, "wordcount"))
+		}
 	}
+	o.Checkpoint.Dir = d
 	o.Input = filepath.Join(d, "x", "*")
 	runToEnd(t, o)
 	o.Restore = "latest"
