@@ -75,7 +75,10 @@ func (q *quietRig) reader(batches ...[]tev) func() weir.SourceReader[tev] {
 	}
 }
 
-func (q *quietRig) sink(counts *weir.Stream[weir.WindowResult[string, int64]]) {
+// sink counts s in tumbling windows of 10 ms by key, into q.results.
+func (q *quietRig) sink(s *weir.Stream[tev]) {
+	counts := weir.WindowAggregate(weir.Window(weir.KeyBy(s, func(e tev) string { return e.Key }), weir.Tumbling(10*time.Millisecond)),
+		"count", weir.Count[tev]())
 	weir.Sink(counts, "results", weir.SinkFunc(func(r weir.WindowResult[string, int64]) error {
 		q.mu.Lock()
 		q.results = append(q.results, r)
@@ -85,6 +88,13 @@ func (q *quietRig) sink(counts *weir.Stream[weir.WindowResult[string, int64]]) {
 		}
 		return nil
 	}))
+}
+
+// sinkBeside sinks the union of quiet and a source whose watermark moves
+// on to 29.
+func (q *quietRig) sinkBeside(e *weir.Environment, quiet *weir.Stream[tev]) {
+	moving := weir.Source(e, "moving", q.reader([]tev{{"k", 30}}), weir.Watermarks(weir.Monotonous(tevAt)))
+	q.sink(weir.Union(quiet, "both", []*weir.Stream[tev]{moving}))
 }
 
 func (q *quietRig) check(t *testing.T, e *weir.Environment, why string) {
@@ -115,9 +125,7 @@ func TestAssignWatermarksOnAQuietInput(t *testing.T) {
 	e := env(weir.Config{WatermarkInterval: 500 * time.Millisecond, Logger: quietLog})
 	src := weir.Source(e, "plain", q.reader([]tev{{"k", 5}}, []tev{{"k", 25}}))
 	timed := weir.AssignWatermarks(src, "stamp", weir.Monotonous(tevAt))
-	counts := weir.WindowAggregate(weir.Window(weir.KeyBy(timed, func(e tev) string { return e.Key }), weir.Tumbling(10*time.Millisecond)),
-		"count", weir.Count[tev]())
-	q.sink(counts)
+	q.sink(timed)
 	q.check(t, e, "the watermark 24 that the second batch (record at 25) makes was held back by the interval and never sent")
 }
 
@@ -131,11 +139,7 @@ func TestAssignWatermarksGoesIdle(t *testing.T) {
 	e := env(weir.Config{WatermarkInterval: 5 * time.Millisecond, Logger: quietLog})
 	quiet := weir.AssignWatermarks(weir.Source(e, "quiet", q.reader([]tev{{"k", 0}})), "stamp",
 		weir.Monotonous(tevAt).WithIdleness(20*time.Millisecond))
-	moving := weir.Source(e, "moving", q.reader([]tev{{"k", 30}}), weir.Watermarks(weir.Monotonous(tevAt)))
-	both := weir.Union(quiet, "both", []*weir.Stream[tev]{moving})
-	counts := weir.WindowAggregate(weir.Window(weir.KeyBy(both, func(e tev) string { return e.Key }), weir.Tumbling(10*time.Millisecond)),
-		"count", weir.Count[tev]())
-	q.sink(counts)
+	q.sinkBeside(e, quiet)
 	q.check(t, e, "the quiet input (idle after 20 ms) still holds the union's watermark at -1; the other input's is 29")
 }
 
@@ -145,12 +149,8 @@ func TestSourceGoesIdle(t *testing.T) {
 	q := newQuietRig()
 	e := env(weir.Config{WatermarkInterval: 5 * time.Millisecond, Logger: quietLog})
 	quiet := weir.Source(e, "quiet", q.reader([]tev{{"k", 0}}), weir.Watermarks(weir.Monotonous(tevAt).WithIdleness(20*time.Millisecond)))
-	moving := weir.Source(e, "moving", q.reader([]tev{{"k", 30}}), weir.Watermarks(weir.Monotonous(tevAt)))
-	both := weir.Union(quiet, "both", []*weir.Stream[tev]{moving})
-	counts := weir.WindowAggregate(weir.Window(weir.KeyBy(both, func(e tev) string { return e.Key }), weir.Tumbling(10*time.Millisecond)),
-		"count", weir.Count[tev]())
-	q.sink(counts)
-	q.check(t, e, "control")
+	q.sinkBeside(e, quiet)
+	q.check(t, e, "the quiet source (idle after 20 ms) still holds the union's watermark at -1; the other input's is 29")
 }
 
 // scheduledReader emits each batch once its offset from the first Read

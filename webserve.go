@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -284,12 +283,9 @@ func (e *Environment) webControl(spec *runtime.Spec, cancel context.CancelCauseF
 				return ""
 			}
 			loc := storage.CheckpointLocation(st.Describe(), "", checkpoint.ID(id))
-			if !storage.IsURL(loc) && vfs.Root(e.cfg.Checkpoint.FS) == vfs.Default {
-				// Absolute, as the CLI that asks may run in another
-				// directory than the job.
-				if abs, err := filepath.Abs(loc); err == nil {
-					loc = abs
-				}
+			if vfs.Root(e.cfg.Checkpoint.FS) == vfs.Default {
+				// The CLI that asks may run in another directory.
+				loc = storage.AbsoluteLocation(loc)
 			}
 			return loc
 		},

@@ -66,6 +66,20 @@ func IsURL(dir string) bool {
 	return strings.HasPrefix(dir, "s3://") || strings.HasPrefix(dir, "mem://")
 }
 
+// AbsoluteLocation is the checkpoint location loc (a path, file://path or
+// an object store's URL) as it is named from any directory: a path
+// absolute and without file://, a URL as it is.
+func AbsoluteLocation(loc string) string {
+	if IsURL(loc) {
+		return loc
+	}
+	loc = strings.TrimPrefix(loc, "file://")
+	if abs, err := filepath.Abs(loc); err == nil {
+		return abs
+	}
+	return loc
+}
+
 // CheckpointLocation is where checkpoint id of job is in the checkpoint
 // storage at dir (a directory, or a URL whose query is kept; job may be
 // empty when dir is already the job's): what --restore takes.

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -370,7 +369,7 @@ func interrupted(cf checkpointFlags, err error, cmd *cobra.Command, checkpointed
 	if cf.restore != "" && cf.restore != "latest" && !checkpointed {
 		// Not latest: the checkpoint restored may be another storage's,
 		// which --restore latest refuses until one completes here.
-		restore = shellQuote(absolute(cf.restore))
+		restore = shellQuote(storage.AbsoluteLocation(cf.restore))
 	}
 	return exitError{code: 130, msg: fmt.Sprintf("%s; the checkpoints are kept in %s. Resume with:\n  %s --restore %s",
 		what, cf.dir, resumeCommand(), restore)}
@@ -390,21 +389,7 @@ func resumeFrom(cl weir.ClusterConfig, dir, job string, id checkpoint.ID) string
 	if cl.Role == weir.Coordinator || cl.HA != "" {
 		return "latest"
 	}
-	return absolute(storage.CheckpointLocation(strings.TrimPrefix(dir, "file://"), job, id))
-}
-
-// absolute is the checkpoint location loc (a path, file://path or an
-// object store's URL) as a path from any directory: absolute, without
-// file://; a URL as it is.
-func absolute(loc string) string {
-	if storage.IsURL(loc) {
-		return loc
-	}
-	loc = strings.TrimPrefix(loc, "file://")
-	if abs, err := filepath.Abs(loc); err == nil {
-		return abs
-	}
-	return loc
+	return storage.AbsoluteLocation(storage.CheckpointLocation(strings.TrimPrefix(dir, "file://"), job, id))
 }
 
 // resumeCommand is this process's command line without its --restore and
