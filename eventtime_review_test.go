@@ -3,56 +3,13 @@ package weir
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/datadriven"
 	"github.com/weirstream/weir/codec"
 	"github.com/weirstream/weir/internal/keygroup"
 	"github.com/weirstream/weir/operator"
 )
-
-func argsOf(kv ...string) *datadriven.TestData {
-	d := &datadriven.TestData{}
-	for i := 0; i < len(kv); i += 2 {
-		d.CmdArgs = append(d.CmdArgs, datadriven.CmdArg{Key: kv[i], Vals: []string{kv[i+1]}})
-	}
-	return d
-}
-
-// joinSide feeds one record to a join harness: side 0 (a) or 1 (b).
-func (h *joinHarness) feed(t *testing.T, side int, key string, ts, id int64) string {
-	t.Helper()
-	if !slices.Contains(h.keys, key) {
-		h.keys = append(h.keys, key)
-	}
-	if err := h.op.ProcessBatch(side, []joined{{Key: key, ID: id}}, []int64{ts}, nil); err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(output(h.out, nil))
-}
-
-// TestJoinTTLMatchesNoExpiredRecord: a record past the regular join's TTL
-// is not matched, though the clean-up timer (rounded up to a second) has
-// not dropped it yet, as Flink's state TTL never returns an expired value:
-// with a TTL of 100 ms, an a that arrived at 0 was still joined by a b at
-// 900 ms (found by an outside review, session 32).
-func TestJoinTTLMatchesNoExpiredRecord(t *testing.T) {
-	h := newJoinHarness(t, argsOf("kind", "regular", "ttl", "100"))
-	h.now = 0
-	if got := h.feed(t, 0, "k", 1, 1); got != "(nothing)" {
-		t.Fatalf("a alone: %q", got)
-	}
-	// Processing time moves on past the TTL; due timers fire (none is).
-	h.now = 900
-	if err := h.op.FireTimers(time.UnixMilli(h.now)); err != nil {
-		t.Fatal(err)
-	}
-	if got := h.feed(t, 1, "k", 2, 1); got != "(nothing)" {
-		t.Errorf("b at 900 ms joined a, which arrived at 0 with a TTL of 100 ms: got %q, want (nothing)", got)
-	}
-}
 
 // TestRescaleKeepsLateUpdates: a restore at another parallelism takes the
 // least of the subtasks' watermarks (restoreWatermarks), so a window that
