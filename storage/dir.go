@@ -30,10 +30,20 @@ const LockFile = ".lock"
 
 // JobDirEntries returns samples of the names Dir gives what it writes
 // directly in a job's directory: files, and directories (which hold files
-// of their own).
+// of their own). Names with a checkpoint id come with the ids 0 to 99 and
+// a few longer ones, so that a wildcard over the id matches some sample.
 func JobDirEntries() (files, dirs []string) {
-	return []string{LockFile, LedFile, LedFile + ".tmp-0123456789abcdef", rollbackName(1), rollbackName(1) + ".tmp"},
-		[]string{chkName(1), SharedDir, ProbeDir}
+	files = []string{LockFile, LedFile, LedFile + ".tmp-0123456789abcdef"}
+	dirs = []string{SharedDir, ProbeDir}
+	ids := []checkpoint.ID{123, 1234, 12345, 123456}
+	for id := range checkpoint.ID(100) {
+		ids = append(ids, id)
+	}
+	for _, id := range ids {
+		files = append(files, rollbackName(id), rollbackName(id)+".tmp")
+		dirs = append(dirs, chkName(id))
+	}
+	return files, dirs
 }
 
 // Dir keeps checkpoints in a directory; see the package doc for the layout.

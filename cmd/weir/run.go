@@ -384,12 +384,12 @@ func announceWeb(addr string) {
 // by a process of cluster configuration cl: the savepoint's location; for
 // a cluster's coordinator, or a process with --ha, which restore only
 // their own storage's latest checkpoint, latest (the savepoint is the
-// latest: the job stopped with it).
+// latest: the job stopped with it). It is one word for a POSIX shell.
 func resumeFrom(cl weir.ClusterConfig, dir, job string, id checkpoint.ID) string {
 	if cl.Role == weir.Coordinator || cl.HA != "" {
 		return "latest"
 	}
-	return storage.AbsoluteLocation(storage.CheckpointLocation(strings.TrimPrefix(dir, "file://"), job, id))
+	return shellQuote(storage.AbsoluteLocation(storage.CheckpointLocation(strings.TrimPrefix(dir, "file://"), job, id)))
 }
 
 // resumeCommand is this process's command line without its --restore and

@@ -120,7 +120,9 @@ func resolvePattern(pattern string) string {
 	return path.Join(escapeMeta(filepath.ToSlash(realPath(prefix))), path.Join(elems[lit:]...))
 }
 
-// realPath is p absolute, with its symbolic links resolved if it exists.
+// realPath is p absolute, with the symbolic links of its longest part that
+// exists resolved: a directory a job has yet to create under a link is
+// named as it will be.
 func realPath(p string) string {
 	if p == "" {
 		p = "."
@@ -128,10 +130,15 @@ func realPath(p string) string {
 	if abs, err := filepath.Abs(p); err == nil {
 		p = abs
 	}
-	if real, err := filepath.EvalSymlinks(p); err == nil {
-		p = real
+	for dir, rest := p, ""; ; dir = filepath.Dir(dir) {
+		if real, err := filepath.EvalSymlinks(dir); err == nil {
+			return filepath.Join(real, rest)
+		}
+		if filepath.Dir(dir) == dir {
+			return p
+		}
+		rest = filepath.Join(filepath.Base(dir), rest)
 	}
-	return p
 }
 
 // escapeMeta makes p a pattern (path.Match) that matches p alone.
