@@ -287,8 +287,8 @@ type sessionState[Acc any] struct {
 // an accumulator per key and pane (a slice of gcd(size, slide)); a window
 // merges its panes when it fires. Sessions keep an accumulator per key and
 // session. A timer per key and window end fires it (event time: when the
-// watermark passes its last millisecond); with allowed lateness another
-// cleans up after it.
+// watermark passes its last millisecond); with allowed lateness another,
+// kept apart (cleanups), cleans up after it.
 type windowOp[K comparable, In, Acc, Out any] struct {
 	keyed[K, Out]
 	key      func(In) K
@@ -310,6 +310,13 @@ type windowOp[K comparable, In, Acc, Out any] struct {
 	// merged and ends hold the starts and ends of the sessions a record
 	// merges; reused.
 	merged, ends []int64
+	// cleanups holds, for event-time windows, the timers that clean a
+	// window up when its allowed lateness ends, apart from the timers that
+	// fire one: a clean-up instant can be another window's last
+	// millisecond, and if it were one timer, a window that fired under a
+	// greater watermark before a rescale would fire again, unchanged, at
+	// another's clean-up.
+	cleanups state.Timers[K]
 	// firedUpTo is the processing time up to which timers have fired
 	// (MinTime: none yet, or since the restore).
 	firedUpTo int64
@@ -324,9 +331,6 @@ type windowKnobs struct {
 	// a timer at its window's end although the window has fired, so the
 	// next watermark fires it a second time.
 	registerFiredWindows bool
-	// deleteSharedTimers: a merge deletes the merged sessions' timer
-	// instants although another session needs one of them.
-	deleteSharedTimers bool
 	// keepSpentTimers: a record in an existing pane registers no timer
 	// after a rescale restored a watermark behind the one its window fired
 	// under, so the window's update is never emitted.
@@ -334,6 +338,11 @@ type windowKnobs struct {
 	// endsAtSlideMultiples: a timer fires a sliding window only when its
 	// end is a multiple of the slide, so a size that is not one fires none.
 	endsAtSlideMultiples bool
+	// sharedCleanups: clean-up timers are kept with the firing ones, as
+	// before session 33 (and in its checkpoints), so after a rescale
+	// regressed the watermark a window fires again, unchanged, at another
+	// window's clean-up.
+	sharedCleanups bool
 }
 
 type pane[Acc any] struct {
@@ -398,6 +407,9 @@ func (w *windowOp[K, In, Acc, Out]) Open(oc *operator.Context) error {
 	if err == nil && w.fold.listing {
 		w.records, err = backend.NewList(w.kctx.backend, "records", paneKeyCodec[K]{w.kc}, codec.For[In]())
 	}
+	if err == nil && !w.a.processing && !w.knobs.sharedCleanups {
+		w.cleanups, err = backend.NewTimers(w.kctx.backend, "_window_cleanups", w.kc)
+	}
 	return err
 }
 
@@ -409,7 +421,8 @@ func (w *windowOp[K, In, Acc, Out]) now() (int64, bool) {
 	return w.c.now, w.c.now != operator.MinTime
 }
 
-// register asks for a timer at t, of the windows' time domain.
+// register asks for a timer at t, of the windows' time domain, that fires
+// the window ending at t+1.
 func (w *windowOp[K, In, Acc, Out]) register(t int64) {
 	if w.a.processing {
 		if w.kctx.c.clockAllowed(w.kctx.op.UID) {
@@ -418,6 +431,16 @@ func (w *windowOp[K, In, Acc, Out]) register(t int64) {
 	} else {
 		w.kctx.eventTimers.Register(w.kctx.key, time.UnixMilli(t))
 	}
+}
+
+// registerCleanup asks for a timer at t that cleans up the windows whose
+// allowed lateness ends at t.
+func (w *windowOp[K, In, Acc, Out]) registerCleanup(t int64) {
+	if w.knobs.sharedCleanups {
+		w.register(t)
+		return
+	}
+	w.cleanups.Register(w.kctx.key, time.UnixMilli(t))
 }
 
 func (w *windowOp[K, In, Acc, Out]) Collect(v In) {
@@ -585,7 +608,7 @@ func (w *windowOp[K, In, Acc, Out]) registerWindow(end int64) {
 		w.register(end - 1)
 	}
 	if w.lateness > 0 {
-		w.register(end - 1 + w.lateness)
+		w.registerCleanup(end - 1 + w.lateness)
 	}
 }
 
@@ -654,30 +677,31 @@ func (w *windowOp[K, In, Acc, Out]) emitSession(start, end int64, acc Acc) error
 // unregister deletes the timers of the current key's sessions that ended
 // at ends and merged into another, except the instants a session of the
 // key still needs, the merged one included. Timers are kept per key and
-// instant, not per window: one session's clean-up can be the same instant
-// as another's firing, and deleting it would leave that session never
-// fired, or never cleaned up.
+// instant, not per session, and a checkpoint taken before clean-ups were
+// kept apart holds one session's clean-up where another's firing may be
+// (a timer kept that no session needs of its kind does nothing).
 func (w *windowOp[K, In, Acc, Out]) unregister(ends []int64) {
-	del := w.kctx.eventTimers.Delete
+	fires, cleanups := w.kctx.eventTimers, w.cleanups
 	if w.a.processing {
-		del = w.kctx.timers.Delete
+		fires = w.kctx.timers
+	}
+	if w.knobs.sharedCleanups {
+		cleanups = fires
 	}
 	needed := func(t int64) bool {
-		if w.knobs.deleteSharedTimers {
-			return false
-		}
 		for _, sess := range w.sessions.All(w.kctx.key) {
-			if sess.End-1 == t || sess.End-1+w.lateness == t {
+			if sess.End-1 == t || w.lateness > 0 && sess.End-1+w.lateness == t {
 				return true
 			}
 		}
 		return false
 	}
 	for _, end := range ends {
-		for _, t := range []int64{end - 1, end - 1 + w.lateness} {
-			if (t == end-1 || w.lateness > 0) && !needed(t) {
-				del(w.kctx.key, time.UnixMilli(t))
-			}
+		if !needed(end - 1) {
+			fires.Delete(w.kctx.key, time.UnixMilli(end-1))
+		}
+		if w.lateness > 0 && !needed(end-1+w.lateness) {
+			cleanups.Delete(w.kctx.key, time.UnixMilli(end-1+w.lateness))
 		}
 	}
 }
@@ -701,19 +725,37 @@ func (w *windowOp[K, In, Acc, Out]) lateRecord(ts int64, v In) error {
 	return nil
 }
 
-// OnTimer fires the windows that end at t+1, and cleans up those whose
-// allowed lateness ended at t.
-func (w *windowOp[K, In, Acc, Out]) OnTimer(c *KeyedContext[K], at time.Time, _ Collector[Out]) error {
-	t := at.UnixMilli()
+// OnTimer fires the window that ends at t+1, and cleans up those whose
+// allowed lateness ended at t (a checkpoint taken before clean-ups were
+// kept apart holds their timers here).
+func (w *windowOp[K, In, Acc, Out]) OnTimer(_ *KeyedContext[K], at time.Time, _ Collector[Out]) error {
+	return w.onTimer(at.UnixMilli(), true)
+}
+
+// AdvanceWatermark fires the timers due by wm, then the clean-ups: no
+// window a clean-up removes is one a later firing reads.
+func (w *windowOp[K, In, Acc, Out]) AdvanceWatermark(wm int64) error {
+	if err := w.keyed.AdvanceWatermark(wm); err != nil || w.cleanups == nil {
+		return err
+	}
+	return w.cleanups.FireUpTo(w.kctx.wm, func(key K, at time.Time) error {
+		w.kctx.key = key
+		return w.onTimer(at.UnixMilli(), false)
+	})
+}
+
+// onTimer fires, if fire, the current key's window that ends at t+1, and
+// cleans up those whose allowed lateness ended at t.
+func (w *windowOp[K, In, Acc, Out]) onTimer(t int64, fire bool) error {
 	if w.a.kind == sessions {
-		for start, sess := range w.sessions.All(c.key) {
-			if sess.End-1 == t {
+		for start, sess := range w.sessions.All(w.kctx.key) {
+			if fire && sess.End-1 == t {
 				if err := w.emitSession(start, sess.End, sess.Acc); err != nil {
 					return err
 				}
 			}
 			if sess.End-1+w.lateness == t {
-				w.sessions.Remove(c.key, start)
+				w.sessions.Remove(w.kctx.key, start)
 				if w.fold.listing {
 					w.records.Delete(w.pk(start))
 				}
@@ -730,7 +772,7 @@ func (w *windowOp[K, In, Acc, Out]) OnTimer(c *KeyedContext[K], at time.Time, _ 
 		}
 		return floorTo(end-a.size, a.slide) == end-a.size
 	}
-	fire := endsWindow(t + 1)
+	fire = fire && endsWindow(t+1)
 	drop := w.lateness > 0 && endsWindow(t+1-w.lateness)
 	if !fire && !drop {
 		return nil

@@ -375,6 +375,12 @@ type genRun struct {
 	outAt, lateAt  int
 	since          []genStep
 	nextCheckpoint checkpoint.ID
+	// wmAt is, when set, each record's subtask's watermark when it last
+	// took the record (by value).
+	wmAt map[int64]int64
+	// upgrade: crashes restore without knobs, as a version without a
+	// defect restores the checkpoints of one with it.
+	upgrade bool
 }
 
 func (g *genRun) open(p int) error {
@@ -451,6 +457,9 @@ func (g *genRun) input(s genStep) error {
 	for i, st := range g.subtasks {
 		if keygroup.ForSubtask(keygroup.DefaultMaxParallelism, len(g.subtasks), i).Contains(group) {
 			st.c.now, st.c.group = s.ts, group
+			if w, ok := st.op.(*windowOp[string, rec, []rec, genFiring]); ok && g.wmAt != nil {
+				g.wmAt[s.v] = w.kctx.wm
+			}
 			st.in.Collect(rec{Key: s.key, V: s.v})
 			return st.c.err
 		}
@@ -492,6 +501,9 @@ func (g *genRun) step(s genStep) error {
 			return err
 		}
 		g.out, g.late = g.out[:g.outAt], g.late[:g.lateAt]
+		if g.upgrade {
+			g.knobs = windowKnobs{}
+		}
 		if err := g.open(s.p); err != nil {
 			return err
 		}
@@ -529,13 +541,19 @@ func diffFirings(got, want []genFiring) string {
 // runSeed runs a seed through the operator and the model and returns how
 // they differ ("" when they agree).
 func runSeed(t *testing.T, seed uint64, knobs windowKnobs) (string, error) {
+	return runSeedUpgrading(t, seed, knobs, false)
+}
+
+// runSeedUpgrading is runSeed, with crashes that restore without knobs
+// if upgrade.
+func runSeedUpgrading(t *testing.T, seed uint64, knobs windowKnobs, upgrade bool) (string, error) {
 	c, steps := generate(seed)
 	if c.a.kind != 0 {
 		if err := c.a.check(); err != nil {
 			return "", fmt.Errorf("seed %d: generated an assigner Check refuses: %w", seed, err)
 		}
 	}
-	g := &genRun{c: c, knobs: knobs, hasher: codec.NewHasher(codec.For[string]())}
+	g := &genRun{c: c, knobs: knobs, hasher: codec.NewHasher(codec.For[string]()), upgrade: upgrade}
 	if c.pebble {
 		g.stateDir = t.TempDir()
 	}
@@ -646,27 +664,53 @@ func TestWindowGeneratorCatchesPlantedBugs(t *testing.T) {
 		knobs windowKnobs
 	}{
 		{"a late record's new pane or session fires twice (issue 19, defect 1)", windowKnobs{registerFiredWindows: true}},
-		{"a merge deletes another session's timer (issue 19, defect 2; issue 25, defect 3)", windowKnobs{deleteSharedTimers: true}},
 		{"sliding windows whose size is not a multiple of the slide never fire (issue 25, defect 1)", windowKnobs{endsAtSlideMultiples: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { findsPlanted(t, runSeed, tc.knobs) })
 	}
 }
 
-// runSkewSeed runs a seed of tumbling windows whose subtasks' watermarks
-// drift apart (stepSkew) before checkpoints and rescales, and returns what
-// breaks the invariant ("" when nothing does). A restore at another
-// parallelism takes the least of the subtasks' watermarks, so no model of
-// which firings come is kept (a record late before it may be on time
-// after, as in Flink, and a window whose state went may start again);
-// instead every record the operator takes (that does not go to the late
-// output) must be in a firing of its window.
+// TestWindowGeneratorRestoresSharedCleanups: checkpoints taken before
+// session 33 hold windows' clean-up timers with their firing ones
+// (sharedCleanups). Restored by this version, whose firing timers still
+// clean up at such an instant, the results are Flink's: the window
+// generator's seeds, each crash restoring an earlier version's checkpoint.
+func TestWindowGeneratorRestoresSharedCleanups(t *testing.T) {
+	runSeeds(t, func(t *testing.T, seed uint64, _ windowKnobs) (string, error) {
+		return runSeedUpgrading(t, seed, windowKnobs{sharedCleanups: true}, true)
+	})
+}
+
+// runSkewSeed runs a seed of windows (tumbling, sliding or sessions) whose
+// subtasks' watermarks drift apart (stepSkew) before checkpoints and
+// rescales, and returns what breaks the invariants ("" when nothing
+// does). A restore at another parallelism takes the least of the
+// subtasks' watermarks, so no model of which firings come is kept (a
+// record late before it may be on time after, as in Flink, and a window
+// whose state went may start again). Instead:
+//   - every record the operator takes (that does not go to the late
+//     output) is in a firing of each of its windows not past their
+//     lateness when it came (tumbling, sliding), or of a session that
+//     covers it;
+//   - no window fires twice with the same records: every record is
+//     another value, so a window fires again only with one more.
 func runSkewSeed(t *testing.T, seed uint64, knobs windowKnobs) (string, error) {
 	rng := rand.New(rand.NewPCG(seed, 0x5ce3))
-	size := 1 + rng.Int64N(8)
-	c := genConfig{a: Tumbling(time.Duration(size) * time.Millisecond), lateness: rng.Int64N(9), listing: true, lateOutput: true,
-		keys: 1 + rng.IntN(4), pebble: rng.IntN(8) == 0}
-	g := &genRun{c: c, knobs: knobs, hasher: codec.NewHasher(codec.For[string]())}
+	ms := func(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
+	c := genConfig{lateness: rng.Int64N(9), listing: true, lateOutput: true, keys: 1 + rng.IntN(4), pebble: rng.IntN(8) == 0}
+	var span int64
+	switch rng.IntN(4) {
+	case 0, 1:
+		span = 1 + rng.Int64N(8)
+		c.a = Tumbling(ms(span))
+	case 2:
+		span = 1 + rng.Int64N(9)
+		c.a = Sliding(ms(span), ms(1+rng.Int64N(span+3)))
+	default:
+		span = 1 + rng.Int64N(5)
+		c.a = Session(ms(span))
+	}
+	g := &genRun{c: c, knobs: knobs, hasher: codec.NewHasher(codec.For[string]()), wmAt: map[int64]int64{}}
 	if c.pebble {
 		g.stateDir = t.TempDir()
 	}
@@ -680,13 +724,13 @@ func runSkewSeed(t *testing.T, seed uint64, knobs windowKnobs) (string, error) {
 		var s genStep
 		switch r := rng.IntN(100); {
 		case r < 55:
-			ts := max(wm, 0) - c.lateness - size - 2 + rng.Int64N(c.lateness+2*size+12)
+			ts := max(wm, 0) - c.lateness - span - 2 + rng.Int64N(c.lateness+2*span+12)
 			s = genStep{kind: stepRecord, key: string(rune('a' + rng.IntN(c.keys))), ts: ts, v: int64(i + 1)}
 		case r < 70:
 			wm += rng.Int64N(6)
 			s = genStep{kind: stepWatermark, wm: wm}
 		case r < 82:
-			s = genStep{kind: stepSkew, p: rng.IntN(3), wm: wm + 1 + rng.Int64N(3*size+c.lateness+4)}
+			s = genStep{kind: stepSkew, p: rng.IntN(3), wm: wm + 1 + rng.Int64N(3*span+c.lateness+4)}
 		case r < 93:
 			s = genStep{kind: stepCheckpoint}
 		default:
@@ -705,51 +749,90 @@ func runSkewSeed(t *testing.T, seed uint64, knobs windowKnobs) (string, error) {
 	if err := g.close(); err != nil {
 		return "", err
 	}
-	late := map[int64]bool{}
-	for _, v := range g.late {
-		late[v] = true
-	}
-	fired := map[windowOf]map[string]bool{} // the values any firing of a window held
-	for _, f := range g.out {
-		w := windowOf{f.Key, f.Start, f.End}
-		if fired[w] == nil {
-			fired[w] = map[string]bool{}
-		}
-		for _, v := range strings.Fields(f.Value) {
-			fired[w][v] = true
-		}
-	}
-	var diff strings.Builder
-	for _, s := range steps {
-		if s.kind != stepRecord || late[s.v] {
-			continue
-		}
-		w := windowOf{s.key, floorTo(s.ts, size), floorTo(s.ts, size) + size}
-		if !fired[w][fmt.Sprint(s.v)] {
-			fmt.Fprintf(&diff, "  record %s @%d v%d, not late, is in no firing of [%d,%d)\n", s.key, s.ts, s.v, w.Start, w.End)
-		}
-	}
-	if diff.Len() == 0 {
+	diff := skewDiff(c, steps, g)
+	if diff == "" {
 		return "", nil
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "seed %d (%v): a record taken is in no firing of its window:\n%s  steps:", seed, c, diff.String())
+	fmt.Fprintf(&b, "seed %d (%v): the firings break an invariant:\n%s  steps:", seed, c, diff)
 	for _, s := range steps {
 		fmt.Fprintf(&b, " %v;", s)
 	}
 	return b.String(), nil
 }
 
+// skewDiff says where runSkewSeed's firings break its invariants.
+func skewDiff(c genConfig, steps []genStep, g *genRun) string {
+	late := map[int64]bool{}
+	for _, v := range g.late {
+		late[v] = true
+	}
+	var diff strings.Builder
+	fired := map[windowOf]map[string]bool{} // the values any firing of a window held
+	seen := map[windowOf]map[string]bool{}  // the windows' firings
+	for _, f := range g.out {
+		w := windowOf{f.Key, f.Start, f.End}
+		if fired[w] == nil {
+			fired[w], seen[w] = map[string]bool{}, map[string]bool{}
+		}
+		if seen[w][f.Value] {
+			fmt.Fprintf(&diff, "  %s [%d,%d) fired twice with the same records: %s\n", f.Key, f.Start, f.End, f.Value)
+		}
+		seen[w][f.Value] = true
+		for _, v := range strings.Fields(f.Value) {
+			fired[w][v] = true
+		}
+	}
+	for _, s := range steps {
+		if s.kind != stepRecord || late[s.v] {
+			continue
+		}
+		v := fmt.Sprint(s.v)
+		if c.a.kind == sessions {
+			covered := false
+			for w, vs := range fired {
+				covered = covered || w.Key == s.key && w.Start <= s.ts && s.ts < w.End && vs[v]
+			}
+			if !covered {
+				fmt.Fprintf(&diff, "  record %s @%d v%d, not late, is in no firing of a session\n", s.key, s.ts, s.v)
+			}
+			continue
+		}
+		for start := floorTo(s.ts, c.a.slide); start > s.ts-c.a.size; start -= c.a.slide {
+			// A sliding window past its lateness when the record came
+			// does not take it, though the record's later windows do.
+			end := start + c.a.size
+			if end-1+c.lateness <= g.wmAt[s.v] {
+				continue
+			}
+			if w := (windowOf{s.key, start, end}); !fired[w][v] {
+				fmt.Fprintf(&diff, "  record %s @%d v%d, not late, is in no firing of [%d,%d)\n", s.key, s.ts, s.v, w.Start, w.End)
+			}
+		}
+	}
+	return diff.String()
+}
+
 // TestWindowGeneratorSkewedWatermarks runs runSkewSeed over
 // -window.seeds seeds from -window.first.
 func TestWindowGeneratorSkewedWatermarks(t *testing.T) { runSeeds(t, runSkewSeed) }
 
-// TestSkewedWatermarksCatchPlantedBug puts back the rescale defect
-// (keepSpentTimers: a record in an existing pane after a rescale restored
-// a watermark behind the one its window fired under was never emitted;
-// session 32) and checks that runSkewSeed finds it.
-func TestSkewedWatermarksCatchPlantedBug(t *testing.T) {
-	findsPlanted(t, runSkewSeed, windowKnobs{keepSpentTimers: true})
+// TestSkewedWatermarksCatchPlantedBugs puts back each rescale defect
+// runSkewSeed exists for and checks that it finds it.
+func TestSkewedWatermarksCatchPlantedBugs(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		knobs windowKnobs
+	}{
+		// A record in an existing pane after a rescale restored a watermark
+		// behind the one its window fired under was never emitted (session 32).
+		{"a record after a rescale is never emitted", windowKnobs{keepSpentTimers: true}},
+		// Clean-up timers kept with the firing ones: after such a rescale a
+		// window fired again, unchanged, at another's clean-up (session 33).
+		{"a window fires twice after a rescale", windowKnobs{sharedCleanups: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { findsPlanted(t, runSkewSeed, tc.knobs) })
+	}
 }
 
 // procModel is processing-time windows as Flink runs them (no lateness):
