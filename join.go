@@ -44,10 +44,22 @@ func WindowJoin[K comparable, A, B, Out any](a KeyedStream[K, A], b KeyedStream[
 }
 
 type coGroup[K comparable, A, B, Out any] struct {
-	w  WindowAssigner
-	f  func(K, TimeWindow, []A, []B, Collector[Out]) error
-	as *MapState[K, int64, []A]
-	bs *MapState[K, int64, []B]
+	w     WindowAssigner
+	f     func(K, TimeWindow, []A, []B, Collector[Out]) error
+	as    *MapState[K, int64, []A]
+	bs    *MapState[K, int64, []B]
+	knobs joinKnobs
+}
+
+// joinKnobs put back defects, for tests that show the join generator
+// (join_gen_test.go) would find them. All false in every job.
+type joinKnobs struct {
+	// lateAfterEnd: a window join takes a record for a window whose last
+	// millisecond the watermark reached (it fired already).
+	lateAfterEnd bool
+	// takeAtWatermark: an interval join takes a record at the watermark,
+	// after the other side's records it would match may have gone.
+	takeAtWatermark bool
 }
 
 func (g *coGroup[K, A, B, Out]) Open(c *KeyedContext[K]) (err error) {
@@ -61,7 +73,7 @@ func (g *coGroup[K, A, B, Out]) Open(c *KeyedContext[K]) (err error) {
 // windowsOf calls add with the start of every window of the current
 // record that is not late, after registering its timer; a record late for
 // all its windows is dropped and counted.
-func windowsOf[K comparable](c *KeyedContext[K], w WindowAssigner, add func(start int64)) {
+func windowsOf[K comparable](c *KeyedContext[K], w WindowAssigner, knobs joinKnobs, add func(start int64)) {
 	ts := c.c.now
 	last := floorTo(ts, w.slide)
 	if last+w.size <= ts && ts > c.wm {
@@ -73,7 +85,7 @@ func windowsOf[K comparable](c *KeyedContext[K], w WindowAssigner, add func(star
 	}
 	for start := last; start > ts-w.size; start -= w.slide {
 		end := start + w.size
-		if end-1 <= c.wm {
+		if end-1 <= c.wm && (!knobs.lateAfterEnd || end <= c.wm) {
 			break // late for this window and the earlier ones
 		}
 		c.RegisterEventTimer(time.UnixMilli(end - 1))
@@ -82,7 +94,7 @@ func windowsOf[K comparable](c *KeyedContext[K], w WindowAssigner, add func(star
 }
 
 func (g *coGroup[K, A, B, Out]) Process1(c *KeyedContext[K], v A, _ Collector[Out]) error {
-	windowsOf(c, g.w, func(start int64) {
+	windowsOf(c, g.w, g.knobs, func(start int64) {
 		l, _ := g.as.Get(start)
 		g.as.Put(start, append(l, v))
 	})
@@ -90,7 +102,7 @@ func (g *coGroup[K, A, B, Out]) Process1(c *KeyedContext[K], v A, _ Collector[Ou
 }
 
 func (g *coGroup[K, A, B, Out]) Process2(c *KeyedContext[K], v B, _ Collector[Out]) error {
-	windowsOf(c, g.w, func(start int64) {
+	windowsOf(c, g.w, g.knobs, func(start int64) {
 		l, _ := g.bs.Get(start)
 		g.bs.Put(start, append(l, v))
 	})
@@ -133,6 +145,7 @@ type intervalJoin[K comparable, A, B, Out any] struct {
 	f            func(A, B) Out
 	as           *MapState[K, int64, []A]
 	bs           *MapState[K, int64, []B]
+	knobs        joinKnobs
 }
 
 func (j *intervalJoin[K, A, B, Out]) Open(c *KeyedContext[K]) (err error) {
@@ -146,14 +159,14 @@ func (j *intervalJoin[K, A, B, Out]) Open(c *KeyedContext[K]) (err error) {
 func (j *intervalJoin[K, A, B, Out]) Process1(c *KeyedContext[K], v A, out Collector[Out]) error {
 	// a matches the b in [a+lower, a+upper]; none can match it after
 	// a+upper.
-	interval(c, v, j.as, j.bs, j.lower, j.upper, j.upper, func(b B) { out.Collect(j.f(v, b)) })
+	interval(c, v, j.as, j.bs, j.lower, j.upper, j.upper, j.knobs, func(b B) { out.Collect(j.f(v, b)) })
 	return nil
 }
 
 func (j *intervalJoin[K, A, B, Out]) Process2(c *KeyedContext[K], v B, out Collector[Out]) error {
 	// b matches the a in [b−upper, b−lower]; none can match it after
 	// b−lower.
-	interval(c, v, j.bs, j.as, -j.upper, -j.lower, -j.lower, func(a A) { out.Collect(j.f(a, v)) })
+	interval(c, v, j.bs, j.as, -j.upper, -j.lower, -j.lower, j.knobs, func(a A) { out.Collect(j.f(a, v)) })
 	return nil
 }
 
@@ -161,9 +174,9 @@ func (j *intervalJoin[K, A, B, Out]) Process2(c *KeyedContext[K], v B, out Colle
 // current event time t: unless it is late, it is paired (by pair, at the
 // later of the two times) with the other side's records in [t+lo, t+hi],
 // and kept until the watermark passes t+keep.
-func interval[K comparable, V, W any](c *KeyedContext[K], v V, mine *MapState[K, int64, []V], other *MapState[K, int64, []W], lo, hi, keep int64, pair func(W)) {
+func interval[K comparable, V, W any](c *KeyedContext[K], v V, mine *MapState[K, int64, []V], other *MapState[K, int64, []W], lo, hi, keep int64, knobs joinKnobs, pair func(W)) {
 	t := c.c.now
-	if t <= c.wm {
+	if t <= c.wm && (!knobs.takeAtWatermark || t < c.wm) {
 		c.dropLate(t)
 		return
 	}
