@@ -24,6 +24,12 @@ func TestMatchesSinkFiles(t *testing.T) {
 		{filepath.Join(dir, "d", "in", "*"), filepath.Join(dir, "d", "out"), false},
 		{filepath.Join(dir, "d", "*"), filepath.Join(dir, "d", "out"), false}, // the directory, not its files
 		{filepath.Join(dir, "d", "*", "*", "*"), filepath.Join(dir, "d", "out"), false},
+		// A wildcard over the subtask number or the checkpoint id: samples
+		// beyond the first of each (a review, session 32).
+		{filepath.Join(dir, "d", "out", "part-*-2"), filepath.Join(dir, "d", "out"), true},
+		{filepath.Join(dir, "d", "out", "part-output-1?-*"), filepath.Join(dir, "d", "out"), true},
+		{filepath.Join(dir, "d", "out", ".part-*-3-*.inprogress"), filepath.Join(dir, "d", "out"), true},
+		{filepath.Join(dir, "d", "out", "part-*-x"), filepath.Join(dir, "d", "out"), false},
 	} {
 		f, ok := MatchesSinkFiles(tc.pattern, tc.out, "output")
 		if ok != tc.match {

@@ -51,14 +51,32 @@ const LockFile = ".weir.lock"
 // pattern's directories up to its first wildcard, and dir.
 func MatchesSinkFiles(pattern, dir, uid string) (string, bool) {
 	pattern = resolvePattern(pattern)
-	s := fileSink[struct{}]{uid: escapeUID(uid)}
 	dir = filepath.ToSlash(realPath(dir))
-	for _, name := range []string{s.committedName(0, 1), s.pendingName(0, 1), s.inProgressName(0, 1, 1), ".lineage-" + s.uid, LockFile} {
+	for _, name := range sinkFileSamples(uid) {
 		if ok, _ := path.Match(pattern, path.Join(dir, name)); ok {
 			return filepath.Join(filepath.FromSlash(dir), name), true
 		}
 	}
 	return "", false
+}
+
+// sinkFileSamples returns samples of the names the sink of operator uid
+// writes: its subtask numbers and checkpoint ids each 0 to 99 and a few
+// longer, so that a wildcard over either (part-*-2) matches some sample.
+func sinkFileSamples(uid string) []string {
+	s := fileSink[struct{}]{uid: escapeUID(uid)}
+	nums := []int{123, 1234, 12345, 123456}
+	for n := range 100 {
+		nums = append(nums, n)
+	}
+	names := []string{".lineage-" + s.uid, LockFile}
+	for _, sub := range nums {
+		for _, id := range nums {
+			names = append(names, s.committedName(sub, checkpoint.ID(id)), s.pendingName(sub, checkpoint.ID(id)))
+		}
+		names = append(names, s.inProgressName(sub, 1765432109876543210, 0), s.inProgressName(sub, 1765432109876543210, 12))
+	}
+	return names
 }
 
 // MatchesUnder reports whether pattern (LinesConfig.Pattern) can match a
