@@ -1,6 +1,7 @@
 package weir
 
 import (
+	"cmp"
 	"fmt"
 	"iter"
 	"sync/atomic"
@@ -78,6 +79,8 @@ type KeyedContext[K comparable] struct {
 	// late counts the records of the operator (all its subtasks) dropped
 	// for coming after the watermark.
 	late *atomic.Int64
+	// opening: the function's Open runs, and there is no current key.
+	opening bool
 }
 
 // TimeDomain is event time or processing time.
@@ -103,6 +106,16 @@ func (d TimeDomain) String() string {
 // Key is the key of the record or timer being handled.
 func (c *KeyedContext[K]) Key() K { return c.key }
 
+// current is the key state and timers are of. In Open there is none: no
+// record or timer is being handled, and the job fails, saying so (Flink:
+// "No key set").
+func (c *KeyedContext[K]) current() K {
+	if c.opening {
+		c.c.fail(operator.Permanent(fmt.Errorf("%s used keyed state or a timer in Open, where there is no current key: create state in Open, and read, write or register timers in Process or OnTimer", c.op.UID)))
+	}
+	return c.key
+}
+
 // Now is the processing time.
 func (c *KeyedContext[K]) Now() time.Time { return c.op.Now() }
 
@@ -123,7 +136,7 @@ func (c *KeyedContext[K]) TimeDomain() TimeDomain { return c.domain }
 // of the input.
 func (c *KeyedContext[K]) RegisterEventTimer(at time.Time) {
 	if c.mayTime() {
-		c.eventTimers.Register(c.key, at)
+		c.eventTimers.Register(c.current(), at)
 	}
 }
 
@@ -136,7 +149,7 @@ func (c *KeyedContext[K]) mayTime() bool {
 }
 
 // DeleteEventTimer cancels the current key's event-time timer at at.
-func (c *KeyedContext[K]) DeleteEventTimer(at time.Time) { c.eventTimers.Delete(c.key, at) }
+func (c *KeyedContext[K]) DeleteEventTimer(at time.Time) { c.eventTimers.Delete(c.current(), at) }
 
 // dropLate counts a record dropped for being late, and logs the first ten
 // and every thousandth.
@@ -165,12 +178,12 @@ func (c *KeyedContext[K]) Parallelism() int { return c.op.Parallelism }
 // the job fails, saying so.
 func (c *KeyedContext[K]) RegisterTimer(at time.Time) {
 	if c.mayTime() && c.c.clockAllowed(c.op.UID) {
-		c.timers.Register(c.key, at)
+		c.timers.Register(c.current(), at)
 	}
 }
 
 // DeleteTimer cancels the current key's timer at time at.
-func (c *KeyedContext[K]) DeleteTimer(at time.Time) { c.timers.Delete(c.key, at) }
+func (c *KeyedContext[K]) DeleteTimer(at time.Time) { c.timers.Delete(c.current(), at) }
 
 func stateCodec[V any](cs []codec.Codec[V]) codec.Codec[V] {
 	if len(cs) > 0 {
@@ -191,9 +204,9 @@ func NewValueState[K comparable, V any](c *KeyedContext[K], name string, vc ...c
 	return &ValueState[K, V]{t: t, c: c}, err
 }
 
-func (s *ValueState[K, V]) Value() (V, bool) { return s.t.Get(s.c.key) }
-func (s *ValueState[K, V]) Update(v V)       { s.t.Put(s.c.key, v) }
-func (s *ValueState[K, V]) Clear()           { s.t.Delete(s.c.key) }
+func (s *ValueState[K, V]) Value() (V, bool) { return s.t.Get(s.c.current()) }
+func (s *ValueState[K, V]) Update(v V)       { s.t.Put(s.c.current(), v) }
+func (s *ValueState[K, V]) Clear()           { s.t.Delete(s.c.current()) }
 
 // ListState holds a list per key. Adding to it does not read it.
 type ListState[K comparable, V any] struct {
@@ -208,14 +221,14 @@ func NewListState[K comparable, V any](c *KeyedContext[K], name string, vc ...co
 }
 
 // Get returns the list; do not modify it.
-func (s *ListState[K, V]) Get() []V { return s.t.Get(s.c.key) }
+func (s *ListState[K, V]) Get() []V { return s.t.Get(s.c.current()) }
 
 // All streams the list (on disk backends, without loading it whole).
-func (s *ListState[K, V]) All() iter.Seq[V] { return s.t.All(s.c.key) }
+func (s *ListState[K, V]) All() iter.Seq[V] { return s.t.All(s.c.current()) }
 
-func (s *ListState[K, V]) Add(v V)       { s.t.Add(s.c.key, v) }
-func (s *ListState[K, V]) Update(vs []V) { s.t.Update(s.c.key, vs) }
-func (s *ListState[K, V]) Clear()        { s.t.Delete(s.c.key) }
+func (s *ListState[K, V]) Add(v V)       { s.t.Add(s.c.current(), v) }
+func (s *ListState[K, V]) Update(vs []V) { s.t.Update(s.c.current(), vs) }
+func (s *ListState[K, V]) Clear()        { s.t.Delete(s.c.current()) }
 
 // MapState holds a map per key.
 type MapState[K, UK comparable, V any] struct {
@@ -229,13 +242,13 @@ func NewMapState[K, UK comparable, V any](c *KeyedContext[K], name string) (*Map
 	return &MapState[K, UK, V]{t: t, c: c}, err
 }
 
-func (s *MapState[K, UK, V]) Get(uk UK) (V, bool) { return s.t.Get(s.c.key, uk) }
-func (s *MapState[K, UK, V]) Put(uk UK, v V)      { s.t.Put(s.c.key, uk, v) }
-func (s *MapState[K, UK, V]) Remove(uk UK)        { s.t.Remove(s.c.key, uk) }
+func (s *MapState[K, UK, V]) Get(uk UK) (V, bool) { return s.t.Get(s.c.current(), uk) }
+func (s *MapState[K, UK, V]) Put(uk UK, v V)      { s.t.Put(s.c.current(), uk, v) }
+func (s *MapState[K, UK, V]) Remove(uk UK)        { s.t.Remove(s.c.current(), uk) }
 
 // All returns the current key's map; do not modify it.
-func (s *MapState[K, UK, V]) All() iter.Seq2[UK, V] { return s.t.All(s.c.key) }
-func (s *MapState[K, UK, V]) Clear()                { s.t.Delete(s.c.key) }
+func (s *MapState[K, UK, V]) All() iter.Seq2[UK, V] { return s.t.All(s.c.current()) }
+func (s *MapState[K, UK, V]) Clear()                { s.t.Delete(s.c.current()) }
 
 // KeyedProcessFunction handles the records of a keyed stream. It may also
 // implement KeyedOpener (to declare state) and KeyedTimerFunction.
@@ -319,7 +332,10 @@ func (k *keyed[K, Out]) open(oc *operator.Context, kc codec.Codec[K], fn any) er
 	k.kctx = KeyedContext[K]{backend: b, timers: timers, eventTimers: eventTimers, kc: kc, op: oc, c: k.c, onTimer: k.onTime != nil, wm: wm, late: k.lateCount}
 	k.hasher = codec.NewHasher(kc)
 	if o, ok := fn.(KeyedOpener[K]); ok {
-		return o.Open(&k.kctx)
+		k.kctx.opening = true
+		err := o.Open(&k.kctx)
+		k.kctx.opening = false
+		return cmp.Or(err, k.c.err)
 	}
 	return nil
 }
@@ -368,7 +384,10 @@ func (k *keyed[K, Out]) FireTimers(now time.Time) error {
 			return nil // restored from a version of the function that had OnTimer
 		}
 		k.kctx.key, k.c.now = key, operator.MinTime
-		return k.onTime.OnTimer(&k.kctx, at, k.out)
+		if err := k.onTime.OnTimer(&k.kctx, at, k.out); err != nil {
+			return err
+		}
+		return k.c.err // a failure down the chain stops the timers
 	})
 }
 

@@ -2,7 +2,9 @@
 //
 // The source reads partitions as splits: each partition's next offset is
 // checkpointed operator state, restored exactly and redistributed when the
-// job restores at another parallelism. It reads read_committed by default,
+// job restores at another parallelism (when retention has deleted records
+// a restored checkpoint had not read, it says so in a warning and goes on
+// from the log's start, as Kafka's consumer resets). It reads read_committed by default,
 // so it sees only what exactly-once producers (another Weir job among them)
 // committed; it can stop at the offsets that were the latest when the job
 // first started (bounded), and it finds partitions and topics created while

@@ -90,7 +90,10 @@ type SinkConfig[T any] struct {
 	TransactionalIDPrefix string
 	// TransactionalIDs bounds the transactions a subtask has open at once:
 	// one being written plus those pre-committed, waiting for their
-	// checkpoint to complete. Default DefaultTransactionalIDs.
+	// checkpoint to complete, which the job's tolerable checkpoint
+	// failures can make as many as that number plus 2: a smaller pool is
+	// refused at start. Default DefaultTransactionalIDs, or that number if
+	// it is larger.
 	TransactionalIDs int
 	// TransactionTimeout is how long the broker keeps a transaction open
 	// before aborting it, counted from its first record. It must exceed
@@ -128,9 +131,6 @@ func Sink[T any](cfg SinkConfig[T]) (func() weir.SinkWriter[T], error) {
 	}
 	if cfg.TransactionTimeout == 0 {
 		cfg.TransactionTimeout = DefaultTransactionTimeout
-	}
-	if cfg.TransactionalIDs == 0 {
-		cfg.TransactionalIDs = DefaultTransactionalIDs
 	}
 	if cfg.Partitions == 0 {
 		cfg.Partitions = -1
@@ -371,6 +371,17 @@ func (w *writer[T]) Open(ctx *operator.Context) error {
 	if !ctx.CheckpointingEnabled && w.delivery == ExactlyOnce {
 		w.delivery = AtLeastOnce // without checkpoints there is nothing to commit at
 		ctx.Logger.Info("kafka sink: no checkpoints, so records are written at least once and flushed when the input ends")
+	}
+	// Each tolerated checkpoint failure keeps its transaction pending
+	// until a later checkpoint completes; one more is pre-committed and
+	// one open.
+	need := ctx.CommitWait.TolerableFailures + 2
+	switch {
+	case w.cfg.TransactionalIDs == 0:
+		w.cfg.TransactionalIDs = max(DefaultTransactionalIDs, need)
+	case w.cfg.TransactionalIDs < need && w.delivery == ExactlyOnce:
+		return operator.Permanent(fmt.Errorf("kafka sink %s: %d transactional ids are too few for %d tolerable checkpoint failures: each failed checkpoint's transaction waits for a later one to complete, and one more is pre-committed and one open, %d in all; raise TransactionalIDs to %d, or lower the tolerable checkpoint failures",
+			w.ctx.UID, w.cfg.TransactionalIDs, ctx.CommitWait.TolerableFailures, need, need))
 	}
 	// NB: a run that resumes a checkpoint without the sink's state (of
 	// another delivery) cannot say where its lineage's output is.
@@ -916,18 +927,20 @@ func (w *writer[T]) take() (*txn, error) {
 		defer cancel()
 		return w.newTxn(ctx, w.ctx.Subtask, id)
 	}
-	return nil, operator.Permanent(fmt.Errorf("kafka sink %s: all %d transactional ids of subtask %d hold transactions that a checkpoint lists and a restore may still need: raise TransactionalIDs, or find out why checkpoints do not complete",
-		w.ctx.UID, w.cfg.TransactionalIDs, w.ctx.Subtask))
+	// More checkpoints failed than the job tolerates (or ran at once): a
+	// restart restores the latest completed checkpoint, which frees them.
+	return nil, fmt.Errorf("kafka sink %s: all %d transactional ids of subtask %d hold transactions that a checkpoint lists and a restore may still need: raise TransactionalIDs, or find out why checkpoints do not complete",
+		w.ctx.UID, w.cfg.TransactionalIDs, w.ctx.Subtask)
 }
 
-func (w *writer[T]) promise(_ *kgo.Record, err error) {
+func (w *writer[T]) promise(r *kgo.Record, err error) {
 	if err == nil {
 		return
 	}
 	w.errMu.Lock()
 	defer w.errMu.Unlock()
 	if w.firstErr == nil {
-		w.firstErr = fatal("kafka sink: produce to "+w.cfg.Topic, err)
+		w.firstErr = fatal("kafka sink: produce to "+r.Topic, err)
 	}
 }
 

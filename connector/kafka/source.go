@@ -182,8 +182,9 @@ type reader[T any] struct {
 	// undeclared holds the splits added since the last Read, which
 	// declares them for event time (weir.EnterSplit).
 	undeclared []*split
-	// known holds every partition the job has assigned (to any subtask):
-	// the others are found by discovery.
+	// known holds the partitions the job assigned at its start (to any
+	// subtask), those this subtask found and took since, and, restored,
+	// the union of every subtask's: the others are found by discovery.
 	known        map[tp]bool
 	nextDiscover time.Time
 	skipped      int64
@@ -218,6 +219,9 @@ func (r *reader[T]) Open(ctx *operator.Context) error {
 		}
 	case ctx.Restore != nil:
 		if err := r.restore(ctx.Restore); err != nil {
+			return err
+		}
+		if err := r.skipDeleted(rctx); err != nil {
 			return err
 		}
 	default:
@@ -264,6 +268,38 @@ func (r *reader[T]) restore(rs *operator.Restore) error {
 			return operator.Permanent(fmt.Errorf("kafka source: restore known partitions: %w", err))
 		}
 		r.known[tp{s.Topic, s.Partition}] = true
+	}
+	return nil
+}
+
+// skipDeleted moves each restored partition whose log now starts after
+// the offset the checkpoint recorded to the log's start, with a warning:
+// retention deleted records the job had not read.
+func (r *reader[T]) skipDeleted(ctx context.Context) error {
+	var parts []tp
+	for k, s := range r.splits {
+		if !s.done() {
+			parts = append(parts, k)
+		}
+	}
+	if len(parts) == 0 {
+		return nil
+	}
+	starts, err := r.startOffsets(ctx, parts, Earliest)
+	if err != nil {
+		return err
+	}
+	for _, k := range parts {
+		s, first := r.splits[k], starts[k]
+		if first <= s.Next {
+			continue
+		}
+		if s.End >= 0 {
+			first = min(first, s.End)
+		}
+		r.ctx.Logger.Warn("kafka source: the log no longer holds records the restored checkpoint had not read (retention deleted them); reading on from its start",
+			"topic", k.topic, "partition", k.partition, "checkpointed", s.Next, "log-start", starts[k], "skipped", first-s.Next)
+		s.Next = first
 	}
 	return nil
 }
@@ -575,11 +611,10 @@ func (r *reader[T]) discover() error {
 	}
 	var mine []tp
 	for _, k := range parts {
-		if r.known[k] {
-			continue
-		}
-		r.known[k] = true
-		if owner(k.topic, k.partition, r.ctx.Parallelism) == r.ctx.Subtask {
+		// A partition another subtask owns stays unknown here until a
+		// checkpoint has it from its owner: known is the union of the
+		// subtasks' sets, and a restore would take it for read.
+		if !r.known[k] && owner(k.topic, k.partition, r.ctx.Parallelism) == r.ctx.Subtask {
 			mine = append(mine, k)
 		}
 	}
@@ -592,6 +627,7 @@ func (r *reader[T]) discover() error {
 	}
 	offsets := map[string]map[int32]kgo.Offset{}
 	for _, k := range mine {
+		r.known[k] = true
 		r.add(&split{Topic: k.topic, Partition: k.partition, Next: starts[k], End: -1, From: ptr(starts[k])})
 		if offsets[k.topic] == nil {
 			offsets[k.topic] = map[int32]kgo.Offset{}

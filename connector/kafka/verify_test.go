@@ -103,7 +103,7 @@ func TestCommittedReadsWhatACheckpointRecorded(t *testing.T) {
 // left out by its producer id's span.
 func TestCommittedLeavesOutWhatAnIDWroteAfterTheCheckpoint(t *testing.T) {
 	brokers := onePartition(t)
-	newSink, err := Sink(SinkConfig[string]{Brokers: brokers, Topic: "out", Encode: keyed, TransactionalIDs: 1})
+	newSink, err := Sink(SinkConfig[string]{Brokers: brokers, Topic: "out", Encode: keyed, TransactionalIDs: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestCommittedLeavesOutWhatAnIDWroteAfterTheCheckpoint(t *testing.T) {
 	}
 	s[0].Write("a1")
 	complete(1)
-	complete(2) // s[0]'s only id is free again
+	complete(2) // s[0]'s id of a1 is free again, and taken before one never used
 	s[1].Write("b1")
 	hs := snapshot(t, s[0], 3, w)
 	s[0].Write("g1")        // after checkpoint 3, under the id of a1
