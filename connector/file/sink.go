@@ -65,18 +65,19 @@ func MatchesSinkFiles(pattern, dir, uid string) (string, bool) {
 // longer, so that a wildcard over either (part-*-2) matches some sample.
 func sinkFileSamples(uid string) []string {
 	s := fileSink[struct{}]{uid: escapeUID(uid)}
-	nums := []int{123, 1234, 12345, 123456}
+	var subs, ids []int // ids from 1, as checkpoints' are
 	for n := range 100 {
-		nums = append(nums, n)
+		subs, ids = append(subs, n), append(ids, n+1)
 	}
-	names := []string{".lineage-" + s.uid, LockFile}
-	for _, sub := range nums {
-		for _, id := range nums {
+	subs, ids = append(subs, 123, 1234, 12345, 123456), append(ids, 123, 1234, 12345, 123456)
+	var names []string
+	for _, sub := range subs {
+		for _, id := range ids {
 			names = append(names, s.committedName(sub, checkpoint.ID(id)), s.pendingName(sub, checkpoint.ID(id)))
 		}
 		names = append(names, s.inProgressName(sub, 1765432109876543210, 0), s.inProgressName(sub, 1765432109876543210, 12))
 	}
-	return names
+	return append(names, ".lineage-"+s.uid, LockFile)
 }
 
 // MatchesUnder reports whether pattern (LinesConfig.Pattern) can match a

@@ -90,10 +90,10 @@ type SinkConfig[T any] struct {
 	TransactionalIDPrefix string
 	// TransactionalIDs bounds the transactions a subtask has open at once:
 	// one being written plus those pre-committed, waiting for their
-	// checkpoint to complete, which the job's tolerable checkpoint
-	// failures can make as many as that number plus 2: a smaller pool is
-	// refused at start. Default DefaultTransactionalIDs, or that number if
-	// it is larger.
+	// checkpoint to complete, and a few a restore may still name; with t
+	// tolerable checkpoint failures up to 2t + 4 (poolNeeded): a smaller
+	// pool is warned of at start. Default DefaultTransactionalIDs, or
+	// 2t + 4 if that is larger.
 	TransactionalIDs int
 	// TransactionTimeout is how long the broker keeps a transaction open
 	// before aborting it, counted from its first record. It must exceed
@@ -153,6 +153,15 @@ func Sink[T any](cfg SinkConfig[T]) (func() weir.SinkWriter[T], error) {
 	}
 	return func() weir.SinkWriter[T] { return &writer[T]{cfg: cfg} }, nil
 }
+
+// poolNeeded is the most transactional ids a subtask holds at once with
+// tolerable checkpoint failures n: n pre-committed by failed checkpoints,
+// waiting for a later one to complete, one pre-committed by the checkpoint
+// in flight, one open, and one committed that the latest completed
+// checkpoint names (cooling), n + 3; after a restore, the ids the restored
+// checkpoint names stay reserved until a checkpoint of the new run
+// completes, at most n + 1 more.
+func poolNeeded(n int) int { return 2*n + 4 }
 
 // txn is one transactional id of a subtask's pool, with its client.
 type txn struct {
@@ -372,16 +381,15 @@ func (w *writer[T]) Open(ctx *operator.Context) error {
 		w.delivery = AtLeastOnce // without checkpoints there is nothing to commit at
 		ctx.Logger.Info("kafka sink: no checkpoints, so records are written at least once and flushed when the input ends")
 	}
-	// Each tolerated checkpoint failure keeps its transaction pending
-	// until a later checkpoint completes; one more is pre-committed and
-	// one open.
-	need := ctx.CommitWait.TolerableFailures + 2
+	need := poolNeeded(ctx.CommitWait.TolerableFailures)
 	switch {
 	case w.cfg.TransactionalIDs == 0:
 		w.cfg.TransactionalIDs = max(DefaultTransactionalIDs, need)
 	case w.cfg.TransactionalIDs < need && w.delivery == ExactlyOnce:
-		return operator.Permanent(fmt.Errorf("kafka sink %s: %d transactional ids are too few for %d tolerable checkpoint failures: each failed checkpoint's transaction waits for a later one to complete, and one more is pre-committed and one open, %d in all; raise TransactionalIDs to %d, or lower the tolerable checkpoint failures",
-			w.ctx.UID, w.cfg.TransactionalIDs, ctx.CommitWait.TolerableFailures, need, need))
+		// A small pool serves a sink that writes rarely; one that writes
+		// between a snapshot and its completion may run out, and restart.
+		ctx.Logger.Warn("kafka sink: the pool of transactional ids may run out: with the job's tolerable checkpoint failures a subtask may hold more transactions at once (each failed checkpoint's waits for a later one to complete, one more is pre-committed, one open, one committed that a restore may name, and after a restore as many again as the restored checkpoint names); raise TransactionalIDs",
+			"sink", ctx.UID, "transactional-ids", w.cfg.TransactionalIDs, "tolerable-failures", ctx.CommitWait.TolerableFailures, "needed", need)
 	}
 	// NB: a run that resumes a checkpoint without the sink's state (of
 	// another delivery) cannot say where its lineage's output is.

@@ -182,9 +182,9 @@ type reader[T any] struct {
 	// undeclared holds the splits added since the last Read, which
 	// declares them for event time (weir.EnterSplit).
 	undeclared []*split
-	// known holds the partitions the job assigned at its start (to any
-	// subtask), those this subtask found and took since, and, restored,
-	// the union of every subtask's: the others are found by discovery.
+	// known holds the partitions this subtask took, at its start or found
+	// since, and, restored, the union of every subtask's: each has a split
+	// somewhere. The others are found by discovery.
 	known        map[tp]bool
 	nextDiscover time.Time
 	skipped      int64
@@ -221,9 +221,7 @@ func (r *reader[T]) Open(ctx *operator.Context) error {
 		if err := r.restore(ctx.Restore); err != nil {
 			return err
 		}
-		if err := r.skipDeleted(rctx); err != nil {
-			return err
-		}
+		r.skipDeleted(rctx)
 	default:
 		if err := r.assign(rctx); err != nil {
 			return err
@@ -275,7 +273,7 @@ func (r *reader[T]) restore(rs *operator.Restore) error {
 // skipDeleted moves each restored partition whose log now starts after
 // the offset the checkpoint recorded to the log's start, with a warning:
 // retention deleted records the job had not read.
-func (r *reader[T]) skipDeleted(ctx context.Context) error {
+func (r *reader[T]) skipDeleted(ctx context.Context) {
 	var parts []tp
 	for k, s := range r.splits {
 		if !s.done() {
@@ -283,25 +281,28 @@ func (r *reader[T]) skipDeleted(ctx context.Context) error {
 		}
 	}
 	if len(parts) == 0 {
-		return nil
+		return
 	}
-	starts, err := r.startOffsets(ctx, parts, Earliest)
+	// What cannot be listed (a deleted topic, a request that failed) is
+	// read as before this check: the restore does not depend on it.
+	listed, err := r.adm.ListStartOffsets(ctx, topicsOf(parts)...)
 	if err != nil {
-		return err
+		r.ctx.Logger.Warn("kafka source: could not check whether retention deleted records the restored checkpoint had not read", "err", err)
+		return
 	}
 	for _, k := range parts {
-		s, first := r.splits[k], starts[k]
-		if first <= s.Next {
+		o, ok := listed.Lookup(k.topic, k.partition)
+		s, first := r.splits[k], o.Offset
+		if !ok || o.Err != nil || first <= s.Next {
 			continue
 		}
 		if s.End >= 0 {
 			first = min(first, s.End)
 		}
 		r.ctx.Logger.Warn("kafka source: the log no longer holds records the restored checkpoint had not read (retention deleted them); reading on from its start",
-			"topic", k.topic, "partition", k.partition, "checkpointed", s.Next, "log-start", starts[k], "skipped", first-s.Next)
+			"topic", k.topic, "partition", k.partition, "checkpointed", s.Next, "log-start", o.Offset, "skipped", first-s.Next)
 		s.Next = first
 	}
-	return nil
 }
 
 // Rewindable: a checkpoint records where the job started each partition
@@ -364,8 +365,10 @@ func (r *reader[T]) assign(ctx context.Context) error {
 	}
 	var mine []tp
 	for _, k := range parts {
-		r.known[k] = true
+		// Known only where it is taken: a partition created while the job
+		// starts may be listed here and not by its owner (see discover).
 		if owner(k.topic, k.partition, r.ctx.Parallelism) == r.ctx.Subtask {
+			r.known[k] = true
 			mine = append(mine, k)
 		}
 	}
