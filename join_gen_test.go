@@ -160,24 +160,9 @@ func (g *joinRun) step(s joinStep) error {
 		return g.input(s)
 	case stepCheckpoint:
 		g.next++
-		r := &operator.Restore{Checkpoint: g.next, Read: g.w.Read, Open: g.w.Open}
-		for _, op := range g.subtasks {
-			async, err := op.Snapshot(g.next)
-			if err != nil {
-				return err
-			}
-			if async != nil {
-				hs, err := async(&g.w)
-				if err != nil {
-					return err
-				}
-				r.Handles = append(r.Handles, hs...)
-			}
-		}
-		for _, op := range g.subtasks {
-			if err := op.NotifyComplete(g.next); err != nil {
-				return err
-			}
+		r, err := checkpointAll(g.subtasks, g.next, &g.w)
+		if err != nil {
+			return err
 		}
 		g.ckpt, g.outAt, g.since = r, len(g.out), nil
 		return nil

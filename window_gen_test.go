@@ -475,25 +475,13 @@ func (g *genRun) step(s genStep) error {
 		return g.input(s)
 	case stepCheckpoint:
 		g.nextCheckpoint++
-		id := g.nextCheckpoint
-		r := &operator.Restore{Checkpoint: id, Read: g.w.Read, Open: g.w.Open}
-		for _, st := range g.subtasks {
-			async, err := st.op.Snapshot(id)
-			if err != nil {
-				return err
-			}
-			if async != nil {
-				hs, err := async(&g.w)
-				if err != nil {
-					return err
-				}
-				r.Handles = append(r.Handles, hs...)
-			}
+		ops := make([]operator.Operator, len(g.subtasks))
+		for i, st := range g.subtasks {
+			ops[i] = st.op
 		}
-		for _, st := range g.subtasks {
-			if err := st.op.NotifyComplete(id); err != nil {
-				return err
-			}
+		r, err := checkpointAll(ops, g.nextCheckpoint, &g.w)
+		if err != nil {
+			return err
 		}
 		g.ckpt, g.outAt, g.lateAt, g.since = r, len(g.out), len(g.late), nil
 		return nil
@@ -515,6 +503,31 @@ func (g *genRun) step(s genStep) error {
 		}
 		return nil
 	}
+}
+
+// checkpointAll takes checkpoint id of ops into w, completes it, and
+// returns it to restore.
+func checkpointAll[O operator.Operator](ops []O, id checkpoint.ID, w *operatortest.MemWriter) (*operator.Restore, error) {
+	r := &operator.Restore{Checkpoint: id, Read: w.Read, Open: w.Open}
+	for _, op := range ops {
+		async, err := op.Snapshot(id)
+		if err != nil {
+			return nil, err
+		}
+		if async != nil {
+			hs, err := async(w)
+			if err != nil {
+				return nil, err
+			}
+			r.Handles = append(r.Handles, hs...)
+		}
+	}
+	for _, op := range ops {
+		if err := op.NotifyComplete(id); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
 }
 
 // diffFirings says, a line per key and window, where the results of got

@@ -35,19 +35,6 @@ func readFor(t *testing.T, r weir.SourceReader[string], got *collected, d time.D
 	}
 }
 
-func snapOf(t *testing.T, r weir.SourceReader[string], id checkpoint.ID, w *operatortest.MemWriter) []checkpoint.Handle {
-	t.Helper()
-	async, err := r.Snapshot(id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs, err := async(w)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return hs
-}
-
 // TestReview3PartitionFoundByAnotherSubtaskIsReadAfterARestore: subtask A
 // discovers a new partition that subtask B owns, before B's own discovery
 // runs. A checkpoint taken then records the partition as known (union
@@ -94,7 +81,7 @@ func TestReview3PartitionFoundByAnotherSubtaskIsReadAfterARestore(t *testing.T) 
 	// Checkpoint 1, before the owner's discovery ran.
 	var hs []checkpoint.Handle
 	for _, r := range readers {
-		hs = append(hs, snapOf(t, r, 1, w)...)
+		hs = append(hs, snapshot(t, r, 1, w)...)
 		r.Close()
 	}
 	// The job fails and restores checkpoint 1; the new partition gets records.
@@ -154,7 +141,7 @@ func TestReview3RestoreBelowTheLogStartIsNotSilent(t *testing.T) {
 	for len(got) < 30 {
 		readFor(t, r, &got, 20*time.Millisecond)
 	}
-	hs := snapOf(t, r, 1, w) // at offset 10 in each partition
+	hs := snapshot(t, r, 1, w) // at offset 10 in each partition
 	r.Close()
 	produce(t, brokers, "lines", "", values("b", 30)...) // offsets 10..19
 	cl, _ := kgo.NewClient(kgo.SeedBrokers(brokers...))

@@ -37,7 +37,7 @@ func TestRev4RestoreAfterATopicOfTheRegexWasDeleted(t *testing.T) {
 	for len(got) < 12 {
 		readFor(t, r, &got, 20*time.Millisecond)
 	}
-	hs := snapOf(t, r, 1, w)
+	hs := snapshot(t, r, 1, w)
 	r.Close()
 	cl, _ := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	defer cl.Close()

@@ -81,7 +81,7 @@ func TestRev4DiscoveredPartitionAfterRescale(t *testing.T) {
 	readAll(readers, put("a"))
 	var hs []checkpoint.Handle
 	for _, r := range readers {
-		hs = append(hs, snapOf(t, r, 1, w)...)
+		hs = append(hs, snapshot(t, r, 1, w)...)
 		r.Close()
 	}
 	restored := open(3, &operator.Restore{Checkpoint: 1, Handles: hs, Read: w.Read})

@@ -65,7 +65,7 @@ func TestRev4PartitionCreatedDuringOpenIsReadAfterARestore(t *testing.T) {
 	}
 	var hs []checkpoint.Handle
 	for _, r := range readers {
-		hs = append(hs, snapOf(t, r, 1, w)...)
+		hs = append(hs, snapshot(t, r, 1, w)...)
 		r.Close()
 	}
 	restoredNew := mk(time.Millisecond)

@@ -461,7 +461,10 @@ func sinkFor(t *testing.T, run *operatortest.Run, brokers []string, sub, p int, 
 	return s
 }
 
-func snapshot(t *testing.T, s weir.SinkWriter[string], id checkpoint.ID, w *operatortest.MemWriter) []checkpoint.Handle {
+// snapshot takes a sink's or source's snapshot for checkpoint id into w.
+func snapshot(t *testing.T, s interface {
+	Snapshot(checkpoint.ID) (operator.Async, error)
+}, id checkpoint.ID, w *operatortest.MemWriter) []checkpoint.Handle {
 	t.Helper()
 	async, err := s.Snapshot(id)
 	if err != nil {
