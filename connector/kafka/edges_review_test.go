@@ -77,14 +77,25 @@ func TestReview3PartitionFoundByAnotherSubtaskIsReadAfterARestore(t *testing.T) 
 	if err := other.discover(); err != nil {
 		t.Fatal(err)
 	}
-	var got collected
 	// Checkpoint 1, before the owner's discovery ran.
+	got := checkpointRestoreRead3(t, brokers, readers, newReader, run, w)
+	if len(got) != 10 {
+		t.Fatalf("after the restore, read %d of the 10 records of partition 3 (found while the job ran, by subtask %d; owned by subtask %d): lost", len(got), 1-ownerSub, ownerSub)
+	}
+}
+
+// checkpointRestoreRead3 takes checkpoint 1 of readers (closing them),
+// restores it into as many readers of newReader, writes 10 records to
+// partition 3 of topic lines, and returns what the restored readers read.
+func checkpointRestoreRead3(t *testing.T, brokers []string, readers []weir.SourceReader[string], newReader func() weir.SourceReader[string],
+	run *operatortest.Run, w *operatortest.MemWriter) collected {
+	t.Helper()
 	var hs []checkpoint.Handle
 	for _, r := range readers {
 		hs = append(hs, snapshot(t, r, 1, w)...)
 		r.Close()
 	}
-	// The job fails and restores checkpoint 1; the new partition gets records.
+	p := len(readers)
 	restored := make([]weir.SourceReader[string], p)
 	for sub := range p {
 		restored[sub] = newReader()
@@ -102,7 +113,7 @@ func TestReview3PartitionFoundByAnotherSubtaskIsReadAfterARestore(t *testing.T) 
 	if err := pcl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	got = nil
+	var got collected
 	for range 50 {
 		for _, r := range restored {
 			readFor(t, r, &got, 20*time.Millisecond)
@@ -111,9 +122,7 @@ func TestReview3PartitionFoundByAnotherSubtaskIsReadAfterARestore(t *testing.T) 
 			break
 		}
 	}
-	if len(got) != 10 {
-		t.Fatalf("after the restore, read %d of the 10 records of partition 3 (found while the job ran, by subtask %d; owned by subtask %d): lost", len(got), 1-ownerSub, ownerSub)
-	}
+	return got
 }
 
 // TestReview3RestoreBelowTheLogStartIsNotSilent: a checkpoint recorded
@@ -171,45 +180,6 @@ func TestReview3RestoreBelowTheLogStartIsNotSilent(t *testing.T) {
 	readFor(t, r, &got, 100*time.Millisecond)
 	if len(got) != 15 {
 		t.Errorf("read %d records after the restore, want the 15 left (offsets 15-19 of each partition)", len(got))
-	}
-}
-
-// TestReview3ToleratedCheckpointFailuresDoNotFailTheJobForGood: the job
-// tolerates 10 consecutive checkpoint failures (CommitWait, which the sink
-// checks its transaction timeout against), and the sink has the default
-// pool of transactional ids. A run of failed checkpoints within that
-// tolerance must not fail the job: the default pool was 8, and the 9th
-// failure failed the job for good (permanent, no restart), although a
-// restart frees every id (an outside review, session 33). Now the default
-// pool holds the tolerated failures' transactions plus 2, a smaller pool
-// set by hand is refused at start, and running out is not permanent.
-func TestReview3ToleratedCheckpointFailuresDoNotFailTheJobForGood(t *testing.T) {
-	brokers := broker(t, "out")
-	newSink, err := Sink(SinkConfig[string]{Brokers: brokers, Topic: "out", Encode: encode})
-	if err != nil {
-		t.Fatal(err)
-	}
-	run := &operatortest.Run{}
-	defer run.Close()
-	ctx := run.Context("out", 0, 1, nil)
-	ctx.CommitWait = operator.CommitWait{Interval: 100 * time.Millisecond, Timeout: time.Second, TolerableFailures: 10}
-	s := newSink()
-	if err := s.Open(ctx); err != nil {
-		t.Fatalf("open (the settings were accepted or refused here): %v", err)
-	}
-	defer s.Close()
-	w := &operatortest.MemWriter{}
-	for id := checkpoint.ID(1); id <= 10; id++ { // each checkpoint fails elsewhere (declined, timed out): never notified
-		if err := s.Write(fmt.Sprintf("r%d", id)); err != nil {
-			t.Fatalf("write after %d tolerated checkpoint failures (tolerable: 10): permanent=%v: %v", id-1, operator.IsPermanent(err), err)
-		}
-		async, err := s.Snapshot(id)
-		if err == nil {
-			_, err = async(w)
-		}
-		if err != nil {
-			t.Fatalf("checkpoint %d: %v", id, err)
-		}
 	}
 }
 
@@ -273,21 +243,10 @@ func TestReview3EmptyIntervalsOpenNoTransactions(t *testing.T) {
 // opens, naming both settings and the size needed (a small pool still
 // serves a sink that writes rarely, as it did before).
 func TestReview3TooFewTransactionalIDsAreWarnedOf(t *testing.T) {
-	brokers := broker(t, "out")
-	newSink, err := Sink(SinkConfig[string]{Brokers: brokers, Topic: "out", Encode: encode, TransactionalIDs: 11})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var logs bytes.Buffer
 	run := &operatortest.Run{Logger: slog.New(slog.NewTextHandler(&logs, nil))}
 	defer run.Close()
-	ctx := run.Context("out", 0, 1, nil)
-	ctx.CommitWait = operator.CommitWait{Interval: 100 * time.Millisecond, Timeout: time.Second, TolerableFailures: 10}
-	s := newSink()
-	if err := s.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
+	toleratingSink(t, run, broker(t, "out"), 11, 10, nil).Close()
 	if want := "transactional-ids=11 tolerable-failures=10 needed=24"; !strings.Contains(logs.String(), want) {
 		t.Fatalf("open with 11 ids and 10 tolerable failures logged %q, want a warning with %q", logs.String(), want)
 	}

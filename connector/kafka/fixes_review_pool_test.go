@@ -5,10 +5,29 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weirstream/weir"
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/operator"
 	"github.com/weirstream/weir/operator/operatortest"
 )
+
+// toleratingSink opens subtask 0 of 1 of a sink with a pool of ids
+// transactional ids (0: the default) in a job that tolerates tolerable
+// checkpoint failures, restoring r unless nil.
+func toleratingSink(t *testing.T, run *operatortest.Run, brokers []string, ids, tolerable int, r *operator.Restore) weir.SinkWriter[string] {
+	t.Helper()
+	newSink, err := Sink(SinkConfig[string]{Brokers: brokers, Topic: "out", Encode: encode, TransactionalIDs: ids})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := run.Context("out", 0, 1, r)
+	ctx.CommitWait = operator.CommitWait{Interval: 100 * time.Millisecond, Timeout: time.Second, TolerableFailures: tolerable}
+	s := newSink()
+	if err := s.Open(ctx); err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	return s
+}
 
 // TestRev4PoolOfPoolNeededSurvivesSteadyState: a committed transaction
 // stays "cooling" (a restore of its checkpoint may commit it again) until
@@ -19,19 +38,9 @@ import (
 // gives for no tolerated failure survives records between every snapshot
 // and its completion, and a smaller one set by hand is warned of.
 func TestRev4PoolOfPoolNeededSurvivesSteadyState(t *testing.T) {
-	brokers := broker(t, "out")
-	newSink, err := Sink(SinkConfig[string]{Brokers: brokers, Topic: "out", Encode: encode, TransactionalIDs: poolNeeded(0)})
-	if err != nil {
-		t.Fatal(err)
-	}
 	run := &operatortest.Run{}
 	defer run.Close()
-	ctx := run.Context("out", 0, 1, nil)
-	ctx.CommitWait = operator.CommitWait{Interval: 100 * time.Millisecond, Timeout: time.Second}
-	s := newSink()
-	if err := s.Open(ctx); err != nil {
-		t.Fatalf("open: %v", err)
-	}
+	s := toleratingSink(t, run, broker(t, "out"), poolNeeded(0), 0, nil)
 	defer s.Close()
 	w := &operatortest.MemWriter{}
 	for id := checkpoint.ID(1); id <= 5; id++ {
@@ -51,22 +60,15 @@ func TestRev4PoolOfPoolNeededSurvivesSteadyState(t *testing.T) {
 
 // TestRev4DefaultPoolLastsWithinTheTolerance: 10 tolerable failures, the
 // default pool. One checkpoint completes, the next 10 fail (tolerated), the
-// 11th after them succeeds; records written between its snapshot and its
-// completion need a 13th id, which the first fix's pool (10+2) lacked.
+// 11th after them succeeds. The default pool was 8, and the 9th failure
+// failed the job for good (permanent, no restart), although a restart
+// frees every id (an outside review, session 33); records written between
+// the 11th's snapshot and its completion need a 13th id, which the first
+// fix's pool (10+2) lacked.
 func TestRev4DefaultPoolLastsWithinTheTolerance(t *testing.T) {
-	brokers := broker(t, "out")
-	newSink, err := Sink(SinkConfig[string]{Brokers: brokers, Topic: "out", Encode: encode})
-	if err != nil {
-		t.Fatal(err)
-	}
 	run := &operatortest.Run{}
 	defer run.Close()
-	ctx := run.Context("out", 0, 1, nil)
-	ctx.CommitWait = operator.CommitWait{Interval: 100 * time.Millisecond, Timeout: time.Second, TolerableFailures: 10}
-	s := newSink()
-	if err := s.Open(ctx); err != nil {
-		t.Fatalf("open: %v", err)
-	}
+	s := toleratingSink(t, run, broker(t, "out"), 0, 10, nil)
 	defer s.Close()
 	w := &operatortest.MemWriter{}
 	write := func(v string) {
@@ -102,19 +104,9 @@ func TestRev4DefaultPoolLastsWithinTheTolerance(t *testing.T) {
 // poolNeeded counts the reserved ids.
 func TestRev4RestoreAfterToleratedFailuresKeepsIDs(t *testing.T) {
 	brokers := broker(t, "out")
-	newSink, err := Sink(SinkConfig[string]{Brokers: brokers, Topic: "out", Encode: encode})
-	if err != nil {
-		t.Fatal(err)
-	}
 	run := &operatortest.Run{}
 	defer run.Close()
-	cw := operator.CommitWait{Interval: 100 * time.Millisecond, Timeout: time.Second, TolerableFailures: 10}
-	ctx := run.Context("out", 0, 1, nil)
-	ctx.CommitWait = cw
-	s := newSink()
-	if err := s.Open(ctx); err != nil {
-		t.Fatalf("open: %v", err)
-	}
+	s := toleratingSink(t, run, brokers, 0, 10, nil)
 	w := &operatortest.MemWriter{}
 	write := func(s interface{ Write(string) error }, v string) {
 		t.Helper()
@@ -137,12 +129,7 @@ func TestRev4RestoreAfterToleratedFailuresKeepsIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close() // the job crashes
-	ctx = run.Context("out", 0, 1, &operator.Restore{Checkpoint: 12, Handles: hs, Read: w.Read})
-	ctx.CommitWait = cw
-	s = newSink()
-	if err := s.Open(ctx); err != nil {
-		t.Fatalf("restore: %v", err)
-	}
+	s = toleratingSink(t, run, brokers, 0, 10, &operator.Restore{Checkpoint: 12, Handles: hs, Read: w.Read})
 	defer s.Close()
 	write(s, "a")
 	snapshot(t, s, 13, w)

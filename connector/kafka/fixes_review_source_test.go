@@ -10,8 +10,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weirstream/weir"
-	"github.com/weirstream/weir/checkpoint"
-	"github.com/weirstream/weir/operator"
 	"github.com/weirstream/weir/operator/operatortest"
 )
 
@@ -63,38 +61,7 @@ func TestRev4PartitionCreatedDuringOpenIsReadAfterARestore(t *testing.T) {
 	if err := readers[otherSub].Open(run.Context("kafka", otherSub, p, nil)); err != nil {
 		t.Fatal(err)
 	}
-	var hs []checkpoint.Handle
-	for _, r := range readers {
-		hs = append(hs, snapshot(t, r, 1, w)...)
-		r.Close()
-	}
-	restoredNew := mk(time.Millisecond)
-	restored := make([]weir.SourceReader[string], p)
-	for sub := range p {
-		restored[sub] = restoredNew()
-		if err := restored[sub].Open(run.Context("kafka", sub, p, &operator.Restore{Checkpoint: 1, Handles: hs, Read: w.Read})); err != nil {
-			t.Fatal(err)
-		}
-		defer restored[sub].Close()
-	}
-	pcl, _ := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	defer pcl.Close()
-	var recs []*kgo.Record
-	for _, v := range values("p3-", 10) {
-		recs = append(recs, &kgo.Record{Topic: "lines", Partition: 3, Value: []byte(v)})
-	}
-	if err := pcl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-	var got collected
-	for range 50 {
-		for _, r := range restored {
-			readFor(t, r, &got, 20*time.Millisecond)
-		}
-		if len(got) == 10 {
-			break
-		}
-	}
+	got := checkpointRestoreRead3(t, brokers, readers, mk(time.Millisecond), run, w)
 	if len(got) != 10 || !slices.Equal([]string(got), values("p3-", 10)) {
 		t.Fatalf("after the restore, read %d of the 10 records of partition 3 (created while the job started: listed by subtask %d, not by its owner %d): lost", len(got), otherSub, ownerSub)
 	}
