@@ -935,9 +935,10 @@ func (w *writer[T]) take() (*txn, error) {
 		defer cancel()
 		return w.newTxn(ctx, w.ctx.Subtask, id)
 	}
-	// More checkpoints failed than the job tolerates (or ran at once): a
-	// restart restores the latest completed checkpoint, which frees them.
-	return nil, fmt.Errorf("kafka sink %s: all %d transactional ids of subtask %d hold transactions that a checkpoint lists and a restore may still need: raise TransactionalIDs, or find out why checkpoints do not complete",
+	// More checkpoints failed than the pool allows for (savepoints that
+	// failed count too, and checkpoints that ran at once): a restart
+	// restores the latest completed checkpoint, which frees them.
+	return nil, fmt.Errorf("kafka sink %s: all %d transactional ids of subtask %d hold transactions that wait for a checkpoint to complete (those of failed checkpoints and savepoints, and those the restored checkpoint names, which a restore may still need): raise TransactionalIDs, or find out why checkpoints or savepoints fail",
 		w.ctx.UID, w.cfg.TransactionalIDs, w.ctx.Subtask)
 }
 

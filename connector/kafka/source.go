@@ -242,8 +242,8 @@ func (r *reader[T]) Open(ctx *operator.Context) error {
 	return nil
 }
 
-// restore takes this subtask's share of the checkpointed splits, and the
-// partitions every subtask knew.
+// restore takes this subtask's share of the checkpointed splits, and
+// knows the partitions of them all.
 func (r *reader[T]) restore(rs *operator.Restore) error {
 	items, err := state.RestoreList(rs.Handles, rs.Read, state.Split, "splits", r.ctx.Subtask, r.ctx.Parallelism)
 	if err != nil {
@@ -256,14 +256,18 @@ func (r *reader[T]) restore(rs *operator.Restore) error {
 		}
 		r.add(&s)
 	}
-	known, err := state.RestoreList(rs.Handles, rs.Read, state.Union, "known", r.ctx.Subtask, r.ctx.Parallelism)
+	// Known are the partitions with a split in the checkpoint, every
+	// subtask's: not its "known" list, which before session 33 could name
+	// a partition no subtask had taken, never to be read (note 123). That
+	// list is still written, for earlier versions.
+	all, err := state.RestoreList(rs.Handles, rs.Read, state.Split, "splits", 0, 1)
 	if err != nil {
 		return err
 	}
-	for _, it := range known {
+	for _, it := range all {
 		var s split
 		if err := json.Unmarshal(it, &s); err != nil {
-			return operator.Permanent(fmt.Errorf("kafka source: restore known partitions: %w", err))
+			return operator.Permanent(fmt.Errorf("kafka source: restore split: %w", err))
 		}
 		r.known[tp{s.Topic, s.Partition}] = true
 	}
