@@ -288,6 +288,18 @@ type keyed[K comparable, Out any] struct {
 	// the subtasks' (restoreWatermarks); while it is, a window that looks
 	// unfired may have fired, its timer spent (behind).
 	firedUnder int64
+	knobs      keyedKnobs
+}
+
+// keyedKnobs put back defects, for tests that show the keyed function
+// generator (keyedfn_gen_test.go) would find them. All false in every job.
+type keyedKnobs struct {
+	// staleTimerTime: a processing-time timer fires with the event time
+	// of the record handled before it, not with none.
+	staleTimerTime bool
+	// keepProcessingTimers: the end of the input leaves the timers not due
+	// yet in the state, so a restore of a later checkpoint fires them.
+	keepProcessingTimers bool
 }
 
 // behind reports whether the state may hold windows that fired under a
@@ -383,7 +395,10 @@ func (k *keyed[K, Out]) FireTimers(now time.Time) error {
 		if k.onTime == nil {
 			return nil // restored from a version of the function that had OnTimer
 		}
-		k.kctx.key, k.c.now = key, operator.MinTime
+		k.kctx.key = key
+		if !k.knobs.staleTimerTime {
+			k.c.now = operator.MinTime
+		}
 		if err := k.onTime.OnTimer(&k.kctx, at, k.out); err != nil {
 			return err
 		}
@@ -417,7 +432,9 @@ func (k *keyed[K, Out]) AdvanceWatermark(wm int64) error {
 // fire (as in Flink); they are dropped, so the final checkpoint holds none
 // and a restore of it fires none either.
 func (k *keyed[K, Out]) Finish() error {
-	k.kctx.timers.Clear()
+	if !k.knobs.keepProcessingTimers {
+		k.kctx.timers.Clear()
+	}
 	return nil
 }
 
