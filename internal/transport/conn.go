@@ -588,7 +588,7 @@ func (o *Output) Overtake(b, tail runtime.Event) error {
 	if err != nil {
 		return err
 	}
-	return o.queue(appendOvertake(o.c.frameBuf(o.sizeHint), o.ch, b, tail, o.codec), tail, false)
+	return o.queue(appendOvertake(o.c.frameBuf(o.sizeHint), o.ch, b, tail, o.codec), MaxFrameBytes, tail, false)
 }
 
 // ForcePush sends e without a credit: the receiver queues it beyond its
@@ -602,7 +602,7 @@ func (o *Output) ForcePush(e runtime.Event) error {
 	if err != nil {
 		return err
 	}
-	return o.queue(appendEvent(o.c.frameBuf(o.sizeHint), typeForced, o.ch, e, o.codec), e, false)
+	return o.queue(appendEvent(o.c.frameBuf(o.sizeHint), typeForced, o.ch, e, o.codec), maxEventFrameBytes, e, false)
 }
 
 // Room is signalled when credits arrive.
@@ -620,7 +620,7 @@ func (o *Output) HasRoom() bool {
 // taken. A batch's frame may wait for more (corking), any other event's
 // goes at once.
 func (o *Output) send(e runtime.Event) error {
-	return o.queue(appendEvent(o.c.frameBuf(o.sizeHint), typeEvent, o.ch, e, o.codec), e, e.Kind == runtime.KindBatch)
+	return o.queue(appendEvent(o.c.frameBuf(o.sizeHint), typeEvent, o.ch, e, o.codec), maxEventFrameBytes, e, e.Kind == runtime.KindBatch)
 }
 
 // Flush wakes the connection's writer for the frames queued
@@ -638,13 +638,13 @@ func (o *Output) Flush() {
 	}
 }
 
-// queue finishes frame f and queues it for the connection's writer, which
-// it wakes unless the frame may wait for more (mayHold, and see corkBytes).
-// If batch is one, f holds its encoding: the task may fill it again
-// (Spare).
-func (o *Output) queue(f []byte, batch runtime.Event, mayHold bool) error {
+// queue finishes frame f (of at most limit bytes) and queues it for the
+// connection's writer, which it wakes unless the frame may wait for more
+// (mayHold, and see corkBytes). If batch is one, f holds its encoding: the
+// task may fill it again (Spare).
+func (o *Output) queue(f []byte, limit int, batch runtime.Event, mayHold bool) error {
 	c := o.c
-	f, err := finish(f)
+	f, err := finishWithin(f, limit)
 	o.sizeHint = len(f) + len(f)/8
 	if err != nil {
 		return err // NB: a credit taken is lost with the connection's owner failing the job

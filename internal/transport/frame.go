@@ -56,6 +56,13 @@ const (
 // MaxFrameBytes bounds a frame: a batch must encode within it.
 const MaxFrameBytes = runtime.MaxBatchBytes
 
+// maxEventFrameBytes bounds the frame of an event sent with a credit or
+// forced: below MaxFrameBytes by the most an overtaking barrier adds to
+// the frame of the batch it carries (its id, trigger time, completed
+// checkpoint and flags), so that a batch that crosses as an event also
+// crosses as the tail of an unaligned checkpoint's barrier.
+const maxEventFrameBytes = MaxFrameBytes - (3*binary.MaxVarintLen64 + 1)
+
 // version 2: keep-alive frames. 3: barrier flags and trigger times,
 // overtaking barriers, forced frames. 4: a barrier's completed checkpoint.
 const version = 4
@@ -89,10 +96,13 @@ func appendHeader(dst []byte, typ byte, ch uint64) []byte {
 }
 
 // finish sets the length of the frame that starts at frame[0].
-func finish(frame []byte) ([]byte, error) {
+func finish(frame []byte) ([]byte, error) { return finishWithin(frame, MaxFrameBytes) }
+
+// finishWithin is finish for a frame of at most limit bytes.
+func finishWithin(frame []byte, limit int) ([]byte, error) {
 	n := len(frame) - 4
-	if n > MaxFrameBytes {
-		return nil, fmt.Errorf("transport: a frame of %d bytes exceeds the %d-byte limit (make batches smaller)", n, MaxFrameBytes)
+	if n > limit {
+		return nil, fmt.Errorf("transport: a frame of %d bytes exceeds the %d-byte limit (make batches smaller)", n, limit)
 	}
 	binary.BigEndian.PutUint32(frame, uint32(n))
 	return frame, nil
