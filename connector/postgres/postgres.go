@@ -34,6 +34,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/weirstream/weir"
 	"github.com/weirstream/weir/operator"
@@ -247,6 +248,14 @@ func (cfg *SinkConfig[T]) check(ctx context.Context, conn *pgx.Conn) error {
 		if _, err := conn.Exec(ctx, "EXPLAIN "+upsertSQL(quoteTable(cfg.Table), "weir_check_stage", cfg.Columns, cfg.Key, coll)); err != nil {
 			return fmt.Errorf("postgres sink: upsert into %s on (%s) (a primary key or unique index on exactly these columns is needed): %w", cfg.Table, strings.Join(cfg.Key, ", "), err)
 		}
+		nullable, err := nullableKey(ctx, conn, quoteTable(cfg.Table), cfg.Key)
+		if err != nil {
+			return fmt.Errorf("postgres sink: table %s: key columns: %w", cfg.Table, err)
+		}
+		if len(nullable) > 0 {
+			return fmt.Errorf("postgres sink: upsert into %s on (%s): key column %s may be NULL, and ON CONFLICT never matches a NULL key, so a replay would write such rows again: declare it NOT NULL (ALTER TABLE %s ALTER COLUMN %s SET NOT NULL), or make the key's unique index NULLS NOT DISTINCT (PostgreSQL 15)",
+				cfg.Table, strings.Join(cfg.Key, ", "), nullable[0], quoteTable(cfg.Table), pgx.Identifier{nullable[0]}.Sanitize())
+		}
 	}
 	return nil
 }
@@ -378,6 +387,26 @@ ORDER BY i.indexrelid`, table, slices.Sorted(slices.Values(key)))
 	return coll, rows.Err()
 }
 
+// nullableKey lists the columns of key that admit NULL, unless a unique
+// index on exactly the key's columns takes NULLs for equal (NULLS NOT
+// DISTINCT; read through to_jsonb, as servers before 15 have no such
+// column).
+func nullableKey(ctx context.Context, conn *pgx.Conn, table string, key []string) ([]string, error) {
+	rows, err := conn.Query(ctx, `
+SELECT a.attname::text FROM pg_attribute a
+WHERE a.attrelid = to_regclass($1) AND a.attname = ANY($2::text[]) AND NOT a.attnotnull
+  AND NOT EXISTS (SELECT 1 FROM pg_index i
+    WHERE i.indrelid = a.attrelid AND i.indisunique AND i.indexprs IS NULL AND i.indpred IS NULL
+      AND (to_jsonb(i) ->> 'indnullsnotdistinct')::boolean IS TRUE
+      AND (SELECT array_agg(b.attname::text ORDER BY b.attname) FROM pg_attribute b
+           WHERE b.attrelid = i.indrelid AND b.attnum = ANY(i.indkey::int2[])) = $2::text[])
+ORDER BY a.attnum`, table, slices.Sorted(slices.Values(key)))
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
 // structColumns maps a struct's exported fields to columns.
 func structColumns[T any]() ([]string, func(T) []any, error) {
 	typ := reflect.TypeFor[T]()
@@ -444,6 +473,23 @@ func classify(what string, err error) error {
 		return operator.Permanent(err)
 	}
 	return err
+}
+
+// copyError is classify's for a COPY of rows that failed, naming the first
+// column whose value in rows pgx cannot encode for the column's type: the
+// error COPY returns then names neither (copyFailed).
+func (cfg *SinkConfig[T]) copyError(what string, m *pgtype.Map, rows [][]any, err error) error {
+	if pg := (*pgconn.PgError)(nil); errors.As(err, &pg) && copyFailed(pg) {
+		for _, row := range rows {
+			for i, v := range row {
+				if _, encErr := m.Encode(cfg.columns[i].OID, pgtype.BinaryFormatCode, v, nil); encErr != nil {
+					err = fmt.Errorf("%w; column %s cannot take the value %v (a Go %T): make the column's type match the record's field, or convert it in Row", err, cfg.Columns[i], v, v)
+					return classify(what, err)
+				}
+			}
+		}
+	}
+	return classify(what, err)
 }
 
 // copyFailed reports whether pg is the server's answer to a COPY the client

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -30,24 +31,42 @@ type prepared struct {
 	mu   sync.Mutex
 	conn *pgxpool.Conn // holds the transaction until it is prepared
 	done bool
+	// failed is the error of a PREPARE that failed: PostgreSQL rolled the
+	// transaction back, and its rows are gone with it.
+	failed error
 }
 
 // prepare runs PREPARE TRANSACTION once and gives the connection back.
 func (p *prepared) prepare(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.done {
-		return nil
+	if p.done || p.failed != nil {
+		return p.failed
 	}
 	if p.conn == nil {
 		return fmt.Errorf("postgres sink: transaction %s was closed before it was prepared", p.GID)
 	}
 	if _, err := p.conn.Exec(ctx, "PREPARE TRANSACTION "+literal(p.GID)); err != nil {
-		return classify("postgres sink: prepare transaction "+p.GID, err)
+		// NB: not again on this session: PREPARE without a transaction only
+		// warns, and the rows would count as prepared. Closing the session
+		// rolls back what may still be open; a transaction the server did
+		// prepare after all is rolled back by the restore, which does not
+		// record it.
+		p.failed = fmt.Errorf("postgres sink: prepare transaction %s of checkpoint %d failed, and its rows are gone with it: the job restores its latest checkpoint to write them again: %w", p.GID, p.At, err)
+		p.conn.Hijack().Close(context.Background())
+		p.conn = nil
+		return p.failed
 	}
 	p.conn.Release()
 	p.conn, p.done = nil, true
 	return nil
+}
+
+// lost is the error of a PREPARE that failed, if any.
+func (p *prepared) lost() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.failed
 }
 
 // abandon closes the connection of a transaction never prepared: the
@@ -244,8 +263,14 @@ func (w *txWriter[T]) Write(v T) error {
 }
 
 // flush copies the buffered rows into the open transaction, beginning one
-// if need be.
+// if need be. It fails once a transaction handed to a snapshot failed to
+// prepare (its rows are lost until a restore writes them again).
 func (w *txWriter[T]) flush(ctx context.Context) error {
+	for _, p := range w.pending {
+		if err := p.lost(); err != nil {
+			return err
+		}
+	}
 	if len(w.rows) == 0 {
 		return nil
 	}
@@ -254,9 +279,16 @@ func (w *txWriter[T]) flush(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("postgres sink: %w", err)
 		}
-		if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
-			conn.Release()
-			return classify("postgres sink: begin", err)
+		// NB: a lock wait is bounded: a row whose key a prepared
+		// transaction of this job holds (a duplicate key) waits for
+		// NotifyComplete, which the task blocked here cannot take. After a
+		// restart the restore commits that transaction and the row fails
+		// on its key.
+		for _, sql := range []string{"BEGIN", fmt.Sprintf("SET LOCAL lock_timeout = %d", max(1, w.cfg.Timeout.Milliseconds()))} {
+			if _, err := conn.Exec(ctx, sql); err != nil {
+				conn.Release()
+				return classify("postgres sink: begin", err)
+			}
 		}
 		w.conn = conn
 		if !w.owner.written {
@@ -268,7 +300,10 @@ func (w *txWriter[T]) flush(ctx context.Context) error {
 		}
 	}
 	if _, err := w.conn.CopyFrom(ctx, w.table, w.cfg.Columns, pgx.CopyFromRows(w.rows)); err != nil {
-		return classify("postgres sink: copy into "+w.cfg.Table, err)
+		if pg := (*pgconn.PgError)(nil); errors.As(err, &pg) && pg.Code == "55P03" { // lock_not_available
+			err = fmt.Errorf("%w; waited %v for a lock on %s: a prepared transaction of this job holds a row of the same key (the restart that follows commits it, and the row then fails on its key), or another session locks the table", err, w.cfg.Timeout, w.cfg.Table)
+		}
+		return w.cfg.copyError("postgres sink: copy into "+w.cfg.Table, w.conn.Conn().TypeMap(), w.rows, err)
 	}
 	w.rows = w.rows[:0]
 	return nil
@@ -311,17 +346,43 @@ func (w *txWriter[T]) NotifyComplete(id checkpoint.ID) error {
 	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.Timeout)
 	defer cancel()
 	keep := w.pending[:0]
+	var gone []*prepared // committed, or rolled back by another start
 	for _, p := range w.pending {
 		if p.At > id {
 			keep = append(keep, p)
 			continue
 		}
-		if err := w.commit(ctx, p.GID); err != nil {
-			return err
+		if _, err := w.pool.Exec(ctx, "COMMIT PREPARED "+literal(p.GID)); err != nil && !undefined(err) {
+			return classify("postgres sink: commit "+p.GID, err)
+		} else if err != nil {
+			gone = append(gone, p)
 		}
 	}
 	w.pending = keep
-	return nil
+	return w.rolledBackBeside(ctx, id, gone)
+}
+
+// rolledBackBeside fails, permanently, if a start recorded that it rolled
+// back one of the transactions this attempt prepared and found gone at
+// checkpoint id's commit: another run of the job started beside this one
+// (a start rolls back the prepared transactions that the checkpoint it
+// restores does not record), and their rows are lost. A transaction gone
+// without such a record was committed, by a restore of a checkpoint that
+// records it.
+func (w *txWriter[T]) rolledBackBeside(ctx context.Context, id checkpoint.ID, gone []*prepared) error {
+	if len(gone) == 0 {
+		return nil
+	}
+	gids := make([]string, len(gone))
+	for i, p := range gone {
+		gids[i] = p.GID
+	}
+	x, err := w.rolled.lost(ctx, w.own, gone, gids)
+	if err != nil || x == nil {
+		return err
+	}
+	return operator.Permanent(fmt.Errorf("postgres sink: checkpoint %d completed, but subtask %d's transaction %s of checkpoint %d was rolled back at %s by another start of job %q on %s (a start rolls back the prepared transactions that the checkpoint it restores does not record): %w; run one job at a time on a table, then restore the latest checkpoint",
+		id, x.p.Sub, x.p.GID, x.p.At, x.at.UTC().Format(time.RFC3339), w.ctx.Job, w.cfg.Table, ErrRolledBack))
 }
 
 // Finish commits at once without checkpoints; with them, the final
@@ -443,7 +504,7 @@ func (w *upsertWriter[T]) flush() error {
 		return err
 	})
 	if err != nil {
-		return classify("postgres sink: upsert into "+w.cfg.Table, err)
+		return w.cfg.copyError("postgres sink: upsert into "+w.cfg.Table, w.conn.TypeMap(), w.rows, err)
 	}
 	w.wrote = true
 	w.rows = w.rows[:0]
