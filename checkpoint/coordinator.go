@@ -96,8 +96,11 @@ type Coordinator struct {
 	// failure of an older one does not count.
 	newestCompleted ID
 	latestSavepoint ID
-	recentAborted   [recentAbortedLen]ID
-	recentNext      int
+	// savepoints are those completed in this run: a late duplicate
+	// acknowledgement of one must not discard its state (isCompleted).
+	savepoints    []ID
+	recentAborted [recentAbortedLen]ID
+	recentNext    int
 
 	exhausted map[TaskID]bool
 	finalFrom ID // once every source is exhausted: the least id that can serve as the final checkpoint
@@ -203,6 +206,14 @@ func (c *Coordinator) Latest() (Completed, bool) {
 
 // Retained lists the completed checkpoints (not savepoints) Weir keeps.
 func (c *Coordinator) Retained() []Completed { return slices.Clone(c.completed) }
+
+// Forget drops ids from the retained checkpoints without discarding them:
+// they are gone from storage already (a restore that fell back past a
+// damaged checkpoint deleted it), and must not count toward
+// Config.Retained, which would discard one still kept.
+func (c *Coordinator) Forget(ids []ID) {
+	c.completed = slices.DeleteFunc(c.completed, func(d Completed) bool { return slices.Contains(ids, d.ID) })
+}
 
 // PendingIDs lists the checkpoints triggered but not yet completed or
 // aborted, ascending.
@@ -519,6 +530,7 @@ func (c *Coordinator) complete(p *pending, now time.Time) {
 	c.damaged = nil
 	if p.savepoint {
 		c.latestSavepoint = max(c.latestSavepoint, p.id)
+		c.savepoints = append(c.savepoints, p.id)
 		if c.state != stateCancelled {
 			c.emit(c.notify(p))
 		}
@@ -615,7 +627,7 @@ func (c *Coordinator) isCompleted(id ID) bool {
 	if id == 0 {
 		return false
 	}
-	return id == c.latestSavepoint || slices.ContainsFunc(c.completed, func(d Completed) bool { return d.ID == id })
+	return id == c.latestSavepoint || slices.Contains(c.savepoints, id) || slices.ContainsFunc(c.completed, func(d Completed) bool { return d.ID == id })
 }
 
 func (c *Coordinator) remove(p *pending) {

@@ -727,6 +727,14 @@ func (d *driver) run(ctx context.Context) (Result, error) {
 				return d.res, fmt.Errorf("job %s failed, and must not restart: %w; the attempt's failure: %w", d.spec.Name, lerr, err)
 			}
 		}
+		if d.point != nil && DamagedState(err) && d.point.Where != d.spec.Storage.Describe() {
+			// Named by path (--restore <dir>/chk-<id>), maybe a copy: the
+			// job's storage may hold an intact checkpoint of the same id,
+			// which a fallback would delete, and restore another than the
+			// one named.
+			return d.res, fmt.Errorf("job %s: checkpoint %d at %s cannot be restored: %w; Weir does not fall back from a checkpoint named by path: copy it with its job directory's shared files, or restore another one (--restore latest restores the newest of %s)",
+				d.spec.Name, d.point.Metadata.ID, d.point.Where, err, d.spec.Storage.Describe())
+		}
 		if d.point != nil && DamagedState(err) {
 			// The restored checkpoint's state is missing or damaged: the
 			// previous retained checkpoint is the next best. Only proven
@@ -750,6 +758,9 @@ func (d *driver) run(ctx context.Context) (Result, error) {
 				d.log.Error("checkpoint state is missing or damaged; restoring the previous checkpoint",
 					"checkpoint", d.point.Metadata.ID, "previous", prev.Metadata.ID, "dir", d.point.Where, "err", err)
 				d.point = prev
+				if d.coord != nil {
+					d.coord.Forget(abandoned)
+				}
 			}
 		} else if IsPermanent(err) {
 			return d.res, fmt.Errorf("job %s failed, and a restart cannot fix it: %w", d.spec.Name, err)
