@@ -111,7 +111,7 @@ func (q *quietRig) check(t *testing.T, e *weir.Environment, why string) {
 		fired = append(fired, r.Window.Start.UTC().Format("05.000")+"-"+r.Window.End.UTC().Format("05.000"))
 	}
 	if q.timedOut.Load() {
-		t.Errorf("window [0,10) did not fire while the input ran (30 s); it fired only at the end of the input (results %v): %s", fired, why)
+		t.Errorf("window [0,10) did not fire while the input ran (until %s); it fired only at the end of the input (results %v): %s", q.deadline.Format("15:04:05.000"), fired, why)
 	}
 }
 

@@ -27,13 +27,17 @@ type WatermarkStrategy[T any] struct {
 	// IdleTimeout lets a split that has had no record for this long stop
 	// holding the watermark back, until its next record. Default 0: never.
 	IdleTimeout time.Duration
+	// outOfOrderness is BoundedOutOfOrderness's bound, which check
+	// refuses below 0.
+	outOfOrderness time.Duration
 }
 
 // BoundedOutOfOrderness expects records at most d behind the greatest
 // event time seen: the watermark is that time minus d (and a millisecond,
-// as in Flink).
+// as in Flink). d may be as long as a Duration holds.
 func BoundedOutOfOrderness[T any](d time.Duration, timestamp func(T) time.Time) WatermarkStrategy[T] {
-	return WatermarkStrategy[T]{Timestamp: timestamp, Watermark: func(max time.Time) time.Time { return max.Add(-d - time.Millisecond) }}
+	return WatermarkStrategy[T]{Timestamp: timestamp, outOfOrderness: d,
+		Watermark: func(max time.Time) time.Time { return max.Add(-d).Add(-time.Millisecond) }}
 }
 
 // Monotonous expects event times that never decrease.
@@ -53,6 +57,8 @@ func (s WatermarkStrategy[T]) check() error {
 		return fmt.Errorf("watermark strategy: Timestamp is required")
 	case s.IdleTimeout < 0:
 		return fmt.Errorf("watermark strategy: idle timeout %v is negative", s.IdleTimeout)
+	case s.outOfOrderness < 0:
+		return fmt.Errorf("watermark strategy: the out-of-orderness bound %v is negative: it is how far records may come behind the greatest event time seen, so give 0 or more", s.outOfOrderness)
 	}
 	return nil
 }

@@ -341,6 +341,7 @@ type Source interface {
 type PollResult struct {
 	// Exhausted: the source has emitted its last record.
 	Exhausted bool
-	// IdleUntil: nothing to emit before this time (a rate limit).
+	// IdleUntil: nothing to emit before this time (a rate limit). The task
+	// may poll sooner: for a checkpoint, or to send a watermark.
 	IdleUntil time.Time
 }

@@ -138,9 +138,10 @@ type task struct {
 	idle       bool
 	// wmNext throttles a wmSource's watermarks to one per wmInterval.
 	wmNext time.Time
-	// wmCheck, of a task with inputs and a wmSource, is when to ask the
-	// wmSource again while no input comes (zero: not set): a watermark
-	// the interval held back, or an input gone idle, is told then.
+	// wmCheck, of a task with a wmSource, is when to ask the wmSource
+	// again while no input comes or the source's reader waits (zero: not
+	// set): a watermark the interval held back, or an input gone idle, is
+	// told then.
 	wmCheck    time.Time
 	wmInterval time.Duration
 
@@ -324,7 +325,15 @@ func (t *task) runSource(ctx context.Context) error {
 			case res.IdleUntil.IsZero():
 				continue
 			}
+			// A reader that waits does not hold event time back: the task
+			// polls again when the interval lets a held-back watermark go,
+			// or to find the source idle (watermarkCheck), as Flink's
+			// periodic watermark emitter runs whatever the reader does.
+			t.wmCheck = time.Time{}
 			wakeAt = res.IdleUntil
+			if at := t.watermarkCheck(); !at.IsZero() && at.Before(wakeAt) {
+				wakeAt = at
+			}
 		}
 		if err := t.flush(); err != nil {
 			return err
@@ -411,11 +420,12 @@ func (t *task) runInputs(ctx context.Context) error {
 	}
 }
 
-// watermarkCheck is when a task with inputs whose watermark an operator
-// makes (AssignWatermarks) asks that operator again while no input comes,
-// as Flink's periodic watermark emitter does (zero: never): when the
-// interval lets the next watermark go, else an interval on, for an input
-// that may go idle. An idle task is asked again when records come.
+// watermarkCheck is when a source, or a task with inputs whose watermark
+// an operator makes (AssignWatermarks), asks for its watermark again while
+// no input comes, as Flink's periodic watermark emitter does (zero:
+// never): when the interval lets the next watermark go, else an interval
+// on, for an input that may go idle. An idle task is asked again when
+// records come.
 func (t *task) watermarkCheck() time.Time {
 	if t.wmSource == nil || t.inputEnded || t.idle {
 		return time.Time{}
@@ -999,11 +1009,13 @@ func (t *task) advance() error {
 		}
 	case len(t.chanWM) > 0:
 		// Idle channels do not hold the watermark back. When every channel
-		// is idle the task keeps its watermark and does not go idle
-		// itself: only sources do. An operator whose inputs are idle may
-		// still hold windows and timers that fire when its watermark moves
-		// on; were it idle, its consumers would move on without it, and
-		// what it fires then would be late for them.
+		// is idle, a task whose operators fire nothing by event time (map,
+		// filter, a union) goes idle too, as in Flink: what it passes on
+		// when an input is active again is late downstream just as an idle
+		// source's records are. One with windows or event-time timers keeps
+		// its watermark and does not go idle (note 27): they fire when its
+		// watermark moves on, and were it idle, its consumers would move on
+		// without it, and what it fires then would be late for them.
 		wm = operator.MaxTime
 		all := true
 		for c, w := range t.chanWM {
@@ -1011,8 +1023,11 @@ func (t *task) advance() error {
 				wm, all = min(wm, w), false
 			}
 		}
-		if all {
+		if all && len(t.eventTimed) > 0 {
 			return nil
+		}
+		if all {
+			wm, idle = t.wm, true
 		}
 	default:
 		return nil // a source without event time

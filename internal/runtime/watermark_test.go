@@ -33,6 +33,9 @@ type wmHead struct {
 
 func (h *wmHead) Watermark() (int64, bool) { return h.wm, h.idle }
 
+// untimedOp is an operator that fires nothing by event time.
+type untimedOp struct{ operator.Operator }
+
 // logOutput records what a task broadcasts downstream.
 type logOutput struct{ log *[]string }
 
@@ -75,8 +78,10 @@ func TestWatermarkScripts(t *testing.T) {
 			switch d.Cmd {
 			case "task":
 				// task inputs=N: a task with N input channels and two
-				// chained operators; task source: one whose head makes
-				// watermarks, at most one per interval=ms.
+				// chained operators; task inputs=N untimed: one whose
+				// operator fires nothing by event time (a map); task
+				// source: one whose head makes watermarks, at most one per
+				// interval=ms.
 				var inputs, interval int
 				d.MaybeScanArgs(t, "inputs", &inputs)
 				d.MaybeScanArgs(t, "interval", &interval)
@@ -88,6 +93,9 @@ func TestWatermarkScripts(t *testing.T) {
 					tk.ops = []operator.Operator{head, first}
 				} else {
 					tk.ops = []operator.Operator{first, &wmOp{name: "op2", log: &log}}
+					if d.HasArg("untimed") {
+						tk.ops = []operator.Operator{untimedOp{}}
+					}
 					tk.gate = NewGate()
 					for range inputs {
 						tk.gate.Add(NewLocalChannel(1, tk.gate.Ready()))
