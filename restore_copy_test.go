@@ -51,3 +51,34 @@ func TestRestoreOfACopyWithoutSharedFilesKeepsTheJobsCheckpoint(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// TestRestoreByPathOfTheJobsOwnDamagedCheckpointFallsBack: a path into the
+// job's own storage (--restore <ckpt>/<job>/chk-N, which Weir's messages
+// suggest, and the only kind cluster mode accepts) is no copy: its damage
+// is the job's own, and the fallback that --restore latest takes from the
+// same checkpoint applies. The first fix of the test above compared the
+// path as typed with the job directory, which never match, and failed
+// every such start. Found by an outside review of session 34's fixes.
+func TestRestoreByPathOfTheJobsOwnDamagedCheckpointFallsBack(t *testing.T) {
+	dir := t.TempDir()
+	o := wcInput(t, dir)
+	cancelAfter(t, o, 3)
+	chks := completedCheckpoints(dir)
+	if len(chks) < 2 {
+		t.Fatalf("checkpoints %v", chks)
+	}
+	newest := chks[len(chks)-1]
+	id := strings.TrimPrefix(filepath.Base(newest), "chk-")
+	shared, _ := filepath.Glob(filepath.Join(dir, "ckpt", "wordcount", "shared", "*", id+".*"))
+	if len(shared) == 0 {
+		t.Fatal("no shared file written for the newest checkpoint")
+	}
+	if err := os.Remove(shared[0]); err != nil {
+		t.Fatal(err)
+	}
+	o.Restore = newest // the job's own checkpoint, by path
+	res, err := executeErr(t, o)
+	if err != nil {
+		t.Fatalf("restore by path of the job's own checkpoint %s, damaged (as --restore latest would fall back from): %v (attempts %d)", newest, err, res.Attempts)
+	}
+}

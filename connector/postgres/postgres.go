@@ -73,8 +73,9 @@ func ParseMode(s string) (Mode, error) {
 
 // Defaults of SinkConfig.
 const (
-	DefaultBatchRows = 5000
-	DefaultTimeout   = 10 * time.Second
+	DefaultBatchRows   = 5000
+	DefaultTimeout     = 10 * time.Second
+	DefaultLockTimeout = time.Minute
 )
 
 // SinkConfig configures Sink. The zero value of a field means its default.
@@ -106,6 +107,13 @@ type SinkConfig[T any] struct {
 	// Timeout bounds the statements run at start and at snapshots.
 	// Default DefaultTimeout.
 	Timeout time.Duration
+	// LockTimeout bounds how long an exactly-once write waits for a lock
+	// (PostgreSQL's lock_timeout, at most about 24 days), then fails and
+	// the job restarts: another session's lock on the table (CREATE INDEX,
+	// ALTER TABLE) is waited out that long, and a row whose key a prepared
+	// transaction of the job holds, which only a restart commits, does not
+	// wait for ever. Default DefaultLockTimeout.
+	LockTimeout time.Duration
 
 	columns []column // the types of Columns, found by Sink
 }
@@ -171,6 +179,9 @@ func (cfg *SinkConfig[T]) fill() error {
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.LockTimeout <= 0 {
+		cfg.LockTimeout = DefaultLockTimeout
 	}
 	return nil
 }
@@ -481,6 +492,9 @@ func classify(what string, err error) error {
 func (cfg *SinkConfig[T]) copyError(what string, m *pgtype.Map, rows [][]any, err error) error {
 	if pg := (*pgconn.PgError)(nil); errors.As(err, &pg) && copyFailed(pg) {
 		for _, row := range rows {
+			if len(row) != len(cfg.columns) {
+				break // pgx's error says so
+			}
 			for i, v := range row {
 				if _, encErr := m.Encode(cfg.columns[i].OID, pgtype.BinaryFormatCode, v, nil); encErr != nil {
 					err = fmt.Errorf("%w; column %s cannot take the value %v (a Go %T): make the column's type match the record's field, or convert it in Row", err, cfg.Columns[i], v, v)

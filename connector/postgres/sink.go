@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -284,7 +285,8 @@ func (w *txWriter[T]) flush(ctx context.Context) error {
 		// NotifyComplete, which the task blocked here cannot take. After a
 		// restart the restore commits that transaction and the row fails
 		// on its key.
-		for _, sql := range []string{"BEGIN", fmt.Sprintf("SET LOCAL lock_timeout = %d", max(1, w.cfg.Timeout.Milliseconds()))} {
+		ms := min(math.MaxInt32, max(1, w.cfg.LockTimeout.Milliseconds())) // PostgreSQL's range
+		for _, sql := range []string{"BEGIN", fmt.Sprintf("SET LOCAL lock_timeout = %d", ms)} {
 			if _, err := conn.Exec(ctx, sql); err != nil {
 				conn.Release()
 				return classify("postgres sink: begin", err)
@@ -301,7 +303,7 @@ func (w *txWriter[T]) flush(ctx context.Context) error {
 	}
 	if _, err := w.conn.CopyFrom(ctx, w.table, w.cfg.Columns, pgx.CopyFromRows(w.rows)); err != nil {
 		if pg := (*pgconn.PgError)(nil); errors.As(err, &pg) && pg.Code == "55P03" { // lock_not_available
-			err = fmt.Errorf("%w; waited %v for a lock on %s: a prepared transaction of this job holds a row of the same key (the restart that follows commits it, and the row then fails on its key), or another session locks the table", err, w.cfg.Timeout, w.cfg.Table)
+			err = fmt.Errorf("%w; waited %v (LockTimeout) for a lock on %s: another session locks the table (CREATE INDEX, ALTER TABLE), or a prepared transaction of this job holds a row with the same key (the restart commits it, and the row then fails on its key)", err, w.cfg.LockTimeout, w.cfg.Table)
 		}
 		return w.cfg.copyError("postgres sink: copy into "+w.cfg.Table, w.conn.Conn().TypeMap(), w.rows, err)
 	}

@@ -162,12 +162,12 @@ func TestCommitOfATransactionARestoreCommittedSucceeds(t *testing.T) {
 // that notification arrives: its COPY waits for the prepared transaction
 // holding key a, which only NotifyComplete, on the same task thread
 // blocked in Write, would commit: Write never returned. Now the wait is
-// bounded (lock_timeout, at the sink's Timeout) and Write fails, retriable
+// bounded (lock_timeout, at LockTimeout) and Write fails, retriable
 // and saying why; the restart commits checkpoint 1, and the replayed a=2
 // then fails on its key, permanently.
 func TestDuplicateKeyAgainstOwnPreparedRowDoesNotHang(t *testing.T) {
 	pg := pgtest.Start(t)
-	cfg := SinkConfig[count]{URL: pg.URL, Table: "counts", CreateTable: createKeyed, BatchRows: 1, Timeout: 2 * time.Second}
+	cfg := SinkConfig[count]{URL: pg.URL, Table: "counts", CreateTable: createKeyed, BatchRows: 1, LockTimeout: 2 * time.Second}
 	w := &operatortest.MemWriter{}
 	run := &operatortest.Run{}
 	defer run.Close()
@@ -181,7 +181,7 @@ func TestDuplicateKeyAgainstOwnPreparedRowDoesNotHang(t *testing.T) {
 	go func() { done <- s.Write(count{"a", 2}) }()
 	select {
 	case err := <-done:
-		if err == nil || operator.IsPermanent(err) || !strings.Contains(err.Error(), "waited 2s for a lock on counts") {
+		if err == nil || operator.IsPermanent(err) || !strings.Contains(err.Error(), "waited 2s (LockTimeout) for a lock on counts") {
 			t.Fatalf("Write of a=2 beside a=1 prepared under a primary key: %v, want a retriable lock timeout that says why", err)
 		}
 		t.Logf("Write: %v", err)
@@ -190,7 +190,7 @@ func TestDuplicateKeyAgainstOwnPreparedRowDoesNotHang(t *testing.T) {
 		// the goroutine ends.
 		exec(t, pg.URL, "COMMIT PREPARED '"+preparedGIDs(t, pg.URL)[0]+"'")
 		err := <-done
-		t.Fatalf("Write of a row whose key a prepared transaction of the same subtask holds blocked for 15s (Timeout 2s): the task cannot take the notification that would release it; the job hangs instead of failing. Once the prepared transaction was committed by hand, Write said: %v", err)
+		t.Fatalf("Write of a row whose key a prepared transaction of the same subtask holds blocked for 15s (LockTimeout 2s): the task cannot take the notification that would release it; the job hangs instead of failing. Once the prepared transaction was committed by hand, Write said: %v", err)
 	}
 }
 
@@ -247,5 +247,95 @@ func TestValueOfTheWrongTypeNamesItsColumn(t *testing.T) {
 	}
 	if !operator.IsPermanent(err) || !strings.Contains(err.Error(), "word") {
 		t.Fatalf("error %q (permanent %v): does not name column word", err, operator.IsPermanent(err))
+	}
+}
+
+// TestRowWithMoreValuesThanColumnsFailsWithAnError: a Row that returns more
+// values than Columns is the user's mistake, which pgx's error names
+// ("expected 2 values, got 3 values"; the upsert's staging table has one
+// column more), permanent, in both modes. The first
+// copyError read past the columns and panicked. Found by an outside review
+// of session 34's fixes.
+func TestRowWithMoreValuesThanColumnsFailsWithAnError(t *testing.T) {
+	pg := pgtest.Start(t)
+	row := func(c count) []any { return []any{c.Word, c.Count, "extra"} }
+	for i, cfg := range []SinkConfig[count]{
+		{URL: pg.URL, Table: "counts", CreateTable: createAppend, BatchRows: 1, Columns: []string{"word", "count"}, Row: row},
+		{URL: pg.URL, Table: "keyed", CreateTable: strings.Replace(createKeyed, "counts", "keyed", 1), BatchRows: 1, Mode: Upsert, Key: []string{"word"}, Columns: []string{"word", "count"}, Row: row},
+	} {
+		run := &operatortest.Run{}
+		s := openSink(t, run, cfg, 0, 1, nil)
+		err := s.Write(count{"a", 1})
+		s.Close()
+		run.Close()
+		if err == nil || !operator.IsPermanent(err) || !strings.Contains(err.Error(), "values, got") {
+			t.Fatalf("mode %d: Write of 3 values for 2 columns: %v, want a permanent error that says so", i, err)
+		}
+	}
+}
+
+// TestLockTimeoutOfAnyLengthWrites: PostgreSQL takes a lock_timeout of at
+// most 2147483647 ms; a longer LockTimeout (the first fix used Timeout,
+// which may be anything) failed every BEGIN with 22023, permanently. It is
+// capped. Found by an outside review of session 34's fixes.
+func TestLockTimeoutOfAnyLengthWrites(t *testing.T) {
+	pg := pgtest.Start(t)
+	cfg := SinkConfig[count]{URL: pg.URL, Table: "counts", CreateTable: createAppend, BatchRows: 1, LockTimeout: 30 * 24 * time.Hour}
+	run := &operatortest.Run{}
+	defer run.Close()
+	s := openSink(t, run, cfg, 0, 1, nil)
+	defer s.Close()
+	if err := s.Write(count{"a", 1}); err != nil {
+		t.Fatalf("Write with LockTimeout 720h: %v", err)
+	}
+}
+
+// TestWriteWaitsOutAnotherSessionsTableLock: another session's lock on the
+// output table (CREATE INDEX takes SHARE) is waited out for LockTimeout (a
+// minute by default), not for the sink's Timeout: the first fix bounded the
+// wait by Timeout (10 s by default), and an index build of two minutes
+// failed the job for good after its restarts. Found by an outside review
+// of session 34's fixes.
+func TestWriteWaitsOutAnotherSessionsTableLock(t *testing.T) {
+	pg := pgtest.Start(t)
+	cfg := SinkConfig[count]{URL: pg.URL, Table: "counts", CreateTable: createAppend, BatchRows: 1, Timeout: 500 * time.Millisecond}
+	run := &operatortest.Run{}
+	defer run.Close()
+	s := openSink(t, run, cfg, 0, 1, nil)
+	defer s.Close()
+	ctx := t.Context()
+	dba, err := pgx.Connect(ctx, pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dba.Close(ctx)
+	for _, q := range []string{"BEGIN", "LOCK TABLE counts IN SHARE MODE"} {
+		if _, err := dba.Exec(ctx, q); err != nil {
+			t.Fatal(q, err)
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Write(count{"a", 1}) }()
+	// The write waits for the lock; it must still wait well past Timeout.
+	probe, err := pgx.Connect(ctx, pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close(ctx)
+	for waiting := false; !waiting; {
+		if err := probe.QueryRow(ctx, "SELECT count(*) > 0 FROM pg_stat_activity WHERE wait_event_type = 'Lock'").Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the write gave up waiting for another session's lock: %v", err)
+	case <-time.After(4 * cfg.Timeout): // the time the lock is held past the start of the wait
+	}
+	if _, err := dba.Exec(ctx, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the write after the lock was released: %v", err)
 	}
 }

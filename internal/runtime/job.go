@@ -67,6 +67,10 @@ type RestorePoint struct {
 	Open func(checkpoint.Handle) (io.ReadCloser, error)
 	// Where names it for people (a path, or "memory").
 	Where string
+	// Elsewhere: it was read from another place than the job's storage (a
+	// copy, or another job's directory), named by path. Damage there says
+	// nothing of the job's own checkpoints: no fallback.
+	Elsewhere bool
 }
 
 // Start says where a run starts. The zero value starts from the beginning,
@@ -727,13 +731,12 @@ func (d *driver) run(ctx context.Context) (Result, error) {
 				return d.res, fmt.Errorf("job %s failed, and must not restart: %w; the attempt's failure: %w", d.spec.Name, lerr, err)
 			}
 		}
-		if d.point != nil && DamagedState(err) && d.point.Where != d.spec.Storage.Describe() {
-			// Named by path (--restore <dir>/chk-<id>), maybe a copy: the
-			// job's storage may hold an intact checkpoint of the same id,
-			// which a fallback would delete, and restore another than the
-			// one named.
-			return d.res, fmt.Errorf("job %s: checkpoint %d at %s cannot be restored: %w; Weir does not fall back from a checkpoint named by path: copy it with its job directory's shared files, or restore another one (--restore latest restores the newest of %s)",
-				d.spec.Name, d.point.Metadata.ID, d.point.Where, err, d.spec.Storage.Describe())
+		if d.point != nil && DamagedState(err) && d.point.Elsewhere {
+			// Maybe a copy: the job's storage may hold an intact checkpoint
+			// of the same id, which a fallback would delete, and restore
+			// another than the one named.
+			return d.res, fmt.Errorf("job %s: checkpoint %d at %s cannot be restored: %w; it is not in the job's checkpoint storage %s, so Weir does not fall back to an earlier one: copy it with its job directory's shared files, or restore another (--restore latest restores the newest of %s)",
+				d.spec.Name, d.point.Metadata.ID, d.point.Where, err, d.spec.Storage.Describe(), d.spec.Storage.Describe())
 		}
 		if d.point != nil && DamagedState(err) {
 			// The restored checkpoint's state is missing or damaged: the
@@ -758,9 +761,6 @@ func (d *driver) run(ctx context.Context) (Result, error) {
 				d.log.Error("checkpoint state is missing or damaged; restoring the previous checkpoint",
 					"checkpoint", d.point.Metadata.ID, "previous", prev.Metadata.ID, "dir", d.point.Where, "err", err)
 				d.point = prev
-				if d.coord != nil {
-					d.coord.Forget(abandoned)
-				}
 			}
 		} else if IsPermanent(err) {
 			return d.res, fmt.Errorf("job %s failed, and a restart cannot fix it: %w", d.spec.Name, err)
@@ -863,13 +863,21 @@ func (d *driver) previous(id checkpoint.ID) (*RestorePoint, []checkpoint.ID, err
 // after the older one, so a skipped checkpoint left in storage could later
 // be restored (as the latest at the next start, or as the previous of
 // another damaged one) with its output gone.
-func (d *driver) abandon(ids []checkpoint.ID) error {
-	for _, id := range ids {
-		if err := d.spec.Storage.Discard(id); err != nil {
-			return fmt.Errorf("delete checkpoint %d, which the fallback skips (%w): %w", id, storage.ErrUnavailable, err)
+//
+// The coordinator forgets each one deleted, so that it does not count
+// toward Config.Retained (which would discard one still kept).
+func (d *driver) abandon(ids []checkpoint.ID) (err error) {
+	for i, id := range ids {
+		if err = d.spec.Storage.Discard(id); err != nil {
+			err = fmt.Errorf("delete checkpoint %d, which the fallback skips (%w): %w", id, storage.ErrUnavailable, err)
+			ids = ids[:i]
+			break
 		}
 	}
-	return nil
+	if d.coord != nil {
+		d.coord.Forget(ids)
+	}
+	return err
 }
 
 // deleteUnsure deletes the checkpoints whose commit failed and whose files
