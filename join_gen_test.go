@@ -377,9 +377,7 @@ func count(xs []string, x string) int {
 // TestJoinGenerator runs -window.seeds seeds (400 by default) of the join
 // generator from -window.first, and stops after three that fail.
 func TestJoinGenerator(t *testing.T) {
-	runSeeds(t, func(t *testing.T, seed uint64, _ windowKnobs) (string, error) {
-		return runJoinSeed(t, seed, joinKnobs{})
-	})
+	runSeeds(t, runJoinSeed)
 }
 
 // TestJoinGeneratorCatchesPlantedBugs puts back a defect in each time
@@ -393,7 +391,7 @@ func TestJoinGeneratorCatchesPlantedBugs(t *testing.T) {
 		{"an interval join takes a record at the watermark", joinKnobs{takeAtWatermark: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			findsPlanted(t, func(t *testing.T, seed uint64, _ windowKnobs) (string, error) { return runJoinSeed(t, seed, tc.knobs) }, windowKnobs{})
+			findsPlanted(t, runJoinSeed, tc.knobs)
 		})
 	}
 }

@@ -524,9 +524,7 @@ func byKey(out []string) map[string][]string {
 // the keyed function generator from -window.first, and stops after three
 // that fail.
 func TestKeyedFunctionGenerator(t *testing.T) {
-	runSeeds(t, func(t *testing.T, seed uint64, _ windowKnobs) (string, error) {
-		return runKeyedSeed(t, seed, keyedKnobs{})
-	})
+	runSeeds(t, runKeyedSeed)
 }
 
 // TestKeyedFunctionGeneratorCatchesPlantedBugs puts back a defect of the
@@ -540,7 +538,7 @@ func TestKeyedFunctionGeneratorCatchesPlantedBugs(t *testing.T) {
 		{"the end of the input leaves processing-time timers that a restore fires", keyedKnobs{keepProcessingTimers: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			findsPlanted(t, func(t *testing.T, seed uint64, _ windowKnobs) (string, error) { return runKeyedSeed(t, seed, tc.knobs) }, windowKnobs{})
+			findsPlanted(t, runKeyedSeed, tc.knobs)
 		})
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/weirstream/weir/examples/wordcount"
 )
 
 // TestRestoreOfACopyWithoutSharedFilesKeepsTheJobsCheckpoint: a checkpoint
@@ -16,16 +18,9 @@ import (
 // checkpoint of the same id and restored an older one than the one named,
 // with an error in the log only. Found by an outside review (session 34).
 func TestRestoreOfACopyWithoutSharedFilesKeepsTheJobsCheckpoint(t *testing.T) {
-	dir := t.TempDir()
-	o := wcInput(t, dir)
-	cancelAfter(t, o, 3)
-	chks := completedCheckpoints(dir)
-	if len(chks) < 2 {
-		t.Fatalf("checkpoints %v", chks)
-	}
-	newest := chks[len(chks)-1]
+	dir, o, newest := threeCheckpoints(t)
 	if _, err := os.Stat(filepath.Join(dir, "ckpt", "wordcount", "shared")); err != nil {
-		t.Skipf("no shared files in this configuration: %v", err)
+		t.Fatalf("no shared files: %v", err)
 	}
 	// A copy of the newest checkpoint alone, elsewhere.
 	backup := filepath.Join(dir, "backup", "wordcount")
@@ -60,14 +55,7 @@ func TestRestoreOfACopyWithoutSharedFilesKeepsTheJobsCheckpoint(t *testing.T) {
 // path as typed with the job directory, which never match, and failed
 // every such start. Found by an outside review of session 34's fixes.
 func TestRestoreByPathOfTheJobsOwnDamagedCheckpointFallsBack(t *testing.T) {
-	dir := t.TempDir()
-	o := wcInput(t, dir)
-	cancelAfter(t, o, 3)
-	chks := completedCheckpoints(dir)
-	if len(chks) < 2 {
-		t.Fatalf("checkpoints %v", chks)
-	}
-	newest := chks[len(chks)-1]
+	dir, o, newest := threeCheckpoints(t)
 	id := strings.TrimPrefix(filepath.Base(newest), "chk-")
 	shared, _ := filepath.Glob(filepath.Join(dir, "ckpt", "wordcount", "shared", "*", id+".*"))
 	if len(shared) == 0 {
@@ -81,4 +69,17 @@ func TestRestoreByPathOfTheJobsOwnDamagedCheckpointFallsBack(t *testing.T) {
 	if err != nil {
 		t.Fatalf("restore by path of the job's own checkpoint %s, damaged (as --restore latest would fall back from): %v (attempts %d)", newest, err, res.Attempts)
 	}
+}
+
+// threeCheckpoints runs the word count until 3 checkpoints completed, and
+// returns its directory, its options and the newest checkpoint's.
+func threeCheckpoints(t *testing.T) (string, wordcount.Options, string) {
+	dir := t.TempDir()
+	o := wcInput(t, dir)
+	cancelAfter(t, o, 3)
+	chks := completedCheckpoints(dir)
+	if len(chks) < 2 {
+		t.Fatalf("checkpoints %v", chks)
+	}
+	return dir, o, chks[len(chks)-1]
 }

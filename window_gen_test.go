@@ -629,16 +629,17 @@ func generatorSeeds() uint64 {
 	return 400
 }
 
-// seedRunner runs one seed of a generator with knobs and says what broke
-// ("" when nothing did).
-type seedRunner func(t *testing.T, seed uint64, knobs windowKnobs) (string, error)
+// seedRunner runs one seed of a generator with knobs (windowKnobs,
+// joinKnobs, keyedKnobs) and says what broke ("" when nothing did).
+type seedRunner[K any] func(t *testing.T, seed uint64, knobs K) (string, error)
 
-// runSeeds runs -window.seeds seeds from -window.first, and stops after
-// three that fail.
-func runSeeds(t *testing.T, run seedRunner) {
+// runSeeds runs -window.seeds seeds from -window.first without knobs, and
+// stops after three that fail.
+func runSeeds[K any](t *testing.T, run seedRunner[K]) {
 	failures := 0
 	for seed := *windowFirst; seed < *windowFirst+generatorSeeds(); seed++ {
-		diff, err := run(t, seed, windowKnobs{})
+		var none K
+		diff, err := run(t, seed, none)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -653,7 +654,7 @@ func runSeeds(t *testing.T, run seedRunner) {
 
 // findsPlanted checks that run finds the defect knobs put back within
 // 2000 seeds.
-func findsPlanted(t *testing.T, run seedRunner, knobs windowKnobs) {
+func findsPlanted[K any](t *testing.T, run seedRunner[K], knobs K) {
 	for seed := uint64(1); seed <= 2000; seed++ {
 		diff, err := run(t, seed, knobs)
 		if err != nil {

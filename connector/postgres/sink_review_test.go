@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/weirstream/weir"
 	"github.com/weirstream/weir/internal/pgtest"
 	"github.com/weirstream/weir/operator/operatortest"
 )
@@ -87,6 +88,22 @@ func TestFailedPrepareFailsTheNextWriteOrSnapshot(t *testing.T) {
 	}
 }
 
+// checkpointedA is run A's subtask 0, which wrote a=1 and took checkpoint
+// 1 (prepared, the notification still on its way), and the restore of
+// checkpoint 1.
+func checkpointedA(t *testing.T, cfg SinkConfig[count]) (weir.SinkWriter[count], *operator.Restore) {
+	w := &operatortest.MemWriter{}
+	run := &operatortest.Run{}
+	t.Cleanup(run.Close)
+	a := openSink(t, run, cfg, 0, 1, nil)
+	t.Cleanup(func() { a.Close() })
+	if err := a.Write(count{"a", 1}); err != nil {
+		t.Fatal(err)
+	}
+	hs := snapshot(t, a, 1, w)
+	return a, &operator.Restore{Checkpoint: 1, Handles: hs, Read: w.Read}
+}
+
 // TestCommitOfATransactionAnotherRunRolledBackFails: a completed
 // checkpoint's rows are never dropped silently. Run A prepared checkpoint
 // 1's transaction, which completed, and has not yet been told. Run B of
@@ -101,15 +118,7 @@ func TestFailedPrepareFailsTheNextWriteOrSnapshot(t *testing.T) {
 func TestCommitOfATransactionAnotherRunRolledBackFails(t *testing.T) {
 	pg := pgtest.Start(t)
 	cfg := SinkConfig[count]{URL: pg.URL, Table: "counts", CreateTable: createAppend}
-	w := &operatortest.MemWriter{}
-	runA := &operatortest.Run{}
-	defer runA.Close()
-	a := openSink(t, runA, cfg, 0, 1, nil)
-	defer a.Close()
-	if err := a.Write(count{"a", 1}); err != nil {
-		t.Fatal(err)
-	}
-	snapshot(t, a, 1, w) // checkpoint 1 completes; the notification is on its way
+	a, _ := checkpointedA(t, cfg)
 
 	runB := &operatortest.Run{}
 	defer runB.Close()
@@ -130,19 +139,11 @@ func TestCommitOfATransactionAnotherRunRolledBackFails(t *testing.T) {
 func TestCommitOfATransactionARestoreCommittedSucceeds(t *testing.T) {
 	pg := pgtest.Start(t)
 	cfg := SinkConfig[count]{URL: pg.URL, Table: "counts", CreateTable: createAppend}
-	w := &operatortest.MemWriter{}
-	runA := &operatortest.Run{}
-	defer runA.Close()
-	a := openSink(t, runA, cfg, 0, 1, nil)
-	defer a.Close()
-	if err := a.Write(count{"a", 1}); err != nil {
-		t.Fatal(err)
-	}
-	hs := snapshot(t, a, 1, w)
+	a, r := checkpointedA(t, cfg)
 
 	runB := &operatortest.Run{}
 	defer runB.Close()
-	b := openSink(t, runB, cfg, 0, 1, &operator.Restore{Checkpoint: 1, Handles: hs, Read: w.Read})
+	b := openSink(t, runB, cfg, 0, 1, r)
 	defer b.Close()
 	if err := a.NotifyComplete(1); err != nil {
 		t.Fatalf("A's commit of the transaction B's restore committed: %v", err)
