@@ -1,6 +1,7 @@
 package weir_test
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -102,4 +103,57 @@ func TestIdleSourceBehindATaskDoesNotHoldTheUnionBack(t *testing.T) {
 	passed := weir.Map(quiet, "pass", func(v tev) tev { return v }, weir.NoChain())
 	q.sinkBeside(e, passed)
 	q.check(t, e, "the quiet source is idle after 20 ms, but the Map task after it never says so: the union's watermark stays at -1 while the other input's is 29")
+}
+
+// pollCounter emits one record, then waits until end (IdleUntil), counting
+// the polls it gets before then.
+type pollCounter struct {
+	operator.Base
+	end     time.Time
+	emitted bool
+	early   *atomic.Int64
+}
+
+func (r *pollCounter) Read(out weir.Collector[tev]) (operator.PollResult, error) {
+	if !r.emitted {
+		out.Collect(tev{"k", 5})
+		r.emitted = true
+		return operator.PollResult{}, nil
+	}
+	if !time.Now().Before(r.end) {
+		return operator.PollResult{Exhausted: true}, nil
+	}
+	r.early.Add(1)
+	return operator.PollResult{IdleUntil: r.end}, nil
+}
+
+// TestAWaitingReaderIsNotPolledInABusyLoop: the source task polls a reader
+// that says "nothing until end" again at watermarkCheck (note 128), with
+// the default 200 ms WatermarkInterval and no checkpoints to wake it: at
+// most about once per interval, never in a busy loop. From an outside
+// review of session 34's fixes.
+func TestAWaitingReaderIsNotPolledInABusyLoop(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []weir.Option
+	}{
+		{"watermarks", []weir.Option{weir.Watermarks(weir.Monotonous(tevAt))}},
+		{"idleness", []weir.Option{weir.Watermarks(weir.Monotonous(tevAt).WithIdleness(50 * time.Millisecond))}},
+		{"no event time", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var early atomic.Int64
+			const wait = time.Second
+			end := time.Now().Add(wait)
+			e := env(weir.Config{WatermarkInterval: 200 * time.Millisecond, Logger: quietLog, Checkpoint: weir.CheckpointConfig{Interval: time.Hour}})
+			src := weir.Source(e, "idle", func() weir.SourceReader[tev] { return &pollCounter{end: end, early: &early} }, tc.opts...)
+			weir.Sink(src, "drop", weir.SinkFunc(func(tev) error { return nil }))
+			execute(t, e)
+			n := early.Load()
+			t.Logf("%s: %d polls before IdleUntil in %v (%.1f/s)", tc.name, n, wait, float64(n)/wait.Seconds())
+			if n > 2*int64(wait/(200*time.Millisecond))+2 {
+				t.Errorf("%d polls of a waiting reader in %v: more than one per 200 ms watermark interval", n, wait)
+			}
+		})
+	}
 }

@@ -737,31 +737,9 @@ func (e *Environment) spec(plan *graph.Plan) (runtime.Spec, error) {
 			return spec, fmt.Errorf("restore: %w", err)
 		}
 		spec.Start.Point = &runtime.RestorePoint{Metadata: m, Read: reader.ReadState, Open: reader.OpenState, Where: r,
-			Elsewhere: spec.Storage == nil || !samePlace(reader.Describe(), spec.Storage.Describe())}
+			Elsewhere: spec.Storage == nil || !storage.SamePlace(reader, spec.Storage)}
 	}
 	return spec, nil
-}
-
-// samePlace reports whether two storages' descriptions (a directory, or a
-// URL without credentials) name one place: the same string, or directories
-// that are one once made absolute and their links resolved.
-func samePlace(a, b string) bool {
-	if a == b {
-		return true
-	}
-	if storage.IsURL(a) || storage.IsURL(b) {
-		return strings.TrimSuffix(a, "/") == strings.TrimSuffix(b, "/")
-	}
-	resolve := func(p string) string {
-		if abs, err := filepath.Abs(p); err == nil {
-			p = abs
-		}
-		if real, err := filepath.EvalSymlinks(p); err == nil {
-			p = real
-		}
-		return p
-	}
-	return resolve(a) == resolve(b)
 }
 
 // openLocal opens the local copies of local recovery in a process that

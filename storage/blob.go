@@ -43,8 +43,11 @@ import (
 // Listings may lag writes (eventually consistent stores): a scan probes
 // the ids after the highest it listed, and reads metadata by name.
 type Blob struct {
-	bucket      *blob.Bucket // prefixed with <prefix>/<job>/
-	where       string
+	bucket *blob.Bucket // prefixed with <prefix>/<job>/
+	where  string
+	// place is where the job's checkpoints are, for SamePlace: the scheme,
+	// bucket, prefix and job, and the query (which may pick the server).
+	place       string
 	inlineBytes int
 	lease       time.Duration
 	gate        *writeGate
@@ -152,8 +155,9 @@ func OpenBlob(ctx context.Context, rawURL, job string) (*Blob, error) {
 		prefix += "/"
 	}
 	where := redact(u) + "/" + job
+	place := u.Scheme + "://" + u.Host + "/" + prefix + job + "?" + q.Encode()
 	b = blob.PrefixedBucket(b, prefix+job+"/")
-	return &Blob{bucket: b, where: where, inlineBytes: DefaultInlineBytes, lease: lease,
+	return &Blob{bucket: b, where: where, place: place, inlineBytes: DefaultInlineBytes, lease: lease,
 		gate: newWriteGate(), shared: newRegistry(), cas: cas(b)}, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -92,6 +93,32 @@ func NewDir(fs vfs.FS, root, job string, inlineBytes int) (*Dir, error) {
 func (d *Dir) JobDir() string { return d.jobDir }
 
 func (d *Dir) Describe() string { return d.jobDir }
+
+// SamePlace reports whether storages a and b hold their checkpoints in one
+// place: one directory once made absolute and its links resolved, or one
+// bucket, prefix and job with the same query (it may pick the server: two
+// endpoints are two places). Memory storage is no place.
+func SamePlace(a, b Storage) bool {
+	pa, pb := placeOf(a), placeOf(b)
+	return pa != "" && pa == pb
+}
+
+func placeOf(s Storage) string {
+	switch s := s.(type) {
+	case *Dir:
+		p := s.jobDir
+		if abs, err := filepath.Abs(p); err == nil {
+			p = abs
+		}
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			p = real
+		}
+		return "file://" + p
+	case *Blob:
+		return s.place
+	}
+	return ""
+}
 
 // CheckpointDir is the directory of checkpoint id.
 func (d *Dir) CheckpointDir(id checkpoint.ID) string {

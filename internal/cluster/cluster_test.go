@@ -115,11 +115,18 @@ type testCluster struct {
 	wg      sync.WaitGroup
 }
 
-func newCluster(t *testing.T, live Liveness, names ...string) *testCluster {
+// writeCerts writes the certificates of a coordinator and of workers names
+// into a directory it returns.
+func writeCerts(t *testing.T, names ...string) string {
 	dir := t.TempDir()
 	if err := transport.WriteCerts(dir, append([]string{"coordinator"}, names...), []string{"127.0.0.1"}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
+	return dir
+}
+
+func newCluster(t *testing.T, live Liveness, names ...string) *testCluster {
+	dir := writeCerts(t, names...)
 	tc, err := transport.LoadTLS(dir, "coordinator")
 	if err != nil {
 		t.Fatal(err)

@@ -325,8 +325,10 @@ func (ex *execution) Stop() {
 		// no failure.
 		x.c.ended = ex.attempt
 	}
+	// NB: a suspect worker too: it is alive, and suspected just when an
+	// attempt fails (a data connection to it failed, a call timed out).
+	live := x.c.members.Registered()
 	x.c.mu.Unlock()
-	live, _ := x.c.Workers()
 	var wg sync.WaitGroup
 	for _, w := range ex.workers {
 		if !slices.Contains(live, w) {

@@ -249,6 +249,15 @@ func (m *Members) Workers() ([]Worker, int) {
 	return ws, slots
 }
 
+// Registered returns every worker whose session holds, suspect or not.
+func (m *Members) Registered() []Worker {
+	ws := make([]Worker, 0, len(m.workers))
+	for _, w := range m.workers {
+		ws = append(ws, w.Worker)
+	}
+	return ws
+}
+
 // Cut records at now that the data connection between workers a and b
 // failed: for cutTimeouts heartbeat timeouts, Placeable keeps them apart.
 // NB: a worker that cannot reach another while both reach the coordinator

@@ -80,6 +80,10 @@ type node struct {
 	// newest attempt deployed in it.
 	session uint64
 	attempt uint64
+	// cancelled is the newest attempt of the session the coordinator
+	// cancelled, maybe before its deploy here finished: a deploy of it, or
+	// of an older one, runs nothing.
+	cancelled uint64
 	// idle is the coordinator's heartbeat timeout, for the data
 	// connections (links.idle).
 	idle time.Duration
@@ -154,7 +158,7 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 				clients[coordinator] = clusterpbconnect.NewCoordinatorServiceClient(&http.Client{Transport: tr}, "https://"+coordinator, rpcOptions)
 			}
 			n.mu.Lock()
-			n.session, n.attempt, n.idle, n.client = w.Session, 0, l.Timeout, clients[coordinator]
+			n.session, n.attempt, n.cancelled, n.idle, n.client = w.Session, 0, 0, l.Timeout, clients[coordinator]
 			close(n.registered)
 			n.registered = make(chan struct{})
 			n.mu.Unlock()
@@ -260,10 +264,10 @@ func (n *node) Deploy(ctx context.Context, req *connect.Request[clusterpb.Deploy
 		n.mu.Unlock()
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("a deploy for session %d: this worker's session is %d", m.GetSession(), cur))
 	}
-	if m.GetAttempt() <= n.attempt {
+	if m.GetAttempt() <= max(n.attempt, n.cancelled) {
 		cur := n.attempt
 		n.mu.Unlock()
-		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("attempt %d is stale: this worker runs attempt %d", m.GetAttempt(), cur))
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("attempt %d is stale: this worker runs attempt %d (cancelled up to %d)", m.GetAttempt(), cur, n.cancelled))
 	}
 	n.attempt = m.GetAttempt()
 	old, idle := n.run, n.idle
@@ -316,7 +320,7 @@ func (n *node) Deploy(ctx context.Context, req *connect.Request[clusterpb.Deploy
 	}
 	r.tasks = tasks
 	n.mu.Lock()
-	if n.attempt != r.attempt || n.session != r.session { // overtaken by a newer deploy or a fence
+	if n.attempt != r.attempt || n.session != r.session || n.cancelled >= r.attempt { // overtaken by a newer deploy, a fence or a cancel
 		n.mu.Unlock()
 		r.stop()
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("attempt %d was overtaken", r.attempt))
@@ -431,9 +435,11 @@ func splitReports(reports []*clusterpb.TaskReport, maxBytes int) [][]*clusterpb.
 	return parts
 }
 
-// cancelAttempt stops attempt's tasks if they still run.
+// cancelAttempt stops attempt's tasks if they still run, and keeps a
+// deploy of it still under way from starting them.
 func (n *node) cancelAttempt(attempt uint64) {
 	n.mu.Lock()
+	n.cancelled = max(n.cancelled, attempt)
 	r := n.run
 	if r == nil || r.attempt != attempt {
 		n.mu.Unlock()
