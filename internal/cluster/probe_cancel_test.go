@@ -13,14 +13,17 @@ import (
 	"github.com/weirstream/weir/storage"
 )
 
-// slowProbes is a directory whose probe writes wait until released.
+// slowProbes is a directory whose probe writes wait until released, and
+// say when they are done.
 type slowProbes struct {
 	*storage.Dir
 	entered chan struct{}
 	release chan struct{}
+	wrote   chan struct{} // buffered: the worker's handler goes on after the test gives up on it
 }
 
 func (s slowProbes) WriteProbe(name string, data []byte) error {
+	defer func() { s.wrote <- struct{}{} }()
 	s.entered <- struct{}{}
 	<-s.release
 	return s.Dir.WriteProbe(name, data)
@@ -45,7 +48,7 @@ func TestProbeCancelledIsNoUnreachableWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	slow := slowProbes{st, make(chan struct{}), make(chan struct{})}
+	slow := slowProbes{st, make(chan struct{}), make(chan struct{}), make(chan struct{}, 1)}
 	spec := runtime.Spec{Name: "job", Plan: plan, Mode: runtime.None, Logger: quiet(), Storage: slow}
 	tc, err := transport.LoadTLS(dir, "coordinator")
 	if err != nil {
@@ -70,7 +73,17 @@ func TestProbeCancelledIsNoUnreachableWorker(t *testing.T) {
 		defer close(done)
 		RunNode(nctx, NodeConfig{Coordinator: coord.Addr(), Name: "worker-1", Slots: 1, TLS: wtc, Spec: spec, Logger: quiet(), RetryInterval: 50 * time.Millisecond})
 	}()
-	defer func() { stop(); close(slow.release); <-done }()
+	// NB: the worker's probe handler writes into dir once released, maybe
+	// after RunNode returned: it must be done before dir is removed.
+	writing := false
+	defer func() {
+		stop()
+		close(slow.release)
+		if writing {
+			<-slow.wrote
+		}
+		<-done
+	}()
 	wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer wcancel()
 	ws, err := coord.WaitForSlots(wctx, 1, 0)
@@ -83,6 +96,7 @@ func TestProbeCancelledIsNoUnreachableWorker(t *testing.T) {
 	go func() { probed <- x.probe(ctx, slow, ws[0]) }()
 	select {
 	case <-slow.entered:
+		writing = true
 	case err := <-probed:
 		t.Fatalf("the probe ended before the worker wrote: %v", err)
 	}
