@@ -67,6 +67,7 @@ func (x *Executor) watchLost() {
 			x.c.mu.Unlock()
 			if ex != nil {
 				if pw, ok := ex.workers[w.Name]; ok && pw.Session == w.Session {
+					ex.deploying()
 					ex.fail(w.Name, fmt.Errorf("worker %s lost (session %d)", w.Name, w.Session))
 				}
 			}
@@ -172,11 +173,12 @@ func (x *Executor) Start(ctx context.Context, spec runtime.Spec, p runtime.Part,
 		return nil, operator.Permanent(fmt.Errorf("cluster: attempt %d: a term of leadership numbers at most %d attempts; restart this coordinator (a standby takes over, and numbers its own)", p.Attempt, 1<<sessionBits-1))
 	}
 	ectx, cancel := context.WithCancel(ctx)
+	deploying, stopDeploying := context.WithCancel(ectx)
 	// On the wire, attempts are numbered from the term's epoch up, as
 	// sessions are (NewMembers): the runtime of each term counts its
 	// attempts from 1, and a worker must not take a data connection of an
 	// earlier term's attempt for this one's.
-	ex := &execution{x: x, attempt: x.c.cfg.Epoch<<sessionBits | uint64(p.Attempt), place: place, workers: map[string]Worker{}, reports: reports, ctx: ectx, cancel: cancel, queues: map[string]chan *clusterpb.ControlMessage{}}
+	ex := &execution{x: x, attempt: x.c.cfg.Epoch<<sessionBits | uint64(p.Attempt), place: place, workers: map[string]Worker{}, reports: reports, ctx: ectx, cancel: cancel, deploying: stopDeploying, queues: map[string]chan *clusterpb.ControlMessage{}}
 	byWorker := map[string][]string{}
 	for id, w := range place {
 		byWorker[w] = append(byWorker[w], id.String())
@@ -202,7 +204,7 @@ func (x *Executor) Start(ctx context.Context, spec runtime.Spec, p runtime.Part,
 	x.c.mu.Unlock()
 	// The first deploy that fails fails them all: the others would wait
 	// for data connections with its worker.
-	dctx, dcancel := context.WithTimeout(ectx, callTimeout)
+	dctx, dcancel := context.WithTimeout(deploying, callTimeout)
 	errs := make([]error, 0, len(ex.workers))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -224,6 +226,9 @@ func (x *Executor) Start(ctx context.Context, spec runtime.Spec, p runtime.Part,
 	}
 	wg.Wait()
 	dcancel()
+	if deploying.Err() != nil && ectx.Err() == nil {
+		errs = append(errs, fmt.Errorf("deploy attempt %d: a worker of the attempt was lost meanwhile", p.Attempt))
+	}
 	if err := errors.Join(errs...); err != nil {
 		ex.Stop()
 		return nil, err
@@ -245,8 +250,11 @@ type execution struct {
 	reports chan<- runtime.Report
 	ctx     context.Context
 	cancel  context.CancelFunc
-	queues  map[string]chan *clusterpb.ControlMessage
-	wg      sync.WaitGroup
+	// deploying ends the deploy calls, for a worker of the attempt lost
+	// while they run: the failure it reports is read once Start returns.
+	deploying context.CancelFunc
+	queues    map[string]chan *clusterpb.ControlMessage
+	wg        sync.WaitGroup
 	// finished counts the tasks that reported finishing.
 	finished atomic.Int64
 }
@@ -327,15 +335,25 @@ func (ex *execution) Stop() {
 	}
 	// NB: a suspect worker too: it is alive, and suspected just when an
 	// attempt fails (a data connection to it failed, a call timed out).
+	// But one that does not answer is waited for no longer than the
+	// heartbeat timeout: by then it is declared lost, and fences itself.
 	live := x.c.members.Registered()
+	suspect := map[string]bool{}
+	for _, w := range live {
+		suspect[w.Name] = x.c.members.Suspected(w.Name)
+	}
 	x.c.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, w := range ex.workers {
 		if !slices.Contains(live, w) {
 			continue // lost: it fenced itself
 		}
+		timeout := callTimeout
+		if suspect[w.Name] {
+			timeout = min(timeout, x.c.cfg.Liveness.Timeout)
+		}
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
 			if _, err := x.client(w).Cancel(ctx, connect.NewRequest(&clusterpb.CancelRequest{Attempt: ex.attempt})); err != nil {
 				x.log.Warn("could not cancel the attempt on a worker; it fences itself when it loses the coordinator", "worker", w.Name, "attempt", ex.attempt, "err", err)
