@@ -15,7 +15,6 @@ import (
 	"github.com/weirstream/weir/internal/cluster/clusterpb"
 	"github.com/weirstream/weir/internal/cluster/clusterpb/clusterpbconnect"
 	"github.com/weirstream/weir/internal/runtime"
-	"github.com/weirstream/weir/operator"
 )
 
 // hangingWorker's Deploy never answers (a paused process, or one cut off
@@ -51,13 +50,7 @@ func TestDeployGivesUpOnAWorkerDeclaredLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec := runtime.Spec{
-		Name: "lost", Plan: plan, Mode: runtime.None, Logger: quiet(),
-		Build: func(*runtime.TaskBuild) (*runtime.TaskParts, error) {
-			op := &closingSource{worker: "w", event: func(string) {}}
-			return &runtime.TaskParts{Ops: []operator.Operator{op}, Head: op}, nil
-		},
-	}
+	spec := closingSpec("lost", plan, "w", newTaskEvents())
 	coord, err := StartCoordinator(CoordinatorConfig{Graph: GraphOf(spec), TLS: tlsOf("coordinator"), Liveness: Liveness{HeartbeatInterval: 100 * time.Millisecond, Timeout: time.Second}, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)

@@ -41,18 +41,7 @@ func TestCancelledDeployLeavesNoZombieTasks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var (
-		mu      sync.Mutex
-		events  = map[string]int{}
-		changed = make(chan struct{})
-	)
-	event := func(e string) {
-		mu.Lock()
-		defer mu.Unlock()
-		events[e]++
-		close(changed)
-		changed = make(chan struct{})
-	}
+	ev := newTaskEvents()
 	entered := make(chan struct{}) // worker-1's build began
 	unblock := make(chan struct{}) // worker-1's build may go on
 	var enteredOnce sync.Once
@@ -68,7 +57,7 @@ func TestCancelledDeployLeavesNoZombieTasks(t *testing.T) {
 					<-entered // fail only once worker-1's deploy is under way
 					return nil, errors.New("planted: worker-2 cannot build its task")
 				}
-				op := &closingSource{worker: worker, event: event}
+				op := &closingSource{worker: worker, event: ev.add}
 				return &runtime.TaskParts{Ops: []operator.Operator{op}, Head: op}, nil
 			},
 		}
@@ -107,9 +96,8 @@ func TestCancelledDeployLeavesNoZombieTasks(t *testing.T) {
 	// at once: the attempt was stopped.
 	deadline := time.After(10 * time.Second)
 	for {
-		mu.Lock()
-		opened, closed, ch := events["open worker-1"], events["close worker-1"], changed
-		mu.Unlock()
+		opened, ch := ev.count("open worker-1")
+		closed, _ := ev.count("close worker-1")
 		if opened == closed && opened > 0 {
 			t.Logf("worker-1's task of attempt 1 opened and closed again")
 			return

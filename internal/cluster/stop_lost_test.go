@@ -10,7 +10,6 @@ import (
 
 	"github.com/weirstream/weir/graph"
 	"github.com/weirstream/weir/internal/runtime"
-	"github.com/weirstream/weir/operator"
 )
 
 // TestStopDoesNotWaitOutAWorkerDeclaredLost: Stop "returns when they have
@@ -27,44 +26,8 @@ func TestStopDoesNotWaitOutAWorkerDeclaredLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var (
-		mu      sync.Mutex
-		events  = map[string]int{}
-		changed = make(chan struct{})
-	)
-	event := func(e string) {
-		mu.Lock()
-		defer mu.Unlock()
-		events[e]++
-		close(changed)
-		changed = make(chan struct{})
-	}
-	waitFor := func(e string) {
-		t.Helper()
-		deadline := time.After(20 * time.Second)
-		for {
-			mu.Lock()
-			n, ch := events[e], changed
-			mu.Unlock()
-			if n > 0 {
-				return
-			}
-			select {
-			case <-ch:
-			case <-deadline:
-				t.Fatalf("no %q within 20s", e)
-			}
-		}
-	}
-	specOf := func(worker string) runtime.Spec {
-		return runtime.Spec{
-			Name: "lost", Plan: plan, Mode: runtime.None, Logger: quiet(),
-			Build: func(*runtime.TaskBuild) (*runtime.TaskParts, error) {
-				op := &closingSource{worker: worker, event: event}
-				return &runtime.TaskParts{Ops: []operator.Operator{op}, Head: op}, nil
-			},
-		}
-	}
+	ev := newTaskEvents()
+	specOf := func(worker string) runtime.Spec { return closingSpec("lost", plan, worker, ev) }
 	spec := specOf("coordinator")
 	coord, err := StartCoordinator(CoordinatorConfig{Graph: GraphOf(spec), TLS: tlsOf("coordinator"), Liveness: Liveness{HeartbeatInterval: 200 * time.Millisecond, Timeout: 2 * time.Second}, Logger: quiet()})
 	if err != nil {
@@ -118,8 +81,8 @@ func TestStopDoesNotWaitOutAWorkerDeclaredLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor("open worker-1")
-	waitFor("open worker-2")
+	ev.waitFor(t, "open worker-1")
+	ev.waitFor(t, "open worker-2")
 
 	// worker-2 goes silent; a peer's data connection to it failing makes
 	// it suspect (Coordinator.Report), and the attempt fails: Stop.

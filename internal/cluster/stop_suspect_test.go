@@ -12,6 +12,60 @@ import (
 	"github.com/weirstream/weir/operator"
 )
 
+// taskEvents counts what tasks say ("open worker-1", "close worker-1").
+type taskEvents struct {
+	mu      sync.Mutex
+	counts  map[string]int
+	changed chan struct{} // closed at the next event
+}
+
+func newTaskEvents() *taskEvents {
+	return &taskEvents{counts: map[string]int{}, changed: make(chan struct{})}
+}
+
+func (e *taskEvents) add(s string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.counts[s]++
+	close(e.changed)
+	e.changed = make(chan struct{})
+}
+
+// count is how often s was said, and a channel closed at the next event.
+func (e *taskEvents) count(s string) (int, <-chan struct{}) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.counts[s], e.changed
+}
+
+// waitFor waits until s was said, at most 20 s.
+func (e *taskEvents) waitFor(t *testing.T, s string) {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		n, ch := e.count(s)
+		if n > 0 {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			t.Fatalf("no %q within 20s", s)
+		}
+	}
+}
+
+// closingSpec is job name's spec on worker: a closingSource per subtask.
+func closingSpec(name string, plan *graph.Plan, worker string, ev *taskEvents) runtime.Spec {
+	return runtime.Spec{
+		Name: name, Plan: plan, Mode: runtime.None, Logger: quiet(),
+		Build: func(*runtime.TaskBuild) (*runtime.TaskParts, error) {
+			op := &closingSource{worker: worker, event: ev.add}
+			return &runtime.TaskParts{Ops: []operator.Operator{op}, Head: op}, nil
+		},
+	}
+}
+
 // closingSource idles until its attempt stops, and says when it opens and
 // closes.
 type closingSource struct {
@@ -40,44 +94,8 @@ func TestStopCancelsTheAttemptOnASuspectWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var (
-		mu      sync.Mutex
-		events  = map[string]int{}
-		changed = make(chan struct{})
-	)
-	event := func(e string) {
-		mu.Lock()
-		defer mu.Unlock()
-		events[e]++
-		close(changed)
-		changed = make(chan struct{})
-	}
-	waitFor := func(e string) {
-		t.Helper()
-		deadline := time.After(20 * time.Second)
-		for {
-			mu.Lock()
-			n, ch := events[e], changed
-			mu.Unlock()
-			if n > 0 {
-				return
-			}
-			select {
-			case <-ch:
-			case <-deadline:
-				t.Fatalf("no %q within 20s", e)
-			}
-		}
-	}
-	specOf := func(worker string) runtime.Spec {
-		return runtime.Spec{
-			Name: "suspect", Plan: plan, Mode: runtime.None, Logger: quiet(),
-			Build: func(*runtime.TaskBuild) (*runtime.TaskParts, error) {
-				op := &closingSource{worker: worker, event: event}
-				return &runtime.TaskParts{Ops: []operator.Operator{op}, Head: op}, nil
-			},
-		}
-	}
+	ev := newTaskEvents()
+	specOf := func(worker string) runtime.Spec { return closingSpec("suspect", plan, worker, ev) }
 	spec := specOf("coordinator")
 	// Heartbeats a minute apart: a worker made suspect stays so for the test.
 	coord, err := StartCoordinator(CoordinatorConfig{Graph: GraphOf(spec), TLS: tlsOf("coordinator"), Liveness: Liveness{HeartbeatInterval: time.Minute, Timeout: 5 * time.Minute}, Logger: quiet()})
@@ -102,8 +120,8 @@ func TestStopCancelsTheAttemptOnASuspectWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor("open worker-1")
-	waitFor("open worker-2")
+	ev.waitFor(t, "open worker-1")
+	ev.waitFor(t, "open worker-2")
 	// worker-2 becomes suspect, as when worker-1 reports that its data
 	// connection to worker-2 failed (Coordinator.Report) or a control call
 	// to it timed out (deliver). It still answers heartbeats: it is alive.
@@ -117,12 +135,10 @@ func TestStopCancelsTheAttemptOnASuspectWorker(t *testing.T) {
 		t.Fatalf("worker-2 not suspect: %d slots", slots)
 	}
 	ex.Stop()
-	mu.Lock()
-	defer mu.Unlock()
-	if events["close worker-1"] == 0 {
-		t.Fatalf("Stop returned before worker-1's task of the attempt closed: %v", events)
+	if n, _ := ev.count("close worker-1"); n == 0 {
+		t.Fatal("Stop returned before worker-1's task of the attempt closed")
 	}
-	if events["close worker-2"] == 0 {
-		t.Fatalf("Stop returned, and the suspect (but live) worker-2 still runs its task of the stopped attempt: it was never told to cancel; events %v", events)
+	if n, _ := ev.count("close worker-2"); n == 0 {
+		t.Fatal("Stop returned, and the suspect (but live) worker-2 still runs its task of the stopped attempt: it was never told to cancel")
 	}
 }
