@@ -23,12 +23,7 @@ import (
 func TestRev5OldCheckpointKnownWithoutSplitIsRecovered(t *testing.T) {
 	brokers := broker(t, "lines") // 3 partitions
 	mk := func(interval time.Duration) func() weir.SourceReader[string] {
-		newReader, err := Source(SourceConfig[string]{Brokers: brokers, Topics: []string{"lines"}, Decode: StringValue, DiscoveryInterval: interval,
-			ClientOpts: []kgo.Opt{kgo.MetadataMinAge(10 * time.Millisecond)}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return newReader
+		return linesSource(t, brokers, interval)
 	}
 	run := &operatortest.Run{}
 	defer run.Close()

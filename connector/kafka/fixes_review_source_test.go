@@ -24,12 +24,7 @@ import (
 func TestRev4PartitionCreatedDuringOpenIsReadAfterARestore(t *testing.T) {
 	brokers := broker(t, "lines") // 3 partitions
 	mk := func(interval time.Duration) func() weir.SourceReader[string] {
-		newReader, err := Source(SourceConfig[string]{Brokers: brokers, Topics: []string{"lines"}, Decode: StringValue, DiscoveryInterval: interval,
-			ClientOpts: []kgo.Opt{kgo.MetadataMinAge(10 * time.Millisecond)}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return newReader
+		return linesSource(t, brokers, interval)
 	}
 	run := &operatortest.Run{}
 	defer run.Close()
@@ -65,4 +60,16 @@ func TestRev4PartitionCreatedDuringOpenIsReadAfterARestore(t *testing.T) {
 	if len(got) != 10 || !slices.Equal([]string(got), values("p3-", 10)) {
 		t.Fatalf("after the restore, read %d of the 10 records of partition 3 (created while the job started: listed by subtask %d, not by its owner %d): lost", len(got), otherSub, ownerSub)
 	}
+}
+
+// linesSource is a source of topic "lines" on brokers that discovers
+// partitions every interval, with metadata at most 10 ms old.
+func linesSource(t *testing.T, brokers []string, interval time.Duration) func() weir.SourceReader[string] {
+	t.Helper()
+	newReader, err := Source(SourceConfig[string]{Brokers: brokers, Topics: []string{"lines"}, Decode: StringValue, DiscoveryInterval: interval,
+		ClientOpts: []kgo.Opt{kgo.MetadataMinAge(10 * time.Millisecond)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newReader
 }
