@@ -291,7 +291,9 @@ func TestClusterWorkersInTheWebUI(t *testing.T) {
 	for _, w := range []string{"worker-1", "worker-2"} {
 		heap, err := chromedp.Run(ctx, chromedp.Evaluate[float64](fmt.Sprintf(`Number(document.querySelector('#workers tbody tr[data-worker="%s"] td[data-heap-bytes]').dataset.heapBytes)`, w)))
 		step("read "+w+"'s heap", err)
-		row, err := chromedp.Run(ctx, chromedp.Text(fmt.Sprintf(`#workers tbody tr[data-worker="%s"]`, w)))
+		// NB: one evaluation, not a query and then a read: a refresh that
+		// renders the table again between them leaves a node that is gone.
+		row, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`document.querySelector('#workers tbody tr[data-worker="%s"]').innerText`, w)))
 		step("read "+w+"'s row", err)
 		if heap <= 0 || !strings.Contains(row, "1 / 1") || !strings.Contains(row, "iB") || !strings.Contains(row, "go1.") {
 			t.Fatalf("%s's row says %q, heap %v bytes; want 1 / 1 slots used and a heap", w, row, heap)
