@@ -291,9 +291,7 @@ func TestClusterWorkersInTheWebUI(t *testing.T) {
 	for _, w := range []string{"worker-1", "worker-2"} {
 		heap, err := chromedp.Run(ctx, chromedp.Evaluate[float64](fmt.Sprintf(`Number(document.querySelector('#workers tbody tr[data-worker="%s"] td[data-heap-bytes]').dataset.heapBytes)`, w)))
 		step("read "+w+"'s heap", err)
-		// NB: one evaluation, not a query and then a read: a refresh that
-		// renders the table again between them leaves a node that is gone.
-		row, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`document.querySelector('#workers tbody tr[data-worker="%s"]').innerText`, w)))
+		row, err := chromedp.Run(ctx, textOf(fmt.Sprintf(`#workers tbody tr[data-worker="%s"]`, w)))
 		step("read "+w+"'s row", err)
 		if heap <= 0 || !strings.Contains(row, "1 / 1") || !strings.Contains(row, "iB") || !strings.Contains(row, "go1.") {
 			t.Fatalf("%s's row says %q, heap %v bytes; want 1 / 1 slots used and a heap", w, row, heap)
@@ -316,11 +314,11 @@ func TestClusterWorkersInTheWebUI(t *testing.T) {
 	stopWorker("worker-2")
 	step("wait for the stopped worker's row to be marked", within(
 		chromedp.WaitVisible(`#workers tbody tr[data-worker="worker-2"]:is([data-state="late"], [data-state="suspect"])`)))
-	state, err := chromedp.Run(ctx, chromedp.Text(`#workers tbody tr[data-worker="worker-2"] td.worker-state`))
+	state, err := chromedp.Run(ctx, textOf(`#workers tbody tr[data-worker="worker-2"] td.worker-state`))
 	step("read the stopped worker's state", err)
 	step("wait for the stopped worker's row to say it was lost", within(
 		chromedp.WaitVisible(`#workers tbody tr[data-worker="worker-2"][data-state="lost"]`)))
-	lostRow, err := chromedp.Run(ctx, chromedp.Text(`#workers tbody tr[data-worker="worker-2"]`))
+	lostRow, err := chromedp.Run(ctx, textOf(`#workers tbody tr[data-worker="worker-2"]`))
 	step("read the lost worker's row", err)
 	if !strings.Contains(lostRow, "no heartbeat within the timeout") {
 		t.Fatalf("the lost worker's row says %q, not why it was lost", lostRow)

@@ -2,10 +2,12 @@ package weir_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -59,11 +61,11 @@ func TestWebUIInABrowser(t *testing.T) {
 	}
 	vertices, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#graph .vertex')].map(v => v.dataset.id)`))
 	step("list the vertices", err)
-	failures, err := chromedp.Run(ctx, chromedp.Text(`#failures tbody`))
+	failures, err := chromedp.Run(ctx, textOf(`#failures tbody`))
 	step("read the failures table", err)
-	batch, err := chromedp.Run(ctx, chromedp.Text(`#config tr[data-setting="batchSize"] td`))
+	batch, err := chromedp.Run(ctx, textOf(`#config tr[data-setting="batchSize"] td`))
 	step("read the configuration's batch size", err)
-	wm, err := chromedp.Run(ctx, chromedp.Text(`#config tr[data-setting="watermarkInterval"] td`))
+	wm, err := chromedp.Run(ctx, textOf(`#config tr[data-setting="watermarkInterval"] td`))
 	step("read the configuration's watermark interval", err)
 	if batch != "16" || wm != "200 ms" {
 		t.Fatalf("the configuration table says batch size %q, watermark interval %q; the job runs with 16 (its own) and 200 ms (the default)", batch, wm)
@@ -75,7 +77,7 @@ func TestWebUIInABrowser(t *testing.T) {
 	if len(held) == 0 || !slices.ContainsFunc(held, func(h string) bool { return strings.HasPrefix(h, "slow#") }) {
 		t.Fatalf("the checkpoint table says they were held by %q, want the slowed subtask", held)
 	}
-	durations, err := chromedp.Run(ctx, chromedp.Text(`#checkpoint-summary tr[data-quantity="Duration"]`))
+	durations, err := chromedp.Run(ctx, textOf(`#checkpoint-summary tr[data-quantity="Duration"]`))
 	step("read the checkpoint summary", err)
 	if !strings.Contains(durations, "ms") && !strings.Contains(durations, " s") {
 		t.Fatalf("the checkpoint summary's durations: %q", durations)
@@ -163,4 +165,12 @@ func TestWebUIInABrowser(t *testing.T) {
 		}
 	}
 	t.Logf("screenshots in %s", dir)
+}
+
+// textOf reads the text of the first element sel matches, waiting until
+// there is one, in one evaluation: chromedp.Text finds the node and then
+// reads it, which fails ("No node with given id found") when a refresh
+// renders the element again in between, as it does every table of the page.
+func textOf(sel string) chromedp.Action[string] {
+	return chromedp.Poll[string](fmt.Sprintf(`document.querySelector(%s)?.innerText`, strconv.Quote(sel)))
 }

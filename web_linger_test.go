@@ -68,7 +68,7 @@ func TestWebOutlivesAFailedJob(t *testing.T) {
 	if err := chromedp.Do(bctx, chromedp.Navigate(base+"/"), chromedp.WaitVisible(`#ended .banner[data-state="failed"]`)); err != nil {
 		t.Fatalf("the page shows no failed end: %v", err)
 	}
-	banner, err := chromedp.Run(bctx, chromedp.Text(`#ended .banner`))
+	banner, err := chromedp.Run(bctx, textOf(`#ended .banner`))
 	if err != nil || !strings.Contains(banner, "record 500 is poison") {
 		t.Fatalf("the page's end banner %q (%v)", banner, err)
 	}
