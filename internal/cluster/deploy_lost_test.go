@@ -10,25 +10,35 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/weirstream/weir/graph"
 	"github.com/weirstream/weir/internal/cluster/clusterpb"
 	"github.com/weirstream/weir/internal/cluster/clusterpb/clusterpbconnect"
 	"github.com/weirstream/weir/internal/runtime"
+	"github.com/weirstream/weir/storage"
 )
 
-// hangingWorker's Deploy never answers (a paused process, or one cut off
-// mid-deploy); it says when a Deploy arrived.
+// hangingWorker's Deploy and Probe never answer (a paused process, or one
+// cut off mid-call); it says when the first arrived.
 type hangingWorker struct {
 	clusterpbconnect.UnimplementedWorkerServiceHandler
-	deploying chan struct{}
-	once      sync.Once
+	called chan struct{}
+	once   sync.Once
+}
+
+func (h *hangingWorker) hang(ctx context.Context) error {
+	h.once.Do(func() { close(h.called) })
+	<-ctx.Done()
+	return ctx.Err()
 }
 
 func (h *hangingWorker) Deploy(ctx context.Context, _ *connect.Request[clusterpb.DeployRequest]) (*connect.Response[clusterpb.DeployResponse], error) {
-	h.once.Do(func() { close(h.deploying) })
-	<-ctx.Done()
-	return nil, ctx.Err()
+	return nil, h.hang(ctx)
+}
+
+func (h *hangingWorker) Probe(ctx context.Context, _ *connect.Request[clusterpb.ProbeRequest]) (*connect.Response[clusterpb.ProbeResponse], error) {
+	return nil, h.hang(ctx)
 }
 
 func (h *hangingWorker) Cancel(context.Context, *connect.Request[clusterpb.CancelRequest]) (*connect.Response[clusterpb.CancelResponse], error) {
@@ -44,13 +54,29 @@ func (h *hangingWorker) Cancel(context.Context, *connect.Request[clusterpb.Cance
 // timeout is 1 s, and the job restarted only after callTimeout (30 s):
 // watchLost's failure report waited in the reports channel, which the
 // runtime reads only once Start returns, and nothing cancelled the deploy.
+// The same held for the probe of the checkpoint storage that comes before
+// the deploy (left by session 34, fixed in session 35).
 func TestDeployGivesUpOnAWorkerDeclaredLost(t *testing.T) {
+	t.Run("deploy", func(t *testing.T) { testGivesUpOnALostWorker(t, false) })
+	t.Run("probe", func(t *testing.T) { testGivesUpOnALostWorker(t, true) })
+}
+
+// testGivesUpOnALostWorker starts an attempt on two workers, the second
+// of which stops heartbeating while its deploy (or, with probe, its
+// storage probe) hangs, and checks that Start gives up on it soon after
+// the coordinator declares it lost.
+func testGivesUpOnALostWorker(t *testing.T, probe bool) {
 	tlsOf := testCerts(t, "worker-1", "worker-2")
 	plan, err := graph.NewPlan(graph.Graph{Nodes: []graph.Node{{UID: "src", Kind: graph.KindSink, Parallelism: 2}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	spec := closingSpec("lost", plan, "w", newTaskEvents())
+	if probe {
+		if spec.Storage, err = storage.NewDir(vfs.Default, t.TempDir(), "lost", 0); err != nil {
+			t.Fatal(err)
+		}
+	}
 	coord, err := StartCoordinator(CoordinatorConfig{Graph: GraphOf(spec), TLS: tlsOf("coordinator"), Liveness: Liveness{HeartbeatInterval: 100 * time.Millisecond, Timeout: time.Second}, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +93,7 @@ func TestDeployGivesUpOnAWorkerDeclaredLost(t *testing.T) {
 		RunNode(ctx1, NodeConfig{Coordinator: coord.Addr(), Name: "worker-1", Slots: 1, TLS: tlsOf("worker-1"), Spec: spec, Logger: quiet(), RetryInterval: 50 * time.Millisecond})
 	})
 	// worker-2: heartbeats from RunWorker, a WorkerService whose Deploy hangs.
-	hw := &hangingWorker{deploying: make(chan struct{})}
+	hw := &hangingWorker{called: make(chan struct{})}
 	path, h := clusterpbconnect.NewWorkerServiceHandler(hw, rpcOptions)
 	mux := http.NewServeMux()
 	mux.Handle(path, withPeer(h))
@@ -97,7 +123,7 @@ func TestDeployGivesUpOnAWorkerDeclaredLost(t *testing.T) {
 		}
 		started <- err
 	}()
-	<-hw.deploying
+	<-hw.called
 	pause2() // worker-2 stops heartbeating: the coordinator declares it lost after 1 s
 	lostAt := time.Now()
 	for {
@@ -111,10 +137,10 @@ func TestDeployGivesUpOnAWorkerDeclaredLost(t *testing.T) {
 	case err := <-started:
 		t.Logf("Start returned %v after the loss: %v", time.Since(lostAt).Round(time.Millisecond), err)
 		if err == nil || !strings.Contains(err.Error(), "lost") {
-			t.Fatalf("the deploy of an attempt whose worker was lost: %v, want an error that says so", err)
+			t.Fatalf("the start (probe %v) of an attempt whose worker was lost: %v, want an error that says so", probe, err)
 		}
 	case <-time.After(10 * time.Second):
 		err := <-started
-		t.Fatalf("the deploy of attempt 1 went on %v after worker-2 was declared lost (heartbeat timeout 1s); it ended only at the call timeout: %v", time.Since(lostAt).Round(time.Second), err)
+		t.Fatalf("the start of attempt 1 (probe %v) went on %v after worker-2 was declared lost (heartbeat timeout 1s); it ended only at the call timeout: %v", probe, time.Since(lostAt).Round(time.Second), err)
 	}
 }

@@ -38,13 +38,14 @@ type Executor struct {
 	mu      sync.Mutex
 	clients map[string]clusterpbconnect.WorkerServiceClient // by worker
 	probed  map[Worker]bool                                 // sessions that share the storage
+	probing map[Worker]context.CancelFunc                   // ends a probe of the session, lost meanwhile
 	stop    chan struct{}
 	wg      sync.WaitGroup
 }
 
 // NewExecutor returns an executor on c's workers; Close it after the run.
 func NewExecutor(c *Coordinator) *Executor {
-	x := &Executor{c: c, log: c.cfg.Logger, clients: map[string]clusterpbconnect.WorkerServiceClient{}, probed: map[Worker]bool{}, stop: make(chan struct{})}
+	x := &Executor{c: c, log: c.cfg.Logger, clients: map[string]clusterpbconnect.WorkerServiceClient{}, probed: map[Worker]bool{}, probing: map[Worker]context.CancelFunc{}, stop: make(chan struct{})}
 	x.tr = &http.Transport{TLSClientConfig: c.cfg.TLS.Clone(), ForceAttemptHTTP2: true}
 	x.wg.Go(x.watchLost)
 	return x
@@ -62,6 +63,13 @@ func (x *Executor) watchLost() {
 	for {
 		select {
 		case w := <-x.c.Lost():
+			x.mu.Lock()
+			for pw, stop := range x.probing {
+				if pw.Name == w.Name && pw.Session == w.Session {
+					stop()
+				}
+			}
+			x.mu.Unlock()
 			x.c.mu.Lock()
 			ex := x.c.exec
 			x.c.mu.Unlock()
@@ -111,11 +119,31 @@ func (x *Executor) probe(ctx context.Context, st storage.Storage, w Worker) erro
 		return operator.Permanent(fmt.Errorf("checkpoint storage %s lives in one process: a cluster needs a shared directory or object storage", st.Describe()))
 	}
 	token := fmt.Sprintf("%s-%d-%d", w.Name, w.Session, time.Now().UnixNano())
-	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	// A worker declared lost while its probe runs ends the probe (watchLost),
+	// as it ends a deploy: the attempt does not wait out the call timeout.
+	lctx, lost := context.WithCancel(ctx)
+	x.mu.Lock()
+	x.probing[w] = lost
+	x.mu.Unlock()
+	x.c.mu.Lock()
+	if !slices.ContainsFunc(x.c.members.Registered(), func(r Worker) bool { return r.Name == w.Name && r.Session == w.Session }) {
+		lost() // lost before the probe began
+	}
+	x.c.mu.Unlock()
+	defer func() {
+		x.mu.Lock()
+		delete(x.probing, w)
+		x.mu.Unlock()
+		lost()
+	}()
+	cctx, cancel := context.WithTimeout(lctx, callTimeout)
 	defer cancel()
 	if _, err := x.client(w).Probe(cctx, connect.NewRequest(&clusterpb.ProbeRequest{Token: token})); err != nil {
 		if connect.CodeOf(err) == connect.CodeFailedPrecondition {
 			return operator.Permanent(fmt.Errorf("worker %s cannot write to the checkpoint storage: %w", w.Name, err))
+		}
+		if ctx.Err() == nil && lctx.Err() != nil {
+			return fmt.Errorf("probe the checkpoint storage on worker %s: the worker was lost meanwhile (session %d)", w.Name, w.Session)
 		}
 		if !errors.Is(ctx.Err(), context.Canceled) && unreachable(err) {
 			// As a failed deploy: else every restart until the heartbeat
