@@ -705,8 +705,6 @@ func (e *Environment) spec(plan *graph.Plan) (runtime.Spec, error) {
 	if err := e.checkWire(plan); err != nil {
 		return spec, err
 	}
-	if cc.Mode != NoCheckpoints {
-	}
 	if e.cfg.Fresh && e.cfg.Restore != "" {
 		return spec, fmt.Errorf("restore %q and fresh exclude each other: restore a checkpoint, or start over", e.cfg.Restore)
 	}
