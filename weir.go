@@ -255,6 +255,10 @@ type Config struct {
 	WebLinger time.Duration
 }
 
+// MinCheckpointTimeout is the least CheckpointConfig.Timeout, as Flink's
+// (10 ms).
+const MinCheckpointTimeout = 10 * time.Millisecond
+
 // CheckpointConfig holds the checkpoint settings.
 type CheckpointConfig struct {
 	// Mode: ExactlyOnce (default), AtLeastOnce or NoCheckpoints.
@@ -265,7 +269,8 @@ type CheckpointConfig struct {
 	// MinPause is the least time from one checkpoint's completion to the
 	// next trigger (it needs MaxConcurrent 1). Default 0.
 	MinPause time.Duration
-	// Timeout aborts a checkpoint not complete by then. Default 5 minutes.
+	// Timeout aborts a checkpoint not complete by then: at least
+	// MinCheckpointTimeout. Default 5 minutes.
 	Timeout time.Duration
 	// MaxConcurrent is how many checkpoints may be in flight. Default 1.
 	MaxConcurrent int
@@ -697,6 +702,9 @@ func (e *Environment) spec(plan *graph.Plan) (runtime.Spec, error) {
 		}
 		if _, err := spec.Checkpoint.Normalize(); err != nil {
 			return spec, err
+		}
+		if cc.Timeout > 0 && cc.Timeout < MinCheckpointTimeout {
+			return spec, fmt.Errorf("checkpoint timeout %v is below %v: every checkpoint would expire before its barriers cross the job, and the job would fail over and over; use %v or more (0: the default, 5m)", cc.Timeout, MinCheckpointTimeout, MinCheckpointTimeout)
 		}
 		if cc.Mode != ExactlyOnce && (cc.Alignment == Unaligned || cc.AlignedTimeout != 0) {
 			return spec, fmt.Errorf("unaligned checkpoints and the aligned checkpoint timeout are settings of mode exactly-once, not %v: use mode exactly-once, or drop them", cc.Mode)

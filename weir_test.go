@@ -300,6 +300,9 @@ func TestInvalidConfigurationFailsAtStart(t *testing.T) {
 		{weir.Config{Checkpoint: weir.CheckpointConfig{Interval: time.Second, AlignedTimeout: -time.Second}}, "aligned checkpoint timeout -1s is negative"},
 		{weir.Config{Checkpoint: weir.CheckpointConfig{Interval: time.Second, Alignment: weir.Unaligned, AlignedTimeout: time.Second}}, "with unaligned checkpoints"},
 		{weir.Config{Checkpoint: weir.CheckpointConfig{Interval: time.Second}, BufferDebloat: -time.Second}, "buffer debloat target -1s is negative"},
+		// A timeout every checkpoint outlives failed the job over and over,
+		// and only the restart strategy ended it (session 35).
+		{weir.Config{Checkpoint: weir.CheckpointConfig{Interval: time.Second, Timeout: time.Millisecond}}, "checkpoint timeout 1ms is below 10ms"},
 		// High availability (issue 20).
 		{weir.Config{Checkpoint: weir.CheckpointConfig{Interval: time.Second, Dir: "/tmp/x"}, Cluster: weir.ClusterConfig{HA: "http://h:2379"}}, "want etcd://host:port"},
 		{weir.Config{Checkpoint: weir.CheckpointConfig{Interval: time.Second, Dir: "/tmp/x"}, Cluster: weir.ClusterConfig{HA: "etcd://h:2379", HATTL: 1500 * time.Millisecond}}, "want whole seconds"},

@@ -123,8 +123,8 @@ func (f *checkpointFlags) config() (weir.CheckpointConfig, weir.RestartStrategy,
 			return none, nil, fmt.Errorf("--checkpoint-dir is required in mode %s (or use --mode none)", mode)
 		case f.interval <= 0:
 			return none, nil, fmt.Errorf("--checkpoint-interval %v: checkpoint interval is %v: must be above 0", f.interval, f.interval)
-		case f.timeout <= 0:
-			return none, nil, fmt.Errorf("--checkpoint-timeout %v: must be above 0", f.timeout)
+		case f.timeout < weir.MinCheckpointTimeout:
+			return none, nil, fmt.Errorf("--checkpoint-timeout %v: must be at least %v", f.timeout, weir.MinCheckpointTimeout)
 		case f.maxConcurrent < 1 || f.maxConcurrent > checkpoint.MaxConcurrentLimit:
 			return none, nil, fmt.Errorf("--checkpoint-max-concurrent %d: want 1 to %d", f.maxConcurrent, checkpoint.MaxConcurrentLimit)
 		case f.retained < 1 || f.retained > checkpoint.MaxRetained:
