@@ -258,6 +258,9 @@ type fileSink[T any] struct {
 	// detached are files taken out of writing at a snapshot whose
 	// pre-commit (sync, rename to pending) may not have run yet.
 	detached []*detachedFile
+	// unsynced is set by a pre-commit whose sync failed: the task fails,
+	// and its restore writes the file's records again into a new file.
+	unsynced atomic.Pointer[error]
 }
 
 // detachedFile is an in-progress file handed to the asynchronous part of a
@@ -271,6 +274,12 @@ type detachedFile struct {
 	id       checkpoint.ID
 	done     bool
 	closed   bool // the sink closed it unsynced; it must not become pending
+	// unsynced is the sink's (fileSink.unsynced). NB: after a failed
+	// fsync the kernel may have dropped the file's dirty pages and cleared
+	// the error, and a second fsync succeeds with the data lost (as
+	// PostgreSQL found in 2018): a file whose sync failed never becomes
+	// pending.
+	unsynced *atomic.Pointer[error]
 }
 
 // preCommit syncs, closes and renames the file to its pending name, once.
@@ -285,9 +294,14 @@ func (d *detachedFile) preCommit(fs vfs.FS, dir string) error {
 	if d.closed {
 		return fmt.Errorf("file sink: %s was closed before its pre-commit", d.from)
 	}
+	if p := d.unsynced.Load(); p != nil {
+		return *p
+	}
 	if d.f != nil {
 		if err := d.f.Sync(); err != nil {
-			return fmt.Errorf("file sink: sync %s: %w", d.from, err)
+			err = fmt.Errorf("file sink: sync %s: %w (a sync again would not say whether its data is on disk: the job restores, and writes the file's records again)", d.from, err)
+			d.unsynced.Store(&err)
+			return err
 		}
 		if err := d.f.Close(); err != nil {
 			return fmt.Errorf("file sink: close %s: %w", d.from, err)
@@ -555,6 +569,9 @@ const writeBytes = 256 << 10
 
 func (s *fileSink[T]) Write(v T) error {
 	if s.f == nil {
+		if p := s.unsynced.Load(); p != nil {
+			return *p
+		}
 		s.seq++
 		s.name = s.inProgressName(s.ctx.Subtask, s.ctx.Now().UnixNano(), s.seq)
 		f, err := s.cfg.FS.Create(s.path(s.name), vfs.WriteCategoryUnspecified)
@@ -575,6 +592,9 @@ func (s *fileSink[T]) Write(v T) error {
 
 // flush writes what buf holds to the in-progress file.
 func (s *fileSink[T]) flush() error {
+	if p := s.unsynced.Load(); p != nil {
+		return *p
+	}
 	if len(s.buf) == 0 {
 		return nil
 	}
@@ -594,7 +614,7 @@ func (s *fileSink[T]) Snapshot(id checkpoint.ID) (operator.Async, error) {
 		if err := s.flush(); err != nil {
 			return nil, err
 		}
-		s.detached = append(s.detached, &detachedFile{f: s.f, from: s.path(s.name), to: s.path(s.pendingName(s.ctx.Subtask, id)), id: id})
+		s.detached = append(s.detached, &detachedFile{f: s.f, from: s.path(s.name), to: s.path(s.pendingName(s.ctx.Subtask, id)), id: id, unsynced: &s.unsynced})
 		s.f = nil
 		s.pending = append(s.pending, id)
 	}

@@ -727,6 +727,11 @@ func (l *lineReader) Read(out weir.Collector[string]) (operator.PollResult, erro
 			continue
 		}
 		line, err := l.readLine(s)
+		if err != nil && !errors.Is(err, io.EOF) {
+			// NB: what was read before the error is a line cut short, no
+			// line of the input: the restore reads it again.
+			return operator.PollResult{}, err
+		}
 		if errors.Is(err, io.EOF) && s.Pos+int64(len(line)) < s.End {
 			// NB: the section read ends at the size the file had when the
 			// split was opened, at least End: the file shrank since, and
@@ -738,12 +743,8 @@ func (l *lineReader) Read(out weir.Collector[string]) (operator.PollResult, erro
 			out.Collect(l.text(bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r"))))
 			n++
 		}
-		if errors.Is(err, io.EOF) {
+		if err != nil { // io.EOF
 			s.Pos = max(s.Pos, s.End)
-			continue
-		}
-		if err != nil {
-			return operator.PollResult{}, err
 		}
 	}
 	return operator.PollResult{}, nil

@@ -11,10 +11,18 @@
 // What remains: a crash between a batch's write and its marker repeats that
 // one batch after the restore. The writer can make that harmless by being
 // idempotent per checkpoint: it receives the checkpoint id with the batch.
-// Without checkpoints, batches are written when the input ends.
+// A restore of a checkpoint older than the batches written writes the
+// records after it again (the sink warns): what was written cannot be
+// taken back. Without checkpoints, batches are written when the input ends.
+//
+// A marker names the job, the operator and the subtask, and holds the
+// lineage of the runs it counts (operator.Context.Lineage) with the id: a
+// run that started over numbers its checkpoints from 1 again, and the
+// markers of an earlier lineage say nothing of its batches.
 package writeahead
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -51,8 +59,8 @@ type Config[T any] struct {
 	// writes the batch again. Required.
 	Write func(ctx context.Context, b Batch[T]) error
 	// MarkerDir holds the markers of written batches, one small file per
-	// operator and subtask; it must survive the process (put it beside the
-	// checkpoints). Required.
+	// job, operator and subtask; it must survive the process (put it
+	// beside the checkpoints). Required.
 	MarkerDir string
 	// FS is MarkerDir's file system; default the real one.
 	FS vfs.FS
@@ -97,6 +105,11 @@ type sink[T any] struct {
 
 func (s *sink[T]) Open(ctx *operator.Context) error {
 	s.ctx, s.written = ctx, map[int]checkpoint.ID{}
+	// NB: made here too, not only in Sink: removed while the job ran, every
+	// batch would be written again at every restart, its marker failing.
+	if err := s.cfg.FS.MkdirAll(s.jobDir(), 0o755); err != nil {
+		return fmt.Errorf("write-ahead sink %s: marker directory %s: %w", ctx.UID, s.jobDir(), err)
+	}
 	if ctx.Restore == nil {
 		return nil
 	}
@@ -122,6 +135,19 @@ func (s *sink[T]) Open(ctx *operator.Context) error {
 		}
 		if p.id > s.written[p.sub] {
 			s.pending = append(s.pending, p)
+		}
+	}
+	for sub, id := range s.written {
+		if id > ctx.Restore.Checkpoint {
+			ctx.Logger.Warn("write-ahead sink: the restored checkpoint is older than batches already written, whose records are written again: a write-ahead sink cannot take back what it wrote",
+				"sink", ctx.UID, "subtask", sub, "checkpoint", ctx.Restore.Checkpoint, "written-up-to", id)
+		}
+		if len(s.pending) > 0 {
+			// Before a batch is written again: a marker that cannot be
+			// recorded would write it again at every restart.
+			if err := s.mark(sub, id); err != nil {
+				return err
+			}
 		}
 	}
 	// Every batch the restored checkpoint holds is covered by it.
@@ -187,15 +213,29 @@ func (s *sink[T]) Finish() error {
 func (s *sink[T]) NotifyAborted(checkpoint.ID) {}
 func (s *sink[T]) Close() error                { return nil }
 
-// markerPath is the marker of the batches operator uid's subtask sub took.
-func (s *sink[T]) markerPath(sub int) string {
-	return s.cfg.FS.PathJoin(s.cfg.MarkerDir, url.PathEscape(s.ctx.UID)+"-"+strconv.Itoa(sub))
+// jobDir holds the markers of the job's sinks: jobs that share MarkerDir
+// keep theirs apart.
+func (s *sink[T]) jobDir() string {
+	return s.cfg.FS.PathJoin(s.cfg.MarkerDir, url.PathEscape(s.ctx.Job))
 }
 
-// marker reads the newest checkpoint whose batch of subtask sub was
-// written (0: none).
+// markerPath is the marker of the batches operator uid's subtask sub took.
+func (s *sink[T]) markerPath(sub int) string {
+	return s.cfg.FS.PathJoin(s.jobDir(), s.markerName(sub))
+}
+
+func (s *sink[T]) markerName(sub int) string { return url.PathEscape(s.ctx.UID) + "-" + strconv.Itoa(sub) }
+
+// marker reads the newest checkpoint of the run's lineage whose batch of
+// subtask sub was written (0: none). A marker of Weir before job
+// directories and lineages (MarkerDir/<uid>-<sub>, the id alone) counts.
 func (s *sink[T]) marker(sub int) (checkpoint.ID, error) {
-	f, err := s.cfg.FS.Open(s.markerPath(sub))
+	path := s.markerPath(sub)
+	f, err := s.cfg.FS.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		path = s.cfg.FS.PathJoin(s.cfg.MarkerDir, s.markerName(sub))
+		f, err = s.cfg.FS.Open(path)
+	}
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return 0, nil
@@ -203,13 +243,24 @@ func (s *sink[T]) marker(sub int) (checkpoint.ID, error) {
 		return 0, fmt.Errorf("write-ahead sink: read marker: %w", err)
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, 32))
+	b, err := io.ReadAll(io.LimitReader(f, 512))
 	if err != nil {
-		return 0, fmt.Errorf("write-ahead sink: read marker %s: %w", s.markerPath(sub), err)
+		return 0, fmt.Errorf("write-ahead sink: read marker %s: %w", path, err)
 	}
-	id, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	text := strings.TrimSpace(string(b))
+	lineage, idText, ok := strings.Cut(text, " ")
+	switch {
+	case !ok: // the id alone, of Weir before lineages
+		lineage, idText = "", text
+	case lineage == "-": // written by a run of no known lineage
+		lineage = ""
+	}
+	id, err := strconv.ParseUint(idText, 10, 64)
 	if err != nil {
-		return 0, operator.Permanent(fmt.Errorf("write-ahead sink: marker %s is damaged (%q): %w", s.markerPath(sub), b, err))
+		return 0, operator.Permanent(fmt.Errorf("write-ahead sink: marker %s is damaged (%q): %w", path, b, err))
+	}
+	if lineage != "" && s.ctx.Lineage != "" && lineage != s.ctx.Lineage {
+		return 0, nil // an earlier run's, which this one did not resume
 	}
 	return checkpoint.ID(id), nil
 }
@@ -221,7 +272,7 @@ func (s *sink[T]) mark(sub int, id checkpoint.ID) error {
 	tmp := path + ".tmp"
 	f, err := s.cfg.FS.Create(tmp, vfs.WriteCategoryUnspecified)
 	if err == nil {
-		if _, err = f.Write([]byte(strconv.FormatUint(uint64(id), 10) + "\n")); err == nil {
+		if _, err = fmt.Fprintf(f, "%s %d\n", cmp.Or(s.ctx.Lineage, "-"), id); err == nil {
 			err = f.Sync()
 		}
 		if cerr := f.Close(); err == nil {
@@ -232,10 +283,10 @@ func (s *sink[T]) mark(sub int, id checkpoint.ID) error {
 		err = s.cfg.FS.Rename(tmp, path)
 	}
 	if err == nil {
-		err = storage.SyncDir(s.cfg.FS, s.cfg.MarkerDir)
+		err = storage.SyncDir(s.cfg.FS, s.jobDir())
 	}
 	if err != nil {
-		return fmt.Errorf("write-ahead sink: mark checkpoint %d written: %w", id, err)
+		return fmt.Errorf("write-ahead sink %s: record in marker directory %s that the batch of checkpoint %d was written: %w; make the directory writable (until then each restart fails before it writes a batch again)", s.ctx.UID, s.jobDir(), id, err)
 	}
 	s.written[sub] = id
 	return nil
