@@ -224,7 +224,9 @@ func (s *sink[T]) markerPath(sub int) string {
 	return s.cfg.FS.PathJoin(s.jobDir(), s.markerName(sub))
 }
 
-func (s *sink[T]) markerName(sub int) string { return url.PathEscape(s.ctx.UID) + "-" + strconv.Itoa(sub) }
+func (s *sink[T]) markerName(sub int) string {
+	return url.PathEscape(s.ctx.UID) + "-" + strconv.Itoa(sub)
+}
 
 // marker reads the newest checkpoint of the run's lineage whose batch of
 // subtask sub was written (0: none). A marker of Weir before job
