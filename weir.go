@@ -30,6 +30,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -775,7 +776,16 @@ func openStorage(cc CheckpointConfig, job string, log *slog.Logger) (storage.Sto
 		b.SetLogger(log)
 		return b, nil
 	}
-	return storage.NewDir(cc.FS, strings.TrimPrefix(cc.Dir, "file://"), job, 0)
+	dir := strings.TrimPrefix(cc.Dir, "file://")
+	if filepath.Base(filepath.Clean(dir)) == job {
+		// The job's own directory, as `weir savepoint` and the log print
+		// it: its checkpoints would be taken for none.
+		names, _ := cc.FS.List(dir)
+		if i := slices.IndexFunc(names, func(n string) bool { return strings.HasPrefix(n, "chk-") }); i >= 0 {
+			return nil, fmt.Errorf("checkpoint directory %s is job %s's own directory (it holds %s): give the directory above it, --checkpoint-dir %s (Config.Checkpoint.Dir)", dir, job, names[i], filepath.Dir(filepath.Clean(dir)))
+		}
+	}
+	return storage.NewDir(cc.FS, dir, job, 0)
 }
 
 // build returns the runtime's builder of one subtask: the chain of the

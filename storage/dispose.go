@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -35,7 +36,7 @@ func DisposeSavepoint(ctx context.Context, fs vfs.FS, path string) (Disposed, er
 		if IsURL(path) {
 			return OpenCheckpointURL(ctx, path)
 		}
-		return OpenCheckpoint(fs, path)
+		return OpenCheckpoint(fs, strings.TrimPrefix(path, "file://"))
 	}
 	m, st, err := open()
 	if err != nil {

@@ -425,9 +425,12 @@ func (s *fileSink[T]) Open(ctx *operator.Context) error {
 		case ctx.Restore == nil:
 			earlier = append(earlier, n)
 		default:
-			// Committed at a checkpoint after the restored one: its records
-			// are produced again from the restored state.
-			if id, err := strconv.ParseUint(rest, 10, 64); err == nil && checkpoint.ID(id) > ctx.Restore.Checkpoint {
+			// Committed at a checkpoint after the restored one, or at the
+			// end of the input by a run without checkpoints (part-…-end:
+			// one that resumed this checkpoint or an older one, in mode
+			// none): its records are produced again from the restored
+			// state.
+			if id, err := strconv.ParseUint(rest, 10, 64); rest == "end" || err == nil && checkpoint.ID(id) > ctx.Restore.Checkpoint {
 				rolledBack = append(rolledBack, n)
 			}
 		}
@@ -519,6 +522,19 @@ func (s *fileSink[T]) checkLineage() error {
 	got, err := s.readLineage()
 	if err != nil {
 		return fmt.Errorf("file sink: read the output's lineage: %w", err)
+	}
+	if got == "" && s.ctx.Lineage != "" && s.ctx.Restore != nil {
+		// Every run that starts a lineage records it here before anything
+		// else: a directory with no lineage and no file of this sink is
+		// not the one the checkpoint's runs wrote (a mistyped --output).
+		names, err := s.cfg.FS.List(s.cfg.Dir)
+		if err != nil {
+			return fmt.Errorf("output directory %s: %w", s.cfg.Dir, err)
+		}
+		if !slices.ContainsFunc(names, func(n string) bool { _, _, _, ok := s.parse(n); return ok }) {
+			return operator.Permanent(fmt.Errorf("output directory %s holds no output of sink %q, and checkpoint %d continues runs that wrote its output elsewhere: give the output directory those runs wrote (--output, SinkConfig.Dir), or start over with --fresh",
+				s.cfg.Dir, s.ctx.UID, s.ctx.Resumed))
+		}
 	}
 	if got == "" || got == s.ctx.Lineage {
 		return nil
