@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -112,7 +113,7 @@ func (a WindowAssigner) pane() int64 {
 }
 
 type windowConfig struct {
-	lateness int64
+	lateness time.Duration
 	lateTo   any // **Stream[T]
 }
 
@@ -124,7 +125,7 @@ type WindowOption func(*windowConfig)
 // result. Processing-time windows have no late records: the option is an
 // error for them.
 func AllowedLateness(d time.Duration) WindowOption {
-	return func(c *windowConfig) { c.lateness = d.Milliseconds() }
+	return func(c *windowConfig) { c.lateness = d }
 }
 
 // LateTo sends the records that come too late for all their windows to a
@@ -236,8 +237,8 @@ func addWindow[K comparable, In, Acc, Out any](ws WindowedStream[K, In], name st
 	if err := ws.assigner.check(); err != nil {
 		env.fail(fmt.Errorf("operator %q: %w", name, err))
 	}
-	if ws.cfg.lateness < 0 {
-		env.fail(fmt.Errorf("operator %q: allowed lateness is negative", name))
+	if ws.cfg.lateness < 0 || ws.cfg.lateness%time.Millisecond != 0 {
+		env.fail(fmt.Errorf("operator %q: allowed lateness %v is negative or not whole milliseconds (event time is in milliseconds)", name, ws.cfg.lateness))
 	}
 	if ws.cfg.lateness > 0 && ws.assigner.processing {
 		env.fail(fmt.Errorf("operator %q: allowed lateness is for event-time windows; processing-time windows fire once, when the clock passes their end: drop weir.AllowedLateness, or use event time", name))
@@ -252,7 +253,7 @@ func addWindow[K comparable, In, Acc, Out any](ws WindowedStream[K, In], name st
 	}
 	n := &node{}
 	n.instance = func(c *chain, next any) (operator.Operator, any) {
-		op := cacheline.New(windowOp[K, In, Acc, Out]{key: ws.ks.key, kc: ws.ks.codec, a: ws.assigner, lateness: ws.cfg.lateness,
+		op := cacheline.New(windowOp[K, In, Acc, Out]{key: ws.ks.key, kc: ws.ks.codec, a: ws.assigner, lateness: ws.cfg.lateness.Milliseconds(),
 			fold: fold, emit: emit, hasLate: late != nil})
 		op.out, op.c, op.lateCount = next.(Collector[Out]), c, &n.late
 		return op, Collector[In](op)
@@ -300,6 +301,10 @@ type windowOp[K comparable, In, Acc, Out any] struct {
 	hasLate  bool
 	late     Collector[In]
 	panes    state.Map[K, int64, Acc]
+	// copyAcc copies an accumulator that merge may change in place
+	// (codec.Copier; nil if nothing can be): a window of several panes
+	// merges into a copy of the first, whose pane later windows share.
+	copyAcc  func(Acc) Acc
 	sessions state.Map[K, int64, sessionState[Acc]]
 	// records holds, when listing, the records of each key's pane (by its
 	// start) or session (by its start).
@@ -403,6 +408,7 @@ func (w *windowOp[K, In, Acc, Out]) Open(oc *operator.Context) error {
 		w.sessions, err = backend.NewMap(w.kctx.backend, "sessions", w.kc, codec.ForKey[int64](), codec.For[sessionState[Acc]]())
 	} else {
 		w.panes, err = backend.NewMap(w.kctx.backend, "panes", w.kc, codec.ForKey[int64](), codec.For[Acc]())
+		w.copyAcc = codec.Copier(codec.For[Acc]())
 	}
 	if err == nil && w.fold.listing {
 		w.records, err = backend.NewList(w.kctx.backend, "records", paneKeyCodec[K]{w.kc}, codec.For[In]())
@@ -469,6 +475,12 @@ func (w *windowOp[K, In, Acc, Out]) isLate(end int64) bool {
 	return !w.a.processing && end-1+w.lateness <= w.kctx.wm
 }
 
+// nearTheLimits is the error of a record whose window would end (or
+// begin) past the limits of event time: its end would wrap around.
+func nearTheLimits(ts int64, size time.Duration) error {
+	return operator.Permanent(fmt.Errorf("window: a record's event time %d ms is within %v of the limits of event time (int64 milliseconds since 1970), where its window cannot end: give records event times well within them", ts, size))
+}
+
 func floorTo(t, unit int64) int64 {
 	q := t / unit
 	if t%unit != 0 && t < 0 {
@@ -479,6 +491,9 @@ func floorTo(t, unit int64) int64 {
 
 func (w *windowOp[K, In, Acc, Out]) addToPane(ts int64, v In) error {
 	a := w.a
+	if ts > math.MaxInt64-a.size || ts < math.MinInt64+a.size {
+		return nearTheLimits(ts, a.sizeD)
+	}
 	lastStart := floorTo(ts, a.slide)
 	if lastStart+a.size <= ts {
 		// Between two windows of a slide longer than the size: in none.
@@ -613,6 +628,9 @@ func (w *windowOp[K, In, Acc, Out]) registerWindow(end int64) {
 }
 
 func (w *windowOp[K, In, Acc, Out]) addToSession(ts int64, v In) error {
+	if ts > math.MaxInt64-w.a.gap {
+		return nearTheLimits(ts, w.a.gD)
+	}
 	start, end := ts, ts+w.a.gap
 	var acc Acc
 	if !w.fold.listing {
@@ -824,6 +842,9 @@ func (w *windowOp[K, In, Acc, Out]) firePanes(start, end int64, panes []pane[Acc
 		case w.fold.listing:
 			records = slices.AppendSeq(records, w.records.All(w.pk(pa.start)))
 		case i > 0:
+			if i == 1 && w.copyAcc != nil {
+				acc = w.copyAcc(acc) // NB: merge may change its first argument, as Flink's may
+			}
 			acc = w.fold.merge(acc, pa.acc)
 		default:
 			acc = pa.acc

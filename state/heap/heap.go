@@ -468,6 +468,9 @@ type Value[K comparable, V any] struct {
 	vals values[V]
 	kc   codec.Codec[K]
 	vc   codec.Codec[V]
+	// copyV copies a value a snapshot may still read before Get gives it
+	// out (codec.Copier); nil for values nothing can change in place.
+	copyV func(V) V
 	// storing holds a value being stored while its strings are owned (in
 	// the table's memory: a local would escape, an allocation a call);
 	// zero between calls.
@@ -487,7 +490,7 @@ type valueEntry[K comparable, V any] struct {
 
 // NewValue registers value state name.
 func NewValue[K comparable, V any](b *Backend, name string, kc codec.Codec[K], vc codec.Codec[V]) (*Value[K, V], error) {
-	t := &Value[K, V]{keys: ownerOf[K](), vals: valuesOf[V](), kc: kc, vc: vc}
+	t := &Value[K, V]{keys: ownerOf[K](), vals: valuesOf[V](), kc: kc, vc: vc, copyV: codec.Copier(vc)}
 	t.cow = newCow(b, entryCodec[K, *valueEntry[K, V]]{
 		appendEntry: func(dst []byte, k K, e *valueEntry[K, V]) []byte { return vc.Append(kc.Append(dst, k), e.v) },
 		appendKey:   kc.Append,
@@ -500,6 +503,13 @@ func NewValue[K comparable, V any](b *Backend, name string, kc codec.Codec[K], v
 
 func (t *Value[K, V]) Get(k K) (V, bool) {
 	e, ok := t.read()[k]
+	if ok && t.copyV != nil && e.epoch != t.b.epoch {
+		// The caller may change what it gets in place: a copy of its own.
+		old := e
+		e = &valueEntry[K, V]{key: old.key, v: t.copyV(old.v), epoch: t.b.epoch}
+		t.write()[e.key] = e
+		t.noteWritten(e.key)
+	}
 	t.lastKey, t.last = k, e
 	if !ok {
 		var zero V
@@ -687,6 +697,9 @@ type Map[K, UK comparable, V any] struct {
 	kc       codec.Codec[K]
 	ukc      codec.Codec[UK]
 	vc       codec.Codec[V]
+	// copyV is Value.copyV: a key's inner map copied for a write copies
+	// its values too.
+	copyV func(V) V
 	// storing and replaced hold a value being stored and the one it
 	// replaces while its strings are owned (see Value.storing); zero
 	// between calls.
@@ -706,7 +719,7 @@ type mapEntry[UK comparable, V any] struct {
 
 // NewMap registers map state name.
 func NewMap[K, UK comparable, V any](b *Backend, name string, kc codec.Codec[K], ukc codec.Codec[UK], vc codec.Codec[V]) (*Map[K, UK, V], error) {
-	t := &Map[K, UK, V]{keys: ownerOf[K](), userKeys: ownerOf[UK](), vals: valuesOf[V](), kc: kc, ukc: ukc, vc: vc}
+	t := &Map[K, UK, V]{keys: ownerOf[K](), userKeys: ownerOf[UK](), vals: valuesOf[V](), kc: kc, ukc: ukc, vc: vc, copyV: codec.Copier(vc)}
 	t.cow = newCow(b, entryCodec[K, *inner[K, UK, V]]{
 		appendEntry: func(dst []byte, k K, in *inner[K, UK, V]) []byte {
 			dst = codec.AppendLen(kc.Append(dst, k), len(in.m))
@@ -730,6 +743,10 @@ func (t *Map[K, UK, V]) Get(k K, uk UK) (V, bool) {
 		return v, false
 	}
 	e, ok := in.m[uk]
+	if ok && t.copyV != nil && in.epoch != t.b.epoch {
+		// The caller may change what it gets in place: copies of its own.
+		e = t.writable(k).m[uk]
+	}
 	return e.v, ok
 }
 
@@ -737,6 +754,9 @@ func (t *Map[K, UK, V]) Get(k K, uk UK) (V, bool) {
 // copies the map first if a snapshot or this iteration may read it).
 func (t *Map[K, UK, V]) All(k K) iter.Seq2[UK, V] {
 	in := t.read()[k]
+	if in != nil && t.copyV != nil && in.epoch != t.b.epoch {
+		in = t.writable(k) // as Get
+	}
 	return func(yield func(UK, V) bool) {
 		if in == nil {
 			return
@@ -804,6 +824,11 @@ func (t *Map[K, UK, V]) writable(k K) *inner[K, UK, V] {
 		t.noteWritten(in.key)
 	case in.epoch != t.b.epoch:
 		in = &inner[K, UK, V]{key: in.key, m: maps.Clone(in.m), epoch: t.b.epoch}
+		if t.copyV != nil {
+			for uk, e := range in.m {
+				in.m[uk] = mapEntry[UK, V]{uk: e.uk, v: t.copyV(e.v)}
+			}
+		}
 		m[in.key] = in
 		t.noteWritten(in.key)
 	}
