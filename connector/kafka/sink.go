@@ -959,8 +959,24 @@ func (w *writer[T]) produceErr() error {
 	return w.firstErr
 }
 
+// commitFailed is the error of the commit of pre-committed transaction t
+// at the completion of its checkpoint. Fenced there, it was most likely
+// aborted by the broker at the transaction timeout (the completion came
+// late), which bumps the producer's epoch as a second writer's start does.
+func (w *writer[T]) commitFailed(t *txn, err error) error {
+	what := fmt.Sprintf("kafka sink: commit transaction %s of checkpoint %d", t.ID, t.At)
+	if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) {
+		return operator.Permanent(fmt.Errorf("%s: %w: the broker aborted the transaction, and its records are lost: most likely at its timeout (TransactionTimeout %v), as the checkpoint's completion came later than that; raise TransactionTimeout (up to the brokers' transaction.max.timeout.ms). Else a second writer with the same transactional id prefix fenced it",
+			what, err, w.cfg.TransactionTimeout))
+	}
+	return fatal(what, err)
+}
+
 func (w *writer[T]) Write(v T) error {
 	rec := w.cfg.Encode(v)
+	if rec == nil {
+		return operator.Permanent(errors.New("kafka sink: Encode returned no record (nil) for a value: return a record for every value (to drop values, filter them before the sink)"))
+	}
 	if rec.Topic == "" {
 		rec.Topic = w.cfg.Topic
 	}
@@ -1150,7 +1166,7 @@ func (w *writer[T]) NotifyComplete(id checkpoint.ID) error {
 		sent := t.ends.n.Load()
 		if !plantedEndSkipped.Load() {
 			if err := t.cl.EndTransaction(context.Background(), kgo.TryCommit); err != nil {
-				return fatal(fmt.Sprintf("kafka sink: commit transaction %s of checkpoint %d", t.ID, t.At), err)
+				return w.commitFailed(t, err)
 			}
 		}
 		// NB: kgo's EndTransaction has answered nil without sending
@@ -1164,7 +1180,7 @@ func (w *writer[T]) NotifyComplete(id checkpoint.ID) error {
 			err := w.commitRecorded(ctx, t.record())
 			cancel()
 			if err != nil {
-				return fatal(fmt.Sprintf("kafka sink: commit transaction %s of checkpoint %d", t.ID, t.At), err)
+				return w.commitFailed(t, err)
 			}
 		}
 		t.addSpans(w.spans)

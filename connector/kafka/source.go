@@ -116,6 +116,12 @@ func Source[T any](cfg SourceConfig[T]) (func() weir.SourceReader[T], error) {
 		return nil, errors.New("kafka source: Start Committed needs a Group")
 	case cfg.Bounded && cfg.Start == Latest:
 		return nil, errors.New("kafka source: a bounded source that starts at the latest offsets reads nothing")
+	case cfg.Start < Earliest || cfg.Start > AtTimestamp:
+		return nil, fmt.Errorf("kafka source: Start %d is none of Earliest, Latest, Committed and AtTimestamp", cfg.Start)
+	case cfg.Start == AtTimestamp && cfg.StartTimestamp.IsZero():
+		return nil, errors.New("kafka source: Start AtTimestamp needs a StartTimestamp")
+	case cfg.Start != AtTimestamp && !cfg.StartTimestamp.IsZero():
+		return nil, errors.New("kafka source: a StartTimestamp is read only with Start AtTimestamp: set Start to AtTimestamp, or drop StartTimestamp")
 	}
 	if cfg.TopicRegex != "" {
 		var err error
@@ -222,8 +228,18 @@ func (r *reader[T]) Open(ctx *operator.Context) error {
 			return err
 		}
 		r.skipDeleted(rctx)
+		// Topics the configuration names now and the checkpoint did not
+		// hold start as a first run starts them (cfg.Start), bounded or
+		// not, discovery or not; as in Flink.
+		held := map[string]bool{}
+		for k := range r.known {
+			held[k.topic] = true
+		}
+		if err := r.assign(rctx, func(topic string) bool { return !held[topic] }); err != nil {
+			return err
+		}
 	default:
-		if err := r.assign(rctx); err != nil {
+		if err := r.assign(rctx, nil); err != nil {
 			return err
 		}
 	}
@@ -249,12 +265,22 @@ func (r *reader[T]) restore(rs *operator.Restore) error {
 	if err != nil {
 		return err
 	}
+	var dropped []string
 	for _, it := range items {
 		var s split
 		if err := json.Unmarshal(it, &s); err != nil {
 			return operator.Permanent(fmt.Errorf("kafka source: restore split: %w", err))
 		}
+		if !r.configured(s.Topic) {
+			// The configuration no longer names the topic: as in Flink, its
+			// partitions are not read on.
+			dropped = append(dropped, fmt.Sprintf("%s/%d", s.Topic, s.Partition))
+			continue
+		}
 		r.add(&s)
+	}
+	if len(dropped) > 0 {
+		r.ctx.Logger.Info("kafka source: not reading on partitions of topics the configuration no longer names", "partitions", strings.Join(dropped, " "))
 	}
 	// Known are the partitions with a split in the checkpoint, every
 	// subtask's: not its "known" list, which before session 33 could name
@@ -269,9 +295,19 @@ func (r *reader[T]) restore(rs *operator.Restore) error {
 		if err := json.Unmarshal(it, &s); err != nil {
 			return operator.Permanent(fmt.Errorf("kafka source: restore split: %w", err))
 		}
-		r.known[tp{s.Topic, s.Partition}] = true
+		if r.configured(s.Topic) {
+			r.known[tp{s.Topic, s.Partition}] = true
+		}
 	}
 	return nil
+}
+
+// configured says whether the configuration names topic.
+func (r *reader[T]) configured(topic string) bool {
+	if r.re != nil {
+		return r.re.MatchString(topic)
+	}
+	return slices.Contains(r.cfg.Topics, topic)
 }
 
 // skipDeleted moves each restored partition whose log now starts after
@@ -290,6 +326,10 @@ func (r *reader[T]) skipDeleted(ctx context.Context) {
 	// What cannot be listed (a deleted topic, a request that failed) is
 	// read as before this check: the restore does not depend on it.
 	listed, err := r.adm.ListStartOffsets(ctx, topicsOf(parts)...)
+	var ends kadm.ListedOffsets
+	if err == nil {
+		ends, err = r.adm.ListEndOffsets(ctx, topicsOf(parts)...)
+	}
 	if err != nil {
 		r.ctx.Logger.Warn("kafka source: could not check whether retention deleted records the restored checkpoint had not read", "err", err)
 		return
@@ -297,6 +337,21 @@ func (r *reader[T]) skipDeleted(ctx context.Context) {
 	for _, k := range parts {
 		o, ok := listed.Lookup(k.topic, k.partition)
 		s, first := r.splits[k], o.Offset
+		if e, eok := ends.Lookup(k.topic, k.partition); ok && o.Err == nil && eok && e.Err == nil && (e.Offset < s.Next || s.End >= 0 && e.Offset < s.End) {
+			// Offsets the checkpoint read (or a bounded read was to read:
+			// a log only grows) are not in the log: it is another log (the
+			// topic deleted and made again, or its log truncated). Its
+			// records below the checkpoint's offset are not the ones
+			// read: read it from its start, and a bounded read up to its
+			// end now.
+			r.ctx.Logger.Warn("kafka source: the partition's log ends before the offset the restored checkpoint had read: the topic was deleted and made again, or its log truncated; reading the log from its start",
+				"topic", k.topic, "partition", k.partition, "checkpointed", s.Next, "log-start", o.Offset, "log-end", e.Offset)
+			s.Next = o.Offset
+			if s.End >= 0 {
+				s.End = max(e.Offset, s.Next)
+			}
+			continue
+		}
 		if !ok || o.Err != nil || first <= s.Next {
 			continue
 		}
@@ -362,13 +417,16 @@ func (r *reader[T]) rewind(ctx context.Context, rs *operator.Restore) error {
 
 // assign, on a fresh start, takes this subtask's partitions and their start
 // (and, bounded, end) offsets.
-func (r *reader[T]) assign(ctx context.Context) error {
+func (r *reader[T]) assign(ctx context.Context, only func(topic string) bool) error {
 	parts, err := r.partitions(ctx)
 	if err != nil {
 		return err
 	}
 	var mine []tp
 	for _, k := range parts {
+		if only != nil && !only(k.topic) {
+			continue
+		}
 		// Known only where it is taken: a partition created while the job
 		// starts may be listed here and not by its owner (see discover).
 		if owner(k.topic, k.partition, r.ctx.Parallelism) == r.ctx.Subtask {
@@ -541,8 +599,16 @@ func (r *reader[T]) Read(out weir.Collector[T]) (operator.PollResult, error) {
 	fetches.EachRecord(func(rec *kgo.Record) {
 		k := tp{rec.Topic, rec.Partition}
 		s := r.splits[k]
-		if err != nil || s == nil || rec.Offset < s.Next || s.done() {
-			return // not ours, already read, or past a bounded end
+		if err != nil || s == nil || s.done() {
+			return // not ours, or past a bounded end
+		}
+		if rec.Offset < s.Next {
+			// The client asks for s.Next, and drops what comes before it in
+			// a batch; a record before it means the log is another now (the
+			// topic deleted and made again, or its log truncated), and the
+			// client started it over: its records are not those read.
+			r.ctx.Logger.Warn("kafka source: the partition's log went back before the offset read: the topic was deleted and made again, or its log truncated; reading on from there",
+				"topic", rec.Topic, "partition", rec.Partition, "read-up-to", s.Next, "offset", rec.Offset)
 		}
 		if s != last {
 			weir.EnterSplit(out, s.id)
