@@ -411,7 +411,6 @@ func TestBoundedRestoreAfterTheTopicWasMadeAgainEnds(t *testing.T) {
 	t.Fatalf("the restored bounded source did not end within 5s after its topic was made again (read %d records: %v): the job hangs", len(got), got)
 }
 
-
 // TestEncodeReturningNilIsAnError: an Encode that returns nil (a user
 // who meant "skip this value") makes Write panic with a nil dereference
 // deep in the sink, instead of an error naming Encode.
@@ -439,4 +438,3 @@ func TestEncodeReturningNilIsAnError(t *testing.T) {
 		t.Log(err)
 	}
 }
-
