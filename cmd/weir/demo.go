@@ -33,7 +33,7 @@ func newDemo() *cobra.Command {
 			if err := demoSize(files, lines); err != nil {
 				return err
 			}
-			return demoFiles(cmd.Context(), cmd.OutOrStdout(), files, lines, keep)
+			return interruptedDemo(cmd.Context(), demoFiles(cmd.Context(), cmd.OutOrStdout(), files, lines, keep))
 		},
 	}
 	cmd.PersistentFlags().IntVar(&files, "files", 4, "input files to generate")
@@ -48,10 +48,19 @@ func newDemo() *cobra.Command {
 			if err := demoSize(files, lines); err != nil {
 				return err
 			}
-			return demoKafka(cmd.Context(), cmd.OutOrStdout(), files, lines, keep)
+			return interruptedDemo(cmd.Context(), demoKafka(cmd.Context(), cmd.OutOrStdout(), files, lines, keep))
 		},
 	})
 	return cmd
+}
+
+// interruptedDemo makes a demo that Ctrl-C (or SIGTERM) ended exit 130,
+// as an interrupted run does, not 1 as a failed one.
+func interruptedDemo(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() != nil {
+		return exitError{code: 130, msg: fmt.Sprintf("demo interrupted (%v)", context.Cause(ctx))}
+	}
+	return err
 }
 
 // demoSize refuses an input the demo cannot generate.

@@ -169,3 +169,22 @@ func TestRestoreLatestGivenTheJobDirectoryNamesItsParent(t *testing.T) {
 		t.Fatalf("--restore latest --checkpoint-dir %s (the job's directory, holding its checkpoints): want it refused naming --checkpoint-dir %s, and no %s/wordcount made (made: %v):\n%s", jobDir, ckpt, jobDir, nested == nil, b)
 	}
 }
+
+// TestDemoInterruptedExits130 (found by an outside review, session 35):
+// Ctrl-C during `weir demo` exited 1, as a failed demo does; an
+// interrupted run exits 130, and so does the demo now.
+func TestDemoInterruptedExits130(t *testing.T) {
+	out := &syncBuf{}
+	cmd := exec.Command(weirBin, "demo", "--files", "2", "--lines", "1000000")
+	cmd.Stdout = out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the demo counting", func() bool { return strings.Contains(out.String(), "2. counting") })
+	cmd.Process.Signal(syscall.SIGINT)
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+		t.Fatalf("an interrupted demo: %v, want exit status 130\n%s", err, out)
+	}
+}
