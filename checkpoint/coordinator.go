@@ -566,6 +566,14 @@ func (c *Coordinator) abort(p *pending, reason Reason, cause error) {
 	c.recentAborted[c.recentNext] = p.id
 	c.recentNext = (c.recentNext + 1) % recentAbortedLen
 	c.emit(Abort{ID: p.id, Reason: reason, Cause: cause})
+	// The state the tasks wrote for it goes: in a cluster, the workers
+	// wrote it, and only their acknowledgements name it to the process
+	// that discards (the storage there did not see the writes).
+	for i, hs := range p.handles {
+		if p.acked[i] && len(hs) > 0 {
+			c.emit(DiscardState{ID: p.id, Task: c.tasks[i], Handles: hs})
+		}
+	}
 	if !reason.Counts() || p.savepoint || p.id < c.newestCompleted {
 		// A savepoint's failure is the user's to handle; one of a
 		// checkpoint older than the newest completed costs nothing, as in

@@ -709,6 +709,15 @@ func (d *driver) run(ctx context.Context) (Result, error) {
 			d.log.Error("a checkpoint whose commit failed is left in storage, where it looks completed: delete it by hand before a run restores it or one before it",
 				"storage", d.spec.Storage.Describe(), "err", err)
 		}
+		// The shared files of the checkpoints aborted as the run ended:
+		// in a cluster, those of tasks that had not acknowledged are known
+		// to the workers' storage only (a discard here does not see them).
+		// Nothing writes any more.
+		if d.spec.Storage != nil {
+			if err := d.spec.Storage.RemoveOrphans(); err != nil {
+				d.log.Warn("could not delete shared files no checkpoint references; the next start does", "storage", d.spec.Storage.Describe(), "err", err)
+			}
+		}
 	}()
 	for {
 		d.attempt++
