@@ -117,10 +117,15 @@ func (r *registry) reserve(id checkpoint.ID) {
 	r.inFlight[id] = true
 }
 
+// wrote records that path was written for checkpoint id, if this storage
+// reserved it: a worker's never does (the coordinator's does, and commits
+// and discards), and would record for ever.
 func (r *registry) wrote(id checkpoint.ID, path string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.written[id] = append(r.written[id], path)
+	if r.inFlight[id] {
+		r.written[id] = append(r.written[id], path)
+	}
 }
 
 // committed counts m's references; it returns files that may now go.
