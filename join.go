@@ -2,6 +2,7 @@ package weir
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -130,7 +131,7 @@ func IntervalJoin[K comparable, A, B, Out any](a KeyedStream[K, A], b KeyedStrea
 	if lower > upper {
 		a.s.env.fail(fmt.Errorf("operator %q: interval join lower bound %v is above its upper bound %v", name, lower, upper))
 	}
-	if lower%time.Millisecond != 0 || upper%time.Millisecond != 0 {
+	if lower%time.Millisecond != 0 && lower != math.MinInt64 || upper%time.Millisecond != 0 && upper != math.MaxInt64 {
 		a.s.env.fail(fmt.Errorf("operator %q: interval join bounds %v and %v must be whole milliseconds (event time is in milliseconds)", name, lower, upper))
 	}
 	if f == nil {

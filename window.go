@@ -237,8 +237,8 @@ func addWindow[K comparable, In, Acc, Out any](ws WindowedStream[K, In], name st
 	if err := ws.assigner.check(); err != nil {
 		env.fail(fmt.Errorf("operator %q: %w", name, err))
 	}
-	if ws.cfg.lateness < 0 || ws.cfg.lateness%time.Millisecond != 0 {
-		env.fail(fmt.Errorf("operator %q: allowed lateness %v is negative or not whole milliseconds (event time is in milliseconds)", name, ws.cfg.lateness))
+	if ws.cfg.lateness < 0 || ws.cfg.lateness%time.Millisecond != 0 && ws.cfg.lateness != math.MaxInt64 {
+		env.fail(fmt.Errorf("operator %q: allowed lateness %v is negative or not whole milliseconds (event time is in milliseconds; math.MaxInt64: for ever)", name, ws.cfg.lateness))
 	}
 	if ws.cfg.lateness > 0 && ws.assigner.processing {
 		env.fail(fmt.Errorf("operator %q: allowed lateness is for event-time windows; processing-time windows fire once, when the clock passes their end: drop weir.AllowedLateness, or use event time", name))
@@ -841,10 +841,14 @@ func (w *windowOp[K, In, Acc, Out]) firePanes(start, end int64, panes []pane[Acc
 		switch {
 		case w.fold.listing:
 			records = slices.AppendSeq(records, w.records.All(w.pk(pa.start)))
-		case i > 0:
-			if i == 1 && w.copyAcc != nil {
-				acc = w.copyAcc(acc) // NB: merge may change its first argument, as Flink's may
+		case i > 0 && w.copyAcc != nil:
+			// NB: merge may change either argument, as Flink's may; the
+			// panes are later windows' too.
+			if i == 1 {
+				acc = w.copyAcc(acc)
 			}
+			acc = w.fold.merge(acc, w.copyAcc(pa.acc))
+		case i > 0:
 			acc = w.fold.merge(acc, pa.acc)
 		default:
 			acc = pa.acc

@@ -4,7 +4,9 @@ import "reflect"
 
 // Copier returns a function that copies a value of type V deeply, by a
 // round trip through c, or nil if V holds nothing its holder could change
-// in place (no map, slice, pointer, interface, channel or function). Heap
+// in place (no map, slice, pointer, interface, channel or function), or if
+// the round trip would not give V back (Faithful: unexported fields, the
+// types in interfaces; such values stay shared). Heap
 // state gives out a copy of such a value the first time it is read after a
 // snapshot froze it, as Flink's copy-on-write heap state does (the
 // snapshot encodes the frozen value on another goroutine while an
@@ -12,6 +14,11 @@ import "reflect"
 // merges its panes into a copy of the first.
 func Copier[V any](c Codec[V]) func(V) V {
 	if !mutable(reflect.TypeFor[V](), map[reflect.Type]bool{}) {
+		return nil
+	}
+	if Faithful[V]() != nil {
+		// NB: JSON would lose unexported fields and the types in
+		// interfaces: a copy that changes the value is worse than none.
 		return nil
 	}
 	return func(v V) V {

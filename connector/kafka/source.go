@@ -228,18 +228,15 @@ func (r *reader[T]) Open(ctx *operator.Context) error {
 			return err
 		}
 		r.skipDeleted(rctx)
-		// Topics the configuration names now and the checkpoint did not
-		// hold start as a first run starts them (cfg.Start), bounded or
-		// not, discovery or not; as in Flink.
-		held := map[string]bool{}
-		for k := range r.known {
-			held[k.topic] = true
-		}
-		if err := r.assign(rctx, func(topic string) bool { return !held[topic] }); err != nil {
+		// Partitions the checkpoint did not hold (of a topic the
+		// configuration names now, or made while the job was down) are
+		// read from their start, as discovery reads them and as Flink
+		// does (FLIP-288), bounded or not, discovery or not.
+		if err := r.assign(rctx, Earliest, func(k tp) bool { return !r.known[k] }); err != nil {
 			return err
 		}
 	default:
-		if err := r.assign(rctx, nil); err != nil {
+		if err := r.assign(rctx, r.cfg.Start, nil); err != nil {
 			return err
 		}
 	}
@@ -415,16 +412,16 @@ func (r *reader[T]) rewind(ctx context.Context, rs *operator.Restore) error {
 	return nil
 }
 
-// assign, on a fresh start, takes this subtask's partitions and their start
-// (and, bounded, end) offsets.
-func (r *reader[T]) assign(ctx context.Context, only func(topic string) bool) error {
+// assign takes this subtask's partitions (those only allows; nil: all, on
+// a fresh start) and their start (and, bounded, end) offsets.
+func (r *reader[T]) assign(ctx context.Context, start Start, only func(tp) bool) error {
 	parts, err := r.partitions(ctx)
 	if err != nil {
 		return err
 	}
 	var mine []tp
 	for _, k := range parts {
-		if only != nil && !only(k.topic) {
+		if only != nil && !only(k) {
 			continue
 		}
 		// Known only where it is taken: a partition created while the job
@@ -437,7 +434,7 @@ func (r *reader[T]) assign(ctx context.Context, only func(topic string) bool) er
 	if len(mine) == 0 {
 		return nil
 	}
-	starts, err := r.startOffsets(ctx, mine, r.cfg.Start)
+	starts, err := r.startOffsets(ctx, mine, start)
 	if err != nil {
 		return err
 	}
