@@ -51,4 +51,3 @@ func TestGetCopyKeepsInterfaceValues(t *testing.T) {
 		t.Fatalf("after a checkpoint (no restore) Get returned %T %v, want int 5", got, got)
 	}
 }
-
