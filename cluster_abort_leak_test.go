@@ -64,13 +64,10 @@ func TestClusterAbortedCheckpointsLeaveNoSharedFiles(t *testing.T) {
 			cfg.OnEvent = onEvent
 		}
 		env := weir.New(cfg)
-		src, err := newRateLimited(50_000, 0)
-		if err != nil {
+		if err := sumsOfNumbers(env, 50_000); err != nil {
 			t.Error(err)
 			return
 		}
-		sums := weir.Reduce(weir.KeyBy(weir.Source(env, "numbers", src), func(i int64) int64 { return i % 20_000 }), "sum", func(a, b int64) int64 { return a + b })
-		weir.Sink(sums, "discard", stdio.Print(io.Discard, func(dst []byte, i int64) []byte { return dst }))
 		if _, err := env.Execute(ctx); err != nil && !errors.Is(err, context.Canceled) && ctx.Err() == nil {
 			t.Logf("%s ended: %v", cc.Role, err)
 		}
@@ -133,12 +130,9 @@ func TestOneProcessAbortedCheckpointsLeaveNoSharedFiles(t *testing.T) {
 		}
 	}
 	env := weir.New(cfg)
-	src, err := newRateLimited(50_000, 0)
-	if err != nil {
+	if err := sumsOfNumbers(env, 50_000); err != nil {
 		t.Fatal(err)
 	}
-	sums := weir.Reduce(weir.KeyBy(weir.Source(env, "numbers", src), func(i int64) int64 { return i % 20_000 }), "sum", func(a, b int64) int64 { return a + b })
-	weir.Sink(sums, "discard", stdio.Print(io.Discard, func(dst []byte, i int64) []byte { return dst }))
 	tctx, tcancel := context.WithTimeout(ctx, time.Minute)
 	defer tcancel()
 	if _, err := env.Execute(tctx); err != nil && !errors.Is(err, context.Canceled) {
@@ -146,4 +140,17 @@ func TestOneProcessAbortedCheckpointsLeaveNoSharedFiles(t *testing.T) {
 	}
 	t.Logf("%d checkpoints completed, %d aborted", completed, aborted)
 	checkSharedFiles(t, filepath.Join(dir, "ckpt", "clustered"), "after the job was cancelled")
+}
+
+// sumsOfNumbers adds to env a job of rate numbers a second, summed under
+// 20,000 keys (each subtask's state a file, not inline: 20 KiB and less
+// is) and written nowhere.
+func sumsOfNumbers(env *weir.Environment, rate float64) error {
+	src, err := newRateLimited(rate, 0)
+	if err != nil {
+		return err
+	}
+	sums := weir.Reduce(weir.KeyBy(weir.Source(env, "numbers", src), func(i int64) int64 { return i % 20_000 }), "sum", func(a, b int64) int64 { return a + b })
+	weir.Sink(sums, "discard", stdio.Print(io.Discard, func(dst []byte, i int64) []byte { return dst }))
+	return nil
 }

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/weirstream/weir"
-	"github.com/weirstream/weir/connector/stdio"
 	"github.com/weirstream/weir/internal/transport"
 )
 
@@ -79,15 +78,10 @@ func TestClusterWorkerRestartsFromItsLocalCopy(t *testing.T) {
 			cfg.OnEvent = onEvent
 		}
 		env := weir.New(cfg)
-		src, err := newRateLimited(20_000, 0)
-		if err != nil {
+		if err := sumsOfNumbers(env, 20_000); err != nil {
 			t.Error(err)
 			return
 		}
-		// 20,000 keys: each subtask's state is a file, not inline (20 KiB
-		// and less is).
-		sums := weir.Reduce(weir.KeyBy(weir.Source(env, "numbers", src), func(i int64) int64 { return i % 20_000 }), "sum", func(a, b int64) int64 { return a + b })
-		weir.Sink(sums, "discard", stdio.Print(io.Discard, func(dst []byte, i int64) []byte { return dst }))
 		if _, err := env.Execute(ctx); err != nil && !errors.Is(err, context.Canceled) && ctx.Err() == nil {
 			t.Logf("%s ended: %v", cc.Role, err)
 		}
@@ -196,13 +190,10 @@ func TestClusterPlacesSubtasksWhereTheirLocalCopiesAre(t *testing.T) {
 				cfg.LocalRecovery, cfg.Web, cfg.OnWeb = true, "127.0.0.1:0", func(addr string) { web = addr }
 			}
 			env := weir.New(cfg)
-			src, err := newRateLimited(20_000, 0)
-			if err != nil {
+			if err := sumsOfNumbers(env, 20_000); err != nil {
 				t.Error(err)
 				return
 			}
-			sums := weir.Reduce(weir.KeyBy(weir.Source(env, "numbers", src), func(i int64) int64 { return i % 20_000 }), "sum", func(a, b int64) int64 { return a + b })
-			weir.Sink(sums, "discard", stdio.Print(io.Discard, func(dst []byte, i int64) []byte { return dst }))
 			if _, err := env.Execute(ctx); err != nil && !errors.Is(err, context.Canceled) && ctx.Err() == nil {
 				t.Errorf("%s %s ended: %v", cc.Role, cc.Name, err)
 			}
