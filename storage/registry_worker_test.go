@@ -54,3 +54,27 @@ func TestWorkerRegistryForgetsWhatItWrote(t *testing.T) {
 		t.Fatalf("after 50 checkpoints, each committed and then discarded, the worker's storage still records %d shared files as being written", n)
 	}
 }
+
+// TestDiscardStateStaysInShared (found by an outside review, session 35):
+// an aborted checkpoint's acknowledged handles are discarded now, and a
+// handle whose path begins "shared/" but leaves it ("shared/../chk-1/…")
+// deleted what it named.
+func TestDiscardStateStaysInShared(t *testing.T) {
+	fs := vfs.NewMem()
+	d, err := NewDir(fs, "/ckpt", "job", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.MkdirAll("/ckpt/job/chk-1", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := fs.Create("/ckpt/job/chk-1/_metadata", vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	_ = d.DiscardState([]checkpoint.Handle{{Operator: "count", Kind: "heap-data", Path: "shared/../chk-1/_metadata"}})
+	if _, err := fs.Stat("/ckpt/job/chk-1/_metadata"); err != nil {
+		t.Fatalf("a discarded handle of path shared/../chk-1/_metadata deleted it: %v", err)
+	}
+}

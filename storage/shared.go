@@ -273,7 +273,9 @@ func (r *registry) unreferenced(hs []checkpoint.Handle) []string {
 	for _, h := range hs {
 		// NB: a file waiting for checkpoints in flight may be referenced
 		// by one of them: it is deleted when they settle.
-		if IsShared(h) && r.refs[h.Path] == 0 && !waiting[h.Path] {
+		// NB: a path that leaves shared/ ("shared/../chk-1/_metadata",
+		// from a task's acknowledgement) is no shared file to delete.
+		if IsShared(h) && checkpoint.ValidatePath(h.Path) == nil && r.refs[h.Path] == 0 && !waiting[h.Path] {
 			out = append(out, h.Path)
 		}
 	}

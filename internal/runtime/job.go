@@ -712,7 +712,9 @@ func (d *driver) run(ctx context.Context) (Result, error) {
 		// The shared files of the checkpoints aborted as the run ended:
 		// in a cluster, those of tasks that had not acknowledged are known
 		// to the workers' storage only (a discard here does not see them).
-		// Nothing writes any more.
+		// Nothing writes any more in one process; in a cluster, an upload
+		// a worker still runs after the stop's wait is left to the next
+		// start.
 		if d.spec.Storage != nil {
 			if err := d.spec.Storage.RemoveOrphans(); err != nil {
 				d.log.Warn("could not delete shared files no checkpoint references; the next start does", "storage", d.spec.Storage.Describe(), "err", err)
@@ -1166,6 +1168,20 @@ func (d *driver) publishPending() {
 	d.unpublished = false
 }
 
+// discardState deletes the state a task wrote for a checkpoint that is
+// not pending any more (aborted, or acknowledged late). NB: not that of an
+// unsure checkpoint (its commit failed, maybe after its metadata was
+// written, and its discard failed too): it may look completed in storage,
+// and its files stay until deleteUnsure deletes it, metadata first.
+func (d *driver) discardState(act checkpoint.DiscardState) {
+	if d.unsure[act.ID] {
+		return
+	}
+	if err := d.spec.Storage.DiscardState(act.Handles); err != nil {
+		d.log.Warn("could not delete late state", "checkpoint", act.ID, "err", err)
+	}
+}
+
 // carryOut executes the coordinator's decisions until it has none; a
 // FailJob decision is returned as the failure.
 func (d *driver) carryOut(ctx context.Context, x Execution) error {
@@ -1297,9 +1313,7 @@ func (d *driver) carryOut(ctx context.Context, x Execution) error {
 					d.log.Warn("could not discard a checkpoint", "checkpoint", act.ID, "err", err)
 				}
 			case checkpoint.DiscardState:
-				if err := d.spec.Storage.DiscardState(act.Handles); err != nil {
-					d.log.Warn("could not delete late state", "checkpoint", act.ID, "err", err)
-				}
+				d.discardState(act)
 			case checkpoint.FailJob:
 				failure = act.Cause
 			}
