@@ -303,7 +303,7 @@ type windowOp[K comparable, In, Acc, Out any] struct {
 	panes    state.Map[K, int64, Acc]
 	// copyAcc copies an accumulator that merge may change in place
 	// (codec.Copier; nil if nothing can be): a window of several panes
-	// merges into a copy of the first, whose pane later windows share.
+	// merges copies of them, as later windows share them.
 	copyAcc  func(Acc) Acc
 	sessions state.Map[K, int64, sessionState[Acc]]
 	// records holds, when listing, the records of each key's pane (by its

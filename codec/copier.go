@@ -6,12 +6,11 @@ import "reflect"
 // round trip through c, or nil if V holds nothing its holder could change
 // in place (no map, slice, pointer, interface, channel or function), or if
 // the round trip would not give V back (Faithful: unexported fields, the
-// types in interfaces; such values stay shared). Heap
-// state gives out a copy of such a value the first time it is read after a
-// snapshot froze it, as Flink's copy-on-write heap state does (the
-// snapshot encodes the frozen value on another goroutine while an
-// accumulator's Add may change the value in place), and a sliding window
-// merges its panes into a copy of the first.
+// types in interfaces; such values stay shared). Heap state gives out a
+// copy of such a value the first time it is read after a snapshot froze
+// it, as Flink's copy-on-write heap state does (the snapshot encodes the
+// frozen value on another goroutine while an accumulator's Add may change
+// the value in place), and a sliding window merges copies of its panes.
 func Copier[V any](c Codec[V]) func(V) V {
 	if !mutable(reflect.TypeFor[V](), map[reflect.Type]bool{}) {
 		return nil
