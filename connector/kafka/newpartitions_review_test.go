@@ -107,58 +107,23 @@ func TestTopicCreatedWhileRunningControl(t *testing.T) {
 	}
 }
 
-// TestPartitionAddedWhileDownIsReadAfterARestore: discovery off
-// (DiscoveryInterval -1); the job read "lines" (3 partitions) and
-// checkpointed; while it is down the topic gets a 4th partition and
-// records in it. The restore assigns only topics the checkpoint did not
-// hold, so partition 3 of a held topic is never read (Flink's enumerator
-// discovers once at every start and reads such partitions from the
-// earliest offset).
+// TestPartitionAddedWhileDownIsReadAfterARestore: the job read "lines" (3
+// partitions) and checkpointed; while it is down the topic gets a 4th
+// partition and records in it. The restore reads partition 3 from its
+// start, with discovery off (DiscoveryInterval -1) as with it on: the
+// restore assigned only topics the checkpoint did not hold, so with
+// discovery off partition 3 of a held topic was never read (Flink's
+// enumerator discovers once at every start and reads such partitions from
+// the earliest offset).
 func TestPartitionAddedWhileDownIsReadAfterARestore(t *testing.T) {
-	brokers := broker(t, "lines")
-	newReader, err := Source(SourceConfig[string]{Brokers: brokers, Topics: []string{"lines"}, Decode: StringValue, DiscoveryInterval: -1,
-		ClientOpts: []kgo.Opt{kgo.MetadataMinAge(10 * time.Millisecond)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	run := &operatortest.Run{}
-	defer run.Close()
-	w := &operatortest.MemWriter{}
-	r := newReader()
-	if err := r.Open(run.Context("kafka", 0, 1, nil)); err != nil {
-		t.Fatal(err)
-	}
-	hs := snapshot(t, r, 1, w)
-	r.Close()
-	cl, _ := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("lines"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	defer cl.Close()
-	if _, err := kadm.NewClient(cl).CreatePartitions(context.Background(), 1, "lines"); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 4 {
-		if err := cl.ProduceSync(context.Background(), &kgo.Record{Partition: 3, Value: []byte(fmt.Sprint("p3-", i))}).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	r = newReader()
-	if err := r.Open(run.Context("kafka", 0, 1, &operator.Restore{Checkpoint: 1, Handles: hs, Read: w.Read})); err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	var got collected
-	deadline := time.Now().Add(3 * time.Second)
-	for len(got) < 4 && time.Now().Before(deadline) {
-		readFor(t, r, &got, 20*time.Millisecond)
-	}
-	if len(got) != 4 {
-		t.Fatalf("partition 3, added while the job was down, read %d of its 4 records after the restore: %v", len(got), got)
+	for _, discovery := range []time.Duration{-1, 10 * time.Millisecond} {
+		t.Run(fmt.Sprint("discovery=", discovery), func(t *testing.T) { partitionAddedWhileDown(t, discovery) })
 	}
 }
 
-// Control of the above with discovery on (passes).
-func TestPartitionAddedControlWithDiscovery(t *testing.T) {
+func partitionAddedWhileDown(t *testing.T, discovery time.Duration) {
 	brokers := broker(t, "lines")
-	newReader, err := Source(SourceConfig[string]{Brokers: brokers, Topics: []string{"lines"}, Decode: StringValue, DiscoveryInterval: 10 * time.Millisecond,
+	newReader, err := Source(SourceConfig[string]{Brokers: brokers, Topics: []string{"lines"}, Decode: StringValue, DiscoveryInterval: discovery,
 		ClientOpts: []kgo.Opt{kgo.MetadataMinAge(10 * time.Millisecond)}})
 	if err != nil {
 		t.Fatal(err)
