@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/weirstream/weir/internal/cluster"
+	"github.com/weirstream/weir/internal/flagcheck"
 	"github.com/weirstream/weir/internal/web"
 )
 
@@ -180,6 +181,22 @@ at-least-once checkpoints, another run's output, two reruns that disagree.`,
 	return cmd
 }
 
+// idleFlags refuses a flag given on the command line that the settings
+// (the flags over the program's Config) make do nothing.
+func idleFlags(cmd *cobra.Command, role Role, c Config) error {
+	rules := []flagcheck.Rule{
+		{Flags: []string{"checkpoint-interval", "checkpoint-timeout", "checkpoint-alignment", "aligned-checkpoint-timeout", "checkpoints-retained", "incremental"},
+			Used: c.Checkpoint.Mode != NoCheckpoints, Needs: "checkpoints (--mode exactly-once or at-least-once, not none)"},
+		{Flags: []string{"web-token", "web-linger"}, Used: c.Web != "", Needs: "--web"},
+		{Flags: []string{"ha-ttl", "ha-cacert", "ha-cert", "ha-key"}, Used: c.Cluster.HA != "", Needs: "--ha"},
+	}
+	if role == Coordinator {
+		rules = append(rules, flagcheck.Rule{Flags: []string{"advertise"}, Used: c.Cluster.HA != "",
+			Needs: "--ha (workers reach a coordinator without HA at its --join address)"})
+	}
+	return flagcheck.Idle(cmd.Flags(), rules...)
+}
+
 // jobCommand runs the job in role; its flags override cfg.
 func jobCommand(ctx context.Context, role Role, cfg Config, build func(*Environment) error, logger func() (*slog.Logger, error)) *cobra.Command {
 	use := map[Role]string{Local: "run", Coordinator: "coordinator", Worker: "worker"}[role]
@@ -216,6 +233,9 @@ func jobCommand(ctx context.Context, role Role, cfg Config, build func(*Environm
 				return fmt.Errorf("--state-backend %q: want heap or pebble", backend)
 			}
 			c.StateBackend.Full = !incremental
+			if err = idleFlags(cmd, role, c); err != nil {
+				return err
+			}
 			if c.Logger, err = logger(); err != nil {
 				return err
 			}

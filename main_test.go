@@ -89,6 +89,41 @@ func TestMainFlags(t *testing.T) {
 	}
 }
 
+// TestMainRefusesIdleFlags: a flag the other settings make do nothing (a
+// checkpoint setting in mode none, --web-token without --web, TLS to etcd
+// without --ha) is refused naming it, before the job runs; the same
+// setting in the program's Config, or the flag with what it needs, is
+// taken.
+func TestMainRefusesIdleFlags(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  weir.Config
+		args []string
+		flag string
+	}{
+		{weir.Config{Job: "sums"}, []string{"--mode", "none", "--checkpoint-interval", "1s"}, "--checkpoint-interval"},
+		{weir.Config{Job: "sums"}, []string{"--mode", "none", "--checkpoint-alignment", "unaligned"}, "--checkpoint-alignment"},
+		{weir.Config{Job: "sums"}, []string{"--mode", "none", "--incremental=false"}, "--incremental"},
+		{weir.Config{Job: "sums"}, []string{"--mode", "none", "--web-token", "s3cret"}, "--web-token"},
+		{weir.Config{Job: "sums"}, []string{"--mode", "none", "--ha-cacert", "ca.pem"}, "--ha-cacert"},
+		{weir.Config{Job: "sums"}, []string{"--mode", "none", "--web-linger", "0"}, "--web-linger"},
+		{weir.Config{Job: "sums", Web: "127.0.0.1:0"}, []string{"--mode", "none", "--web-linger", "0"}, ""},
+		{weir.Config{Job: "sums", Checkpoint: weir.CheckpointConfig{Mode: weir.NoCheckpoints, Interval: time.Second}}, []string{"--mode", "none"}, ""},
+	} {
+		s := &sums{last: map[int64]int64{}}
+		built := false
+		err := weir.RunMain(context.Background(), append([]string{"run", "--log-level", "warn"}, tc.args...), tc.cfg,
+			func(env *weir.Environment) error { built = true; return s.build(100)(env) })
+		switch {
+		case tc.flag == "" && err != nil:
+			t.Errorf("%v with %+v: %v, want it run", tc.args, tc.cfg, err)
+		case tc.flag != "" && (err == nil || !strings.Contains(err.Error(), tc.flag+" does nothing without")):
+			t.Errorf("%v: %v, want a refusal naming %s", tc.args, err, tc.flag)
+		case tc.flag != "" && built:
+			t.Errorf("%v: the job was built before the refusal", tc.args)
+		}
+	}
+}
+
 // TestMainCluster: the same program as a coordinator and two workers, each
 // from its own command line.
 func TestMainCluster(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/connector/file"
 	"github.com/weirstream/weir/examples/wordcount"
+	"github.com/weirstream/weir/internal/flagcheck"
 	"github.com/weirstream/weir/storage"
 )
 
@@ -217,8 +218,32 @@ func (f *jobFlags) settings(cmd *cobra.Command) (js jobSettings, err error) {
 	if f.debloat < 0 {
 		return js, fmt.Errorf("--buffer-debloat %v: must not be negative (0 turns debloating off)", f.debloat)
 	}
+	if err = f.idle(cmd); err != nil {
+		return js, err
+	}
 	js.cl, err = f.cluster.config(f.role)
 	return js, err
+}
+
+// idle refuses a flag given on the command line that the other flags
+// make do nothing.
+func (f *jobFlags) idle(cmd *cobra.Command) error {
+	mode, _ := weir.ParseMode(f.mode) // config checked it
+	rules := []flagcheck.Rule{
+		{Flags: []string{"checkpoint-interval", "checkpoint-min-pause", "checkpoint-timeout", "checkpoint-max-concurrent",
+			"checkpoint-tolerable-failures", "checkpoints-retained", "retain-on-cancel", "incremental"},
+			Used: mode != weir.NoCheckpoints, Needs: "checkpoints (--mode exactly-once or at-least-once, not none)"},
+		{Flags: []string{"restart-max-delay"}, Used: f.restartStrategy == "exponential-backoff", Needs: "--restart-strategy exponential-backoff"},
+		{Flags: []string{"restart-interval"}, Used: f.restartStrategy == "failure-rate", Needs: "--restart-strategy failure-rate"},
+		{Flags: []string{"restart-attempts", "restart-delay"}, Used: f.restartStrategy != "none", Needs: "a restart strategy (not --restart-strategy none)"},
+		{Flags: []string{"web-token", "web-linger"}, Used: f.web != "", Needs: "--web"},
+		{Flags: []string{"ha-ttl", "ha-cacert", "ha-cert", "ha-key"}, Used: f.cluster.ha != "", Needs: "--ha"},
+	}
+	if f.role == weir.Coordinator {
+		rules = append(rules, flagcheck.Rule{Flags: []string{"advertise"}, Used: f.cluster.ha != "",
+			Needs: "--ha (workers reach a coordinator without HA at its --join address)"})
+	}
+	return flagcheck.Idle(cmd.Flags(), rules...)
 }
 
 func newRun() *cobra.Command {

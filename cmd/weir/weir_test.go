@@ -485,6 +485,16 @@ func TestBadInvocationsFailClearly(t *testing.T) {
 		{append(base, "--checkpoint-dir", dir, "--progress", "-1s"), "--progress -1s: must not be negative"},
 		{append(base, "--checkpoint-dir", dir, "--fresh", "--restore", "latest"), "--fresh and --restore latest exclude each other"},
 		{append(base, "--checkpoint-dir", dir, "--restart-strategy", "failure-rate", "--restart-interval", "0s"), "--restart-strategy failure-rate needs"},
+		// Flags the others make do nothing (found by a review, session 35).
+		{append(base, "--mode", "none", "--checkpoint-interval", "1s"), "--checkpoint-interval does nothing without checkpoints"},
+		{append(base, "--mode", "none", "--checkpoints-retained", "3"), "--checkpoints-retained does nothing without checkpoints"},
+		{append(base, "--mode", "none", "--retain-on-cancel=false"), "--retain-on-cancel does nothing without checkpoints"},
+		{append(base, "--checkpoint-dir", dir, "--restart-max-delay", "1m"), "--restart-max-delay does nothing without --restart-strategy exponential-backoff"},
+		{append(base, "--checkpoint-dir", dir, "--restart-interval", "1m"), "--restart-interval does nothing without --restart-strategy failure-rate"},
+		{append(base, "--checkpoint-dir", dir, "--restart-strategy", "none", "--restart-attempts", "3"), "--restart-attempts does nothing without a restart strategy"},
+		{append(base, "--checkpoint-dir", dir, "--web-token", "s3cret"), "--web-token does nothing without --web"},
+		{append(base, "--checkpoint-dir", dir, "--ha-ttl", "3s"), "--ha-ttl does nothing without --ha"},
+		{[]string{"coordinator", "wordcount", "--input", in, "--output", filepath.Join(dir, "out"), "--checkpoint-dir", dir, "--certs", dir, "--advertise", "10.0.0.1:7700"}, "--advertise does nothing without --ha"},
 	}
 	for _, c := range cases {
 		out, err := exec.Command(weirBin, c.args...).CombinedOutput()
