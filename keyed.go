@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"iter"
+	"reflect"
 	"sync/atomic"
 	"time"
 
@@ -36,6 +37,8 @@ func KeyBy[T any, K comparable](s *Stream[T], key func(T) K, keyCodec ...codec.C
 	c := codec.ForKey[K]()
 	if len(keyCodec) > 0 {
 		c = keyCodec[0]
+	} else if err := keyTypeFaithful[K](); err != nil {
+		s.env.fail(fmt.Errorf("KeyBy after operator %q: %w, or give KeyBy a key codec", s.env.nodes[s.node].UID, err))
 	}
 	return KeyedStream[K, T]{s: s, key: key, codec: c}
 }
@@ -193,6 +196,12 @@ func stateCodec[V any](cs []codec.Codec[V]) codec.Codec[V] {
 }
 
 // ValueState holds one value per key.
+//
+// A value that Value gives out and the function then changes in place (a
+// map, a slice, a struct behind a pointer) must be stored again with
+// Update, as with Flink's state: the Pebble backend keeps only what Update
+// stores, and the heap backend gives out a copy once a checkpoint has
+// frozen the value. The same holds for ListState and MapState.
 type ValueState[K comparable, V any] struct {
 	t state.Value[K, V]
 	c *KeyedContext[K]
@@ -236,8 +245,22 @@ type MapState[K, UK comparable, V any] struct {
 	c *KeyedContext[K]
 }
 
+// keyTypeFaithful says why keys of type K cannot go through their default
+// codec (codec.ForKey) unchanged, or nil. State tells keys apart by their
+// encoding (in a snapshot, in Pebble): two keys that encode alike would
+// share one's state after a restore, silently.
+func keyTypeFaithful[K any]() error {
+	if err := codec.Faithful[K](); err != nil {
+		return fmt.Errorf("key type %s: %w (state tells keys apart by their encoding: two keys that encode alike would share their state)", reflect.TypeFor[K](), err)
+	}
+	return nil
+}
+
 // NewMapState declares map state name; call it from Open.
 func NewMapState[K, UK comparable, V any](c *KeyedContext[K], name string) (*MapState[K, UK, V], error) {
+	if err := keyTypeFaithful[UK](); err != nil {
+		return nil, Permanent(fmt.Errorf("map state %q: user %w", name, err))
+	}
 	t, err := backend.NewMap(c.backend, name, c.kc, codec.ForKey[UK](), codec.For[V]())
 	return &MapState[K, UK, V]{t: t, c: c}, err
 }

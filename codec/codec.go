@@ -45,6 +45,9 @@ func For[T any]() Codec[T] {
 	if _, isJSON := c.(JSON[T]); isJSON && encoderOf(reflect.TypeFor[T]()) != nil {
 		return Binary[T]{}
 	}
+	if _, isKey := any(c).(float64KeyCodec); isKey {
+		return any(float64Codec{}).(Codec[T])
+	}
 	return c
 }
 
@@ -71,7 +74,7 @@ func ForKey[T any]() Codec[T] {
 	case uint32:
 		c = uintCodec[uint32]{}
 	case float64:
-		c = float64Codec{}
+		c = float64KeyCodec{}
 	case bool:
 		c = boolCodec{}
 	default:
@@ -157,6 +160,18 @@ func (float64Codec) Decode(src []byte) (float64, int, error) {
 		return 0, 0, ErrShort
 	}
 	return math.Float64frombits(binary.BigEndian.Uint64(src)), 8, nil
+}
+
+// float64KeyCodec encodes a float64 key: as float64Codec, but 0 and -0,
+// one key under Go's ==, encode alike (as 0), so that they are one key in
+// the state and its key group too.
+type float64KeyCodec struct{ float64Codec }
+
+func (float64KeyCodec) Append(dst []byte, v float64) []byte {
+	if v == 0 {
+		v = 0 // not -0
+	}
+	return float64Codec{}.Append(dst, v)
 }
 
 type boolCodec struct{}

@@ -478,8 +478,11 @@ type Value[K comparable, V any] struct {
 	// lastKey's entry is last, as the latest Get found it (nil: none).
 	// lastKey is the caller's string, compared cheaply with the next
 	// Put's (often the same string).
-	lastKey K
-	last    *valueEntry[K, V]
+	// lastGroup is the key group it was found in: keys equal under ==
+	// may encode apart, into other groups (floats 0 and -0).
+	lastKey   K
+	last      *valueEntry[K, V]
+	lastGroup int
 }
 
 type valueEntry[K comparable, V any] struct {
@@ -510,7 +513,7 @@ func (t *Value[K, V]) Get(k K) (V, bool) {
 		t.write()[e.key] = e
 		t.noteWritten(e.key)
 	}
-	t.lastKey, t.last = k, e
+	t.lastKey, t.last, t.lastGroup = k, e, t.b.current
 	if !ok {
 		var zero V
 		return zero, false
@@ -520,7 +523,7 @@ func (t *Value[K, V]) Get(k K) (V, bool) {
 
 func (t *Value[K, V]) Put(k K, v V) {
 	e := t.last
-	if e == nil || t.lastKey != k {
+	if e == nil || t.lastKey != k || t.lastGroup != t.b.current {
 		e = t.read()[k]
 	}
 	switch {
@@ -544,7 +547,7 @@ func (t *Value[K, V]) Put(k K, v V) {
 		t.write()[e.key] = e
 		t.noteWritten(e.key)
 	}
-	t.lastKey, t.last = k, e
+	t.lastKey, t.last, t.lastGroup = k, e, t.b.current
 }
 
 func (t *Value[K, V]) Delete(k K) {

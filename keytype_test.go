@@ -1,0 +1,95 @@
+package weir_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/weirstream/weir"
+	"github.com/weirstream/weir/codec"
+)
+
+// account is a key whose default key codec (JSON) drops a field: the
+// keys {a 1} and {a 2} encode alike.
+type account struct {
+	Name string
+	id   int
+}
+
+// accountCodec tells accounts apart: the name, then the id.
+type accountCodec struct{}
+
+func (accountCodec) Append(dst []byte, a account) []byte {
+	return codec.For[int64]().Append(codec.For[string]().Append(dst, a.Name), int64(a.id))
+}
+
+func (accountCodec) Decode(src []byte) (account, int, error) {
+	name, n, err := codec.For[string]().Decode(src)
+	if err != nil {
+		return account{}, 0, err
+	}
+	id, m, err := codec.For[int64]().Decode(src[n:])
+	return account{name, int(id)}, n + m, err
+}
+
+// TestKeysThatEncodeAlikeAreRefused: a KeyBy whose key type the default
+// codec cannot carry unchanged (an unexported field) is refused at start,
+// naming the field and the fix; before, two such keys shared one key's
+// state after a restore (heap) or at once (Pebble), silently. With a codec
+// that tells them apart the job runs, and counts each key on its own.
+// Found by an outside review, session 36.
+func TestKeysThatEncodeAlikeAreRefused(t *testing.T) {
+	job := func(e *weir.Environment, kc ...codec.Codec[account]) *collect[string] {
+		accounts := weir.Source(e, "accounts", gen(t, 100, func(i int64) account { return account{"a", int(i % 2)} }))
+		type count struct {
+			Account account
+			N       int64
+		}
+		counts := weir.Reduce(weir.KeyBy(weir.Map(accounts, "one", func(a account) count { return count{a, 1} }),
+			func(c count) account { return c.Account }, kc...), "count",
+			func(a, b count) count { return count{a.Account, a.N + b.N} })
+		var c collect[string]
+		weir.Sink(weir.Map(counts, "show", func(c count) string { return fmt.Sprint(c.Account.id, " ", c.N) }), "out", c.sink())
+		return &c
+	}
+	e := env(weir.Config{})
+	job(e)
+	_, err := e.Execute(t.Context())
+	if err == nil || !strings.Contains(err.Error(), `KeyBy after operator "one"`) || !strings.Contains(err.Error(), "unexported field id") {
+		t.Fatalf("KeyBy on a key type with an unexported field: %v, want it refused naming the field", err)
+	}
+
+	e = env(weir.Config{Parallelism: 2})
+	c := job(e, accountCodec{})
+	execute(t, e)
+	got := c.values()
+	if !slices.Contains(got, "0 50") || !slices.Contains(got, "1 50") {
+		t.Fatalf("counts with a key codec that tells the keys apart: %v, want 0 50 and 1 50 among them", got)
+	}
+}
+
+// accountsByName keeps map state whose user keys encode alike.
+type accountsByName struct{}
+
+func (accountsByName) Open(c *weir.KeyedContext[string]) error {
+	_, err := weir.NewMapState[string, account, int64](c, "balances")
+	return err
+}
+
+func (accountsByName) Process(*weir.KeyedContext[string], string, weir.Collector[string]) error {
+	return nil
+}
+
+// TestMapStateUserKeysThatEncodeAlikeAreRefused: the same for map state's
+// user keys, refused when the state is declared, naming the state.
+func TestMapStateUserKeysThatEncodeAlikeAreRefused(t *testing.T) {
+	e := env(weir.Config{})
+	words := weir.Source(e, "words", gen(t, 10, func(i int64) string { return fmt.Sprint(i) }))
+	weir.Sink(weir.Process(weir.KeyBy(words, func(w string) string { return w }), "balances",
+		func() weir.KeyedProcessFunction[string, string, string] { return accountsByName{} }), "out", (&collect[string]{}).sink())
+	_, err := e.Execute(t.Context())
+	if err == nil || !strings.Contains(err.Error(), `map state "balances": user key type`) || !strings.Contains(err.Error(), "unexported field id") {
+		t.Fatalf("map state with user keys that encode alike: %v, want it refused naming the state and the field", err)
+	}
+}
