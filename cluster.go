@@ -280,7 +280,9 @@ func (e *Environment) lead(ctx context.Context, spec runtime.Spec, name string, 
 		}
 	}
 	var startFailures int
+	defer e.leading.Store(false)
 	for {
+		e.leading.Store(false)
 		log.Info("standing by: campaigning for the job's leadership", "etcd", hc.Endpoints)
 		l, err := client.Campaign(ctx, spec.Name, name)
 		if ctx.Err() != nil {
@@ -294,6 +296,7 @@ func (e *Environment) lead(ctx context.Context, spec runtime.Spec, name string, 
 			continue
 		}
 		log.Info("leading the job", "epoch", l.Epoch, "etcd", l.Namespace())
+		e.leading.Store(true)
 		ectx, ecancel := context.WithTimeout(ctx, l.TTL())
 		before, err := l.Ended(ectx)
 		reopen := err == nil && before.Revision != 0 && before.Revision == atStart.Revision && before.Outcome != ha.Finished
@@ -302,15 +305,12 @@ func (e *Environment) lead(ctx context.Context, spec runtime.Spec, name string, 
 			// the API, the job ended (unless it had already): record it, or
 			// a standby would run it again.
 			ecancel()
-			bctx, bcancel := context.WithTimeout(context.Background(), l.TTL())
+			var endErr error
 			if cause := context.Cause(ctx); errors.Is(cause, ErrCancelled) && (err != nil || before.Revision == 0 || reopen) {
-				if eerr := l.End(bctx, "cancelled: "+cause.Error()); eerr != nil {
-					log.Warn("could not record in etcd that the job ended; a standby will restore its latest checkpoint", "err", eerr)
-				}
+				endErr = recordEnd(l, "cancelled: "+cause.Error(), log)
 			}
-			l.Resign(bctx)
-			bcancel()
-			return Result{}, context.Cause(ctx)
+			resign(l, log)
+			return Result{}, errors.Join(context.Cause(ctx), endErr)
 		}
 		if err == nil && reopen {
 			log.Info("the job ended under an earlier leader; --restore latest runs it on from its latest checkpoint", "ended", before.Outcome)
@@ -354,6 +354,9 @@ func (e *Environment) lead(ctx context.Context, spec runtime.Spec, name string, 
 		cancel(nil)
 		if lost := l.Err(); lost != nil {
 			log.Warn("deposed: the job's leadership was lost; the run stopped, and this coordinator stands by", "epoch", l.Epoch, "why", lost, "run", err)
+			if res.Attempts > 0 {
+				startFailures = 0 // the run got going: its start failed no more
+			}
 			continue
 		}
 		// The job ended under this term when it finished, stopped with a
@@ -376,20 +379,15 @@ func (e *Environment) lead(ctx context.Context, spec runtime.Spec, name string, 
 		case ctx.Err() == nil && (res.Attempts > 0 || failsEveryLeader(err)):
 			outcome = "failed: " + err.Error()
 		}
-		bctx, bcancel := context.WithTimeout(context.Background(), l.TTL())
+		var endErr error
 		if outcome != "" {
-			if eerr := l.End(bctx, outcome); eerr != nil {
-				log.Warn("could not record in etcd that the job ended; a standby will restore its latest checkpoint", "err", eerr)
-			}
+			endErr = recordEnd(l, outcome, log)
 		}
-		if rerr := l.Resign(bctx); rerr != nil {
-			log.Warn("could not resign the leadership; it ends with its lease", "err", rerr)
-		}
-		bcancel()
+		resign(l, log)
 		// NB: storage that another etcd namespace leads is this process's
 		// configuration, not the job's end.
 		if outcome != "" || ctx.Err() != nil || errors.Is(err, storage.ErrLedElsewhere) {
-			return res, err
+			return res, errors.Join(err, endErr)
 		}
 		startFailures++
 		delay := min(startRetry<<min(startFailures-1, 6), maxStartRetry)
@@ -399,6 +397,31 @@ func (e *Environment) lead(ctx context.Context, spec runtime.Spec, name string, 
 		case <-ctx.Done():
 			return res, err
 		}
+	}
+}
+
+// recordEnd records in etcd that the job ended (ha.Leadership.End, which
+// retries an answer that did not arrive while the term lasts). An error
+// says that a standby runs the job on: the process must not report the
+// end as done.
+func recordEnd(l *ha.Leadership, outcome string, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(context.Background(), l.TTL())
+	defer cancel()
+	if err := l.End(ctx, outcome); err != nil {
+		err = fmt.Errorf("the job's end (%s) could not be recorded in etcd, so a standby runs it on from its latest checkpoint: %w", outcome, err)
+		log.Error("the job's end is not recorded", "err", err)
+		return err
+	}
+	return nil
+}
+
+// resign ends the term at once, for a standby to take over without
+// waiting for the lease.
+func resign(l *ha.Leadership, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), l.TTL())
+	defer cancel()
+	if err := l.Resign(ctx); err != nil {
+		log.Warn("could not resign the leadership; it ends with its lease", "err", err)
 	}
 }
 

@@ -255,6 +255,15 @@ func inputNames(plan *graph.Plan) func(checkpoint.TaskID) []string {
 	}
 }
 
+// standingBy is an error while this process stands by (--ha): the job
+// runs under the leader, which alone can cancel it or take its savepoints.
+func (e *Environment) standingBy() error {
+	if e.cfg.Cluster.HA == "" || e.leading.Load() {
+		return nil
+	}
+	return errors.New("this process stands by: the job runs under its leader (high availability), whose web API takes cancels and savepoints; weir status names the coordinators")
+}
+
 // webControl is what the API's mutations do to this job.
 func (e *Environment) webControl(spec *runtime.Spec, cancel context.CancelCauseFunc) web.Control {
 	requests := make(chan runtime.SavepointRequest)
@@ -262,11 +271,18 @@ func (e *Environment) webControl(spec *runtime.Spec, cancel context.CancelCauseF
 	st := spec.Storage
 	ctl := web.Control{
 		Token: e.cfg.WebToken,
-		Cancel: func(by string) {
+		Cancel: func(by string) error {
+			if err := e.standingBy(); err != nil {
+				return err
+			}
 			e.cfg.Logger.Warn("job cancelled through the API", "by", by)
 			cancel(&CancelledError{By: by})
+			return nil
 		},
 		Savepoint: func(ctx context.Context, stopJob bool) (uint64, error) {
+			if err := e.standingBy(); err != nil {
+				return 0, err
+			}
 			ctx, stop := context.WithTimeout(ctx, 10*time.Second)
 			defer stop()
 			reply := make(chan runtime.SavepointReply, 1)

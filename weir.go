@@ -312,6 +312,9 @@ type Environment struct {
 	// runs now, if any (one per term of leadership with --ha): the web
 	// server reads the workers and their profiles through it.
 	running atomic.Pointer[cluster.Executor]
+	// leading is set while this process holds the job's leadership
+	// (--ha): a standby's API refuses what only the leader can do.
+	leading atomic.Bool
 	// incarnation numbers the operators' counters of a worker (nodes):
 	// they count over every Execute, and so does its number.
 	incarnation uint64

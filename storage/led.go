@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 
 	"github.com/weirstream/weir/checkpoint"
@@ -26,8 +27,11 @@ import (
 //     and the runtime fails the run for good.
 //   - Scan lists as completed only the checkpoints etcd records; others
 //     with metadata in s (committed by a deposed leader, or whose record
-//     was forgotten after its outcome was unknown) are incomplete, and a
-//     record whose metadata s lacks is damaged. A job whose checkpoint ids
+//     was forgotten after its outcome was unknown) are incomplete. A
+//     record whose metadata s does not show fails the scan, retryable
+//     (ErrUnavailable): a listing may lag, or s may not be the job's
+//     storage; restoring an older checkpoint would roll back committed
+//     output, and deleting the record would lose it. A job whose checkpoint ids
 //     etcd does not hold yet has not run with high availability: Scan
 //     records its completed checkpoints in etcd, as they are.
 //   - Discard forgets the checkpoint in etcd before it deletes its files;
@@ -166,9 +170,14 @@ func (s *led) Scan() (Scan, error) {
 	for _, d := range scan.Damaged {
 		delete(recorded, d.ID)
 	}
-	for _, p := range recorded {
-		scan.Damaged = append(scan.Damaged, Damaged{ID: p.ID, Path: p.Where,
-			Err: fmt.Errorf("%w: etcd records checkpoint %d of job %s as completed (epoch %d), but %s holds no metadata for it", checkpoint.ErrCorrupt, p.ID, s.l.Job(), p.Epoch, s.Describe())})
+	if len(recorded) > 0 {
+		// NB: not damage. A listing may lag (a network file system on
+		// another host), or the storage may not be the job's: restoring an
+		// older checkpoint would roll back output the sinks committed, and
+		// deleting this one would lose etcd's record of it.
+		ids := slices.Sorted(maps.Keys(recorded))
+		return Scan{}, unavailable(fmt.Errorf("etcd records checkpoints %v of job %s as completed, and %s does not show them (the newest was written at %s). If its listing lags, a later start finds them; else this is not the checkpoint storage the job's leaders wrote (--checkpoint-dir), or they were deleted: nothing was restored or deleted",
+			ids, s.l.Job(), s.Describe(), recorded[ids[len(ids)-1]].Where))
 	}
 	slices.Sort(scan.Incomplete)
 	slices.SortFunc(scan.Damaged, func(a, b Damaged) int { return cmp.Compare(a.ID, b.ID) })

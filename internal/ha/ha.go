@@ -462,7 +462,9 @@ func (l *Leadership) Reserve(ctx context.Context, id checkpoint.ID) error {
 	l.idMu.Lock()
 	defer l.idMu.Unlock()
 	key := l.c.key(l.job, "checkpoint-id")
-	for range 8 {
+	unsure := false // a write of id whose answer did not arrive
+	moved := 0
+	for wait := unsureRetry; ; wait = min(2*wait, l.c.cfg.TTL/4) {
 		if err := l.refused(ctx); err != nil {
 			return fmt.Errorf("ha: reserve checkpoint id %d of job %s: %w", id, l.job, err)
 		}
@@ -479,14 +481,23 @@ func (l *Leadership) Reserve(ctx context.Context, id checkpoint.ID) error {
 				rev = resp.Kvs[0].ModRevision
 			}
 		}
+		if unsure && last == id && rev != 0 {
+			// The write whose answer did not arrive was applied: only
+			// the leader writes the counter.
+			l.last, l.lastRev = id, rev
+			return nil
+		}
 		if last >= id && rev != 0 {
 			return fmt.Errorf("ha: reserve checkpoint id %d of job %s: %w (the last is %d)", id, l.job, ErrIDUsed, last)
 		}
 		txn, err := l.c.cl.Txn(ctx).If(l.guard(), clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
 			Then(clientv3.OpPut(key, strconv.FormatUint(uint64(id), 10))).Commit()
 		if err != nil {
-			l.lastRev = 0
-			return fmt.Errorf("ha: reserve checkpoint id %d of job %s: %w (%w)", id, l.job, err, ErrUnknownOutcome)
+			l.lastRev, unsure = 0, true
+			if !l.retryUnsure(ctx, wait) {
+				return fmt.Errorf("ha: reserve checkpoint id %d of job %s: %w (%w)", id, l.job, err, ErrUnknownOutcome)
+			}
+			continue
 		}
 		if txn.Succeeded {
 			// The put made the counter's revision the transaction's: the
@@ -500,8 +511,27 @@ func (l *Leadership) Reserve(ctx context.Context, id checkpoint.ID) error {
 		}
 		// The counter moved between the read and the write: this term's
 		// own earlier call, whose answer did not arrive.
+		if moved++; moved == 8 {
+			return fmt.Errorf("ha: reserve checkpoint id %d of job %s: %s moved 8 times under its only writer: is another process writing it?", id, l.job, key)
+		}
 	}
-	return fmt.Errorf("ha: reserve checkpoint id %d of job %s: %s moved 8 times under its only writer: is another process writing it?", id, l.job, key)
+}
+
+// unsureRetry is the first wait before a write whose answer did not
+// arrive is tried again.
+const unsureRetry = 50 * time.Millisecond
+
+// retryUnsure waits d before a write whose answer did not arrive is tried
+// again, and says whether to: not once ctx is done or the term lost.
+func (l *Leadership) retryUnsure(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-time.After(d):
+		return ctx.Err() == nil && l.Err() == nil
+	case <-ctx.Done():
+		return false
+	case <-l.Lost():
+		return false
+	}
 }
 
 // check returns ErrDeposed if the term ended.
@@ -570,13 +600,22 @@ func (l *Leadership) Forget(ctx context.Context, ids ...checkpoint.ID) error {
 	return nil
 }
 
+// fenced applies ops if the term lasts. An answer that did not arrive (a
+// connection lost) is retried while ctx lasts: ops put and delete fixed
+// values, so applying them twice is applying them once.
 func (l *Leadership) fenced(ctx context.Context, what string, ops ...clientv3.Op) error {
-	if err := l.refused(ctx); err != nil {
-		return fmt.Errorf("ha: job %s: %s: %w", l.job, what, err)
-	}
-	txn, err := l.c.cl.Txn(ctx).If(l.guard()).Then(ops...).Commit()
-	if err != nil {
-		return fmt.Errorf("ha: job %s: %s: %w (%w)", l.job, what, err, ErrUnknownOutcome)
+	var txn *clientv3.TxnResponse
+	for wait := unsureRetry; ; wait = min(2*wait, l.c.cfg.TTL/4) {
+		if err := l.refused(ctx); err != nil {
+			return fmt.Errorf("ha: job %s: %s: %w", l.job, what, err)
+		}
+		var err error
+		if txn, err = l.c.cl.Txn(ctx).If(l.guard()).Then(ops...).Commit(); err == nil {
+			break
+		}
+		if !l.retryUnsure(ctx, wait) {
+			return fmt.Errorf("ha: job %s: %s: %w (%w)", l.job, what, err, ErrUnknownOutcome)
+		}
 	}
 	if !txn.Succeeded {
 		// NB: the guard failed: the term ended, though its watch may not

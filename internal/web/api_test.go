@@ -56,7 +56,7 @@ func TestLoopbackServerRefusesOtherHosts(t *testing.T) {
 // attempt (they said text/plain, and the year 1, attempt 0).
 func TestAcceptedAnswersAreJSON(t *testing.T) {
 	now := time.Date(2026, 12, 2, 18, 0, 0, 0, time.UTC)
-	ctl := Control{Token: "t", Cancel: func(string) {}, Savepoint: func(context.Context, bool) (uint64, error) { return 7, nil }}
+	ctl := Control{Token: "t", Cancel: func(string) error { return nil }, Savepoint: func(context.Context, bool) (uint64, error) { return 7, nil }}
 	s := New("demo", Feeds{Operators: func() []Operator { return nil }}, ctl, func() time.Time { return now })
 	s.Observe(runtime.JobEvent{Kind: runtime.EventRunning, Attempt: 3})
 	h := s.Handler()

@@ -363,8 +363,8 @@ type Control struct {
 	Savepoint func(ctx context.Context, stop bool) (uint64, error)
 	// Cancel cancels the job (its checkpoints are kept unless the job
 	// discards them on cancel); by names who asked, for the job's log and
-	// exit message.
-	Cancel func(by string)
+	// exit message. An error refuses the cancel (409, with its text).
+	Cancel func(by string) error
 	// Location is where checkpoint id lives, for --restore.
 	Location func(id uint64) string
 	// Profile takes a CPU profile of worker for d and returns it in
@@ -1035,7 +1035,10 @@ func (s *Server) Handler() http.Handler {
 			http.Error(w, "this process cannot cancel the job", http.StatusNotImplemented)
 			return
 		}
-		s.control.Cancel(requester(r))
+		if err := s.control.Cancel(requester(r)); err != nil {
+			http.Error(w, err.Error(), http.StatusConflict)
+			return
+		}
 		writeJSONStatus(w, http.StatusAccepted, map[string]string{"job": s.job.Name, "state": "cancelling"})
 	}))
 	return mux

@@ -229,7 +229,7 @@ func TestMutationsNeedTheToken(t *testing.T) {
 		return rec.Code
 	}
 	cancelled := 0
-	ctl := Control{Cancel: func(string) { cancelled++ }, Savepoint: func(context.Context, bool) (uint64, error) { return 7, nil }}
+	ctl := Control{Cancel: func(string) error { cancelled++; return nil }, Savepoint: func(context.Context, bool) (uint64, error) { return 7, nil }}
 	off := New("demo", Feeds{Operators: func() []Operator { return nil }}, ctl, nil).Handler()
 	if code := post(off, "/api/v1/cancel", "anything"); code != http.StatusForbidden {
 		t.Fatalf("cancel without a configured token: %d", code)
