@@ -11,11 +11,13 @@ import (
 )
 
 // Binary is the codec For gives a type that has no codec of its own and
-// whose JSON encoding is plain (see jsonenc.go: structs of named fields,
-// numbers, strings, bools, pointers, slices and arrays of them, without a
-// Marshaler anywhere): what JSON would carry (a struct's fields in their
-// order), in binary — varints, a float's bits, lengths before strings and
-// slices — behind a zero byte. It carries the same fields as JSON (so
+// is plain (binaryPlain: structs of named fields, numbers, strings, bools,
+// pointers, slices, arrays and maps of them, without a Marshaler
+// anywhere): what JSON would carry (a struct's fields in their order), in
+// binary — varints, a float's bits, lengths before strings, slices and
+// maps — behind a zero byte. (Maps were JSON's until session 36: JSON
+// cannot encode NaN or float keys, and changes strings that are not
+// UTF-8.) It carries the same fields as JSON (so
 // Faithful's answer holds for it), and their values more exactly, as a
 // record that stays in one process (never encoded) keeps them: an empty
 // slice stays empty where omitempty made JSON's nil, as do -0 and a
@@ -89,8 +91,8 @@ func binaryOf(t reflect.Type) *binaryCompiled {
 	if c, ok := binaries.Load(t); ok {
 		return c.(*binaryCompiled)
 	}
-	if encoderOf(t) == nil {
-		panic(fmt.Sprintf("codec: Binary cannot encode %s (a map, an interface, a Marshaler, an embedded field or a recursive type in it): use codec.For, which gives it JSON, or a codec of its own", t))
+	if !binaryPlain(t, map[reflect.Type]bool{}) {
+		panic(fmt.Sprintf("codec: Binary cannot encode %s (an interface, a Marshaler, an embedded field or a recursive type in it): use codec.For, which gives it JSON, or a codec of its own", t))
 	}
 	enc, dec := compileBinary(t)
 	c := &binaryCompiled{enc: enc, dec: dec}
@@ -154,8 +156,43 @@ func readFlag(src []byte) (bool, error) {
 	return src[0] == 1, nil
 }
 
-// compileBinary returns the encoder and decoder of t, a type whose JSON
-// encoder compiles (so neither custom, recursive, a map nor an interface).
+// binaryPlain says whether Binary encodes t: numbers, strings, bools, and
+// pointers, slices, arrays, maps and structs (of named fields) of them,
+// with no Marshaler anywhere (custom: the type decides its encoding, in
+// JSON) and not recursive; open holds the types being looked at. Every
+// type whose JSON encoder compiles (encoderOf) is one, and maps too.
+func binaryPlain(t reflect.Type, open map[reflect.Type]bool) bool {
+	if open[t] || custom(t) {
+		return false
+	}
+	open[t] = true
+	defer delete(open, t)
+	switch t.Kind() {
+	case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
+		reflect.Float32, reflect.Float64, reflect.String:
+		return true
+	case reflect.Pointer, reflect.Slice, reflect.Array:
+		return binaryPlain(t.Elem(), open)
+	case reflect.Map:
+		return binaryPlain(t.Key(), open) && binaryPlain(t.Elem(), open)
+	case reflect.Struct:
+		for i := range t.NumField() {
+			sf := t.Field(i)
+			if sf.Anonymous {
+				return false // promoted fields: encoding/json's rules of depth and dominance
+			}
+			if sf.IsExported() && sf.Tag.Get("json") != "-" && !binaryPlain(sf.Type, open) {
+				return false
+			}
+		}
+		return true
+	}
+	return false // interfaces, complex numbers, channels, funcs
+}
+
+// compileBinary returns the encoder and decoder of t, a type binaryPlain
+// takes.
 func compileBinary(t reflect.Type) (binaryEncoder, binaryDecoder) {
 	if carriesNothing(t) { // nothing to carry: the value stays zero
 		return func(dst []byte, _ unsafe.Pointer) []byte { return dst },
@@ -253,10 +290,12 @@ func compileBinary(t reflect.Type) (binaryEncoder, binaryDecoder) {
 				}
 				return used, nil
 			}
+	case reflect.Map:
+		return compileBinaryMap(t)
 	case reflect.Struct:
 		return compileBinaryStruct(t)
 	}
-	panic(fmt.Sprintf("codec: binary: %s is not plain", t)) // its JSON encoder compiled
+	panic(fmt.Sprintf("codec: binary: %s is not plain", t)) // binaryPlain took it
 }
 
 // A pointer is a byte, 0 for nil, then the value it points at.
@@ -343,6 +382,72 @@ func compileBinarySlice(t reflect.Type) (binaryEncoder, binaryDecoder) {
 				}
 			}
 			reflect.NewAt(t, p).Elem().Set(v)
+			return used, nil
+		}
+}
+
+// A map is its length plus one (0 for nil), then its entries, each a key
+// and its value, in the map's order (so not always the same bytes for one
+// map). An entry of types that carry nothing is a zero byte: every entry
+// takes a byte at least, as a slice's elements.
+func compileBinaryMap(t reflect.Type) (binaryEncoder, binaryDecoder) {
+	keyEnc, keyDec := compileBinary(t.Key())
+	elemEnc, elemDec := compileBinary(t.Elem())
+	empty := carriesNothing(t.Key()) && carriesNothing(t.Elem())
+	return func(dst []byte, p unsafe.Pointer) []byte {
+			m := reflect.NewAt(t, p).Elem()
+			if m.IsNil() {
+				return append(dst, 0)
+			}
+			dst = binary.AppendUvarint(dst, uint64(m.Len())+1)
+			if empty {
+				return append(dst, make([]byte, m.Len())...)
+			}
+			k, v := reflect.New(t.Key()).Elem(), reflect.New(t.Elem()).Elem()
+			for it := m.MapRange(); it.Next(); {
+				k.SetIterKey(it)
+				v.SetIterValue(it)
+				dst = elemEnc(keyEnc(dst, k.Addr().UnsafePointer()), v.Addr().UnsafePointer())
+			}
+			return dst
+		}, func(src []byte, p unsafe.Pointer) (int, error) {
+			l, used, err := readUvarint(src)
+			switch {
+			case err != nil:
+				return 0, err
+			case l == 0:
+				reflect.NewAt(t, p).Elem().SetZero()
+				return used, nil
+			case l-1 > uint64(len(src)-used):
+				return 0, errLength
+			}
+			n := int(l - 1)
+			m := reflect.MakeMapWithSize(t, n)
+			k, v := reflect.New(t.Key()).Elem(), reflect.New(t.Elem()).Elem()
+			for range n {
+				if empty {
+					if src[used] != 0 {
+						return 0, errors.New("an entry of types that carry nothing is not a zero byte")
+					}
+					used++
+				} else {
+					// Decoders expect a zero value.
+					k.SetZero()
+					v.SetZero()
+					kn, err := keyDec(src[used:], k.Addr().UnsafePointer())
+					if err != nil {
+						return 0, err
+					}
+					used += kn
+					vn, err := elemDec(src[used:], v.Addr().UnsafePointer())
+					if err != nil {
+						return 0, err
+					}
+					used += vn
+				}
+				m.SetMapIndex(k, v)
+			}
+			reflect.NewAt(t, p).Elem().Set(m)
 			return used, nil
 		}
 }

@@ -55,6 +55,8 @@ type every struct {
 	In      inner
 	Ins     []inner
 	Empties []empty
+	M       map[string]int64
+	MI      map[int32][]inner2
 	Omit    string `json:"o,omitempty"`
 	Renamed int    `json:"renamed"`
 	Dropped string `json:"-"`
@@ -114,6 +116,18 @@ func drawEvery(rng *rand.Rand) every {
 		return in
 	}
 	v.In = drawInner()
+	if k := n(); k >= 0 {
+		v.M = make(map[string]int64, k)
+		for range k {
+			v.M[drawString(rng)] = rng.Int64()
+		}
+	}
+	if k := n(); k >= 0 {
+		v.MI = make(map[int32][]inner2, k)
+		for range k {
+			v.MI[rng.Int32()] = drawInner().C
+		}
+	}
 	if rng.IntN(2) == 0 {
 		in := drawInner()
 		v.PtrS = &in
@@ -181,6 +195,57 @@ func TestBinaryFloats(t *testing.T) {
 	}
 }
 
+// Maps keep what JSON cannot carry: NaN and infinities (JSON refused to
+// encode them, and a job with such a value failed at its first checkpoint
+// with channel state, or at a heap copy), float keys (JSON cannot encode
+// them at all) and keys and values that are not UTF-8 (JSON changed them
+// to U+FFFD, silently, and two keys became one). Found by an outside
+// review, session 36.
+func TestBinaryMapsKeepWhatJSONCannot(t *testing.T) {
+	type rec struct {
+		Avg    map[string]float64
+		ByTemp map[float64]int64
+		Names  map[string]string
+		Nil    map[string]int
+		Empty  map[string]int
+		Sets   map[string]map[int64]struct{}
+	}
+	in := rec{
+		Avg:    map[string]float64{"nan": math.NaN(), "inf": math.Inf(-1), "zero": math.Copysign(0, -1)},
+		ByTemp: map[float64]int64{1.5: 1, -273.15: 2, 0: 3},
+		Names:  map[string]string{"\xff": "\xfe\xfd", "\xfe": "ok"},
+		Empty:  map[string]int{},
+		Sets:   map[string]map[int64]struct{}{"a": {1: {}, 2: {}}, "b": nil},
+	}
+	c := For[rec]()
+	if _, ok := c.(Binary[rec]); !ok {
+		t.Fatalf("For[rec] is %T, want Binary", c)
+	}
+	buf := c.Append(nil, in)
+	got, n, err := c.Decode(buf)
+	if err != nil || n != len(buf) {
+		t.Fatalf("decode: %v, used %d of %d bytes", err, n, len(buf))
+	}
+	if len(got.Avg) != 3 || !math.IsNaN(got.Avg["nan"]) || !math.IsInf(got.Avg["inf"], -1) || !math.Signbit(got.Avg["zero"]) {
+		t.Errorf("floats: %v, want NaN, -Inf and -0", got.Avg)
+	}
+	if !reflect.DeepEqual(got.ByTemp, in.ByTemp) || !reflect.DeepEqual(got.Names, in.Names) || !reflect.DeepEqual(got.Sets, in.Sets) {
+		t.Errorf("decoded %+v, want %+v", got, in)
+	}
+	if got.Nil != nil || got.Empty == nil || len(got.Empty) != 0 {
+		t.Errorf("a nil map came back as %v, an empty one as %v", got.Nil, got.Empty)
+	}
+	for cut := range n {
+		if _, _, err := c.Decode(buf[:cut]); err == nil {
+			t.Fatalf("%d of %d bytes decoded without an error", cut, n)
+		}
+	}
+	// A length beyond the bytes left allocates nothing: an error.
+	if _, _, err := (Binary[map[string]int]{}).Decode([]byte{0, 0xff, 0xff, 0xff, 0xff, 0x0f, 1}); err == nil {
+		t.Fatal("a map of 2^32 entries in one byte decoded")
+	}
+}
+
 // What the JSON codec wrote (state and channel state of an earlier Weir)
 // Binary reads as JSON does.
 func TestBinaryReadsJSON(t *testing.T) {
@@ -214,8 +279,8 @@ func FuzzBinaryDecode(f *testing.F) {
 	})
 }
 
-// For gives Binary to types whose JSON is plain and keeps JSON for the
-// others; ForKey keeps JSON for every type without a codec of its own, so
+// For gives Binary to types of numbers, strings, bools and the
+// containers of them (maps too) and keeps JSON for the others; ForKey keeps JSON for every type without a codec of its own, so
 // a key hashes as it did.
 func TestForChoosesBinaryOnlyForValues(t *testing.T) {
 	type withTime struct{ At time.Time }
@@ -231,7 +296,7 @@ func TestForChoosesBinaryOnlyForValues(t *testing.T) {
 		{For[string](), "stringCodec"},
 		{For[int64](), "intCodec"},
 		{For[withTime](), "JSON"},
-		{For[withMap](), "JSON"},
+		{For[withMap](), "Binary"},
 		{For[any](), "JSON"},
 		{ForKey[point](), "JSON"},
 		{ForKey[[]string](), "JSON"},
@@ -258,7 +323,7 @@ func TestBinaryRefusesWhatJSONMustEncode(t *testing.T) {
 	type node struct{ Next *node }
 	for name, use := range map[string]func(){
 		"recursive": func() { Binary[node]{}.Append(nil, node{}) },
-		"map":       func() { Binary[map[string]int]{}.Decode([]byte{0}) },
+		"interface": func() { Binary[map[string]any]{}.Decode([]byte{0}) },
 	} {
 		func() {
 			defer func() {
@@ -294,5 +359,23 @@ func BenchmarkBinaryAgainstJSON(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// Faithful refuses a map JSON cannot encode in a type that stays on JSON
+// (time.Time in it has a Marshaler): before, such a job passed the check
+// at start and failed at its first record encoded. The same map in a type
+// Binary encodes is faithful. Found by an outside review, session 36.
+func TestFaithfulRefusesMapKeysJSONCannotEncode(t *testing.T) {
+	type onJSON struct {
+		At time.Time
+		M  map[float64]int64
+	}
+	type onBinary struct{ M map[float64]int64 }
+	if err := Faithful[onJSON](); err == nil || !strings.Contains(err.Error(), "JSON cannot encode map map[float64]int64") {
+		t.Errorf("Faithful of a JSON type with a float-keyed map: %v, want it refused", err)
+	}
+	if err := Faithful[onBinary](); err != nil {
+		t.Errorf("Faithful of a Binary type with a float-keyed map: %v, want nil", err)
 	}
 }

@@ -42,7 +42,7 @@ var ErrShort = errors.New("codec: input ends inside a value")
 // numbers, strings and bools), JSON for the rest.
 func For[T any]() Codec[T] {
 	c := ForKey[T]()
-	if _, isJSON := c.(JSON[T]); isJSON && encoderOf(reflect.TypeFor[T]()) != nil {
+	if _, isJSON := c.(JSON[T]); isJSON && binaryPlain(reflect.TypeFor[T](), map[reflect.Type]bool{}) {
 		return Binary[T]{}
 	}
 	if _, isKey := any(c).(float64KeyCodec); isKey {
@@ -277,11 +277,25 @@ func (h *Hasher[K]) Hash(k K) uint64 {
 // complex numbers, and decodes an interface into maps and float64s, not
 // the value that was encoded. A type that implements json.Marshaler and
 // json.Unmarshaler, or encoding.TextMarshaler and TextUnmarshaler (on its
-// pointer), decides for itself. Weir asks before records cross a process (a
+// pointer), decides for itself. Binary, which For gives most types, drops
+// the same fields; a type on JSON (one with an interface or a Marshaler in
+// it) cannot have maps keyed by anything but strings, integers and
+// TextMarshalers either. Weir asks before records cross a process (a
 // cluster's channels) or are stored (unaligned checkpoints' channel
-// state).
+// state), and of keys.
 func Faithful[T any]() error {
-	return faithful(reflect.TypeFor[T](), map[reflect.Type]bool{})
+	t := reflect.TypeFor[T]()
+	return faithful(t, !binaryPlain(t, map[reflect.Type]bool{}), map[reflect.Type]bool{})
+}
+
+// jsonKey says whether JSON encodes map keys of type t.
+func jsonKey(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.String, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return true
+	}
+	return t.Implements(textMarshaler) || reflect.PointerTo(t).Implements(textMarshaler)
 }
 
 var (
@@ -291,7 +305,8 @@ var (
 	textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
 )
 
-func faithful(t reflect.Type, seen map[reflect.Type]bool) error {
+// faithful is Faithful for t, which json says JSON encodes.
+func faithful(t reflect.Type, json bool, seen map[reflect.Type]bool) error {
 	if seen[t] {
 		return nil
 	}
@@ -306,12 +321,15 @@ func faithful(t reflect.Type, seen map[reflect.Type]bool) error {
 	case reflect.Interface:
 		return fmt.Errorf("JSON decodes interface %s into maps and float64s, not the value encoded", t)
 	case reflect.Pointer, reflect.Slice, reflect.Array:
-		return faithful(t.Elem(), seen)
+		return faithful(t.Elem(), json, seen)
 	case reflect.Map:
-		if err := faithful(t.Key(), seen); err != nil {
+		if json && !jsonKey(t.Key()) {
+			return fmt.Errorf("JSON cannot encode map %s: its keys are not strings, integers or TextMarshalers", t)
+		}
+		if err := faithful(t.Key(), json, seen); err != nil {
 			return err
 		}
-		return faithful(t.Elem(), seen)
+		return faithful(t.Elem(), json, seen)
 	case reflect.Struct:
 		for i := range t.NumField() {
 			f := t.Field(i)
@@ -321,7 +339,7 @@ func faithful(t reflect.Type, seen map[reflect.Type]bool) error {
 			if f.Tag.Get("json") == "-" {
 				return fmt.Errorf("JSON drops field %s of %s, tagged json:\"-\": drop the tag, or give %s MarshalJSON and UnmarshalJSON", f.Name, t, t)
 			}
-			if err := faithful(f.Type, seen); err != nil {
+			if err := faithful(f.Type, json, seen); err != nil {
 				return fmt.Errorf("field %s of %s: %w", f.Name, t, err)
 			}
 		}
