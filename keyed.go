@@ -250,8 +250,30 @@ type MapState[K, UK comparable, V any] struct {
 // encoding (in a snapshot, in Pebble): two keys that encode alike would
 // share one's state after a restore, silently.
 func keyTypeFaithful[K any]() error {
+	t := reflect.TypeFor[K]()
+	if p := pointerIn(t); p != nil {
+		return fmt.Errorf("key type %s: %s compares by address, which no encoding carries (state tells keys apart by their encoding: two keys that encode alike would share their state): key by the value pointed at", t, p)
+	}
 	if err := codec.Faithful[K](); err != nil {
-		return fmt.Errorf("key type %s: %w (state tells keys apart by their encoding: two keys that encode alike would share their state)", reflect.TypeFor[K](), err)
+		return fmt.Errorf("key type %s: %w (state tells keys apart by their encoding: two keys that encode alike would share their state)", t, err)
+	}
+	return nil
+}
+
+// pointerIn is a pointer type in comparable type t (in its arrays and
+// struct fields), or nil.
+func pointerIn(t reflect.Type) reflect.Type {
+	switch t.Kind() {
+	case reflect.Pointer, reflect.UnsafePointer:
+		return t
+	case reflect.Array:
+		return pointerIn(t.Elem())
+	case reflect.Struct:
+		for i := range t.NumField() {
+			if p := pointerIn(t.Field(i).Type); p != nil {
+				return p
+			}
+		}
 	}
 	return nil
 }

@@ -93,3 +93,25 @@ func TestMapStateUserKeysThatEncodeAlikeAreRefused(t *testing.T) {
 		t.Fatalf("map state with user keys that encode alike: %v, want it refused naming the state and the field", err)
 	}
 }
+
+// TestPointerKeysAreRefused: a key type that compares by address (a
+// pointer, or a struct holding one) is refused too: two pointers to equal
+// values are two keys to the job and one to its state, and no process but
+// this one knows the address.
+func TestPointerKeysAreRefused(t *testing.T) {
+	type ref struct{ To *account }
+	for name, build := range map[string]func(*weir.Environment){
+		"pointer": func(e *weir.Environment) {
+			weir.KeyBy(weir.Source(e, "accounts", gen(t, 10, func(i int64) *account { return &account{Name: "a"} })), func(a *account) *account { return a })
+		},
+		"struct": func(e *weir.Environment) {
+			weir.KeyBy(weir.Source(e, "refs", gen(t, 10, func(i int64) ref { return ref{&account{Name: "a"}} })), func(r ref) ref { return r })
+		},
+	} {
+		e := env(weir.Config{})
+		build(e)
+		if _, err := e.Execute(t.Context()); err == nil || !strings.Contains(err.Error(), "compares by address") {
+			t.Errorf("%s key: %v, want it refused", name, err)
+		}
+	}
+}
