@@ -47,6 +47,7 @@ func (ks KeyedStream[K, T]) environment() *Environment { return ks.s.env }
 
 // input is the hash edge into a consumer.
 func (ks KeyedStream[K, T]) input(int) (graph.Input, inputSpec) {
+	nan := floatIn(reflect.TypeFor[K]())
 	route := func(p, maxP int) runtime.KeyRoute[T] {
 		h := codec.NewHasher(ks.codec)
 		subtask := make([]int, maxP) // by key group
@@ -54,7 +55,13 @@ func (ks KeyedStream[K, T]) input(int) (graph.Input, inputSpec) {
 			subtask[g] = keygroup.Subtask(maxP, p, g)
 		}
 		return func(v T) (int, uint16) {
-			g := keygroup.Of(h.Hash(ks.key(v)), maxP)
+			k := ks.key(v)
+			if nan && k != k {
+				// NB: a panic, as a key that cannot be encoded is: routes
+				// return no error.
+				panic(Permanent(fmt.Errorf("a record's key %v holds NaN, which is not equal to itself: its state would never be found again; map NaN to another key in the KeyBy's key function", k)))
+			}
+			g := keygroup.Of(h.Hash(k), maxP)
 			return subtask[g], uint16(g)
 		}
 	}
@@ -229,7 +236,9 @@ func NewListState[K comparable, V any](c *KeyedContext[K], name string, vc ...co
 	return &ListState[K, V]{t: t, c: c}, err
 }
 
-// Get returns the list; do not modify it.
+// Get returns the list; do not modify it, nor its elements in place
+// (the heap backend's snapshots may be encoding them): Update a changed
+// list.
 func (s *ListState[K, V]) Get() []V { return s.t.Get(s.c.current()) }
 
 // All streams the list (on disk backends, without loading it whole).
@@ -258,6 +267,24 @@ func keyTypeFaithful[K any]() error {
 		return fmt.Errorf("key type %s: %w (state tells keys apart by their encoding: two keys that encode alike would share their state)", t, err)
 	}
 	return nil
+}
+
+// floatIn says whether comparable type t holds a float (in its arrays and
+// struct fields), which may be NaN.
+func floatIn(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Float32, reflect.Float64, reflect.Complex64, reflect.Complex128:
+		return true
+	case reflect.Array:
+		return floatIn(t.Elem())
+	case reflect.Struct:
+		for i := range t.NumField() {
+			if floatIn(t.Field(i).Type) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // pointerIn is a pointer type in comparable type t (in its arrays and

@@ -2,6 +2,7 @@ package weir_test
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -113,5 +114,30 @@ func TestPointerKeysAreRefused(t *testing.T) {
 		if _, err := e.Execute(t.Context()); err == nil || !strings.Contains(err.Error(), "compares by address") {
 			t.Errorf("%s key: %v, want it refused", name, err)
 		}
+	}
+}
+
+// TestNaNKeyFailsTheJobAtOnce: a record keyed by NaN (or by a struct
+// holding NaN) fails the job at once, naming the key: NaN is not equal to
+// itself, so on the heap every such record made a new entry that nothing
+// found again (state that only grew, and wrong results), and Pebble, which
+// keys by the encoding, found it. Found by an outside review, session 36.
+func TestNaNKeyFailsTheJobAtOnce(t *testing.T) {
+	type reading struct {
+		Sensor string
+		Temp   float64
+	}
+	e := env(weir.Config{})
+	readings := weir.Source(e, "readings", gen(t, 100, func(i int64) reading {
+		if i == 50 {
+			return reading{"s1", math.NaN()}
+		}
+		return reading{"s1", float64(i % 3)}
+	}))
+	byTemp := weir.Reduce(weir.KeyBy(readings, func(r reading) float64 { return r.Temp }), "count", func(a, b reading) reading { return a })
+	weir.Sink(byTemp, "out", (&collect[reading]{}).sink())
+	res, err := e.Execute(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "holds NaN") || res.Attempts > 1 {
+		t.Fatalf("a NaN key: %v after %d attempts, want the job failed at once, naming NaN", err, res.Attempts)
 	}
 }

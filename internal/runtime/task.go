@@ -238,6 +238,11 @@ func (t *task) run(ctx context.Context) (err error) {
 			buf := make([]byte, 8<<10)
 			buf = buf[:rt.Stack(buf, false)]
 			err = fmt.Errorf("task %s panicked: %v\n%s", t.id, p, buf)
+			if perr, ok := p.(error); ok {
+				// Kept, so that a panic with a permanent error
+				// (operator.Permanent) fails the job at once.
+				err = fmt.Errorf("task %s panicked: %w\n%s", t.id, perr, buf)
+			}
 		}
 		for _, op := range t.ops {
 			if cerr := op.Close(); cerr != nil && err == nil {
