@@ -5,3 +5,6 @@ var RunMain = runMain
 
 // RaceEnabled: the tests run under the race detector.
 const RaceEnabled = raceEnabled
+
+// DefaultLocalDir is where local copies live without LocalRecoveryDir.
+var DefaultLocalDir = defaultLocalDir

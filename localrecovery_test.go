@@ -330,3 +330,27 @@ func BenchmarkLocalRecovery(b *testing.B) {
 	b.ReportMetric(float64(bytesLocal[1])/n/(1<<20), "MiB-local-from-remote")
 	b.ReportMetric(float64(bytesRemote[1])/n/(1<<20), "MiB-remote-from-remote")
 }
+
+// TestDefaultLocalDirsOfOtherStorageKeepApart: without
+// LocalRecoveryDir, runs of one job with other checkpoint storage (which
+// may run at once) get local directories of their own; before, they
+// shared <temp dir>/weir-local-recovery/<job>, swept each other's copies
+// and overwrote each other's markers (found by an outside review, session
+// 35). The same storage, however written, gets the same directory, so a
+// restart finds its copies.
+func TestDefaultLocalDirsOfOtherStorageKeepApart(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	a, b := weir.DefaultLocalDir(filepath.Join(dir, "a")), weir.DefaultLocalDir(filepath.Join(dir, "b"))
+	if a == b {
+		t.Fatalf("checkpoints in %s/a and %s/b share local directory %s", dir, dir, a)
+	}
+	for _, same := range []string{"a", "./a", "file://" + filepath.Join(dir, "a"), filepath.Join(dir, "x", "..", "a")} {
+		if got := weir.DefaultLocalDir(same); got != a {
+			t.Errorf("checkpoints at %q: local directory %s, want %s (as for %s/a)", same, got, a, dir)
+		}
+	}
+	if s3a, s3b := weir.DefaultLocalDir("s3://bucket/a"), weir.DefaultLocalDir("s3://bucket/b"); s3a == s3b || filepath.Dir(s3a) != filepath.Join(os.TempDir(), "weir-local-recovery") {
+		t.Errorf("checkpoints on S3: local directories %s and %s, want two under %s", s3a, s3b, filepath.Join(os.TempDir(), "weir-local-recovery"))
+	}
+}

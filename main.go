@@ -287,7 +287,7 @@ func jobCommand(ctx context.Context, role Role, cfg Config, build func(*Environm
 	fl.BoolVar(&incremental, "incremental", !c.StateBackend.Full, "incremental checkpoints: write only the state changed since the last completed one (false: every checkpoint writes all the state)")
 	if role != Coordinator {
 		fl.BoolVar(&c.LocalRecovery, "local-recovery", c.LocalRecovery, "keep a local copy of each subtask's snapshots and restore from it on this machine, checked against the checkpoint's checksums (falls back to the checkpoint storage)")
-		fl.StringVar(&c.LocalRecoveryDir, "local-recovery-dir", c.LocalRecoveryDir, "with --local-recovery: where the local copies live (default <temp dir>/weir-local-recovery); a process restarted with the same one restores from it")
+		fl.StringVar(&c.LocalRecoveryDir, "local-recovery-dir", c.LocalRecoveryDir, "with --local-recovery: where the local copies live (default <temp dir>/weir-local-recovery/<a hash of --checkpoint-dir>); a process restarted with the same one restores from it")
 	}
 	cl := &c.Cluster
 	switch role {

@@ -35,6 +35,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/weirstream/weir/checkpoint"
@@ -214,7 +215,8 @@ type Config struct {
 	// state. Default false, as Flink's. It needs checkpoints.
 	LocalRecovery bool
 	// LocalRecoveryDir is where the local copies live; default
-	// <os.TempDir()>/weir-local-recovery. A process restarted on the same
+	// <os.TempDir()>/weir-local-recovery/<a hash of Checkpoint.Dir> (runs
+	// with other checkpoint storage keep apart). A process restarted on the same
 	// machine with the same directory restores from what its previous
 	// incarnation left there.
 	LocalRecoveryDir string
@@ -763,9 +765,25 @@ func (e *Environment) openLocal(spec *runtime.Spec) error {
 	case e.cfg.Checkpoint.Mode == NoCheckpoints:
 		return errors.New("local recovery keeps copies of checkpoints, and mode none takes none: use another mode, or turn local recovery off")
 	}
-	st, err := local.Open(cmp.Or(e.cfg.LocalRecoveryDir, filepath.Join(os.TempDir(), "weir-local-recovery")))
+	st, err := local.Open(cmp.Or(e.cfg.LocalRecoveryDir, defaultLocalDir(e.cfg.Checkpoint.Dir)))
 	spec.Local = st
 	return err
+}
+
+// defaultLocalDir is where local copies live without a LocalRecoveryDir:
+// <temp dir>/weir-local-recovery/<a hash of the checkpoint location>, so
+// that two runs of a job with other checkpoint storage (which may run at
+// once) do not take each other's copies for their own and sweep them,
+// while a restart with the same storage finds its copies (and so do the
+// workers of a cluster on one machine).
+func defaultLocalDir(checkpoints string) string {
+	where := checkpoints
+	if !storage.IsURL(where) || strings.HasPrefix(where, "file://") {
+		if abs, err := filepath.Abs(strings.TrimPrefix(where, "file://")); err == nil {
+			where = abs
+		}
+	}
+	return filepath.Join(os.TempDir(), "weir-local-recovery", fmt.Sprintf("%016x", xxhash.Sum64String(where)))
 }
 
 // openStorage opens the checkpoint storage cc.Dir names: a directory (a

@@ -72,7 +72,7 @@ func (f *checkpointFlags) add(cmd *cobra.Command) {
 	fl.DurationVar(&f.restartInterval, "restart-interval", 5*time.Minute, "failure-rate: the interval --restart-attempts failures are counted in")
 	addStateFlags(cmd, &f.stateBackend, &f.stateDir, &f.incremental)
 	fl.BoolVar(&f.localRecovery, "local-recovery", false, "keep a local copy of each subtask's snapshots and restore from it on this machine, checked against the checkpoint's checksums (falls back to the checkpoint storage)")
-	fl.StringVar(&f.localRecoveryDir, "local-recovery-dir", "", "with --local-recovery: where the local copies live (default: weir-local-recovery in the temporary directory); a process restarted with the same one restores from it")
+	fl.StringVar(&f.localRecoveryDir, "local-recovery-dir", "", "with --local-recovery: where the local copies live (default: weir-local-recovery/<a hash of --checkpoint-dir> in the temporary directory); a process restarted with the same one restores from it")
 }
 
 // addStateFlags adds the state backend flags.
