@@ -309,7 +309,7 @@ func (e *Environment) lead(ctx context.Context, spec runtime.Spec, name string, 
 			if cause := context.Cause(ctx); errors.Is(cause, ErrCancelled) && (err != nil || before.Revision == 0 || reopen) {
 				endErr = recordEnd(l, "cancelled: "+cause.Error(), log)
 			}
-			resign(l, log)
+			e.resign(l, log)
 			return Result{}, errors.Join(context.Cause(ctx), endErr)
 		}
 		if err == nil && reopen {
@@ -383,7 +383,7 @@ func (e *Environment) lead(ctx context.Context, spec runtime.Spec, name string, 
 		if outcome != "" {
 			endErr = recordEnd(l, outcome, log)
 		}
-		resign(l, log)
+		e.resign(l, log)
 		// NB: storage that another etcd namespace leads is this process's
 		// configuration, not the job's end.
 		if outcome != "" || ctx.Err() != nil || errors.Is(err, storage.ErrLedElsewhere) {
@@ -407,7 +407,14 @@ func (e *Environment) lead(ctx context.Context, spec runtime.Spec, name string, 
 func recordEnd(l *ha.Leadership, outcome string, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(context.Background(), l.TTL())
 	defer cancel()
-	if err := l.End(ctx, outcome); err != nil {
+	err := l.End(ctx, outcome)
+	if errors.Is(err, ha.ErrUnknownOutcome) {
+		// An earlier try may have recorded it.
+		if ended, rerr := l.Ended(ctx); rerr == nil && ended.Outcome == outcome {
+			err = nil
+		}
+	}
+	if err != nil {
 		err = fmt.Errorf("the job's end (%s) could not be recorded in etcd, so a standby runs it on from its latest checkpoint: %w", outcome, err)
 		log.Error("the job's end is not recorded", "err", err)
 		return err
@@ -416,8 +423,9 @@ func recordEnd(l *ha.Leadership, outcome string, log *slog.Logger) error {
 }
 
 // resign ends the term at once, for a standby to take over without
-// waiting for the lease.
-func resign(l *ha.Leadership, log *slog.Logger) {
+// waiting for the lease; this process stands by from then on.
+func (e *Environment) resign(l *ha.Leadership, log *slog.Logger) {
+	e.leading.Store(false)
 	ctx, cancel := context.WithTimeout(context.Background(), l.TTL())
 	defer cancel()
 	if err := l.Resign(ctx); err != nil {

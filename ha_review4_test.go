@@ -561,3 +561,77 @@ func TestHAFinishedJobWhoseEndBlippedIsExactlyOnce(t *testing.T) {
 		t.Errorf("etcd's end: %q %v", v, ok)
 	}
 }
+
+// TestHAResignedProcessRefusesCancel: a leader whose run fails at start
+// (retryable: here etcd records a checkpoint its listing lacks) resigns
+// and waits 5 s to 5 min before it campaigns again. It stands by through
+// that wait, and its API refuses a cancel. A review of note 131's first
+// version (session 36) found it took the cancel (202), returned, and
+// recorded nothing in etcd: the job was not cancelled.
+func TestHAResignedProcessRefusesCancel(t *testing.T) {
+	r := newHARig(t)
+	const job = "retrywait"
+	c, err := ha.Dial(ha.Config{Endpoints: r.etcd.Hosts(), Prefix: reviewPrefix, TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	newest := func() int {
+		ps, err := c.Completed(context.Background(), job)
+		if err != nil || len(ps) == 0 {
+			return 0
+		}
+		return int(ps[len(ps)-1].ID)
+	}
+	type proc struct {
+		logs logRecords
+		done chan error
+		web  chan string
+	}
+	start := func(ctx context.Context, fs vfs.FS) *proc {
+		x := &proc{logs: newLogRecords(), done: make(chan error, 1), web: make(chan string, 1)}
+		env := weir.New(weir.Config{Job: job, Logger: slog.New(x.logs),
+			Web: "127.0.0.1:0", WebToken: "tok", OnWeb: func(a string) { x.web <- a },
+			Checkpoint: weir.CheckpointConfig{Dir: r.ckpt, FS: fs, Interval: 50 * time.Millisecond},
+			Cluster:    weir.ClusterConfig{HA: r.url, HATTL: 2 * time.Second}})
+		if err := endless(env); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			_, err := env.Execute(ctx)
+			x.done <- err
+		}()
+		return x
+	}
+	actx, acancel := context.WithCancel(context.Background())
+	defer acancel()
+	a := start(actx, vfs.Default)
+	waitFor(t, "a completed checkpoint in etcd", 30*time.Second, func() bool { return newest() > 0 })
+	acancel()
+	waitDone(t, a.done)
+
+	fs := &staleListFS{FS: vfs.Default, jobDir: filepath.Join(r.ckpt, job)}
+	fs.hide.Store(fmt.Sprintf("chk-%d", newest()))
+	bctx, bcancel := context.WithCancel(context.Background())
+	defer bcancel()
+	b := start(bctx, fs)
+	addr := <-b.web
+	waitLog(t, b.logs, "WARN the run failed at start; standing by again", 30*time.Second)
+
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/api/v1/cancel", nil)
+	req.Header.Set("Authorization", "Bearer tok")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusConflict {
+		t.Fatalf("POST /api/v1/cancel to a process that had resigned (its start failed): %s %s, want 409", resp.Status, strings.TrimSpace(string(body)))
+	}
+	select {
+	case err := <-b.done:
+		t.Fatalf("the process ended after a cancel it refused: %v", err)
+	default:
+	}
+}

@@ -167,17 +167,37 @@ func (s *led) Scan() (Scan, error) {
 			s.Describe(), unknown, s.l.Job(), last)
 	}
 	scan.Completed = completed
+	var shown checkpoint.ID // the newest checkpoint storage shows
+	if n := len(completed); n > 0 {
+		shown = completed[n-1].ID
+	}
 	for _, d := range scan.Damaged {
 		delete(recorded, d.ID)
+		shown = max(shown, d.ID)
 	}
-	if len(recorded) > 0 {
-		// NB: not damage. A listing may lag (a network file system on
-		// another host), or the storage may not be the job's: restoring an
-		// older checkpoint would roll back output the sinks committed, and
-		// deleting this one would lose etcd's record of it.
-		ids := slices.Sorted(maps.Keys(recorded))
-		return Scan{}, unavailable(fmt.Errorf("etcd records checkpoints %v of job %s as completed, and %s does not show them (the newest was written at %s). If its listing lags, a later start finds them; else this is not the checkpoint storage the job's leaders wrote (--checkpoint-dir), or they were deleted: nothing was restored or deleted",
-			ids, s.l.Job(), s.Describe(), recorded[ids[len(ids)-1]].Where))
+	var missing []checkpoint.ID
+	for _, id := range slices.Sorted(maps.Keys(recorded)) {
+		switch p := recorded[id]; {
+		case id > shown:
+			missing = append(missing, id)
+		case p.Savepoint:
+			// Disposed of (weir savepoint dispose): Weir never deletes
+			// a savepoint, and one older than what storage shows is no
+			// restore point.
+		default:
+			scan.Damaged = append(scan.Damaged, Damaged{ID: p.ID, Path: p.Where,
+				Err: fmt.Errorf("%w: etcd records checkpoint %d of job %s as completed (epoch %d), but %s holds no metadata for it", checkpoint.ErrCorrupt, p.ID, s.l.Job(), p.Epoch, s.Describe())})
+		}
+	}
+	if missing != nil {
+		// NB: not damage. The restore point is among them: a listing may
+		// lag (a network file system on another host), or the storage may
+		// not be the job's. Restoring an older checkpoint would roll back
+		// output the sinks committed, and deleting this one would lose
+		// etcd's record of it.
+		newest := recorded[missing[len(missing)-1]]
+		return Scan{}, unavailable(fmt.Errorf("etcd records checkpoints %v of job %s as completed, and %s does not show them (the newest was written at %s). If its listing lags, a later start finds them; else this is not the checkpoint storage the job's leaders wrote (--checkpoint-dir), or they were deleted or disposed of, and to restore the one before, delete their records in etcd (%s and after): nothing was restored or deleted",
+			missing, s.l.Job(), s.Describe(), newest.Where, s.l.PointerKey(missing[0])))
 	}
 	slices.Sort(scan.Incomplete)
 	slices.SortFunc(scan.Damaged, func(a, b Damaged) int { return cmp.Compare(a.ID, b.ID) })

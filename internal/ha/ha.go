@@ -470,15 +470,24 @@ func (l *Leadership) Reserve(ctx context.Context, id checkpoint.ID) error {
 		}
 		last, rev := l.last, l.lastRev
 		if rev == 0 {
-			resp, err := l.c.cl.Get(ctx, key)
+			// A read in the term's guard: after an unknown outcome, the
+			// counter at id is this term's write only if no other term
+			// has begun (a paused leader's lease may have ended).
+			txn, err := l.c.cl.Txn(ctx).If(l.guard()).Then(clientv3.OpGet(key)).Commit()
 			if err != nil {
 				return fmt.Errorf("ha: reserve checkpoint id %d of job %s: %w", id, l.job, err)
 			}
-			if last = 0; len(resp.Kvs) == 1 {
-				if last, err = parseID(key, resp.Kvs[0].Value); err != nil {
+			if !txn.Succeeded {
+				err := l.deposed(ctx)
+				l.lose(err)
+				return fmt.Errorf("ha: reserve checkpoint id %d of job %s: %w", id, l.job, err)
+			}
+			kvs := txn.Responses[0].GetResponseRange().Kvs
+			if last = 0; len(kvs) == 1 {
+				if last, err = parseID(key, kvs[0].Value); err != nil {
 					return err
 				}
-				rev = resp.Kvs[0].ModRevision
+				rev = kvs[0].ModRevision
 			}
 		}
 		if unsure && last == id && rev != 0 {
@@ -567,21 +576,23 @@ type Pointer struct {
 	Epoch int64 `json:"epoch"`
 }
 
-func (l *Leadership) pointerKey(id checkpoint.ID) string {
+// PointerKey is the etcd key that records checkpoint id as completed.
+func (l *Leadership) PointerKey(id checkpoint.ID) string {
 	return l.c.key(l.job, fmt.Sprintf("completed/%020d", id))
 }
 
 // Complete records that checkpoint p.ID completed: the job's restore point
 // from now on. Only the leader can. A checkpoint whose Complete failed
-// with ErrDeposed did not complete, whatever its files say; one whose
-// Complete failed with ErrUnknownOutcome may have (Completed says).
+// with ErrDeposed did not complete, whatever its files say, unless the
+// error wraps ErrUnknownOutcome too: one whose Complete failed with
+// ErrUnknownOutcome may have (Completed says).
 func (l *Leadership) Complete(ctx context.Context, p Pointer) error {
 	p.Epoch = l.Epoch
 	v, err := json.Marshal(p)
 	if err != nil {
 		panic(err)
 	}
-	return l.fenced(ctx, fmt.Sprintf("complete checkpoint %d", p.ID), clientv3.OpPut(l.pointerKey(p.ID), string(v)))
+	return l.fenced(ctx, fmt.Sprintf("complete checkpoint %d", p.ID), clientv3.OpPut(l.PointerKey(p.ID), string(v)))
 }
 
 // Forget deletes the pointers of checkpoints that are no longer kept.
@@ -591,7 +602,7 @@ func (l *Leadership) Forget(ctx context.Context, ids ...checkpoint.ID) error {
 	for chunk := range slices.Chunk(ids, 100) {
 		var ops []clientv3.Op
 		for _, id := range chunk {
-			ops = append(ops, clientv3.OpDelete(l.pointerKey(id)))
+			ops = append(ops, clientv3.OpDelete(l.PointerKey(id)))
 		}
 		if err := l.fenced(ctx, fmt.Sprintf("forget checkpoints %d to %d", chunk[0], chunk[len(chunk)-1]), ops...); err != nil {
 			return err
@@ -604,27 +615,34 @@ func (l *Leadership) Forget(ctx context.Context, ids ...checkpoint.ID) error {
 // connection lost) is retried while ctx lasts: ops put and delete fixed
 // values, so applying them twice is applying them once.
 func (l *Leadership) fenced(ctx context.Context, what string, ops ...clientv3.Op) error {
-	var txn *clientv3.TxnResponse
-	for wait := unsureRetry; ; wait = min(2*wait, l.c.cfg.TTL/4) {
-		if err := l.refused(ctx); err != nil {
-			return fmt.Errorf("ha: job %s: %s: %w", l.job, what, err)
+	unsure := false // an earlier try's answer did not arrive: it may have applied
+	fail := func(err error) error {
+		if unsure {
+			return fmt.Errorf("ha: job %s: %s: %w (an earlier try's answer did not arrive: %w)", l.job, what, err, ErrUnknownOutcome)
 		}
-		var err error
-		if txn, err = l.c.cl.Txn(ctx).If(l.guard()).Then(ops...).Commit(); err == nil {
-			break
-		}
-		if !l.retryUnsure(ctx, wait) {
-			return fmt.Errorf("ha: job %s: %s: %w (%w)", l.job, what, err, ErrUnknownOutcome)
-		}
-	}
-	if !txn.Succeeded {
-		// NB: the guard failed: the term ended, though its watch may not
-		// have told yet.
-		err := l.deposed(ctx)
-		l.lose(err)
 		return fmt.Errorf("ha: job %s: %s: %w", l.job, what, err)
 	}
-	return nil
+	for wait := unsureRetry; ; wait = min(2*wait, l.c.cfg.TTL/4) {
+		if err := l.refused(ctx); err != nil {
+			return fail(err)
+		}
+		txn, err := l.c.cl.Txn(ctx).If(l.guard()).Then(ops...).Commit()
+		switch {
+		case err != nil:
+			unsure = true
+			if !l.retryUnsure(ctx, wait) {
+				return fail(err)
+			}
+		case !txn.Succeeded:
+			// NB: the guard failed: the term ended, though its watch may
+			// not have told yet.
+			err := l.deposed(ctx)
+			l.lose(err)
+			return fail(err)
+		default:
+			return nil
+		}
+	}
 }
 
 // Completed returns the job's completed checkpoints, oldest first.
