@@ -111,6 +111,23 @@ func readUvarint(src []byte) (uint64, int, error) {
 	return v, n, nil
 }
 
+// readCount reads the length plus one of a slice or map of type t at p:
+// its count of elements, bounded by the bytes left, as every element
+// takes one at least; or -1 for nil, which it stores at p.
+func readCount(src []byte, t reflect.Type, p unsafe.Pointer) (n, used int, err error) {
+	l, used, err := readUvarint(src)
+	switch {
+	case err != nil:
+		return 0, 0, err
+	case l == 0:
+		reflect.NewAt(t, p).Elem().SetZero()
+		return -1, used, nil
+	case l-1 > uint64(len(src)-used):
+		return 0, 0, errLength
+	}
+	return int(l - 1), used, nil
+}
+
 func readVarint(src []byte) (int64, int, error) {
 	v, n := binary.Varint(src)
 	if n <= 0 {
@@ -356,17 +373,10 @@ func compileBinarySlice(t reflect.Type) (binaryEncoder, binaryDecoder) {
 			}
 			return dst
 		}, func(src []byte, p unsafe.Pointer) (int, error) {
-			l, used, err := readUvarint(src)
-			switch {
-			case err != nil:
-				return 0, err
-			case l == 0:
-				reflect.NewAt(t, p).Elem().SetZero()
-				return used, nil
-			case l-1 > uint64(len(src)-used):
-				return 0, errLength
+			n, used, err := readCount(src, t, p)
+			if err != nil || n < 0 {
+				return used, err
 			}
-			n := int(l - 1)
 			v := reflect.MakeSlice(t, n, n)
 			data := v.UnsafePointer()
 			if bytes {
@@ -411,17 +421,10 @@ func compileBinaryMap(t reflect.Type) (binaryEncoder, binaryDecoder) {
 			}
 			return dst
 		}, func(src []byte, p unsafe.Pointer) (int, error) {
-			l, used, err := readUvarint(src)
-			switch {
-			case err != nil:
-				return 0, err
-			case l == 0:
-				reflect.NewAt(t, p).Elem().SetZero()
-				return used, nil
-			case l-1 > uint64(len(src)-used):
-				return 0, errLength
+			n, used, err := readCount(src, t, p)
+			if err != nil || n < 0 {
+				return used, err
 			}
-			n := int(l - 1)
 			m := reflect.MakeMapWithSize(t, n)
 			k, v := reflect.New(t.Key()).Elem(), reflect.New(t.Elem()).Elem()
 			for range n {
