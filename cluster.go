@@ -339,6 +339,7 @@ func (e *Environment) lead(ctx context.Context, spec runtime.Spec, name string, 
 			select {
 			case <-l.Lost():
 				log.Warn("the job's leadership is lost: stopping the run", "epoch", l.Epoch, "why", l.Err())
+				e.leading.Store(false)
 				cancel(l.Err())
 			case <-rctx.Done():
 			}
@@ -351,6 +352,7 @@ func (e *Environment) lead(ctx context.Context, spec runtime.Spec, name string, 
 		// checkpoints to the standby that takes over.
 		term.Checkpoint.RetainOnCancel = true
 		res, err := run(rctx, term, uint64(l.Epoch))
+		e.leading.Store(false) // the run is over: nothing here takes a cancel or a savepoint
 		cancel(nil)
 		if lost := l.Err(); lost != nil {
 			log.Warn("deposed: the job's leadership was lost; the run stopped, and this coordinator stands by", "epoch", l.Epoch, "why", lost, "run", err)
@@ -409,10 +411,12 @@ func recordEnd(l *ha.Leadership, outcome string, log *slog.Logger) error {
 	defer cancel()
 	err := l.End(ctx, outcome)
 	if errors.Is(err, ha.ErrUnknownOutcome) {
-		// An earlier try may have recorded it.
-		if ended, rerr := l.Ended(ctx); rerr == nil && ended.Outcome == outcome {
+		// An earlier try may have recorded it (ctx may have ended).
+		rctx, rcancel := context.WithTimeout(context.Background(), l.TTL())
+		if ended, rerr := l.Ended(rctx); rerr == nil && ended.Outcome == outcome {
 			err = nil
 		}
+		rcancel()
 	}
 	if err != nil {
 		err = fmt.Errorf("the job's end (%s) could not be recorded in etcd, so a standby runs it on from its latest checkpoint: %w", outcome, err)

@@ -167,18 +167,24 @@ func (s *led) Scan() (Scan, error) {
 			s.Describe(), unknown, s.l.Job(), last)
 	}
 	scan.Completed = completed
-	var shown checkpoint.ID // the newest checkpoint storage shows
+	// shown is the newest completed checkpoint storage shows; shownAny,
+	// also counting the damaged ones etcd records (an unrecorded one is
+	// no evidence: a deposed leader's, or another job's).
+	var shown checkpoint.ID
 	if n := len(completed); n > 0 {
 		shown = completed[n-1].ID
 	}
+	shownAny := shown
 	for _, d := range scan.Damaged {
+		if _, ok := recorded[d.ID]; ok {
+			shownAny = max(shownAny, d.ID)
+		}
 		delete(recorded, d.ID)
-		shown = max(shown, d.ID)
 	}
 	var missing []checkpoint.ID
 	for _, id := range slices.Sorted(maps.Keys(recorded)) {
 		switch p := recorded[id]; {
-		case id > shown:
+		case id > shown && !p.Savepoint, id > shownAny:
 			missing = append(missing, id)
 		case p.Savepoint:
 			// Disposed of (weir savepoint dispose): Weir never deletes

@@ -474,7 +474,12 @@ func (l *Leadership) Reserve(ctx context.Context, id checkpoint.ID) error {
 			// counter at id is this term's write only if no other term
 			// has begun (a paused leader's lease may have ended).
 			txn, err := l.c.cl.Txn(ctx).If(l.guard()).Then(clientv3.OpGet(key)).Commit()
-			if err != nil {
+			switch {
+			case err != nil && unsure && l.retryUnsure(ctx, wait):
+				continue
+			case err != nil && unsure:
+				return fmt.Errorf("ha: reserve checkpoint id %d of job %s: %w (%w)", id, l.job, err, ErrUnknownOutcome)
+			case err != nil:
 				return fmt.Errorf("ha: reserve checkpoint id %d of job %s: %w", id, l.job, err)
 			}
 			if !txn.Succeeded {
