@@ -28,10 +28,12 @@ import (
 //   - Scan lists as completed only the checkpoints etcd records; others
 //     with metadata in s (committed by a deposed leader, or whose record
 //     was forgotten after its outcome was unknown) are incomplete. A
-//     record whose metadata s does not show fails the scan, retryable
+//     record newer than the newest completed checkpoint s shows, whose
+//     metadata s does not show, fails the scan, retryable
 //     (ErrUnavailable): a listing may lag, or s may not be the job's
 //     storage; restoring an older checkpoint would roll back committed
-//     output, and deleting the record would lose it. A job whose checkpoint ids
+//     output, and deleting the record would lose it. An older one is
+//     damaged, or, a savepoint, disposed of. A job whose checkpoint ids
 //     etcd does not hold yet has not run with high availability: Scan
 //     records its completed checkpoints in etcd, as they are.
 //   - Discard forgets the checkpoint in etcd before it deletes its files;
