@@ -24,6 +24,7 @@ var layers = map[string]int{
 	"internal/cacheline":                          0,
 	"internal/idpart":                             0,
 	"internal/lockfile":                           0,
+	"internal/flagcheck":                          0,
 	"internal/pgtest":                             0,
 	"internal/s3test":                             0,
 	"internal/etcdtest":                           0,
