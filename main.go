@@ -187,13 +187,8 @@ func idleFlags(cmd *cobra.Command, role Role, c Config) error {
 	rules := []flagcheck.Rule{
 		{Flags: []string{"checkpoint-interval", "checkpoint-timeout", "checkpoint-alignment", "aligned-checkpoint-timeout", "checkpoints-retained", "incremental"},
 			Used: c.Checkpoint.Mode != NoCheckpoints, Needs: "checkpoints (--mode exactly-once or at-least-once, not none)"},
-		{Flags: []string{"web-token", "web-linger"}, Used: c.Web != "", Needs: "--web"},
-		{Flags: []string{"ha-ttl", "ha-cacert", "ha-cert", "ha-key"}, Used: c.Cluster.HA != "", Needs: "--ha"},
 	}
-	if role == Coordinator {
-		rules = append(rules, flagcheck.Rule{Flags: []string{"advertise"}, Used: c.Cluster.HA != "",
-			Needs: "--ha (workers reach a coordinator without HA at its --join address)"})
-	}
+	rules = append(rules, flagcheck.Serving(c.Web, c.Cluster.HA, role == Coordinator)...)
 	return flagcheck.Idle(cmd.Flags(), rules...)
 }
 

@@ -236,13 +236,8 @@ func (f *jobFlags) idle(cmd *cobra.Command) error {
 		{Flags: []string{"restart-max-delay"}, Used: f.restartStrategy == "exponential-backoff", Needs: "--restart-strategy exponential-backoff"},
 		{Flags: []string{"restart-interval"}, Used: f.restartStrategy == "failure-rate", Needs: "--restart-strategy failure-rate"},
 		{Flags: []string{"restart-attempts", "restart-delay"}, Used: f.restartStrategy != "none", Needs: "a restart strategy (not --restart-strategy none)"},
-		{Flags: []string{"web-token", "web-linger"}, Used: f.web != "", Needs: "--web"},
-		{Flags: []string{"ha-ttl", "ha-cacert", "ha-cert", "ha-key"}, Used: f.cluster.ha != "", Needs: "--ha"},
 	}
-	if f.role == weir.Coordinator {
-		rules = append(rules, flagcheck.Rule{Flags: []string{"advertise"}, Used: f.cluster.ha != "",
-			Needs: "--ha (workers reach a coordinator without HA at its --join address)"})
-	}
+	rules = append(rules, flagcheck.Serving(f.web, f.cluster.ha, f.role == weir.Coordinator)...)
 	return flagcheck.Idle(cmd.Flags(), rules...)
 }
 

@@ -30,3 +30,19 @@ func Idle(fs *pflag.FlagSet, rules ...Rule) error {
 	}
 	return nil
 }
+
+// Serving is the rules of the web UI's and high availability's flags,
+// which every job command with them shares: web is --web's value, ha
+// --ha's; coordinator, whether --advertise is a coordinator's (which only
+// HA uses).
+func Serving(web, ha string, coordinator bool) []Rule {
+	rules := []Rule{
+		{Flags: []string{"web-token", "web-linger"}, Used: web != "", Needs: "--web"},
+		{Flags: []string{"ha-ttl", "ha-cacert", "ha-cert", "ha-key"}, Used: ha != "", Needs: "--ha"},
+	}
+	if coordinator {
+		rules = append(rules, Rule{Flags: []string{"advertise"}, Used: ha != "",
+			Needs: "--ha (workers reach a coordinator without HA at its --join address)"})
+	}
+	return rules
+}
