@@ -27,8 +27,10 @@ func TestStartTriesOtherPorts(t *testing.T) {
 		return free(t, host)
 	}
 	c := Start(t, 1)
-	if calls != 4 { // the client's and peer's ports, twice
-		t.Fatalf("%d ports handed out, want 4 (a second try)", calls)
+	// The client's and peer's ports, twice; more when another test took
+	// a port found free on a loaded machine too (go test ./... saw 6).
+	if calls < 4 || calls%2 != 0 {
+		t.Fatalf("%d ports handed out, want 4 or more in pairs (a second try)", calls)
 	}
 	if c.Members[0].ClientURL == "http://"+taken.Addr().String() {
 		t.Fatalf("the member's client URL is still the taken port's")
