@@ -29,7 +29,12 @@ type KeyedStream[K comparable, T any] struct {
 
 // KeyBy partitions s by key, which must be deterministic: the same record
 // always has the same key, in every process. keyCodec, if given, encodes
-// keys (for hashing and state); by default codec.ForKey[K].
+// keys (for hashing and state); by default codec.ForKey[K], which encodes
+// two keys alike exactly when they are equal under ==. Two kinds of key
+// fail the job at once (they cannot be one key to its state): one holding
+// NaN (not equal to itself), and, with the default codec of a struct or
+// array key, one holding a string that is not UTF-8 (JSON writes it as
+// another string).
 func KeyBy[T any, K comparable](s *Stream[T], key func(T) K, keyCodec ...codec.Codec[K]) KeyedStream[K, T] {
 	if key == nil {
 		s.env.fail(fmt.Errorf("KeyBy after operator %q: the key function is nil", s.env.nodes[s.node].UID))
@@ -250,8 +255,10 @@ func (s *ListState[K, V]) Clear()        { s.t.Delete(s.c.current()) }
 
 // MapState holds a map per key.
 type MapState[K, UK comparable, V any] struct {
-	t state.Map[K, UK, V]
-	c *KeyedContext[K]
+	t    state.Map[K, UK, V]
+	c    *KeyedContext[K]
+	name string
+	nan  bool // UK holds floats (floatIn)
 }
 
 // keyTypeFaithful says why keys of type K cannot go through their default
@@ -311,12 +318,21 @@ func NewMapState[K, UK comparable, V any](c *KeyedContext[K], name string) (*Map
 		return nil, Permanent(fmt.Errorf("map state %q: user %w", name, err))
 	}
 	t, err := backend.NewMap(c.backend, name, c.kc, codec.ForKey[UK](), codec.For[V]())
-	return &MapState[K, UK, V]{t: t, c: c}, err
+	return &MapState[K, UK, V]{t: t, c: c, name: name, nan: floatIn(reflect.TypeFor[UK]())}, err
 }
 
 func (s *MapState[K, UK, V]) Get(uk UK) (V, bool) { return s.t.Get(s.c.current(), uk) }
-func (s *MapState[K, UK, V]) Put(uk UK, v V)      { s.t.Put(s.c.current(), uk, v) }
-func (s *MapState[K, UK, V]) Remove(uk UK)        { s.t.Remove(s.c.current(), uk) }
+
+// Put fails the job at once given a user key holding NaN, as KeyBy does a
+// key: NaN is not equal to itself, so no Get would find the entry again.
+func (s *MapState[K, UK, V]) Put(uk UK, v V) {
+	if s.nan && uk != uk {
+		panic(Permanent(fmt.Errorf("map state %q: user key %v holds NaN, which is not equal to itself: no Get would find its entry; map NaN to another user key", s.name, uk)))
+	}
+	s.t.Put(s.c.current(), uk, v)
+}
+
+func (s *MapState[K, UK, V]) Remove(uk UK) { s.t.Remove(s.c.current(), uk) }
 
 // All returns the current key's map; do not modify it.
 func (s *MapState[K, UK, V]) All() iter.Seq2[UK, V] { return s.t.All(s.c.current()) }

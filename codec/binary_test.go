@@ -298,8 +298,8 @@ func TestForChoosesBinaryOnlyForValues(t *testing.T) {
 		{For[withTime](), "JSON"},
 		{For[withMap](), "Binary"},
 		{For[any](), "JSON"},
-		{ForKey[point](), "JSON"},
-		{ForKey[[]string](), "JSON"},
+		{ForKey[point](), "keyJSON"},
+		{ForKey[[]string](), "keyJSON"},
 		{ForKey[string](), "stringCodec"},
 	} {
 		if got := fmt.Sprintf("%T", c.got); !strings.HasPrefix(got, "codec."+c.want+"[") && got != "codec."+c.want {

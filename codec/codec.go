@@ -42,8 +42,11 @@ var ErrShort = errors.New("codec: input ends inside a value")
 // numbers, strings and bools), JSON for the rest.
 func For[T any]() Codec[T] {
 	c := ForKey[T]()
-	if _, isJSON := c.(JSON[T]); isJSON && binaryPlain(reflect.TypeFor[T](), map[reflect.Type]bool{}) {
-		return Binary[T]{}
+	if _, isJSON := c.(keyJSON[T]); isJSON {
+		if binaryPlain(reflect.TypeFor[T](), map[reflect.Type]bool{}) {
+			return Binary[T]{}
+		}
+		return JSON[T]{}
 	}
 	if _, isKey := any(c).(float64KeyCodec); isKey {
 		return any(float64Codec{}).(Codec[T])
@@ -54,7 +57,10 @@ func For[T any]() Codec[T] {
 // ForKey returns the codec Weir uses for keys of type T (a KeyBy's, a map
 // state's user keys) when the user gives none: as For, but JSON for every
 // struct, as before Binary, because a key's encoding decides its key group
-// and is the Pebble backend's key.
+// and is the Pebble backend's key. Keys equal under == encode alike (float
+// 0 and -0 as 0, in a struct too); a struct or array key holding a string
+// that is not UTF-8, which JSON would write as another string, panics with
+// a *KeyError.
 func ForKey[T any]() Codec[T] {
 	var zero T
 	var c any
@@ -78,7 +84,7 @@ func ForKey[T any]() Codec[T] {
 	case bool:
 		c = boolCodec{}
 	default:
-		return JSON[T]{}
+		return keyJSON[T]{}
 	}
 	return c.(Codec[T])
 }
@@ -196,8 +202,19 @@ func (boolCodec) Decode(src []byte) (bool, int, error) {
 // length-prefixed JSON document. It serves exported struct fields.
 type JSON[T any] struct{}
 
-func (c JSON[T]) Append(dst []byte, v T) []byte {
-	e := encoderOf(reflect.TypeFor[T]())
+func (JSON[T]) Append(dst []byte, v T) []byte { return appendJSON(dst, v, false) }
+
+// keyJSON is the default codec of keys whose type has no built-in codec:
+// JSON, written by the encoder of keys (compiler.key) where the type's
+// encoding is compiled.
+type keyJSON[T any] struct{ JSON[T] }
+
+func (keyJSON[T]) Append(dst []byte, v T) []byte { return appendJSON(dst, v, true) }
+
+// appendJSON is JSON's Append; with key, by the encoder of keys.
+func appendJSON[T any](dst []byte, v T, key bool) []byte {
+	c := JSON[T]{}
+	e := encoderOf(reflect.TypeFor[T](), key)
 	if e == nil {
 		return c.marshal(dst, v)
 	}

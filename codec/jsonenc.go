@@ -3,6 +3,7 @@ package codec
 import (
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"math"
 	"reflect"
 	"strconv"
@@ -30,10 +31,14 @@ import (
 // encoder appends the JSON of the value at p.
 type encoder func(dst []byte, p unsafe.Pointer) []byte
 
-// encode runs e, and says false if the value has no JSON.
+// encode runs e, and says false if the value has no JSON. A key that
+// cannot be told apart from others (notUTF8) panics with a *KeyError.
 func encode(e encoder, dst []byte, p unsafe.Pointer) (out []byte, ok bool) {
 	defer func() {
 		if r := recover(); r != nil {
+			if bad, is := r.(notUTF8); is {
+				panic(&KeyError{s: bad.s})
+			}
 			if _, is := r.(unencodable); !is {
 				panic(r)
 			}
@@ -43,6 +48,19 @@ func encode(e encoder, dst []byte, p unsafe.Pointer) (out []byte, ok bool) {
 	return e(dst, p), true
 }
 
+// KeyError is the panic of the default codec of keys (ForKey) given a key
+// it cannot encode apart from other keys: one holding a string that is not
+// UTF-8. It is permanent (operator.IsPermanent): the same record fails
+// again after a restart.
+type KeyError struct{ s string }
+
+func (e *KeyError) Error() string {
+	return fmt.Sprintf("codec: a key holds the string %q, which is not UTF-8: the default key encoding (JSON) writes its bad bytes as U+FFFD, so two keys would share their state; turn such bytes into text in the key function (hex, base64), or give a key codec of your own", e.s)
+}
+
+// Permanent says that a restart does not help.
+func (*KeyError) Permanent() bool { return true }
+
 // compiled is a type's encoder, with spare values of the type to encode
 // from: an encoder is called through a func value, so a pointer to a
 // caller's own copy would make every value escape to the heap.
@@ -51,21 +69,41 @@ type compiled struct {
 	spares sync.Pool
 }
 
-// encoders caches compiled encoders by type; a nil *compiled means the
-// type goes to json.Marshal.
-var encoders sync.Map // reflect.Type → *compiled
+// encoders and keyEncoders cache compiled encoders by type, of values and
+// of keys; a nil *compiled means the type goes to json.Marshal.
+var encoders, keyEncoders sync.Map // reflect.Type → *compiled
 
-func encoderOf(t reflect.Type) *compiled {
-	if c, ok := encoders.Load(t); ok {
+// encoderOf is t's compiled encoder; with key, its encoder of keys (see
+// compiler.key).
+func encoderOf(t reflect.Type, key bool) *compiled {
+	cache := &encoders
+	if key {
+		cache = &keyEncoders
+	}
+	if c, ok := cache.Load(t); ok {
 		return c.(*compiled)
 	}
 	var c *compiled
-	if e := compile(t, map[reflect.Type]bool{}); e != nil {
+	if e := (&compiler{open: map[reflect.Type]bool{}, key: key}).compile(t); e != nil {
 		c = &compiled{enc: e}
 		c.spares.New = func() any { return reflect.New(t).UnsafePointer() }
 	}
-	c2, _ := encoders.LoadOrStore(t, c)
+	c2, _ := cache.LoadOrStore(t, c)
 	return c2.(*compiled)
+}
+
+// compiler compiles encoders.
+type compiler struct {
+	// open holds the types being compiled, to refuse recursive ones.
+	open map[reflect.Type]bool
+	// key makes an encoder of keys, which must encode two values alike
+	// exactly when they are equal under ==, the job's test of one key: a
+	// float 0 and -0 are written alike (as 0), and a string that is not
+	// UTF-8, which JSON would write as another string (its bad bytes
+	// replaced), is refused (panics with a notUTF8). Every other value is
+	// written as by the encoder of values, so a key's key group stays
+	// what it was before keys had an encoder of their own.
+	key bool
 }
 
 var (
@@ -81,13 +119,12 @@ func custom(t reflect.Type) bool {
 }
 
 // compile returns t's encoder, or nil if json.Marshal must encode it.
-// open holds the types being compiled, to refuse recursive ones.
-func compile(t reflect.Type, open map[reflect.Type]bool) encoder {
-	if open[t] || custom(t) {
+func (c *compiler) compile(t reflect.Type) encoder {
+	if c.open[t] || custom(t) {
 		return nil
 	}
-	open[t] = true
-	defer delete(open, t)
+	c.open[t] = true
+	defer delete(c.open, t)
 	switch t.Kind() {
 	case reflect.Bool:
 		return func(dst []byte, p unsafe.Pointer) []byte { return strconv.AppendBool(dst, *(*bool)(p)) }
@@ -112,13 +149,30 @@ func compile(t reflect.Type, open map[reflect.Type]bool) encoder {
 	case reflect.Uint64:
 		return func(dst []byte, p unsafe.Pointer) []byte { return strconv.AppendUint(dst, *(*uint64)(p), 10) }
 	case reflect.Float32:
+		if c.key {
+			return func(dst []byte, p unsafe.Pointer) []byte {
+				return appendFloat(dst, float64(positiveZero(*(*float32)(p))), 32)
+			}
+		}
 		return func(dst []byte, p unsafe.Pointer) []byte { return appendFloat(dst, float64(*(*float32)(p)), 32) }
 	case reflect.Float64:
+		if c.key {
+			return func(dst []byte, p unsafe.Pointer) []byte { return appendFloat(dst, positiveZero(*(*float64)(p)), 64) }
+		}
 		return func(dst []byte, p unsafe.Pointer) []byte { return appendFloat(dst, *(*float64)(p), 64) }
 	case reflect.String:
+		if c.key {
+			return func(dst []byte, p unsafe.Pointer) []byte {
+				s := *(*string)(p)
+				if !utf8.ValidString(s) {
+					panic(notUTF8{s})
+				}
+				return appendString(dst, s)
+			}
+		}
 		return func(dst []byte, p unsafe.Pointer) []byte { return appendString(dst, *(*string)(p)) }
 	case reflect.Pointer:
-		elem := compile(t.Elem(), open)
+		elem := c.compile(t.Elem())
 		if elem == nil {
 			return nil
 		}
@@ -129,9 +183,9 @@ func compile(t reflect.Type, open map[reflect.Type]bool) encoder {
 			return append(dst, "null"...)
 		}
 	case reflect.Slice:
-		return compileSlice(t, open)
+		return c.compileSlice(t)
 	case reflect.Array:
-		elem := compile(t.Elem(), open)
+		elem := c.compile(t.Elem())
 		if elem == nil {
 			return nil
 		}
@@ -147,12 +201,12 @@ func compile(t reflect.Type, open map[reflect.Type]bool) encoder {
 			return append(dst, ']')
 		}
 	case reflect.Struct:
-		return compileStruct(t, open)
+		return c.compileStruct(t)
 	}
 	return nil // maps, interfaces, complex numbers, channels, funcs
 }
 
-func compileSlice(t reflect.Type, open map[reflect.Type]bool) encoder {
+func (c *compiler) compileSlice(t reflect.Type) encoder {
 	if t.Elem().Kind() == reflect.Uint8 && !custom(t.Elem()) {
 		return func(dst []byte, p unsafe.Pointer) []byte {
 			b := *(*[]byte)(p)
@@ -164,7 +218,7 @@ func compileSlice(t reflect.Type, open map[reflect.Type]bool) encoder {
 			return append(dst, '"')
 		}
 	}
-	elem := compile(t.Elem(), open)
+	elem := c.compile(t.Elem())
 	if elem == nil {
 		return nil
 	}
@@ -198,7 +252,7 @@ type structField struct {
 	omitEmpty func(p unsafe.Pointer) bool // nil: never omitted
 }
 
-func compileStruct(t reflect.Type, open map[reflect.Type]bool) encoder {
+func (c *compiler) compileStruct(t reflect.Type) encoder {
 	var fields []structField
 	names := map[string]bool{}
 	for i := range t.NumField() {
@@ -230,7 +284,7 @@ func compileStruct(t reflect.Type, open map[reflect.Type]bool) encoder {
 			return nil // colliding names: encoding/json drops or picks one
 		}
 		names[name] = true
-		enc := compile(sf.Type, open)
+		enc := c.compile(sf.Type)
 		if enc == nil {
 			return nil
 		}
@@ -308,6 +362,18 @@ func validTag(s string) bool {
 // unencodable is the panic of an encoder that meets a value JSON has no
 // form for (NaN, the infinities); Append then lets json.Marshal say so.
 type unencodable struct{}
+
+// notUTF8 is the panic of an encoder of keys that meets a string that is
+// not UTF-8 (see compiler.key).
+type notUTF8 struct{ s string }
+
+// positiveZero is f, with -0 as 0.
+func positiveZero[F float32 | float64](f F) F {
+	if f == 0 {
+		return 0
+	}
+	return f
+}
 
 // appendFloat writes f as encoding/json does: like strconv's shortest
 // form, with exponents only beyond [1e-6, 1e21) and not padded.

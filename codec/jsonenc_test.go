@@ -28,7 +28,7 @@ func TestJSONEncoderMatchesEncodingJSON(t *testing.T) {
 	for seed := range *jsonSeeds {
 		r := rand.New(rand.NewPCG(uint64(seed), 7))
 		typ := randomType(r, 0)
-		e := encoderOf(typ)
+		e := encoderOf(typ, false)
 		if e == nil {
 			continue
 		}
@@ -223,7 +223,7 @@ func TestJSONEncoderCompiles(t *testing.T) {
 		{reflect.TypeFor[map[string]int](), false},
 		{reflect.TypeFor[any](), false},
 	} {
-		if got := encoderOf(c.t) != nil; got != c.want {
+		if got := encoderOf(c.t, false) != nil; got != c.want {
 			t.Errorf("%v compiled: %v, want %v", c.t, got, c.want)
 		}
 	}

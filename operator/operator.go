@@ -215,10 +215,16 @@ func (e *permanentError) Error() string { return e.err.Error() }
 func (e *permanentError) Unwrap() error { return e.err }
 
 // IsPermanent reports whether err, or an error it wraps, was marked with
-// Permanent.
+// Permanent, or says it is permanent itself (a method Permanent() bool
+// that returns true, as codec.KeyError has: the codec package is below
+// this one).
 func IsPermanent(err error) bool {
 	var p *permanentError
-	return errors.As(err, &p)
+	if errors.As(err, &p) {
+		return true
+	}
+	var self interface{ Permanent() bool }
+	return errors.As(err, &self) && self.Permanent()
 }
 
 // Async writes the state a Snapshot froze and returns its handles.

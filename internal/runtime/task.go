@@ -882,6 +882,14 @@ func (t *task) write(ctx context.Context, id checkpoint.ID, parts *snapshotParts
 	}
 	head := t.contexts[0]
 	t.pool.submit(ctx, func() {
+		defer func() {
+			// A panic of the asynchronous part (a state codec's) declines
+			// the checkpoint: on the pool's goroutine it would end the
+			// process.
+			if p := recover(); p != nil {
+				t.send(ctx, Report{Kind: ReportDecline, ID: id, Err: fmt.Errorf("the snapshot's asynchronous part panicked: %v", p)})
+			}
+		}()
 		asyncStart := t.now()
 		var handles []checkpoint.Handle
 		for _, a := range parts.asyncs {

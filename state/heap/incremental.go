@@ -348,11 +348,21 @@ func (b *Backend) snapshotIncremental(id checkpoint.ID) state.Async {
 			tableChains[i] = make([][]link, r.Len())
 		}
 		var wg sync.WaitGroup
+		// An encoder's panic (a codec's) is its range's error: on a
+		// goroutine of its own it would end the process.
+		panics := make([]error, ranges)
 		for e := range ranges {
 			wg.Go(func() {
+				var at string // the table being encoded
+				defer func() {
+					if p := recover(); p != nil {
+						panics[e] = fmt.Errorf("heap state %q: encoding panicked: %v", at, p)
+					}
+				}()
 				part := &parts[e]
 				part.file = file
 				for i, name := range names {
+					at = name
 					f, cs := tables[i], tableChains[i]
 					var prev [][]link
 					if base != nil {
@@ -377,6 +387,11 @@ func (b *Backend) snapshotIncremental(id checkpoint.ID) state.Async {
 			})
 		}
 		wg.Wait()
+		for _, err := range panics {
+			if err != nil {
+				return nil, err
+			}
+		}
 		// Each range's new links move by where its buffer begins.
 		at := len(dataMagic)
 		for e := range ranges {

@@ -65,18 +65,19 @@ func TestZeroAndNegativeZeroAreOneKey(t *testing.T) {
 }
 
 // TestHeapPutOfAnEqualKeyInAnotherGroup: keys equal under == may still
-// encode apart, into two key groups (a struct's float field 0 and -0, in
-// JSON); the heap's Put of the key its last Get found wrote into the entry
-// of the other group. Pebble's write-back cache, keyed by the Go key,
-// still merges such keys (design note 131).
+// encode apart, into two key groups, under a key codec a job gives (here
+// Binary, which writes a float's bits; the default key codecs write 0 and
+// -0 alike since session 37); the heap's Put of the key its last Get found
+// wrote into the entry of the other group. Pebble's write-back cache,
+// keyed by the Go key, still merges such keys (design note 131).
 func TestHeapPutOfAnEqualKeyInAnotherGroup(t *testing.T) {
 	type point struct{ X float64 }
-	kc := codec.ForKey[point]()
+	kc := codec.Codec[point](codec.Binary[point]{})
 	h := codec.NewHasher(kc)
 	neg, pos := point{math.Copysign(0, -1)}, point{0}
 	gn, gp := keygroup.Of(h.Hash(neg), maxP), keygroup.Of(h.Hash(pos), maxP)
 	if gn == gp {
-		t.Skipf("both in key group %d", gn)
+		t.Fatalf("both in key group %d: the test needs keys in two", gn)
 	}
 	b, err := backend.New(backend.Config{Kind: backend.Heap}, backend.Scope{Job: "zero", Operator: "op", KeyGroups: all}, nil)
 	if err != nil {
