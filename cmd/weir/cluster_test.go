@@ -31,7 +31,7 @@ func startProc(t *testing.T, args ...string) *child {
 // netns exec, which execs it).
 func startCmd(t *testing.T, name string, args ...string) *child {
 	t.Helper()
-	p, err := startChild(context.Background(), name, args...)
+	p, err := startChild(context.Background(), nil, name, args...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,12 @@ CPU-second (user plus system time of every process of the run: the best
 run, the median and the range) and checkpoint durations (p50, p99 over all
 runs), and the cluster's words per CPU-second over one process's: of the
 best runs, of the medians, and per round (the median and range of the
-rounds' ratios, each of two runs taken one after the other). Then,
+rounds' ratios, each of two runs taken one after the other). The cluster
+runs twice a round: with each of its processes sized to its share of the
+machine (GOMAXPROCS = CPUs / 2), as two workers on machines of their own
+or under a container's CPU limit of that share would be (Go sizes itself
+to the limit), and with Go's default (every process sized to the whole
+machine, which three processes on one machine oversubscribe). Then,
 --recoveries times, run it on three workers, kill one with SIGKILL after a
 checkpoint, and print the time from the kill to the tasks running again on
 the other two and to the first checkpoint after (when the file sink
@@ -45,8 +50,9 @@ counting.
 
 With --cpuprofile F, every process of every run writes its CPU profile,
 so the last run of each mode leaves them: F.local for one process,
-F.coordinator and F.worker-1, F.worker-2 for the cluster (go tool pprof
--top F.coordinator F.worker-* merges them).`,
+F.procsN.coordinator and F.procsN.worker-1, F.procsN.worker-2 for the
+cluster with GOMAXPROCS N (0: Go's default; go tool pprof -top
+F.procs1.coordinator F.procs1.worker-* merges them).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if files < 1 || lines < 1 || runs < 1 || recoveries < 0 {
@@ -93,9 +99,14 @@ func (s *syncBuf) String() string {
 	return s.b.String()
 }
 
-func startChild(ctx context.Context, bin string, args ...string) (*child, error) {
+// startChild starts bin with args; env, if any, is added to this
+// process's environment.
+func startChild(ctx context.Context, env []string, bin string, args ...string) (*child, error) {
 	p := &child{cmd: exec.CommandContext(ctx, bin, args...), log: &syncBuf{}, done: make(chan struct{})}
 	p.cmd.Stderr = p.log
+	if len(env) > 0 {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	if err := p.cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -217,7 +228,7 @@ func profileFlags(name string) []string {
 func (b *clusterBench) local() (time.Duration, string, error) {
 	output, ckpt := b.dirs()
 	defer os.RemoveAll(ckpt)
-	p, err := startChild(b.ctx, b.self, b.jobArgs("run", output, ckpt, append([]string{"--progress", "0"}, profileFlags("local")...)...)...)
+	p, err := startChild(b.ctx, nil, b.self, b.jobArgs("run", output, ckpt, append([]string{"--progress", "0"}, profileFlags("local")...)...)...)
 	if err != nil {
 		return 0, "", err
 	}
@@ -229,14 +240,19 @@ func (b *clusterBench) local() (time.Duration, string, error) {
 }
 
 // cluster starts a coordinator and workers (extra: the coordinator's extra
-// flags), profiled if asked.
-func (b *clusterBench) cluster(output, ckpt string, workers int, profiled bool, extra ...string) (*child, []*child, error) {
+// flags), each with GOMAXPROCS procs (0: Go's default, every CPU), and
+// profiled if asked (the profiles' names say procs).
+func (b *clusterBench) cluster(output, ckpt string, workers, procs int, profiled bool, extra ...string) (*child, []*child, error) {
 	prof := func(string) []string { return nil }
 	if profiled {
-		prof = profileFlags
+		prof = func(name string) []string { return profileFlags(fmt.Sprintf("procs%d.%s", procs, name)) }
+	}
+	var env []string
+	if procs > 0 {
+		env = []string{fmt.Sprint("GOMAXPROCS=", procs)}
 	}
 	extra = append(extra, prof("coordinator")...)
-	coord, err := startChild(b.ctx, b.self, b.jobArgs("coordinator", output, ckpt, append([]string{"--listen", "127.0.0.1:0", "--certs", b.certs}, extra...)...)...)
+	coord, err := startChild(b.ctx, env, b.self, b.jobArgs("coordinator", output, ckpt, append([]string{"--listen", "127.0.0.1:0", "--certs", b.certs}, extra...)...)...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -247,7 +263,7 @@ func (b *clusterBench) cluster(output, ckpt string, workers int, profiled bool, 
 	var ws []*child
 	for i := 1; i <= workers; i++ {
 		name := fmt.Sprint("worker-", i)
-		w, err := startChild(b.ctx, b.self, b.jobArgs("worker", output, ckpt, append([]string{"--join", m[1], "--name", name, "--certs", b.certs}, prof(name)...)...)...)
+		w, err := startChild(b.ctx, env, b.self, b.jobArgs("worker", output, ckpt, append([]string{"--join", m[1], "--name", name, "--certs", b.certs}, prof(name)...)...)...)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -256,12 +272,13 @@ func (b *clusterBench) cluster(output, ckpt string, workers int, profiled bool, 
 	return coord, ws, nil
 }
 
-// clustered runs the word count on a coordinator and two workers: the CPU
-// time of all three, and the coordinator's log.
-func (b *clusterBench) clustered() (time.Duration, string, error) {
+// clustered runs the word count on a coordinator and two workers, each
+// with GOMAXPROCS procs (0: Go's default): the CPU time of all three, and
+// the coordinator's log.
+func (b *clusterBench) clustered(procs int) (time.Duration, string, error) {
 	output, ckpt := b.dirs()
 	defer os.RemoveAll(ckpt)
-	coord, ws, err := b.cluster(output, ckpt, 2, true)
+	coord, ws, err := b.cluster(output, ckpt, 2, procs, true)
 	if err != nil {
 		return 0, "", err
 	}
@@ -290,7 +307,7 @@ func (b *clusterBench) recovery(extra ...string) (toRunning, toCommitted time.Du
 	output, ckpt := b.dirs()
 	defer os.RemoveAll(ckpt)
 	defer os.RemoveAll(output)
-	coord, ws, err := b.cluster(output, ckpt, 3, false, extra...)
+	coord, ws, err := b.cluster(output, ckpt, 3, 0, false, extra...)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -381,12 +398,21 @@ func benchCluster(ctx context.Context, w io.Writer, self string, files, lines, r
 	}
 	words := float64(files) * float64(lines) * 8
 	fmt.Fprintf(w, "weir bench cluster: %.0f words, parallelism 2, checkpoints every 1s, %d CPUs, rounds: %d (each runs both modes, in turn)\n\n", words, goruntime.NumCPU(), runs)
-	modes := []struct {
+	type mode struct {
 		name string
 		run  func() (time.Duration, string, error)
-	}{
+	}
+	// Two workers on one machine: each sized to its share of the CPUs, as
+	// on a machine of its own or under a container's CPU limit (Go sizes
+	// itself to that limit), and each sized to the whole machine, Go's
+	// default for a process, which oversubscribes the CPUs.
+	share := max(1, goruntime.NumCPU()/2)
+	modes := []mode{
 		{"one process", b.local},
-		{"coordinator + 2 workers (1 slot each), TLS", b.clustered},
+		{fmt.Sprintf("cluster, GOMAXPROCS=%d a process (its share)", share), func() (time.Duration, string, error) { return b.clustered(share) }},
+	}
+	if share != goruntime.NumCPU() {
+		modes = append(modes, mode{fmt.Sprintf("cluster, GOMAXPROCS=%d a process (Go's default)", goruntime.NumCPU()), func() (time.Duration, string, error) { return b.clustered(0) }})
 	}
 	// Rounds take the modes in turn, so that a slow spell of a shared
 	// machine does not fall on one of them only; a round's ratio compares
@@ -403,10 +429,10 @@ func benchCluster(ctx context.Context, w io.Writer, self string, files, lines, r
 			durs[i] = append(durs[i], checkpointDurations(log)...)
 		}
 	}
-	const row = "%-44s %12s %8s %16s %10s %10s %7s\n"
+	const row = "%-48s %12s %8s %16s %10s %10s %7s\n"
 	fmt.Fprintf(w, row, "", "words/cpu-s", "median", "all runs", "ckpt p50", "ckpt p99", "ckpts")
 	perCPU := func(cpu time.Duration) float64 { return words / cpu.Seconds() }
-	var best, med [2]time.Duration
+	best, med := make([]time.Duration, len(modes)), make([]time.Duration, len(modes))
 	for i, mode := range modes {
 		best[i], med[i] = slices.Min(cpus[i]), median(cpus[i])
 		fmt.Fprintf(w, row, mode.name, si(perCPU(best[i])), si(perCPU(med[i])), si(perCPU(slices.Max(cpus[i])))+"–"+si(perCPU(best[i])),
@@ -414,12 +440,15 @@ func benchCluster(ctx context.Context, w io.Writer, self string, files, lines, r
 	}
 	// The cluster's words per CPU-second over one process's is one
 	// process's CPU time over the cluster's.
-	ratios := make([]float64, runs) // per round
-	for r := range ratios {
-		ratios[r] = cpus[0][r].Seconds() / cpus[1][r].Seconds()
+	fmt.Fprintln(w)
+	for c := 1; c < len(modes); c++ {
+		ratios := make([]float64, runs) // per round
+		for r := range ratios {
+			ratios[r] = cpus[0][r].Seconds() / cpus[c][r].Seconds()
+		}
+		fmt.Fprintf(w, "%s / one process, per CPU-second: %.2f (best runs), %.2f (medians); per round: median %.2f, %.2f–%.2f\n", modes[c].name,
+			best[0].Seconds()/best[c].Seconds(), med[0].Seconds()/med[c].Seconds(), median(ratios), slices.Min(ratios), slices.Max(ratios))
 	}
-	fmt.Fprintf(w, "\ncluster / one process, per CPU-second: %.2f (best runs), %.2f (medians); per round: median %.2f, %.2f–%.2f\n",
-		best[0].Seconds()/best[1].Seconds(), med[0].Seconds()/med[1].Seconds(), median(ratios), slices.Min(ratios), slices.Max(ratios))
 	if recoveries == 0 {
 		return nil
 	}

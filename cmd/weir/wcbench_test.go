@@ -1,10 +1,12 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	goruntime "runtime"
 	"strings"
 	"testing"
 	"time"
@@ -31,17 +33,35 @@ func TestWordCountBench(t *testing.T) {
 // TestClusterBenchProfilesEveryProcess: `weir bench cluster --cpuprofile F`
 // leaves a CPU profile of each process of the last run of each mode, which
 // pprof reads (`bench cluster` used to take the flag and profile nothing),
-// and prints the modes' rates and their ratios.
+// and prints the modes' rates and their ratios: the cluster's processes
+// sized to their share of the machine, and (with more than one CPU) to
+// all of it.
 func TestClusterBenchProfilesEveryProcess(t *testing.T) {
 	prof := filepath.Join(t.TempDir(), "cpu")
 	out, err := exec.Command(weirBin, "bench", "cluster", "--files", "1", "--lines", "2000", "--runs", "2", "--recoveries", "0", "--cpuprofile", prof).CombinedOutput()
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if !regexp.MustCompile(`(?m)^one process +\S+ +\S+ +\S+–\S+ .*\ncoordinator \+ 2 workers .*\n\ncluster / one process, per CPU-second: [0-9.]+ \(best runs\), [0-9.]+ \(medians\); per round: median [0-9.]+, [0-9.]+–[0-9.]+$`).Match(out) {
-		t.Fatalf("no rows and ratios of both modes in:\n%s", out)
+	share, all := max(1, goruntime.NumCPU()/2), goruntime.NumCPU()
+	sizes := []string{fmt.Sprintf("GOMAXPROCS=%d a process \\(its share\\)", share)}
+	if share != all {
+		sizes = append(sizes, fmt.Sprintf("GOMAXPROCS=%d a process \\(Go's default\\)", all))
 	}
-	for _, p := range []string{"local", "coordinator", "worker-1", "worker-2"} {
+	rows, ratios := `(?m)^one process +\S+ +\S+ +\S+–\S+ .*\n`, "\n"
+	for _, size := range sizes {
+		rows += `cluster, ` + size + ` +\S+ +\S+ +\S+–\S+ .*\n`
+		ratios += `cluster, ` + size + ` / one process, per CPU-second: [0-9.]+ \(best runs\), [0-9.]+ \(medians\); per round: median [0-9.]+, [0-9.]+–[0-9.]+\n`
+	}
+	if !regexp.MustCompile(rows + ratios).Match(out) {
+		t.Fatalf("no rows and ratios of every mode (%s) in:\n%s", rows+ratios, out)
+	}
+	profiles := []string{"local"}
+	for _, procs := range []int{share, 0}[:len(sizes)] {
+		for _, p := range []string{"coordinator", "worker-1", "worker-2"} {
+			profiles = append(profiles, fmt.Sprintf("procs%d.%s", procs, p))
+		}
+	}
+	for _, p := range profiles {
 		f, err := os.Open(prof + "." + p)
 		if err != nil {
 			t.Fatalf("%v (bench output:\n%s)", err, out)
