@@ -255,10 +255,11 @@ func (s *ListState[K, V]) Clear()        { s.t.Delete(s.c.current()) }
 
 // MapState holds a map per key.
 type MapState[K, UK comparable, V any] struct {
-	t    state.Map[K, UK, V]
-	c    *KeyedContext[K]
-	name string
-	nan  bool // UK holds floats (floatIn)
+	t     state.Map[K, UK, V]
+	c     *KeyedContext[K]
+	name  string
+	nan   bool           // UK holds floats (floatIn)
+	check func(UK) error // codec.KeyCheck, nil when every user key encodes apart
 }
 
 // keyTypeFaithful says why keys of type K cannot go through their default
@@ -318,21 +319,41 @@ func NewMapState[K, UK comparable, V any](c *KeyedContext[K], name string) (*Map
 		return nil, Permanent(fmt.Errorf("map state %q: user %w", name, err))
 	}
 	t, err := backend.NewMap(c.backend, name, c.kc, codec.ForKey[UK](), codec.For[V]())
-	return &MapState[K, UK, V]{t: t, c: c, name: name, nan: floatIn(reflect.TypeFor[UK]())}, err
+	return &MapState[K, UK, V]{t: t, c: c, name: name, nan: floatIn(reflect.TypeFor[UK]()), check: codec.KeyCheck[UK]()}, err
 }
 
-func (s *MapState[K, UK, V]) Get(uk UK) (V, bool) { return s.t.Get(s.c.current(), uk) }
+// Get finds no entry under a user key holding NaN (Put stores none).
+func (s *MapState[K, UK, V]) Get(uk UK) (V, bool) {
+	if s.nan && uk != uk {
+		var zero V
+		return zero, false
+	}
+	return s.t.Get(s.c.current(), uk)
+}
 
 // Put fails the job at once given a user key holding NaN, as KeyBy does a
-// key: NaN is not equal to itself, so no Get would find the entry again.
+// key (NaN is not equal to itself, so no Get would find the entry again),
+// or one its codec cannot encode apart from others (codec.KeyCheck): the
+// heap backend would find out only at the next checkpoint.
 func (s *MapState[K, UK, V]) Put(uk UK, v V) {
 	if s.nan && uk != uk {
 		panic(Permanent(fmt.Errorf("map state %q: user key %v holds NaN, which is not equal to itself: no Get would find its entry; map NaN to another user key", s.name, uk)))
 	}
+	if s.check != nil {
+		if err := s.check(uk); err != nil {
+			panic(Permanent(fmt.Errorf("map state %q: user key: %w", s.name, err)))
+		}
+	}
 	s.t.Put(s.c.current(), uk, v)
 }
 
-func (s *MapState[K, UK, V]) Remove(uk UK) { s.t.Remove(s.c.current(), uk) }
+// Remove does nothing given a user key holding NaN (Put stores none).
+func (s *MapState[K, UK, V]) Remove(uk UK) {
+	if s.nan && uk != uk {
+		return
+	}
+	s.t.Remove(s.c.current(), uk)
+}
 
 // All returns the current key's map; do not modify it.
 func (s *MapState[K, UK, V]) All() iter.Seq2[UK, V] { return s.t.All(s.c.current()) }

@@ -89,6 +89,54 @@ func ForKey[T any]() Codec[T] {
 	return c.(Codec[T])
 }
 
+// KeyCheck returns a check that a key of type T can be encoded apart from
+// every other key by ForKey's codec (else a *KeyError), or nil if every key
+// can. A backend may encode keys late (the heap's, only for a snapshot, on
+// a goroutine of its own): a key that cannot be encoded must fail where it
+// is made.
+func KeyCheck[T any]() func(T) error {
+	if _, isJSON := ForKey[T]().(keyJSON[T]); !isJSON || !stringIn(reflect.TypeFor[T](), map[reflect.Type]bool{}) {
+		return nil
+	}
+	var buf []byte
+	return func(v T) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				ke, is := r.(*KeyError)
+				if !is {
+					panic(r)
+				}
+				err = ke
+			}
+		}()
+		buf = keyJSON[T]{}.Append(buf[:0], v)
+		return nil
+	}
+}
+
+// stringIn says whether a value of type t may hold a string.
+func stringIn(t reflect.Type, seen map[reflect.Type]bool) bool {
+	if seen[t] {
+		return false
+	}
+	seen[t] = true
+	switch t.Kind() {
+	case reflect.String, reflect.Interface:
+		return true
+	case reflect.Array, reflect.Pointer, reflect.Slice:
+		return stringIn(t.Elem(), seen)
+	case reflect.Map:
+		return stringIn(t.Key(), seen) || stringIn(t.Elem(), seen)
+	case reflect.Struct:
+		for i := range t.NumField() {
+			if stringIn(t.Field(i).Type, seen) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // AppendLen appends n as a uvarint.
 func AppendLen(dst []byte, n int) []byte { return binary.AppendUvarint(dst, uint64(n)) }
 
@@ -216,6 +264,9 @@ func appendJSON[T any](dst []byte, v T, key bool) []byte {
 	c := JSON[T]{}
 	e := encoderOf(reflect.TypeFor[T](), key)
 	if e == nil {
+		if key {
+			v = canonicalKey(v)
+		}
 		return c.marshal(dst, v)
 	}
 	// The encoder writes after dst; the length goes before it.

@@ -55,7 +55,7 @@ func encode(e encoder, dst []byte, p unsafe.Pointer) (out []byte, ok bool) {
 type KeyError struct{ s string }
 
 func (e *KeyError) Error() string {
-	return fmt.Sprintf("codec: a key holds the string %q, which is not UTF-8: the default key encoding (JSON) writes its bad bytes as U+FFFD, so two keys would share their state; turn such bytes into text in the key function (hex, base64), or give a key codec of your own", e.s)
+	return fmt.Sprintf("codec: a key holds the string %q, which is not UTF-8: the default key encoding (JSON) writes its bad bytes as U+FFFD, so two keys would share their state; make such bytes text (hex, base64) before they are part of a key", e.s)
 }
 
 // Permanent says that a restart does not help.
@@ -366,6 +366,60 @@ type unencodable struct{}
 // notUTF8 is the panic of an encoder of keys that meets a string that is
 // not UTF-8 (see compiler.key).
 type notUTF8 struct{ s string }
+
+// canonicalKey is key v as json.Marshal is to encode it, for the key types
+// the encoder of keys does not compile (an embedded field, a tag option
+// string or omitzero, a field that encodes itself): a copy with every float
+// -0 made 0, and a *KeyError panic for a string that is not UTF-8, as the
+// encoder of keys does, except inside a type that encodes itself (its
+// Marshaler decides what its bytes are). Keys compare by value (no
+// pointers, slices or maps), so the copy shares nothing it changes.
+func canonicalKey[T any](v T) T {
+	c := v
+	canonicalize(reflect.ValueOf(&c).Elem())
+	return c
+}
+
+// canonicalize makes canonicalKey's changes to v, which is settable.
+func canonicalize(v reflect.Value) {
+	if custom(v.Type()) {
+		return
+	}
+	switch v.Kind() {
+	case reflect.Float32, reflect.Float64:
+		if v.Float() == 0 {
+			v.SetFloat(0)
+		}
+	case reflect.String:
+		if s := v.String(); !utf8.ValidString(s) {
+			panic(&KeyError{s: s})
+		}
+	case reflect.Array:
+		for i := range v.Len() {
+			canonicalize(v.Index(i))
+		}
+	case reflect.Struct:
+		t := v.Type()
+		for i := range t.NumField() {
+			sf := t.Field(i)
+			if !sf.IsExported() && !sf.Anonymous || sf.Tag.Get("json") == "-" {
+				continue // JSON leaves it out
+			}
+			f := v.Field(i)
+			if !f.CanSet() { // in an unexported embedded struct
+				f = reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem()
+			}
+			canonicalize(f)
+		}
+	case reflect.Interface:
+		if !v.IsNil() {
+			c := reflect.New(v.Elem().Type()).Elem()
+			c.Set(v.Elem())
+			canonicalize(c)
+			v.Set(c)
+		}
+	}
+}
 
 // positiveZero is f, with -0 as 0.
 func positiveZero[F float32 | float64](f F) F {

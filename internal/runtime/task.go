@@ -6,6 +6,7 @@ import (
 	"io"
 	"maps"
 	rt "runtime"
+	"runtime/debug"
 	"slices"
 	"time"
 
@@ -887,7 +888,11 @@ func (t *task) write(ctx context.Context, id checkpoint.ID, parts *snapshotParts
 			// the checkpoint: on the pool's goroutine it would end the
 			// process.
 			if p := recover(); p != nil {
-				t.send(ctx, Report{Kind: ReportDecline, ID: id, Err: fmt.Errorf("the snapshot's asynchronous part panicked: %v", p)})
+				err, ok := p.(error)
+				if !ok {
+					err = fmt.Errorf("%v", p)
+				}
+				t.send(ctx, Report{Kind: ReportDecline, ID: id, Err: fmt.Errorf("the snapshot's asynchronous part panicked: %w\n%s", err, debug.Stack())})
 			}
 		}()
 		asyncStart := t.now()

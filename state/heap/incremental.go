@@ -39,6 +39,7 @@ import (
 	"io"
 	"maps"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"sync"
 
@@ -356,7 +357,11 @@ func (b *Backend) snapshotIncremental(id checkpoint.ID) state.Async {
 				var at string // the table being encoded
 				defer func() {
 					if p := recover(); p != nil {
-						panics[e] = fmt.Errorf("heap state %q: encoding panicked: %v", at, p)
+						err, ok := p.(error)
+						if !ok {
+							err = fmt.Errorf("%v", p)
+						}
+						panics[e] = fmt.Errorf("heap state %q: encoding panicked: %w\n%s", at, err, debug.Stack())
 					}
 				}()
 				part := &parts[e]
