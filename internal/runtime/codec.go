@@ -27,32 +27,78 @@ type BatchCodec interface {
 // Batches is the BatchCodec of []T with c for each record; c must not
 // alias what it decodes from (codec.For's codecs copy).
 func Batches[T any](c codec.Codec[T]) BatchCodec {
-	b := batches[T]{c: c, decode: func(src []byte, _ *arena.Cuts) (T, int, error) { return c.Decode(src) }}
 	if sc, ok := any(c).(codec.Codec[string]); ok && sc == codec.For[string]() {
-		b.decode = any(decodeShared).(func([]byte, *arena.Cuts) (T, int, error))
+		return stringBatches{}
 	}
-	return b
+	return batches[T]{c: c}
 }
 
-type batches[T any] struct {
-	c codec.Codec[T]
-	// decode decodes a record with c, or for strings with codec.For's
-	// codec, decodeShared.
-	decode func(src []byte, chunks *arena.Cuts) (T, int, error)
-}
+type batches[T any] struct{ c codec.Codec[T] }
 
-// decodeShared decodes a string as codec.For's codec does, cut from a
-// chunk of the batch copied once for many strings (arena.Cuts): a few
+// stringBatches is the BatchCodec of []string with codec.For's codec (a
+// word count's channels carry words), with that codec's loop written out:
+// a length under 128 is one byte of uvarint. A decoded string is cut from
+// a chunk of the batch copied once for many strings (arena.Cuts): a few
 // allocations a batch where a string each would cost one apiece. NB: a
 // decoded string keeps at most its chunk alive (4 KiB, or itself if
 // longer); heap state copies the strings of the keys and values it keeps,
 // as it does those cut from a file source's shared blocks.
-func decodeShared(src []byte, chunks *arena.Cuts) (string, int, error) {
-	n, k, err := codec.ReadLen(src)
-	if err != nil {
-		return "", 0, err
+type stringBatches struct{}
+
+func (stringBatches) Append(dst []byte, batch any) []byte {
+	recs := batch.([]string)
+	dst = binary.AppendUvarint(dst, uint64(len(recs)))
+	for _, r := range recs {
+		if len(r) < 0x80 {
+			dst = append(dst, byte(len(r)))
+		} else {
+			dst = binary.AppendUvarint(dst, uint64(len(r)))
+		}
+		dst = append(dst, r...)
 	}
-	return chunks.Cut(src[k:], n), k + n, nil
+	return dst
+}
+
+func (stringBatches) Decode(src []byte, reuse any) (any, int, error) {
+	n, err := recordCount(&src)
+	if err != nil {
+		return nil, 0, err
+	}
+	old, _ := reuse.([]string)
+	clear(old)
+	recs := slices.Grow(old[:0], min(n, len(src)))
+	var chunks arena.Cuts
+	chunks.Reset(src)
+	for range n {
+		l, k := 0, 1
+		if len(src) > 0 && src[0] < 0x80 {
+			l = int(src[0])
+			if l > len(src)-1 {
+				return nil, 0, fmt.Errorf("batch: record %d: codec: length %d exceeds the %d bytes left", len(recs), l, len(src)-1)
+			}
+		} else if l, k, err = codec.ReadLen(src); err != nil {
+			return nil, 0, fmt.Errorf("batch: record %d: %w", len(recs), err)
+		}
+		recs = append(recs, chunks.Cut(src[k:], l))
+		src = src[k+l:]
+	}
+	if len(src) != 0 {
+		return nil, 0, fmt.Errorf("batch: %d bytes after the last record", len(src))
+	}
+	return recs, len(recs), nil
+}
+
+// recordCount reads a batch's record count from the front of *src.
+func recordCount(src *[]byte) (int, error) {
+	n, k := binary.Uvarint(*src)
+	if k <= 0 {
+		return 0, errors.New("batch: bad record count")
+	}
+	*src = (*src)[k:]
+	if n > MaxBatchBytes {
+		return 0, fmt.Errorf("batch: %d records exceed a frame", n)
+	}
+	return int(n), nil
 }
 
 func (b batches[T]) Append(dst []byte, batch any) []byte {
@@ -65,23 +111,17 @@ func (b batches[T]) Append(dst []byte, batch any) []byte {
 }
 
 func (b batches[T]) Decode(src []byte, reuse any) (any, int, error) {
-	n, k := binary.Uvarint(src)
-	if k <= 0 {
-		return nil, 0, errors.New("batch: bad record count")
-	}
-	src = src[k:]
-	if n > MaxBatchBytes {
-		return nil, 0, fmt.Errorf("batch: %d records exceed a frame", n)
+	n, err := recordCount(&src)
+	if err != nil {
+		return nil, 0, err
 	}
 	// NB: a count the bytes cannot hold must not allocate; the loop below
 	// fails on the first missing record.
 	old, _ := reuse.([]T)
 	clear(old)
-	recs := slices.Grow(old[:0], min(int(n), len(src)))
-	var chunks arena.Cuts
-	chunks.Reset(src)
+	recs := slices.Grow(old[:0], min(n, len(src)))
 	for range n {
-		r, used, err := b.decode(src, &chunks)
+		r, used, err := b.c.Decode(src)
 		if err != nil {
 			return nil, 0, fmt.Errorf("batch: record %d: %w", len(recs), err)
 		}

@@ -1,8 +1,11 @@
 package runtime
 
 import (
+	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/weirstream/weir/codec"
@@ -76,5 +79,66 @@ func BenchmarkDecodeBatch(b *testing.B) {
 			b.Fatal(err)
 		}
 		reuse = e
+	}
+}
+
+// TestStringBatchesAsTheStringCodec: the string batches' own loops
+// (stringBatches) write exactly what the generic batch codec writes with
+// codec.For's string codec, record by record, and read it back, for
+// random batches of strings of 0 to 300 bytes (lengths of one uvarint byte
+// and of two), and refuse what the generic codec refuses: every cut of a
+// batch short of its end, and a batch with bytes after its last record.
+func TestStringBatchesAsTheStringCodec(t *testing.T) {
+	generic := batches[string]{c: codec.For[string]()}
+	if _, own := Batches(codec.For[string]()).(stringBatches); !own {
+		t.Fatal("Batches of codec.For[string] is not stringBatches")
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for seed := range 300 {
+		batch := make([]string, r.IntN(40))
+		for i := range batch {
+			n := r.IntN(20)
+			if r.IntN(8) == 0 {
+				n = 100 + r.IntN(200)
+			}
+			batch[i] = strings.Repeat(string(rune('a'+r.IntN(26))), n)
+		}
+		want := generic.Append(nil, batch)
+		got := stringBatches{}.Append(nil, batch)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("seed %d: %d strings encode as %x, want %x", seed, len(batch), got, want)
+		}
+		dec, n, err := stringBatches{}.Decode(got, nil)
+		if err != nil || n != len(batch) || !slices.Equal(dec.([]string), batch) {
+			t.Fatalf("seed %d: decoded %q (%d, %v), want %q", seed, dec, n, err, batch)
+		}
+		for cut := range len(want) {
+			_, _, gerr := generic.Decode(want[:cut], nil)
+			_, _, serr := stringBatches{}.Decode(want[:cut], nil)
+			if (gerr == nil) != (serr == nil) {
+				t.Fatalf("seed %d: cut at %d of %d: generic %v, strings %v", seed, cut, len(want), gerr, serr)
+			}
+		}
+		if _, _, err := (stringBatches{}).Decode(append(want, 0), nil); err == nil {
+			t.Fatalf("seed %d: a byte after the last record decoded", seed)
+		}
+	}
+}
+
+// BenchmarkAppendBatch encodes a word count's batch of 512 words with
+// their key groups (as a connection's writer does).
+func BenchmarkAppendBatch(b *testing.B) {
+	bc := Batches(codec.For[string]())
+	ws := words(512, 1)
+	groups := make([]uint16, len(ws))
+	for i := range groups {
+		groups[i] = uint16(i % 128)
+	}
+	e := Event{Kind: KindBatch, Batch: ws, Groups: groups}
+	buf := AppendBatch(nil, e, bc)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(buf)))
+	for b.Loop() {
+		buf = AppendBatch(buf[:0], e, bc)
 	}
 }
