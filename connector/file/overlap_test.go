@@ -30,6 +30,8 @@ func TestMatchesSinkFiles(t *testing.T) {
 		{filepath.Join(dir, "d", "out", "part-output-1?-*"), filepath.Join(dir, "d", "out"), true},
 		{filepath.Join(dir, "d", "out", ".part-*-3-*.inprogress"), filepath.Join(dir, "d", "out"), true},
 		{filepath.Join(dir, "d", "out", "part-*-x"), filepath.Join(dir, "d", "out"), false},
+		{"/*", "/", true}, // the root: one element below it
+		{"/*/*", "/", false},
 	} {
 		f, ok := MatchesSinkFiles(tc.pattern, tc.out, "output")
 		if ok != tc.match {
@@ -54,5 +56,17 @@ func TestMatchesSinkFiles(t *testing.T) {
 	// Another sink's files are not this one's.
 	if f, ok := MatchesSinkFiles(filepath.Join(dir, "d", "out", "part-count-*"), filepath.Join(dir, "d", "out"), "output"); ok {
 		t.Errorf("input part-count-* matched %s of sink output", f)
+	}
+}
+
+// BenchmarkMatchesSinkFiles: the check every process building a job with
+// a file input and output makes at start (a word count's coordinator and
+// workers too), for an input that cannot match the output's files.
+func BenchmarkMatchesSinkFiles(b *testing.B) {
+	dir := b.TempDir()
+	for b.Loop() {
+		if _, ok := MatchesSinkFiles(filepath.Join(dir, "in-*.txt"), filepath.Join(dir, "out"), "output"); ok {
+			b.Fatal("matched")
+		}
 	}
 }

@@ -50,10 +50,18 @@ const LockFile = ".weir.lock"
 // directory and with symbolic links resolved where they exist: the
 // pattern's directories up to its first wildcard, and dir.
 func MatchesSinkFiles(pattern, dir, uid string) (string, bool) {
-	pattern = resolvePattern(pattern)
+	// Element by element, as a glob matches (and MatchesUnder): the sink's
+	// files are an element below dir, so only a pattern of one element
+	// more whose others match dir's can match one, and only then are the
+	// sink's names (tens of thousands of samples) tried.
+	pe := strings.Split(resolvePattern(pattern), "/")
 	dir = filepath.ToSlash(realPath(dir))
+	de := strings.Split(strings.TrimSuffix(dir, "/"), "/") // "/": one element
+	if len(pe) != len(de)+1 || !elementsMatch(pe[:len(de)], de) {
+		return "", false
+	}
 	for _, name := range sinkFileSamples(uid) {
-		if ok, _ := path.Match(pattern, path.Join(dir, name)); ok {
+		if ok, _ := path.Match(pe[len(de)], name); ok {
 			return filepath.Join(filepath.FromSlash(dir), name), true
 		}
 	}
