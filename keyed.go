@@ -322,9 +322,9 @@ func NewMapState[K, UK comparable, V any](c *KeyedContext[K], name string) (*Map
 	return &MapState[K, UK, V]{t: t, c: c, name: name, nan: floatIn(reflect.TypeFor[UK]()), check: codec.KeyCheck[UK]()}, err
 }
 
-// Get finds no entry under a user key holding NaN (Put stores none).
+// Get finds no entry under a user key Put refuses (it stores none).
 func (s *MapState[K, UK, V]) Get(uk UK) (V, bool) {
-	if s.nan && uk != uk {
+	if s.refuses(uk) != nil {
 		var zero V
 		return zero, false
 	}
@@ -333,26 +333,35 @@ func (s *MapState[K, UK, V]) Get(uk UK) (V, bool) {
 
 // Put fails the job at once given a user key holding NaN, as KeyBy does a
 // key (NaN is not equal to itself, so no Get would find the entry again),
-// or one its codec cannot encode apart from others (codec.KeyCheck): the
-// heap backend would find out only at the next checkpoint.
+// or one its codec cannot encode, or not apart from others
+// (codec.KeyCheck): the heap backend would find out only at the next
+// checkpoint.
 func (s *MapState[K, UK, V]) Put(uk UK, v V) {
-	if s.nan && uk != uk {
-		panic(Permanent(fmt.Errorf("map state %q: user key %v holds NaN, which is not equal to itself: no Get would find its entry; map NaN to another user key", s.name, uk)))
-	}
-	if s.check != nil {
-		if err := s.check(uk); err != nil {
-			panic(Permanent(fmt.Errorf("map state %q: user key: %w", s.name, err)))
-		}
+	if err := s.refuses(uk); err != nil {
+		panic(Permanent(err))
 	}
 	s.t.Put(s.c.current(), uk, v)
 }
 
-// Remove does nothing given a user key holding NaN (Put stores none).
+// Remove does nothing given a user key Put refuses (it stores none).
 func (s *MapState[K, UK, V]) Remove(uk UK) {
-	if s.nan && uk != uk {
+	if s.refuses(uk) != nil {
 		return
 	}
 	s.t.Remove(s.c.current(), uk)
+}
+
+// refuses says why Put refuses user key uk, or nil.
+func (s *MapState[K, UK, V]) refuses(uk UK) error {
+	if s.nan && uk != uk {
+		return fmt.Errorf("map state %q: user key %v holds NaN, which is not equal to itself: no Get would find its entry; map NaN to another user key", s.name, uk)
+	}
+	if s.check != nil {
+		if err := s.check(uk); err != nil {
+			return fmt.Errorf("map state %q: user key: %w", s.name, err)
+		}
+	}
+	return nil
 }
 
 // All returns the current key's map; do not modify it.

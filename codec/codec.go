@@ -10,6 +10,7 @@
 package codec
 
 import (
+	"bytes"
 	"encoding"
 	"encoding/binary"
 	"encoding/json"
@@ -89,13 +90,13 @@ func ForKey[T any]() Codec[T] {
 	return c.(Codec[T])
 }
 
-// KeyCheck returns a check that a key of type T can be encoded apart from
-// every other key by ForKey's codec (else a *KeyError), or nil if every key
-// can. A backend may encode keys late (the heap's, only for a snapshot, on
-// a goroutine of its own): a key that cannot be encoded must fail where it
-// is made.
+// KeyCheck returns a check that a key of type T can be encoded, apart from
+// every other key, by ForKey's codec (else a *KeyError), or nil if every
+// key can. A backend may encode keys late (the heap's, only for a
+// snapshot, on a goroutine of its own): a key that cannot be encoded must
+// fail where it is made.
 func KeyCheck[T any]() func(T) error {
-	if _, isJSON := ForKey[T]().(keyJSON[T]); !isJSON || !stringIn(reflect.TypeFor[T](), map[reflect.Type]bool{}) {
+	if _, isJSON := ForKey[T]().(keyJSON[T]); !isJSON || !mayChange(reflect.TypeFor[T](), map[reflect.Type]bool{}) {
 		return nil
 	}
 	var buf []byte
@@ -112,29 +113,6 @@ func KeyCheck[T any]() func(T) error {
 		buf = keyJSON[T]{}.Append(buf[:0], v)
 		return nil
 	}
-}
-
-// stringIn says whether a value of type t may hold a string.
-func stringIn(t reflect.Type, seen map[reflect.Type]bool) bool {
-	if seen[t] {
-		return false
-	}
-	seen[t] = true
-	switch t.Kind() {
-	case reflect.String, reflect.Interface:
-		return true
-	case reflect.Array, reflect.Pointer, reflect.Slice:
-		return stringIn(t.Elem(), seen)
-	case reflect.Map:
-		return stringIn(t.Key(), seen) || stringIn(t.Elem(), seen)
-	case reflect.Struct:
-		for i := range t.NumField() {
-			if stringIn(t.Field(i).Type, seen) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // AppendLen appends n as a uvarint.
@@ -265,7 +243,11 @@ func appendJSON[T any](dst []byte, v T, key bool) []byte {
 	e := encoderOf(reflect.TypeFor[T](), key)
 	if e == nil {
 		if key {
-			v = canonicalKey(v)
+			b, err := json.Marshal(canonicalKey(v))
+			if err != nil {
+				panic(&KeyError{err: err})
+			}
+			return AppendBytes(dst, b)
 		}
 		return c.marshal(dst, v)
 	}
@@ -277,7 +259,11 @@ func appendJSON[T any](dst []byte, v T, key bool) []byte {
 	var zero T
 	*(*T)(spare) = zero // keep nothing of v alive
 	e.spares.Put(spare)
-	if !ok {
+	if !ok { // NaN or an infinity
+		if key {
+			_, err := json.Marshal(v)
+			panic(&KeyError{err: err})
+		}
 		return c.marshal(dst[:start], v) // panics with json.Marshal's reason
 	}
 	n := len(dst) - start
@@ -356,6 +342,83 @@ func Faithful[T any]() error {
 	return faithful(t, !binaryPlain(t, map[reflect.Type]bool{}), map[reflect.Type]bool{})
 }
 
+// droppedByJSON names a field of struct type t whose value json.Marshal
+// never writes because another field has its name (encoding/json writes
+// the shallowest of the fields of a name, and none of two at one depth),
+// or is "". It asks json.Marshal: a zero value, and the value with each
+// field it can reach made non-zero in turn, must encode apart. Fields of
+// types that encode themselves, behind pointers, in interfaces or in
+// arrays are not asked.
+func droppedByJSON(t reflect.Type) string {
+	if custom(t) {
+		return "" // its Marshaler decides
+	}
+	root := reflect.New(t).Elem()
+	zero, err := json.Marshal(root.Interface())
+	if err != nil {
+		return "" // faithful's other checks say why
+	}
+	var dropped string
+	var walk func(sv reflect.Value, path string) bool
+	walk = func(sv reflect.Value, path string) bool {
+		for i := range sv.NumField() {
+			sf := sv.Type().Field(i)
+			if !sf.IsExported() && !sf.Anonymous || sf.Tag.Get("json") == "-" {
+				continue // faithful says so
+			}
+			f := sv.Field(i)
+			if !f.CanSet() { // in an unexported embedded struct
+				f = reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem()
+			}
+			name := path + sf.Name
+			if custom(f.Type()) {
+				continue
+			}
+			if f.Kind() == reflect.Struct {
+				if !walk(f, name+".") {
+					return false
+				}
+				continue
+			}
+			if !setNonZero(f) {
+				continue
+			}
+			out, err := json.Marshal(root.Interface())
+			f.SetZero()
+			if err == nil && bytes.Equal(out, zero) {
+				dropped = name
+				return false
+			}
+		}
+		return true
+	}
+	walk(root, "")
+	return dropped
+}
+
+// setNonZero makes v, a zero value, non-zero, and says whether it could.
+func setNonZero(v reflect.Value) bool {
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString("x")
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		v.SetInt(1)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		v.SetUint(1)
+	case reflect.Float32, reflect.Float64:
+		v.SetFloat(1)
+	case reflect.Slice:
+		v.Set(reflect.MakeSlice(v.Type(), 1, 1))
+	case reflect.Map:
+		v.Set(reflect.MakeMap(v.Type()))
+	default:
+		return false
+	}
+	return true
+}
+
 // jsonKey says whether JSON encodes map keys of type t.
 func jsonKey(t reflect.Type) bool {
 	switch t.Kind() {
@@ -399,6 +462,9 @@ func faithful(t reflect.Type, json bool, seen map[reflect.Type]bool) error {
 		}
 		return faithful(t.Elem(), json, seen)
 	case reflect.Struct:
+		if name := droppedByJSON(t); name != "" {
+			return fmt.Errorf("JSON drops field %s of %s: another field of its name (promoted from an embedded struct, or tagged so) is written instead, or neither; rename one, or give %s MarshalJSON and UnmarshalJSON", name, t, t)
+		}
 		for i := range t.NumField() {
 			f := t.Field(i)
 			if !f.IsExported() && !(f.Anonymous && f.Type.Kind() == reflect.Struct) {

@@ -1,6 +1,7 @@
 package codec
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -49,12 +50,19 @@ func encode(e encoder, dst []byte, p unsafe.Pointer) (out []byte, ok bool) {
 }
 
 // KeyError is the panic of the default codec of keys (ForKey) given a key
-// it cannot encode apart from other keys: one holding a string that is not
-// UTF-8. It is permanent (operator.IsPermanent): the same record fails
-// again after a restart.
-type KeyError struct{ s string }
+// it cannot encode apart from other keys (one holding a string that is not
+// UTF-8), or cannot encode at all (one holding NaN or an infinity, which
+// JSON has no form for). It is permanent (operator.IsPermanent): the same
+// record fails again after a restart.
+type KeyError struct {
+	s   string // the string that is not UTF-8, if that is the reason
+	err error  // else json.Marshal's reason
+}
 
 func (e *KeyError) Error() string {
+	if e.err != nil {
+		return fmt.Sprintf("codec: a key cannot be encoded: %v; keep NaN and infinities out of keys", e.err)
+	}
 	return fmt.Sprintf("codec: a key holds the string %q, which is not UTF-8: the default key encoding (JSON) writes its bad bytes as U+FFFD, so two keys would share their state; make such bytes text (hex, base64) before they are part of a key", e.s)
 }
 
@@ -370,19 +378,157 @@ type notUTF8 struct{ s string }
 // canonicalKey is key v as json.Marshal is to encode it, for the key types
 // the encoder of keys does not compile (an embedded field, a tag option
 // string or omitzero, a field that encodes itself): a copy with every float
-// -0 made 0, and a *KeyError panic for a string that is not UTF-8, as the
-// encoder of keys does, except inside a type that encodes itself (its
-// Marshaler decides what its bytes are). Keys compare by value (no
-// pointers, slices or maps), so the copy shares nothing it changes.
+// -0 made 0, and a *KeyError panic for a string that is not UTF-8 which
+// json.Marshal writes, as the encoder of keys does; what a Marshaler
+// encodes is its own. Keys compare by value (no pointers, slices or maps),
+// so the copy shares nothing it changes.
 func canonicalKey[T any](v T) T {
+	plan := keyPlanOf(reflect.TypeFor[T]())
+	if !plan.dynamic {
+		if len(plan.floats32)+len(plan.floats64)+len(plan.strings) == 0 {
+			return v
+		}
+		c := v
+		if bad := plan.apply(unsafe.Pointer(&c)); len(bad) > 0 {
+			// As below, by the strings' offsets.
+			before, _ := json.Marshal(c)
+			for _, off := range bad {
+				sp := (*string)(unsafe.Add(unsafe.Pointer(&c), off))
+				s := *sp
+				*sp = strings.ToValidUTF8(s, "") + "\x00weir"
+				after, _ := json.Marshal(c)
+				*sp = s
+				if !bytes.Equal(before, after) {
+					panic(&KeyError{s: s})
+				}
+			}
+		}
+		return c
+	}
 	c := v
-	canonicalize(reflect.ValueOf(&c).Elem())
+	root := reflect.ValueOf(&c).Elem()
+	var bad []reflect.Value
+	canonicalize(root, &bad)
+	if len(bad) > 0 {
+		// Whether json.Marshal writes a string depends on its rules for
+		// embedded fields (depth, tags, names that collide): ask it, by
+		// changing the string and seeing whether the encoding changes.
+		before, _ := json.Marshal(c)
+		for _, b := range bad {
+			s := b.String()
+			b.SetString(strings.ToValidUTF8(s, "") + "\x00weir")
+			after, _ := json.Marshal(c)
+			b.SetString(s)
+			if !bytes.Equal(before, after) {
+				panic(&KeyError{s: s})
+			}
+		}
+	}
 	return c
 }
 
-// canonicalize makes canonicalKey's changes to v, which is settable.
-func canonicalize(v reflect.Value) {
-	if custom(v.Type()) {
+// keyPlan is where canonicalKey looks in a key of a type without
+// interfaces: the offsets of the floats and strings canonicalize would
+// visit; dynamic types (with an interface) are walked by reflection.
+type keyPlan struct {
+	floats32, floats64, strings []uintptr
+	dynamic                     bool
+}
+
+var keyPlans sync.Map // reflect.Type → *keyPlan
+
+func keyPlanOf(t reflect.Type) *keyPlan {
+	if p, ok := keyPlans.Load(t); ok {
+		return p.(*keyPlan)
+	}
+	p := &keyPlan{}
+	p.add(t, 0)
+	p2, _ := keyPlans.LoadOrStore(t, p)
+	return p2.(*keyPlan)
+}
+
+// add adds what canonicalize visits in a value of type t at offset off.
+func (p *keyPlan) add(t reflect.Type, off uintptr) {
+	if encodesItself(t) {
+		return
+	}
+	switch t.Kind() {
+	case reflect.Float32:
+		p.floats32 = append(p.floats32, off)
+	case reflect.Float64:
+		p.floats64 = append(p.floats64, off)
+	case reflect.String:
+		p.strings = append(p.strings, off)
+	case reflect.Array:
+		for i := range t.Len() {
+			p.add(t.Elem(), off+uintptr(i)*t.Elem().Size())
+		}
+	case reflect.Struct:
+		for i := range t.NumField() {
+			sf := t.Field(i)
+			if !sf.IsExported() && !sf.Anonymous || sf.Tag.Get("json") == "-" {
+				continue
+			}
+			p.add(sf.Type, off+sf.Offset)
+		}
+	case reflect.Interface:
+		p.dynamic = true
+	}
+}
+
+// apply makes the floats of the key at k 0 where they are -0, and returns
+// the offsets of its strings that are not UTF-8.
+func (p *keyPlan) apply(k unsafe.Pointer) (bad []uintptr) {
+	for _, off := range p.floats32 {
+		f := (*float32)(unsafe.Add(k, off))
+		*f = positiveZero(*f)
+	}
+	for _, off := range p.floats64 {
+		f := (*float64)(unsafe.Add(k, off))
+		*f = positiveZero(*f)
+	}
+	for _, off := range p.strings {
+		if !utf8.ValidString(*(*string)(unsafe.Add(k, off))) {
+			bad = append(bad, off)
+		}
+	}
+	return bad
+}
+
+// mayChange says whether canonicalKey may change or refuse a key of type t:
+// whether it holds a float or a string outside types that encode
+// themselves.
+func mayChange(t reflect.Type, seen map[reflect.Type]bool) bool {
+	if seen[t] || encodesItself(t) {
+		return false
+	}
+	seen[t] = true
+	switch t.Kind() {
+	case reflect.Float32, reflect.Float64, reflect.String, reflect.Interface:
+		return true
+	case reflect.Array:
+		return mayChange(t.Elem(), seen)
+	case reflect.Struct:
+		for i := range t.NumField() {
+			if mayChange(t.Field(i).Type, seen) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// encodesItself reports whether json.Marshal lets a value of type t encode
+// itself, given the value (not its address: a key reaches json.Marshal as
+// a value, so methods on *t are not called).
+func encodesItself(t reflect.Type) bool {
+	return t == jsonNumber || t.Implements(marshaler) || t.Implements(textMarshaler)
+}
+
+// canonicalize makes canonicalKey's changes to v, which is settable, and
+// adds the strings that are not UTF-8 to bad.
+func canonicalize(v reflect.Value, bad *[]reflect.Value) {
+	if encodesItself(v.Type()) {
 		return
 	}
 	switch v.Kind() {
@@ -391,12 +537,12 @@ func canonicalize(v reflect.Value) {
 			v.SetFloat(0)
 		}
 	case reflect.String:
-		if s := v.String(); !utf8.ValidString(s) {
-			panic(&KeyError{s: s})
+		if !utf8.ValidString(v.String()) {
+			*bad = append(*bad, v)
 		}
 	case reflect.Array:
 		for i := range v.Len() {
-			canonicalize(v.Index(i))
+			canonicalize(v.Index(i), bad)
 		}
 	case reflect.Struct:
 		t := v.Type()
@@ -409,13 +555,17 @@ func canonicalize(v reflect.Value) {
 			if !f.CanSet() { // in an unexported embedded struct
 				f = reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem()
 			}
-			canonicalize(f)
+			canonicalize(f, bad)
 		}
 	case reflect.Interface:
 		if !v.IsNil() {
 			c := reflect.New(v.Elem().Type()).Elem()
 			c.Set(v.Elem())
-			canonicalize(c)
+			var inner []reflect.Value // in a copy the probe cannot change
+			canonicalize(c, &inner)
+			if len(inner) > 0 {
+				panic(&KeyError{s: inner[0].String()})
+			}
 			v.Set(c)
 		}
 	}
