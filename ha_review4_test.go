@@ -131,25 +131,10 @@ func blipAtTheEnd(t *testing.T, path string) {
 	const job = "blip"
 	// The leader reaches etcd through the proxy; the standby directly.
 	p := newBlipProxy(t, r.etcd.Hosts()[0], reviewPrefix+"/jobs/"+job+"/ended")
-	type proc struct {
-		logs logRecords
-		done chan error
-		web  chan string
-	}
-	start := func(ctx context.Context, url string) *proc {
-		x := &proc{logs: newLogRecords(), done: make(chan error, 1), web: make(chan string, 1)}
-		env := weir.New(weir.Config{Job: job, Logger: slog.New(x.logs),
-			Web: "127.0.0.1:0", WebToken: "tok", OnWeb: func(a string) { x.web <- a },
+	start := func(ctx context.Context, url string) *haProc {
+		return startHA(t, ctx, weir.Config{Job: job, Web: "127.0.0.1:0", WebToken: "tok",
 			Checkpoint: weir.CheckpointConfig{Dir: r.ckpt, Interval: 50 * time.Millisecond},
 			Cluster:    weir.ClusterConfig{HA: url, HATTL: 2 * time.Second}})
-		if err := endless(env); err != nil {
-			t.Fatal(err)
-		}
-		go func() {
-			_, err := env.Execute(ctx)
-			x.done <- err
-		}()
-		return x
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -252,25 +237,16 @@ func TestHANewLeaderWaitsForACheckpointItsListingLacks(t *testing.T) {
 		}
 		return ids
 	}
-	start := func(ctx context.Context, fs vfs.FS, logs logRecords) chan error {
-		done := make(chan error, 1)
-		env := weir.New(weir.Config{Job: job, Logger: slog.New(logs),
+	start := func(ctx context.Context, fs vfs.FS) *haProc {
+		return startHA(t, ctx, weir.Config{Job: job,
 			Checkpoint: weir.CheckpointConfig{Dir: r.ckpt, FS: fs, Interval: 50 * time.Millisecond, Retained: 3},
 			Cluster:    weir.ClusterConfig{HA: r.url, HATTL: 2 * time.Second}})
-		if err := endless(env); err != nil {
-			t.Fatal(err)
-		}
-		go func() {
-			_, err := env.Execute(ctx)
-			done <- err
-		}()
-		return done
 	}
 	// A leads until etcd records three completed checkpoints, then is
 	// stopped (a rolling restart: its checkpoints are kept).
 	actx, acancel := context.WithCancel(context.Background())
 	defer acancel()
-	adone := start(actx, vfs.Default, newLogRecords())
+	adone := start(actx, vfs.Default).done
 	waitFor(t, "three completed checkpoints in etcd", 30*time.Second, func() bool { return len(completed()) >= 3 })
 	acancel()
 	waitDone(t, adone)
@@ -282,10 +258,10 @@ func TestHANewLeaderWaitsForACheckpointItsListingLacks(t *testing.T) {
 	// checkpoint.
 	fs := &staleListFS{FS: vfs.Default, jobDir: filepath.Join(r.ckpt, job)}
 	fs.hide.Store(fmt.Sprintf("chk-%d", newest))
-	logs := newLogRecords()
 	bctx, bcancel := context.WithCancel(context.Background())
 	defer bcancel()
-	bdone := start(bctx, fs, logs)
+	b := start(bctx, fs)
+	logs, bdone := b.logs, b.done
 	failedAtStart := func() bool {
 		for _, l := range logs.after(time.Time{}, slog.LevelWarn) {
 			if strings.HasPrefix(l, "WARN the run failed at start; standing by again") && strings.Contains(l, fmt.Sprintf("etcd records checkpoints [%d] of job", newest)) {
@@ -339,23 +315,14 @@ func TestHAStandbyWithAnotherCheckpointDirIsToldToCheckIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	start := func(ctx context.Context, dir string, logs logRecords) chan error {
-		done := make(chan error, 1)
-		env := weir.New(weir.Config{Job: job, Logger: slog.New(logs),
+	start := func(ctx context.Context, dir string) *haProc {
+		return startHA(t, ctx, weir.Config{Job: job,
 			Checkpoint: weir.CheckpointConfig{Dir: dir, Interval: 50 * time.Millisecond},
 			Cluster:    weir.ClusterConfig{HA: r.url, HATTL: 2 * time.Second}})
-		if err := endless(env); err != nil {
-			t.Fatal(err)
-		}
-		go func() {
-			_, err := env.Execute(ctx)
-			done <- err
-		}()
-		return done
 	}
 	actx, acancel := context.WithCancel(context.Background())
 	defer acancel()
-	adone := start(actx, r.ckpt, newLogRecords())
+	adone := start(actx, r.ckpt).done
 	waitFor(t, "a completed checkpoint in etcd", 30*time.Second, func() bool {
 		ps, err := c.Completed(context.Background(), job)
 		return err == nil && len(ps) > 0
@@ -363,10 +330,10 @@ func TestHAStandbyWithAnotherCheckpointDirIsToldToCheckIt(t *testing.T) {
 	acancel()
 	waitDone(t, adone)
 
-	logs := newLogRecords()
 	bctx, bcancel := context.WithCancel(context.Background())
 	defer bcancel()
-	bdone := start(bctx, filepath.Join(t.TempDir(), "elsewhere"), logs)
+	b := start(bctx, filepath.Join(t.TempDir(), "elsewhere"))
+	logs, bdone := b.logs, b.done
 	waitLog(t, logs, "WARN the run failed at start", 30*time.Second)
 	bcancel()
 	waitDone(t, bdone)
@@ -392,25 +359,10 @@ func TestHAStandbyWithAnotherCheckpointDirIsToldToCheckIt(t *testing.T) {
 func TestHAStandbyRefusesCancelAndSavepoint(t *testing.T) {
 	r := newHARig(t)
 	const job = "cancelstandby"
-	type proc struct {
-		logs logRecords
-		done chan error
-		web  chan string
-	}
-	start := func(ctx context.Context) *proc {
-		x := &proc{logs: newLogRecords(), done: make(chan error, 1), web: make(chan string, 1)}
-		env := weir.New(weir.Config{Job: job, Logger: slog.New(x.logs),
-			Web: "127.0.0.1:0", WebToken: "tok", OnWeb: func(a string) { x.web <- a },
+	start := func(ctx context.Context) *haProc {
+		return startHA(t, ctx, weir.Config{Job: job, Web: "127.0.0.1:0", WebToken: "tok",
 			Checkpoint: weir.CheckpointConfig{Dir: r.ckpt, Interval: 50 * time.Millisecond},
 			Cluster:    weir.ClusterConfig{HA: r.url, HATTL: 2 * time.Second}})
-		if err := endless(env); err != nil {
-			t.Fatal(err)
-		}
-		go func() {
-			_, err := env.Execute(ctx)
-			x.done <- err
-		}()
-		return x
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -583,25 +535,10 @@ func TestHAResignedProcessRefusesCancel(t *testing.T) {
 		}
 		return int(ps[len(ps)-1].ID)
 	}
-	type proc struct {
-		logs logRecords
-		done chan error
-		web  chan string
-	}
-	start := func(ctx context.Context, fs vfs.FS) *proc {
-		x := &proc{logs: newLogRecords(), done: make(chan error, 1), web: make(chan string, 1)}
-		env := weir.New(weir.Config{Job: job, Logger: slog.New(x.logs),
-			Web: "127.0.0.1:0", WebToken: "tok", OnWeb: func(a string) { x.web <- a },
+	start := func(ctx context.Context, fs vfs.FS) *haProc {
+		return startHA(t, ctx, weir.Config{Job: job, Web: "127.0.0.1:0", WebToken: "tok",
 			Checkpoint: weir.CheckpointConfig{Dir: r.ckpt, FS: fs, Interval: 50 * time.Millisecond},
 			Cluster:    weir.ClusterConfig{HA: r.url, HATTL: 2 * time.Second}})
-		if err := endless(env); err != nil {
-			t.Fatal(err)
-		}
-		go func() {
-			_, err := env.Execute(ctx)
-			x.done <- err
-		}()
-		return x
 	}
 	actx, acancel := context.WithCancel(context.Background())
 	defer acancel()
@@ -634,4 +571,32 @@ func TestHAResignedProcessRefusesCancel(t *testing.T) {
 		t.Fatalf("the process ended after a cancel it refused: %v", err)
 	default:
 	}
+}
+
+// haProc is a process of an HA test: its log, the address its web UI
+// serves on (if it serves one), and how its run ended.
+type haProc struct {
+	logs logRecords
+	done chan error
+	web  chan string
+}
+
+// startHA runs an endless job with cfg (its logger set, and OnWeb if it
+// serves a web UI) until ctx ends.
+func startHA(t *testing.T, ctx context.Context, cfg weir.Config) *haProc {
+	t.Helper()
+	x := &haProc{logs: newLogRecords(), done: make(chan error, 1), web: make(chan string, 1)}
+	cfg.Logger = slog.New(x.logs)
+	if cfg.Web != "" {
+		cfg.OnWeb = func(a string) { x.web <- a }
+	}
+	env := weir.New(cfg)
+	if err := endless(env); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_, err := env.Execute(ctx)
+		x.done <- err
+	}()
+	return x
 }

@@ -5,13 +5,10 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/weirstream/weir/checkpoint"
-	"github.com/weirstream/weir/internal/etcdtest"
-	"github.com/weirstream/weir/internal/ha"
 )
 
 // commitSavepoint commits savepoint id through s.
@@ -35,12 +32,7 @@ func commitSavepoint(s Storage, id checkpoint.ID) error {
 // passes it over, as it is no restore point. A review of note 131's first
 // version found every later start failing on it, forever (session 36).
 func TestHADisposedOlderSavepointBlocksNoStart(t *testing.T) {
-	e := etcdtest.Start(t, 1)
-	c, err := ha.Dial(ha.Config{Endpoints: e.Hosts(), TTL: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := haClient(t)
 	fs := vfs.NewMem()
 	dir, err := NewDir(fs, "/chk", "job", 0)
 	if err != nil {

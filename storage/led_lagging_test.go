@@ -5,13 +5,10 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/weirstream/weir/checkpoint"
-	"github.com/weirstream/weir/internal/etcdtest"
-	"github.com/weirstream/weir/internal/ha"
 )
 
 // hideFS hides one name from listings of one directory (a lagging listing).
@@ -37,12 +34,7 @@ func (f *hideFS) List(dir string) ([]string, error) {
 // reported the newest recorded checkpoint as damaged, and the start
 // restored the one before it and forgot it in etcd.
 func TestHAUnrecordedDamagedCheckpointHidesNoMissingNewer(t *testing.T) {
-	e := etcdtest.Start(t, 1)
-	c, err := ha.Dial(ha.Config{Endpoints: e.Hosts(), TTL: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := haClient(t)
 	mem := vfs.NewMem()
 	fs := &hideFS{FS: mem, dir: "/chk/job"}
 	dir, err := NewDir(fs, "/chk", "job", 0)

@@ -51,12 +51,7 @@ func (p *pausingFS) List(dir string) ([]string, error) {
 // an older checkpoint whose sinks' output was committed since
 // (duplicates), or cannot restore at all.
 func TestReviewDeposedLeaderRemovesTheNextLeadersSharedFiles(t *testing.T) {
-	e := etcdtest.Start(t, 1)
-	c, err := ha.Dial(ha.Config{Endpoints: e.Hosts(), TTL: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := haClient(t)
 	fs := vfs.NewMem()
 	pfs := &pausingFS{FS: fs, suffix: "/" + SharedDir, paused: make(chan struct{}), release: make(chan struct{})}
 	dirA, err := NewDir(pfs, "/chk", "job", 0) // leader a's process
@@ -195,12 +190,7 @@ func TestReviewDeletingAnEndedJobsKeysStartsOver(t *testing.T) {
 // checkpoint etcd records: the non-HA run's interval is written again
 // (duplicates), and its newest state is gone, without a word.
 func TestReviewNewerCheckpointThanEtcdKnowsIsDeleted(t *testing.T) {
-	e := etcdtest.Start(t, 1)
-	c, err := ha.Dial(ha.Config{Endpoints: e.Hosts(), TTL: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := haClient(t)
 	dir, err := NewDir(vfs.NewMem(), "/chk", "job", 0)
 	if err != nil {
 		t.Fatal(err)
@@ -248,12 +238,7 @@ func TestReviewNewerCheckpointThanEtcdKnowsIsDeleted(t *testing.T) {
 // never recorded) and runs beside the leader: two coordinators acting at
 // once on one storage and one set of sinks.
 func TestReviewRunWithoutHAIsNotExcluded(t *testing.T) {
-	e := etcdtest.Start(t, 1)
-	c, err := ha.Dial(ha.Config{Endpoints: e.Hosts(), TTL: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := haClient(t)
 	dir, err := NewDir(vfs.NewMem(), "/chk", "job", 0)
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,18 @@ import (
 )
 
 // lead campaigns for job "job" as name and returns the term.
+// haClient is a client of a one-member etcd cluster of the test's own.
+func haClient(t *testing.T) *ha.Client {
+	t.Helper()
+	e := etcdtest.Start(t, 1)
+	c, err := ha.Dial(ha.Config{Endpoints: e.Hosts(), TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 func lead(t *testing.T, c *ha.Client, name string) *ha.Leadership {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -44,12 +56,7 @@ func completedIDs(s Scan) []checkpoint.ID {
 // learnt so is not a completed checkpoint to the next leader, which goes
 // on with larger ids.
 func TestLedStorage(t *testing.T) {
-	e := etcdtest.Start(t, 1)
-	c, err := ha.Dial(ha.Config{Endpoints: e.Hosts(), TTL: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := haClient(t)
 	fs := vfs.NewMem()
 	dir, err := NewDir(fs, "/chk", "job", 0)
 	if err != nil {
