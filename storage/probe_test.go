@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -30,6 +31,21 @@ func TestProbeErrorsSayNotFound(t *testing.T) {
 		}
 		if got, err := pr.ReadProbe("w-1"); err != nil || string(got) != "worker-1" {
 			t.Errorf("%s: read back %q, %v", name, got, err)
+		}
+	}
+}
+
+// TestProbeNamesArePlainFileNames: a probe's name comes from the network;
+// only 1 to 128 letters, digits and dashes name a file under the probe
+// directory.
+func TestProbeNamesArePlainFileNames(t *testing.T) {
+	for name, ok := range map[string]bool{
+		"a": true, "run-7f3A-9": true, strings.Repeat("x", 128): true,
+		"": false, strings.Repeat("x", 129): false, "../x": false, "a/b": false, "a.b": false,
+		"a b": false, "a\x00": false, "é": false, "a_b": false,
+	} {
+		if err := checkProbeName(name); (err == nil) != ok {
+			t.Errorf("probe name %q: error %v, want accepted %v", name, err, ok)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -11,7 +12,7 @@ func TestHeapFloorOnlyWhenTheEnvironmentDoesNotTuneTheCollector(t *testing.T) {
 		env  map[string]string
 		want int
 	}{
-		{nil, heapFloorBytes},
+		{nil, heapFloorBytes(runtime.GOMAXPROCS(0))},
 		{map[string]string{"GOGC": "400"}, 0},
 		{map[string]string{"GOGC": "off"}, 0},
 		{map[string]string{"GOMEMLIMIT": "1GiB"}, 0},
@@ -41,6 +42,17 @@ func TestRunsTasks(t *testing.T) {
 		}
 		if got := runsTasks(cmd); got != want {
 			t.Errorf("weir %s (found %q): runsTasks %v, want %v", path, cmd.CommandPath(), got, want)
+		}
+	}
+}
+
+// TestHeapFloorGrowsWithTheCores: a process sized to one core (a worker
+// given its share of a machine) gets half the room of one on two, and no
+// process more than the 64 MiB measured.
+func TestHeapFloorGrowsWithTheCores(t *testing.T) {
+	for procs, want := range map[int]int{0: 32 << 20, 1: 32 << 20, 2: 64 << 20, 3: 64 << 20, 64: 64 << 20} {
+		if got := heapFloorBytes(procs); got != want {
+			t.Errorf("GOMAXPROCS %d: floor %d MiB, want %d MiB", procs, got>>20, want>>20)
 		}
 	}
 }
