@@ -132,6 +132,26 @@ func (p *child) cpu() time.Duration {
 	return p.cmd.ProcessState.UserTime() + p.cmd.ProcessState.SystemTime()
 }
 
+// usage is the CPU time of an exited process of a run, by its role.
+func (p *child) usage(role string) procCPU {
+	return procCPU{role: role, user: p.cmd.ProcessState.UserTime(), sys: p.cmd.ProcessState.SystemTime()}
+}
+
+// procCPU is the user and system time of one process of a run.
+type procCPU struct {
+	role      string
+	user, sys time.Duration
+}
+
+// total is a run's CPU time: every process's user plus system time.
+func total(ps []procCPU) time.Duration {
+	var t time.Duration
+	for _, p := range ps {
+		t += p.user + p.sys
+	}
+	return t
+}
+
 func (p *child) signal(s os.Signal) {
 	p.cmd.Process.Signal(s)
 	<-p.done
@@ -225,18 +245,18 @@ func profileFlags(name string) []string {
 }
 
 // local runs the word count in one process: its CPU time and log.
-func (b *clusterBench) local() (time.Duration, string, error) {
+func (b *clusterBench) local() ([]procCPU, string, error) {
 	output, ckpt := b.dirs()
 	defer os.RemoveAll(ckpt)
 	p, err := startChild(b.ctx, nil, b.self, b.jobArgs("run", output, ckpt, append([]string{"--progress", "0"}, profileFlags("local")...)...)...)
 	if err != nil {
-		return 0, "", err
+		return nil, "", err
 	}
 	<-p.done
 	if p.err != nil {
-		return 0, "", fmt.Errorf("local run: %v\n%s", p.err, p.log)
+		return nil, "", fmt.Errorf("local run: %v\n%s", p.err, p.log)
 	}
-	return p.cpu(), p.log.String(), b.verify(output)
+	return []procCPU{p.usage("process")}, p.log.String(), b.verify(output)
 }
 
 // cluster starts a coordinator and workers (extra: the coordinator's extra
@@ -273,23 +293,23 @@ func (b *clusterBench) cluster(output, ckpt string, workers, procs int, profiled
 }
 
 // clustered runs the word count on a coordinator and two workers, each
-// with GOMAXPROCS procs (0: Go's default): the CPU time of all three, and
-// the coordinator's log.
-func (b *clusterBench) clustered(procs int) (time.Duration, string, error) {
+// with GOMAXPROCS procs (0: Go's default): the CPU time of each of the
+// three, and the coordinator's log.
+func (b *clusterBench) clustered(procs int) ([]procCPU, string, error) {
 	output, ckpt := b.dirs()
 	defer os.RemoveAll(ckpt)
 	coord, ws, err := b.cluster(output, ckpt, 2, procs, true)
 	if err != nil {
-		return 0, "", err
+		return nil, "", err
 	}
 	<-coord.done
-	cpu := coord.cpu()
-	for _, w := range ws {
+	cpu := []procCPU{coord.usage("coordinator")}
+	for i, w := range ws {
 		w.signal(syscall.SIGTERM)
-		cpu += w.cpu()
+		cpu = append(cpu, w.usage(fmt.Sprint("worker-", i+1)))
 	}
 	if coord.err != nil {
-		return 0, "", fmt.Errorf("coordinator: %v\n%s", coord.err, coord.log)
+		return nil, "", fmt.Errorf("coordinator: %v\n%s", coord.err, coord.log)
 	}
 	return cpu, coord.log.String(), b.verify(output)
 }
@@ -400,7 +420,7 @@ func benchCluster(ctx context.Context, w io.Writer, self string, files, lines, r
 	fmt.Fprintf(w, "weir bench cluster: %.0f words, parallelism 2, checkpoints every 1s, %d CPUs, rounds: %d (each runs both modes, in turn)\n\n", words, goruntime.NumCPU(), runs)
 	type mode struct {
 		name string
-		run  func() (time.Duration, string, error)
+		run  func() ([]procCPU, string, error)
 	}
 	// Two workers on one machine: each sized to its share of the CPUs, as
 	// on a machine of its own or under a container's CPU limit (Go sizes
@@ -409,23 +429,25 @@ func benchCluster(ctx context.Context, w io.Writer, self string, files, lines, r
 	share := max(1, goruntime.NumCPU()/2)
 	modes := []mode{
 		{"one process", b.local},
-		{fmt.Sprintf("cluster, GOMAXPROCS=%d a process (its share)", share), func() (time.Duration, string, error) { return b.clustered(share) }},
+		{fmt.Sprintf("cluster, GOMAXPROCS=%d a process (its share)", share), func() ([]procCPU, string, error) { return b.clustered(share) }},
 	}
 	if share != goruntime.NumCPU() {
-		modes = append(modes, mode{fmt.Sprintf("cluster, GOMAXPROCS=%d a process (Go's default)", goruntime.NumCPU()), func() (time.Duration, string, error) { return b.clustered(0) }})
+		modes = append(modes, mode{fmt.Sprintf("cluster, GOMAXPROCS=%d a process (Go's default)", goruntime.NumCPU()), func() ([]procCPU, string, error) { return b.clustered(0) }})
 	}
 	// Rounds take the modes in turn, so that a slow spell of a shared
 	// machine does not fall on one of them only; a round's ratio compares
 	// two runs taken one after the other.
 	cpus := make([][]time.Duration, len(modes))
+	procs := make([][][]procCPU, len(modes)) // per mode and run: each process's
 	durs := make([][]time.Duration, len(modes))
 	for range runs {
 		for i, mode := range modes {
-			cpu, log, err := mode.run()
+			ps, log, err := mode.run()
 			if err != nil {
 				return fmt.Errorf("%s: %w", mode.name, err)
 			}
-			cpus[i] = append(cpus[i], cpu)
+			cpus[i] = append(cpus[i], total(ps))
+			procs[i] = append(procs[i], ps)
 			durs[i] = append(durs[i], checkpointDurations(log)...)
 		}
 	}
@@ -448,6 +470,10 @@ func benchCluster(ctx context.Context, w io.Writer, self string, files, lines, r
 		}
 		fmt.Fprintf(w, "%s / one process, per CPU-second: %.2f (best runs), %.2f (medians); per round: median %.2f, %.2f–%.2f\n", modes[c].name,
 			best[0].Seconds()/best[c].Seconds(), med[0].Seconds()/med[c].Seconds(), median(ratios), slices.Min(ratios), slices.Max(ratios))
+	}
+	fmt.Fprintf(w, "\nCPU seconds by process, user + system (medians of the runs):\n")
+	for i, mode := range modes {
+		fmt.Fprintf(w, "%-48s %s\n", mode.name, byProcess(procs[i]))
 	}
 	if recoveries == 0 {
 		return nil
@@ -475,4 +501,21 @@ func benchCluster(ctx context.Context, w io.Writer, self string, files, lines, r
 			fmt.Sprintf("%v (%v–%v)", median(com).Round(time.Millisecond), slices.Min(com).Round(time.Millisecond), slices.Max(com).Round(time.Millisecond)))
 	}
 	return nil
+}
+
+// byProcess is the median user and system time of each process of runs
+// (every run has the same processes, in the same order).
+func byProcess(runs [][]procCPU) string {
+	var b bytes.Buffer
+	for p := range runs[0] {
+		var user, sys []time.Duration
+		for _, r := range runs {
+			user, sys = append(user, r[p].user), append(sys, r[p].sys)
+		}
+		if p > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %.2f + %.2f", runs[0][p].role, median(user).Seconds(), median(sys).Seconds())
+	}
+	return b.String()
 }

@@ -55,6 +55,13 @@ func TestClusterBenchProfilesEveryProcess(t *testing.T) {
 	if !regexp.MustCompile(rows + ratios).Match(out) {
 		t.Fatalf("no rows and ratios of every mode (%s) in:\n%s", rows+ratios, out)
 	}
+	cpu, byProc := `(?m)^one process +process [0-9.]+ \+ [0-9.]+\n`, `[0-9.]+ \+ [0-9.]+`
+	for _, size := range sizes {
+		cpu += `cluster, ` + size + ` +coordinator ` + byProc + `, worker-1 ` + byProc + `, worker-2 ` + byProc + `\n`
+	}
+	if !regexp.MustCompile(cpu).Match(out) {
+		t.Fatalf("no CPU time by process of every mode (%s) in:\n%s", cpu, out)
+	}
 	profiles := []string{"local"}
 	for _, procs := range []int{share, 0}[:len(sizes)] {
 		for _, p := range []string{"coordinator", "worker-1", "worker-2"} {
@@ -71,6 +78,19 @@ func TestClusterBenchProfilesEveryProcess(t *testing.T) {
 		if err != nil {
 			t.Fatalf("the profile of %s: %v", p, err)
 		}
+	}
+}
+
+// TestByProcess: each process's user and system time is the median of
+// its own over the runs, not of the run's total.
+func TestByProcess(t *testing.T) {
+	run := func(cu, cs, wu, ws time.Duration) []procCPU {
+		return []procCPU{{"coordinator", cu, cs}, {"worker-1", wu, ws}}
+	}
+	s := time.Second / 100
+	got := byProcess([][]procCPU{run(5*s, 2*s, 60*s, 9*s), run(7*s, 1*s, 50*s, 12*s), run(6*s, 3*s, 70*s, 11*s)})
+	if want := "coordinator 0.06 + 0.02, worker-1 0.60 + 0.11"; got != want {
+		t.Errorf("byProcess: %q, want %q", got, want)
 	}
 }
 
