@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -38,9 +39,11 @@ best runs, of the medians, and per round (the median and range of the
 rounds' ratios, each of two runs taken one after the other). The cluster
 runs twice a round: with each of its processes sized to its share of the
 machine (GOMAXPROCS = CPUs / 2), as two workers on machines of their own
-or under a container's CPU limit of that share would be (Go sizes itself
-to the limit), and with Go's default (every process sized to the whole
-machine, which three processes on one machine oversubscribe). Then,
+or on CPU sets of that share would be (Go sizes itself to a container's
+CPU limit too, but to no fewer than 2), and with Go's default (every
+process sized to the whole machine, which three processes on one machine
+oversubscribe). Each process's CPU time is printed too: of the run with
+the median total (the lower middle one with an even --runs). Then,
 --recoveries times, run it on three workers, kill one with SIGKILL after a
 checkpoint, and print the time from the kill to the tasks running again on
 the other two and to the first checkpoint after (when the file sink
@@ -76,6 +79,7 @@ F.procs1.coordinator F.procs1.worker-* merges them).`,
 // kept.
 type child struct {
 	cmd  *exec.Cmd
+	name string // a cluster's process: its role (coordinator, worker-N)
 	log  *syncBuf
 	done chan struct{}
 	err  error
@@ -125,11 +129,6 @@ func (p *child) exited() bool {
 	default:
 		return false
 	}
-}
-
-// cpu is the process's user plus system time; it must have exited.
-func (p *child) cpu() time.Duration {
-	return p.cmd.ProcessState.UserTime() + p.cmd.ProcessState.SystemTime()
 }
 
 // usage is the CPU time of an exited process of a run, by its role.
@@ -276,6 +275,7 @@ func (b *clusterBench) cluster(output, ckpt string, workers, procs int, profiled
 	if err != nil {
 		return nil, nil, err
 	}
+	coord.name = "coordinator"
 	m, err := coord.waitLog(b.ctx, coordAddrLine)
 	if err != nil {
 		return nil, nil, err
@@ -287,6 +287,7 @@ func (b *clusterBench) cluster(output, ckpt string, workers, procs int, profiled
 		if err != nil {
 			return nil, nil, err
 		}
+		w.name = name
 		ws = append(ws, w)
 	}
 	return coord, ws, nil
@@ -303,10 +304,10 @@ func (b *clusterBench) clustered(procs int) ([]procCPU, string, error) {
 		return nil, "", err
 	}
 	<-coord.done
-	cpu := []procCPU{coord.usage("coordinator")}
-	for i, w := range ws {
+	cpu := []procCPU{coord.usage(coord.name)}
+	for _, w := range ws {
 		w.signal(syscall.SIGTERM)
-		cpu = append(cpu, w.usage(fmt.Sprint("worker-", i+1)))
+		cpu = append(cpu, w.usage(w.name))
 	}
 	if coord.err != nil {
 		return nil, "", fmt.Errorf("coordinator: %v\n%s", coord.err, coord.log)
@@ -346,8 +347,8 @@ func (b *clusterBench) recovery(extra ...string) (toRunning, toCommitted time.Du
 		return 0, 0, err
 	}
 	victim := ws[0]
-	for i, w := range ws {
-		if m[1] == fmt.Sprint("worker-", i+1) {
+	for _, w := range ws {
+		if m[1] == w.name {
 			victim = w
 		}
 	}
@@ -423,9 +424,10 @@ func benchCluster(ctx context.Context, w io.Writer, self string, files, lines, r
 		run  func() ([]procCPU, string, error)
 	}
 	// Two workers on one machine: each sized to its share of the CPUs, as
-	// on a machine of its own or under a container's CPU limit (Go sizes
-	// itself to that limit), and each sized to the whole machine, Go's
-	// default for a process, which oversubscribes the CPUs.
+	// on a machine or CPU set of its own (under a container's CPU limit Go
+	// sizes itself to the limit, but to no fewer than 2), and each sized
+	// to the whole machine, Go's default for a process, which
+	// oversubscribes the CPUs.
 	share := max(1, goruntime.NumCPU()/2)
 	modes := []mode{
 		{"one process", b.local},
@@ -438,7 +440,7 @@ func benchCluster(ctx context.Context, w io.Writer, self string, files, lines, r
 	// machine does not fall on one of them only; a round's ratio compares
 	// two runs taken one after the other.
 	cpus := make([][]time.Duration, len(modes))
-	procs := make([][][]procCPU, len(modes)) // per mode and run: each process's
+	usages := make([][][]procCPU, len(modes)) // per mode and run: each process's
 	durs := make([][]time.Duration, len(modes))
 	for range runs {
 		for i, mode := range modes {
@@ -447,7 +449,7 @@ func benchCluster(ctx context.Context, w io.Writer, self string, files, lines, r
 				return fmt.Errorf("%s: %w", mode.name, err)
 			}
 			cpus[i] = append(cpus[i], total(ps))
-			procs[i] = append(procs[i], ps)
+			usages[i] = append(usages[i], ps)
 			durs[i] = append(durs[i], checkpointDurations(log)...)
 		}
 	}
@@ -471,9 +473,9 @@ func benchCluster(ctx context.Context, w io.Writer, self string, files, lines, r
 		fmt.Fprintf(w, "%s / one process, per CPU-second: %.2f (best runs), %.2f (medians); per round: median %.2f, %.2f–%.2f\n", modes[c].name,
 			best[0].Seconds()/best[c].Seconds(), med[0].Seconds()/med[c].Seconds(), median(ratios), slices.Min(ratios), slices.Max(ratios))
 	}
-	fmt.Fprintf(w, "\nCPU seconds by process, user + system (medians of the runs):\n")
+	fmt.Fprintf(w, "\nCPU seconds by process, user + system (the run with the median total):\n")
 	for i, mode := range modes {
-		fmt.Fprintf(w, "%-48s %s\n", mode.name, byProcess(procs[i]))
+		fmt.Fprintf(w, "%-48s %s\n", mode.name, byProcess(usages[i]))
 	}
 	if recoveries == 0 {
 		return nil
@@ -503,19 +505,18 @@ func benchCluster(ctx context.Context, w io.Writer, self string, files, lines, r
 	return nil
 }
 
-// byProcess is the median user and system time of each process of runs
-// (every run has the same processes, in the same order).
+// byProcess is each process's user and system time in the run of runs
+// with the median total (the lower middle one of an even number): one
+// run's, so that they add up to its total, which medians taken process by
+// process would not.
 func byProcess(runs [][]procCPU) string {
+	byTotal := slices.SortedFunc(slices.Values(runs), func(a, b []procCPU) int { return cmp.Compare(total(a), total(b)) })
 	var b bytes.Buffer
-	for p := range runs[0] {
-		var user, sys []time.Duration
-		for _, r := range runs {
-			user, sys = append(user, r[p].user), append(sys, r[p].sys)
-		}
-		if p > 0 {
+	for i, p := range byTotal[(len(byTotal)-1)/2] {
+		if i > 0 {
 			b.WriteString(", ")
 		}
-		fmt.Fprintf(&b, "%s %.2f + %.2f", runs[0][p].role, median(user).Seconds(), median(sys).Seconds())
+		fmt.Fprintf(&b, "%s %.2f + %.2f", p.role, p.user.Seconds(), p.sys.Seconds())
 	}
 	return b.String()
 }

@@ -16,10 +16,10 @@ import (
 // out of 270 MB of 4 KiB blocks per 16 M words, collected dozens of times
 // a run, and spent about a tenth of its time in the collector's marking
 // and write barriers. A process's allocation rate grows with the cores it
-// runs on, so its room does too, and the collector runs about as often in
-// a worker sized to one core of a shared machine (design note 134) as in a
-// process on two; the room beyond two cores is not measured, and stays as
-// it was.
+// runs on, so its room does too: a process on one core (a worker given its
+// share of a shared machine) gets half, and prefaults half; it collects
+// more often per word, at no cost measured (design note 134). The room
+// beyond two cores is not measured, and stays as it was.
 func heapFloorBytes(procs int) int {
 	return min(max(procs, 1)*floorPerCore, maxHeapFloor)
 }

@@ -81,16 +81,27 @@ func TestClusterBenchProfilesEveryProcess(t *testing.T) {
 	}
 }
 
-// TestByProcess: each process's user and system time is the median of
-// its own over the runs, not of the run's total.
+// TestByProcess: each process's user and system time comes from one run,
+// the one with the median total (the lower middle one of an even number),
+// so that the line adds up to a run's total; medians taken process by
+// process need not (found by an outside review, session 38).
 func TestByProcess(t *testing.T) {
 	run := func(cu, cs, wu, ws time.Duration) []procCPU {
 		return []procCPU{{"coordinator", cu, cs}, {"worker-1", wu, ws}}
 	}
 	s := time.Second / 100
-	got := byProcess([][]procCPU{run(5*s, 2*s, 60*s, 9*s), run(7*s, 1*s, 50*s, 12*s), run(6*s, 3*s, 70*s, 11*s)})
-	if want := "coordinator 0.06 + 0.02, worker-1 0.60 + 0.11"; got != want {
-		t.Errorf("byProcess: %q, want %q", got, want)
+	a, b, c := run(5*s, 2*s, 60*s, 9*s), run(7*s, 1*s, 50*s, 12*s), run(1*s, 9*s, 70*s, 11*s)
+	for _, tc := range []struct {
+		runs [][]procCPU
+		want string
+	}{
+		{[][]procCPU{b, c, a}, "coordinator 0.05 + 0.02, worker-1 0.60 + 0.09"}, // totals 0.70, 0.91, 0.76
+		{[][]procCPU{c, a}, "coordinator 0.05 + 0.02, worker-1 0.60 + 0.09"},
+		{[][]procCPU{c}, "coordinator 0.01 + 0.09, worker-1 0.70 + 0.11"},
+	} {
+		if got := byProcess(tc.runs); got != tc.want {
+			t.Errorf("byProcess: %q, want %q", got, tc.want)
+		}
 	}
 }
 
