@@ -79,7 +79,7 @@ F.procs1.coordinator F.procs1.worker-* merges them).`,
 // kept.
 type child struct {
 	cmd  *exec.Cmd
-	name string // a cluster's process: its role (coordinator, worker-N)
+	name string // its role in a run: process, coordinator, worker-N
 	log  *syncBuf
 	done chan struct{}
 	err  error
@@ -131,9 +131,9 @@ func (p *child) exited() bool {
 	}
 }
 
-// usage is the CPU time of an exited process of a run, by its role.
-func (p *child) usage(role string) procCPU {
-	return procCPU{role: role, user: p.cmd.ProcessState.UserTime(), sys: p.cmd.ProcessState.SystemTime()}
+// usage is the CPU time of an exited process of a run.
+func (p *child) usage() procCPU {
+	return procCPU{role: p.name, user: p.cmd.ProcessState.UserTime(), sys: p.cmd.ProcessState.SystemTime()}
 }
 
 // procCPU is the user and system time of one process of a run.
@@ -251,11 +251,12 @@ func (b *clusterBench) local() ([]procCPU, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
+	p.name = "process"
 	<-p.done
 	if p.err != nil {
 		return nil, "", fmt.Errorf("local run: %v\n%s", p.err, p.log)
 	}
-	return []procCPU{p.usage("process")}, p.log.String(), b.verify(output)
+	return []procCPU{p.usage()}, p.log.String(), b.verify(output)
 }
 
 // cluster starts a coordinator and workers (extra: the coordinator's extra
@@ -304,10 +305,10 @@ func (b *clusterBench) clustered(procs int) ([]procCPU, string, error) {
 		return nil, "", err
 	}
 	<-coord.done
-	cpu := []procCPU{coord.usage(coord.name)}
+	cpu := []procCPU{coord.usage()}
 	for _, w := range ws {
 		w.signal(syscall.SIGTERM)
-		cpu = append(cpu, w.usage(w.name))
+		cpu = append(cpu, w.usage())
 	}
 	if coord.err != nil {
 		return nil, "", fmt.Errorf("coordinator: %v\n%s", coord.err, coord.log)

@@ -13,8 +13,8 @@ import (
 
 // TestPrefaultedFloorIsWrittenWithoutFaults: after prefault, the heap's
 // next half of the floor, written in 4 KiB blocks (the word count's lines
-// and words), reuses pages already mapped, instead of faulting one in per block (11-19 µs
-// each on a virtual machine). It fails if the runtime stops reusing the
+// and words), reuses pages already mapped, instead of faulting one in per
+// block (11-19 µs each on a virtual machine). It fails if the runtime stops reusing the
 // freed pages, or gives them back to the kernel first. (Where transparent
 // huge pages are "always", the heap gets them without prefault, and the
 // test could not tell: it is skipped.)
