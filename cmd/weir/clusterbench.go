@@ -419,7 +419,7 @@ func benchCluster(ctx context.Context, w io.Writer, self string, files, lines, r
 		return err
 	}
 	words := float64(files) * float64(lines) * 8
-	fmt.Fprintf(w, "weir bench cluster: %.0f words, parallelism 2, checkpoints every 1s, %d CPUs, rounds: %d (each runs both modes, in turn)\n\n", words, goruntime.NumCPU(), runs)
+	fmt.Fprintf(w, "weir bench cluster: %.0f words, parallelism 2, checkpoints every 1s, %d CPUs, rounds: %d (each runs both modes, in turn)\n\n", words, goruntime.GOMAXPROCS(0), runs)
 	type mode struct {
 		name string
 		run  func() ([]procCPU, string, error)
@@ -428,14 +428,17 @@ func benchCluster(ctx context.Context, w io.Writer, self string, files, lines, r
 	// on a machine or CPU set of its own (under a container's CPU limit Go
 	// sizes itself to the limit, but to no fewer than 2), and each sized
 	// to the whole machine, Go's default for a process, which
-	// oversubscribes the CPUs.
-	share := max(1, goruntime.NumCPU()/2)
+	// oversubscribes the CPUs. The machine is what this process may use
+	// (its GOMAXPROCS: the CPUs, a container's limit, or GOMAXPROCS in the
+	// environment, which the processes of the default's mode inherit).
+	procs := goruntime.GOMAXPROCS(0)
+	share := max(1, procs/2)
 	modes := []mode{
 		{"one process", b.local},
 		{fmt.Sprintf("cluster, GOMAXPROCS=%d a process (its share)", share), func() ([]procCPU, string, error) { return b.clustered(share) }},
 	}
-	if share != goruntime.NumCPU() {
-		modes = append(modes, mode{fmt.Sprintf("cluster, GOMAXPROCS=%d a process (Go's default)", goruntime.NumCPU()), func() ([]procCPU, string, error) { return b.clustered(0) }})
+	if share != procs {
+		modes = append(modes, mode{fmt.Sprintf("cluster, GOMAXPROCS=%d a process (Go's default)", procs), func() ([]procCPU, string, error) { return b.clustered(0) }})
 	}
 	// Rounds take the modes in turn, so that a slow spell of a shared
 	// machine does not fall on one of them only; a round's ratio compares

@@ -42,7 +42,7 @@ func TestClusterBenchProfilesEveryProcess(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	share, all := max(1, goruntime.NumCPU()/2), goruntime.NumCPU()
+	share, all := max(1, goruntime.GOMAXPROCS(0)/2), goruntime.GOMAXPROCS(0)
 	sizes := []string{fmt.Sprintf("GOMAXPROCS=%d a process \\(its share\\)", share)}
 	if share != all {
 		sizes = append(sizes, fmt.Sprintf("GOMAXPROCS=%d a process \\(Go's default\\)", all))
