@@ -1,11 +1,15 @@
 package weir_test
 
 import (
+	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/weirstream/weir"
 	"github.com/weirstream/weir/codec"
@@ -180,13 +184,19 @@ func (panicky) Decode(src []byte) (int64, int, error) {
 	return int64(src[0]), 1, nil
 }
 
-// panickyCounter counts in value state whose codec panics.
+// panickyCounter counts in value state whose codec panics (panicky
+// unless it says otherwise).
 type panickyCounter struct {
-	v *weir.ValueState[string, int64]
+	codec codec.Codec[int64]
+	v     *weir.ValueState[string, int64]
 }
 
 func (s *panickyCounter) Open(c *weir.KeyedContext[string]) (err error) {
-	s.v, err = weir.NewValueState[string, int64](c, "count", panicky{})
+	vc := s.codec
+	if vc == nil {
+		vc = panicky{}
+	}
+	s.v, err = weir.NewValueState[string, int64](c, "count", vc)
 	return err
 }
 
@@ -203,16 +213,59 @@ func (s *panickyCounter) Process(_ *weir.KeyedContext[string], w string, out wei
 // (here, none tolerated, no restart), with incremental and with full
 // snapshots. Before, the panic was on a goroutine of its own (an encoder
 // of key groups, the pool of asynchronous parts), which ended the process.
-// The decline carries the panic's stack, as a task's panic does (it did
-// not: found by an outside review, session 37). Found by a review of
-// design note 131's leftovers, session 37.
+// Found by a review of design note 131's leftovers, session 37. The
+// panic's stack is in the task's log, once, and the decline's message
+// says so: it carried the stack (several KB, quoted by every warning,
+// event and status of the checkpoint), session 39.
 func TestAStateCodecsPanicDeclinesTheCheckpoint(t *testing.T) {
 	for _, full := range []bool{false, true} {
-		_, err := runWords(t, weir.Config{StateBackend: weir.StateBackend{Full: full}, Restart: weir.NoRestart{}}, "counts", func() weir.KeyedProcessFunction[string, string, string] { return &panickyCounter{} })
+		var logs syncBuffer
+		_, err := runWords(t, weir.Config{StateBackend: weir.StateBackend{Full: full}, Restart: weir.NoRestart{}, Logger: slog.New(slog.NewTextHandler(&logs, nil))},
+			"counts", func() weir.KeyedProcessFunction[string, string, string] { return &panickyCounter{} })
 		if err == nil || !strings.Contains(err.Error(), "declined") || !strings.Contains(err.Error(), "panicky codec: a value above 3") ||
-			!strings.Contains(err.Error(), "panicky.Append") {
-			t.Fatalf("full snapshots %v: %v, want the checkpoint declined with the codec's panic and its stack", full, err)
+			!strings.Contains(err.Error(), "the stack is in the log of task") || strings.Contains(err.Error(), "panicky.Append") {
+			t.Fatalf("full snapshots %v: %v, want the checkpoint declined with the codec's panic, saying where its stack is, without it", full, err)
 		}
+		if l := logs.String(); !strings.Contains(l, "a snapshot panicked; the checkpoint is declined") || !strings.Contains(l, "panicky.Append") {
+			t.Fatalf("full snapshots %v: the log holds no stack of the codec's panic:\n%s", full, l)
+		}
+	}
+}
+
+// refusing is a state codec that refuses values above 3 with a permanent
+// error, as a codec does for a value it can never encode.
+type refusing struct{ panicky }
+
+func (refusing) Append(dst []byte, v int64) []byte {
+	if v > 3 {
+		panic(weir.Permanent(errors.New("refusing codec: a value above 3 cannot be encoded")))
+	}
+	return append(dst, byte(v))
+}
+
+// TestAPermanentDeclineFailsTheJobAtOnce: a checkpoint declined for a
+// permanent error (a codec that can never encode a value) fails the job at
+// once, without restarts, however many checkpoint failures it tolerates:
+// every checkpoint after it would be declined alike. Before, the job
+// declined checkpoints until it had tolerated its failures, and then
+// failed (session 39).
+func TestAPermanentDeclineFailsTheJobAtOnce(t *testing.T) {
+	var aborted atomic.Int64
+	cfg := weir.Config{Checkpoint: weir.CheckpointConfig{Interval: 5 * time.Millisecond, TolerableFailures: 1000},
+		Restart: weir.FixedDelay{Delay: time.Millisecond, MaxAttempts: 5}, Logger: slog.New(slog.DiscardHandler),
+		OnEvent: func(ev weir.JobEvent) {
+			if ev.Kind == weir.EventCheckpointAborted {
+				aborted.Add(1)
+			}
+		}}
+	res, err := runWords(t, cfg, "counts", func() weir.KeyedProcessFunction[string, string, string] {
+		return &panickyCounter{codec: refusing{}}
+	})
+	if err == nil || !strings.Contains(err.Error(), "no checkpoint can succeed") || !strings.Contains(err.Error(), "refusing codec") || res.Attempts != 1 {
+		t.Fatalf("%v after %d attempts, want the job failed at once, naming the codec's error", err, res.Attempts)
+	}
+	if n := aborted.Load(); n > 1 {
+		t.Errorf("%d checkpoints aborted, want at most the one declined", n)
 	}
 }
 

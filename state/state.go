@@ -21,6 +21,18 @@ const KindKeyed = checkpoint.KindKeyed
 // ErrCorrupt marks state that cannot be decoded.
 var ErrCorrupt = errors.New("corrupt state snapshot")
 
+// PanicError is a panic recovered while state was encoded for a
+// snapshot (a codec's, on a goroutine where it would end the process). Its
+// message says what panicked; Stack is for the log, not the message, which
+// a declined checkpoint's warnings, events and status quote every time.
+type PanicError struct {
+	Err   error
+	Stack []byte
+}
+
+func (e *PanicError) Error() string { return e.Err.Error() }
+func (e *PanicError) Unwrap() error { return e.Err }
+
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 var keyedMagic = [4]byte{'W', 'K', 'G', '1'}

@@ -1094,6 +1094,15 @@ func (d *driver) runAttempt(parent context.Context) error {
 				d.coord.Acknowledge(d.spec.Now(), r.Task, r.ID, r.Handles)
 				d.unpublished = true
 			case ReportDecline:
+				if IsPermanent(r.Err) {
+					// Every checkpoint after it would be declined alike,
+					// and a restart cannot fix it: the job fails at once,
+					// as on a task's permanent failure, whatever checkpoint
+					// failures it tolerates.
+					failure = fmt.Errorf("task %s declined checkpoint %d, and no checkpoint can succeed: %w", r.Task, r.ID, r.Err)
+					d.coord.TaskFailed(r.Task, failure)
+					break
+				}
 				d.coord.Decline(r.Task, r.ID, r.Err)
 			case ReportExhausted:
 				if len(replaying) > 0 {

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -13,6 +14,7 @@ import (
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/checkpoint/barrier"
 	"github.com/weirstream/weir/operator"
+	"github.com/weirstream/weir/state"
 	"github.com/weirstream/weir/state/local"
 	"github.com/weirstream/weir/storage"
 )
@@ -870,6 +872,19 @@ func (t *task) snapshot(ctx context.Context, id checkpoint.ID, unaligned bool) b
 	return true
 }
 
+// decline declines checkpoint id for err. The stack of a panic (a
+// state.PanicError) goes to the log here, once, and the decline says where
+// to find it: the decline's message is quoted by every warning, event and
+// status of the checkpoint, and in a cluster crosses to the coordinator.
+func (t *task) decline(ctx context.Context, id checkpoint.ID, err error) {
+	var p *state.PanicError
+	if errors.As(err, &p) {
+		t.contexts[0].Logger.Error("a snapshot panicked; the checkpoint is declined", "checkpoint", id, "task", t.id, "err", err, "stack", string(p.Stack))
+		err = fmt.Errorf("%w (the stack is in the log of task %s)", err, t.id)
+	}
+	t.send(ctx, Report{Kind: ReportDecline, ID: id, Err: err})
+}
+
 // write hands a snapshot's asynchronous part, and its channel state (p,
 // if any), to the pool, which acknowledges or declines.
 func (t *task) write(ctx context.Context, id checkpoint.ID, parts *snapshotParts, p *pendingState) {
@@ -892,7 +907,7 @@ func (t *task) write(ctx context.Context, id checkpoint.ID, parts *snapshotParts
 				if !ok {
 					err = fmt.Errorf("%v", p)
 				}
-				t.send(ctx, Report{Kind: ReportDecline, ID: id, Err: fmt.Errorf("the snapshot's asynchronous part panicked: %w\n%s", err, debug.Stack())})
+				t.decline(ctx, id, &state.PanicError{Err: fmt.Errorf("the snapshot's asynchronous part panicked: %w", err), Stack: debug.Stack()})
 			}
 		}()
 		asyncStart := t.now()
@@ -900,7 +915,7 @@ func (t *task) write(ctx context.Context, id checkpoint.ID, parts *snapshotParts
 		for _, a := range parts.asyncs {
 			hs, err := a(w)
 			if err != nil {
-				t.send(ctx, Report{Kind: ReportDecline, ID: id, Err: err})
+				t.decline(ctx, id, err)
 				return
 			}
 			handles = append(handles, hs...)

@@ -361,7 +361,7 @@ func (b *Backend) snapshotIncremental(id checkpoint.ID) state.Async {
 						if !ok {
 							err = fmt.Errorf("%v", p)
 						}
-						panics[e] = fmt.Errorf("heap state %q: encoding panicked: %w\n%s", at, err, debug.Stack())
+						panics[e] = &state.PanicError{Err: fmt.Errorf("heap state %q: encoding panicked: %w", at, err), Stack: debug.Stack()}
 					}
 				}()
 				part := &parts[e]
