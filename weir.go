@@ -690,6 +690,11 @@ func (e *Environment) spec(plan *graph.Plan) (runtime.Spec, error) {
 	if err := e.cfg.StateBackend.Validate(); err != nil {
 		return spec, err
 	}
+	if e.cfg.Cluster.Role != Coordinator {
+		if err := e.cfg.StateBackend.CheckDir(); err != nil {
+			return spec, err
+		}
+	}
 	if err := e.openLocal(&spec); err != nil {
 		return spec, err
 	}

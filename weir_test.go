@@ -287,6 +287,10 @@ func TestNonDeterministicKeySelectorIsCaught(t *testing.T) {
 }
 
 func TestInvalidConfigurationFailsAtStart(t *testing.T) {
+	aFile := filepath.Join(t.TempDir(), "a-file")
+	if err := os.WriteFile(aFile, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		cfg  weir.Config
 		want string
@@ -315,6 +319,11 @@ func TestInvalidConfigurationFailsAtStart(t *testing.T) {
 		{weir.Config{Checkpoint: weir.CheckpointConfig{Interval: time.Second}, LocalRecovery: true, LocalRecoveryDir: "/proc/weir-local"}, "set --local-recovery-dir to a writable directory"},
 		{weir.Config{Checkpoint: weir.CheckpointConfig{Interval: time.Second}, LocalRecoveryDir: "/tmp/x"}, "local recovery is off: turn it on (--local-recovery)"},
 		{weir.Config{Checkpoint: weir.CheckpointConfig{Mode: weir.NoCheckpoints}, LocalRecovery: true}, "mode none takes none"},
+		// A Pebble directory that cannot be used failed every keyed
+		// task's start, restart after restart, naming no setting (found by
+		// an outside review, session 39).
+		{weir.Config{StateBackend: weir.StateBackend{Kind: weir.PebbleState, Dir: aFile}}, "set --state-dir (StateBackend.Dir) to a writable directory"},
+		{weir.Config{StateBackend: weir.StateBackend{Kind: weir.PebbleState, Dir: "/proc/weir-state"}}, "set --state-dir (StateBackend.Dir) to a writable directory"},
 	} {
 		e := weir.New(c.cfg)
 		weir.Sink(weir.Source(e, "s", gen(t, 1, func(i int64) int64 { return i })), "out", (&collect[int64]{}).sink())

@@ -54,7 +54,7 @@ func (f *clusterFlags) add(cmd *cobra.Command, role weir.Role) {
 	fl := cmd.Flags()
 	switch role {
 	case weir.Coordinator:
-		fl.StringVar(&f.listen, "listen", "127.0.0.1:7700", "address to accept workers on (loopback unless told otherwise)")
+		fl.StringVar(&f.listen, "listen", "127.0.0.1:7700", "address to accept workers on (loopback unless told otherwise: :7700 is loopback too, 0.0.0.0:7700 every interface)")
 		fl.DurationVar(&f.heartbeat, "heartbeat-interval", time.Second, "how often workers send heartbeats")
 		fl.DurationVar(&f.timeout, "heartbeat-timeout", 5*time.Second, "a worker silent this long is lost, and the job restarts from its latest checkpoint")
 		fl.StringVar(&f.advertise, "advertise", "", "with --ha: the address workers reach this coordinator at, which etcd and weir status name, if not --listen's")
@@ -63,7 +63,7 @@ func (f *clusterFlags) add(cmd *cobra.Command, role weir.Role) {
 		fl.StringVar(&f.join, "join", "", "the coordinator's host:port (with --ha coordinators, each one's, separated by commas)")
 		fl.StringVar(&f.name, "name", "", "this worker's name, which its certificate holds (<certs>/<name>.pem)")
 		fl.IntVar(&f.slots, "slots", 1, "task slots offered: a slot runs one subtask of every operator")
-		fl.StringVar(&f.listen, "listen", "127.0.0.1:0", "address to accept the coordinator's calls and other workers' data on (loopback unless told otherwise)")
+		fl.StringVar(&f.listen, "listen", "127.0.0.1:0", "address to accept the coordinator's calls and other workers' data on (loopback unless told otherwise: :7800 is loopback too, 0.0.0.0:7800 every interface)")
 		fl.StringVar(&f.advertise, "advertise", "", "address others reach this worker at, if not --listen's")
 	default:
 		f.addHA(fl)

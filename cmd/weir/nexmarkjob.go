@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -44,6 +45,10 @@ func newNexmarkJob(role weir.Role) *cobra.Command {
 				return fmt.Errorf("--parallelism %d: must be at least 1", parallelism)
 			case events < 1:
 				return fmt.Errorf("--events %d: must be at least 1", events)
+			case !(rate > 0) || math.IsInf(rate, 0):
+				return fmt.Errorf("--rate %v: must be a positive, finite number of events per second of event time", rate)
+			case !(throttle >= 0) || math.IsInf(throttle, 0):
+				return fmt.Errorf("--throttle %v: must be a finite number of events per second of wall time (0: as fast as it can)", throttle)
 			}
 			js, err := jf.settings(cmd)
 			if err != nil {

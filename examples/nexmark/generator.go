@@ -77,8 +77,16 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Events < 0 || c.Rate < 0 || c.Splits < 0 || c.BatchSize < 0 || c.Throttle < 0 {
 		return c, fmt.Errorf("nexmark: events %d, rate %v, splits %d, batch size %d and throttle %v must not be negative", c.Events, c.Rate, c.Splits, c.BatchSize, c.Throttle)
 	}
+	if math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0) || math.IsNaN(c.Throttle) || math.IsInf(c.Throttle, 0) {
+		return c, fmt.Errorf("nexmark: rate %v and throttle %v must be finite numbers of events per second", c.Rate, c.Throttle)
+	}
 	if c.Rate == 0 {
 		c.Rate = DefaultRate
+	}
+	// An event's timestamp is the base time plus its id times the delay
+	// between two events, in microseconds: that must not overflow.
+	if span := float64(c.Events) * 1e6 / c.Rate; c.Events > 0 && span >= maxSpanUs {
+		return c, fmt.Errorf("nexmark: a rate of %v events per second spreads %d events over %.3g years of event time, more than %d: give a greater rate", c.Rate, c.Events, span/1e6/secondsAYear, maxSpanYears)
 	}
 	if c.BaseTime.IsZero() {
 		c.BaseTime = DefaultBaseTime
@@ -88,6 +96,15 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	return c, nil
 }
+
+// maxSpanYears bounds the event time the generated events span: a
+// timestamp in microseconds from the base time overflows an int64 after
+// about 292,000 years.
+const (
+	maxSpanYears = 10_000
+	secondsAYear = 365.25 * 24 * 3600
+	maxSpanUs    = maxSpanYears * secondsAYear * 1e6
+)
 
 // split is one generator: a contiguous range of event ids on a timeline
 // of its own, as the reference generator's split configs.
@@ -525,7 +542,9 @@ func (r *reader) Read(out weir.Collector[Event]) (operator.PollResult, error) {
 	n := min(int64(r.cfg.BatchSize), s.max-s.count)
 	if r.cfg.Throttle > 0 {
 		elapsed := r.ctx.Now().Sub(r.start)
-		if n = min(n, int64(elapsed.Seconds()*r.perTask)+1-r.emitted); n <= 0 {
+		// NB: in floating point, as a throttle may be too great for
+		// its events to count in an int64 (1e300: as fast as it can).
+		if n = int64(min(float64(n), elapsed.Seconds()*r.perTask+1-float64(r.emitted))); n <= 0 {
 			wait := time.Duration(float64(r.emitted)/r.perTask*float64(time.Second)) - elapsed
 			return operator.PollResult{IdleUntil: r.ctx.Now().Add(max(wait, time.Millisecond))}, nil
 		}

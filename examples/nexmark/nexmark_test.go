@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -562,7 +563,11 @@ func TestSourceRestoresAtAnotherParallelism(t *testing.T) {
 }
 
 func TestBadConfigurationIsRefused(t *testing.T) {
-	for _, c := range []Config{{Events: -1}, {Rate: -5}, {Splits: -1}, {BatchSize: -1}, {Throttle: -1}} {
+	for _, c := range []Config{{Events: -1}, {Rate: -5}, {Splits: -1}, {BatchSize: -1}, {Throttle: -1},
+		// Not finite (found by an outside review, session 39: a throttle
+		// of Inf generated nothing, for ever; a rate of NaN dated events
+		// in the year -290253), or event times that overflow.
+		{Rate: math.NaN()}, {Rate: math.Inf(1)}, {Throttle: math.NaN()}, {Throttle: math.Inf(1)}, {Events: 1000, Rate: 1e-9}} {
 		if _, err := Generator(c); err == nil {
 			t.Errorf("%+v: no error", c)
 		}
@@ -575,6 +580,34 @@ func TestBadConfigurationIsRefused(t *testing.T) {
 	}
 	if qs, err := Lookup("all"); err != nil || len(qs) != 8 {
 		t.Errorf("Lookup all: %d %v", len(qs), err)
+	}
+}
+
+// TestAThrottleBeyondCountingEmits: a throttle too great for its events
+// to count in an int64 (1e300) is as fast as it can, not nothing: the
+// count overflowed, and the source emitted nothing, for ever. Found by an
+// outside review, session 39.
+func TestAThrottleBeyondCountingEmits(t *testing.T) {
+	newReader, err := Generator(Config{Events: 100, BatchSize: 100, Throttle: 1e300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := &operatortest.Run{}
+	defer run.Close()
+	now := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	ctx := run.Context("nexmark", 0, 1, nil)
+	ctx.Now = func() time.Time { return now }
+	r := newReader()
+	if err := r.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(time.Second)
+	var got collected
+	if _, err := r.Read(&got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 100 {
+		t.Fatalf("a throttle of 1e300: %d events in the first read, want the batch's 100", len(got))
 	}
 }
 

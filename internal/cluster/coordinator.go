@@ -19,6 +19,7 @@ import (
 	"github.com/weirstream/weir/internal/cluster/clusterpb"
 	"github.com/weirstream/weir/internal/cluster/clusterpb/clusterpbconnect"
 	"github.com/weirstream/weir/internal/runtime"
+	"github.com/weirstream/weir/internal/transport"
 )
 
 // Liveness configures heartbeats. The zero value means the defaults.
@@ -142,6 +143,7 @@ func StartCoordinator(cfg CoordinatorConfig) (*Coordinator, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	cfg.Listen = transport.LoopbackUnlessNamed(cfg.Listen)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: listen on %s: %w", cfg.Listen, err)

@@ -123,6 +123,7 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 	n := &node{cfg: cfg, ctx: ctx, log: cfg.Logger.With("worker", cfg.Name), registered: make(chan struct{})}
 	tc := cfg.TLS.Clone()
 	tc.NextProtos = []string{"h2", dataProto}
+	cfg.Listen = transport.LoopbackUnlessNamed(cfg.Listen)
 	ln, err := tls.Listen("tcp", cfg.Listen, tc)
 	if err != nil {
 		return fmt.Errorf("cluster: worker %s: listen on %s: %w", cfg.Name, cfg.Listen, err)

@@ -219,3 +219,14 @@ func LoadTLS(dir, name string) (*tls.Config, error) {
 		ClientAuth:   tls.RequireAndVerifyClientCert,
 	}, nil
 }
+
+// LoopbackUnlessNamed is addr with an empty host made 127.0.0.1: ":7700"
+// listens on loopback, as --web ":8081" does, and every interface must be
+// asked for by name ("0.0.0.0:7700", "[::]:7700"). Any other addr is
+// returned as it is.
+func LoopbackUnlessNamed(addr string) string {
+	if host, port, err := net.SplitHostPort(addr); err == nil && host == "" {
+		return net.JoinHostPort("127.0.0.1", port)
+	}
+	return addr
+}

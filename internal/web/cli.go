@@ -307,7 +307,11 @@ func (c *client) do(method, path string, want int, out any) error {
 		return err
 	}
 	if resp.StatusCode != want {
-		return fmt.Errorf("%s %s: %s: %s", method, c.base+path, resp.Status, strings.TrimSpace(string(body)))
+		err := fmt.Errorf("%s %s: %s: %s", method, c.base+path, resp.Status, strings.TrimSpace(string(body)))
+		if resp.StatusCode == http.StatusUnauthorized {
+			err = fmt.Errorf("%w; give this command the job's --web-token with --token, or in $WEIR_WEB_TOKEN", err)
+		}
+		return err
 	}
 	if out == nil {
 		return nil

@@ -28,6 +28,7 @@ import (
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/internal/runtime"
+	"github.com/weirstream/weir/internal/transport"
 	"github.com/weirstream/weir/operator"
 )
 
@@ -1089,8 +1090,8 @@ func endsWithServer(h http.HandlerFunc) http.HandlerFunc {
 }
 
 // withToken lets h run only for a request that carries the token; it
-// answers off (403) when there is no token, and needToken (401) to a
-// request without it.
+// answers off (403) when there is no token, needToken (401) to a request
+// without one, and 401, saying so, to a request with another.
 func (s *Server) withToken(off, needToken string, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if s.control.Token == "" {
@@ -1100,7 +1101,11 @@ func (s *Server) withToken(off, needToken string, h http.HandlerFunc) http.Handl
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.control.Token)) != 1 {
 			w.Header().Set("WWW-Authenticate", "Bearer")
-			http.Error(w, needToken, http.StatusUnauthorized)
+			msg := needToken
+			if ok {
+				msg = "the token given does not match the job's --web-token"
+			}
+			http.Error(w, msg, http.StatusUnauthorized)
 			return
 		}
 		h(w, r)
@@ -1133,9 +1138,7 @@ func Serve(addr string, h http.Handler) (bound string, stop func(), err error) {
 	if addr == "" {
 		return "", nil, errors.New("web: an address to listen on is required (127.0.0.1:8081, or 127.0.0.1:0 for any port)")
 	}
-	if host, port, err := net.SplitHostPort(addr); err == nil && host == "" {
-		addr = net.JoinHostPort("127.0.0.1", port)
-	}
+	addr = transport.LoopbackUnlessNamed(addr)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", nil, fmt.Errorf("web: listen on %s: %w", addr, err)

@@ -219,6 +219,7 @@ func TestServeBindsWhereToldAndStops(t *testing.T) {
 // with one, a request without it or with another is refused, and one with
 // it is carried out.
 func TestMutationsNeedTheToken(t *testing.T) {
+	var body string // of the latest post
 	post := func(h http.Handler, path, token string) int {
 		req := httptest.NewRequest(http.MethodPost, path, nil)
 		if token != "" {
@@ -226,6 +227,7 @@ func TestMutationsNeedTheToken(t *testing.T) {
 		}
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
+		body = rec.Body.String()
 		return rec.Code
 	}
 	cancelled := 0
@@ -236,9 +238,15 @@ func TestMutationsNeedTheToken(t *testing.T) {
 	}
 	ctl.Token = "s3cret"
 	on := New("demo", Feeds{Operators: func() []Operator { return nil }}, ctl, nil).Handler()
-	for _, tok := range []string{"", "wrong"} {
+	// A request without a token is told how to give one; one with another
+	// token, that it is wrong (it was told the same as without one: found
+	// by an outside review, session 39).
+	for tok, says := range map[string]string{"": "Authorization: Bearer <token>", "wrong": "the token given does not match"} {
 		if code := post(on, "/api/v1/cancel", tok); code != http.StatusUnauthorized {
 			t.Fatalf("cancel with token %q: %d", tok, code)
+		}
+		if !strings.Contains(body, says) {
+			t.Errorf("cancel with token %q: %q, want it to say %q", tok, body, says)
 		}
 	}
 	if cancelled != 0 {

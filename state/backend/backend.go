@@ -58,6 +58,34 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// CheckDir makes Pebble's directory, if the backend is Pebble, and checks
+// that it can write there: a process that runs tasks calls it at start, so
+// that a directory it cannot use fails the job at once, naming the
+// setting, not every keyed task's start, restart after restart.
+func (c Config) CheckDir() error {
+	if c.kind() != Pebble {
+		return nil
+	}
+	dir := c.dir()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("state directory %s: %w: set --state-dir (StateBackend.Dir) to a writable directory", dir, err)
+	}
+	f, err := os.CreateTemp(dir, ".probe-*")
+	if err != nil {
+		return fmt.Errorf("state directory %s is not writable: %w: set --state-dir (StateBackend.Dir) to a writable directory", dir, err)
+	}
+	f.Close()
+	return os.Remove(f.Name())
+}
+
+// dir is where Pebble keeps its databases.
+func (c Config) dir() string {
+	if c.Dir == "" {
+		return filepath.Join(os.TempDir(), "weir-state")
+	}
+	return c.Dir
+}
+
 func (c Config) kind() Kind {
 	if c.Kind == "" {
 		return Heap
@@ -76,11 +104,7 @@ type Scope struct {
 // (nil: empty).
 func New(cfg Config, sc Scope, rs *state.Restored) (state.Backend, error) {
 	if cfg.kind() == Pebble {
-		dir := cfg.Dir
-		if dir == "" {
-			dir = filepath.Join(os.TempDir(), "weir-state")
-		}
-		return pebble.New(pebble.Options{Dir: dir, Incremental: !cfg.Full, CacheBytes: cfg.CacheBytes, MemTableBytes: cfg.MemTableBytes},
+		return pebble.New(pebble.Options{Dir: cfg.dir(), Incremental: !cfg.Full, CacheBytes: cfg.CacheBytes, MemTableBytes: cfg.MemTableBytes},
 			pebble.Scope(sc), rs)
 	}
 	if rs != nil {
