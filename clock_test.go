@@ -53,6 +53,57 @@ func TestClockRestoresPerSubtask(t *testing.T) {
 	}
 }
 
+// TestClockRestoresASubtaskWithoutEventTime: a subtask that had read no
+// record by a checkpoint resumes without event time, at the same
+// parallelism and at another (the least of the old subtasks' is then none).
+// Before, it resumed at the least of the others' (here subtask 0's 1000
+// ms), and its records were late (found by an outside review, session
+// 39). A subtask snapshotted again before its first record after a
+// restore keeps what it restored.
+func TestClockRestoresASubtaskWithoutEventTime(t *testing.T) {
+	wmOf := func(ms int64) int64 { return ms - 1 }
+	// snapshot takes a checkpoint of subtask sub of p, restored from r,
+	// having read a record at ms (none if MinTime).
+	snapshot := func(w *operatortest.MemWriter, sub, p int, r *operator.Restore, ms int64) []checkpoint.Handle {
+		t.Helper()
+		c := newClock(wmOf, 0)
+		oc := (&operatortest.Run{}).Context("src", sub, p, r)
+		if err := c.open(oc); err != nil {
+			t.Fatal(err)
+		}
+		if ms != operator.MinTime {
+			c.observe(ms)
+		}
+		hs, err := c.snapshot(oc)(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return hs
+	}
+	w := &operatortest.MemWriter{}
+	first := &operator.Restore{Checkpoint: 1, Handles: append(snapshot(w, 0, 2, nil, 1000), snapshot(w, 1, 2, nil, operator.MinTime)...), Read: w.Read}
+	// Both subtasks restored, and snapshotted again before a record.
+	second := &operator.Restore{Checkpoint: 2, Handles: append(snapshot(w, 0, 2, first, operator.MinTime), snapshot(w, 1, 2, first, operator.MinTime)...), Read: w.Read}
+	for _, r := range []*operator.Restore{first, second} {
+		for _, tc := range []struct {
+			sub, p int
+			want   int64
+		}{
+			{0, 2, 999}, {1, 2, operator.MinTime}, // their own
+			{0, 3, operator.MinTime}, {2, 3, operator.MinTime}, {0, 1, operator.MinTime}, // rescaled: the least, none
+		} {
+			c := newClock(wmOf, 0)
+			if err := c.open((&operatortest.Run{}).Context("src", tc.sub, tc.p, r)); err != nil {
+				t.Fatal(err)
+			}
+			c.observe(operator.MinTime + 1)
+			if wm, idle := c.Watermark(); wm != tc.want || idle {
+				t.Errorf("checkpoint %d: subtask %d of %d restored watermark %d (idle %v), want %d", r.Checkpoint, tc.sub, tc.p, wm, idle, tc.want)
+			}
+		}
+	}
+}
+
 // TestClockScripts runs the scripts in testdata/clock: a source's
 // watermark from its splits' event times, with idleness and finished
 // splits.

@@ -194,12 +194,29 @@ func (c *clock) Watermark() (int64, bool) {
 
 // snapshot returns the asynchronous part that writes the splits' greatest
 // event times, so that a restored source's watermark resumes where it was.
+//
+// The subtask's own split is written even when it has no event time (at
+// the least time): a restore at this parallelism must not take another
+// subtask's event time for its own, and a restore at another must take
+// the least of the old subtasks' as the least time (see open). Before, a
+// subtask that had read nothing by a checkpoint was restored with the
+// least of the others' event times, and its records, on time, were late.
 func (c *clock) snapshot(oc *operator.Context) operator.Async {
 	var items [][]byte
+	add := func(id string, max int64) {
+		items = append(items, binary.AppendVarint(codec.AppendBytes(nil, []byte(id)), max))
+	}
 	for id, s := range c.splits {
-		if s.max != operator.MinTime {
-			items = append(items, binary.AppendVarint(codec.AppendBytes(nil, []byte(id)), s.max))
+		if s.max != operator.MinTime || id == c.self {
+			add(id, s.max)
 		}
+	}
+	if _, entered := c.splits[c.self]; !entered {
+		m, restored := c.restored[c.self]
+		if !restored {
+			m = operator.MinTime
+		}
+		add(c.self, m)
 	}
 	return oc.SnapshotList(state.Union, "_event_time", items)
 }
@@ -235,7 +252,9 @@ func (c *clock) open(oc *operator.Context) error {
 	}
 	if _, ok := c.restored[c.self]; subtasks && !ok {
 		// The parallelism changed: the least of the old subtasks' event
-		// times makes nothing on time late.
+		// times makes nothing on time late (the least time if one had
+		// none). NB: a checkpoint of an earlier version wrote nothing for
+		// a subtask without event time, which this takes for a change.
 		c.restored[c.self] = least
 	}
 	return nil
