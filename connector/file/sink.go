@@ -383,7 +383,10 @@ func (s *fileSink[T]) parse(name string) (sub int, rest string, dot, ok bool) {
 func (s *fileSink[T]) Open(ctx *operator.Context) error {
 	s.ctx = ctx
 	s.uid = escapeUID(ctx.UID)
-	if err := ctx.Acquire("file-sink-lock:"+s.cfg.Dir, func() (io.Closer, error) {
+	// NB: keyed by the directory, not by how it is written ("out",
+	// "out/", "./out"): the sinks of a run that write one directory share
+	// its lock, which a second descriptor of the process could not take.
+	if err := ctx.Acquire("file-sink-lock:"+fileID(s.cfg.FS, s.cfg.Dir), func() (io.Closer, error) {
 		return lockfile.Lock(s.cfg.FS, s.path(LockFile), "output directory "+s.cfg.Dir)
 	}); err != nil {
 		return operator.Permanent(err)

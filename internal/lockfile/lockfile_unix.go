@@ -21,6 +21,9 @@ func holder(f *os.File) string {
 		b := make([]byte, 32)
 		n, _ := f.ReadAt(b, 0)
 		if pid, err := strconv.Atoi(strings.TrimSpace(string(b[:n]))); err == nil {
+			if pid == os.Getpid() {
+				return fmt.Sprintf("process %d, this one (another job, run or sink in it)", pid)
+			}
 			return fmt.Sprintf("process %d", pid)
 		}
 		if time.Now().After(deadline) {
