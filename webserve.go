@@ -264,6 +264,20 @@ func (e *Environment) standingBy() error {
 	return errors.New("this process stands by: the job runs under its leader (high availability), whose web API takes cancels and savepoints; weir status names the coordinators")
 }
 
+// awaitingSlots is an error while this process coordinates a job that
+// waits for its workers' slots.
+func (e *Environment) awaitingSlots() error {
+	x := e.running.Load()
+	if x == nil {
+		return nil
+	}
+	c := x.Coordinator()
+	if need, have := c.AwaitingSlots(); need > 0 {
+		return fmt.Errorf("savepoint: the job is not running: its coordinator waits for its workers' slots (%d of the %d it needs); start workers that join %s (weir worker --join), or see weir status", have, need, c.Addr())
+	}
+	return nil
+}
+
 // webControl is what the API's mutations do to this job.
 func (e *Environment) webControl(spec *runtime.Spec, cancel context.CancelCauseFunc) web.Control {
 	requests := make(chan runtime.SavepointRequest)
@@ -283,16 +297,28 @@ func (e *Environment) webControl(spec *runtime.Spec, cancel context.CancelCauseF
 			if err := e.standingBy(); err != nil {
 				return 0, err
 			}
+			// The job takes requests while it runs; one that starts or
+			// restarts takes it within moments. A coordinator waiting
+			// for its workers' slots may wait for ever: it says so at
+			// once.
 			ctx, stop := context.WithTimeout(ctx, 10*time.Second)
 			defer stop()
+			poll := time.NewTicker(50 * time.Millisecond)
+			defer poll.Stop()
 			reply := make(chan runtime.SavepointReply, 1)
-			select {
-			case requests <- runtime.SavepointRequest{Stop: stopJob, Reply: reply}:
-			case <-ctx.Done():
-				return 0, fmt.Errorf("savepoint: the job took no request within 10s (is it restarting?): %w", ctx.Err())
+			for {
+				if err := e.awaitingSlots(); err != nil {
+					return 0, err
+				}
+				select {
+				case requests <- runtime.SavepointRequest{Stop: stopJob, Reply: reply}:
+					r := <-reply // the driver answers at once
+					return uint64(r.ID), r.Err
+				case <-poll.C:
+				case <-ctx.Done():
+					return 0, errors.New("savepoint: the job is not running: it took no request within 10s (it starts or restarts: weir status says which); try again once it runs")
+				}
 			}
-			r := <-reply // the driver answers at once
-			return uint64(r.ID), r.Err
 		},
 		Location: func(id uint64) string {
 			if st == nil {

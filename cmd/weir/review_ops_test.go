@@ -3,11 +3,13 @@ package main
 import (
 	"errors"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestClusterListenWithoutHostIsLoopback: --web ":8081" listens
@@ -71,5 +73,34 @@ func TestMissingTokenSaysHow(t *testing.T) {
 	}
 	if out := cli("wrong"); !strings.Contains(strings.ToLower(out), "wrong") && !strings.Contains(strings.ToLower(out), "does not match") && !strings.Contains(strings.ToLower(out), "invalid") {
 		t.Errorf("weir savepoint with a wrong token says %q; want it to say the token given is wrong (not that one is needed)", strings.TrimSpace(out))
+	}
+}
+
+// TestSavepointWhileWaitingForSlots: a coordinator that waits
+// for workers (its job "created", "waiting for slots") is asked for a
+// savepoint through its API. It knows the job is not running, and should
+// say so at once, as a single process does ("the job is not running"),
+// naming what it waits for. It held the request 10 s and answered "the job
+// took no request within 10s (is it restarting?): context deadline
+// exceeded": slow, and wrong about the cause. Found by an outside review,
+// session 39.
+func TestSavepointWhileWaitingForSlots(t *testing.T) {
+	inParallel(t)
+	j := startClusterJob(t, 1, 1000, "--web", "127.0.0.1:0", "--web-token", "s3cret", "--web-linger", "0")
+	var addr string
+	waitFor(t, "the API's address", func() bool {
+		if m := webLine.FindStringSubmatch(j.coord.log.String()); m != nil {
+			addr = m[1]
+		}
+		return addr != ""
+	})
+	for _, path := range []string{"/api/v1/savepoints", "/api/v1/savepoints?stop=true"} {
+		start := time.Now()
+		code, body := postWithToken(t, addr, path)
+		took := time.Since(start)
+		if code != http.StatusConflict || took > 3*time.Second || strings.Contains(body, "is it restarting") || strings.Contains(body, "deadline exceeded") {
+			t.Errorf("POST %s to a coordinator waiting for slots (no worker joined) took %v and answered %d %q; want a prompt 409 that says the job is not running yet (waiting for slots: start workers), not a guess that it restarts",
+				path, took.Round(time.Millisecond), code, strings.TrimSpace(body))
+		}
 	}
 }

@@ -116,6 +116,9 @@ type Coordinator struct {
 	ending string
 	told   map[uint64]bool
 	status jobStatus
+	// awaiting is what WaitForSlots waits for, while it waits: the slots
+	// the job needs and the slots the workers offer (need 0: it does not).
+	awaiting struct{ need, have int }
 	// gone are the workers declared lost, oldest first, at most maxGone:
 	// WorkerStatus lists those whose name no session holds now.
 	gone []goneWorker
@@ -189,6 +192,14 @@ func (c *Coordinator) Copies(id checkpoint.ID) Copies {
 	return c.members.Copies(id)
 }
 
+// AwaitingSlots reports the slots the job needs and those the workers
+// offer while WaitForSlots waits for them; need is 0 when it does not.
+func (c *Coordinator) AwaitingSlots() (need, have int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.awaiting.need, c.awaiting.have
+}
+
 // WaitForSlots waits until workers offer at least n slots, logging what it
 // waits for every logEvery (default 10s), and returns them.
 func (c *Coordinator) WaitForSlots(ctx context.Context, n int, logEvery time.Duration) ([]Worker, error) {
@@ -197,12 +208,18 @@ func (c *Coordinator) WaitForSlots(ctx context.Context, n int, logEvery time.Dur
 	}
 	tick := time.NewTicker(logEvery)
 	defer tick.Stop()
+	defer func() {
+		c.mu.Lock()
+		c.awaiting.need, c.awaiting.have = 0, 0
+		c.mu.Unlock()
+	}()
 	for {
 		c.mu.Lock()
 		now := c.cfg.Now()
 		ws, slots := c.members.Placeable(now)
 		until, cut := c.members.NextCutEnd(now)
 		changed := c.changed
+		c.awaiting.need, c.awaiting.have = n, slots
 		c.mu.Unlock()
 		if slots >= n {
 			return ws, nil
