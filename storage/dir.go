@@ -525,17 +525,44 @@ func readFile(fs vfs.FS, path string, maxBytes int64) ([]byte, error) {
 // errFileTooLarge is a file read back that exceeds its bound.
 var errFileTooLarge = errors.New("larger than the limit")
 
+// beside names the checkpoints in the directory path would be in, if it
+// holds any (the newest few), for an error.
+func beside(fs vfs.FS, path string) string {
+	dir := fs.PathDir(fs.PathJoin(path, ".")) // cleaned: no trailing slash
+	names, err := fs.List(dir)
+	if err != nil {
+		return ""
+	}
+	var ids []checkpoint.ID
+	for _, n := range names {
+		if id, ok := parseChk(n); ok {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return ""
+	}
+	slices.Sort(ids)
+	var chks []string
+	for _, id := range ids[max(0, len(ids)-5):] {
+		chks = append(chks, fmt.Sprintf("chk-%d", id))
+	}
+	return fmt.Sprintf(" (%s holds %s)", dir, strings.Join(chks, ", "))
+}
+
 // OpenCheckpoint opens the completed checkpoint at path: a chk-<id>
 // directory or its _metadata file, anywhere. It returns the metadata and
 // storage to read its state (rooted at the checkpoint's job directory).
 // Every error names the path and says what is wrong.
 func OpenCheckpoint(fs vfs.FS, path string) (*checkpoint.Metadata, Storage, error) {
 	st, err := fs.Stat(path)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		err = unavailable(err)
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("checkpoint %s: %w", path, err)
+	switch {
+	case errors.Is(err, os.ErrNotExist) && strings.EqualFold(path, "latest"):
+		return nil, nil, fmt.Errorf("checkpoint %s: %w: to restore the latest checkpoint, write latest", path, err)
+	case errors.Is(err, os.ErrNotExist):
+		return nil, nil, fmt.Errorf("checkpoint %s: %w: give the chk-<id> directory of a completed checkpoint or savepoint%s, or latest", path, err, beside(fs, path))
+	case err != nil:
+		return nil, nil, fmt.Errorf("checkpoint %s: %w", path, unavailable(err))
 	}
 	// The directory as PathJoin cleans it: with a trailing slash (as shell
 	// completion writes a directory), PathDir would be the checkpoint's

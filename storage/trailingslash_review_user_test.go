@@ -3,8 +3,10 @@ package storage
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -91,5 +93,25 @@ func TestDisposeSavepointWithTrailingSlash(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(chk, MetadataFile)); err == nil {
 		t.Fatalf("dispose %s/ reported savepoint %d disposed (%+v), but its %s is still there", chk, got.ID, got, MetadataFile)
+	}
+}
+
+// TestOpenCheckpointThatIsNotThere: a restore of a checkpoint that does
+// not exist says what to give and names the checkpoints beside it; one of
+// "LATEST" says to write latest. Both were a bare stat error (found by an
+// outside review, session 39).
+func TestOpenCheckpointThatIsNotThere(t *testing.T) {
+	root := t.TempDir()
+	d := commitWithShared(t, root, 4, false)
+	commitWithShared(t, root, 5, false)
+	for path, want := range map[string]string{
+		d.CheckpointDir(9):       "give the chk-<id> directory of a completed checkpoint or savepoint (" + d.JobDir() + " holds chk-4, chk-5), or latest",
+		d.CheckpointDir(9) + "/": "(" + d.JobDir() + " holds chk-4, chk-5)",
+		"LATEST":                 "to restore the latest checkpoint, write latest",
+	} {
+		_, _, err := OpenCheckpoint(vfs.Default, path)
+		if !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), want) {
+			t.Errorf("OpenCheckpoint(%q): %v, want it to say %q", path, err, want)
+		}
 	}
 }
