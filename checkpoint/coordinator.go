@@ -522,7 +522,13 @@ func (c *Coordinator) complete(p *pending, now time.Time) {
 	c.remove(p)
 	c.lastCompletion = now
 	c.completedOnce = true
-	c.failures = 0
+	if p.id > c.newestCompleted {
+		// Progress ends a run of failures; a checkpoint older than the
+		// newest completed (a savepoint that completed late, one a newer
+		// completion subsumed) is none, as in Flink's
+		// CheckpointFailureManager.
+		c.failures = 0
+	}
 	c.newestCompleted = max(c.newestCompleted, p.id)
 	for _, id := range c.damaged {
 		c.emit(Discard{ID: id})

@@ -163,8 +163,10 @@ func (m *model) settle(t *testing.T, acts []Action, persistedNow ID, persistQ *[
 				t.Fatalf("notify-complete %d without its durable write (status %q)", a.ID, m.status[a.ID])
 			}
 			m.status[a.ID] = "completed"
+			if a.ID > m.latest {
+				m.failures = 0 // only progress ends a run of failures
+			}
 			m.latest = max(m.latest, a.ID)
-			m.failures = 0
 		case Abort:
 			if s := m.status[a.ID]; s != "pending" && s != "persisting" {
 				t.Fatalf("abort %d with status %q", a.ID, s)

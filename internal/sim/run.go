@@ -1290,13 +1290,16 @@ func (s *sim) deliverCoord(l *leader, w int) {
 }
 
 // persisted reports a metadata write's outcome to coordinator l, and to
-// the model of its failure counting: a completion resets the count. A
+// the model of its failure counting: a completion of a checkpoint newer
+// than the newest completed resets the count (one older is no progress). A
 // commit etcd fenced ends a deposed leader's run for good
 // (storage.ErrLeaseLost), once the coordinator heard of it.
 func (s *sim) persisted(l *leader, m msg) {
 	l.coord.Persisted(s.now, m.id, m.err)
 	if m.err == nil {
-		l.counted = 0
+		if m.id > l.newest {
+			l.counted = 0
+		}
 		l.newest = max(l.newest, m.id)
 	}
 	if errors.Is(m.err, errDeposed) {

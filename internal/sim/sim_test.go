@@ -478,14 +478,17 @@ func (c *finalOnce) Ready() []checkpoint.Action {
 // triggered while the final one is pending, not Final, completes after the
 // final one expired and ends the job; the records a task read after its
 // unaligned snapshot are covered by no completed checkpoint. Each seed must
-// fail with the bug planted and pass with the real coordinator.
+// fail with the bug planted and pass with the real coordinator. (Seed 279
+// was one; since a late completion no longer ends a run of checkpoint
+// failures, session 39, its schedule does not reach the bug, and 1140,
+// the next of 4,000 that does, replaces it.)
 func TestSimulationFinalCheckpointAligns(t *testing.T) {
 	for _, tc := range []struct {
 		seed    int64
 		records int
 		want    string
 	}{
-		{seed: 279, records: 20, want: "no completed checkpoint covers"},
+		{seed: 1140, records: 20, want: "no completed checkpoint covers"},
 		{seed: 604, records: 20, want: "before its input ended"},
 		{seed: 1046, records: 20, want: "no completed checkpoint covers"},
 	} {
