@@ -130,8 +130,21 @@ func (c ClusterConfig) validate(cfg Config) error {
 		if c.Slots < 0 {
 			return fmt.Errorf("a worker offers %d slots; it needs at least 1", c.Slots)
 		}
+		if listen := transport.LoopbackUnlessNamed(cmp.Or(c.Listen, "127.0.0.1:0")); c.Advertise != "" && isLoopback(listen) && !isLoopback(c.Advertise) {
+			return fmt.Errorf("the worker listens on loopback (--listen %q) and advertises %s (--advertise), where other processes cannot reach it: listen on the address it advertises, or on every interface (0.0.0.0:PORT)", c.Listen, c.Advertise)
+		}
 	}
 	return cluster.Liveness{HeartbeatInterval: c.HeartbeatInterval, Timeout: c.HeartbeatTimeout}.Validate()
+}
+
+// isLoopback reports whether host:port addr names a loopback host.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return host == "localhost" || ip != nil && ip.IsLoopback()
 }
 
 // validateHA checks the settings of high availability, if on.

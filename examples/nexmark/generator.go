@@ -84,9 +84,14 @@ func (c Config) withDefaults() (Config, error) {
 		c.Rate = DefaultRate
 	}
 	// An event's timestamp is the base time plus its id times the delay
-	// between two events, in microseconds: that must not overflow.
-	if span := float64(c.Events) * 1e6 / c.Rate; c.Events > 0 && span >= maxSpanUs {
-		return c, fmt.Errorf("nexmark: a rate of %v events per second spreads %d events over %.3g years of event time, more than %d: give a greater rate", c.Rate, c.Events, span/1e6/secondsAYear, maxSpanYears)
+	// between two events, in microseconds: that must not overflow. An
+	// unbounded source is held to its first billion events.
+	events := c.Events
+	if events == 0 {
+		events = unboundedSpanEvents
+	}
+	if span := float64(events) * 1e6 / c.Rate; span >= maxSpanUs {
+		return c, fmt.Errorf("nexmark: a rate of %v events per second spreads %d events over %.3g years of event time, more than %d: give a greater rate", c.Rate, events, span/1e6/secondsAYear, maxSpanYears)
 	}
 	if c.BaseTime.IsZero() {
 		c.BaseTime = DefaultBaseTime
@@ -104,6 +109,10 @@ const (
 	maxSpanYears = 10_000
 	secondsAYear = 365.25 * 24 * 3600
 	maxSpanUs    = maxSpanYears * secondsAYear * 1e6
+	// unboundedSpanEvents is the events an unbounded source's rate is
+	// checked for: a rate that spreads them over maxSpanYears would
+	// overflow after some 10^12 more, which no run makes.
+	unboundedSpanEvents = 1_000_000_000
 )
 
 // split is one generator: a contiguous range of event ids on a timeline

@@ -567,7 +567,7 @@ func TestBadConfigurationIsRefused(t *testing.T) {
 		// Not finite (found by an outside review, session 39: a throttle
 		// of Inf generated nothing, for ever; a rate of NaN dated events
 		// in the year -290253), or event times that overflow.
-		{Rate: math.NaN()}, {Rate: math.Inf(1)}, {Throttle: math.NaN()}, {Throttle: math.Inf(1)}, {Events: 1000, Rate: 1e-9}} {
+		{Rate: math.NaN()}, {Rate: math.Inf(1)}, {Throttle: math.NaN()}, {Throttle: math.Inf(1)}, {Events: 1000, Rate: 1e-9}, {Rate: 1e-9} /* unbounded */} {
 		if _, err := Generator(c); err == nil {
 			t.Errorf("%+v: no error", c)
 		}

@@ -219,7 +219,9 @@ func (c *Coordinator) WaitForSlots(ctx context.Context, n int, logEvery time.Dur
 		ws, slots := c.members.Placeable(now)
 		until, cut := c.members.NextCutEnd(now)
 		changed := c.changed
-		c.awaiting.need, c.awaiting.have = n, slots
+		if slots < n {
+			c.awaiting.need, c.awaiting.have = n, slots
+		}
 		c.mu.Unlock()
 		if slots >= n {
 			return ws, nil

@@ -7,21 +7,28 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
 
-// holder names the process holding the lock on f, from the pid it wrote.
-// NB: a holder that has just taken the lock writes its pid a moment later;
-// holder waits that moment, up to holderWait.
-func holder(f *os.File) string {
+// held holds the paths this process has locked and not released: a pid
+// alone does not tell this process from one of another PID namespace (a
+// container sharing the volume) or host with the same pid.
+var held sync.Map
+
+// holder names the process holding the lock on f (at path), from the pid
+// it wrote. NB: a holder that has just taken the lock writes its pid a
+// moment later; holder waits that moment, up to holderWait.
+func holder(f *os.File, path string) string {
 	for deadline := time.Now().Add(holderWait); ; time.Sleep(holderWait / 20) {
 		b := make([]byte, 32)
 		n, _ := f.ReadAt(b, 0)
 		if pid, err := strconv.Atoi(strings.TrimSpace(string(b[:n]))); err == nil {
-			if pid == os.Getpid() {
+			if _, mine := held.Load(heldKey(path)); mine && pid == os.Getpid() {
 				return fmt.Sprintf("process %d, this one (another job, run or sink in it)", pid)
 			}
 			return fmt.Sprintf("process %d", pid)
@@ -44,7 +51,7 @@ func lockOS(path, what string) (io.Closer, error) {
 		if !errors.Is(err, syscall.EWOULDBLOCK) {
 			return nil, fmt.Errorf("lock %s (%s): %w", what, path, err)
 		}
-		return nil, fmt.Errorf("%s is %w by %s (lock file %s): wait for that run to end, or stop it", what, ErrLocked, holder(f), path)
+		return nil, fmt.Errorf("%s is %w by %s (lock file %s): wait for that run to end, or stop it", what, ErrLocked, holder(f, path), path)
 	}
 	// NB: the pid is written through the locked descriptor; closing any
 	// other descriptor of the file would not release an flock lock, but
@@ -56,5 +63,25 @@ func lockOS(path, what string) (io.Closer, error) {
 		f.Close()
 		return nil, fmt.Errorf("lock %s: write %s: %w", what, path, err)
 	}
-	return f, nil
+	held.Store(heldKey(path), true)
+	return &heldFile{File: f, path: heldKey(path)}, nil
+}
+
+// heldKey is path as held records it: absolute and clean.
+func heldKey(path string) string {
+	if abs, err := filepath.Abs(path); err == nil {
+		return abs
+	}
+	return path
+}
+
+// heldFile is a locked file, which Close releases.
+type heldFile struct {
+	*os.File
+	path string
+}
+
+func (h *heldFile) Close() error {
+	held.Delete(h.path)
+	return h.File.Close()
 }

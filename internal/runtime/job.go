@@ -1094,6 +1094,7 @@ func (d *driver) runAttempt(parent context.Context) error {
 				d.coord.Acknowledge(d.spec.Now(), r.Task, r.ID, r.Handles)
 				d.unpublished = true
 			case ReportDecline:
+				d.coord.Decline(r.Task, r.ID, r.Err)
 				if IsPermanent(r.Err) {
 					// Every checkpoint after it would be declined alike,
 					// and a restart cannot fix it: the job fails at once,
@@ -1101,9 +1102,7 @@ func (d *driver) runAttempt(parent context.Context) error {
 					// failures it tolerates.
 					failure = fmt.Errorf("task %s declined checkpoint %d, and no checkpoint can succeed: %w", r.Task, r.ID, r.Err)
 					d.coord.TaskFailed(r.Task, failure)
-					break
 				}
-				d.coord.Decline(r.Task, r.ID, r.Err)
 			case ReportExhausted:
 				if len(replaying) > 0 {
 					exhausted = append(exhausted, r.Task)
