@@ -191,10 +191,13 @@ type txn struct {
 	// spans where all of them were, reset when the id begins its next
 	// transaction. last is the span of lastP, where the previous record
 	// went: the acknowledgements of a partition's records come in batches.
-	mark  *mark
-	spans map[partition]*offsets
-	last  *offsets
-	lastP partition
+	mark *mark
+	// firstAt is when the first acknowledged record was produced (its
+	// timestamp): the broker's transaction timeout runs from about then.
+	firstAt time.Time
+	spans   map[partition]*offsets
+	last    *offsets
+	lastP   partition
 }
 
 // partition is a partition of a topic.
@@ -279,7 +282,7 @@ func (t *txn) noteMark(r *kgo.Record) {
 	t.markMu.Lock()
 	defer t.markMu.Unlock()
 	if t.mark == nil {
-		t.mark = &mark{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
+		t.mark, t.firstAt = &mark{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}, r.Timestamp
 	}
 	// NB: a map lookup per record was 5% of a Kafka-to-Kafka word count's
 	// CPU time.
@@ -965,6 +968,14 @@ func (w *writer[T]) produceErr() error {
 // late), which bumps the producer's epoch as a second writer's start does.
 func (w *writer[T]) commitFailed(t *txn, err error) error {
 	what := fmt.Sprintf("kafka sink: commit transaction %s of checkpoint %d", t.ID, t.At)
+	t.markMu.Lock()
+	first := t.firstAt
+	t.markMu.Unlock()
+	if fenced := errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch); fenced && !first.IsZero() && w.ctx.Now().Sub(first) < w.cfg.TransactionTimeout/2 {
+		// Too young for the timeout: another writer took the id.
+		return operator.Permanent(fmt.Errorf("%s: %w: the transaction was aborted %v after its first record, well within its timeout (TransactionTimeout %v), and its records are lost: another writer with transactional id prefix %q started (a second run of this job, with other checkpoint storage, or another job given the same prefix) and fenced it; give each job its own prefix, and run one run of a job at a time",
+			what, err, w.ctx.Now().Sub(first).Round(time.Millisecond), w.cfg.TransactionTimeout, w.prefix))
+	}
 	if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) {
 		return operator.Permanent(fmt.Errorf("%s: %w: the broker aborted the transaction, and its records are lost: most likely at its timeout (TransactionTimeout %v), as the checkpoint's completion came later than that; raise TransactionTimeout (up to the brokers' transaction.max.timeout.ms). Else a second writer with the same transactional id prefix fenced it",
 			what, err, w.cfg.TransactionTimeout))
@@ -991,7 +1002,7 @@ func (w *writer[T]) Write(v T) error {
 				return fatal("kafka sink: begin transaction "+t.ID, err)
 			}
 			t.markMu.Lock()
-			t.mark, t.spans, t.last = nil, map[partition]*offsets{}, nil
+			t.mark, t.firstAt, t.spans, t.last = nil, time.Time{}, map[partition]*offsets{}, nil
 			t.markMu.Unlock()
 			w.open = t
 		}

@@ -240,12 +240,8 @@ func (cfg *SinkConfig[T]) check(ctx context.Context, conn *pgx.Conn) error {
 	}
 	switch cfg.Mode {
 	case ExactlyOnce:
-		var n int
-		if err := conn.QueryRow(ctx, "SELECT setting::int FROM pg_settings WHERE name = 'max_prepared_transactions'").Scan(&n); err != nil {
-			return fmt.Errorf("postgres sink: read max_prepared_transactions: %w", err)
-		}
-		if n == 0 {
-			return errors.New("postgres sink: max_prepared_transactions is 0, and exactly-once writes need prepared transactions: set max_prepared_transactions in postgresql.conf (at least twice the sink's parallelism) and restart PostgreSQL, or write in upsert mode")
+		if err := checkPreparedSlots(ctx, conn, 1); err != nil {
+			return err
 		}
 	case Upsert:
 		// Planning the upsert fails when no unique index matches the key.
@@ -471,6 +467,22 @@ func snake(s string) string {
 // the same records meets again (permanentClasses), as opposed to a lost
 // connection, a timeout, a deadlock or a server shutting down or out of
 // resources.
+// checkPreparedSlots refuses a server whose max_prepared_transactions
+// cannot hold what a sink of parallelism subtasks prepares at once: two a
+// subtask (a checkpoint's, prepared and not yet committed, and the next's).
+// Too few fail every checkpoint with "maximum number of prepared
+// transactions reached", restart after restart.
+func checkPreparedSlots(ctx context.Context, conn *pgx.Conn, parallelism int) error {
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT setting::int FROM pg_settings WHERE name = 'max_prepared_transactions'").Scan(&n); err != nil {
+		return fmt.Errorf("postgres sink: read max_prepared_transactions: %w", err)
+	}
+	if need := 2 * parallelism; n < need {
+		return operator.Permanent(fmt.Errorf("postgres sink: max_prepared_transactions is %d, and exactly-once writes at parallelism %d need at least %d (two prepared transactions a subtask): set max_prepared_transactions in postgresql.conf (more if other sinks or jobs prepare transactions on this server) and restart PostgreSQL, or write in upsert mode", n, parallelism, need))
+	}
+	return nil
+}
+
 func classify(what string, err error) error {
 	if err == nil {
 		return nil

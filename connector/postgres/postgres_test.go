@@ -205,6 +205,28 @@ func TestBadConfigurationFailsAtStart(t *testing.T) {
 	}
 }
 
+// TestTooFewPreparedTransactionsFailAtOpen: a server whose
+// max_prepared_transactions cannot hold two prepared transactions a
+// subtask fails the sink at its start, for good, naming the setting and
+// how many it needs. Set above 0 but too low, it failed every checkpoint
+// with a retriable error, restart after restart (found by an outside
+// review, session 39).
+func TestTooFewPreparedTransactionsFailAtOpen(t *testing.T) {
+	pg := pgtest.Start(t, "max_prepared_transactions=3")
+	newSink, err := Sink(SinkConfig[count]{URL: pg.URL, Table: "counts", CreateTable: createAppend})
+	if err != nil {
+		t.Fatal(err) // enough for parallelism 1
+	}
+	run := &operatortest.Run{}
+	defer run.Close()
+	s := newSink()
+	defer s.Close()
+	err = s.Open(run.Context("counts", 0, 2, nil))
+	if !operator.IsPermanent(err) || !strings.Contains(fmt.Sprint(err), "max_prepared_transactions is 3, and exactly-once writes at parallelism 2 need at least 4") {
+		t.Fatalf("open at parallelism 2 with max_prepared_transactions 3: %v, want a permanent error naming the setting and 4", err)
+	}
+}
+
 // TestSinksStartingAtOnceCreateTheTableOnce: standby coordinators start
 // together, and each checks the sink's table; a plain CREATE TABLE run by
 // two at once fails one of them on a unique violation in the catalog

@@ -126,6 +126,9 @@ func (w *txWriter[T]) Open(ctx *operator.Context) error {
 	if w.own, err = connect(rctx, w.cfg.URL); err != nil {
 		return err
 	}
+	if err := checkPreparedSlots(rctx, w.own, ctx.Parallelism); err != nil {
+		return err
+	}
 	// Without checkpoints a subtask commits at the end of its input, maybe
 	// before another opened.
 	if w.owner, err = openOwner(rctx, w.own, w.cfg.Table, ctx, !ctx.CheckpointingEnabled); err != nil {

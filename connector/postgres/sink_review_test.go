@@ -33,7 +33,7 @@ import (
 // taken for committed: a=1 was lost. Now the next write or snapshot fails
 // the task, saying so, and the job restores its latest checkpoint.
 func TestFailedPrepareFailsTheNextWriteOrSnapshot(t *testing.T) {
-	pg := pgtest.Start(t, "max_prepared_transactions=1")
+	pg := pgtest.Start(t, "max_prepared_transactions=2") // the least a sink of parallelism 1 starts with
 	ctx := context.Background()
 	cfg := SinkConfig[count]{URL: pg.URL, Table: "counts", CreateTable: createAppend}
 	w := &operatortest.MemWriter{}
@@ -42,13 +42,13 @@ func TestFailedPrepareFailsTheNextWriteOrSnapshot(t *testing.T) {
 	s := openSink(t, run, cfg, 0, 1, nil)
 	defer s.Close()
 
-	// Another application holds the only prepared-transaction slot.
+	// Another application holds both prepared-transaction slots.
 	other, err := pgx.Connect(ctx, pg.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer other.Close(ctx)
-	for _, q := range []string{"BEGIN", "CREATE TABLE other (x int)", "PREPARE TRANSACTION 'other-app'"} {
+	for _, q := range []string{"BEGIN", "CREATE TABLE other (x int)", "PREPARE TRANSACTION 'other-app'", "BEGIN", "CREATE TABLE other2 (x int)", "PREPARE TRANSACTION 'other-app-2'"} {
 		if _, err := other.Exec(ctx, q); err != nil {
 			t.Fatal(q, err)
 		}
@@ -68,8 +68,10 @@ func TestFailedPrepareFailsTheNextWriteOrSnapshot(t *testing.T) {
 	t.Logf("checkpoint 1 declined (tolerated): %v", err)
 
 	// The slot frees; the job went on (TolerableFailures >= 1).
-	if _, err := other.Exec(ctx, "ROLLBACK PREPARED 'other-app'"); err != nil {
-		t.Fatal(err)
+	for _, gid := range []string{"other-app", "other-app-2"} {
+		if _, err := other.Exec(ctx, "ROLLBACK PREPARED '"+gid+"'"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// The next write or snapshot fails the task, so that the job restores
 	// at once and a=1 is written again.
