@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/weirstream/weir"
 	"github.com/weirstream/weir/operator"
 	"github.com/weirstream/weir/operator/operatortest"
 )
@@ -35,5 +36,62 @@ func TestASecondRunThatFencesTheFirstIsNamed(t *testing.T) {
 	err := a.NotifyComplete(1)
 	if !operator.IsPermanent(err) || !strings.Contains(err.Error(), "another writer with transactional id prefix") || strings.Contains(err.Error(), "most likely at its timeout") {
 		t.Fatalf("run 1's commit after run 2 started: %v; want a permanent error naming another writer under the prefix, not the timeout", err)
+	}
+}
+
+// TestTwoJobsSharingAPrefix: two jobs set one transactional id
+// prefix (the config says they must not, but nothing stops them). Job a
+// pre-commits checkpoint 1; job b starts, writing another topic. Either b
+// is refused at start, or a's checkpoint 1 commits: a completed
+// checkpoint's records must not be silently lost. Job b's start aborted
+// job a's transaction (found by an outside review, session 39); now the
+// prefix is recorded as job a's sink's, and job b is refused.
+func TestTwoJobsSharingAPrefix(t *testing.T) {
+	brokers := broker(t, "out", "out2")
+	w := &operatortest.MemWriter{}
+	open := func(run *operatortest.Run, job, topic string) (weir.SinkWriter[string], error) {
+		newSink, err := Sink(SinkConfig[string]{Brokers: brokers, Topic: topic, Encode: encode, TransactionalIDPrefix: "shared", TransactionalIDs: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := newSink()
+		ctx := run.Context(topic, 0, 1, nil)
+		ctx.Job = job
+		return s, s.Open(ctx)
+	}
+	runA := &operatortest.Run{}
+	defer runA.Close()
+	a, err := open(runA, "a", "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	for _, v := range values("a", 5) {
+		a.Write(v)
+	}
+	snapshot(t, a, 1, w) // checkpoint 1 of job a completes now; its notification follows
+
+	runB := &operatortest.Run{}
+	defer runB.Close()
+	b, err := open(runB, "b", "out2")
+	if b != nil {
+		defer b.Close()
+	}
+	if err != nil {
+		if !operator.IsPermanent(err) || !strings.Contains(err.Error(), `transactional id prefix "shared" belongs to sink "out" of job "a"`) {
+			t.Fatalf("job b refused with %v, want a permanent refusal naming job a's sink", err)
+		}
+		if err := a.NotifyComplete(1); err != nil {
+			t.Fatalf("job a's commit after job b was refused: %v", err)
+		}
+		if got := consume(t, brokers, "out", true); len(got) != 5 {
+			t.Fatalf("job a's checkpoint 1: read_committed %d of 5 records", len(got))
+		}
+		return
+	}
+	err = a.NotifyComplete(1)
+	got := consume(t, brokers, "out", true)
+	if err != nil || len(got) != 5 {
+		t.Fatalf("job b started beside job a under one prefix; job a's completed checkpoint 1: commit error %v; read_committed %d of 5 records: lost", err, len(got))
 	}
 }

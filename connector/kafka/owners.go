@@ -45,6 +45,17 @@ func ownerKey(topic, job, uid string) []byte {
 	return mustJSON([]string{ownerKeyVersion, topic, job, uid})
 }
 
+// prefixKeyVersion begins the key of a transactional id prefix's record.
+const prefixKeyVersion = "weir-sink-prefix/1"
+
+// prefixKey is the key of the record of the sink that uses transactional
+// id prefix: an exactly-once sink's start aborts every open transaction
+// under its prefix, so two sinks with one prefix lose each other's
+// pre-committed output.
+func prefixKey(prefix string) []byte {
+	return mustJSON([]string{prefixKeyVersion, prefix})
+}
+
 // ownership is the value of an ownership record: which run wrote it, for
 // the people who read the topic.
 type ownership struct {
@@ -126,14 +137,17 @@ type found struct {
 // in the topic (its first interval) would hold back. A record whose
 // transaction is still open is not committed, and a run that does not
 // restore never commits an earlier run's transaction: it aborts them.
-func (w *writer[T]) findOwner(ctx context.Context) (run, attempt *found, err error) {
+//
+// It also returns the last record of the writer's transactional id prefix
+// (prefixKey; written outside transactions), if it has one.
+func (w *writer[T]) findOwner(ctx context.Context) (run, attempt, prefix *found, err error) {
 	adm := kadm.NewClient(w.plain)
 	ends, err := adm.ListEndOffsets(ctx, OwnersTopic)
 	if err == nil {
 		err = ends.Error()
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("kafka sink %s: read the end of the ownership topic %s: %w", w.ctx.UID, OwnersTopic, err)
+		return nil, nil, nil, fmt.Errorf("kafka sink %s: read the end of the ownership topic %s: %w", w.ctx.UID, OwnersTopic, err)
 	}
 	from := map[int32]kgo.Offset{}
 	todo := map[int32]int64{} // partition: its end offset
@@ -144,15 +158,19 @@ func (w *writer[T]) findOwner(ctx context.Context) (run, attempt *found, err err
 		}
 	})
 	if len(todo) == 0 {
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	}
 	cl, err := client(w.cfg.Brokers, w.cfg.ClientOpts, kgo.FetchIsolationLevel(kgo.ReadUncommitted()), kgo.KeepControlRecords(),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{OwnersTopic: from}))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	defer closeConsumer(cl, partitionsAt(map[string]map[int32]kgo.Offset{OwnersTopic: from}))
 	key := string(ownerKey(w.cfg.Topic, w.ctx.Job, w.ctx.UID))
+	ofPrefix := ""
+	if w.prefix != "" {
+		ofPrefix = string(prefixKey(w.prefix))
+	}
 	committed := func(f found) {
 		switch w.earlier(f.value) {
 		case earlierRun:
@@ -165,7 +183,7 @@ func (w *writer[T]) findOwner(ctx context.Context) (run, attempt *found, err err
 	for len(todo) > 0 {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return nil, nil, fmt.Errorf("kafka sink %s: read the ownership topic %s: %w", w.ctx.UID, OwnersTopic, err)
+			return nil, nil, nil, fmt.Errorf("kafka sink %s: read the ownership topic %s: %w", w.ctx.UID, OwnersTopic, err)
 		}
 		var ferr error
 		fs.EachError(func(_ string, _ int32, err error) {
@@ -174,7 +192,7 @@ func (w *writer[T]) findOwner(ctx context.Context) (run, attempt *found, err err
 			}
 		})
 		if ferr != nil {
-			return nil, nil, fatal(fmt.Sprintf("kafka sink %s: read the ownership topic %s", w.ctx.UID, OwnersTopic), ferr)
+			return nil, nil, nil, fatal(fmt.Sprintf("kafka sink %s: read the ownership topic %s", w.ctx.UID, OwnersTopic), ferr)
 		}
 		fs.EachRecord(func(r *kgo.Record) {
 			end, ok := todo[r.Partition]
@@ -194,6 +212,8 @@ func (w *writer[T]) findOwner(ctx context.Context) (run, attempt *found, err err
 					}
 				}
 				delete(open, r.ProducerID)
+			case ofPrefix != "" && string(r.Key) == ofPrefix && !r.Attrs.IsTransactional():
+				prefix = &at
 			case string(r.Key) != key:
 			case r.Attrs.IsTransactional():
 				open[r.ProducerID] = append(open[r.ProducerID], at)
@@ -202,7 +222,7 @@ func (w *writer[T]) findOwner(ctx context.Context) (run, attempt *found, err err
 			}
 		})
 	}
-	return run, attempt, nil
+	return run, attempt, prefix, nil
 }
 
 // Kinds of committed ownership records, for this sink.
@@ -242,16 +262,28 @@ func (w *writer[T]) earlier(value []byte) int {
 // over (at least once, the sink keeps no state, so a restart after a
 // checkpoint has no Restore) goes on; one that starts over says that the
 // earlier attempts' output stays.
+//
+// An exactly-once sink (w.prefix set) also refuses a transactional id
+// prefix that another sink's record claims (checkPrefix), restoring or not.
 func (w *writer[T]) checkOwner(ctx context.Context) error {
 	// NB: not subtask 0 alone: a sibling may open, write and finish
 	// before it opens, and a refused run must write nothing. The records
 	// of this run are not an earlier run's, so all decide alike.
-	if w.ctx.Restore != nil || w.ctx.Resumed != 0 {
+	restores := w.ctx.Restore != nil || w.ctx.Resumed != 0
+	if restores && w.prefix == "" {
 		return nil
 	}
-	run, attempt, err := w.findOwner(ctx)
+	run, attempt, prefix, err := w.findOwner(ctx)
 	if err != nil {
 		return err
+	}
+	if w.prefix != "" {
+		if err := w.checkPrefix(ctx, prefix); err != nil {
+			return err
+		}
+	}
+	if restores {
+		return nil
 	}
 	f := run
 	if f == nil && w.ctx.StartOver {
@@ -281,6 +313,32 @@ func (w *writer[T]) checkOwner(ctx context.Context) error {
 	}
 	return operator.Permanent(fmt.Errorf("kafka sink %q of job %q: topic %s: %w (its ownership record is in %s, partition %d at offset %d): resume that run with --restore latest (Config.Restore \"latest\") if it completed a checkpoint, or start over with --fresh (Config.Fresh), which keeps the earlier output in the topic (Kafka cannot delete one writer's records; delete the topic's records, or make it again, to drop them) and writes this run's after it",
 		w.ctx.UID, w.ctx.Job, w.cfg.Topic, ErrEarlierOutput, OwnersTopic, f.partition, f.offset))
+}
+
+// checkPrefix refuses the sink's transactional id prefix if another sink
+// (of another job, or another UID) records it as its own (f: the prefix's
+// last record, nil if none): at its start a sink aborts every open
+// transaction under its prefix, so two sinks with one prefix abort each
+// other's pre-committed transactions, whose records are lost. A sink whose
+// prefix has no record of its own writes one, outside transactions (it
+// must be seen at once), before it aborts anything.
+// NB: two sinks that start at the same moment may both find none; the
+// second's start then still aborts the first's transactions.
+func (w *writer[T]) checkPrefix(ctx context.Context, f *found) error {
+	var o ownership
+	if f != nil && json.Unmarshal(f.value, &o) == nil && (o.Job != w.ctx.Job || o.UID != w.ctx.UID) {
+		return operator.Permanent(fmt.Errorf("kafka sink %q of job %q: transactional id prefix %q belongs to sink %q of job %q (writing %s; its record is in %s, partition %d at offset %d): two sinks with one prefix abort each other's transactions at their starts, and the output of completed checkpoints with them; give this sink a prefix of its own (TransactionalIDPrefix; by default each sink has one), or, if that sink will never run again, delete its record (a record of key %s and no value, a tombstone, in %s)",
+			w.ctx.UID, w.ctx.Job, w.prefix, o.UID, o.Job, o.Topic, OwnersTopic, f.partition, f.offset, prefixKey(w.prefix), OwnersTopic))
+	}
+	if f != nil {
+		return nil // ours already
+	}
+	rec := &kgo.Record{Topic: OwnersTopic, Key: prefixKey(w.prefix), Value: mustJSON(ownership{Topic: w.cfg.Topic, TopicID: w.topicID, Job: w.ctx.Job, UID: w.ctx.UID,
+		Subtask: w.ctx.Subtask, Parallelism: w.ctx.Parallelism, Run: w.ctx.RunID, Attempt: w.ctx.Attempt})}
+	if err := w.plain.ProduceSync(ctx, rec).FirstErr(); err != nil {
+		return fatal(fmt.Sprintf("kafka sink %s: record transactional id prefix %q in %s", w.ctx.UID, w.prefix, OwnersTopic), err)
+	}
+	return nil
 }
 
 // lookUpTopicID returns the ID of the sink's topic (KIP-516), "" if the brokers

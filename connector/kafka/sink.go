@@ -86,7 +86,9 @@ type SinkConfig[T any] struct {
 	// the ids <prefix>-<s>-<k> for k below TransactionalIDs. Default
 	// weir2-<job>-<operator UID>, each name written <length>.<text> (or
 	// hashed, see txnIDVersion), so that no two sinks share an id. Two
-	// sinks must not share a prefix they set.
+	// sinks must not share a prefix they set: the first to start records
+	// the prefix as its own in OwnersTopic, and a sink of another job or
+	// UID given it is refused at its start.
 	TransactionalIDPrefix string
 	// TransactionalIDs bounds the transactions a subtask has open at once:
 	// one being written plus those pre-committed, waiting for their
