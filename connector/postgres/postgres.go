@@ -238,6 +238,9 @@ func (cfg *SinkConfig[T]) check(ctx context.Context, conn *pgx.Conn) error {
 	if err != nil {
 		return fmt.Errorf("postgres sink: table %s: %w", cfg.Table, err)
 	}
+	if err := cfg.checkUnwritten(ctx, conn); err != nil {
+		return err
+	}
 	switch cfg.Mode {
 	case ExactlyOnce:
 		if err := checkPreparedSlots(ctx, conn, 1); err != nil {
@@ -467,6 +470,28 @@ func snake(s string) string {
 // the same records meets again (permanentClasses), as opposed to a lost
 // connection, a timeout, a deadlock or a server shutting down or out of
 // resources.
+// checkUnwritten refuses a table with a NOT NULL column the sink does not
+// write and the table has no value for (no default, not generated, not an
+// identity): every row would fail at the first checkpoint's copy.
+func (cfg *SinkConfig[T]) checkUnwritten(ctx context.Context, conn *pgx.Conn) error {
+	rows, err := conn.Query(ctx, `SELECT attname FROM pg_attribute
+		WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped AND attnotnull
+		AND NOT atthasdef AND attidentity = '' AND attgenerated = '' ORDER BY attnum`, quoteTable(cfg.Table))
+	if err != nil {
+		return fmt.Errorf("postgres sink: table %s: its columns: %w", cfg.Table, err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("postgres sink: table %s: its columns: %w", cfg.Table, err)
+	}
+	for _, n := range names {
+		if !slices.Contains(cfg.Columns, n) { // columns are quoted: names match exactly
+			return fmt.Errorf("postgres sink: table %s: column %s is NOT NULL without a default, and the sink does not write it (it writes %s): every row would be refused; write it (Columns and Row), give it a default, or let it be NULL", cfg.Table, n, strings.Join(cfg.Columns, ", "))
+		}
+	}
+	return nil
+}
+
 // checkPreparedSlots refuses a server whose max_prepared_transactions
 // cannot hold what a sink of parallelism subtasks prepares at once: two a
 // subtask (a checkpoint's, prepared and not yet committed, and the next's).
