@@ -465,11 +465,6 @@ func snake(s string) string {
 	return b.String()
 }
 
-// classify marks errors a restart cannot fix as permanent: those whose
-// SQLSTATE class says the statement or its data is wrong, which a replay of
-// the same records meets again (permanentClasses), as opposed to a lost
-// connection, a timeout, a deadlock or a server shutting down or out of
-// resources.
 // checkUnwritten refuses a table with a NOT NULL column the sink does not
 // write and the table has no value for (no default, not generated, not an
 // identity): every row would fail at the first checkpoint's copy.
@@ -508,6 +503,11 @@ func checkPreparedSlots(ctx context.Context, conn *pgx.Conn, parallelism int) er
 	return nil
 }
 
+// classify marks errors a restart cannot fix as permanent: those whose
+// SQLSTATE class says the statement or its data is wrong, which a replay of
+// the same records meets again (permanentClasses), as opposed to a lost
+// connection, a timeout, a deadlock or a server shutting down or out of
+// resources.
 func classify(what string, err error) error {
 	if err == nil {
 		return nil
