@@ -130,7 +130,7 @@ func (c ClusterConfig) validate(cfg Config) error {
 		if c.Slots < 0 {
 			return fmt.Errorf("a worker offers %d slots; it needs at least 1", c.Slots)
 		}
-		if listen := transport.LoopbackUnlessNamed(cmp.Or(c.Listen, "127.0.0.1:0")); c.Advertise != "" && isLoopback(listen) && !isLoopback(c.Advertise) {
+		if listen := transport.LoopbackUnlessNamed(cmp.Or(c.Listen, "127.0.0.1:0")); c.Advertise != "" && isLoopback(listen) && offLoopback(c.Advertise) {
 			return fmt.Errorf("the worker listens on loopback (--listen %q) and advertises %s (--advertise), where other processes cannot reach it: listen on the address it advertises, or on every interface (0.0.0.0:PORT)", c.Listen, c.Advertise)
 		}
 	}
@@ -145,6 +145,32 @@ func isLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return host == "localhost" || ip != nil && ip.IsLoopback()
+}
+
+// offLoopback reports whether host:port addr is known to lead elsewhere
+// than loopback: an address that is not loopback's, or a name that
+// resolves (within a second) to such addresses only. A name that does not
+// resolve says nothing.
+func offLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || isLoopback(addr) {
+		return false
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	ips, err := net.DefaultResolver.LookupIPAddr(ctx, host)
+	if err != nil || len(ips) == 0 {
+		return false
+	}
+	for _, ip := range ips {
+		if ip.IP.IsLoopback() {
+			return false
+		}
+	}
+	return true
 }
 
 // validateHA checks the settings of high availability, if on.

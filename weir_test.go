@@ -317,7 +317,7 @@ func TestInvalidConfigurationFailsAtStart(t *testing.T) {
 		{weir.Config{Checkpoint: weir.CheckpointConfig{Interval: time.Second, Dir: "/tmp/x"}, Cluster: weir.ClusterConfig{Role: weir.Worker, Certs: "/c", HA: "etcd://h:2379", Join: "a:1", Name: "w"}}, "a worker joins the job's coordinators by address"},
 		// A worker that listens on loopback and advertises another host
 		// is reached by nobody (found by an outside review, session 39).
-		{weir.Config{Checkpoint: weir.CheckpointConfig{Interval: time.Second, Dir: "/tmp/x"}, Cluster: weir.ClusterConfig{Role: weir.Worker, Certs: "/c", Join: "a:1", Name: "w", Listen: ":7800", Advertise: "w1.example:7800"}}, "listens on loopback (--listen \":7800\") and advertises w1.example:7800"},
+		{weir.Config{Checkpoint: weir.CheckpointConfig{Interval: time.Second, Dir: "/tmp/x"}, Cluster: weir.ClusterConfig{Role: weir.Worker, Certs: "/c", Join: "a:1", Name: "w", Listen: ":7800", Advertise: "192.0.2.7:7800"}}, "listens on loopback (--listen \":7800\") and advertises 192.0.2.7:7800"},
 		{weir.Config{Checkpoint: weir.CheckpointConfig{Interval: time.Second, Dir: "/tmp/x"}, Cluster: weir.ClusterConfig{Role: weir.Worker, Certs: "/c", Join: "a:1", Name: "w", Advertise: "10.0.0.7:7800"}}, "advertises 10.0.0.7:7800 (--advertise), where other processes cannot reach it"},
 		// Local recovery (issue 23).
 		{weir.Config{Checkpoint: weir.CheckpointConfig{Interval: time.Second}, LocalRecovery: true, LocalRecoveryDir: "/proc/weir-local"}, "set --local-recovery-dir to a writable directory"},

@@ -278,7 +278,7 @@ func (w *writer[T]) checkOwner(ctx context.Context) error {
 		return err
 	}
 	if w.prefix != "" {
-		if err := w.checkPrefix(ctx, prefix); err != nil {
+		if err := w.checkPrefix(ctx, prefix, restores); err != nil {
 			return err
 		}
 	}
@@ -317,21 +317,26 @@ func (w *writer[T]) checkOwner(ctx context.Context) error {
 
 // checkPrefix refuses the sink's transactional id prefix if another sink
 // (of another job, or another UID) records it as its own (f: the prefix's
-// last record, nil if none): at its start a sink aborts every open
-// transaction under its prefix, so two sinks with one prefix abort each
-// other's pre-committed transactions, whose records are lost. A sink whose
-// prefix has no record of its own writes one, outside transactions (it
-// must be seen at once), before it aborts anything.
+// last record, nil if none), unless the sink restores (restores): at its
+// start a sink aborts every open transaction under its prefix, so two
+// sinks with one prefix abort each other's pre-committed transactions,
+// whose records are lost. A restore continues the lineage whose
+// transactions the prefix names (a job renamed, a sink's UID changed), and
+// takes the prefix over. A sink whose prefix records no other writes its
+// own record, outside transactions (it must be seen at once), before it
+// aborts anything; a record without a value (a tombstone, which frees the
+// prefix) or one it cannot read records none.
 // NB: two sinks that start at the same moment may both find none; the
 // second's start then still aborts the first's transactions.
-func (w *writer[T]) checkPrefix(ctx context.Context, f *found) error {
+func (w *writer[T]) checkPrefix(ctx context.Context, f *found, restores bool) error {
 	var o ownership
-	if f != nil && json.Unmarshal(f.value, &o) == nil && (o.Job != w.ctx.Job || o.UID != w.ctx.UID) {
+	recorded := f != nil && len(f.value) > 0 && json.Unmarshal(f.value, &o) == nil
+	if recorded && o.Job == w.ctx.Job && o.UID == w.ctx.UID {
+		return nil // ours already
+	}
+	if recorded && !restores {
 		return operator.Permanent(fmt.Errorf("kafka sink %q of job %q: transactional id prefix %q belongs to sink %q of job %q (writing %s; its record is in %s, partition %d at offset %d): two sinks with one prefix abort each other's transactions at their starts, and the output of completed checkpoints with them; give this sink a prefix of its own (TransactionalIDPrefix; by default each sink has one), or, if that sink will never run again, delete its record (a record of key %s and no value, a tombstone, in %s)",
 			w.ctx.UID, w.ctx.Job, w.prefix, o.UID, o.Job, o.Topic, OwnersTopic, f.partition, f.offset, prefixKey(w.prefix), OwnersTopic))
-	}
-	if f != nil {
-		return nil // ours already
 	}
 	rec := &kgo.Record{Topic: OwnersTopic, Key: prefixKey(w.prefix), Value: mustJSON(ownership{Topic: w.cfg.Topic, TopicID: w.topicID, Job: w.ctx.Job, UID: w.ctx.UID,
 		Subtask: w.ctx.Subtask, Parallelism: w.ctx.Parallelism, Run: w.ctx.RunID, Attempt: w.ctx.Attempt})}

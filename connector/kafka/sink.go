@@ -194,8 +194,9 @@ type txn struct {
 	// transaction. last is the span of lastP, where the previous record
 	// went: the acknowledgements of a partition's records come in batches.
 	mark *mark
-	// firstAt is when the first acknowledged record was produced (its
-	// timestamp): the broker's transaction timeout runs from about then.
+	// firstAt is when the transaction began, by the task's clock, at its
+	// first record: the broker's transaction timeout runs from about then.
+	// (Not a record's timestamp, which Encode may set to event time.)
 	firstAt time.Time
 	spans   map[partition]*offsets
 	last    *offsets
@@ -284,7 +285,7 @@ func (t *txn) noteMark(r *kgo.Record) {
 	t.markMu.Lock()
 	defer t.markMu.Unlock()
 	if t.mark == nil {
-		t.mark, t.firstAt = &mark{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}, r.Timestamp
+		t.mark = &mark{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
 	}
 	// NB: a map lookup per record was 5% of a Kafka-to-Kafka word count's
 	// CPU time.
@@ -973,10 +974,11 @@ func (w *writer[T]) commitFailed(t *txn, err error) error {
 	t.markMu.Lock()
 	first := t.firstAt
 	t.markMu.Unlock()
-	if fenced := errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch); fenced && !first.IsZero() && w.ctx.Now().Sub(first) < w.cfg.TransactionTimeout/2 {
+	age := w.ctx.Now().Sub(first)
+	if fenced := errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch); fenced && !first.IsZero() && age >= 0 && age < w.cfg.TransactionTimeout/2 {
 		// Too young for the timeout: another writer took the id.
-		return operator.Permanent(fmt.Errorf("%s: %w: the transaction was aborted %v after its first record, well within its timeout (TransactionTimeout %v), and its records are lost: another writer with transactional id prefix %q started (a second run of this job, with other checkpoint storage, or another job given the same prefix) and fenced it; give each job its own prefix, and run one run of a job at a time",
-			what, err, w.ctx.Now().Sub(first).Round(time.Millisecond), w.cfg.TransactionTimeout, w.prefix))
+		return operator.Permanent(fmt.Errorf("%s: %w: the transaction was aborted within %v of its first record, well within its timeout (TransactionTimeout %v), and its records are lost: another writer with transactional id prefix %q started (a second run of this job, with other checkpoint storage, or another job given the same prefix) and fenced it; give each job its own prefix, and run one run of a job at a time",
+			what, err, age.Round(time.Millisecond), w.cfg.TransactionTimeout, w.prefix))
 	}
 	if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) {
 		return operator.Permanent(fmt.Errorf("%s: %w: the broker aborted the transaction, and its records are lost: most likely at its timeout (TransactionTimeout %v), as the checkpoint's completion came later than that; raise TransactionTimeout (up to the brokers' transaction.max.timeout.ms). Else a second writer with the same transactional id prefix fenced it",
@@ -1004,7 +1006,7 @@ func (w *writer[T]) Write(v T) error {
 				return fatal("kafka sink: begin transaction "+t.ID, err)
 			}
 			t.markMu.Lock()
-			t.mark, t.firstAt, t.spans, t.last = nil, time.Time{}, map[partition]*offsets{}, nil
+			t.mark, t.firstAt, t.spans, t.last = nil, w.ctx.Now(), map[partition]*offsets{}, nil
 			t.markMu.Unlock()
 			w.open = t
 		}

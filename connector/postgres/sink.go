@@ -126,8 +126,10 @@ func (w *txWriter[T]) Open(ctx *operator.Context) error {
 	if w.own, err = connect(rctx, w.cfg.URL); err != nil {
 		return err
 	}
-	if err := checkPreparedSlots(rctx, w.own, ctx.Parallelism); err != nil {
-		return err
+	if ctx.CheckpointingEnabled { // without checkpoints nothing is prepared: Finish commits
+		if err := checkPreparedSlots(rctx, w.own, ctx.Parallelism); err != nil {
+			return err
+		}
 	}
 	// Without checkpoints a subtask commits at the end of its input, maybe
 	// before another opened.

@@ -67,21 +67,31 @@ func lockOS(path, what string) (io.Closer, error) {
 	return &heldFile{File: f, path: heldKey(path)}, nil
 }
 
-// heldKey is path as held records it: absolute and clean.
+// heldKey is path as held records it: absolute, clean, through no
+// symbolic link (the file exists: lockOS made it).
 func heldKey(path string) string {
+	if real, err := filepath.EvalSymlinks(path); err == nil {
+		path = real
+	}
 	if abs, err := filepath.Abs(path); err == nil {
 		return abs
 	}
 	return path
 }
 
-// heldFile is a locked file, which Close releases.
+// heldFile is a locked file, which Close releases; closing again does
+// nothing (a later holder's record in held stays).
 type heldFile struct {
 	*os.File
 	path string
+	once sync.Once
 }
 
 func (h *heldFile) Close() error {
-	held.Delete(h.path)
-	return h.File.Close()
+	err := os.ErrClosed
+	h.once.Do(func() {
+		held.Delete(h.path)
+		err = h.File.Close()
+	})
+	return err
 }
