@@ -15,6 +15,7 @@ import (
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/operator"
+	"github.com/weirstream/weir/state"
 )
 
 // OwnersTopic is the compacted topic in which Kafka sinks keep their
@@ -278,7 +279,7 @@ func (w *writer[T]) checkOwner(ctx context.Context) error {
 		return err
 	}
 	if w.prefix != "" {
-		if err := w.checkPrefix(ctx, prefix, restores); err != nil {
+		if err := w.checkPrefix(ctx, prefix, w.restoresPrefix()); err != nil {
 			return err
 		}
 	}
@@ -317,24 +318,25 @@ func (w *writer[T]) checkOwner(ctx context.Context) error {
 
 // checkPrefix refuses the sink's transactional id prefix if another sink
 // (of another job, or another UID) records it as its own (f: the prefix's
-// last record, nil if none), unless the sink restores (restores): at its
-// start a sink aborts every open transaction under its prefix, so two
-// sinks with one prefix abort each other's pre-committed transactions,
-// whose records are lost. A restore continues the lineage whose
-// transactions the prefix names (a job renamed, a sink's UID changed), and
-// takes the prefix over. A sink whose prefix records no other writes its
+// last record, nil if none), unless the sink restores a checkpoint written
+// under the prefix (continues): at its start a sink aborts every open
+// transaction under its prefix, so two sinks with one prefix abort each
+// other's pre-committed transactions, whose records are lost. A restore of
+// a checkpoint of the prefix continues its lineage (a job renamed, a
+// sink's UID changed), and takes the prefix over; any other restore (of a
+// checkpoint under another prefix, or without the sink's state) does not. A sink whose prefix records no other writes its
 // own record, outside transactions (it must be seen at once), before it
 // aborts anything; a record without a value (a tombstone, which frees the
 // prefix) or one it cannot read records none.
 // NB: two sinks that start at the same moment may both find none; the
 // second's start then still aborts the first's transactions.
-func (w *writer[T]) checkPrefix(ctx context.Context, f *found, restores bool) error {
+func (w *writer[T]) checkPrefix(ctx context.Context, f *found, continues bool) error {
 	var o ownership
-	recorded := f != nil && len(f.value) > 0 && json.Unmarshal(f.value, &o) == nil
+	recorded := f != nil && len(f.value) > 0 && json.Unmarshal(f.value, &o) == nil && (o.Job != "" || o.UID != "")
 	if recorded && o.Job == w.ctx.Job && o.UID == w.ctx.UID {
 		return nil // ours already
 	}
-	if recorded && !restores {
+	if recorded && !continues {
 		return operator.Permanent(fmt.Errorf("kafka sink %q of job %q: transactional id prefix %q belongs to sink %q of job %q (writing %s; its record is in %s, partition %d at offset %d): two sinks with one prefix abort each other's transactions at their starts, and the output of completed checkpoints with them; give this sink a prefix of its own (TransactionalIDPrefix; by default each sink has one), or, if that sink will never run again, delete its record (a record of key %s and no value, a tombstone, in %s)",
 			w.ctx.UID, w.ctx.Job, w.prefix, o.UID, o.Job, o.Topic, OwnersTopic, f.partition, f.offset, prefixKey(w.prefix), OwnersTopic))
 	}
@@ -344,6 +346,35 @@ func (w *writer[T]) checkPrefix(ctx context.Context, f *found, restores bool) er
 		return fatal(fmt.Sprintf("kafka sink %s: record transactional id prefix %q in %s", w.ctx.UID, w.prefix, OwnersTopic), err)
 	}
 	return nil
+}
+
+// restoresPrefix reports whether the checkpoint the sink restores was
+// written under its transactional id prefix: its pools say so, or (in
+// checkpoints before pools did) a transaction it records is one of the
+// prefix's.
+func (w *writer[T]) restoresPrefix() bool {
+	if w.ctx.Restore == nil {
+		return false
+	}
+	items, err := state.RestoreList(w.ctx.Restore.Handles, w.ctx.Restore.Read, state.Union, "txns", w.ctx.Subtask, w.ctx.Parallelism)
+	if err != nil {
+		return false // Open reads them again, and fails
+	}
+	for _, it := range items {
+		var rec item
+		if json.Unmarshal(it, &rec) != nil {
+			continue
+		}
+		if rec.Pool != nil && rec.Pool.Prefix == w.prefix {
+			return true
+		}
+		if rec.Txn != nil {
+			if _, ok := parseTxnID(w.prefix, rec.Txn.ID); ok {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // lookUpTopicID returns the ID of the sink's topic (KIP-516), "" if the brokers

@@ -322,6 +322,10 @@ type pool struct {
 	// lineage began (at the first start, before any of its output; in
 	// subtask 0 the restored ones): where verify begins to read.
 	Starts []start `json:"starts,omitempty"`
+	// Prefix is the sink's transactional id prefix: a restore of the
+	// checkpoint continues its lineage, and takes the prefix over (see
+	// checkPrefix). Absent in checkpoints before session 39.
+	Prefix string `json:"prefix,omitempty"`
 }
 
 // start is a partition's end offset when the lineage began.
@@ -1047,7 +1051,7 @@ func (w *writer[T]) Snapshot(id checkpoint.ID) (operator.Async, error) {
 		w.pending = append(w.pending, t)
 		w.open = nil
 	}
-	pl := &pool{Sub: w.ctx.Subtask, Parallelism: w.ctx.Parallelism, Size: w.cfg.TransactionalIDs, IDs: txnIDFormat, Spans: w.complete}
+	pl := &pool{Sub: w.ctx.Subtask, Parallelism: w.ctx.Parallelism, Size: w.cfg.TransactionalIDs, IDs: txnIDFormat, Spans: w.complete, Prefix: w.prefix}
 	for pid, epoch := range w.since {
 		pl.Since = append(pl.Since, since{pid, epoch})
 	}

@@ -46,8 +46,8 @@ func TestProfilingNeedsTheToken(t *testing.T) {
 		if code, body := request(off, path, "s3cret"); code != http.StatusForbidden || !strings.Contains(body, "--web-token") {
 			t.Errorf("GET %s without a configured token: %d %s", path, code, body)
 		}
-		for _, tok := range []string{"", "wrong"} {
-			if code, body := request(on, path, tok); code != http.StatusUnauthorized || !strings.Contains(body, "Authorization: Bearer") {
+		for tok, says := range map[string]string{"": "Authorization: Bearer", "wrong": "does not match"} {
+			if code, body := request(on, path, tok); code != http.StatusUnauthorized || !strings.Contains(body, says) {
 				t.Errorf("GET %s with token %q: %d %s", path, tok, code, body)
 			}
 		}
