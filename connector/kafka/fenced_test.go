@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/weirstream/weir"
+	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/operator"
 	"github.com/weirstream/weir/operator/operatortest"
 )
@@ -19,16 +20,7 @@ import (
 func TestASecondRunThatFencesTheFirstIsNamed(t *testing.T) {
 	brokers := broker(t, "out")
 	w := &operatortest.MemWriter{}
-	run1 := &operatortest.Run{}
-	defer run1.Close()
-	a := sinkFor(t, run1, brokers, 0, 1, nil)
-	defer a.Close()
-	for _, v := range values("a", 5) {
-		if err := a.Write(v); err != nil {
-			t.Fatal(err)
-		}
-	}
-	snapshot(t, a, 1, w)
+	a, _ := precommitted(t, brokers, sinkOf{job: "test"}, w)
 	run2 := &operatortest.Run{}
 	defer run2.Close()
 	b := sinkFor(t, run2, brokers, 0, 1, nil)
@@ -49,31 +41,11 @@ func TestASecondRunThatFencesTheFirstIsNamed(t *testing.T) {
 func TestTwoJobsSharingAPrefix(t *testing.T) {
 	brokers := broker(t, "out", "out2")
 	w := &operatortest.MemWriter{}
-	open := func(run *operatortest.Run, job, topic string) (weir.SinkWriter[string], error) {
-		newSink, err := Sink(SinkConfig[string]{Brokers: brokers, Topic: topic, Encode: encode, TransactionalIDPrefix: "shared", TransactionalIDs: 3})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := newSink()
-		ctx := run.Context(topic, 0, 1, nil)
-		ctx.Job = job
-		return s, s.Open(ctx)
-	}
-	runA := &operatortest.Run{}
-	defer runA.Close()
-	a, err := open(runA, "a", "out")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	for _, v := range values("a", 5) {
-		a.Write(v)
-	}
-	snapshot(t, a, 1, w) // checkpoint 1 of job a completes now; its notification follows
+	a, _ := precommitted(t, brokers, sinkOf{job: "a", prefix: "shared"}, w) // checkpoint 1 of job a completes now; its notification follows
 
 	runB := &operatortest.Run{}
 	defer runB.Close()
-	b, err := open(runB, "b", "out2")
+	b, err := openPrefixed(t, runB, brokers, sinkOf{job: "b", topic: "out2", prefix: "shared"})
 	if b != nil {
 		defer b.Close()
 	}
@@ -94,4 +66,25 @@ func TestTwoJobsSharingAPrefix(t *testing.T) {
 	if err != nil || len(got) != 5 {
 		t.Fatalf("job b started beside job a under one prefix; job a's completed checkpoint 1: commit error %v; read_committed %d of 5 records: lost", err, len(got))
 	}
+}
+
+// precommitted opens the sink o says (its run and itself closed at the
+// test's end), writes five records, and takes checkpoint 1 into w: they
+// are pre-committed, and commit at its NotifyComplete. It returns the
+// sink and the checkpoint's handles.
+func precommitted(t *testing.T, brokers []string, o sinkOf, w *operatortest.MemWriter) (weir.SinkWriter[string], []checkpoint.Handle) {
+	t.Helper()
+	run := &operatortest.Run{}
+	t.Cleanup(run.Close)
+	s, err := openPrefixed(t, run, brokers, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	for _, v := range values("a", 5) {
+		if err := s.Write(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s, snapshot(t, s, 1, w)
 }

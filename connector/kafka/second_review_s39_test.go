@@ -4,6 +4,7 @@ package kafka
 // fixed; a test's comment says what the defect did.
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"strings"
@@ -13,21 +14,35 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weirstream/weir"
+	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/operator"
 	"github.com/weirstream/weir/operator/operatortest"
 )
 
-// openPrefixed opens subtask 0 of 1 of a sink of job into topic "out" under
-// the explicit prefix (uid "out"), restoring r if set.
-func openPrefixed(t *testing.T, run *operatortest.Run, brokers []string, job, prefix string, enc func(string) *kgo.Record, r *operator.Restore) (weir.SinkWriter[string], error) {
+// sinkOf says which sink openPrefixed opens: subtask 0 of 1 of job's sink
+// "out" into topic ("out" if empty) under prefix ("": the default), with
+// enc (encode if nil), restoring restore and resuming resumed.
+type sinkOf struct {
+	job, topic, prefix string
+	enc                func(string) *kgo.Record
+	restore            *operator.Restore
+	resumed            checkpoint.ID
+}
+
+// openPrefixed opens the sink o says.
+func openPrefixed(t *testing.T, run *operatortest.Run, brokers []string, o sinkOf) (weir.SinkWriter[string], error) {
 	t.Helper()
-	newSink, err := Sink(SinkConfig[string]{Brokers: brokers, Topic: "out", Encode: enc, TransactionalIDPrefix: prefix, TransactionalIDs: 3})
+	enc := o.enc
+	if enc == nil {
+		enc = encode
+	}
+	newSink, err := Sink(SinkConfig[string]{Brokers: brokers, Topic: cmp.Or(o.topic, "out"), Encode: enc, TransactionalIDPrefix: o.prefix, TransactionalIDs: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := newSink()
-	ctx := run.Context("out", 0, 1, r)
-	ctx.Job = job
+	ctx := run.Context("out", 0, 1, o.restore)
+	ctx.Job, ctx.Resumed = o.job, o.resumed
 	if err := s.Open(ctx); err != nil {
 		s.Close()
 		return nil, err
@@ -45,7 +60,7 @@ func TestTombstonedPrefixIsRecordedAgain(t *testing.T) {
 	brokers := broker(t, "out")
 	runA := &operatortest.Run{}
 	defer runA.Close()
-	a, err := openPrefixed(t, runA, brokers, "a", "shared", encode, nil)
+	a, err := openPrefixed(t, runA, brokers, sinkOf{job: "a", prefix: "shared"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +78,7 @@ func TestTombstonedPrefixIsRecordedAgain(t *testing.T) {
 
 	runB := &operatortest.Run{}
 	defer runB.Close()
-	b, err := openPrefixed(t, runB, brokers, "b", "shared", encode, nil)
+	b, err := openPrefixed(t, runB, brokers, sinkOf{job: "b", prefix: "shared"})
 	if err != nil {
 		t.Fatalf("job b after the tombstone: %v", err)
 	}
@@ -71,7 +86,7 @@ func TestTombstonedPrefixIsRecordedAgain(t *testing.T) {
 
 	runC := &operatortest.Run{}
 	defer runC.Close()
-	c, err := openPrefixed(t, runC, brokers, "c", "shared", encode, nil)
+	c, err := openPrefixed(t, runC, brokers, sinkOf{job: "c", prefix: "shared"})
 	if err == nil {
 		c.Close()
 		t.Fatal(`job c started under prefix "shared", which job b took after the tombstone: job b recorded no claim, so every later sink given the prefix starts and aborts job b's pre-committed transactions`)
@@ -92,7 +107,7 @@ func TestRenamedJobRestoresItsOwnSavepoint(t *testing.T) {
 	brokers := broker(t, "out")
 	w := &operatortest.MemWriter{}
 	runA := &operatortest.Run{}
-	a, err := openPrefixed(t, runA, brokers, "a", "p", encode, nil)
+	a, err := openPrefixed(t, runA, brokers, sinkOf{job: "a", prefix: "p"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +122,7 @@ func TestRenamedJobRestoresItsOwnSavepoint(t *testing.T) {
 
 	runB := &operatortest.Run{}
 	defer runB.Close()
-	b, err := openPrefixed(t, runB, brokers, "b", "p", encode, &operator.Restore{Checkpoint: 1, Handles: hs, Read: w.Read})
+	b, err := openPrefixed(t, runB, brokers, sinkOf{job: "b", prefix: "p", restore: &operator.Restore{Checkpoint: 1, Handles: hs, Read: w.Read}})
 	if err != nil {
 		t.Fatalf("job a renamed b, restoring its own checkpoint 1 (transactions under prefix \"p\"): %v", err)
 	}
@@ -134,22 +149,10 @@ func TestFenceNamedWhateverTheRecordTimestamps(t *testing.T) {
 		r.Timestamp = eventTime
 		return r
 	}
-	run1 := &operatortest.Run{}
-	defer run1.Close()
-	a, err := openPrefixed(t, run1, brokers, "test", "", enc, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	for _, v := range values("a", 5) {
-		if err := a.Write(v); err != nil {
-			t.Fatal(err)
-		}
-	}
-	snapshot(t, a, 1, w)
+	a, _ := precommitted(t, brokers, sinkOf{job: "test", enc: enc}, w)
 	run2 := &operatortest.Run{}
 	defer run2.Close()
-	b, err := openPrefixed(t, run2, brokers, "test", "", enc, nil)
+	b, err := openPrefixed(t, run2, brokers, sinkOf{job: "test", enc: enc})
 	if err != nil {
 		t.Fatal(err)
 	}

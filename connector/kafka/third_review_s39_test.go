@@ -7,31 +7,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/weirstream/weir"
-	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/operator"
 	"github.com/weirstream/weir/operator/operatortest"
 )
 
-// openResuming opens subtask 0 of 1 of job's sink "out" into topic under
-// prefix, restoring r, with Resumed set to resumed.
-func openResuming(t *testing.T, run *operatortest.Run, brokers []string, job, topic, prefix string, r *operator.Restore, resumed checkpoint.ID) (weir.SinkWriter[string], error) {
-	t.Helper()
-	newSink, err := Sink(SinkConfig[string]{Brokers: brokers, Topic: topic, Encode: encode, TransactionalIDPrefix: prefix, TransactionalIDs: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := newSink()
-	ctx := run.Context("out", 0, 1, r)
-	ctx.Job, ctx.Resumed = job, resumed
-	if err := s.Open(ctx); err != nil {
-		s.Close()
-		return nil, err
-	}
-	return s, nil
-}
-
-// TestResumedJobWithoutSinkStateTakesAnotherJobsPrefix: job a
+// TestAResumeWithoutSinkStateLeavesAnotherJobsPrefix: job a
 // (prefix "shared") pre-commits checkpoint 1. Job b resumes its own
 // checkpoint 7, in which this sink has no state (a sink added to the job,
 // or one whose UID changed; Weir gives it Resumed and no Restore), and is
@@ -39,26 +19,14 @@ func openResuming(t *testing.T, run *operatortest.Run, brokers []string, job, to
 // the prefix is not its lineage's: b must be refused, as a fresh start
 // is. It starts, records the prefix as its own and aborts a's
 // pre-committed transaction: a's completed checkpoint's records are lost.
-func TestResumedJobWithoutSinkStateTakesAnotherJobsPrefix(t *testing.T) {
+func TestAResumeWithoutSinkStateLeavesAnotherJobsPrefix(t *testing.T) {
 	brokers := broker(t, "out", "out2")
 	w := &operatortest.MemWriter{}
-	runA := &operatortest.Run{}
-	defer runA.Close()
-	a, err := openResuming(t, runA, brokers, "a", "out", "shared", nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	for _, v := range values("a", 5) {
-		if err := a.Write(v); err != nil {
-			t.Fatal(err)
-		}
-	}
-	snapshot(t, a, 1, w)
+	a, _ := precommitted(t, brokers, sinkOf{job: "a", topic: "out", prefix: "shared"}, w)
 
 	runB := &operatortest.Run{}
 	defer runB.Close()
-	b, errB := openResuming(t, runB, brokers, "b", "out2", "shared", nil, 7)
+	b, errB := openPrefixed(t, runB, brokers, sinkOf{job: "b", topic: "out2", prefix: "shared", resumed: 7})
 	if b != nil {
 		defer b.Close()
 	}
@@ -68,17 +36,17 @@ func TestResumedJobWithoutSinkStateTakesAnotherJobsPrefix(t *testing.T) {
 	}
 }
 
-// TestRestoreUnderAnotherPrefixTakesAnotherJobsPrefix: job b
+// TestARestoreUnderAnotherPrefixLeavesAnotherJobsPrefix: job b
 // wrote under its own prefix "bown" and completed checkpoint 1. It is
 // restarted from that checkpoint with its prefix changed to "shared", job
 // a's, which is running with checkpoint 1 pre-committed. b's checkpoint
 // names transactions under "bown" only: "shared" is not its lineage's, and
 // b must be refused. It takes the prefix over and aborts a's transaction.
-func TestRestoreUnderAnotherPrefixTakesAnotherJobsPrefix(t *testing.T) {
+func TestARestoreUnderAnotherPrefixLeavesAnotherJobsPrefix(t *testing.T) {
 	brokers := broker(t, "out", "out2")
 	wb := &operatortest.MemWriter{}
 	runB1 := &operatortest.Run{}
-	b1, err := openResuming(t, runB1, brokers, "b", "out2", "bown", nil, 0)
+	b1, err := openPrefixed(t, runB1, brokers, sinkOf{job: "b", topic: "out2", prefix: "bown"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,23 +63,11 @@ func TestRestoreUnderAnotherPrefixTakesAnotherJobsPrefix(t *testing.T) {
 	runB1.Close()
 
 	wa := &operatortest.MemWriter{}
-	runA := &operatortest.Run{}
-	defer runA.Close()
-	a, err := openResuming(t, runA, brokers, "a", "out", "shared", nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	for _, v := range values("a", 5) {
-		if err := a.Write(v); err != nil {
-			t.Fatal(err)
-		}
-	}
-	snapshot(t, a, 1, wa)
+	a, _ := precommitted(t, brokers, sinkOf{job: "a", topic: "out", prefix: "shared"}, wa)
 
 	runB2 := &operatortest.Run{}
 	defer runB2.Close()
-	b2, errB := openResuming(t, runB2, brokers, "b", "out2", "shared", &operator.Restore{Checkpoint: 1, Handles: hsB, Read: wb.Read}, 1)
+	b2, errB := openPrefixed(t, runB2, brokers, sinkOf{job: "b", topic: "out2", prefix: "shared", restore: &operator.Restore{Checkpoint: 1, Handles: hsB, Read: wb.Read}, resumed: 1})
 	if b2 != nil {
 		defer b2.Close()
 	}
