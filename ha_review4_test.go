@@ -365,10 +365,21 @@ func TestHAStandbyRefusesCancelAndSavepoint(t *testing.T) {
 			Cluster:    weir.ClusterConfig{HA: r.url, HATTL: 2 * time.Second}})
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	// NB: both processes end before the test's directories go: the leader
+	// writing a checkpoint as they were deleted failed the test (CI,
+	// session 39).
+	var procs []*haProc
+	defer func() {
+		cancel()
+		for _, x := range procs {
+			waitDone(t, x.done)
+		}
+	}()
 	a := start(ctx)
+	procs = append(procs, a)
 	waitLog(t, a.logs, "INFO leading the job", 20*time.Second)
 	b := start(ctx)
+	procs = append(procs, b)
 	waitLog(t, b.logs, "INFO standing by", 20*time.Second)
 
 	addr := <-b.web
@@ -387,6 +398,7 @@ func TestHAStandbyRefusesCancelAndSavepoint(t *testing.T) {
 	}
 	select {
 	case err := <-b.done:
+		b.done <- err // for the wait at the end
 		t.Fatalf("the standby ended after the requests it refused: %v", err)
 	default:
 	}

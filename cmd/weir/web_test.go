@@ -100,14 +100,19 @@ func TestSavepointCancelAndRestore(t *testing.T) {
 	if err != nil || ended.State != "cancelled" || !strings.Contains(ended.Cause, "cancelled through the API") || ended.Ended == "" {
 		t.Fatalf("the lingering API says %+v (%v), want the job cancelled through the API", ended, err)
 	}
+	// NB: the process says so after its job's end is served, and an
+	// interrupt before it says so ends it without a word (CI, session 39).
+	waitFor(t, "the process to say its web UI lingers", func() bool {
+		return strings.Contains(run.log.String(), "the web UI shows how the job ended for") || run.exited()
+	})
+	if run.exited() {
+		t.Fatalf("the process ended (%v) without saying its web UI lingers:\n%s", run.err, run.log)
+	}
 	run.cmd.Process.Signal(os.Interrupt)
 	select {
 	case <-run.done:
 	case <-time.After(20 * time.Second):
 		t.Fatalf("Ctrl-C did not end the lingering web UI within 20 s of a minute's linger:\n%s", run.log)
-	}
-	if !strings.Contains(run.log.String(), "the web UI shows how the job ended for") {
-		t.Fatalf("the process did not say its web UI lingers:\n%s", run.log)
 	}
 	// It says who cancelled it: the user and host that ran weir cancel,
 	// from the loopback address (issue 19, defect 20).
