@@ -150,23 +150,8 @@ func (w *writer[T]) findOwner(ctx context.Context) (run, attempt, prefix *found,
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("kafka sink %s: read the end of the ownership topic %s: %w", w.ctx.UID, OwnersTopic, err)
 	}
-	from := map[int32]kgo.Offset{}
-	todo := map[int32]int64{} // partition: its end offset
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Offset > 0 {
-			from[o.Partition] = kgo.NewOffset().AtStart()
-			todo[o.Partition] = o.Offset
-		}
-	})
-	if len(todo) == 0 {
-		return nil, nil, nil, nil
-	}
-	cl, err := client(w.cfg.Brokers, w.cfg.ClientOpts, kgo.FetchIsolationLevel(kgo.ReadUncommitted()), kgo.KeepControlRecords(),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{OwnersTopic: from}))
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	defer closeConsumer(cl, partitionsAt(map[string]map[int32]kgo.Offset{OwnersTopic: from}))
+	span := map[int32][2]int64{}
+	ends.Each(func(o kadm.ListedOffset) { span[o.Partition] = [2]int64{0, o.Offset} })
 	key := string(ownerKey(w.cfg.Topic, w.ctx.Job, w.ctx.UID))
 	ofPrefix := ""
 	if w.prefix != "" {
@@ -181,10 +166,61 @@ func (w *writer[T]) findOwner(ctx context.Context) (run, attempt, prefix *found,
 		}
 	}
 	open := map[int64][]found{} // producer id: its matching records not yet ended
+	err = w.readOwners(ctx, span, func(r *kgo.Record) {
+		at := found{r.Partition, r.Offset, r.Value}
+		switch {
+		case r.Attrs.IsControl():
+			// Key: version, then type (0 abort, 1 commit), int16 each.
+			if len(r.Key) >= 4 && binary.BigEndian.Uint16(r.Key[2:]) == 1 {
+				for _, f := range open[r.ProducerID] {
+					committed(f)
+				}
+			}
+			delete(open, r.ProducerID)
+		case ofPrefix != "" && string(r.Key) == ofPrefix && !r.Attrs.IsTransactional():
+			prefix = &at
+		case string(r.Key) != key:
+		case r.Attrs.IsTransactional():
+			open[r.ProducerID] = append(open[r.ProducerID], at)
+		default: // at least once, or without guarantees
+			committed(at)
+		}
+	})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return run, attempt, prefix, nil
+}
+
+// readOwners reads OwnersTopic read_uncommitted with the transaction
+// markers, each partition of span from the first offset up to (not
+// including) the second, and calls each with its records in order.
+func (w *writer[T]) readOwners(ctx context.Context, span map[int32][2]int64, each func(*kgo.Record)) error {
+	from := map[int32]kgo.Offset{}
+	todo := map[int32]int64{} // partition: the offset it is read up to
+	for p, s := range span {
+		if s[0] >= s[1] {
+			continue
+		}
+		from[p] = kgo.NewOffset().At(s[0])
+		if s[0] == 0 {
+			from[p] = kgo.NewOffset().AtStart() // where the log starts now
+		}
+		todo[p] = s[1]
+	}
+	if len(todo) == 0 {
+		return nil
+	}
+	at := map[string]map[int32]kgo.Offset{OwnersTopic: from}
+	cl, err := client(w.cfg.Brokers, w.cfg.ClientOpts, kgo.FetchIsolationLevel(kgo.ReadUncommitted()), kgo.KeepControlRecords(), kgo.ConsumePartitions(at))
+	if err != nil {
+		return err
+	}
+	defer closeConsumer(cl, partitionsAt(at))
 	for len(todo) > 0 {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return nil, nil, nil, fmt.Errorf("kafka sink %s: read the ownership topic %s: %w", w.ctx.UID, OwnersTopic, err)
+			return fmt.Errorf("kafka sink %s: read the ownership topic %s: %w", w.ctx.UID, OwnersTopic, err)
 		}
 		var ferr error
 		fs.EachError(func(_ string, _ int32, err error) {
@@ -193,37 +229,22 @@ func (w *writer[T]) findOwner(ctx context.Context) (run, attempt, prefix *found,
 			}
 		})
 		if ferr != nil {
-			return nil, nil, nil, fatal(fmt.Sprintf("kafka sink %s: read the ownership topic %s", w.ctx.UID, OwnersTopic), ferr)
+			return fatal(fmt.Sprintf("kafka sink %s: read the ownership topic %s", w.ctx.UID, OwnersTopic), ferr)
 		}
 		fs.EachRecord(func(r *kgo.Record) {
 			end, ok := todo[r.Partition]
-			if !ok || r.Offset >= end {
+			if !ok {
 				return
 			}
 			if r.Offset+1 >= end {
-				delete(todo, r.Partition)
+				delete(todo, r.Partition) // NB: also past a record compaction removed
 			}
-			at := found{r.Partition, r.Offset, r.Value}
-			switch {
-			case r.Attrs.IsControl():
-				// Key: version, then type (0 abort, 1 commit), int16 each.
-				if len(r.Key) >= 4 && binary.BigEndian.Uint16(r.Key[2:]) == 1 {
-					for _, f := range open[r.ProducerID] {
-						committed(f)
-					}
-				}
-				delete(open, r.ProducerID)
-			case ofPrefix != "" && string(r.Key) == ofPrefix && !r.Attrs.IsTransactional():
-				prefix = &at
-			case string(r.Key) != key:
-			case r.Attrs.IsTransactional():
-				open[r.ProducerID] = append(open[r.ProducerID], at)
-			default: // at least once, or without guarantees
-				committed(at)
+			if r.Offset < end {
+				each(r)
 			}
 		})
 	}
-	return run, attempt, prefix, nil
+	return nil
 }
 
 // Kinds of committed ownership records, for this sink.
@@ -328,24 +349,83 @@ func (w *writer[T]) checkOwner(ctx context.Context) error {
 // own record, outside transactions (it must be seen at once), before it
 // aborts anything; a record without a value (a tombstone, which frees the
 // prefix) or one it cannot read records none.
-// NB: two sinks that start at the same moment may both find none; the
-// second's start then still aborts the first's transactions.
+//
+// Two sinks that start at the same moment may both find the prefix free
+// and both record it: the first record after the one each found wins
+// (firstClaim). The other sink is refused, and writes the winner's record
+// again, so that the topic's last record of the prefix (all that
+// compaction keeps) names the winner.
 func (w *writer[T]) checkPrefix(ctx context.Context, f *found, continues bool) error {
-	var o ownership
-	recorded := f != nil && len(f.value) > 0 && json.Unmarshal(f.value, &o) == nil && (o.Job != "" || o.UID != "")
-	if recorded && o.Job == w.ctx.Job && o.UID == w.ctx.UID {
+	if o, ok := claimOf(f); ok && o.Job == w.ctx.Job && o.UID == w.ctx.UID {
 		return nil // ours already
+	} else if ok && !continues {
+		return w.prefixTaken(o, f, "belongs to")
 	}
-	if recorded && !continues {
-		return operator.Permanent(fmt.Errorf("kafka sink %q of job %q: transactional id prefix %q belongs to sink %q of job %q (writing %s; its record is in %s, partition %d at offset %d): two sinks with one prefix abort each other's transactions at their starts, and the output of completed checkpoints with them; give this sink a prefix of its own (TransactionalIDPrefix; by default each sink has one), or, if that sink will never run again, delete its record (a record of key %s and no value, a tombstone, in %s)",
-			w.ctx.UID, w.ctx.Job, w.prefix, o.UID, o.Job, o.Topic, OwnersTopic, f.partition, f.offset, prefixKey(w.prefix), OwnersTopic))
+	if hook := beforePrefixRecord.Load(); hook != nil {
+		(*hook)()
 	}
 	rec := &kgo.Record{Topic: OwnersTopic, Key: prefixKey(w.prefix), Value: mustJSON(ownership{Topic: w.cfg.Topic, TopicID: w.topicID, Job: w.ctx.Job, UID: w.ctx.UID,
 		Subtask: w.ctx.Subtask, Parallelism: w.ctx.Parallelism, Run: w.ctx.RunID, Attempt: w.ctx.Attempt})}
 	if err := w.plain.ProduceSync(ctx, rec).FirstErr(); err != nil {
 		return fatal(fmt.Sprintf("kafka sink %s: record transactional id prefix %q in %s", w.ctx.UID, w.prefix, OwnersTopic), err)
 	}
-	return nil
+	if continues {
+		return nil // a restore of the prefix's lineage takes it over
+	}
+	from := int64(0)
+	if f != nil {
+		from = f.offset + 1
+	}
+	first, err := w.firstClaim(ctx, rec.Partition, from, rec.Offset)
+	if err != nil {
+		return err
+	}
+	o, ok := claimOf(first)
+	if !ok || o.Job == w.ctx.Job && o.UID == w.ctx.UID {
+		return nil // this sink's record, or a sibling subtask's, is the first
+	}
+	again := &kgo.Record{Topic: OwnersTopic, Key: prefixKey(w.prefix), Value: first.value}
+	if err := w.plain.ProduceSync(ctx, again).FirstErr(); err != nil {
+		return fatal(fmt.Sprintf("kafka sink %s: transactional id prefix %q was recorded at the same moment by sink %q of job %q; write its record again in %s", w.ctx.UID, w.prefix, o.UID, o.Job, OwnersTopic), err)
+	}
+	return w.prefixTaken(o, first, "was recorded at the same moment by")
+}
+
+// beforePrefixRecord, set only by tests, runs just before a sink records
+// its transactional id prefix: another sink's start put there begins at
+// the same moment as this one.
+var beforePrefixRecord atomic.Pointer[func()]
+
+// claimOf reads a prefix record: ok if it names a sink (not a tombstone,
+// nor a value it cannot read).
+func claimOf(f *found) (o ownership, ok bool) {
+	ok = f != nil && len(f.value) > 0 && json.Unmarshal(f.value, &o) == nil && (o.Job != "" || o.UID != "")
+	return o, ok
+}
+
+// prefixTaken refuses the sink's transactional id prefix, which the record
+// f of sink o holds.
+func (w *writer[T]) prefixTaken(o ownership, f *found, how string) error {
+	return operator.Permanent(fmt.Errorf("kafka sink %q of job %q: transactional id prefix %q %s sink %q of job %q (writing %s; its record is in %s, partition %d at offset %d): two sinks with one prefix abort each other's transactions at their starts, and the output of completed checkpoints with them; give this sink a prefix of its own (TransactionalIDPrefix; by default each sink has one), or, if that sink will never run again, delete its record (a record of key %s and no value, a tombstone, in %s)",
+		w.ctx.UID, w.ctx.Job, w.prefix, how, o.UID, o.Job, o.Topic, OwnersTopic, f.partition, f.offset, prefixKey(w.prefix), OwnersTopic))
+}
+
+// firstClaim returns the record that holds the prefix among partition's
+// records from offset from up to this sink's own record at mine: the first
+// prefix record after the last tombstone, nil if none.
+func (w *writer[T]) firstClaim(ctx context.Context, partition int32, from, mine int64) (*found, error) {
+	key := string(prefixKey(w.prefix))
+	var first *found
+	err := w.readOwners(ctx, map[int32][2]int64{partition: {from, mine}}, func(r *kgo.Record) {
+		switch {
+		case string(r.Key) != key || r.Attrs.IsTransactional() || r.Attrs.IsControl():
+		case len(r.Value) == 0:
+			first = nil // a tombstone frees the prefix
+		case first == nil:
+			first = &found{r.Partition, r.Offset, r.Value}
+		}
+	})
+	return first, err
 }
 
 // restoresPrefix reports whether the checkpoint the sink restores was

@@ -62,6 +62,11 @@ type Config[T any] struct {
 	// job, operator and subtask; it must survive the process (put it
 	// beside the checkpoints). Required.
 	MarkerDir string
+	// FormerMarkerDirs are marker directories of the runs a restore
+	// continues that are not MarkerDir (the markers beside a checkpoint
+	// restored from another checkpoint directory): read, never written. A
+	// batch a marker in any of them says was written is not written again.
+	FormerMarkerDirs []string
 	// FS is MarkerDir's file system; default the real one.
 	FS vfs.FS
 	// Codec encodes records in the checkpointed state. Default codec.For[T].
@@ -229,13 +234,28 @@ func (s *sink[T]) markerName(sub int) string {
 }
 
 // marker reads the newest checkpoint of the run's lineage whose batch of
-// subtask sub was written (0: none). A marker of Weir before job
-// directories and lineages (MarkerDir/<uid>-<sub>, the id alone) counts.
+// subtask sub was written (0: none), by the markers in MarkerDir and in
+// FormerMarkerDirs.
 func (s *sink[T]) marker(sub int) (checkpoint.ID, error) {
-	path := s.markerPath(sub)
+	var newest checkpoint.ID
+	for _, dir := range append([]string{s.cfg.MarkerDir}, s.cfg.FormerMarkerDirs...) {
+		id, err := s.markerIn(dir, sub)
+		if err != nil {
+			return 0, err
+		}
+		newest = max(newest, id)
+	}
+	return newest, nil
+}
+
+// markerIn reads the marker of subtask sub in marker directory dir. A
+// marker of Weir before job directories and lineages (dir/<uid>-<sub>, the
+// id alone) counts.
+func (s *sink[T]) markerIn(dir string, sub int) (checkpoint.ID, error) {
+	path := s.cfg.FS.PathJoin(dir, url.PathEscape(s.ctx.Job), s.markerName(sub))
 	f, err := s.cfg.FS.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
-		path = s.cfg.FS.PathJoin(s.cfg.MarkerDir, s.markerName(sub))
+		path = s.cfg.FS.PathJoin(dir, s.markerName(sub))
 		f, err = s.cfg.FS.Open(path)
 	}
 	if err != nil {

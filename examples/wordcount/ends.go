@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/weirstream/weir/connector/kafka"
 	"github.com/weirstream/weir/connector/postgres"
 	"github.com/weirstream/weir/connector/writeahead"
+	"github.com/weirstream/weir/storage"
 )
 
 // input is the source of lines o.Input names.
@@ -62,11 +64,15 @@ func output(o Options, cc weir.CheckpointConfig) (func() weir.SinkWriter[Count],
 	scheme, isURL := file.URLScheme(o.Output)
 	switch out := o.Output; {
 	case out == "-":
-		if cc.Dir == "" {
+		ck := strings.TrimPrefix(cc.Dir, "file://")
+		if ck == "" {
 			return nil, errors.New("output - (standard output, written at the barrier) keeps its markers beside the checkpoints: give a checkpoint directory")
 		}
-		return writeahead.Sink(writeahead.Config[Count]{
-			FS: o.FS, MarkerDir: o.FS.PathJoin(cc.Dir, "wordcount", markerDir),
+		if storage.IsURL(ck) {
+			return nil, errors.New("output - (standard output, written at the barrier) keeps its markers in a local directory beside the checkpoints, and checkpoints in object storage are not in one: give a local checkpoint directory, or write the output to files or Kafka")
+		}
+		cfg := writeahead.Config[Count]{
+			FS: o.FS, MarkerDir: o.FS.PathJoin(ck, "wordcount", markerDir),
 			Write: func(_ context.Context, b writeahead.Batch[Count]) error {
 				var buf []byte
 				for _, c := range b.Records {
@@ -75,7 +81,17 @@ func output(o Options, cc weir.CheckpointConfig) (func() weir.SinkWriter[Count],
 				_, err := os.Stdout.Write(buf)
 				return err
 			},
-		})
+		}
+		if r := strings.TrimPrefix(o.Restore, "file://"); r != "" && r != "latest" && !storage.IsURL(r) {
+			// A checkpoint restored by its path may be in another job
+			// directory, beside markers of its own (Config.FormerMarkerDirs).
+			chk := filepath.Clean(r)
+			if filepath.Base(chk) == "_metadata" {
+				chk = filepath.Dir(chk)
+			}
+			cfg.FormerMarkerDirs = []string{o.FS.PathJoin(filepath.Dir(chk), markerDir)}
+		}
+		return writeahead.Sink(cfg)
 	case !isURL:
 		return file.Sink(file.SinkConfig[Count]{FS: o.FS, Dir: o.Output, Format: Format})
 	case scheme == "kafka":
