@@ -323,7 +323,7 @@ its latest count), or standard output.`,
 			if err != nil {
 				return err
 			}
-			if progressEvery > 0 && role == weir.Local {
+			if progressEvery > 0 { // a worker has no --progress: the coordinator reports the job's
 				stop := p.report(os.Stderr, env, progressEvery)
 				defer stop()
 			}
@@ -353,7 +353,9 @@ its latest count), or standard output.`,
 	fl.StringVar(&output, "output", "", "an output directory (committed files are those not beginning with '.'), a Kafka topic ('kafka://host:port/topic[?delivery=exactly-once|at-least-once|none&txn-timeout=15m&create=true]'), a PostgreSQL table ('postgres://user@host:port/db?table=counts&mode=exactly-once|upsert'), or - (standard output, written when each checkpoint completes)")
 	fl.IntVar(&maxLineBytes, "max-line-bytes", file.DefaultMaxLineBytes, "the longest line of a file input, in bytes, not counting its line ending: a longer line fails the job at once")
 	fl.IntVar(&parallelism, "parallelism", 1, "subtasks per operator")
-	fl.DurationVar(&progressEvery, "progress", 5*time.Second, "print progress this often (0: never)")
+	if role != weir.Worker {
+		fl.DurationVar(&progressEvery, "progress", 5*time.Second, "print progress this often (0: never)")
+	}
 	fl.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of this process to this file (go tool pprof)")
 	// NB: a test's knob, hidden: tests that kill and pause processes need
 	// a run that outlasts their faults on a small input, whatever the

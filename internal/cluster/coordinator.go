@@ -542,6 +542,9 @@ func (c *Coordinator) Heartbeat(ctx context.Context, req *connect.Request[cluste
 		ending := c.ending
 		c.mu.Unlock()
 		if current {
+			if c.cfg.Stats != nil {
+				c.cfg.Stats.Report(statsFromProto(req.Msg.GetStats()))
+			}
 			c.reportOperators(req.Msg)
 		}
 		resp := connect.NewResponse(&clusterpb.HeartbeatResponse{})

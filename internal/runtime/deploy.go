@@ -101,11 +101,11 @@ func StartTasks(parent context.Context, spec Spec, p Part, reports chan<- Report
 			failed := err != nil && !errors.Is(err, ErrStopped) && parent.Err() == nil
 			switch {
 			case err == nil:
-				t.stats.setState(StateFinished)
+				t.stats.end(StateFinished, spec.Now())
 			case failed:
-				t.stats.setState(StateFailed)
+				t.stats.end(StateFailed, spec.Now())
 			default:
-				t.stats.setState(StateCancelled)
+				t.stats.end(StateCancelled, spec.Now())
 			}
 			if failed {
 				t.send(ctx, Report{Kind: ReportFailed, Err: err})

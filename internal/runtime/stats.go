@@ -26,6 +26,7 @@ type TaskStats struct {
 	commits, commitTime atomic.Int64 // a sink's; nanoseconds
 	inputCapacity       atomic.Int32 // buffer debloating's; 0: not debloated
 	state               atomic.Int32 // a TaskState
+	ended               atomic.Int64 // nanoseconds from started to its end, once state says it ended
 	// netIn and netOut are its channels to and from other processes,
 	// whose bytes Read sums; set before the task runs.
 	netIn, netOut []ByteCounter
@@ -145,10 +146,21 @@ func (s TaskState) String() string {
 	return fmt.Sprintf("state(%d)", int32(s))
 }
 
-func (s *TaskStats) setState(st TaskState) {
+// end records that the task ended at in state st: its uptime stops there,
+// and with it its busy time.
+func (s *TaskStats) end(st TaskState, at time.Time) {
 	if s != nil {
+		s.ended.Store(int64(at.Sub(s.started)))
 		s.state.Store(int32(st))
 	}
+}
+
+// uptime is the task's time from its start to now, or to its end.
+func (s *TaskStats) uptime(now time.Time) time.Duration {
+	if TaskState(s.state.Load()) != StateRunning { // stored after ended
+		return time.Duration(s.ended.Load())
+	}
+	return now.Sub(s.started)
 }
 
 // AddIn counts n records entering the task: read by its source, or taken
@@ -310,7 +322,7 @@ func (r *Stats) Read(now time.Time) []SubtaskStats {
 	out := make([]SubtaskStats, 0, len(r.live)+len(r.reported))
 	for _, s := range r.live {
 		out = append(out, SubtaskStats{
-			Task: s.task, Attempt: s.attempt, State: TaskState(s.state.Load()), Uptime: now.Sub(s.started),
+			Task: s.task, Attempt: s.attempt, State: TaskState(s.state.Load()), Uptime: s.uptime(now),
 			In: s.in.Load(), Out: s.out.Load(),
 			Idle: time.Duration(s.idle.Load()), BackPressured: time.Duration(s.backPressured.Load()),
 			Watermark: s.watermark.Load(), Commits: s.commits.Load(), CommitTime: time.Duration(s.commitTime.Load()),

@@ -582,9 +582,10 @@ func (s *Server) subtasks() []Subtask {
 			r.Watermark = &st.Watermark
 		}
 		// Rates against the previous reading of the same attempt, or
-		// since the subtask started.
+		// since the subtask started. A reading that did not move (a
+		// subtask that ended, a lost worker's last report) has none.
 		var p runtime.SubtaskStats
-		if old, ok := s.prev[st.Task]; ok && old.Attempt == st.Attempt && old.Uptime < st.Uptime {
+		if old, ok := s.prev[st.Task]; ok && old.Attempt == st.Attempt && old.Uptime <= st.Uptime {
 			p = old
 		}
 		if dt := (st.Uptime - p.Uptime).Seconds(); dt > 0 {
