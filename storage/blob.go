@@ -204,7 +204,7 @@ func (b *Blob) WriteState(id checkpoint.ID, h checkpoint.Handle, data []byte) (c
 	if err := b.fence(); err != nil {
 		return h, fmt.Errorf("checkpoint %d: write %s: %w", id, handleName(h), err)
 	}
-	err := b.gate.write(id, func() error { return b.bucket.WriteAll(bg(), key, data, nil) })
+	err := b.gate.write(id, func(ctx context.Context) error { return b.bucket.WriteAll(ctx, key, data, nil) })
 	if err != nil {
 		return h, fmt.Errorf("checkpoint %d: write %s to %s: %w", id, handleName(h), b.where, err)
 	}
@@ -217,9 +217,9 @@ func (b *Blob) WriteShared(id checkpoint.ID, h checkpoint.Handle, r io.Reader) (
 	if err := b.fence(); err != nil {
 		return h, fmt.Errorf("checkpoint %d: write %s: %w", id, h.Path, err)
 	}
-	err := b.gate.write(id, func() error {
+	err := b.gate.write(id, func(ctx context.Context) error {
 		b.shared.wrote(id, h.Path)
-		w, err := b.bucket.NewWriter(bg(), h.Path, nil)
+		w, err := b.bucket.NewWriter(ctx, h.Path, nil)
 		if err != nil {
 			return err
 		}

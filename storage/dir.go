@@ -3,6 +3,7 @@ package storage
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -157,7 +158,7 @@ func (d *Dir) WriteState(id checkpoint.ID, h checkpoint.Handle, data []byte) (ch
 		name += "." + url.PathEscape(h.File)
 	}
 	rel := chkName(id) + "/" + name
-	err := d.gate.write(id, func() error {
+	err := d.gate.write(id, func(context.Context) error {
 		_, err := d.writeFile(d.fs.PathJoin(d.jobDir, rel), bytes.NewReader(data))
 		return err
 	})
@@ -173,7 +174,7 @@ func (d *Dir) WriteState(id checkpoint.ID, h checkpoint.Handle, data []byte) (ch
 // deletes while another completed one references it.
 func (d *Dir) WriteShared(id checkpoint.ID, h checkpoint.Handle, r io.Reader) (checkpoint.Handle, error) {
 	h.Inline, h.Path = nil, sharedName(id, h)
-	err := d.gate.write(id, func() error {
+	err := d.gate.write(id, func(context.Context) error {
 		dir := d.fs.PathDir(d.fs.PathJoin(d.jobDir, h.Path))
 		if err := d.fs.MkdirAll(dir, 0o755); err != nil {
 			return err

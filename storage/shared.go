@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -290,46 +291,71 @@ func sharedErr(op string, h checkpoint.Handle, err error) error {
 }
 
 // writeGate keeps the writes of a checkpoint's files and its discard
-// apart: a discard waits for the writes in flight and refuses new ones
-// until it is done.
+// apart: a discard cancels the writes in flight, waits for them to return,
+// and refuses new ones until it is done. NB: cancels, not only waits: a
+// write to a store that stopped answering (a stalled S3 request, which no
+// timeout of the SDK's ends) held the discard of its expired checkpoint,
+// and with it the job's coordinator, for as long as the request hung.
 type writeGate struct {
 	mu         sync.Mutex
-	writing    map[checkpoint.ID]int  // files being written, per checkpoint
-	discarding map[checkpoint.ID]bool // no file of theirs may be written
-	done       sync.Cond              // a write ended
+	writing    map[checkpoint.ID]*gateWrites // per checkpoint with files being written
+	discarding map[checkpoint.ID]bool        // no file of theirs may be written
+	done       sync.Cond                     // a write ended
+}
+
+// gateWrites are the writes in flight of one checkpoint, under one context.
+type gateWrites struct {
+	n      int
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 func newWriteGate() *writeGate {
-	g := &writeGate{writing: map[checkpoint.ID]int{}, discarding: map[checkpoint.ID]bool{}}
+	g := &writeGate{writing: map[checkpoint.ID]*gateWrites{}, discarding: map[checkpoint.ID]bool{}}
 	g.done.L = &g.mu
 	return g
 }
 
-// write runs w as a write of checkpoint id, unless id is being discarded.
-func (g *writeGate) write(id checkpoint.ID, w func() error) error {
+// write runs w as a write of checkpoint id, unless id is being discarded;
+// w's context ends when a discard of id begins.
+func (g *writeGate) write(id checkpoint.ID, w func(ctx context.Context) error) error {
 	g.mu.Lock()
 	if g.discarding[id] {
 		g.mu.Unlock()
 		return errors.New("the checkpoint is being discarded")
 	}
-	g.writing[id]++
+	ws := g.writing[id]
+	if ws == nil {
+		ws = &gateWrites{}
+		ws.ctx, ws.cancel = context.WithCancel(context.Background())
+		g.writing[id] = ws
+	}
+	ws.n++
 	g.mu.Unlock()
-	err := w()
+	err := w(ws.ctx)
+	discarded := ws.ctx.Err() != nil // before the last write cancels it
 	g.mu.Lock()
-	if g.writing[id]--; g.writing[id] == 0 {
+	if ws.n--; ws.n == 0 {
+		ws.cancel()
 		delete(g.writing, id)
 	}
 	g.done.Broadcast()
 	g.mu.Unlock()
+	if err != nil && discarded {
+		return fmt.Errorf("the checkpoint is being discarded: %w", err)
+	}
 	return err
 }
 
-// discard waits until no file of id is being written and refuses new
-// writes until the function it returns is called.
+// discard cancels the writes of id in flight, waits until they returned,
+// and refuses new writes until the function it returns is called.
 func (g *writeGate) discard(id checkpoint.ID) (done func()) {
 	g.mu.Lock()
 	g.discarding[id] = true
-	for g.writing[id] > 0 {
+	if ws := g.writing[id]; ws != nil {
+		ws.cancel()
+	}
+	for g.writing[id] != nil {
 		g.done.Wait()
 	}
 	g.mu.Unlock()
