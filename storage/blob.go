@@ -291,7 +291,7 @@ func (b *Blob) Commit(m *checkpoint.Metadata) error {
 		return fmt.Errorf("checkpoint %d: write metadata to %s: %w", m.ID, b.where, err)
 	}
 	if err := b.remove(b.shared.committed(m)); err != nil {
-		return fmt.Errorf("checkpoint %d completed, but shared files it freed stay: %w", m.ID, err)
+		return fmt.Errorf("checkpoint %d completed, but %w: %w", m.ID, ErrFreedFilesStay, err)
 	}
 	return nil
 }

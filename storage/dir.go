@@ -318,7 +318,7 @@ func (d *Dir) Commit(m *checkpoint.Metadata) error {
 		return fmt.Errorf("checkpoint %d: %w", m.ID, err)
 	}
 	if err := d.removeShared(d.shared.committed(m)); err != nil {
-		return fmt.Errorf("checkpoint %d completed, but shared files it freed stay: %w", m.ID, err)
+		return fmt.Errorf("checkpoint %d completed, but %w: %w", m.ID, ErrFreedFilesStay, err)
 	}
 	return nil
 }

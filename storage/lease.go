@@ -346,11 +346,19 @@ func (l *lease) renew(ctx context.Context) error {
 	err := l.write(ctx, l.etag)
 	if errors.Is(err, errConflict) {
 		holder := "another run"
-		if data, _, err := l.b.cas.get(ctx, leaseKey); err == nil {
-			var cur leaseRecord
-			if json.Unmarshal(data, &cur) == nil && cur.Token != l.rec.Token {
-				holder = cur.Owner
-			}
+		data, etag, gerr := l.b.cas.get(ctx, leaseKey)
+		var cur leaseRecord
+		switch {
+		case gerr != nil && !errors.Is(gerr, errNoObject):
+			return fmt.Errorf("checkpoint storage %s: renew the lease: %w", l.b.where, unavailable(gerr))
+		case gerr == nil && json.Unmarshal(data, &cur) == nil && cur.Token == l.rec.Token:
+			// This renewal's own write: it was applied, its answer lost,
+			// and the SDK's retry of it failed the condition it had
+			// changed. Only this run writes its token.
+			l.rec, l.etag, l.validUntil = cur, etag, cur.Expires.Add(-l.b.lease/4)
+			return nil
+		case gerr == nil && cur.Owner != "":
+			holder = cur.Owner
 		}
 		return l.lose("%s holds the lease", holder)
 	}

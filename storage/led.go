@@ -102,15 +102,16 @@ func (s *led) Commit(m *checkpoint.Metadata) error {
 	if err := s.l.Err(); err != nil {
 		return s.fail(err)
 	}
-	if err := s.Storage.Commit(m); err != nil {
-		return err
+	freed := s.Storage.Commit(m)
+	if freed != nil && !errors.Is(freed, ErrFreedFilesStay) {
+		return freed
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()
 	if err := s.l.Complete(ctx, s.pointer(m)); err != nil {
 		return s.fail(err)
 	}
-	return nil
+	return freed
 }
 
 func (s *led) pointer(m *checkpoint.Metadata) ha.Pointer {

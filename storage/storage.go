@@ -47,7 +47,9 @@ type Storage interface {
 	// Metadata above checkpoint.MaxMetadataBytes is refused with an error
 	// wrapping checkpoint.ErrTooLarge; metadata that references a shared
 	// file storage deleted, or is about to, with one wrapping
-	// ErrSharedGone (nothing is written then).
+	// ErrSharedGone (nothing is written then). An error wrapping
+	// ErrFreedFilesStay says the checkpoint is committed, and only the
+	// shared files it freed could not be deleted.
 	Commit(m *checkpoint.Metadata) error
 	// Scan reports what storage holds, and counts the shared files'
 	// references anew from the completed checkpoints. An I/O error that
@@ -138,6 +140,14 @@ var ErrStateTooLarge = errors.New("state too large for memory checkpoint storage
 // checkpoint.ErrStateDamaged) may make a run skip a checkpoint, fall back
 // to an older one or delete one.
 var ErrUnavailable = errors.New("checkpoint storage unavailable (retrying may succeed)")
+
+// ErrFreedFilesStay marks the error of a Commit that wrote its metadata,
+// so the checkpoint is complete, but could not delete the shared files it
+// freed (those only older checkpoints referenced): they stay until the
+// next start deletes orphaned shared files. NB: not "not committed": a run
+// that took it so discarded a complete checkpoint, and counted a failure,
+// for a failed garbage collection.
+var ErrFreedFilesStay = errors.New("shared files the checkpoint freed stay until the next start")
 
 // ErrNoBucket: S3 answered that the checkpoint URL's bucket does not
 // exist (NoSuchBucket), which no retry mends.

@@ -1223,6 +1223,10 @@ func (d *driver) carryOut(ctx context.Context, x Execution) error {
 			case checkpoint.Persist:
 				m := act.Metadata
 				err := d.spec.Storage.Commit(m)
+				if errors.Is(err, storage.ErrFreedFilesStay) {
+					d.log.Warn("checkpoint completed; deleting the shared files it freed failed", "checkpoint", m.ID, "err", err)
+					err = nil
+				}
 				if err == nil {
 					d.persisted[m.ID] = m
 					d.res.Checkpoints++

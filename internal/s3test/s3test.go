@@ -1,5 +1,5 @@
 // Package s3test serves S3 from memory on a loopback port (gofakes3), with
-// faults to inject: failing reads and writes, slow responses, and
+// faults to inject: failing reads, writes and deletes, slow responses, and
 // conditional writes ignored. gofakes3 (v1.2.0 and later) honours
 // If-None-Match: * and If-Match on PUT atomically, as S3 does.
 //
@@ -36,6 +36,8 @@ type Server struct {
 	FailWrites atomic.Bool
 	// FailReads makes every GET and HEAD fail with 503 Slow Down while set.
 	FailReads atomic.Bool
+	// FailDeletes makes every DELETE fail with 503 Slow Down while set.
+	FailDeletes atomic.Bool
 	// IgnoreConditions makes the server ignore If-Match and If-None-Match
 	// on writes while set, as some S3-compatible stores do.
 	IgnoreConditions atomic.Bool
@@ -74,7 +76,7 @@ func (s *Server) handler() (http.Handler, error) {
 		}
 		write := r.Method == http.MethodPut
 		read := r.Method == http.MethodGet || r.Method == http.MethodHead
-		if write && s.FailWrites.Load() || read && s.FailReads.Load() {
+		if write && s.FailWrites.Load() || read && s.FailReads.Load() || r.Method == http.MethodDelete && s.FailDeletes.Load() {
 			s.Failed.Add(1)
 			w.Header().Set("Content-Type", "application/xml")
 			w.WriteHeader(http.StatusServiceUnavailable)

@@ -27,8 +27,8 @@ func TestFrozenReadingShowsNoRate(t *testing.T) {
 	s := New("wordcount", Feeds{Operators: func() []Operator { return nil }, Subtasks: func() []runtime.SubtaskStats { return frozen }},
 		Control{}, func() time.Time { return now })
 	h := s.Handler()
-	get(t, h, "/api/v1/subtasks") // the reading its last heartbeat brought
-	now = now.Add(5 * time.Second)  // nothing since: the worker is gone
+	get(t, h, "/api/v1/subtasks")  // the reading its last heartbeat brought
+	now = now.Add(5 * time.Second) // nothing since: the worker is gone
 	var sts []Subtask
 	if err := json.Unmarshal([]byte(get(t, h, "/api/v1/subtasks")), &sts); err != nil {
 		t.Fatal(err)
