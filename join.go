@@ -11,7 +11,7 @@ import (
 // closes. Records are kept in state until then; late ones are dropped.
 func WindowCoGroup[K comparable, A, B, Out any](a KeyedStream[K, A], b KeyedStream[K, B], windows WindowAssigner, name string,
 	f func(key K, w TimeWindow, as []A, bs []B, out Collector[Out]) error, opts ...Option) *Stream[Out] {
-	env := a.s.env
+	env := a.environment()
 	if err := windows.check(); err != nil {
 		env.fail(fmt.Errorf("operator %q: %w", name, err))
 	} else if windows.kind == sessions || windows.processing {
@@ -32,7 +32,7 @@ func WindowCoGroup[K comparable, A, B, Out any](a KeyedStream[K, A], b KeyedStre
 func WindowJoin[K comparable, A, B, Out any](a KeyedStream[K, A], b KeyedStream[K, B], windows WindowAssigner, name string,
 	f func(A, B) Out, opts ...Option) *Stream[Out] {
 	if f == nil {
-		a.s.env.fail(fmt.Errorf("operator %q: its function is nil", name))
+		a.environment().fail(fmt.Errorf("operator %q: its function is nil", name))
 	}
 	return WindowCoGroup(a, b, windows, name, func(_ K, _ TimeWindow, as []A, bs []B, out Collector[Out]) error {
 		for _, x := range as {
@@ -129,13 +129,13 @@ func (g *coGroup[K, A, B, Out]) OnTimer(c *KeyedContext[K], at time.Time, out Co
 func IntervalJoin[K comparable, A, B, Out any](a KeyedStream[K, A], b KeyedStream[K, B], lower, upper time.Duration, name string,
 	f func(A, B) Out, opts ...Option) *Stream[Out] {
 	if lower > upper {
-		a.s.env.fail(fmt.Errorf("operator %q: interval join lower bound %v is above its upper bound %v", name, lower, upper))
+		a.environment().fail(fmt.Errorf("operator %q: interval join lower bound %v is above its upper bound %v", name, lower, upper))
 	}
 	if lower%time.Millisecond != 0 && lower != math.MinInt64 || upper%time.Millisecond != 0 && upper != math.MaxInt64 {
-		a.s.env.fail(fmt.Errorf("operator %q: interval join bounds %v and %v must be whole milliseconds (event time is in milliseconds)", name, lower, upper))
+		a.environment().fail(fmt.Errorf("operator %q: interval join bounds %v and %v must be whole milliseconds (event time is in milliseconds)", name, lower, upper))
 	}
 	if f == nil {
-		a.s.env.fail(fmt.Errorf("operator %q: its function is nil", name))
+		a.environment().fail(fmt.Errorf("operator %q: its function is nil", name))
 	}
 	s := keyedCoProcess(a, b, name, kindIntervalJoin, func() KeyedCoProcessFunction[K, A, B, Out] {
 		return &intervalJoin[K, A, B, Out]{lower: lower.Milliseconds(), upper: upper.Milliseconds(), f: f}
@@ -222,10 +222,10 @@ type JoinConfig struct {
 // unbounded join. Its state holds every record for cfg.TTL.
 func Join[K comparable, A, B, Out any](a KeyedStream[K, A], b KeyedStream[K, B], name string, f func(A, B) Out, cfg JoinConfig, opts ...Option) *Stream[Out] {
 	if f == nil {
-		a.s.env.fail(fmt.Errorf("operator %q: its function is nil", name))
+		a.environment().fail(fmt.Errorf("operator %q: its function is nil", name))
 	}
 	if cfg.TTL < 0 || cfg.TTL%time.Millisecond != 0 {
-		a.s.env.fail(fmt.Errorf("operator %q: TTL %v must be whole milliseconds, not negative (0: forever)", name, cfg.TTL))
+		a.environment().fail(fmt.Errorf("operator %q: TTL %v must be whole milliseconds, not negative (0: forever)", name, cfg.TTL))
 	}
 	return keyedCoProcess(a, b, name, kindJoin, func() KeyedCoProcessFunction[K, A, B, Out] {
 		return &regularJoin[K, A, B, Out]{ttl: cfg.TTL.Milliseconds(), f: f}

@@ -36,19 +36,20 @@ type KeyedStream[K comparable, T any] struct {
 // array key, one holding a string that is not UTF-8 (JSON writes it as
 // another string).
 func KeyBy[T any, K comparable](s *Stream[T], key func(T) K, keyCodec ...codec.Codec[K]) KeyedStream[K, T] {
+	env := s.environment()
 	if key == nil {
-		s.env.fail(fmt.Errorf("KeyBy after operator %q: the key function is nil", s.env.nodes[s.node].UID))
+		env.fail(fmt.Errorf("KeyBy after operator %q: the key function is nil", env.nodes[s.node].UID))
 	}
 	c := codec.ForKey[K]()
 	if len(keyCodec) > 0 {
 		c = keyCodec[0]
 	} else if err := keyTypeFaithful[K](); err != nil {
-		s.env.fail(fmt.Errorf("KeyBy after operator %q: %w, or give KeyBy a key codec", s.env.nodes[s.node].UID, err))
+		env.fail(fmt.Errorf("KeyBy after operator %q: %w, or give KeyBy a key codec", env.nodes[s.node].UID, err))
 	}
 	return KeyedStream[K, T]{s: s, key: key, codec: c}
 }
 
-func (ks KeyedStream[K, T]) environment() *Environment { return ks.s.env }
+func (ks KeyedStream[K, T]) environment() *Environment { return ks.s.environment() }
 
 // input is the hash edge into a consumer.
 func (ks KeyedStream[K, T]) input(int) (graph.Input, inputSpec) {
@@ -425,6 +426,9 @@ type keyedKnobs struct {
 func (k *keyed[K, Out]) behind() bool { return k.kctx.wm < k.firedUnder }
 
 func (k *keyed[K, Out]) open(oc *operator.Context, kc codec.Codec[K], fn any) error {
+	if fn == nil {
+		return nilFromFactory(oc.UID, "function")
+	}
 	var rs *state.Restored
 	if oc.Restore != nil {
 		rs = &state.Restored{Handles: oc.Restore.Handles, Reader: oc.Restore.Reader(), Owned: oc.Restore.Owned}
@@ -579,7 +583,7 @@ func Process[K comparable, In, Out any](ks KeyedStream[K, In], name string, newF
 		return op, Collector[In](op)
 	}
 	n.head = headOf[In](n)
-	return addOp[Out](ks.s.env, name, kindKeyedProcess, newFn, opts, n, ks)
+	return addOp[Out](ks.environment(), name, kindKeyedProcess, newFn, opts, n, ks)
 }
 
 type processOp[K comparable, In, Out any] struct {
@@ -604,7 +608,7 @@ func (p *processOp[K, In, Out]) Collect(v In) {
 // result after every record.
 func Reduce[K comparable, T any](ks KeyedStream[K, T], name string, f func(acc, v T) T, opts ...Option) *Stream[T] {
 	if f == nil {
-		ks.s.env.fail(fmt.Errorf("operator %q: its function is nil", name))
+		ks.environment().fail(fmt.Errorf("operator %q: its function is nil", name))
 	}
 	return Process(ks, name, func() KeyedProcessFunction[K, T, T] { return &reducer[K, T]{f: f} }, opts...)
 }
@@ -649,7 +653,7 @@ func keyedCoProcess[K comparable, A, B, Out any](a KeyedStream[K, A], b KeyedStr
 		return op, nil
 	}
 	n.head = func(op operator.Operator, _ any, _ *chain) any { return op }
-	return addOp[Out](a.s.env, name, kind, newFn, opts, n, a, b)
+	return addOp[Out](a.environment(), name, kind, newFn, opts, n, a, b)
 }
 
 type keyedCoOp[K comparable, A, B, Out any] struct {

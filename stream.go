@@ -30,7 +30,18 @@ type Stream[T any] struct {
 // Env is the environment the stream belongs to.
 func (s *Stream[T]) Env() *Environment { return s.env }
 
-func (s *Stream[T]) environment() *Environment { return s.env }
+// environment is s's Environment. A nil stream has none to record the
+// mistake in, so it panics, saying what to fix.
+func (s *Stream[T]) environment() *Environment {
+	if s == nil {
+		panic(errNilStream)
+	}
+	return s.env
+}
+
+// errNilStream is the panic of a build function given a nil *Stream, or a
+// KeyedStream not made by KeyBy.
+var errNilStream = errors.New("weir: a build function was given a nil *weir.Stream (or a KeyedStream not made by weir.KeyBy): a stream weir.LateTo fills is set when its window is built, so build the window before the operators that read it")
 
 func newStream[T any](env *Environment, n int) *Stream[T] { return &Stream[T]{env: env, node: n} }
 
@@ -39,7 +50,7 @@ func (s *Stream[T]) input(p int) (graph.Input, inputSpec) {
 	part := s.part
 	if part == 0 {
 		part = graph.Rebalance
-		if s.env.nodes[s.node].Parallelism == p {
+		if s.environment().nodes[s.node].Parallelism == p {
 			part = graph.Forward
 		}
 	}
@@ -48,17 +59,17 @@ func (s *Stream[T]) input(p int) (graph.Input, inputSpec) {
 
 // Rebalance spreads s's records round-robin over the next operator.
 func Rebalance[T any](s *Stream[T]) *Stream[T] {
-	return &Stream[T]{env: s.env, node: s.node, port: s.port, part: graph.Rebalance}
+	return &Stream[T]{env: s.environment(), node: s.node, port: s.port, part: graph.Rebalance}
 }
 
 // Broadcast sends every record of s to every subtask of the next operator.
 func Broadcast[T any](s *Stream[T]) *Stream[T] {
-	return &Stream[T]{env: s.env, node: s.node, port: s.port, part: graph.Broadcast}
+	return &Stream[T]{env: s.environment(), node: s.node, port: s.port, part: graph.Broadcast}
 }
 
 // Forward keeps s's records in their subtask (equal parallelism needed).
 func Forward[T any](s *Stream[T]) *Stream[T] {
-	return &Stream[T]{env: s.env, node: s.node, port: s.port, part: graph.Forward}
+	return &Stream[T]{env: s.environment(), node: s.node, port: s.port, part: graph.Forward}
 }
 
 // addOp adds an operator of Out records, reading ups; see Environment.add.
@@ -201,7 +212,7 @@ func flatMap[In, Out any](s *Stream[In], name string, user any, f func(In, Colle
 		return op, Collector[In](op)
 	}
 	n.head = headOf[In](n)
-	return addOp[Out](s.env, name, kindFlatMap, user, opts, n, s)
+	return addOp[Out](s.environment(), name, kindFlatMap, user, opts, n, s)
 }
 
 type flatMapOp[In, Out any] struct {
@@ -225,7 +236,7 @@ func Union[T any](s *Stream[T], name string, others []*Stream[T], opts ...Option
 	for _, o := range others {
 		ups = append(ups, o)
 	}
-	return addOp[T](s.env, name, kindUnion, n.instance, opts, n, ups...)
+	return addOp[T](s.environment(), name, kindUnion, n.instance, opts, n, ups...)
 }
 
 // SourceReader reads a source's records for one subtask. Its operator
@@ -250,7 +261,7 @@ func Source[T any](env *Environment, name string, newReader func() SourceReader[
 	n.instance = func(c *chain, next any) (operator.Operator, any) {
 		r := newReader()
 		p, _ := r.(ProgressReporter)
-		if v := env.verify; v != nil {
+		if v := env.verify; v != nil && r != nil {
 			r = &rewound[T]{SourceReader: r, restore: restoreOf(v.point, n.UID)}
 		}
 		op := cacheline.New(sourceOp[T]{SourceReader: r, progress: p, out: countingCollector[T]{next: next.(Collector[T])}, c: c, n: n})
@@ -302,7 +313,24 @@ type sourceOp[T any] struct {
 
 func (s *sourceOp[T]) Open(ctx *operator.Context) error {
 	s.n.remaining[ctx.Subtask].Store(-1)
+	if s.SourceReader == nil {
+		return nilFromFactory(ctx.UID, "reader")
+	}
 	return s.SourceReader.Open(ctx)
+}
+
+func (s *sourceOp[T]) Close() error {
+	if s.SourceReader == nil {
+		return nil
+	}
+	return s.SourceReader.Close()
+}
+
+// nilFromFactory is the error of a subtask whose factory (the func given to
+// Source, Sink, Process, CoProcess, KeyedCoProcess) returned a nil what:
+// permanent, as every restart would meet it again.
+func nilFromFactory(uid, what string) error {
+	return operator.Permanent(fmt.Errorf("operator %q: its factory returned a nil %s: return a new one for each subtask", uid, what))
 }
 
 type countingCollector[T any] struct {
@@ -350,14 +378,14 @@ func Sink[T any](s *Stream[T], name string, newWriter func() SinkWriter[T], opts
 	n := &node{}
 	n.instance = func(c *chain, _ any) (operator.Operator, any) {
 		w := newWriter()
-		if v := s.env.verify; v != nil {
+		if v := s.environment().verify; v != nil && w != nil {
 			w = &rerunSink[T]{vs: w.(VerifiedSink[T]), t: v.tallies[n.UID]}
 		}
 		op := cacheline.New(sinkOp[T]{SinkWriter: w, c: c})
 		return op, Collector[T](op)
 	}
 	n.head = headOf[T](n)
-	addOp[T](s.env, name, kindSink, newWriter, opts, n, s)
+	addOp[T](s.environment(), name, kindSink, newWriter, opts, n, s)
 	n.emitter = nil
 	n.verify = &verifyPart{
 		check: func() error {
@@ -404,6 +432,20 @@ type sinkOp[T any] struct {
 	c *chain
 }
 
+func (s *sinkOp[T]) Open(ctx *operator.Context) error {
+	if s.SinkWriter == nil {
+		return nilFromFactory(ctx.UID, "writer")
+	}
+	return s.SinkWriter.Open(ctx)
+}
+
+func (s *sinkOp[T]) Close() error {
+	if s.SinkWriter == nil {
+		return nil
+	}
+	return s.SinkWriter.Close()
+}
+
 func (s *sinkOp[T]) Collect(v T) {
 	if err := s.Write(v); err != nil {
 		s.c.fail(err)
@@ -434,7 +476,7 @@ func CoProcess[A, B, Out any](cs ConnectedStreams[A, B], name string, newFn func
 		return cacheline.New(coOp[A, B, Out]{fn: newFn(), out: next.(Collector[Out]), n: n, c: c}), nil
 	}
 	n.head = func(op operator.Operator, _ any, _ *chain) any { return op }
-	return addOp[Out](cs.a.env, name, kindCoProcess, newFn, opts, n, cs.a, cs.b)
+	return addOp[Out](cs.a.environment(), name, kindCoProcess, newFn, opts, n, cs.a, cs.b)
 }
 
 type coOp[A, B, Out any] struct {
@@ -443,6 +485,13 @@ type coOp[A, B, Out any] struct {
 	out Collector[Out]
 	n   *node
 	c   *chain
+}
+
+func (o *coOp[A, B, Out]) Open(oc *operator.Context) error {
+	if o.fn == nil {
+		return nilFromFactory(oc.UID, "function")
+	}
+	return nil
 }
 
 func (o *coOp[A, B, Out]) ProcessBatch(input int, batch any, times []int64, groups []uint16) error {

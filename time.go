@@ -330,7 +330,7 @@ func both(a operator.Async, err error) func(b operator.Async) (operator.Async, e
 // its own.
 func AssignWatermarks[T any](s *Stream[T], name string, strategy WatermarkStrategy[T], opts ...Option) *Stream[T] {
 	if err := strategy.check(); err != nil {
-		s.env.fail(fmt.Errorf("operator %q: %w", name, err))
+		s.environment().fail(fmt.Errorf("operator %q: %w", name, err))
 	}
 	n := &node{}
 	n.instance = func(c *chain, next any) (operator.Operator, any) {
@@ -339,7 +339,7 @@ func AssignWatermarks[T any](s *Stream[T], name string, strategy WatermarkStrate
 		return op, Collector[T](op)
 	}
 	n.head = headOf[T](n)
-	out := addOp[T](s.env, name, kindAssigner, strategy.Timestamp, append(opts, NoChain()), n, s)
+	out := addOp[T](s.environment(), name, kindAssigner, strategy.Timestamp, append(opts, NoChain()), n, s)
 	n.timed, n.idleTimeout = true, strategy.IdleTimeout
 	return out
 }

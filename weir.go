@@ -627,8 +627,19 @@ func (e *Environment) Plan() (*graph.Plan, error) {
 		gn.Inputs = nil
 		g.Nodes = append(g.Nodes, gn)
 	}
+	read := map[graph.Input]bool{} // the outputs some node reads, partition aside
 	for i, n := range e.nodes {
 		g.Nodes[i].Inputs = n.Node.Inputs
+		for _, in := range n.Node.Inputs {
+			read[graph.Input{From: in.From, Port: in.Port}] = true
+		}
+	}
+	for i, n := range e.nodes {
+		for port := range n.sides {
+			if !read[graph.Input{From: i, Port: port}] {
+				return nil, fmt.Errorf("operator %q: the stream of its late records (weir.LateTo) has no consumer: read it (weir.Sink, weir.Map, ...), or drop weir.LateTo to drop late records and count them (Metrics.Late)", n.UID)
+			}
+		}
 	}
 	return graph.NewPlan(g)
 }

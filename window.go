@@ -36,9 +36,12 @@ type WindowResult[K any, V any] struct {
 	Value  V
 }
 
-// WindowEnd is a result's window end: a key to gather the results of one
-// window from every key (KeyBy(results, weir.WindowEnd)).
-func WindowEnd[K, V any](r WindowResult[K, V]) time.Time { return r.Window.End }
+// WindowEnd is a result's window end in milliseconds since the epoch
+// (event time's unit): a key to gather the results of one window from
+// every key (KeyBy(results, weir.WindowEnd)). NB: not a time.Time, which
+// KeyBy refuses as a key (its == compares a location's address and a
+// monotonic reading).
+func WindowEnd[K, V any](r WindowResult[K, V]) int64 { return r.Window.End.UnixMilli() }
 
 type windowKind int
 
@@ -174,7 +177,7 @@ func (counting[T]) Result(acc int64) int64   { return acc }
 // result per key and window when the window closes.
 func WindowAggregate[K comparable, In, Acc, Out any](ws WindowedStream[K, In], name string, agg AggregateFunction[In, Acc, Out], opts ...Option) *Stream[WindowResult[K, Out]] {
 	if isNil(agg) {
-		ws.ks.s.env.fail(fmt.Errorf("operator %q: its aggregate function is nil", name))
+		ws.ks.environment().fail(fmt.Errorf("operator %q: its aggregate function is nil", name))
 		agg = nilAggregate[In, Acc, Out]{}
 	}
 	fold := windowFold[In, Acc]{first: func(v In) Acc { return agg.Add(agg.Zero(), v) }, add: agg.Add, merge: agg.Merge}
@@ -233,7 +236,7 @@ type windowFold[In, Acc any] struct {
 
 func addWindow[K comparable, In, Acc, Out any](ws WindowedStream[K, In], name string, fold windowFold[In, Acc],
 	emit func(K, TimeWindow, Acc, Collector[Out]) error, fn any, opts []Option) *Stream[Out] {
-	env := ws.ks.s.env
+	env := ws.ks.environment()
 	if err := ws.assigner.check(); err != nil {
 		env.fail(fmt.Errorf("operator %q: %w", name, err))
 	}
@@ -246,9 +249,11 @@ func addWindow[K comparable, In, Acc, Out any](ws WindowedStream[K, In], name st
 	var late **Stream[In]
 	if ws.cfg.lateTo != nil {
 		var ok bool
-		if late, ok = ws.cfg.lateTo.(**Stream[In]); !ok || late == nil {
+		switch late, ok = ws.cfg.lateTo.(**Stream[In]); {
+		case !ok:
 			env.fail(fmt.Errorf("operator %q: LateTo needs a **weir.Stream of the window's records, not %T", name, ws.cfg.lateTo))
-			late = nil
+		case late == nil:
+			env.fail(fmt.Errorf("operator %q: LateTo was given a nil pointer: give it the address of a variable the window sets to its late records' stream (var late *weir.Stream[T]; weir.LateTo(&late))", name))
 		}
 	}
 	n := &node{}
@@ -273,8 +278,8 @@ func addWindow[K comparable, In, Acc, Out any](ws WindowedStream[K, In], name st
 
 // needEventTime fails the job unless s's records have event time.
 func needEventTime[T any](s *Stream[T], what, or string) {
-	if n := s.env.nodes[s.node]; !n.timed {
-		s.env.fail(fmt.Errorf("operator %q: %s records with event time on every input: give the sources weir.Watermarks, or use weir.AssignWatermarks%s", n.Name, what, or))
+	if n := s.environment().nodes[s.node]; !n.timed {
+		s.environment().fail(fmt.Errorf("operator %q: %s records with event time on every input: give the sources weir.Watermarks, or use weir.AssignWatermarks%s", n.Name, what, or))
 	}
 }
 

@@ -108,10 +108,11 @@ func NewPlan(g Graph) (*Plan, error) {
 	for i := range g.Nodes {
 		n := &g.Nodes[i]
 		if n.UID == "" {
-			return nil, fmt.Errorf("operator %d (%s) has no UID", i, n.Name)
+			return nil, fmt.Errorf("operator %d of the job (%s) has no name and no UID: give it a name, or a UID (weir.UID)", i, n.Kind)
 		}
 		if j, dup := uids[n.UID]; dup {
-			return nil, fmt.Errorf("operators %d and %d share the UID %q; UIDs match state to operators across restarts and must be unique", j, i, n.UID)
+			return nil, fmt.Errorf("operators %d (%s %q) and %d (%s %q) of the job share the UID %q: UIDs match state to operators across restarts and must be unique, and an operator's UID is its name unless weir.UID sets one; give each a name of its own, or a UID of its own (weir.UID)",
+				j, g.Nodes[j].Kind, g.Nodes[j].Name, i, n.Kind, n.Name, n.UID)
 		}
 		uids[n.UID] = i
 		if n.MaxParallelism == 0 {

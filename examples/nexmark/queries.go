@@ -268,7 +268,7 @@ func Q5(events *weir.Stream[Event]) *weir.Stream[HotItem] {
 	})
 	counts := weir.WindowAggregate(weir.Window(weir.KeyBy(auctions, func(a int64) int64 { return a }), weir.Sliding(10*time.Second, 2*time.Second)),
 		"q5 bids per auction", weir.Count[int64]())
-	byWindow := weir.KeyBy(counts, func(r weir.WindowResult[int64, int64]) int64 { return r.Window.End.UnixMilli() })
+	byWindow := weir.KeyBy(counts, weir.WindowEnd[int64, int64])
 	return weir.WindowProcess(weir.Window(byWindow, weir.Tumbling(2*time.Second)), "q5 hottest",
 		func(_ int64, _ weir.TimeWindow, in []weir.WindowResult[int64, int64], out weir.Collector[HotItem]) error {
 			var most int64
