@@ -277,7 +277,11 @@ func Source[T any](env *Environment, name string, newReader func() SourceReader[
 	n.head = func(op operator.Operator, _ any, _ *chain) any { return op }
 	s := addOp[T](env, name, kindSource, newReader, opts, n)
 	n.verify = &verifyPart{check: func() error {
-		rw, ok := newReader().(Rewinder)
+		r := newReader()
+		if r == nil {
+			return errNilFromFactory("reader")
+		}
+		rw, ok := r.(Rewinder)
 		if !ok {
 			return errors.New("its reader cannot read its input again (it does not implement weir.Rewinder)")
 		}
@@ -330,7 +334,11 @@ func (s *sourceOp[T]) Close() error {
 // Source, Sink, Process, CoProcess, KeyedCoProcess) returned a nil what:
 // permanent, as every restart would meet it again.
 func nilFromFactory(uid, what string) error {
-	return operator.Permanent(fmt.Errorf("operator %q: its factory returned a nil %s: return a new one for each subtask", uid, what))
+	return operator.Permanent(fmt.Errorf("operator %q: %w", uid, errNilFromFactory(what)))
+}
+
+func errNilFromFactory(what string) error {
+	return fmt.Errorf("its factory returned a nil %s: return a new one for each subtask", what)
 }
 
 type countingCollector[T any] struct {
@@ -390,6 +398,9 @@ func Sink[T any](s *Stream[T], name string, newWriter func() SinkWriter[T], opts
 	n.verify = &verifyPart{
 		check: func() error {
 			w := newWriter()
+			if w == nil {
+				return errNilFromFactory("writer")
+			}
 			if v, ok := w.(Verifiable); ok {
 				if err := v.Verifiable(); err != nil {
 					return err

@@ -411,6 +411,12 @@ func (r runResult) warned(id checkpoint.ID) bool {
 // storage on fs, and cancels it (a kill) after killAfter completed
 // checkpoints (0: never). onEvent, if set, hears every event too.
 func runOnce(data, fs vfs.FS, killAfter int, onEvent func(weir.JobEvent)) runResult {
+	return runOnceAt(data, root, fs, killAfter, onEvent)
+}
+
+// runOnceAt is runOnce with the checkpoint storage at dir (on fs, if a
+// directory).
+func runOnceAt(data vfs.FS, dir string, fs vfs.FS, killAfter int, onEvent func(weir.JobEvent)) runResult {
 	var (
 		mu sync.Mutex
 		r  runResult
@@ -422,7 +428,7 @@ func runOnce(data, fs vfs.FS, killAfter int, onEvent func(weir.JobEvent)) runRes
 	logs := &logRecorder{}
 	o := wordcount.Options{
 		Input: "/in/*.txt", Output: "/out", FS: data, Parallelism: 2, Restore: "latest",
-		Checkpoint: weir.CheckpointConfig{Interval: time.Millisecond, Dir: root, FS: fs, Retained: retained},
+		Checkpoint: weir.CheckpointConfig{Interval: time.Millisecond, Dir: dir, FS: fs, Retained: retained},
 		Restart:    weir.FixedDelay{Delay: time.Millisecond, MaxAttempts: 20},
 		Logger:     slog.New(logs),
 		OnEvent: func(ev weir.JobEvent) {
@@ -442,6 +448,11 @@ func runOnce(data, fs vfs.FS, killAfter int, onEvent func(weir.JobEvent)) runRes
 				}
 			}
 		},
+	}
+	if storage.IsURL(dir) {
+		// Checkpoints in S3 take tens of milliseconds: a run must last
+		// for several before its input ends.
+		o.BeforeCount = wordcount.Paced(10)
 	}
 	e, err := wordcount.Build(o)
 	if err == nil {

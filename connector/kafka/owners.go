@@ -79,6 +79,9 @@ type ownership struct {
 	// an earlier run's.
 	Run     string `json:"run,omitempty"`
 	Attempt int    `json:"attempt,omitempty"`
+	// TakesOver, in a prefix's record: the sink restores a checkpoint
+	// written under the prefix, and takes it from whoever held it.
+	TakesOver bool `json:"takes_over,omitempty"`
 }
 
 // ownerRecord is the ownership record the writer's first output of a run
@@ -139,8 +142,9 @@ type found struct {
 // transaction is still open is not committed, and a run that does not
 // restore never commits an earlier run's transaction: it aborts them.
 //
-// It also returns the last record of the writer's transactional id prefix
-// (prefixKey; written outside transactions), if it has one.
+// It also returns the record that holds the writer's transactional id
+// prefix (prefixKey; written outside transactions; nextOwner), or the last
+// tombstone of the prefix if none holds it since, or nil.
 func (w *writer[T]) findOwner(ctx context.Context) (run, attempt, prefix *found, err error) {
 	adm := kadm.NewClient(w.plain)
 	ends, err := adm.ListEndOffsets(ctx, OwnersTopic)
@@ -178,7 +182,7 @@ func (w *writer[T]) findOwner(ctx context.Context) (run, attempt, prefix *found,
 			}
 			delete(open, r.ProducerID)
 		case ofPrefix != "" && string(r.Key) == ofPrefix && !r.Attrs.IsTransactional():
-			prefix = &at
+			prefix = nextOwner(prefix, &at)
 		case string(r.Key) != key:
 		case r.Attrs.IsTransactional():
 			open[r.ProducerID] = append(open[r.ProducerID], at)
@@ -352,9 +356,12 @@ func (w *writer[T]) checkOwner(ctx context.Context) error {
 //
 // Two sinks that start at the same moment may both find the prefix free
 // and both record it: the first record after the one each found wins
-// (firstClaim). The other sink is refused, and writes the winner's record
-// again, so that the topic's last record of the prefix (all that
-// compaction keeps) names the winner.
+// (firstClaim), and every later start reads the records so (nextOwner).
+// The other sink is refused, and writes the winner's record again, so that
+// the topic's last record of the prefix, all that compaction may leave in
+// the end, names the winner too. NB: a loser that dies before that leaves
+// its own record last; until compaction removes the winner's, every start
+// still takes the first claim for the holder.
 func (w *writer[T]) checkPrefix(ctx context.Context, f *found, continues bool) error {
 	if o, ok := claimOf(f); ok && o.Job == w.ctx.Job && o.UID == w.ctx.UID {
 		return nil // ours already
@@ -365,7 +372,7 @@ func (w *writer[T]) checkPrefix(ctx context.Context, f *found, continues bool) e
 		(*hook)()
 	}
 	rec := &kgo.Record{Topic: OwnersTopic, Key: prefixKey(w.prefix), Value: mustJSON(ownership{Topic: w.cfg.Topic, TopicID: w.topicID, Job: w.ctx.Job, UID: w.ctx.UID,
-		Subtask: w.ctx.Subtask, Parallelism: w.ctx.Parallelism, Run: w.ctx.RunID, Attempt: w.ctx.Attempt})}
+		Subtask: w.ctx.Subtask, Parallelism: w.ctx.Parallelism, Run: w.ctx.RunID, Attempt: w.ctx.Attempt, TakesOver: continues})}
 	if err := w.plain.ProduceSync(ctx, rec).FirstErr(); err != nil {
 		return fatal(fmt.Sprintf("kafka sink %s: record transactional id prefix %q in %s", w.ctx.UID, w.prefix, OwnersTopic), err)
 	}
@@ -410,22 +417,32 @@ func (w *writer[T]) prefixTaken(o ownership, f *found, how string) error {
 		w.ctx.UID, w.ctx.Job, w.prefix, how, o.UID, o.Job, o.Topic, OwnersTopic, f.partition, f.offset, prefixKey(w.prefix), OwnersTopic))
 }
 
-// firstClaim returns the record that holds the prefix among partition's
-// records from offset from up to this sink's own record at mine: the first
-// prefix record after the last tombstone, nil if none.
+// firstClaim returns the record that holds the prefix (nextOwner) after
+// partition's records from offset from up to this sink's own record at
+// mine, with the prefix free before them.
 func (w *writer[T]) firstClaim(ctx context.Context, partition int32, from, mine int64) (*found, error) {
 	key := string(prefixKey(w.prefix))
-	var first *found
+	var holder *found
 	err := w.readOwners(ctx, map[int32][2]int64{partition: {from, mine}}, func(r *kgo.Record) {
-		switch {
-		case string(r.Key) != key || r.Attrs.IsTransactional() || r.Attrs.IsControl():
-		case len(r.Value) == 0:
-			first = nil // a tombstone frees the prefix
-		case first == nil:
-			first = &found{r.Partition, r.Offset, r.Value}
+		if string(r.Key) == key && !r.Attrs.IsTransactional() && !r.Attrs.IsControl() {
+			holder = nextOwner(holder, &found{r.Partition, r.Offset, r.Value})
 		}
 	})
-	return first, err
+	return holder, err
+}
+
+// nextOwner is what holds a prefix after its record r, given cur before it
+// (nil, or a record that names no sink: the prefix is free). A tombstone
+// (or a value it cannot read) frees the prefix; a take-over takes it; any
+// other record takes it only if it is free: the first claim wins, so that
+// of two sinks that found it free at the same moment, the later one's
+// record does not.
+func nextOwner(cur, r *found) *found {
+	o, ok := claimOf(r)
+	if _, held := claimOf(cur); !ok || o.TakesOver || !held {
+		return r
+	}
+	return cur
 }
 
 // restoresPrefix reports whether the checkpoint the sink restores was

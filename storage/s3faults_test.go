@@ -1,0 +1,247 @@
+package storage_test
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
+
+	"github.com/weirstream/weir/examples/wordcount"
+	"github.com/weirstream/weir/storage"
+)
+
+// The S3 fault generator: TestStorageFaults's runs (a word count killed
+// after a few checkpoints and restored, then run to its end) over checkpoint
+// storage in S3 (gofakes3) behind a proxy that, on a schedule drawn from a
+// seed, answers a request with a 503 before the store sees it, applies a
+// write or a delete and answers 500 (its answer lost: the SDK retries a
+// request that already happened, and a conditional write's retry fails its
+// condition), or answers late. After every run: no restore of an older
+// checkpoint than the newest completed, no completed checkpoint retention
+// keeps deleted, no run that fails without an injected fault to explain
+// it, none that does not end in a minute, no count written twice; at the
+// end, every count exactly once.
+//
+//	go test ./storage -run 'TestS3Faults$' -v -args -s3faults.seeds=50 -s3faults.first=100
+
+var (
+	s3FaultSeeds = flag.Int("s3faults.seeds", 0, "number of seeds TestS3Faults runs (default 3; 1 under -short)")
+	s3FaultFirst = flag.Uint64("s3faults.first", 1, "first seed of TestS3Faults")
+)
+
+// s3Schedule is how often a request meets each fault during one run.
+type s3Schedule struct {
+	name             string
+	fail, lost, slow float64 // lost: of writes and deletes only
+}
+
+var s3Schedules = []s3Schedule{
+	{name: "no faults"},
+	{name: "503s", fail: 0.1},
+	{name: "lost answers", lost: 0.2},
+	{name: "everything", fail: 0.05, lost: 0.1, slow: 0.1},
+}
+
+// s3Proxy serves gofakes3 through the faults of its schedule.
+type s3Proxy struct {
+	mu       sync.Mutex
+	rng      *rand.Rand
+	sched    s3Schedule
+	injected int
+}
+
+func (p *s3Proxy) set(s s3Schedule) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.sched = s
+}
+
+// draw picks the fault for a request: "" (none), "fail", "lost" or
+// "slow".
+func (p *s3Proxy) draw(write bool) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s, x := p.sched, p.rng.Float64()
+	switch {
+	case x < s.fail:
+		p.injected++
+		return "fail"
+	case x < s.fail+s.lost && write:
+		p.injected++
+		return "lost"
+	case x < s.fail+s.lost+s.slow:
+		return "slow"
+	}
+	return ""
+}
+
+func (p *s3Proxy) handler(fake http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		write := r.Method == http.MethodPut || r.Method == http.MethodDelete || r.Method == http.MethodPost
+		switch p.draw(write) {
+		case "fail":
+			w.Header().Set("Content-Type", "application/xml")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			w.Write([]byte(`<Error><Code>SlowDown</Code><Message>injected before the request</Message></Error>`))
+			return
+		case "lost":
+			fake.ServeHTTP(httptest.NewRecorder(), r) // applied…
+			w.Header().Set("Content-Type", "application/xml")
+			w.WriteHeader(http.StatusInternalServerError) // …and its answer lost
+			w.Write([]byte(`<Error><Code>InternalError</Code><Message>injected after the request</Message></Error>`))
+			return
+		case "slow":
+			time.Sleep(time.Duration(20+rand.IntN(200)) * time.Millisecond)
+		}
+		fake.ServeHTTP(w, r)
+	})
+}
+
+// TestS3Faults runs -s3faults.seeds seeds of the generator.
+func TestS3Faults(t *testing.T) {
+	n := *s3FaultSeeds
+	if n == 0 {
+		n = 3
+		if testing.Short() {
+			n = 1
+		}
+	}
+	backend := s3mem.New()
+	fake := gofakes3.New(backend).Server()
+	proxy := &s3Proxy{}
+	faulty, clean := httptest.NewServer(proxy.handler(fake)), httptest.NewServer(fake)
+	defer faulty.Close()
+	defer clean.Close()
+	t.Setenv("AWS_ACCESS_KEY_ID", "weir")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "weir")
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	injected, runs := 0, 0
+	for seed := *s3FaultFirst; seed < *s3FaultFirst+uint64(n); seed++ {
+		bucket := fmt.Sprintf("seed%d", seed)
+		if err := backend.CreateBucket(bucket); err != nil {
+			t.Fatal(err)
+		}
+		at := func(endpoint string) string {
+			return "s3://" + bucket + "/weir?endpoint=" + endpoint + "&region=us-east-1&use_path_style=true&disable_https=true"
+		}
+		proxy.rng = rand.New(rand.NewPCG(seed, 0x53))
+		r, err := runS3FaultSeed(seed, proxy, at(faulty.URL), at(clean.URL))
+		runs += r
+		if err != nil {
+			t.Fatalf("seed %d: %v\nreplay: go test ./storage -run 'TestS3Faults$' -v -args -s3faults.seeds=1 -s3faults.first=%d", seed, err, seed)
+		}
+		proxy.mu.Lock()
+		injected = proxy.injected
+		proxy.mu.Unlock()
+	}
+	t.Logf("%d seeds: %d runs, %d faults injected", n, runs, injected)
+	if n >= 3 && injected == 0 {
+		t.Fatal("the seeds injected no fault")
+	}
+}
+
+// runS3FaultSeed runs one seed: up to maxRuns runs with faults, each
+// killed after a few checkpoints unless it fails or finishes, then one
+// without faults to the end. It returns the runs it made.
+func runS3FaultSeed(seed uint64, proxy *s3Proxy, faulty, clean string) (runs int, err error) {
+	rng := rand.New(rand.NewPCG(seed, 0x5353))
+	data := vfs.NewMem()
+	files, err := writeInput(data, rng)
+	if err != nil {
+		return 0, err
+	}
+	want, err := wordcount.Expected(data, files)
+	if err != nil {
+		return 0, err
+	}
+	scan := func() (storage.Scan, error) {
+		b, err := storage.OpenBlob(context.Background(), clean, job)
+		if err != nil {
+			return storage.Scan{}, err
+		}
+		return b.Scan()
+	}
+	var history []string // the runs so far, for a failing seed's report
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("%w\nthe runs:\n  %s", err, strings.Join(history, "\n  "))
+		}
+	}()
+	for run := 1; ; run++ {
+		final := run > maxRuns
+		before, err := scan()
+		if err != nil {
+			return run - 1, err
+		}
+		sched := s3Schedules[0]
+		if !final {
+			sched = s3Schedules[rng.IntN(len(s3Schedules))]
+		}
+		killAfter := 1 + rng.IntN(2)
+		if final {
+			killAfter = 0
+		}
+		proxy.set(sched)
+		r := runOnceAt(data, faulty, nil, killAfter, nil)
+		history = append(history, fmt.Sprintf("run %d (%s, killed after %d checkpoints): restored %v, completed %v, err %v", run, sched.name, killAfter, r.restoredFrom, r.completed, r.err))
+		proxy.set(s3Schedules[0])
+		latest := latestID(before)
+		for i, from := range r.restoredFrom {
+			point := latest
+			if i > 0 && len(r.completedBefore[i]) > 0 {
+				point = slices.Max(r.completedBefore[i])
+			}
+			if from != point {
+				return run, fmt.Errorf("run %d (%s), attempt %d restored checkpoint %d, want %d, the newest completed; restored %v, completed %v, err %v",
+					run, sched.name, i+1, from, point, r.restoredFrom, r.completed, r.err)
+			}
+		}
+		after, err := scan()
+		if err != nil {
+			return run, err
+		}
+		keep := append(completedIDs(before), r.completed...)
+		slices.Sort(keep)
+		keep = slices.Compact(keep)
+		keep = keep[max(0, len(keep)-retained):]
+		for _, id := range keep {
+			if !slices.Contains(completedIDs(after), id) {
+				return run, fmt.Errorf("run %d (%s) deleted completed checkpoint %d: before %v, completed in the run %v, after %v; err %v",
+					run, sched.name, id, completedIDs(before), r.completed, completedIDs(after), r.err)
+			}
+		}
+		rep, err := wordcount.Verify(data, "/out", want, false)
+		if err != nil {
+			return run, err
+		}
+		if rep.Duplicated > 0 || rep.Unexpected > 0 {
+			return run, fmt.Errorf("after run %d (%s): %v", run, sched.name, rep)
+		}
+		switch {
+		case r.err == nil:
+			if !rep.OK() {
+				return run, fmt.Errorf("after %d runs: %v", run, rep)
+			}
+			return run, nil
+		case r.hung:
+			return run, fmt.Errorf("run %d (%s) did not end in a minute: %v", run, sched.name, r.err)
+		case r.killed:
+		case final:
+			return run, fmt.Errorf("the run without faults failed: %v", r.err)
+		case !strings.Contains(r.err.Error(), "injected") && !errors.Is(r.err, storage.ErrUnavailable):
+			return run, fmt.Errorf("run %d (%s) failed with an error no injected fault explains: %v", run, sched.name, r.err)
+		}
+	}
+}
