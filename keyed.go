@@ -97,6 +97,8 @@ type KeyedContext[K comparable] struct {
 	late *atomic.Int64
 	// opening: the function's Open runs, and there is no current key.
 	opening bool
+	// types are its operator's state types, which a declaration checks.
+	types *stateTypes
 }
 
 // TimeDomain is event time or processing time.
@@ -222,6 +224,9 @@ type ValueState[K comparable, V any] struct {
 
 // NewValueState declares value state name; call it from Open.
 func NewValueState[K comparable, V any](c *KeyedContext[K], name string, vc ...codec.Codec[V]) (*ValueState[K, V], error) {
+	if err := c.types.declare(c.op.UID, name, "value of "+typeOf(stateCodec(vc), codec.For[V]())); err != nil {
+		return nil, err
+	}
 	t, err := backend.NewValue(c.backend, name, c.kc, stateCodec(vc))
 	return &ValueState[K, V]{t: t, c: c}, err
 }
@@ -238,6 +243,9 @@ type ListState[K comparable, V any] struct {
 
 // NewListState declares list state name; call it from Open.
 func NewListState[K comparable, V any](c *KeyedContext[K], name string, vc ...codec.Codec[V]) (*ListState[K, V], error) {
+	if err := c.types.declare(c.op.UID, name, "list of "+typeOf(stateCodec(vc), codec.For[V]())); err != nil {
+		return nil, err
+	}
 	t, err := backend.NewList(c.backend, name, c.kc, stateCodec(vc))
 	return &ListState[K, V]{t: t, c: c}, err
 }
@@ -318,6 +326,9 @@ func pointerIn(t reflect.Type) reflect.Type {
 func NewMapState[K, UK comparable, V any](c *KeyedContext[K], name string) (*MapState[K, UK, V], error) {
 	if err := keyTypeFaithful[UK](); err != nil {
 		return nil, Permanent(fmt.Errorf("map state %q: user %w", name, err))
+	}
+	if err := c.types.declare(c.op.UID, name, "map of "+typeOf(codec.ForKey[UK](), codec.ForKey[UK]())+" to "+typeOf(codec.For[V](), codec.For[V]())); err != nil {
+		return nil, err
 	}
 	t, err := backend.NewMap(c.backend, name, c.kc, codec.ForKey[UK](), codec.For[V]())
 	return &MapState[K, UK, V]{t: t, c: c, name: name, nan: floatIn(reflect.TypeFor[UK]()), check: codec.KeyCheck[UK]()}, err
@@ -408,6 +419,8 @@ type keyed[K comparable, Out any] struct {
 	// unfired may have fired, its timer spent (behind).
 	firedUnder int64
 	knobs      keyedKnobs
+	// types are the state's types, restored and declared (statetypes.go).
+	types stateTypes
 }
 
 // keyedKnobs put back defects, for tests that show the keyed function
@@ -430,8 +443,17 @@ func (k *keyed[K, Out]) open(oc *operator.Context, kc codec.Codec[K], fn any) er
 		return nilFromFactory(oc.UID, "function")
 	}
 	var rs *state.Restored
+	k.types = stateTypes{}
 	if oc.Restore != nil {
 		rs = &state.Restored{Handles: oc.Restore.Handles, Reader: oc.Restore.Reader(), Owned: oc.Restore.Owned}
+		var err error
+		if k.types.restored, err = restoreStateTypes(oc.Restore, oc); err != nil {
+			return err
+		}
+	}
+	// NB: before the backend reads a restored key.
+	if err := k.types.declare(oc.UID, keyTypeName, typeOf(kc, codec.ForKey[K]())); err != nil {
+		return err
 	}
 	b, err := backend.New(k.c.state, backend.Scope{Job: oc.Job, Operator: oc.UID, Subtask: oc.Subtask, KeyGroups: oc.KeyGroups}, rs)
 	if err != nil {
@@ -463,7 +485,7 @@ func (k *keyed[K, Out]) open(oc *operator.Context, kc codec.Codec[K], fn any) er
 	if k.lateCount == nil {
 		k.lateCount = new(atomic.Int64)
 	}
-	k.kctx = KeyedContext[K]{backend: b, timers: timers, eventTimers: eventTimers, kc: kc, op: oc, c: k.c, onTimer: k.onTime != nil, wm: wm, late: k.lateCount}
+	k.kctx = KeyedContext[K]{backend: b, timers: timers, eventTimers: eventTimers, kc: kc, op: oc, c: k.c, onTimer: k.onTime != nil, wm: wm, late: k.lateCount, types: &k.types}
 	k.hasher = codec.NewHasher(kc)
 	if o, ok := fn.(KeyedOpener[K]); ok {
 		k.kctx.opening = true
@@ -506,7 +528,8 @@ func (k *keyed[K, Out]) Snapshot(id checkpoint.ID) (operator.Async, error) {
 	if err != nil {
 		return nil, err
 	}
-	return both(oc.StateWriter(a), nil)(snapshotWatermark(oc, k.kctx.wm, k.firedUnder))
+	withWatermark, err := both(oc.StateWriter(a), nil)(snapshotWatermark(oc, k.kctx.wm, k.firedUnder))
+	return both(withWatermark, err)(k.types.snapshot(oc))
 }
 
 func (k *keyed[K, Out]) NextTimer() (time.Time, bool) { return k.kctx.timers.Next() }

@@ -59,6 +59,24 @@ type WindowAssigner struct {
 	sizeD, slideD, gD time.Duration
 }
 
+// geometry says how the assigner cuts time into the windows whose state
+// it keeps, for the check of a restore (statetypes.go): a tumbling or
+// sliding window's panes restored under another size or slide would never
+// fire. A session's gap may change: its state holds each session's end.
+func (a WindowAssigner) geometry() string {
+	domain := "event time"
+	if a.processing {
+		domain = "processing time"
+	}
+	switch a.kind {
+	case tumbling:
+		return fmt.Sprintf("tumbling windows of %v on %s", a.sizeD, domain)
+	case sliding:
+		return fmt.Sprintf("sliding windows of %v every %v on %s", a.sizeD, a.slideD, domain)
+	}
+	return "session windows on " + domain
+}
+
 // Tumbling windows of size, back to back: [0, size), [size, 2·size), …
 func Tumbling(size time.Duration) WindowAssigner {
 	return WindowAssigner{kind: tumbling, size: size.Milliseconds(), slide: size.Milliseconds(), sizeD: size, slideD: size}
@@ -408,7 +426,24 @@ func (w *windowOp[K, In, Acc, Out]) Open(oc *operator.Context) error {
 			return err
 		}
 	}
-	var err error
+	// The window's accumulator and records, checked against the restored
+	// ones (statetypes.go) before they are read.
+	acc, in := typeOf(codec.For[Acc](), codec.For[Acc]()), typeOf(codec.For[In](), codec.For[In]())
+	err := w.types.declare(oc.UID, windowsTypeName, w.a.geometry())
+	if err != nil {
+		return err
+	}
+	if w.a.kind == sessions {
+		err = w.types.declare(oc.UID, "sessions", "sessions of "+acc)
+	} else {
+		err = w.types.declare(oc.UID, "panes", "panes of "+acc)
+	}
+	if err == nil && w.fold.listing {
+		err = w.types.declare(oc.UID, "records", "list of "+in)
+	}
+	if err != nil {
+		return err
+	}
 	if w.a.kind == sessions {
 		w.sessions, err = backend.NewMap(w.kctx.backend, "sessions", w.kc, codec.ForKey[int64](), codec.For[sessionState[Acc]]())
 	} else {

@@ -1,0 +1,150 @@
+package weir
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+
+	"github.com/weirstream/weir/codec"
+	"github.com/weirstream/weir/operator"
+	"github.com/weirstream/weir/state"
+)
+
+// State types at a restore (design note 136). A checkpoint records, per
+// keyed operator, the type of its key and of each state it declared, as
+// the default codecs encode them; a restore compares what the job declares
+// now, and refuses a change before any byte is read: the binary codec
+// writes a struct's fields by position and an int64 as a zig-zag varint,
+// so a struct whose fields moved, or an int64 now a uint64, read old bytes
+// as other values, silently (as Flink's serializer snapshots would refuse
+// or migrate). A codec the job gives (KeyBy's key codec, a state's codec)
+// is the job's to keep compatible: it is recorded as such and not checked.
+// Checkpoints of earlier versions record no types and are not checked.
+
+// stateTypes are an operator subtask's state types: restored (nil when the
+// checkpoint recorded none) and declared.
+type stateTypes struct {
+	restored, declared map[string]string
+}
+
+// keyTypeName is the entry of the key's type: no state has an empty name;
+// windowsTypeName, that of a window operator's windows (their geometry).
+const (
+	keyTypeName     = ""
+	windowsTypeName = "_windows"
+)
+
+// declare records state name (keyTypeName: the key) of type desc (typeOf),
+// refusing a type other than the restored one.
+func (s *stateTypes) declare(uid, name, desc string) error {
+	if s.declared == nil {
+		s.declared = map[string]string{}
+	}
+	s.declared[name] = desc
+	old, ok := s.restored[name]
+	if !ok || old == desc || old == "" || desc == "" {
+		return nil
+	}
+	if name == windowsTypeName {
+		return operator.Permanent(fmt.Errorf("operator %q: its windows were %s in the checkpoint it restores, and are %s now: the restored windows would never fire, and their records would be lost; keep the windows as they were, or give the operator a new UID (weir.UID) to start its windows afresh (a stop with a savepoint after the old windows fired loses nothing)",
+			uid, old, desc))
+	}
+	if name == keyTypeName {
+		return operator.Permanent(fmt.Errorf("operator %q: its key was %s in the checkpoint it restores, and is %s now: restored state would be looked up under keys read as another type (state lost, or another key's); key by the type it had, give KeyBy a key codec that reads the old keys, or give the operator a new UID (weir.UID) to start its state afresh",
+			uid, old, desc))
+	}
+	return operator.Permanent(fmt.Errorf("operator %q: state %q was %s in the checkpoint it restores, and is %s now: its bytes would be read as another type (wrong values, or a failure later); declare it as it was, give it a codec of your own that reads the old bytes, or give the operator a new UID (weir.UID) to start its state afresh",
+		uid, name, old, desc))
+}
+
+// snapshot writes the types, restored and declared, as union list state
+// (every subtask writes them all).
+func (s *stateTypes) snapshot(oc *operator.Context) operator.Async {
+	all := map[string]string{}
+	for n, d := range s.restored {
+		all[n] = d // a state this version does not declare keeps its type
+	}
+	for n, d := range s.declared {
+		all[n] = d
+	}
+	names := slices.Sorted(func(yield func(string) bool) {
+		for n := range all {
+			if !yield(n) {
+				return
+			}
+		}
+	})
+	items := make([][]byte, len(names))
+	for i, n := range names {
+		items[i] = []byte(n + "\x00" + all[n])
+	}
+	return oc.SnapshotList(state.Union, "_types", items)
+}
+
+// restoreStateTypes reads the types a checkpoint recorded; nil if none.
+func restoreStateTypes(rs *operator.Restore, oc *operator.Context) (map[string]string, error) {
+	items, err := state.RestoreList(rs.Handles, rs.Read, state.Union, "_types", oc.Subtask, oc.Parallelism)
+	if err != nil || len(items) == 0 {
+		return nil, err
+	}
+	types := map[string]string{}
+	for _, it := range items {
+		name, desc, ok := strings.Cut(string(it), "\x00")
+		if !ok {
+			return nil, fmt.Errorf("restore state types: damaged entry %q", it)
+		}
+		types[name] = desc
+	}
+	return types, nil
+}
+
+// typeOf describes what codec c encodes for the check of a restore: ""
+// for a codec the job gave (def is the default), "json" for values the
+// default JSON codec writes (it reads by field name, and takes fields
+// added or removed), else the type's structure as the binary and scalar
+// codecs encode it (field names and types in order; a named type's name
+// does not count).
+func typeOf[T any](c, def codec.Codec[T]) string {
+	if reflect.TypeOf(c) != reflect.TypeOf(def) {
+		return ""
+	}
+	if _, isJSON := any(c).(codec.JSON[T]); isJSON {
+		return "json"
+	}
+	return describe(reflect.TypeFor[T](), map[reflect.Type]bool{})
+}
+
+// describe is t's structure as the binary codec encodes it.
+func describe(t reflect.Type, seen map[reflect.Type]bool) string {
+	if seen[t] {
+		return t.String() // a recursive type
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		seen[t] = true
+		defer delete(seen, t)
+		var b strings.Builder
+		b.WriteString("struct{")
+		for i := range t.NumField() {
+			if i > 0 {
+				b.WriteString("; ")
+			}
+			f := t.Field(i)
+			b.WriteString(f.Name + " " + describe(f.Type, seen))
+		}
+		b.WriteString("}")
+		return b.String()
+	case reflect.Pointer:
+		return "*" + describe(t.Elem(), seen)
+	case reflect.Slice:
+		return "[]" + describe(t.Elem(), seen)
+	case reflect.Array:
+		return fmt.Sprintf("[%d]%s", t.Len(), describe(t.Elem(), seen))
+	case reflect.Map:
+		return "map[" + describe(t.Key(), seen) + "]" + describe(t.Elem(), seen)
+	case reflect.Interface:
+		return t.String()
+	}
+	return t.Kind().String()
+}
