@@ -246,6 +246,12 @@ func (b *Blob) Lock() (io.Closer, error) {
 			if err := json.Unmarshal(data, &l); err != nil {
 				return nil, fmt.Errorf("checkpoint storage %s: its lease %s is not a lease record (%v): if no run uses the storage, delete %s", b.where, leaseKey, err, leaseKey)
 			}
+			if l.Token == me.Token {
+				// This Lock's own write, applied with its answer lost (the
+				// SDK's retry then failed its condition): the lease is ours.
+				// NB: it waited for its own lease to run out.
+				return b.hold(&lease{b: b, rec: l, etag: etag, validUntil: l.Expires.Add(-b.lease / 4), stop: make(chan struct{}), done: make(chan struct{})}), nil
+			}
 			if time.Now().Before(l.Expires) {
 				if time.Now().After(giveUp) {
 					return nil, fmt.Errorf("checkpoint storage %s is %w by another run (%s), which keeps renewing its lease: stop that run first",
@@ -271,10 +277,15 @@ func (b *Blob) Lock() (io.Closer, error) {
 		if err != nil {
 			return nil, fmt.Errorf("checkpoint storage %s: take the lease: %w", b.where, unavailable(err))
 		}
-		b.held.Store(l)
-		go l.renewing()
-		return l, nil
+		return b.hold(l), nil
 	}
+}
+
+// hold makes l the lease this run holds, and renews it until Close.
+func (b *Blob) hold(l *lease) *lease {
+	b.held.Store(l)
+	go l.renewing()
+	return l
 }
 
 // lease is a lease this run took; Close releases it.

@@ -236,7 +236,11 @@ func runS3FaultSeed(seed uint64, proxy *s3Proxy, faulty, clean string) (runs int
 			}
 			return run, nil
 		case r.hung:
-			return run, fmt.Errorf("run %d (%s) did not end in a minute: %v", run, sched.name, r.err)
+			var logs []string
+			for _, l := range r.logs[max(0, len(r.logs)-20):] {
+				logs = append(logs, fmt.Sprintf("%s %s checkpoint=%s err=%s", l.level, l.msg, l.checkpoint, l.err))
+			}
+			return run, fmt.Errorf("run %d (%s) did not end in a minute: %v; its last warnings:\n  %s", run, sched.name, r.err, strings.Join(logs, "\n  "))
 		case r.killed:
 		case final:
 			return run, fmt.Errorf("the run without faults failed: %v", r.err)
