@@ -224,7 +224,7 @@ type ValueState[K comparable, V any] struct {
 
 // NewValueState declares value state name; call it from Open.
 func NewValueState[K comparable, V any](c *KeyedContext[K], name string, vc ...codec.Codec[V]) (*ValueState[K, V], error) {
-	if err := c.types.declare(c.op.UID, name, "value of "+typeOf(stateCodec(vc), codec.For[V]())); err != nil {
+	if err := c.types.declare(c.op.UID, name, "value of "+typeOf(stateCodec(vc), codec.For[V](), false)); err != nil {
 		return nil, err
 	}
 	t, err := backend.NewValue(c.backend, name, c.kc, stateCodec(vc))
@@ -243,7 +243,7 @@ type ListState[K comparable, V any] struct {
 
 // NewListState declares list state name; call it from Open.
 func NewListState[K comparable, V any](c *KeyedContext[K], name string, vc ...codec.Codec[V]) (*ListState[K, V], error) {
-	if err := c.types.declare(c.op.UID, name, "list of "+typeOf(stateCodec(vc), codec.For[V]())); err != nil {
+	if err := c.types.declare(c.op.UID, name, "list of "+typeOf(stateCodec(vc), codec.For[V](), false)); err != nil {
 		return nil, err
 	}
 	t, err := backend.NewList(c.backend, name, c.kc, stateCodec(vc))
@@ -327,7 +327,7 @@ func NewMapState[K, UK comparable, V any](c *KeyedContext[K], name string) (*Map
 	if err := keyTypeFaithful[UK](); err != nil {
 		return nil, Permanent(fmt.Errorf("map state %q: user %w", name, err))
 	}
-	if err := c.types.declare(c.op.UID, name, "map of "+typeOf(codec.ForKey[UK](), codec.ForKey[UK]())+" to "+typeOf(codec.For[V](), codec.For[V]())); err != nil {
+	if err := c.types.declare(c.op.UID, name, "map of "+typeOf(codec.ForKey[UK](), codec.ForKey[UK](), true)+" to "+typeOf(codec.For[V](), codec.For[V](), false)); err != nil {
 		return nil, err
 	}
 	t, err := backend.NewMap(c.backend, name, c.kc, codec.ForKey[UK](), codec.For[V]())
@@ -452,7 +452,7 @@ func (k *keyed[K, Out]) open(oc *operator.Context, kc codec.Codec[K], fn any) er
 		}
 	}
 	// NB: before the backend reads a restored key.
-	if err := k.types.declare(oc.UID, keyTypeName, typeOf(kc, codec.ForKey[K]())); err != nil {
+	if err := k.types.declare(oc.UID, keyTypeName, typeOf(kc, codec.ForKey[K](), true)); err != nil {
 		return err
 	}
 	b, err := backend.New(k.c.state, backend.Scope{Job: oc.Job, Operator: oc.UID, Subtask: oc.Subtask, KeyGroups: oc.KeyGroups}, rs)

@@ -1,6 +1,9 @@
 package weir
 
 import (
+	"cmp"
+	"encoding"
+	"encoding/json"
 	"fmt"
 	"reflect"
 	"slices"
@@ -99,24 +102,66 @@ func restoreStateTypes(rs *operator.Restore, oc *operator.Context) (map[string]s
 	return types, nil
 }
 
-// typeOf describes what codec c encodes for the check of a restore: ""
-// for a codec the job gave (def is the default), "json" for values the
-// default JSON codec writes (it reads by field name, and takes fields
-// added or removed), else the type's structure as the binary and scalar
-// codecs encode it (field names and types in order; a named type's name
-// does not count).
-func typeOf[T any](c, def codec.Codec[T]) string {
-	if reflect.TypeOf(c) != reflect.TypeOf(def) {
+// typeOf describes what codec c writes, for the check of a restore: ""
+// for a codec the job gave (def is the default), a scalar codec's own type
+// (the built-in codecs of string, int64, float64, ...: a named type gets
+// another codec), and for the binary and JSON codecs the structure they
+// write (binaryShape, jsonShape). A value's JSON reads by field name and
+// takes fields added or removed: it is described as "json" only. A key's
+// JSON is looked up by its bytes: its fields' names and types count.
+func typeOf[T any](c, def codec.Codec[T], key bool) string {
+	ct := reflect.TypeOf(c)
+	if ct != reflect.TypeOf(def) {
 		return ""
 	}
-	if _, isJSON := any(c).(codec.JSON[T]); isJSON {
+	t := reflect.TypeFor[T]()
+	switch {
+	case ct == reflect.TypeFor[codec.Binary[T]]():
+		return "binary " + binaryShape(t, map[reflect.Type]bool{})
+	case !key && ct == reflect.TypeFor[codec.JSON[T]]():
 		return "json"
+	case ct == reflect.TypeFor[codec.JSON[T]]() || strings.HasPrefix(ct.Name(), "keyJSON["):
+		if shape := jsonShape(t, map[reflect.Type]bool{}); shape != selfEncoded {
+			return "json " + shape
+		}
+		return "" // it encodes itself, as a codec the job gives does
 	}
-	return describe(reflect.TypeFor[T](), map[reflect.Type]bool{})
+	return ct.String()
 }
 
-// describe is t's structure as the binary codec encodes it.
-func describe(t reflect.Type, seen map[reflect.Type]bool) string {
+// binaryShape is t as the binary codec writes it: a struct's exported
+// fields not tagged json:"-", in order; a named type as its kind.
+func binaryShape(t reflect.Type, seen map[reflect.Type]bool) string {
+	return shape(t, seen, binaryShape, func(f reflect.StructField) (string, bool) {
+		return f.Name, f.IsExported() && f.Tag.Get("json") != "-"
+	})
+}
+
+// jsonShape is t as encoding/json writes it: a struct's fields by their
+// JSON names; a type that marshals itself is the job's to keep compatible
+// (selfEncoded), as a codec it gives is.
+func jsonShape(t reflect.Type, seen map[reflect.Type]bool) string {
+	if t.Implements(jsonMarshaler) || reflect.PointerTo(t).Implements(jsonMarshaler) ||
+		t.Implements(textMarshaler) || reflect.PointerTo(t).Implements(textMarshaler) {
+		return selfEncoded
+	}
+	return shape(t, seen, jsonShape, func(f reflect.StructField) (string, bool) {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		return cmp.Or(name, f.Name), f.IsExported() && name != "-"
+	})
+}
+
+// selfEncoded is the shape of a type that marshals itself.
+const selfEncoded = "self-encoded"
+
+var (
+	jsonMarshaler = reflect.TypeFor[json.Marshaler]()
+	textMarshaler = reflect.TypeFor[encoding.TextMarshaler]()
+)
+
+// shape describes t's structure, its parts by of and a struct's fields by
+// field (their names, and whether they are written).
+func shape(t reflect.Type, seen map[reflect.Type]bool, of func(reflect.Type, map[reflect.Type]bool) string, field func(reflect.StructField) (string, bool)) string {
 	if seen[t] {
 		return t.String() // a recursive type
 	}
@@ -124,25 +169,21 @@ func describe(t reflect.Type, seen map[reflect.Type]bool) string {
 	case reflect.Struct:
 		seen[t] = true
 		defer delete(seen, t)
-		var b strings.Builder
-		b.WriteString("struct{")
+		var fields []string
 		for i := range t.NumField() {
-			if i > 0 {
-				b.WriteString("; ")
+			if name, written := field(t.Field(i)); written {
+				fields = append(fields, name+" "+of(t.Field(i).Type, seen))
 			}
-			f := t.Field(i)
-			b.WriteString(f.Name + " " + describe(f.Type, seen))
 		}
-		b.WriteString("}")
-		return b.String()
+		return "struct{" + strings.Join(fields, "; ") + "}"
 	case reflect.Pointer:
-		return "*" + describe(t.Elem(), seen)
+		return "*" + of(t.Elem(), seen)
 	case reflect.Slice:
-		return "[]" + describe(t.Elem(), seen)
+		return "[]" + of(t.Elem(), seen)
 	case reflect.Array:
-		return fmt.Sprintf("[%d]%s", t.Len(), describe(t.Elem(), seen))
+		return fmt.Sprintf("[%d]%s", t.Len(), of(t.Elem(), seen))
 	case reflect.Map:
-		return "map[" + describe(t.Key(), seen) + "]" + describe(t.Elem(), seen)
+		return "map[" + of(t.Key(), seen) + "]" + of(t.Elem(), seen)
 	case reflect.Interface:
 		return t.String()
 	}

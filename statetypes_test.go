@@ -17,10 +17,10 @@ type typesSwapped struct{ Y, X int64 }
 // TestTypeOfSaysWhatTheCodecsRead: a type's description changes when the
 // default codecs would read old bytes as other values, and only then.
 func TestTypeOfSaysWhatTheCodecsRead(t *testing.T) {
-	def := func(c codec.Codec[typesV1]) string { return typeOf(c, codec.For[typesV1]()) }
+	def := func(c codec.Codec[typesV1]) string { return typeOf(c, codec.For[typesV1](), false) }
 	same := []struct{ a, b string }{
-		{def(codec.For[typesV1]()), typeOf(codec.For[typesV1Renamed](), codec.For[typesV1Renamed]())}, // a type renamed
-		{typeOf(codec.For[[]string](), codec.For[[]string]()), typeOf(codec.For[[]string](), codec.For[[]string]())},
+		{def(codec.For[typesV1]()), typeOf(codec.For[typesV1Renamed](), codec.For[typesV1Renamed](), false)}, // a type renamed
+		{typeOf(codec.For[[]string](), codec.For[[]string](), false), typeOf(codec.For[[]string](), codec.For[[]string](), false)},
 	}
 	for _, s := range same {
 		if s.a != s.b {
@@ -28,10 +28,10 @@ func TestTypeOfSaysWhatTheCodecsRead(t *testing.T) {
 		}
 	}
 	differ := []struct{ a, b string }{
-		{def(codec.For[typesV1]()), typeOf(codec.For[typesSwapped](), codec.For[typesSwapped]())},
-		{typeOf(codec.For[int64](), codec.For[int64]()), typeOf(codec.For[uint64](), codec.For[uint64]())},
-		{typeOf(codec.For[int64](), codec.For[int64]()), typeOf(codec.For[float64](), codec.For[float64]())},
-		{typeOf(codec.ForKey[int64](), codec.ForKey[int64]()), typeOf(codec.ForKey[string](), codec.ForKey[string]())},
+		{def(codec.For[typesV1]()), typeOf(codec.For[typesSwapped](), codec.For[typesSwapped](), false)},
+		{typeOf(codec.For[int64](), codec.For[int64](), false), typeOf(codec.For[uint64](), codec.For[uint64](), false)},
+		{typeOf(codec.For[int64](), codec.For[int64](), false), typeOf(codec.For[float64](), codec.For[float64](), false)},
+		{typeOf(codec.ForKey[int64](), codec.ForKey[int64](), true), typeOf(codec.ForKey[string](), codec.ForKey[string](), true)},
 	}
 	for _, d := range differ {
 		if d.a == d.b || d.a == "" || d.b == "" {

@@ -428,7 +428,7 @@ func (w *windowOp[K, In, Acc, Out]) Open(oc *operator.Context) error {
 	}
 	// The window's accumulator and records, checked against the restored
 	// ones (statetypes.go) before they are read.
-	acc, in := typeOf(codec.For[Acc](), codec.For[Acc]()), typeOf(codec.For[In](), codec.For[In]())
+	acc, in := typeOf(codec.For[Acc](), codec.For[Acc](), false), typeOf(codec.For[In](), codec.For[In](), false)
 	err := w.types.declare(oc.UID, windowsTypeName, w.a.geometry())
 	if err != nil {
 		return err

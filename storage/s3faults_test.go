@@ -19,6 +19,7 @@ import (
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
 	"github.com/weirstream/weir/examples/wordcount"
+	"github.com/weirstream/weir/internal/racetest"
 	"github.com/weirstream/weir/storage"
 )
 
@@ -45,10 +46,15 @@ var (
 type s3Schedule struct {
 	name             string
 	fail, lost, slow float64 // lost: of writes and deletes only
+	// metadataRead is the probability that a read of a checkpoint's
+	// metadata fails, through the client's retries: the reads a start
+	// makes to find what to restore.
+	metadataRead float64
 }
 
 var s3Schedules = []s3Schedule{
 	{name: "no faults"},
+	{name: "faults at start", metadataRead: 0.3, fail: 0.02},
 	{name: "503s", fail: 0.1},
 	{name: "lost answers", lost: 0.2},
 	{name: "everything", fail: 0.05, lost: 0.1, slow: 0.1},
@@ -60,6 +66,10 @@ type s3Proxy struct {
 	rng      *rand.Rand
 	sched    s3Schedule
 	injected int
+	// burst counts the attempts of a request (method and path) still to
+	// fail: half the 503s fail the S3 client's retries too (it makes three
+	// attempts), so that the error reaches the storage's caller.
+	burst map[string]int
 }
 
 func (p *s3Proxy) set(s s3Schedule) {
@@ -70,13 +80,31 @@ func (p *s3Proxy) set(s s3Schedule) {
 
 // draw picks the fault for a request: "" (none), "fail", "lost" or
 // "slow".
-func (p *s3Proxy) draw(write bool) string {
+func (p *s3Proxy) draw(r *http.Request, write bool) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	key := r.Method + " " + r.URL.Path
+	if p.burst[key] > 0 {
+		p.burst[key]--
+		return "fail"
+	}
 	s, x := p.sched, p.rng.Float64()
 	switch {
+	case r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/"+storage.MetadataFile) && x < s.metadataRead:
+		p.injected++
+		if p.burst == nil {
+			p.burst = map[string]int{}
+		}
+		p.burst[key] = 2
+		return "fail"
 	case x < s.fail:
 		p.injected++
+		if p.rng.IntN(2) == 0 {
+			if p.burst == nil {
+				p.burst = map[string]int{}
+			}
+			p.burst[key] = 2
+		}
 		return "fail"
 	case x < s.fail+s.lost && write:
 		p.injected++
@@ -90,7 +118,7 @@ func (p *s3Proxy) draw(write bool) string {
 func (p *s3Proxy) handler(fake http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		write := r.Method == http.MethodPut || r.Method == http.MethodDelete || r.Method == http.MethodPost
-		switch p.draw(write) {
+		switch p.draw(r, write) {
 		case "fail":
 			w.Header().Set("Content-Type", "application/xml")
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -109,6 +137,40 @@ func (p *s3Proxy) handler(fake http.Handler) http.Handler {
 	})
 }
 
+// s3FaultRig is gofakes3 served twice: through the fault proxy, and as it
+// is (to check what storage holds).
+type s3FaultRig struct {
+	backend       *s3mem.Backend
+	proxy         *s3Proxy
+	faulty, clean *httptest.Server
+}
+
+func newS3FaultRig(t *testing.T) *s3FaultRig {
+	backend := s3mem.New()
+	fake := gofakes3.New(backend).Server()
+	r := &s3FaultRig{backend: backend, proxy: &s3Proxy{}, clean: httptest.NewServer(fake)}
+	r.faulty = httptest.NewServer(r.proxy.handler(fake))
+	t.Cleanup(r.faulty.Close)
+	t.Cleanup(r.clean.Close)
+	t.Setenv("AWS_ACCESS_KEY_ID", "weir")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "weir")
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	return r
+}
+
+// run runs seed in a bucket of its own.
+func (r *s3FaultRig) run(seed uint64) (int, error) {
+	bucket := fmt.Sprintf("seed%d", seed)
+	if err := r.backend.CreateBucket(bucket); err != nil {
+		return 0, err
+	}
+	at := func(srv *httptest.Server) string {
+		return "s3://" + bucket + "/weir?endpoint=" + srv.URL + "&region=us-east-1&use_path_style=true&disable_https=true"
+	}
+	r.proxy.rng, r.proxy.burst = rand.New(rand.NewPCG(seed, 0x53)), nil
+	return runS3FaultSeed(seed, r.proxy, at(r.faulty), at(r.clean))
+}
+
 // TestS3Faults runs -s3faults.seeds seeds of the generator.
 func TestS3Faults(t *testing.T) {
 	n := *s3FaultSeeds
@@ -118,38 +180,39 @@ func TestS3Faults(t *testing.T) {
 			n = 1
 		}
 	}
-	backend := s3mem.New()
-	fake := gofakes3.New(backend).Server()
-	proxy := &s3Proxy{}
-	faulty, clean := httptest.NewServer(proxy.handler(fake)), httptest.NewServer(fake)
-	defer faulty.Close()
-	defer clean.Close()
-	t.Setenv("AWS_ACCESS_KEY_ID", "weir")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "weir")
-	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
-	injected, runs := 0, 0
+	rig := newS3FaultRig(t)
+	runs := 0
 	for seed := *s3FaultFirst; seed < *s3FaultFirst+uint64(n); seed++ {
-		bucket := fmt.Sprintf("seed%d", seed)
-		if err := backend.CreateBucket(bucket); err != nil {
-			t.Fatal(err)
-		}
-		at := func(endpoint string) string {
-			return "s3://" + bucket + "/weir?endpoint=" + endpoint + "&region=us-east-1&use_path_style=true&disable_https=true"
-		}
-		proxy.rng = rand.New(rand.NewPCG(seed, 0x53))
-		r, err := runS3FaultSeed(seed, proxy, at(faulty.URL), at(clean.URL))
+		r, err := rig.run(seed)
 		runs += r
 		if err != nil {
 			t.Fatalf("seed %d: %v\nreplay: go test ./storage -run 'TestS3Faults$' -v -args -s3faults.seeds=1 -s3faults.first=%d", seed, err, seed)
 		}
-		proxy.mu.Lock()
-		injected = proxy.injected
-		proxy.mu.Unlock()
 	}
-	t.Logf("%d seeds: %d runs, %d faults injected", n, runs, injected)
-	if n >= 3 && injected == 0 {
+	rig.proxy.mu.Lock()
+	defer rig.proxy.mu.Unlock()
+	t.Logf("%d seeds: %d runs, %d faults injected", n, runs, rig.proxy.injected)
+	if n >= 3 && rig.proxy.injected == 0 {
 		t.Fatal("the seeds injected no fault")
 	}
+}
+
+// TestS3FaultsCatchDefect3 plants defect 3 back (an error reading a
+// checkpoint's metadata at a start makes it "damaged") and checks that the
+// S3 generator catches it (found by a review: with each 503 drawn per
+// request, the client's retries hid every read error).
+func TestS3FaultsCatchDefect3(t *testing.T) {
+	racetest.Skip(t)
+	storage.PlantDefect3(t)
+	rig := newS3FaultRig(t)
+	const seeds = 6
+	for seed := uint64(1); seed <= seeds; seed++ {
+		if _, err := rig.run(seed); err != nil {
+			t.Logf("caught at seed %d: %.300v", seed, err)
+			return
+		}
+	}
+	t.Fatalf("planted defect 3 survived %d seeds of the S3 fault generator", seeds)
 }
 
 // runS3FaultSeed runs one seed: up to maxRuns runs with faults, each

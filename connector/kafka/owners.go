@@ -82,6 +82,10 @@ type ownership struct {
 	// TakesOver, in a prefix's record: the sink restores a checkpoint
 	// written under the prefix, and takes it from whoever held it.
 	TakesOver bool `json:"takes_over,omitempty"`
+	// FirstClaim, in a prefix's record: it holds the prefix only if the
+	// prefix is free (or it takes over). Records of earlier versions,
+	// without it, each took the prefix (the last one held it).
+	FirstClaim bool `json:"first_claim,omitempty"`
 }
 
 // ownerRecord is the ownership record the writer's first output of a run
@@ -372,7 +376,7 @@ func (w *writer[T]) checkPrefix(ctx context.Context, f *found, continues bool) e
 		(*hook)()
 	}
 	rec := &kgo.Record{Topic: OwnersTopic, Key: prefixKey(w.prefix), Value: mustJSON(ownership{Topic: w.cfg.Topic, TopicID: w.topicID, Job: w.ctx.Job, UID: w.ctx.UID,
-		Subtask: w.ctx.Subtask, Parallelism: w.ctx.Parallelism, Run: w.ctx.RunID, Attempt: w.ctx.Attempt, TakesOver: continues})}
+		Subtask: w.ctx.Subtask, Parallelism: w.ctx.Parallelism, Run: w.ctx.RunID, Attempt: w.ctx.Attempt, TakesOver: continues, FirstClaim: true})}
 	if err := w.plain.ProduceSync(ctx, rec).FirstErr(); err != nil {
 		return fatal(fmt.Sprintf("kafka sink %s: record transactional id prefix %q in %s", w.ctx.UID, w.prefix, OwnersTopic), err)
 	}
@@ -433,13 +437,14 @@ func (w *writer[T]) firstClaim(ctx context.Context, partition int32, from, mine 
 
 // nextOwner is what holds a prefix after its record r, given cur before it
 // (nil, or a record that names no sink: the prefix is free). A tombstone
-// (or a value it cannot read) frees the prefix; a take-over takes it; any
-// other record takes it only if it is free: the first claim wins, so that
-// of two sinks that found it free at the same moment, the later one's
-// record does not.
+// (or a value it cannot read) frees the prefix; a take-over takes it, as
+// does a record of an earlier version (each of those took it); any other
+// record takes it only if it is free: the first claim wins, so that of two
+// sinks that found it free at the same moment, the later one's record does
+// not.
 func nextOwner(cur, r *found) *found {
 	o, ok := claimOf(r)
-	if _, held := claimOf(cur); !ok || o.TakesOver || !held {
+	if _, held := claimOf(cur); !ok || o.TakesOver || !o.FirstClaim || !held {
 		return r
 	}
 	return cur

@@ -28,7 +28,7 @@ func TestLoserThatStoppedBeforeRewritingDoesNotWin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b0 := mustJSON(ownership{Topic: "out2", Job: "b", UID: "out", Subtask: 0, Parallelism: 1})
+	b0 := mustJSON(ownership{Topic: "out2", Job: "b", UID: "out", Subtask: 0, Parallelism: 1, FirstClaim: true})
 	if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: OwnersTopic, Key: prefixKey("shared"), Value: b0}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestWinnerRestartInTheLosersWindowIsNotRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b0 := mustJSON(ownership{Topic: "out2", Job: "b", UID: "out", Subtask: 0, Parallelism: 1})
+	b0 := mustJSON(ownership{Topic: "out2", Job: "b", UID: "out", Subtask: 0, Parallelism: 1, FirstClaim: true})
 	if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: OwnersTopic, Key: prefixKey("shared"), Value: b0}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
