@@ -12,7 +12,7 @@ import (
 // JSON (the key's bytes, its key group) with another representation.
 type skuV1 struct{ code string }
 
-func (s skuV1) MarshalJSON() ([]byte, error) { return json.Marshal(s.code) }
+func (s skuV1) MarshalJSON() ([]byte, error)  { return json.Marshal(s.code) }
 func (s *skuV1) UnmarshalJSON(b []byte) error { return json.Unmarshal(b, &s.code) }
 
 type skuV2 struct{ n int }
