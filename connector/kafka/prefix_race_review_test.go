@@ -24,15 +24,7 @@ func TestLoserThatStoppedBeforeRewritingDoesNotWin(t *testing.T) {
 	a, _ := precommitted(t, brokers, sinkOf{job: "a", topic: "out", prefix: "shared"}, w)
 
 	// b's own claim, as checkPrefix writes it, landed after a's.
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b0 := mustJSON(ownership{Topic: "out2", Job: "b", UID: "out", Subtask: 0, Parallelism: 1, FirstClaim: true})
-	if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: OwnersTopic, Key: prefixKey("shared"), Value: b0}).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-	cl.Close()
+	recordPrefix(t, brokers, "shared", mustJSON(ownership{Topic: "out2", Job: "b", UID: "out", Subtask: 0, Parallelism: 1, FirstClaim: true}))
 
 	runB := &operatortest.Run{}
 	defer runB.Close()
@@ -62,15 +54,7 @@ func TestWinnerRestartInTheLosersWindowIsNotRefused(t *testing.T) {
 	}
 	a.Close()
 
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b0 := mustJSON(ownership{Topic: "out2", Job: "b", UID: "out", Subtask: 0, Parallelism: 1, FirstClaim: true})
-	if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: OwnersTopic, Key: prefixKey("shared"), Value: b0}).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-	cl.Close()
+	recordPrefix(t, brokers, "shared", mustJSON(ownership{Topic: "out2", Job: "b", UID: "out", Subtask: 0, Parallelism: 1, FirstClaim: true}))
 
 	runA2 := &operatortest.Run{}
 	defer runA2.Close()
@@ -80,5 +64,19 @@ func TestWinnerRestartInTheLosersWindowIsNotRefused(t *testing.T) {
 	}
 	if err != nil {
 		t.Fatalf("job a's sink, the first to record the prefix, started again while the loser's record was the last: %v", err)
+	}
+}
+
+// recordPrefix writes value as a record of prefix in the ownership topic,
+// as a sink's start writes its own.
+func recordPrefix(t *testing.T, brokers []string, prefix string, value []byte) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: OwnersTopic, Key: prefixKey(prefix), Value: value}).FirstErr(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,11 +1,8 @@
 package kafka
 
 import (
-	"context"
 	"strings"
 	"testing"
-
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weirstream/weir/operator/operatortest"
 )
@@ -31,15 +28,8 @@ func TestReview3S40TakeOverRecordedByEarlierVersionStillHolds(t *testing.T) {
 
 	// b's take-over record, as the previous version's checkPrefix wrote it
 	// (continues, no TakesOver field).
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
 	b0 := []byte(`{"topic":"out","job":"b","uid":"out","subtask":0,"parallelism":1}`)
-	if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: OwnersTopic, Key: prefixKey("shared"), Value: b0}).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-	cl.Close()
+	recordPrefix(t, brokers, "shared", b0)
 	if o, ok := claimOf(&found{value: b0}); !ok || o.Job != "b" {
 		t.Fatalf("the record written does not read as b's claim: %+v %v", o, ok)
 	}
