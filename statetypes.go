@@ -1,7 +1,6 @@
 package weir
 
 import (
-	"cmp"
 	"encoding"
 	"encoding/json"
 	"fmt"
@@ -137,17 +136,18 @@ func binaryShape(t reflect.Type, seen map[reflect.Type]bool) string {
 	})
 }
 
-// jsonShape is t as encoding/json writes it: a struct's fields by their
-// JSON names; a type that marshals itself is the job's to keep compatible
-// (selfEncoded), as a codec it gives is.
+// jsonShape is t as encoding/json writes it: a struct's fields with their
+// JSON tags whole (a name, omitempty, string), embedded structs too, as
+// their exported fields are promoted; a type that marshals itself is the
+// job's to keep compatible (selfEncoded), as a codec it gives is.
 func jsonShape(t reflect.Type, seen map[reflect.Type]bool) string {
 	if t.Implements(jsonMarshaler) || reflect.PointerTo(t).Implements(jsonMarshaler) ||
 		t.Implements(textMarshaler) || reflect.PointerTo(t).Implements(textMarshaler) {
 		return selfEncoded
 	}
 	return shape(t, seen, jsonShape, func(f reflect.StructField) (string, bool) {
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		return cmp.Or(name, f.Name), f.IsExported() && name != "-"
+		tag := f.Tag.Get("json")
+		return fmt.Sprintf("%s %q", f.Name, tag), (f.IsExported() || f.Anonymous) && tag != "-"
 	})
 }
 
