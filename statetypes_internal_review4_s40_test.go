@@ -71,28 +71,3 @@ func TestReview4S40KeyStringOptionMissed(t *testing.T) {
 func TestReview4S40KeyDashCommaMissed(t *testing.T) {
 	r4KeyPair(t, r4DashV1{1}, r4DashV2{"1"})
 }
-
-// Value types told apart whose bytes are identical (a restore refused that
-// would read every value unchanged).
-
-func r4ValPair[A, B any](t *testing.T, a A, b B) {
-	t.Helper()
-	ba := codec.For[A]().Append(nil, a)
-	bb := codec.For[B]().Append(nil, b)
-	da := typeOf(codec.For[A](), codec.For[A](), false)
-	db := typeOf(codec.For[B](), codec.For[B](), false)
-	t.Logf("bytes %q vs %q; described %q vs %q", ba, bb, da, db)
-	if string(ba) == string(bb) && da != db {
-		// and B's codec reads A's bytes back
-		v, _, err := codec.For[B]().Decode(ba)
-		t.Errorf("identical bytes (%q) described apart (%q vs %q): the restore is refused permanently, though B's codec reads them (%v, %v)", ba, da, db, v, err)
-	}
-}
-
-type r4IntV struct{ A int }
-type r4Int64V struct{ A int64 }
-type r4NothingV1 struct{ A int }
-type r4NothingV2 struct {
-	A int
-	B struct{}
-}
