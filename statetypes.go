@@ -4,6 +4,7 @@ import (
 	"encoding"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -63,20 +64,12 @@ func (s *stateTypes) declare(uid, name, desc string) error {
 // snapshot writes the types, restored and declared, as union list state
 // (every subtask writes them all).
 func (s *stateTypes) snapshot(oc *operator.Context) operator.Async {
-	all := map[string]string{}
-	for n, d := range s.restored {
-		all[n] = d // a state this version does not declare keeps its type
+	all := maps.Clone(s.restored) // a state this version does not declare keeps its type
+	if all == nil {
+		all = map[string]string{}
 	}
-	for n, d := range s.declared {
-		all[n] = d
-	}
-	names := slices.Sorted(func(yield func(string) bool) {
-		for n := range all {
-			if !yield(n) {
-				return
-			}
-		}
-	})
+	maps.Copy(all, s.declared)
+	names := slices.Sorted(maps.Keys(all))
 	items := make([][]byte, len(names))
 	for i, n := range names {
 		items[i] = []byte(n + "\x00" + all[n])
