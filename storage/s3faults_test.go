@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -29,7 +30,8 @@ import (
 // seed, answers a request with a 503 before the store sees it, applies a
 // write or a delete and answers 500 (its answer lost: the SDK retries a
 // request that already happened, and a conditional write's retry fails its
-// condition), or answers late. After every run: no restore of an older
+// condition), answers late, or answers a listing a page of one to three
+// keys (the client must follow its continuation tokens). After every run: no restore of an older
 // checkpoint than the newest completed, no completed checkpoint retention
 // keeps deleted, no run that fails without an injected fault to explain
 // it, none that does not end in a minute, no count written twice; at the
@@ -50,6 +52,11 @@ type s3Schedule struct {
 	// metadata fails, through the client's retries: the reads a start
 	// makes to find what to restore.
 	metadataRead float64
+	// page, if not 0, is the most keys a listing answers at once, however
+	// many the client asks for: the listings of a start and of garbage
+	// collection go over several pages, as a bucket of many checkpoints
+	// makes them.
+	page int
 }
 
 var s3Schedules = []s3Schedule{
@@ -57,7 +64,9 @@ var s3Schedules = []s3Schedule{
 	{name: "faults at start", metadataRead: 0.3, fail: 0.02},
 	{name: "503s", fail: 0.1},
 	{name: "lost answers", lost: 0.2},
-	{name: "everything", fail: 0.05, lost: 0.1, slow: 0.1},
+	{name: "everything", fail: 0.05, lost: 0.1, slow: 0.1, page: 2},
+	{name: "small pages", page: 1},
+	{name: "small pages and 503s", fail: 0.1, page: 3},
 }
 
 // s3Proxy serves gofakes3 through the faults of its schedule.
@@ -66,6 +75,9 @@ type s3Proxy struct {
 	rng      *rand.Rand
 	sched    s3Schedule
 	injected int
+	pages    int // listings whose page was cut
+	// continued counts those of them that went on from an earlier page.
+	continued int
 	// burst counts the attempts of a request (method and path) still to
 	// fail: half the 503s fail the S3 client's retries too (it makes three
 	// attempts), so that the error reaches the storage's caller.
@@ -79,10 +91,18 @@ func (p *s3Proxy) set(s s3Schedule) {
 }
 
 // draw picks the fault for a request: "" (none), "fail", "lost" or
-// "slow".
+// "slow"; and cuts a listing's page to the schedule's.
 func (p *s3Proxy) draw(r *http.Request, write bool) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if q := r.URL.Query(); r.Method == http.MethodGet && q.Has("list-type") && p.sched.page > 0 {
+		q.Set("max-keys", strconv.Itoa(p.sched.page))
+		r.URL.RawQuery = q.Encode()
+		p.pages++
+		if q.Has("continuation-token") {
+			p.continued++
+		}
+	}
 	key := r.Method + " " + r.URL.Path
 	if p.burst[key] > 0 {
 		p.burst[key]--
@@ -191,7 +211,7 @@ func TestS3Faults(t *testing.T) {
 	}
 	rig.proxy.mu.Lock()
 	defer rig.proxy.mu.Unlock()
-	t.Logf("%d seeds: %d runs, %d faults injected", n, runs, rig.proxy.injected)
+	t.Logf("%d seeds: %d runs, %d faults injected, %d listing pages cut (%d of them a later page)", n, runs, rig.proxy.injected, rig.proxy.pages, rig.proxy.continued)
 	if n >= 3 && rig.proxy.injected == 0 {
 		t.Fatal("the seeds injected no fault")
 	}
