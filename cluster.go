@@ -544,7 +544,10 @@ type wire struct {
 }
 
 func wireOf[T any]() wire {
-	return wire{codec: runtime.Batches(codec.For[T]()), faithful: codec.Faithful[T]}
+	c := codec.For[T]()
+	// Described as a key's (typeOf): a record in flight is read back by
+	// its bytes, a JSON field's name and type count.
+	return wire{codec: runtime.Typed(runtime.Batches(c), typeOf(c, c, true)), faithful: codec.Faithful[T]}
 }
 
 // checkWire refuses a job whose records would cross a channel or be stored

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"reflect"
@@ -22,25 +23,38 @@ const KindChannelState = "channel"
 
 // Channel state format: one blob per task and checkpoint,
 //
-//	magic    "wcs1"
+//	magic    "wcs2"
 //	uvarint  count of sections; each section is one input channel's:
 //	  uvarint  the head's input the channel feeds (Edge.Input)
 //	  uvarint  the partitioning of its edge (graph.Partition)
 //	  uvarint  the upstream subtask
+//	  uvarint  length, then the records' type (Typed; may be empty)
 //	  uvarint  count of batches; each batch is
 //	    uvarint length, then the batch as AppendBatch encodes it
 //	uint32   CRC-32C (Castagnoli) of all that precedes, big-endian
 //
 // Sections come in the task's channel order, batches in the order they
-// travelled: a restore replays them so, before any live data.
-var channelStateMagic = []byte("wcs1")
+// travelled: a restore replays them so, before any live data. "wcs1",
+// written before the records' type was, has no type and is read unchecked.
+var (
+	channelStateMagic   = []byte("wcs2")
+	channelStateMagicV1 = []byte("wcs1")
+)
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// ErrChannelStateDamaged is the error of channel state that does not
-// decode: damaged state (checkpoint.ErrStateDamaged), which a restore
-// treats as it treats other damaged state.
+// ErrChannelStateDamaged is the error of channel state whose bytes are not
+// what was written (its magic or checksum): damaged state
+// (checkpoint.ErrStateDamaged), which a restore treats as it treats other
+// damaged state. Intact channel state that this version of the job cannot
+// replay (another input, another record type, records that do not decode)
+// is a change of the job, and fails the restore for good instead
+// (ErrChannelStateChanged): an earlier checkpoint would not do better.
 var ErrChannelStateDamaged = fmt.Errorf("channel state damaged: %w", checkpoint.ErrStateDamaged)
+
+// ErrChannelStateChanged is the error (permanent) of intact channel state
+// that this version of the job cannot replay.
+var ErrChannelStateChanged = errors.New("the records in flight that an unaligned checkpoint holds do not fit the job")
 
 // channelInfo says where a gate channel comes from.
 type channelInfo struct {
@@ -108,6 +122,9 @@ func (p *pendingState) encode(info []channelInfo) []byte {
 		dst = binary.AppendUvarint(dst, uint64(in.input))
 		dst = binary.AppendUvarint(dst, uint64(in.partition))
 		dst = binary.AppendUvarint(dst, uint64(in.upstream))
+		typ := recordType(in.codec)
+		dst = binary.AppendUvarint(dst, uint64(len(typ)))
+		dst = append(dst, typ...)
 		dst = binary.AppendUvarint(dst, uint64(s.batches))
 		dst = append(dst, s.data...)
 	}
@@ -119,13 +136,18 @@ type stateSection struct {
 	input     int
 	partition graph.Partition
 	upstream  int
+	typ       string // the records' type (Typed); "" if not recorded
 	batches   [][]byte
 }
 
 // decodeChannelState splits a channel state blob into its sections.
 func decodeChannelState(b []byte) ([]stateSection, error) {
 	bad := func(what string) error { return fmt.Errorf("%w: %s", ErrChannelStateDamaged, what) }
-	if len(b) < len(channelStateMagic)+4 || string(b[:len(channelStateMagic)]) != string(channelStateMagic) {
+	if len(b) < len(channelStateMagic)+4 {
+		return nil, bad("not channel state (no magic)")
+	}
+	typed := string(b[:len(channelStateMagic)]) == string(channelStateMagic)
+	if !typed && string(b[:len(channelStateMagicV1)]) != string(channelStateMagicV1) {
 		return nil, bad("not channel state (no magic)")
 	}
 	body := b[:len(b)-4]
@@ -147,17 +169,25 @@ func decodeChannelState(b []byte) ([]stateSection, error) {
 	}
 	out := make([]stateSection, 0, n)
 	for range n {
-		var vals [4]uint64
+		var vals [3]uint64
 		for i := range vals {
 			if vals[i], ok = uv(); !ok {
 				return nil, bad("bad section header")
 			}
 		}
-		if vals[3] > uint64(len(p)) {
+		s := stateSection{input: int(vals[0]), partition: graph.Partition(vals[1]), upstream: int(vals[2])}
+		if typed {
+			l, ok := uv()
+			if !ok || l > uint64(len(p)) {
+				return nil, bad("bad type length")
+			}
+			s.typ, p = string(p[:l]), p[l:]
+		}
+		batches, ok := uv()
+		if !ok || batches > uint64(len(p)) {
 			return nil, bad("bad batch count")
 		}
-		s := stateSection{input: int(vals[0]), partition: graph.Partition(vals[1]), upstream: int(vals[2])}
-		for range vals[3] {
+		for range batches {
 			l, ok := uv()
 			if !ok || l > uint64(len(p)) {
 				return nil, bad("bad batch length")
@@ -213,10 +243,17 @@ func (t *task) replay(r *channelRestore) error {
 		if err != nil {
 			return fmt.Errorf("channel state of %s subtask %d: %w", h.Operator, h.Subtask, err)
 		}
+		changed := func(format string, args ...any) error {
+			return operator.Permanent(fmt.Errorf("channel state of %s subtask %d: %w: %s; restore a savepoint or an aligned checkpoint instead (they hold no records in flight), or restore this checkpoint with the job's earlier version and take a savepoint of it (weir savepoint) to restore with this one",
+				h.Operator, h.Subtask, ErrChannelStateChanged, fmt.Sprintf(format, args...)))
+		}
 		for _, s := range sections {
 			bc := r.codecs[s.input]
 			if bc == nil {
-				return fmt.Errorf("channel state of %s subtask %d: %w: input %d, which the operator does not have", h.Operator, h.Subtask, ErrChannelStateDamaged, s.input)
+				return changed("it holds records in flight into input %d, which the operator no longer has", s.input)
+			}
+			if now := recordType(bc); s.typ != "" && now != "" && s.typ != now {
+				return changed("its input %d carried records of type %s, and the job now sends it %s", s.input, s.typ, now)
 			}
 			whole, filter := same, false
 			if !same {
@@ -235,7 +272,8 @@ func (t *task) replay(r *channelRestore) error {
 			for _, b := range s.batches {
 				ev, err := DecodeBatch(b, bc, Event{})
 				if err != nil {
-					return fmt.Errorf("channel state of %s subtask %d: %w: %v", h.Operator, h.Subtask, ErrChannelStateDamaged, err)
+					// Intact (its checksum holds): written as another type.
+					return changed("a batch into its input %d does not decode as the records the job sends it now: %v", s.input, err)
 				}
 				if filter {
 					if ev.Groups == nil {

@@ -35,6 +35,24 @@ func Batches[T any](c codec.Codec[T]) BatchCodec {
 
 type batches[T any] struct{ c codec.Codec[T] }
 
+// Typed is bc with a description of its records' type (as their codec
+// writes them: the same description for the same bytes), which channel
+// state records beside them, and a restore compares with what the job's
+// channel carries now (replay): an unaligned checkpoint's records in flight
+// must not be read as another type. "" is not checked.
+func Typed(bc BatchCodec, typ string) BatchCodec { return typedBatches{bc, typ} }
+
+type typedBatches struct {
+	BatchCodec
+	typ string
+}
+
+// recordType is what Typed says bc's records are; "" if nothing.
+func recordType(bc BatchCodec) string {
+	t, _ := bc.(typedBatches)
+	return t.typ
+}
+
 // stringBatches is the BatchCodec of []string with codec.For's codec (a
 // word count's channels carry words), with that codec's loop written out:
 // a length under 128 is one byte of uvarint. A decoded string is cut from
