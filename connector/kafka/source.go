@@ -193,7 +193,10 @@ type reader[T any] struct {
 	// somewhere. The others are found by discovery.
 	known        map[tp]bool
 	nextDiscover time.Time
-	skipped      int64
+	// nextDeleted is when a bounded read that fetches nothing looks next
+	// for records retention deleted before it read them (passDeleted).
+	nextDeleted time.Time
+	skipped     int64
 	// commits holds the offsets each recent snapshot recorded, to commit
 	// to the consumer group when its checkpoint completes.
 	commits map[checkpoint.ID]map[tp]int64
@@ -647,9 +650,65 @@ func (r *reader[T]) Read(out weir.Collector[T]) (operator.PollResult, error) {
 		return operator.PollResult{Exhausted: true}, nil
 	}
 	if n == 0 && fetches.NumRecords() == 0 {
+		if r.cfg.Bounded && !r.ctx.Now().Before(r.nextDeleted) {
+			r.nextDeleted = r.ctx.Now().Add(deletedCheckInterval)
+			if r.passDeleted(out) && r.allDone() {
+				return operator.PollResult{Exhausted: true}, nil
+			}
+		}
 		return operator.PollResult{IdleUntil: r.ctx.Now().Add(pollIdle)}, nil
 	}
 	return operator.PollResult{}, nil
+}
+
+// deletedCheckInterval is how often a bounded read that fetches nothing
+// looks for records deleted before it read them.
+const deletedCheckInterval = time.Second
+
+// passDeleted moves each unfinished split of a bounded read whose log now
+// starts past the offset it reads next to the log's start, or to its end,
+// with a warning, and reports whether it moved any. Retention (or
+// DeleteRecords) deleted records the job had not read: the client resumes
+// at the log's start without a record to say so, and a split whose every
+// record up to its end is gone would wait for one forever (as a restore
+// finds it, skipDeleted).
+func (r *reader[T]) passDeleted(out weir.Collector[T]) bool {
+	var parts []tp
+	for k, s := range r.splits {
+		if !s.done() {
+			parts = append(parts, k)
+		}
+	}
+	if len(parts) == 0 {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeout)
+	defer cancel()
+	listed, err := r.adm.ListStartOffsets(ctx, topicsOf(parts)...)
+	if err != nil {
+		r.ctx.Logger.Warn("kafka source: could not check whether retention deleted records not read yet; trying again later", "err", err)
+		return false
+	}
+	var finished []tp
+	for _, k := range parts {
+		o, ok := listed.Lookup(k.topic, k.partition)
+		s := r.splits[k]
+		if !ok || o.Err != nil || o.Offset <= s.Next {
+			continue
+		}
+		next := min(o.Offset, s.End)
+		r.ctx.Logger.Warn("kafka source: the log no longer holds records this bounded read had not read (retention deleted them); reading on from its start",
+			"topic", k.topic, "partition", k.partition, "read-up-to", s.Next, "log-start", o.Offset, "end", s.End, "skipped", next-s.Next)
+		s.Next = next
+		if s.done() {
+			weir.FinishSplit(out, s.id)
+			finished = append(finished, k)
+		}
+	}
+	if len(finished) > 0 {
+		r.cl.RemoveConsumePartitions(partitionsOf(finished))
+	}
+	return len(finished) > 0
 }
 
 func partitionsOf(ks []tp) map[string][]int32 {
