@@ -353,7 +353,17 @@ type lineReader struct {
 	// run's input matches and those the restored checkpoint records, with
 	// how its splits were made (for a rewind). It is never read again from
 	// its start; subtask 0 checkpoints it.
-	known  map[string]made
+	known map[string]made
+	// took is, at another subtask than 0, the files of the splits it was
+	// dealt at a fresh start, which it checkpoints beside subtask 0's known
+	// (union state): in a cluster each process globs the input itself, and
+	// a file empty in subtask 0's glob (no split, not known) may have lines
+	// in this one's, which it reads; a restore that took subtask 0's known
+	// alone read such a file again, whole. Each with the end of the last of
+	// its splits this subtask took (a rewind reads every file up to the
+	// greatest size recorded: what was dealt, whichever process dealt it).
+	// Empty after a restore, where subtask 0's known holds every file.
+	took   map[string]made
 	mine   []split // this subtask's, in order; mine[0] is being read
 	ctx    *operator.Context
 	f      vfs.File
@@ -379,6 +389,12 @@ func (l *lineReader) Open(ctx *operator.Context) error {
 		return l.restore(ctx.Restore)
 	}
 	l.mine = l.dealFresh(ctx.Subtask, ctx.Parallelism)
+	if ctx.Subtask != 0 {
+		l.took = map[string]made{}
+		for _, s := range l.mine {
+			l.took[s.File] = made{size: max(l.took[s.File].size, s.End), split: l.cfg.SplitBytes}
+		}
+	}
 	return nil
 }
 
@@ -424,8 +440,7 @@ func (l *lineReader) rewind(rs *operator.Restore) error {
 		recorded[at{l.fileOf(s), s.Start}] = s
 	}
 	var read []split
-	for _, f := range known {
-		id := string(f)
+	for _, id := range unique(known) {
 		path, ok := l.paths[id]
 		if !ok {
 			path = id // NB: a file the input no longer matches: the id is its path
@@ -673,9 +688,25 @@ func restoreMade(rs *operator.Restore) (map[string]made, error) {
 		if !ok || n1 <= 0 || n2 <= 0 || split <= 0 {
 			return nil, fmt.Errorf("file sizes: %w", codec.ErrShort)
 		}
-		out[string(id)] = made{size: size, split: split}
+		// NB: several subtasks may record a file (took), each up to the
+		// end of the splits it took of it: the file was read up to the
+		// greatest.
+		if m, ok := out[string(id)]; !ok || m.size < size {
+			out[string(id)] = made{size: size, split: split}
+		}
 	}
 	return out, nil
+}
+
+// unique is the distinct ids of a union list of files (several subtasks
+// may record one: took), sorted.
+func unique(files [][]byte) []string {
+	ids := make([]string, len(files))
+	for i, f := range files {
+		ids[i] = string(f)
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids)
 }
 
 // nameFiles lists files for a message, the first maxNamedFiles of them.
@@ -872,25 +903,31 @@ func (l *lineReader) Snapshot(checkpoint.ID) (operator.Async, error) {
 		items[i] = s.encode()
 	}
 	splits := l.ctx.SnapshotList(state.Split, "splits", items)
-	if l.ctx.Subtask != 0 {
+	if l.ctx.Subtask != 0 && len(l.took) == 0 {
 		return splits, nil
 	}
 	// Subtask 0 records the files and the input for every subtask (union
-	// state: each gets them all on restore, at any parallelism).
-	known := make([][]byte, 0, len(l.known))
+	// state: each gets them all on restore, at any parallelism); another
+	// the files it took that subtask 0 may not know (took).
+	of := l.took
+	if l.ctx.Subtask == 0 {
+		of = l.known
+	}
+	known := make([][]byte, 0, len(of))
 	var sizes [][]byte
-	for _, f := range slices.Sorted(maps.Keys(l.known)) {
+	for _, f := range slices.Sorted(maps.Keys(of)) {
 		known = append(known, []byte(f))
-		if m := l.known[f]; m.split > 0 {
+		if m := of[f]; m.split > 0 {
 			sizes = append(sizes, madeItem(f, m))
 		}
 	}
-	files := l.ctx.SnapshotList(state.Union, "files", known)
-	sized := l.ctx.SnapshotList(state.Union, "sizes", sizes)
-	input := l.ctx.SnapshotList(state.Union, "input", [][]byte{[]byte(l.cfg.Pattern)})
+	asyncs := []operator.Async{splits, l.ctx.SnapshotList(state.Union, "files", known), l.ctx.SnapshotList(state.Union, "sizes", sizes)}
+	if l.ctx.Subtask == 0 {
+		asyncs = append(asyncs, l.ctx.SnapshotList(state.Union, "input", [][]byte{[]byte(l.cfg.Pattern)}))
+	}
 	return func(w operator.Writer) ([]checkpoint.Handle, error) {
 		var hs []checkpoint.Handle
-		for _, async := range []operator.Async{splits, files, sized, input} {
+		for _, async := range asyncs {
 			more, err := async(w)
 			if err != nil {
 				return nil, err
