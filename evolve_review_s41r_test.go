@@ -155,7 +155,6 @@ func firstLines(s string, n int) string {
 	return strings.Join(ls, "\n")
 }
 
-
 // TestReviewS41rEdgeTypeChangeWithChannelStateReplaysSilently: as above,
 // but v2's records into "slow" are uint64 (v2 emits 1e12+i). v1's
 // in-flight int64 batches decode as uint64 without an error, and v2's sink

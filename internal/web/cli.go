@@ -55,13 +55,13 @@ func Commands() []*cobra.Command {
 			}
 			if err := c.do(http.MethodPost, path, http.StatusAccepted, &started); err != nil {
 				if stop && errors.Is(err, context.DeadlineExceeded) {
-					// The job answers once the savepoint completes: it
-					// may have taken the request and still stop.
-					return fmt.Errorf("%w\nno answer within --timeout %v: if the job took the request, its savepoint goes on and the job stops once it completes (its log then says \"stopped with savepoint N\" and how to resume); `weir checkpoints` shows the savepoint while the job runs", err, timeout)
+					// The job answers once it stopped: it may have taken
+					// the request and still stop.
+					return fmt.Errorf("%w\nno answer within --timeout %v: if the job took the request, its savepoint goes on and the job stops once it completes and is committed (its log then says \"stopped with savepoint N\" and how to resume); `weir checkpoints` shows the savepoint while the job runs", err, timeout)
 				}
 				return err
 			}
-			if stop { // answered once complete; the job stops
+			if stop { // answered once the job stopped
 				fmt.Fprintf(cmd.OutOrStdout(), "savepoint %d: %s\n", started.ID, started.Location)
 				return nil
 			}

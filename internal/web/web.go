@@ -76,6 +76,9 @@ type Checkpoint struct {
 	// afterStop, of an aborted checkpoint, says what becomes of a job
 	// that was to stop with it (checkpoint.Reason.AfterAbortedStop).
 	afterStop string
+	// restarts, of a completed checkpoint, is the job's restarts when it
+	// completed: a stop with it that fails after (awaitStop) restarts it.
+	restarts int
 	// Savepoint: kept until deleted by hand.
 	Savepoint bool `json:"savepoint"`
 	// Location is where its metadata lives: what --restore takes.
@@ -423,6 +426,9 @@ type Server struct {
 	// settled hears, per savepoint id waited for, the savepoint when it
 	// completes or aborts.
 	settled map[uint64]chan Checkpoint
+	// changed, when not nil, is closed when the job restarts or ends
+	// (awaitStop).
+	changed chan struct{}
 	// profiling holds a token while a flame graph is profiled: one at a
 	// time.
 	profiling chan struct{}
@@ -554,6 +560,7 @@ func (s *Server) End(state, cause string, attempt int, stoppedWith uint64) {
 	defer s.mu.Unlock()
 	now := s.now()
 	s.job.State, s.job.Cause, s.job.StoppedWith, s.job.Ended = state, cause, stoppedWith, &now
+	s.signal()
 	if state == "failed" {
 		s.failures = appendBounded(s.failures, Failure{At: now, Attempt: max(attempt, s.job.Attempt), Cause: cause, Final: true})
 	}
@@ -690,8 +697,10 @@ func (s *Server) Observe(e runtime.JobEvent) {
 			cause = e.Err.Error()
 		}
 		s.failures = appendBounded(s.failures, Failure{At: now, Attempt: e.Attempt, Cause: cause, Restores: uint64(e.RestoredFrom), Delay: e.Duration.Seconds()})
+		s.signal()
 	case runtime.EventFinished:
 		s.job.State = "finished"
+		s.signal()
 	case runtime.EventCheckpointCompleted:
 		s.completed.Inc()
 		s.duration.Observe(e.Duration.Seconds())
@@ -699,7 +708,7 @@ func (s *Server) Observe(e runtime.JobEvent) {
 		s.sync.Observe(e.SyncPart.Seconds())
 		c := Checkpoint{ID: uint64(e.ID), Status: "completed", At: now, Duration: e.Duration.Seconds(), Size: e.Size,
 			Uploaded: e.Uploaded, SyncPart: e.SyncPart.Seconds(), Slowest: e.Slowest.String(), Attempt: e.Attempt, Savepoint: e.Savepoint,
-			AckedTasks: len(e.Tasks)}
+			AckedTasks: len(e.Tasks), restarts: s.job.Restarts}
 		if len(e.Tasks) > 0 {
 			c.Alignment = "aligned"
 		}
@@ -766,6 +775,52 @@ func (s *Server) settle(c Checkpoint) {
 	if ch, ok := s.settled[c.ID]; ok {
 		ch <- c
 		delete(s.settled, c.ID)
+	}
+}
+
+// signal tells whoever waits in awaitStop that the job restarted or
+// ended; s.mu is held.
+func (s *Server) signal() {
+	if s.changed != nil {
+		close(s.changed)
+		s.changed = nil
+	}
+}
+
+// awaitStop waits, once savepoint c to stop with completed, until the job
+// ended, and says why it did not stop with c ("" if it did): the tasks
+// commit c and end, and should one fail first (a sink's commit), the job
+// restarts from c and runs on, which the caller must hear (as Flink's
+// stop-with-savepoint fails then). It gives up when ctx ends.
+func (s *Server) awaitStop(ctx context.Context, c Checkpoint) (string, error) {
+	for {
+		s.mu.Lock()
+		j, failures := s.job, s.failures
+		switch {
+		case j.Ended != nil && (j.State == "stopped" || j.State == "finished"), j.Ended == nil && j.State == "finished":
+			s.mu.Unlock()
+			return "", nil
+		case j.Ended != nil:
+			s.mu.Unlock()
+			return fmt.Sprintf("the job %s: %s", j.State, j.Cause), nil
+		case j.Restarts > c.restarts:
+			s.mu.Unlock()
+			cause := ""
+			if len(failures) > 0 {
+				cause = failures[len(failures)-1].Cause
+			}
+			return fmt.Sprintf("a task failed before the job ended (%s), and it restarts from its latest checkpoint and runs on: stop it again", cause), nil
+		}
+		if s.changed == nil {
+			s.changed = make(chan struct{})
+		}
+		changed := s.changed
+		s.mu.Unlock()
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
 	}
 }
 
@@ -897,7 +952,8 @@ func progress(p checkpoint.PendingCheckpoint, pt checkpoint.PendingTask, b runti
 //	POST /api/v1/savepoints  trigger a savepoint (202, its id; the token);
 //	                         ?stop=true: the job stops with it (its
 //	                         sources emit nothing after it; it commits
-//	                         and ends); answers when it completed
+//	                         and ends); answers when the job ended
+//	                         (409 if it restarted instead)
 //	POST /api/v1/cancel      cancel the job (202; the token)
 //	GET /api/v1/flamegraph   a CPU flame graph (the token): ?seconds=N
 //	                         (1-30, default 5), ?vertex=ID (its tasks'
@@ -1017,8 +1073,8 @@ func (s *Server) Handler() http.Handler {
 			writeJSONStatus(w, http.StatusAccepted, Checkpoint{ID: id, Status: "triggered", At: s.now(), Attempt: attempt, Savepoint: true})
 			return
 		}
-		// Stop with a savepoint: answer once it completed; the job then
-		// commits it and ends.
+		// Stop with a savepoint: answer once it completed and the job,
+		// which commits it, ended.
 		var c Checkpoint
 		select {
 		case c = <-s.await(id):
@@ -1027,6 +1083,14 @@ func (s *Server) Handler() http.Handler {
 		}
 		if c.Status != "completed" {
 			http.Error(w, fmt.Sprintf("savepoint %d was aborted (%s): %s", id, c.Reason, c.afterStop), http.StatusConflict)
+			return
+		}
+		why, err := s.awaitStop(r.Context(), c)
+		if err != nil {
+			return
+		}
+		if why != "" {
+			http.Error(w, fmt.Sprintf("savepoint %d completed (%s), but the job did not stop with it: %s", id, c.Location, why), http.StatusConflict)
 			return
 		}
 		c.Tasks = nil
