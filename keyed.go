@@ -418,7 +418,11 @@ type keyed[K comparable, Out any] struct {
 	// the subtasks' (restoreWatermarks); while it is, a window that looks
 	// unfired may have fired, its timer spent (behind).
 	firedUnder int64
-	knobs      keyedKnobs
+	// beforeEnd is the greatest watermark the operator had below MaxTime,
+	// which a checkpoint after the end of its input records for a restore
+	// to resume from (snapshotWatermark).
+	beforeEnd int64
+	knobs     keyedKnobs
 	// types are the state's types, restored and declared (statetypes.go).
 	types stateTypes
 }
@@ -478,6 +482,7 @@ func (k *keyed[K, Out]) open(oc *operator.Context, kc codec.Codec[K], fn any) er
 			return err
 		}
 	}
+	k.beforeEnd = wm
 	if k.wmCap, err = k.c.watermarkCap(oc); err != nil {
 		return err
 	}
@@ -528,7 +533,7 @@ func (k *keyed[K, Out]) Snapshot(id checkpoint.ID) (operator.Async, error) {
 	if err != nil {
 		return nil, err
 	}
-	withWatermark, err := both(oc.StateWriter(a), nil)(snapshotWatermark(oc, k.kctx.wm, k.firedUnder))
+	withWatermark, err := both(oc.StateWriter(a), nil)(snapshotWatermark(oc, k.kctx.wm, k.firedUnder, k.beforeEnd))
 	return both(withWatermark, err)(k.types.snapshot(oc))
 }
 
@@ -560,6 +565,9 @@ func (k *keyed[K, Out]) AdvanceWatermark(wm int64) error {
 		return nil // a restored watermark is ahead of the inputs'
 	}
 	k.kctx.wm = wm
+	if wm != operator.MaxTime {
+		k.beforeEnd = wm
+	}
 	k.kctx.domain = EventTime
 	return k.kctx.eventTimers.FireUpTo(wm, func(key K, at time.Time) error {
 		if k.onTime == nil {

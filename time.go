@@ -374,10 +374,19 @@ func (a *assigner[T]) Snapshot(checkpoint.ID) (operator.Async, error) {
 // snapshotWatermark writes an operator's watermark wm, so that after a
 // restore nothing that was late becomes on time, and nothing on time late;
 // and fired, the greatest watermark its state's windows may have fired
-// under (at least wm: more after a rescale took a lesser one).
-func snapshotWatermark(oc *operator.Context, wm, fired int64) operator.Async {
+// under (at least wm: more after a rescale took a lesser one). After the
+// input ended (wm is MaxTime), beforeEnd is the watermark the input had
+// brought it to: a restore resumes from it, since MaxTime says the input
+// ended, not where event time is, and a job resumed with more input (a
+// file added, a bounded topic written to) would take every record of it
+// for late, and fire no timer it sets (as Flink, which restores no
+// watermark, does not).
+func snapshotWatermark(oc *operator.Context, wm, fired, beforeEnd int64) operator.Async {
 	item := binary.AppendVarint(binary.AppendUvarint(binary.AppendUvarint(nil, uint64(oc.Subtask)), uint64(oc.Parallelism)), wm)
 	item = binary.AppendVarint(item, max(wm, fired))
+	if wm == operator.MaxTime {
+		item = binary.AppendVarint(item, beforeEnd)
+	}
 	return oc.SnapshotList(state.Union, "_watermark", [][]byte{item})
 }
 
@@ -385,40 +394,74 @@ func snapshotWatermark(oc *operator.Context, wm, fired int64) operator.Async {
 // parallelism is the same, else the least of all (nothing on time becomes
 // late); MinTime when the checkpoint has none.
 func restoreWatermark(rs *operator.Restore, oc *operator.Context) (int64, error) {
-	wm, _, err := restoreWatermarks(rs, oc)
-	return wm, err
+	w, err := readWatermarks(rs, oc)
+	return w.at.wm, err
 }
 
-// restoreWatermarks is restoreWatermark, and the greatest watermark the
-// restored state's windows may have fired under: this subtask's when the
-// parallelism is the same, else the greatest of all (a checkpoint of an
-// earlier version records none: the watermark is taken). When it is
-// greater than the watermark, a window that fired may look unfired.
+// restoreWatermarks is the watermark a keyed operator resumes with, and
+// the greatest watermark the restored state's windows may have fired
+// under: this subtask's when the parallelism is the same, else the least
+// and the greatest of all (a checkpoint of an earlier version records no
+// fired: the watermark is taken). When it is greater than the watermark, a
+// window that fired may look unfired. A subtask whose input had ended
+// resumes from the watermark it had before (snapshotWatermark); its state
+// holds no window, as every one fired and was cleaned up at the end.
 func restoreWatermarks(rs *operator.Restore, oc *operator.Context) (wm, fired int64, err error) {
+	w, err := readWatermarks(rs, oc)
+	return w.resume.wm, w.resume.fired, err
+}
+
+// watermarks are an operator's watermark and the greatest it may have
+// fired windows under.
+type watermarks struct{ wm, fired int64 }
+
+// restoredWatermarks is what a checkpoint recorded of an operator's
+// watermarks (snapshotWatermark), as it was (at, what a verification rerun
+// is capped at) and as a restore resumes (before the end of the input,
+// when it had ended).
+type restoredWatermarks struct{ at, resume watermarks }
+
+func readWatermarks(rs *operator.Restore, oc *operator.Context) (restoredWatermarks, error) {
+	none := watermarks{operator.MinTime, operator.MinTime}
 	items, err := state.RestoreList(rs.Handles, rs.Read, state.Union, "_watermark", oc.Subtask, oc.Parallelism)
 	if err != nil || len(items) == 0 {
-		return operator.MinTime, operator.MinTime, err
+		return restoredWatermarks{none, none}, err
 	}
-	least, greatest := operator.MaxTime, operator.MinTime
+	short := func() (restoredWatermarks, error) {
+		return restoredWatermarks{none, none}, fmt.Errorf("restore watermark: %w", codec.ErrShort)
+	}
+	least := watermarks{operator.MaxTime, operator.MinTime}
+	all := restoredWatermarks{least, least}
 	for _, it := range items {
 		sub, n1 := binary.Uvarint(it)
 		p, n2 := binary.Uvarint(it[max(n1, 0):])
-		wm, n3 := binary.Varint(it[max(n1+n2, 0):])
-		if n1 <= 0 || n2 <= 0 || n3 <= 0 {
-			return 0, 0, fmt.Errorf("restore watermark: %w", codec.ErrShort)
+		if n1 <= 0 || n2 <= 0 {
+			return short()
 		}
-		fired := wm
-		if rest := it[n1+n2+n3:]; len(rest) > 0 {
-			f, n4 := binary.Varint(rest)
-			if n4 != len(rest) {
-				return 0, 0, fmt.Errorf("restore watermark: %w", codec.ErrShort)
+		var vals []int64 // wm, fired, and after the end the watermark before it
+		for rest := it[n1+n2:]; len(rest) > 0; {
+			v, k := binary.Varint(rest)
+			if k <= 0 || len(vals) == 3 {
+				return short()
 			}
-			fired = max(f, wm)
+			vals, rest = append(vals, v), rest[k:]
+		}
+		if len(vals) == 0 {
+			return short()
+		}
+		at := watermarks{vals[0], vals[0]}
+		if len(vals) > 1 {
+			at.fired = max(vals[1], at.wm)
+		}
+		w := restoredWatermarks{at, at}
+		if len(vals) > 2 {
+			w.resume = watermarks{vals[2], vals[2]}
 		}
 		if int(p) == oc.Parallelism && int(sub) == oc.Subtask {
-			return wm, fired, nil
+			return w, nil
 		}
-		least, greatest = min(least, wm), max(greatest, fired)
+		all.at = watermarks{min(all.at.wm, w.at.wm), max(all.at.fired, w.at.fired)}
+		all.resume = watermarks{min(all.resume.wm, w.resume.wm), max(all.resume.fired, w.resume.fired)}
 	}
-	return least, greatest, nil
+	return all, nil
 }

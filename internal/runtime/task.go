@@ -1049,17 +1049,26 @@ func (t *task) advance() error {
 		// its watermark and does not go idle (note 27): they fire when its
 		// watermark moves on, and were it idle, its consumers would move on
 		// without it, and what it fires then would be late for them.
+		// A channel whose input ended (its watermark MaxTime) holds
+		// nothing back, and says nothing of where event time is: with the
+		// others idle, the task is idle, not at the end (its watermark at
+		// MaxTime, a window of theirs would fire early and their records
+		// after the pause be late: FLINK-38477).
 		wm = operator.MaxTime
-		all := true
+		all, ended := true, true
 		for c, w := range t.chanWM {
-			if !t.chanIdle[c] {
-				wm, all = min(wm, w), false
+			switch {
+			case w == operator.MaxTime:
+			case !t.chanIdle[c]:
+				wm, all, ended = min(wm, w), false, false
+			default:
+				ended = false
 			}
 		}
-		if all && len(t.eventTimed) > 0 {
+		if all && !ended && len(t.eventTimed) > 0 {
 			return nil
 		}
-		if all {
+		if all && !ended {
 			wm, idle = t.wm, true
 		}
 	default:
