@@ -1,7 +1,10 @@
 package runtime
 
 import (
+	"context"
+	"flag"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -148,4 +151,114 @@ func TestWatermarkScripts(t *testing.T) {
 			return out + "\n"
 		})
 	})
+}
+
+var (
+	wmGenSeeds = flag.Int("wmgen.seeds", 3000, "seeds TestWatermarkGenerator runs")
+	wmGenFirst = flag.Uint64("wmgen.first", 1, "TestWatermarkGenerator's first seed")
+)
+
+// runWatermarkSeed drives a task of 1 to 4 input channels, with operators
+// that fire by event time or not, through a drawn sequence of channel
+// events (watermarks, that may go back; idleness; an input's end, as its
+// last watermark, MaxTime) and checks the task's watermark after each
+// against a model: the least of the channels neither idle nor ended, never
+// going back; unchanged when every channel not ended is idle (and then
+// idle downstream, if the operators fire nothing by event time); MaxTime
+// only when every channel ended. It says what broke ("" when nothing).
+func runWatermarkSeed(seed uint64, endedAsActive bool) string {
+	rng := rand.New(rand.NewPCG(seed, 0x3a7e))
+	n := 1 + rng.IntN(4)
+	untimed := rng.IntN(3) == 0
+	var log []string
+	tk := &task{outputs: []Output{logOutput{&log}}, now: func() time.Time { return time.UnixMilli(0) }, endedAsActive: endedAsActive}
+	op := &wmOp{name: "op", log: &log}
+	tk.ops = []operator.Operator{op}
+	if untimed {
+		tk.ops = []operator.Operator{untimedOp{op}}
+	} else {
+		tk.eventTimed = []operator.EventTimed{op}
+	}
+	tk.wm = operator.MinTime
+	tk.chanWM, tk.chanIdle = make([]int64, n), make([]bool, n)
+	for i := range tk.chanWM {
+		tk.chanWM[i] = operator.MinTime
+	}
+	wm, idle := make([]int64, n), make([]bool, n) // the model
+	for i := range wm {
+		wm[i] = operator.MinTime
+	}
+	want, wantIdle := operator.MinTime, false
+	var trace []string
+	for step := range 40 {
+		ch := rng.IntN(n)
+		var ev Event
+		switch x := rng.IntN(10); {
+		case wm[ch] == operator.MaxTime:
+			continue // ended: nothing comes after its end
+		case x < 6:
+			ev = Event{Kind: KindWatermark, Time: max(0, wm[ch]) + int64(rng.IntN(40)) - 10}
+			wm[ch], idle[ch] = max(wm[ch], ev.Time), false
+		case x < 9:
+			ev = Event{Kind: KindIdle}
+			idle[ch] = true
+		default:
+			ev = Event{Kind: KindWatermark, Time: operator.MaxTime}
+			wm[ch], idle[ch] = operator.MaxTime, false
+		}
+		trace = append(trace, fmt.Sprintf("ch %d %s", ch, ev))
+		log = log[:0]
+		if err := tk.handle(context.Background(), ch, ev); err != nil {
+			return fmt.Sprintf("step %d: %v", step, err)
+		}
+		least, active, ended := int64(operator.MaxTime), false, true
+		for i := range wm {
+			switch {
+			case wm[i] == operator.MaxTime:
+			case !idle[i]:
+				least, active, ended = min(least, wm[i]), true, false
+			default:
+				ended = false
+			}
+		}
+		switch {
+		case ended:
+			want, wantIdle = operator.MaxTime, false
+		case active:
+			want, wantIdle = max(want, least), false
+		case untimed:
+			wantIdle = true
+		}
+		if tk.wm != want || tk.idle != (untimed && wantIdle) {
+			return fmt.Sprintf("%d channels (untimed %v), after %s: the task's watermark %s (idle %v), want %s (idle %v); the events:\n  %s",
+				n, untimed, trace[len(trace)-1], fmtTime(tk.wm), tk.idle, fmtTime(want), wantIdle, strings.Join(trace, "\n  "))
+		}
+	}
+	return ""
+}
+
+// TestWatermarkGenerator runs -wmgen.seeds seeds of the task's watermark
+// generator.
+//
+//	go test ./internal/runtime -run TestWatermarkGenerator -args -wmgen.seeds=100000 -wmgen.first=1
+func TestWatermarkGenerator(t *testing.T) {
+	for seed := *wmGenFirst; seed < *wmGenFirst+uint64(*wmGenSeeds); seed++ {
+		if broke := runWatermarkSeed(seed, false); broke != "" {
+			t.Fatalf("seed %d: %s\nreplay: go test ./internal/runtime -run TestWatermarkGenerator -args -wmgen.seeds=1 -wmgen.first=%d", seed, broke, seed)
+		}
+	}
+}
+
+// TestWatermarkGeneratorCatchesThePlantedBug puts back FLINK-38477's
+// defect (an ended input counted as an active one, so that with the others
+// idle the task moved to the end of event time) and checks the generator
+// finds it within CI's seeds.
+func TestWatermarkGeneratorCatchesThePlantedBug(t *testing.T) {
+	for seed := uint64(1); seed <= uint64(*wmGenSeeds); seed++ {
+		if broke := runWatermarkSeed(seed, true); broke != "" {
+			t.Logf("caught at seed %d: %.400s", seed, broke)
+			return
+		}
+	}
+	t.Fatalf("the planted defect survived %d seeds", *wmGenSeeds)
 }
