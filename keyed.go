@@ -436,6 +436,8 @@ type keyedKnobs struct {
 	// keepProcessingTimers: the end of the input leaves the timers not due
 	// yet in the state, so a restore of a later checkpoint fires them.
 	keepProcessingTimers bool
+	// resumeAtTheEnd: windowKnobs.resumeAtTheEnd.
+	resumeAtTheEnd bool
 }
 
 // behind reports whether the state may hold windows that fired under a
@@ -533,8 +535,17 @@ func (k *keyed[K, Out]) Snapshot(id checkpoint.ID) (operator.Async, error) {
 	if err != nil {
 		return nil, err
 	}
-	withWatermark, err := both(oc.StateWriter(a), nil)(snapshotWatermark(oc, k.kctx.wm, k.firedUnder, k.beforeEnd))
+	withWatermark, err := both(oc.StateWriter(a), nil)(snapshotWatermark(oc, k.kctx.wm, k.firedUnder, k.resumeFrom()))
 	return both(withWatermark, err)(k.types.snapshot(oc))
+}
+
+// resumeFrom is the watermark a restore of a snapshot taken after the end
+// of the input resumes from.
+func (k *keyed[K, Out]) resumeFrom() int64 {
+	if k.knobs.resumeAtTheEnd {
+		return operator.MaxTime
+	}
+	return k.beforeEnd
 }
 
 func (k *keyed[K, Out]) NextTimer() (time.Time, bool) { return k.kctx.timers.Next() }

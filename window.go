@@ -371,6 +371,9 @@ type windowKnobs struct {
 	// regressed the watermark a window fires again, unchanged, at another
 	// window's clean-up.
 	sharedCleanups bool
+	// resumeAtTheEnd: a checkpoint taken after the end of the input
+	// records the end (MaxTime) as the watermark a restore resumes from.
+	resumeAtTheEnd bool
 }
 
 type pane[Acc any] struct {

@@ -125,13 +125,18 @@ func generate(seed uint64) (genConfig, []genStep) {
 		c.a, span = Session(ms(gap)), gap
 	}
 	c.listing, c.lateOutput = rng.IntN(2) == 0, rng.IntN(2) == 0
+	return c, drawSteps(rng, c, span, -1, 1, 20+rng.IntN(120))
+}
+
+// drawSteps draws n steps after watermark wm, the records' values from
+// first on; span is how far a record may be from the watermark.
+func drawSteps(rng *rand.Rand, c genConfig, span, wm int64, first, n int) []genStep {
 	var steps []genStep
-	wm := int64(-1)
-	for i := range 20 + rng.IntN(120) {
+	for i := first; i < first+n; i++ {
 		switch r := rng.IntN(100); {
 		case r < 60:
 			ts := max(wm, 0) - c.lateness - span - 2 + rng.Int64N(c.lateness+2*span+12)
-			steps = append(steps, genStep{kind: stepRecord, key: string(rune('a' + rng.IntN(c.keys))), ts: ts, v: int64(i + 1)})
+			steps = append(steps, genStep{kind: stepRecord, key: string(rune('a' + rng.IntN(c.keys))), ts: ts, v: int64(i)})
 		case r < 85:
 			wm += rng.Int64N(6) // sometimes no step forward
 			steps = append(steps, genStep{kind: stepWatermark, wm: wm})
@@ -141,7 +146,37 @@ func generate(seed uint64) (genConfig, []genStep) {
 			steps = append(steps, genStep{kind: stepCrash, p: 1 + rng.IntN(3)})
 		}
 	}
-	return c, steps
+	return steps
+}
+
+// resumeSteps draws, for one seed in three, a job resumed after its end
+// with more input (a file added, a bounded topic written to): what comes
+// after the final checkpoint, restored at a parallelism drawn, and the
+// last watermark before the end, from which the input goes on; nil when
+// the seed resumes nothing.
+func resumeSteps(seed uint64, c genConfig, steps []genStep) ([]genStep, int64) {
+	rng := rand.New(rand.NewPCG(seed, 0x4e5))
+	if rng.IntN(3) != 0 {
+		return nil, 0
+	}
+	wm := int64(operator.MinTime)
+	for _, s := range steps {
+		if s.kind == stepWatermark {
+			wm = s.wm
+		}
+	}
+	span := int64(4)
+	switch c.a.kind {
+	case tumbling, sliding:
+		span = c.a.size
+	case sessions:
+		span = c.a.gap
+	}
+	if c.timers {
+		span = 4
+	}
+	more := []genStep{{kind: stepCheckpoint}, {kind: stepCrash, p: 1 + rng.IntN(3)}}
+	return append(more, drawSteps(rng, c, span, max(wm, -1), len(steps)+1, 10+rng.IntN(40))...), wm
 }
 
 // genFiring is one result: a window's (or, for timers, the timer's
@@ -399,6 +434,7 @@ func (g *genRun) open(p int) error {
 		case g.c.timers:
 			op := &processOp[string, rec, genFiring]{fn: genTimers{}, key: key, kc: codec.For[string]()}
 			op.out, op.c = out, s.c
+			op.keyed.knobs.resumeAtTheEnd = g.knobs.resumeAtTheEnd
 			s.op, s.in, s.et = op, op, op
 		case g.c.listing:
 			op := &windowOp[string, rec, []rec, genFiring]{key: key, kc: codec.For[string](), a: g.c.a, lateness: g.c.lateness,
@@ -412,6 +448,7 @@ func (g *genRun) open(p int) error {
 					return nil
 				}}
 			op.out, op.c = out, s.c
+			op.keyed.knobs.resumeAtTheEnd = g.knobs.resumeAtTheEnd
 			s.op, s.in, s.et = op, op, op
 		default:
 			agg := sum{}
@@ -422,6 +459,7 @@ func (g *genRun) open(p int) error {
 					return nil
 				}}
 			op.out, op.c = out, s.c
+			op.keyed.knobs.resumeAtTheEnd = g.knobs.resumeAtTheEnd
 			s.op, s.in, s.et = op, op, op
 		}
 		if err := s.op.Open(g.run.Context("op", sub, p, g.ckpt)); err != nil {
@@ -594,13 +632,41 @@ func runSeedUpgrading(t *testing.T, seed uint64, knobs windowKnobs, upgrade bool
 		return "", fmt.Errorf("seed %d (%v), end: %w", seed, c, err)
 	}
 	m.watermark(operator.MaxTime)
+	want, wantLate := m.out, m.late
+	more, before := resumeSteps(seed, c, steps)
+	if more != nil {
+		// Every window fired and every timer at the end: the resumed job
+		// goes on from the watermark it had before it, with nothing in
+		// its state (a model of its own).
+		m := newModel(c)
+		m.watermark(before)
+		for _, s := range more {
+			if err := g.step(s); err != nil {
+				g.close()
+				return "", fmt.Errorf("seed %d (%v), resumed after the end, step %v: %w", seed, c, s, err)
+			}
+			switch s.kind {
+			case stepRecord:
+				m.record(s.key, s.ts, s.v)
+			case stepWatermark:
+				m.watermark(s.wm)
+			}
+		}
+		if err := g.step(end); err != nil {
+			g.close()
+			return "", fmt.Errorf("seed %d (%v), resumed, end: %w", seed, c, err)
+		}
+		m.watermark(operator.MaxTime)
+		want, wantLate = append(want, m.out...), append(wantLate, m.late...)
+		steps = append(append(steps, end), more...)
+	}
 	if err := g.close(); err != nil {
 		return "", err
 	}
 	var diff strings.Builder
-	diff.WriteString(diffFirings(g.out, m.out))
+	diff.WriteString(diffFirings(g.out, want))
 	if c.lateOutput && !c.timers {
-		if gl, wl := slices.Sorted(slices.Values(g.late)), slices.Sorted(slices.Values(m.late)); !slices.Equal(gl, wl) {
+		if gl, wl := slices.Sorted(slices.Values(g.late)), slices.Sorted(slices.Values(wantLate)); !slices.Equal(gl, wl) {
 			fmt.Fprintf(&diff, "  late output: got %v, want %v\n", gl, wl)
 		}
 	}
@@ -680,6 +746,7 @@ func TestWindowGeneratorCatchesPlantedBugs(t *testing.T) {
 	}{
 		{"a late record's new pane or session fires twice (issue 19, defect 1)", windowKnobs{registerFiredWindows: true}},
 		{"sliding windows whose size is not a multiple of the slide never fire (issue 25, defect 1)", windowKnobs{endsAtSlideMultiples: true}},
+		{"a job resumed after its end restores MaxTime, and takes every new record for late (session 41)", windowKnobs{resumeAtTheEnd: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { findsPlanted(t, runSeed, tc.knobs) })
 	}
