@@ -76,9 +76,11 @@ type Checkpoint struct {
 	// afterStop, of an aborted checkpoint, says what becomes of a job
 	// that was to stop with it (checkpoint.Reason.AfterAbortedStop).
 	afterStop string
-	// restarts, of a completed checkpoint, is the job's restarts when it
-	// completed: a stop with it that fails after (awaitStop) restarts it.
-	restarts int
+	// restarts and runs, of a completed checkpoint, are the job's restarts
+	// and starts when it completed: a stop with it that fails after
+	// (awaitStop) restarts it, or, when a leader lost its term, the next
+	// term starts it again.
+	restarts, runs int
 	// Savepoint: kept until deleted by hand.
 	Savepoint bool `json:"savepoint"`
 	// Location is where its metadata lives: what --restore takes.
@@ -426,9 +428,12 @@ type Server struct {
 	// settled hears, per savepoint id waited for, the savepoint when it
 	// completes or aborts.
 	settled map[uint64]chan Checkpoint
-	// changed, when not nil, is closed when the job restarts or ends
-	// (awaitStop).
+	// changed, when not nil, is closed when the job restarts, starts or
+	// ends (awaitStop).
 	changed chan struct{}
+	// runs counts the job's starts (EventRunning): its attempts, and the
+	// terms of its leaders.
+	runs int
 	// profiling holds a token while a flame graph is profiled: one at a
 	// time.
 	profiling chan struct{}
@@ -678,6 +683,8 @@ func (s *Server) Observe(e runtime.JobEvent) {
 	switch e.Kind {
 	case runtime.EventRunning:
 		s.job.State, s.job.RestoredFrom, s.job.LastRestore = "running", uint64(e.RestoredFrom), nil
+		s.runs++
+		s.signal()
 		if e.RestoredFrom != 0 {
 			s.restores.Inc()
 			r := Restore{At: now, Attempt: e.Attempt, Checkpoint: uint64(e.RestoredFrom), Savepoint: e.RestoredSavepoint,
@@ -708,7 +715,7 @@ func (s *Server) Observe(e runtime.JobEvent) {
 		s.sync.Observe(e.SyncPart.Seconds())
 		c := Checkpoint{ID: uint64(e.ID), Status: "completed", At: now, Duration: e.Duration.Seconds(), Size: e.Size,
 			Uploaded: e.Uploaded, SyncPart: e.SyncPart.Seconds(), Slowest: e.Slowest.String(), Attempt: e.Attempt, Savepoint: e.Savepoint,
-			AckedTasks: len(e.Tasks), restarts: s.job.Restarts}
+			AckedTasks: len(e.Tasks), restarts: s.job.Restarts, runs: s.runs}
 		if len(e.Tasks) > 0 {
 			c.Alignment = "aligned"
 		}
@@ -791,7 +798,8 @@ func (s *Server) signal() {
 // ended, and says why it did not stop with c ("" if it did): the tasks
 // commit c and end, and should one fail first (a sink's commit), the job
 // restarts from c and runs on, which the caller must hear (as Flink's
-// stop-with-savepoint fails then). It gives up when ctx ends.
+// stop-with-savepoint fails then); so too when it starts again in a new
+// leader's term. It gives up when ctx ends.
 func (s *Server) awaitStop(ctx context.Context, c Checkpoint) (string, error) {
 	for {
 		s.mu.Lock()
@@ -810,6 +818,11 @@ func (s *Server) awaitStop(ctx context.Context, c Checkpoint) (string, error) {
 				cause = failures[len(failures)-1].Cause
 			}
 			return fmt.Sprintf("a task failed before the job ended (%s), and it restarts from its latest checkpoint and runs on: stop it again", cause), nil
+		case s.runs > c.runs:
+			// A leader that lost its term ends its run with no event; the
+			// next term's starts.
+			s.mu.Unlock()
+			return fmt.Sprintf("the job started again before it ended (a new leader's term), from checkpoint %d, and runs on: stop it again", j.RestoredFrom), nil
 		}
 		if s.changed == nil {
 			s.changed = make(chan struct{})
