@@ -194,8 +194,10 @@ type reader[T any] struct {
 	known        map[tp]bool
 	nextDiscover time.Time
 	// nextDeleted is when a bounded read that fetches nothing looks next
-	// for records retention deleted before it read them (passDeleted).
+	// for records retention deleted before it read them (passDeleted), and
+	// listing the look in flight, if any.
 	nextDeleted time.Time
+	listing     *startsListing
 	skipped     int64
 	// commits holds the offsets each recent snapshot recorded, to commit
 	// to the consumer group when its checkpoint completes.
@@ -650,11 +652,8 @@ func (r *reader[T]) Read(out weir.Collector[T]) (operator.PollResult, error) {
 		return operator.PollResult{Exhausted: true}, nil
 	}
 	if n == 0 && fetches.NumRecords() == 0 {
-		if r.cfg.Bounded && !r.ctx.Now().Before(r.nextDeleted) {
-			r.nextDeleted = r.ctx.Now().Add(deletedCheckInterval)
-			if r.passDeleted(out) && r.allDone() {
-				return operator.PollResult{Exhausted: true}, nil
-			}
+		if r.cfg.Bounded && r.passDeleted(out) && r.allDone() {
+			return operator.PollResult{Exhausted: true}, nil
 		}
 		return operator.PollResult{IdleUntil: r.ctx.Now().Add(pollIdle)}, nil
 	}
@@ -665,35 +664,65 @@ func (r *reader[T]) Read(out weir.Collector[T]) (operator.PollResult, error) {
 // looks for records deleted before it read them.
 const deletedCheckInterval = time.Second
 
+// startsListing is a listing of the log start offsets of parts, run
+// beside Read (passDeleted): a slow broker must not hold the task, which
+// takes no barrier or cancel while Read runs.
+type startsListing struct {
+	parts  []tp
+	cancel context.CancelFunc
+	done   chan struct{}
+	listed kadm.ListedOffsets
+	err    error
+}
+
 // passDeleted moves each unfinished split of a bounded read whose log now
 // starts past the offset it reads next to the log's start, or to its end,
-// with a warning, and reports whether it moved any. Retention (or
+// with a warning, and reports whether it ended any. Retention (or
 // DeleteRecords) deleted records the job had not read: the client resumes
 // at the log's start without a record to say so, and a split whose every
 // record up to its end is gone would wait for one forever (as a restore
-// finds it, skipDeleted).
+// finds it, skipDeleted). It starts a listing at most once a second, and
+// takes its answer at a later call.
 func (r *reader[T]) passDeleted(out weir.Collector[T]) bool {
-	var parts []tp
-	for k, s := range r.splits {
-		if !s.done() {
-			parts = append(parts, k)
+	l := r.listing
+	if l == nil {
+		if r.ctx.Now().Before(r.nextDeleted) {
+			return false
 		}
+		r.nextDeleted = r.ctx.Now().Add(deletedCheckInterval)
+		var parts []tp
+		for k, s := range r.splits {
+			if !s.done() {
+				parts = append(parts, k)
+			}
+		}
+		if len(parts) == 0 {
+			return false
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeout)
+		l = &startsListing{parts: parts, cancel: cancel, done: make(chan struct{})}
+		r.listing = l
+		go func() {
+			defer close(l.done)
+			l.listed, l.err = r.adm.ListStartOffsets(ctx, topicsOf(parts)...)
+		}()
 	}
-	if len(parts) == 0 {
+	select {
+	case <-l.done:
+	default:
 		return false
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeout)
-	defer cancel()
-	listed, err := r.adm.ListStartOffsets(ctx, topicsOf(parts)...)
-	if err != nil {
-		r.ctx.Logger.Warn("kafka source: could not check whether retention deleted records not read yet; trying again later", "err", err)
+	r.listing = nil
+	l.cancel()
+	if l.err != nil {
+		r.ctx.Logger.Warn("kafka source: could not check whether retention deleted records not read yet; trying again later", "err", l.err)
 		return false
 	}
 	var finished []tp
-	for _, k := range parts {
-		o, ok := listed.Lookup(k.topic, k.partition)
+	for _, k := range l.parts {
+		o, ok := l.listed.Lookup(k.topic, k.partition)
 		s := r.splits[k]
-		if !ok || o.Err != nil || o.Offset <= s.Next {
+		if !ok || o.Err != nil || s == nil || s.done() || o.Offset <= s.Next {
 			continue
 		}
 		next := min(o.Offset, s.End)
@@ -836,6 +865,11 @@ func (r *reader[T]) NotifyComplete(id checkpoint.ID) error {
 }
 
 func (r *reader[T]) Close() error {
+	if l := r.listing; l != nil {
+		l.cancel()
+		<-l.done
+		r.listing = nil
+	}
 	if r.cl != nil {
 		closeConsumer(r.cl, partitionsOf(slices.Collect(maps.Keys(r.splits))))
 	}
