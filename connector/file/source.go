@@ -354,16 +354,15 @@ type lineReader struct {
 	// how its splits were made (for a rewind). It is never read again from
 	// its start; subtask 0 checkpoints it.
 	known map[string]made
-	// took is, at another subtask than 0, the files of the splits it was
-	// dealt at a fresh start, which it checkpoints beside subtask 0's known
-	// (union state): in a cluster each process globs the input itself, and
-	// a file empty in subtask 0's glob (no split, not known) may have lines
-	// in this one's, which it reads; a restore that took subtask 0's known
-	// alone read such a file again, whole. Each with the end of the last of
-	// its splits this subtask took (a rewind reads every file up to the
-	// greatest size recorded: what was dealt, whichever process dealt it).
+	// took is, at another subtask than 0 after a fresh start, the splits
+	// it was dealt (by file, their byte ranges), which it checkpoints
+	// ("took", union state). In a cluster each process globs the input
+	// itself, and a file empty in subtask 0's glob (no split there, not
+	// known) may have lines in another's, which deals its splits: a
+	// restore reads such a file's splits that no subtask took, and no
+	// others (it read the file again, whole), and a rewind those it took.
 	// Empty after a restore, where subtask 0's known holds every file.
-	took   map[string]made
+	took   map[string][]byteRange
 	mine   []split // this subtask's, in order; mine[0] is being read
 	ctx    *operator.Context
 	f      vfs.File
@@ -390,12 +389,75 @@ func (l *lineReader) Open(ctx *operator.Context) error {
 	}
 	l.mine = l.dealFresh(ctx.Subtask, ctx.Parallelism)
 	if ctx.Subtask != 0 {
-		l.took = map[string]made{}
+		l.took = map[string][]byteRange{}
 		for _, s := range l.mine {
-			l.took[s.File] = made{size: max(l.took[s.File].size, s.End), split: l.cfg.SplitBytes}
+			l.took[s.File] = append(l.took[s.File], byteRange{s.Start, s.End})
 		}
 	}
 	return nil
+}
+
+// byteRange is a split's bytes of its file, [start, end).
+type byteRange struct{ start, end int64 }
+
+// The "took" union state holds an item per file and subtask that took
+// splits of it at a fresh start (lineReader.took): its id, a NUL, and the
+// splits' starts and ends as varints.
+func tookItem(id string, rs []byteRange) []byte {
+	b := append([]byte(id), 0)
+	for _, r := range rs {
+		b = binary.AppendVarint(binary.AppendVarint(b, r.start), r.end)
+	}
+	return b
+}
+
+// restoreTook reads every subtask's took: by file, the byte ranges of its
+// splits other subtasks than 0 took, sorted.
+func restoreTook(rs *operator.Restore) (map[string][]byteRange, error) {
+	items, err := state.RestoreList(rs.Handles, rs.Read, state.Union, "took", 0, 1)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]byteRange{}
+	for _, it := range items {
+		id, rest, ok := bytes.Cut(it, []byte{0})
+		if !ok {
+			return nil, fmt.Errorf("splits taken: %w", codec.ErrShort)
+		}
+		for len(rest) > 0 {
+			start, n1 := binary.Varint(rest)
+			end, n2 := binary.Varint(rest[max(n1, 0):])
+			if n1 <= 0 || n2 <= 0 || end <= start {
+				return nil, fmt.Errorf("splits taken: %w", codec.ErrShort)
+			}
+			out[string(id)] = append(out[string(id)], byteRange{start, end})
+			rest = rest[n1+n2:]
+		}
+	}
+	for _, rs := range out {
+		slices.SortFunc(rs, func(a, b byteRange) int { return cmp.Compare(a.start, b.start) })
+	}
+	return out, nil
+}
+
+// untaken cuts what of a file of size bytes the ranges taken do not cover
+// into splits of at most splitBytes, each from where a taken one ends (its
+// lines start there, as the taken splits' end: a split reads the lines
+// that start in it).
+func untaken(path, id string, size, splitBytes int64, taken []byteRange) []split {
+	var out []split
+	cut := func(from, to int64) {
+		for start := from; start < to; start += splitBytes {
+			out = append(out, split{Path: path, Start: start, End: min(start+splitBytes, to), Pos: start, File: id})
+		}
+	}
+	at := int64(0)
+	for _, r := range taken {
+		cut(at, min(r.start, size))
+		at = max(at, r.end)
+	}
+	cut(at, size)
+	return out
 }
 
 // Rewindable: the files a checkpoint read can be read again (they are
@@ -440,27 +502,49 @@ func (l *lineReader) rewind(rs *operator.Restore) error {
 		recorded[at{l.fileOf(s), s.Start}] = s
 	}
 	var read []split
-	for _, id := range unique(known) {
-		path, ok := l.paths[id]
-		if !ok {
-			path = id // NB: a file the input no longer matches: the id is its path
+	pathOf := func(id string) string {
+		if path, ok := l.paths[id]; ok {
+			return path
 		}
+		return id // NB: a file the input no longer matches: the id is its path
+	}
+	add := func(s split) {
+		if r, ok := recorded[at{s.File, s.Start}]; ok {
+			delete(recorded, at{s.File, s.Start})
+			if !r.started {
+				return // not begun
+			}
+			s.End = r.Pos // NB: at a line start, after the skip of a partial first line
+		}
+		read = append(read, s)
+	}
+	wasKnown := make(map[string]bool, len(known))
+	for _, f := range known {
+		id := string(f)
+		wasKnown[id] = true
+		path := pathOf(id)
 		m, ok := sizes[id]
 		if !ok {
 			return operator.Permanent(fmt.Errorf("input %s: checkpoint %d does not record the size %s had when the job took it (the job took it under an earlier version of Weir): it cannot be rewound", l.cfg.Pattern, rs.Checkpoint, path))
 		}
 		l.known[id] = m // read up to that size (openSplit)
 		for start := int64(0); start < m.size; start += m.split {
-			s := split{Path: path, Start: start, End: min(start+m.split, m.size), Pos: start, File: id}
-			if r, ok := recorded[at{id, start}]; ok {
-				delete(recorded, at{id, start})
-				if !r.started {
-					continue // not begun
-				}
-				s.End = r.Pos // NB: at a line start, after the skip of a partial first line
-			}
-			read = append(read, s)
+			add(split{Path: path, Start: start, End: min(start+m.split, m.size), Pos: start, File: id})
 		}
+	}
+	// Files subtask 0 did not know, which others took splits of: those.
+	took, err := restoreTook(rs)
+	if err != nil {
+		return fmt.Errorf("input %s: rewind to checkpoint %d: %w", l.cfg.Pattern, rs.Checkpoint, err)
+	}
+	for _, id := range slices.Sorted(maps.Keys(took)) {
+		if wasKnown[id] {
+			continue
+		}
+		for _, r := range took[id] {
+			add(split{Path: pathOf(id), Start: r.start, End: r.end, Pos: r.start, File: id})
+		}
+		l.known[id] = made{size: took[id][len(took[id])-1].end, split: l.cfg.SplitBytes}
 	}
 	for _, r := range recorded {
 		return operator.Permanent(fmt.Errorf("input %s: checkpoint %d records a split of %s at byte %d, which is not one of the splits it records the file was read in", l.cfg.Pattern, rs.Checkpoint, r.Path, r.Start))
@@ -648,9 +732,22 @@ func (l *lineReader) restore(rs *operator.Restore) error {
 	if l.ctx.Subtask != 0 {
 		return nil
 	}
-	unread := map[string]bool{}
+	took, err := restoreTook(rs)
+	if err != nil {
+		return fmt.Errorf("input %s: restore the splits taken: %w", l.cfg.Pattern, err)
+	}
+	unread, rest := map[string]bool{}, map[string]bool{}
 	for _, s := range l.all {
-		if id := s.File; !wasKnown[id] {
+		id := s.File
+		taken, ok := took[id]
+		switch {
+		case wasKnown[id] || rest[id]:
+		case ok:
+			// Another subtask's process took splits of it, subtask 0's
+			// none (the file was empty in its glob): the rest of it.
+			rest[id] = true
+			l.mine = append(l.mine, untaken(s.Path, id, l.known[id].size, l.cfg.SplitBytes, taken)...)
+		default:
 			l.mine = append(l.mine, s)
 			unread[id] = true
 		}
@@ -658,6 +755,10 @@ func (l *lineReader) restore(rs *operator.Restore) error {
 	if len(unread) > 0 {
 		l.ctx.Logger.Info("file source: the input matches files the checkpoint did not read: reading them from the start",
 			"input", l.cfg.Pattern, "checkpoint", rs.Checkpoint, "files", len(unread), "names", nameFiles(slices.Sorted(maps.Keys(unread))))
+	}
+	if len(rest) > 0 {
+		l.ctx.Logger.Info("file source: files empty when subtask 0's process listed the input, and read in part by another's: reading the splits no subtask took",
+			"input", l.cfg.Pattern, "checkpoint", rs.Checkpoint, "files", len(rest), "names", nameFiles(slices.Sorted(maps.Keys(rest))))
 	}
 	return nil
 }
@@ -688,25 +789,9 @@ func restoreMade(rs *operator.Restore) (map[string]made, error) {
 		if !ok || n1 <= 0 || n2 <= 0 || split <= 0 {
 			return nil, fmt.Errorf("file sizes: %w", codec.ErrShort)
 		}
-		// NB: several subtasks may record a file (took), each up to the
-		// end of the splits it took of it: the file was read up to the
-		// greatest.
-		if m, ok := out[string(id)]; !ok || m.size < size {
-			out[string(id)] = made{size: size, split: split}
-		}
+		out[string(id)] = made{size: size, split: split}
 	}
 	return out, nil
-}
-
-// unique is the distinct ids of a union list of files (several subtasks
-// may record one: took), sorted.
-func unique(files [][]byte) []string {
-	ids := make([]string, len(files))
-	for i, f := range files {
-		ids[i] = string(f)
-	}
-	slices.Sort(ids)
-	return slices.Compact(ids)
 }
 
 // nameFiles lists files for a message, the first maxNamedFiles of them.
@@ -902,28 +987,30 @@ func (l *lineReader) Snapshot(checkpoint.ID) (operator.Async, error) {
 	for i, s := range l.mine {
 		items[i] = s.encode()
 	}
-	splits := l.ctx.SnapshotList(state.Split, "splits", items)
-	if l.ctx.Subtask != 0 && len(l.took) == 0 {
-		return splits, nil
-	}
-	// Subtask 0 records the files and the input for every subtask (union
-	// state: each gets them all on restore, at any parallelism); another
-	// the files it took that subtask 0 may not know (took).
-	of := l.took
-	if l.ctx.Subtask == 0 {
-		of = l.known
-	}
-	known := make([][]byte, 0, len(of))
-	var sizes [][]byte
-	for _, f := range slices.Sorted(maps.Keys(of)) {
-		known = append(known, []byte(f))
-		if m := of[f]; m.split > 0 {
-			sizes = append(sizes, madeItem(f, m))
+	asyncs := []operator.Async{l.ctx.SnapshotList(state.Split, "splits", items)}
+	switch {
+	case l.ctx.Subtask != 0 && len(l.took) == 0:
+		return asyncs[0], nil
+	case l.ctx.Subtask != 0:
+		took := make([][]byte, 0, len(l.took))
+		for _, f := range slices.Sorted(maps.Keys(l.took)) {
+			took = append(took, tookItem(f, l.took[f]))
 		}
-	}
-	asyncs := []operator.Async{splits, l.ctx.SnapshotList(state.Union, "files", known), l.ctx.SnapshotList(state.Union, "sizes", sizes)}
-	if l.ctx.Subtask == 0 {
-		asyncs = append(asyncs, l.ctx.SnapshotList(state.Union, "input", [][]byte{[]byte(l.cfg.Pattern)}))
+		asyncs = append(asyncs, l.ctx.SnapshotList(state.Union, "took", took))
+	default:
+		// Subtask 0 records the files and the input for every subtask
+		// (union state: each gets them all on restore, at any
+		// parallelism).
+		known := make([][]byte, 0, len(l.known))
+		var sizes [][]byte
+		for _, f := range slices.Sorted(maps.Keys(l.known)) {
+			known = append(known, []byte(f))
+			if m := l.known[f]; m.split > 0 {
+				sizes = append(sizes, madeItem(f, m))
+			}
+		}
+		asyncs = append(asyncs, l.ctx.SnapshotList(state.Union, "files", known), l.ctx.SnapshotList(state.Union, "sizes", sizes),
+			l.ctx.SnapshotList(state.Union, "input", [][]byte{[]byte(l.cfg.Pattern)}))
 	}
 	return func(w operator.Writer) ([]checkpoint.Handle, error) {
 		var hs []checkpoint.Handle
