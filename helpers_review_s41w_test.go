@@ -32,6 +32,9 @@ type s41step struct {
 	Recs   []s41ev
 	Finish string
 	Idle   time.Duration
+	// Until, if set, holds the step (its reader idle) until it reports
+	// true, or for a minute at most.
+	Until func() bool
 }
 
 // s41Reader replays a script, one step a Read; the source has parallelism
@@ -42,6 +45,7 @@ type s41Reader struct {
 	i     int
 	sub   int
 	until time.Time // a step's idling: no step before
+	held  time.Time // when the step's Until began to hold it
 }
 
 func (r *s41Reader) Open(ctx *operator.Context) error { r.sub = ctx.Subtask; return nil }
@@ -54,6 +58,16 @@ func (r *s41Reader) Read(out weir.Collector[s41ev]) (operator.PollResult, error)
 		return operator.PollResult{Exhausted: true}, nil
 	}
 	s := r.steps[r.i]
+	if s.Until != nil && !s.Until() {
+		if r.held.IsZero() {
+			r.held = time.Now()
+		}
+		if time.Since(r.held) < time.Minute {
+			r.until = time.Now().Add(time.Millisecond)
+			return operator.PollResult{IdleUntil: r.until}, nil
+		}
+	}
+	r.held = time.Time{}
 	r.i++
 	if s.Split != "" {
 		weir.EnterSplit(out, s.Split)

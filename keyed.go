@@ -419,9 +419,10 @@ type keyed[K comparable, Out any] struct {
 	// unfired may have fired, its timer spent (behind).
 	firedUnder int64
 	// beforeEnd is the greatest watermark the operator had below MaxTime,
-	// which a checkpoint after the end of its input records for a restore
-	// to resume from (snapshotWatermark).
+	// which a checkpoint after the end of its input (ended: Finish)
+	// records for a restore to resume from (snapshotWatermark).
 	beforeEnd int64
+	ended     bool
 	knobs     keyedKnobs
 	// types are the state's types, restored and declared (statetypes.go).
 	types stateTypes
@@ -535,7 +536,7 @@ func (k *keyed[K, Out]) Snapshot(id checkpoint.ID) (operator.Async, error) {
 	if err != nil {
 		return nil, err
 	}
-	withWatermark, err := both(oc.StateWriter(a), nil)(snapshotWatermark(oc, k.kctx.wm, k.firedUnder, k.resumeFrom()))
+	withWatermark, err := both(oc.StateWriter(a), nil)(snapshotWatermark(oc, k.kctx.wm, k.firedUnder, k.resumeFrom(), k.ended))
 	return both(withWatermark, err)(k.types.snapshot(oc))
 }
 
@@ -596,6 +597,7 @@ func (k *keyed[K, Out]) AdvanceWatermark(wm int64) error {
 // fire (as in Flink); they are dropped, so the final checkpoint holds none
 // and a restore of it fires none either.
 func (k *keyed[K, Out]) Finish() error {
+	k.ended = true
 	if !k.knobs.keepProcessingTimers {
 		k.kctx.timers.Clear()
 	}

@@ -375,27 +375,20 @@ func (a *assigner[T]) Snapshot(checkpoint.ID) (operator.Async, error) {
 // restore nothing that was late becomes on time, and nothing on time late;
 // and fired, the greatest watermark its state's windows may have fired
 // under (at least wm: more after a rescale took a lesser one). After the
-// input ended (wm is MaxTime), beforeEnd is the watermark the input had
-// brought it to: a restore resumes from it, since MaxTime says the input
-// ended, not where event time is, and a job resumed with more input (a
-// file added, a bounded topic written to) would take every record of it
-// for late, and fire no timer it sets (as Flink, which restores no
-// watermark, does not).
-func snapshotWatermark(oc *operator.Context, wm, fired, beforeEnd int64) operator.Async {
+// input ended (ended, and the end moved wm to MaxTime), beforeEnd is the
+// watermark the input had brought it to: a restore resumes from it, since
+// MaxTime then says the input ended, not where event time is, and a job
+// resumed with more input (a file added, a bounded topic written to) would
+// take every record of it for late, and fire no timer it sets (as Flink,
+// which restores no watermark, does not). A watermark of MaxTime before
+// the end (a strategy's) is restored as it is.
+func snapshotWatermark(oc *operator.Context, wm, fired, beforeEnd int64, ended bool) operator.Async {
 	item := binary.AppendVarint(binary.AppendUvarint(binary.AppendUvarint(nil, uint64(oc.Subtask)), uint64(oc.Parallelism)), wm)
 	item = binary.AppendVarint(item, max(wm, fired))
-	if wm == operator.MaxTime {
+	if ended && wm == operator.MaxTime {
 		item = binary.AppendVarint(item, beforeEnd)
 	}
 	return oc.SnapshotList(state.Union, "_watermark", [][]byte{item})
-}
-
-// restoreWatermark reads the watermark of this subtask when the
-// parallelism is the same, else the least of all (nothing on time becomes
-// late); MinTime when the checkpoint has none.
-func restoreWatermark(rs *operator.Restore, oc *operator.Context) (int64, error) {
-	w, err := readWatermarks(rs, oc)
-	return w.at.wm, err
 }
 
 // restoreWatermarks is the watermark a keyed operator resumes with, and
@@ -405,7 +398,9 @@ func restoreWatermark(rs *operator.Restore, oc *operator.Context) (int64, error)
 // fired: the watermark is taken). When it is greater than the watermark, a
 // window that fired may look unfired. A subtask whose input had ended
 // resumes from the watermark it had before (snapshotWatermark); its state
-// holds no window, as every one fired and was cleaned up at the end.
+// holds no window, as every one fired and was cleaned up at the end, under
+// MaxTime: what its checkpoints record as fired from then on, which tells
+// weir verify that no rerun can reproduce them (watermarkCap).
 func restoreWatermarks(rs *operator.Restore, oc *operator.Context) (wm, fired int64, err error) {
 	w, err := readWatermarks(rs, oc)
 	return w.resume.wm, w.resume.fired, err
@@ -455,7 +450,7 @@ func readWatermarks(rs *operator.Restore, oc *operator.Context) (restoredWaterma
 		}
 		w := restoredWatermarks{at, at}
 		if len(vals) > 2 {
-			w.resume = watermarks{vals[2], vals[2]}
+			w.resume = watermarks{vals[2], operator.MaxTime}
 		}
 		if int(p) == oc.Parallelism && int(sub) == oc.Subtask {
 			return w, nil

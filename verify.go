@@ -587,5 +587,12 @@ func (c *chain) watermarkCap(oc *operator.Context) (int64, error) {
 	if rs == nil {
 		return operator.MinTime, nil
 	}
-	return restoreWatermark(rs, oc)
+	w, err := readWatermarks(rs, oc)
+	if err == nil && w.at.fired == operator.MaxTime && w.at.wm != operator.MaxTime {
+		// Resumed after its input had ended: the windows it fired at that
+		// end were fired under MaxTime, and its watermark went back after.
+		return 0, operator.Permanent(fmt.Errorf("%s: checkpoint %d was taken by a run that resumed the job after its input had ended, with more input: a rerun fires each window once, and cannot fire what the job fired at that end and then go on from the watermark it had before it; verify the checkpoint taken at the end instead, or one before it",
+			oc.UID, c.verify.point.Metadata.ID))
+	}
+	return w.at.wm, err
 }

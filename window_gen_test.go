@@ -638,6 +638,11 @@ func runSeedUpgrading(t *testing.T, seed uint64, knobs windowKnobs, upgrade bool
 		// Every window fired and every timer at the end: the resumed job
 		// goes on from the watermark it had before it, with nothing in
 		// its state (a model of its own).
+		for _, st := range g.subtasks {
+			if err := st.op.Finish(); err != nil { // the end of the input, as the runtime tells it
+				return "", err
+			}
+		}
 		m := newModel(c)
 		m.watermark(before)
 		for _, s := range more {

@@ -1058,23 +1058,23 @@ func (t *task) advance() error {
 		// nothing back, and says nothing of where event time is: with the
 		// others idle, the task is idle, not at the end (its watermark at
 		// MaxTime, a window of theirs would fire early and their records
-		// after the pause be late: FLINK-38477).
+		// after the pause be late: FLINK-38477). It moves to the least
+		// watermark of those others, which none of them will send records
+		// behind.
 		wm = operator.MaxTime
+		open := int64(operator.MaxTime) // the least of the channels not ended
 		all, ended := true, true
 		for c, w := range t.chanWM {
-			switch {
-			case w == operator.MaxTime && !t.endedAsActive:
-			case !t.chanIdle[c]:
-				wm, all, ended = min(wm, w), false, false
-			default:
-				ended = false
+			if w == operator.MaxTime && !t.endedAsActive {
+				continue
+			}
+			ended, open = false, min(open, w)
+			if !t.chanIdle[c] {
+				wm, all = min(wm, w), false
 			}
 		}
-		if all && !ended && len(t.eventTimed) > 0 {
-			return nil
-		}
 		if all && !ended {
-			wm, idle = t.wm, true
+			wm, idle = open, len(t.eventTimed) == 0
 		}
 	default:
 		return nil // a source without event time

@@ -163,9 +163,9 @@ var (
 // events (watermarks, that may go back; idleness; an input's end, as its
 // last watermark, MaxTime) and checks the task's watermark after each
 // against a model: the least of the channels neither idle nor ended, never
-// going back; unchanged when every channel not ended is idle (and then
-// idle downstream, if the operators fire nothing by event time); MaxTime
-// only when every channel ended. It says what broke ("" when nothing).
+// going back; when every channel not ended is idle, the least of theirs
+// (and then idle downstream, if the operators fire nothing by event time);
+// MaxTime only when every channel ended. It says what broke ("" when nothing).
 func runWatermarkSeed(seed uint64, endedAsActive bool) string {
 	rng := rand.New(rand.NewPCG(seed, 0x3a7e))
 	n := 1 + rng.IntN(4)
@@ -211,14 +211,14 @@ func runWatermarkSeed(seed uint64, endedAsActive bool) string {
 		if err := tk.handle(context.Background(), ch, ev); err != nil {
 			return fmt.Sprintf("step %d: %v", step, err)
 		}
-		least, active, ended := int64(operator.MaxTime), false, true
+		least, open, active, ended := int64(operator.MaxTime), int64(operator.MaxTime), false, true
 		for i := range wm {
-			switch {
-			case wm[i] == operator.MaxTime:
-			case !idle[i]:
-				least, active, ended = min(least, wm[i]), true, false
-			default:
-				ended = false
+			if wm[i] == operator.MaxTime {
+				continue
+			}
+			ended, open = false, min(open, wm[i])
+			if !idle[i] {
+				least, active = min(least, wm[i]), true
 			}
 		}
 		switch {
@@ -226,8 +226,8 @@ func runWatermarkSeed(seed uint64, endedAsActive bool) string {
 			want, wantIdle = operator.MaxTime, false
 		case active:
 			want, wantIdle = max(want, least), false
-		case untimed:
-			wantIdle = true
+		default: // every channel not ended is idle: none sends behind its watermark
+			want, wantIdle = max(want, open), untimed
 		}
 		if tk.wm != want || tk.idle != (untimed && wantIdle) {
 			return fmt.Sprintf("%d channels (untimed %v), after %s: the task's watermark %s (idle %v), want %s (idle %v); the events:\n  %s",
