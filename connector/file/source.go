@@ -354,15 +354,20 @@ type lineReader struct {
 	// how its splits were made (for a rewind). It is never read again from
 	// its start; subtask 0 checkpoints it.
 	known map[string]made
-	// took is, at another subtask than 0 after a fresh start, the splits
-	// it was dealt (by file, their byte ranges), which it checkpoints
-	// ("took", union state). In a cluster each process globs the input
-	// itself, and a file empty in subtask 0's glob (no split there, not
-	// known) may have lines in another's, which deals its splits: a
-	// restore reads such a file's splits that no subtask took, and no
-	// others (it read the file again, whole), and a rewind those it took.
-	// Empty after a restore, where subtask 0's known holds every file.
-	took   map[string][]byteRange
+	// took is, after a fresh start, the splits this subtask was dealt, by
+	// file, with the file's size in this process's glob, which every
+	// subtask checkpoints ("took", union state). In a cluster each
+	// process globs the input itself, and a file may differ between them:
+	// empty in one (no split there) and not in another, or grown in
+	// between (more splits). Each deals a split by its index, so a split
+	// is dealt to one subtask in every process, but only read if that
+	// subtask's process has it. A restore reads what of each file no
+	// subtask took, and nothing it took (subtask 0's size alone lost the
+	// splits of a grown file that only the other process had, or read a
+	// file empty in subtask 0's glob again, whole); a rewind reads what
+	// was taken. Nil after a restore: subtask 0's known then holds every
+	// file, up to the size the job took it at.
+	took   map[string]taken
 	mine   []split // this subtask's, in order; mine[0] is being read
 	ctx    *operator.Context
 	f      vfs.File
@@ -388,54 +393,66 @@ func (l *lineReader) Open(ctx *operator.Context) error {
 		return l.restore(ctx.Restore)
 	}
 	l.mine = l.dealFresh(ctx.Subtask, ctx.Parallelism)
-	if ctx.Subtask != 0 {
-		l.took = map[string][]byteRange{}
-		for _, s := range l.mine {
-			l.took[s.File] = append(l.took[s.File], byteRange{s.Start, s.End})
-		}
+	l.took = map[string]taken{}
+	for _, s := range l.mine {
+		t := l.took[s.File]
+		t.size, t.ranges = l.known[s.File].size, append(t.ranges, byteRange{s.Start, s.End})
+		l.took[s.File] = t
 	}
 	return nil
+}
+
+// taken is what a fresh start's subtasks took of a file: its size in
+// their processes' globs (the greatest), and their splits' byte ranges.
+type taken struct {
+	size   int64
+	ranges []byteRange
 }
 
 // byteRange is a split's bytes of its file, [start, end).
 type byteRange struct{ start, end int64 }
 
 // The "took" union state holds an item per file and subtask that took
-// splits of it at a fresh start (lineReader.took): its id, a NUL, and the
-// splits' starts and ends as varints.
-func tookItem(id string, rs []byteRange) []byte {
-	b := append([]byte(id), 0)
-	for _, r := range rs {
+// splits of it at a fresh start (lineReader.took): its id, a NUL, the
+// file's size in the subtask's glob, and the splits' starts and ends, as
+// varints.
+func tookItem(id string, t taken) []byte {
+	b := binary.AppendVarint(append([]byte(id), 0), t.size)
+	for _, r := range t.ranges {
 		b = binary.AppendVarint(binary.AppendVarint(b, r.start), r.end)
 	}
 	return b
 }
 
-// restoreTook reads every subtask's took: by file, the byte ranges of its
-// splits other subtasks than 0 took, sorted.
-func restoreTook(rs *operator.Restore) (map[string][]byteRange, error) {
+// restoreTook reads every subtask's took: by file, its greatest size and
+// every range taken, sorted.
+func restoreTook(rs *operator.Restore) (map[string]taken, error) {
 	items, err := state.RestoreList(rs.Handles, rs.Read, state.Union, "took", 0, 1)
 	if err != nil {
 		return nil, err
 	}
-	out := map[string][]byteRange{}
+	out := map[string]taken{}
 	for _, it := range items {
 		id, rest, ok := bytes.Cut(it, []byte{0})
-		if !ok {
+		size, n := binary.Varint(rest)
+		if !ok || n <= 0 {
 			return nil, fmt.Errorf("splits taken: %w", codec.ErrShort)
 		}
-		for len(rest) > 0 {
+		t := out[string(id)]
+		t.size = max(t.size, size)
+		for rest = rest[n:]; len(rest) > 0; {
 			start, n1 := binary.Varint(rest)
 			end, n2 := binary.Varint(rest[max(n1, 0):])
 			if n1 <= 0 || n2 <= 0 || end <= start {
 				return nil, fmt.Errorf("splits taken: %w", codec.ErrShort)
 			}
-			out[string(id)] = append(out[string(id)], byteRange{start, end})
+			t.ranges = append(t.ranges, byteRange{start, end})
 			rest = rest[n1+n2:]
 		}
+		out[string(id)] = t
 	}
-	for _, rs := range out {
-		slices.SortFunc(rs, func(a, b byteRange) int { return cmp.Compare(a.start, b.start) })
+	for _, t := range out {
+		slices.SortFunc(t.ranges, func(a, b byteRange) int { return cmp.Compare(a.start, b.start) })
 	}
 	return out, nil
 }
@@ -518,10 +535,24 @@ func (l *lineReader) rewind(rs *operator.Restore) error {
 		}
 		read = append(read, s)
 	}
-	wasKnown := make(map[string]bool, len(known))
+	// A checkpoint of a fresh start: what each subtask took, exactly (the
+	// processes' globs may have split a file apart); else each file known,
+	// as it was split.
+	took, err := restoreTook(rs)
+	if err != nil {
+		return fmt.Errorf("input %s: rewind to checkpoint %d: %w", l.cfg.Pattern, rs.Checkpoint, err)
+	}
+	for _, id := range slices.Sorted(maps.Keys(took)) {
+		for _, r := range took[id].ranges {
+			add(split{Path: pathOf(id), Start: r.start, End: r.end, Pos: r.start, File: id})
+		}
+		l.known[id] = made{size: took[id].size, split: l.cfg.SplitBytes}
+	}
 	for _, f := range known {
 		id := string(f)
-		wasKnown[id] = true
+		if _, ok := took[id]; ok {
+			continue
+		}
 		path := pathOf(id)
 		m, ok := sizes[id]
 		if !ok {
@@ -531,20 +562,6 @@ func (l *lineReader) rewind(rs *operator.Restore) error {
 		for start := int64(0); start < m.size; start += m.split {
 			add(split{Path: path, Start: start, End: min(start+m.split, m.size), Pos: start, File: id})
 		}
-	}
-	// Files subtask 0 did not know, which others took splits of: those.
-	took, err := restoreTook(rs)
-	if err != nil {
-		return fmt.Errorf("input %s: rewind to checkpoint %d: %w", l.cfg.Pattern, rs.Checkpoint, err)
-	}
-	for _, id := range slices.Sorted(maps.Keys(took)) {
-		if wasKnown[id] {
-			continue
-		}
-		for _, r := range took[id] {
-			add(split{Path: pathOf(id), Start: r.start, End: r.end, Pos: r.start, File: id})
-		}
-		l.known[id] = made{size: took[id][len(took[id])-1].end, split: l.cfg.SplitBytes}
 	}
 	for _, r := range recorded {
 		return operator.Permanent(fmt.Errorf("input %s: checkpoint %d records a split of %s at byte %d, which is not one of the splits it records the file was read in", l.cfg.Pattern, rs.Checkpoint, r.Path, r.Start))
@@ -732,22 +749,31 @@ func (l *lineReader) restore(rs *operator.Restore) error {
 	if l.ctx.Subtask != 0 {
 		return nil
 	}
+	// A checkpoint of a fresh start: what of each file no subtask took
+	// (no process of the subtask it was dealt to had it), up to the
+	// greatest size a process saw.
 	took, err := restoreTook(rs)
 	if err != nil {
 		return fmt.Errorf("input %s: restore the splits taken: %w", l.cfg.Pattern, err)
 	}
-	unread, rest := map[string]bool{}, map[string]bool{}
+	rest := map[string]bool{}
+	for _, id := range slices.Sorted(maps.Keys(took)) {
+		t := took[id]
+		l.known[id] = made{size: t.size, split: l.cfg.SplitBytes}
+		more := untaken(l.paths[id], id, t.size, l.cfg.SplitBytes, t.ranges)
+		if len(more) == 0 {
+			continue
+		}
+		if !matched[id] {
+			return operator.Permanent(fmt.Errorf("restore checkpoint %d: input %s %w: %s; restore with an input that matches it, or put it back: its unread lines would be lost",
+				rs.Checkpoint, l.cfg.Pattern, ErrUnreadInputDropped, id))
+		}
+		l.mine = append(l.mine, more...)
+		rest[id] = true
+	}
+	unread := map[string]bool{}
 	for _, s := range l.all {
-		id := s.File
-		taken, ok := took[id]
-		switch {
-		case wasKnown[id] || rest[id]:
-		case ok:
-			// Another subtask's process took splits of it, subtask 0's
-			// none (the file was empty in its glob): the rest of it.
-			rest[id] = true
-			l.mine = append(l.mine, untaken(s.Path, id, l.known[id].size, l.cfg.SplitBytes, taken)...)
-		default:
+		if id := s.File; !wasKnown[id] && took[id].ranges == nil {
 			l.mine = append(l.mine, s)
 			unread[id] = true
 		}
@@ -757,7 +783,7 @@ func (l *lineReader) restore(rs *operator.Restore) error {
 			"input", l.cfg.Pattern, "checkpoint", rs.Checkpoint, "files", len(unread), "names", nameFiles(slices.Sorted(maps.Keys(unread))))
 	}
 	if len(rest) > 0 {
-		l.ctx.Logger.Info("file source: files empty when subtask 0's process listed the input, and read in part by another's: reading the splits no subtask took",
+		l.ctx.Logger.Info("file source: files that differed between the processes' listings of the input at the job's start (empty, or shorter, in one): reading the splits no subtask took",
 			"input", l.cfg.Pattern, "checkpoint", rs.Checkpoint, "files", len(rest), "names", nameFiles(slices.Sorted(maps.Keys(rest))))
 	}
 	return nil
@@ -988,15 +1014,17 @@ func (l *lineReader) Snapshot(checkpoint.ID) (operator.Async, error) {
 		items[i] = s.encode()
 	}
 	asyncs := []operator.Async{l.ctx.SnapshotList(state.Split, "splits", items)}
-	switch {
-	case l.ctx.Subtask != 0 && len(l.took) == 0:
-		return asyncs[0], nil
-	case l.ctx.Subtask != 0:
+	if len(l.took) > 0 {
 		took := make([][]byte, 0, len(l.took))
 		for _, f := range slices.Sorted(maps.Keys(l.took)) {
 			took = append(took, tookItem(f, l.took[f]))
 		}
 		asyncs = append(asyncs, l.ctx.SnapshotList(state.Union, "took", took))
+	}
+	switch {
+	case l.ctx.Subtask != 0 && len(asyncs) == 1:
+		return asyncs[0], nil
+	case l.ctx.Subtask != 0:
 	default:
 		// Subtask 0 records the files and the input for every subtask
 		// (union state: each gets them all on restore, at any
