@@ -526,12 +526,28 @@ func (l *lineReader) rewind(rs *operator.Restore) error {
 		return id // NB: a file the input no longer matches: the id is its path
 	}
 	add := func(s split) {
-		if r, ok := recorded[at{s.File, s.Start}]; ok {
-			delete(recorded, at{s.File, s.Start})
-			if !r.started {
-				return // not begun
+		k, ok := at{s.File, s.Start}, false
+		if _, ok = recorded[k]; !ok {
+			// A split a restore cut inside this one (untaken: from where a
+			// shorter listing of a fresh start's ended): what came before
+			// it was read whole.
+			for c := range recorded {
+				if c.id == s.File && s.Start < c.start && c.start < s.End {
+					k, ok = c, true
+					break
+				}
 			}
-			s.End = r.Pos // NB: at a line start, after the skip of a partial first line
+		}
+		if r := recorded[k]; ok {
+			delete(recorded, k)
+			switch {
+			case r.started:
+				s.End = r.Pos // NB: at a line start, after the skip of a partial first line
+			case k.start == s.Start:
+				return // not begun
+			default:
+				s.End = k.start
+			}
 		}
 		read = append(read, s)
 	}
