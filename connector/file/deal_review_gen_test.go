@@ -3,6 +3,7 @@ package file
 import (
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -20,8 +21,10 @@ import (
 // first), stopping at random points; the same checkpoint restored twice
 // reads the same lines; a rewind to each checkpoint reads what was read
 // before it; at the end every line was read once. In a restore a file
-// may land between two subtasks' builds (a cluster's processes). Every subtask is built by
-// its own Lines call (a cluster) after the files of the run landed.
+// may land between two subtasks' builds (a cluster's processes), and in
+// the fresh start files grow between them (one empty in the first
+// process's listing, or shorter). Every subtask is built by its own Lines
+// call (a cluster) after the files of the run landed.
 var chainSeeds = flag.Int("chain.seeds", 300, "seeds of TestReviewRestoreChainGenerated")
 
 func TestReviewRestoreChainGenerated(t *testing.T) {
@@ -39,6 +42,13 @@ func restoreChain(seed uint64) error {
 	fs := vfs.NewMem()
 	fs.MkdirAll("/in", 0o755)
 	split := int64(20 + rng.IntN(60))
+	// written are the lines of the files, each with its file and the
+	// offset where it ends; all, those the job reads (set at the end).
+	type lineAt struct {
+		file, line string
+		end        int64
+	}
+	var written []lineAt
 	var all []string
 	nfile := 0
 	land := func(n int) {
@@ -65,6 +75,7 @@ func restoreChain(seed uint64) error {
 			var b []byte
 			for _, l := range lines {
 				b = append(append(b, l...), '\n')
+				written = append(written, lineAt{name, l, int64(len(b))})
 			}
 			if debugChain {
 				fmt.Printf("land %s: %d lines\n", name, len(lines))
@@ -72,14 +83,40 @@ func restoreChain(seed uint64) error {
 			f, _ := fs.Create(name, vfs.WriteCategoryUnspecified)
 			f.Write(b)
 			f.Close()
-			all = append(all, lines...)
 		}
 	}
 	land(1 + rng.IntN(5))
+	// grow appends lines to a file that landed (an empty one too), as
+	// while it is being written: a fresh start's processes each list the
+	// input themselves, and see it at different sizes.
+	grow := func() {
+		names, _ := fs.List("/in")
+		slices.Sort(names)
+		name := "/in/" + names[rng.IntN(len(names))]
+		f, err := fs.OpenReadWrite(name, vfs.WriteCategoryUnspecified)
+		if err != nil {
+			panic(err)
+		}
+		st, _ := f.Stat()
+		var b []byte
+		for i := range 1 + rng.IntN(30) {
+			l := fmt.Sprintf("%s +%d.%d", name, st.Size(), i)
+			b = append(append(b, l...), '\n')
+			written = append(written, lineAt{name, l, st.Size() + int64(len(b))})
+		}
+		f.WriteAt(b, st.Size())
+		f.Close()
+		if debugChain {
+			fmt.Printf("grow %s by %d bytes\n", name, len(b))
+		}
+	}
 	w := &operatortest.MemWriter{}
 	var done lines
 	var hs []checkpoint.Handle
 	cfg := LinesConfig{FS: fs, Pattern: "/in/*.txt", SplitBytes: split, BatchLines: 1 + rng.IntN(4)}
+	// views are, at the fresh start, each subtask's process's listing: the
+	// files' sizes when it built the job.
+	var views []map[string]int64
 	run := func(p int, restore []checkpoint.Handle, reads int, rewind bool) (lines, []checkpoint.Handle, error) {
 		var got lines
 		var out []checkpoint.Handle
@@ -94,6 +131,18 @@ func restoreChain(seed uint64) error {
 			}
 			if sub == landAt {
 				land(1)
+			}
+			if restore == nil {
+				names, _ := fs.List("/in")
+				view := map[string]int64{}
+				for _, n := range names {
+					st, _ := fs.Stat("/in/" + n)
+					view["/in/"+n] = st.Size()
+				}
+				views = append(views, view)
+				if sub < p-1 && rng.IntN(2) == 0 {
+					grow() // after this subtask's process listed the input
+				}
 			}
 			var rs *operator.Restore
 			if restore != nil {
@@ -173,10 +222,47 @@ func restoreChain(seed uint64) error {
 		return err
 	}
 	done = append(done, rest...)
+	// What the job reads of a file its fresh start's processes listed:
+	// up to the greatest size a process whose subtask took a split of it
+	// (a split is dealt by its index: subtask (place+k) mod p, in each
+	// process) saw; bytes appended after that process listed the input,
+	// inside the split, are not read (files are taken as unchanging). A
+	// file no subtask took a split of is read whole by the first restore.
+	took := map[string]int64{}
+	names := slices.Sorted(maps.Keys(views[0]))
+	for place, f := range names {
+		taker := false
+		for j, view := range views {
+			for k := int64(0); k*split < view[f]; k++ {
+				if (int64(place)+k)%int64(len(views)) == int64(j) {
+					took[f], taker = max(took[f], view[f]), true
+				}
+			}
+		}
+		if !taker {
+			delete(took, f)
+		}
+	}
+	for _, l := range written {
+		if size, ok := took[l.file]; !ok || l.end <= size {
+			all = append(all, l.line)
+		}
+	}
 	slices.Sort(done)
 	slices.Sort(all)
 	if !slices.Equal(done, all) {
-		return fmt.Errorf("read %d lines in all, the files hold %d", len(done), len(all))
+		var missing, twice []string
+		for _, l := range all {
+			if _, found := slices.BinarySearch(done, l); !found {
+				missing = append(missing, l)
+			}
+		}
+		for i := 1; i < len(done); i++ {
+			if done[i] == done[i-1] {
+				twice = append(twice, done[i])
+			}
+		}
+		return fmt.Errorf("read %d lines in all, the files hold %d: missing %q, read twice %q", len(done), len(all), missing[:min(5, len(missing))], twice[:min(5, len(twice))])
 	}
 	return nil
 }

@@ -458,14 +458,17 @@ func restoreTook(rs *operator.Restore) (map[string]taken, error) {
 }
 
 // untaken cuts what of a file of size bytes the ranges taken do not cover
-// into splits of at most splitBytes, each from where a taken one ends (its
-// lines start there, as the taken splits' end: a split reads the lines
-// that start in it).
+// into splits on the grid of splitBytes (a rewind reads a file in its
+// splits, and takes out what recorded splits within one had not read),
+// the first of a gap from where a taken one ends (its lines start there,
+// as the taken splits' end: a split reads the lines that start in it).
 func untaken(path, id string, size, splitBytes int64, taken []byteRange) []split {
 	var out []split
 	cut := func(from, to int64) {
-		for start := from; start < to; start += splitBytes {
-			out = append(out, split{Path: path, Start: start, End: min(start+splitBytes, to), Pos: start, File: id})
+		for start := from; start < to; {
+			end := min((start/splitBytes+1)*splitBytes, to)
+			out = append(out, split{Path: path, Start: start, End: end, Pos: start, File: id})
+			start = end
 		}
 	}
 	at := int64(0)
@@ -525,31 +528,36 @@ func (l *lineReader) rewind(rs *operator.Restore) error {
 		}
 		return id // NB: a file the input no longer matches: the id is its path
 	}
+	// add reads split s again, but what its recorded splits (unfinished
+	// at the checkpoint: begun or not) had not read by then: one where the
+	// job split the file so, or several within it where a restore did
+	// (untaken: the rest of a file one process's listing had shorter, cut
+	// at the end of its last split there, then on the grid of the split
+	// size, so that none crosses a split of the grid). What is not
+	// recorded was read whole.
 	add := func(s split) {
-		k, ok := at{s.File, s.Start}, false
-		if _, ok = recorded[k]; !ok {
-			// A split a restore cut inside this one (untaken: from where a
-			// shorter listing of a fresh start's ended): what came before
-			// it was read whole.
-			for c := range recorded {
-				if c.id == s.File && s.Start < c.start && c.start < s.End {
-					k, ok = c, true
-					break
-				}
+		var cut []split
+		for k, r := range recorded {
+			if k.id == s.File && s.Start <= k.start && k.start < s.End {
+				cut = append(cut, r)
+				delete(recorded, k)
 			}
 		}
-		if r := recorded[k]; ok {
-			delete(recorded, k)
-			switch {
-			case r.started:
-				s.End = r.Pos // NB: at a line start, after the skip of a partial first line
-			case k.start == s.Start:
-				return // not begun
-			default:
-				s.End = k.start
+		slices.SortFunc(cut, func(a, b split) int { return cmp.Compare(a.Start, b.Start) })
+		piece := func(from, to int64) {
+			if from < to {
+				read = append(read, split{Path: s.Path, Start: from, End: to, Pos: from, File: s.File})
 			}
 		}
-		read = append(read, s)
+		from := s.Start
+		for _, r := range cut {
+			piece(from, r.Start)
+			if r.started {
+				piece(r.Start, r.Pos) // NB: r.Pos is at a line start, after the skip of a partial first line
+			}
+			from = r.End
+		}
+		piece(from, s.End)
 	}
 	// A checkpoint of a fresh start: what each subtask took, exactly (the
 	// processes' globs may have split a file apart); else each file known,
