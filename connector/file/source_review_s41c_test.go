@@ -5,8 +5,6 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
-	"github.com/weirstream/weir"
-	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/operator"
 	"github.com/weirstream/weir/operator/operatortest"
 )
@@ -32,24 +30,7 @@ func TestS41cFreshClusterAFileEmptyInOneProcessIsReadTwice(t *testing.T) {
 	late := review(t, fs)                 // subtask 1's process
 	w := &operatortest.MemWriter{}
 	var got lines
-	var hs []checkpoint.Handle
-	for sub, newReader := range []func() weir.SourceReader[string]{early, late} {
-		rd := newReader()
-		if err := rd.Open(opCtx(sub, 2, nil)); err != nil {
-			t.Fatal(err)
-		}
-		drain(t, rd, &got) // both read to the end, then checkpoint 1
-		async, err := rd.Snapshot(1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		more, err := async(w)
-		if err != nil {
-			t.Fatal(err)
-		}
-		hs = append(hs, more...)
-		rd.Close()
-	}
+	hs := freshCheckpoint(t, w, &got, 0, early, late)
 	once(t, "the fresh run", got, a, b)
 	// The job fails after checkpoint 1 and is restored (both processes
 	// now see b.txt written).

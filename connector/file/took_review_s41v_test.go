@@ -30,7 +30,7 @@ func TestS41vRewindAfterRestoreOfAFileShorterInSubtask0sGlob(t *testing.T) {
 	late := review(t, fs)
 	w := &operatortest.MemWriter{}
 	var before lines
-	hs := s41zFresh(t, w, &before, 0, early, late)
+	hs := freshCheckpoint(t, w, &before, 0, early, late)
 
 	rd := late()
 	if err := rd.Open(opCtx(0, 1, &operator.Restore{Checkpoint: 1, Handles: hs, Read: w.Read})); err != nil {

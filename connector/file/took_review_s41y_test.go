@@ -6,8 +6,6 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
-	"github.com/weirstream/weir"
-	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/operator"
 	"github.com/weirstream/weir/operator/operatortest"
 )
@@ -32,24 +30,7 @@ func TestS41yFreshClusterAMultiSplitFileEmptyInSubtask0IsLostForGood(t *testing.
 	late := review(t, fs)
 	w := &operatortest.MemWriter{}
 	var got lines
-	var hs []checkpoint.Handle
-	for sub, newReader := range []func() weir.SourceReader[string]{early, late} {
-		rd := newReader()
-		if err := rd.Open(opCtx(sub, 2, nil)); err != nil {
-			t.Fatal(err)
-		}
-		drain(t, rd, &got)
-		async, err := rd.Snapshot(1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		more, err := async(w)
-		if err != nil {
-			t.Fatal(err)
-		}
-		hs = append(hs, more...)
-		rd.Close()
-	}
+	hs := freshCheckpoint(t, w, &got, 0, early, late)
 	fresh := len(only(got, "/in/b.txt"))
 	rs := &operator.Restore{Checkpoint: 1, Handles: hs, Read: w.Read}
 	for sub := range 2 {
@@ -80,32 +61,7 @@ func TestFreshClusterRewindReadsWhatWasTaken(t *testing.T) {
 		late := review(t, fs)
 		w := &operatortest.MemWriter{}
 		var before lines
-		var hs []checkpoint.Handle
-		for sub, newReader := range []func() weir.SourceReader[string]{early, late} {
-			rd := newReader()
-			if err := rd.Open(opCtx(sub, 2, nil)); err != nil {
-				t.Fatal(err)
-			}
-			for range reads {
-				res, err := rd.Read(&before)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if res.Exhausted {
-					break
-				}
-			}
-			async, err := rd.Snapshot(1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			more, err := async(w)
-			if err != nil {
-				t.Fatal(err)
-			}
-			hs = append(hs, more...)
-			rd.Close()
-		}
+		hs := freshCheckpoint(t, w, &before, reads, early, late)
 		ctx := opCtx(0, 1, &operator.Restore{Checkpoint: 1, Handles: hs, Read: w.Read})
 		ctx.Rewind = true
 		rd := late()

@@ -13,9 +13,10 @@ import (
 	"github.com/weirstream/weir/operator/operatortest"
 )
 
-// s41zFresh runs a fresh cluster of len(builds) subtasks, subtask i from
-// builds[i], each read reads times (0: to its end), and checkpoints it as 1.
-func s41zFresh(t *testing.T, w *operatortest.MemWriter, got *lines, reads int, builds ...func() weir.SourceReader[string]) []checkpoint.Handle {
+// freshCheckpoint runs a fresh cluster of len(builds) subtasks, subtask i
+// from builds[i] (its process's listing), each read reads times (0: to its
+// end), and checkpoints it as 1.
+func freshCheckpoint(t *testing.T, w *operatortest.MemWriter, got *lines, reads int, builds ...func() weir.SourceReader[string]) []checkpoint.Handle {
 	t.Helper()
 	var hs []checkpoint.Handle
 	for sub, newReader := range builds {
@@ -69,7 +70,7 @@ func TestS41zRewindAfterRestoreOfAFileThatGrew(t *testing.T) {
 	late := review(t, fs)
 	w := &operatortest.MemWriter{}
 	var before lines
-	hs := s41zFresh(t, w, &before, 0, early, late)
+	hs := freshCheckpoint(t, w, &before, 0, early, late)
 	numbered(t, fs, "/in/b.txt", 40) // grew: 510 bytes
 	later := review(t, fs)
 
@@ -125,7 +126,7 @@ func TestS41zTookFileMissingAtRestoreIsForgotten(t *testing.T) {
 	late := review(t, fs)
 	w := &operatortest.MemWriter{}
 	var got lines
-	hs := s41zFresh(t, w, &got, 0, early, late)
+	hs := freshCheckpoint(t, w, &got, 0, early, late)
 
 	if err := fs.Rename("/in/b.txt", "/away/b.txt"); err != nil {
 		t.Fatal(err)
@@ -183,7 +184,7 @@ func TestS41zRewindOfAFileSmallerInSubtask0sGlob(t *testing.T) {
 	late := review(t, fs)
 	w := &operatortest.MemWriter{}
 	var before lines
-	hs := s41zFresh(t, w, &before, 0, early, late)
+	hs := freshCheckpoint(t, w, &before, 0, early, late)
 	ctx := opCtx(0, 1, &operator.Restore{Checkpoint: 1, Handles: hs, Read: w.Read})
 	ctx.Rewind = true
 	rd := late()
