@@ -10,6 +10,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/weirstream/weir"
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/operator"
 	"github.com/weirstream/weir/operator/operatortest"
@@ -124,25 +125,37 @@ func restoreChain(seed uint64) error {
 		if restore != nil && !rewind && reads >= 0 && rng.IntN(2) == 0 {
 			landAt = rng.IntN(p) // a file lands after this subtask's process built the job
 		}
+		// A fresh start's processes list the input in any order, files
+		// growing in between.
+		builds := make([]func() weir.SourceReader[string], p)
+		if restore == nil {
+			views = make([]map[string]int64, p)
+			for i, sub := range rng.Perm(p) {
+				var err error
+				if builds[sub], err = Lines(cfg); err != nil {
+					return nil, nil, err
+				}
+				names, _ := fs.List("/in")
+				views[sub] = map[string]int64{}
+				for _, n := range names {
+					st, _ := fs.Stat("/in/" + n)
+					views[sub]["/in/"+n] = st.Size()
+				}
+				if i < p-1 && rng.IntN(2) == 0 {
+					grow() // after this subtask's process listed the input
+				}
+			}
+		}
 		for sub := range p {
-			newReader, err := Lines(cfg)
-			if err != nil {
-				return nil, nil, err
+			newReader := builds[sub]
+			if newReader == nil {
+				var err error
+				if newReader, err = Lines(cfg); err != nil {
+					return nil, nil, err
+				}
 			}
 			if sub == landAt {
 				land(1)
-			}
-			if restore == nil {
-				names, _ := fs.List("/in")
-				view := map[string]int64{}
-				for _, n := range names {
-					st, _ := fs.Stat("/in/" + n)
-					view["/in/"+n] = st.Size()
-				}
-				views = append(views, view)
-				if sub < p-1 && rng.IntN(2) == 0 {
-					grow() // after this subtask's process listed the input
-				}
 			}
 			var rs *operator.Restore
 			if restore != nil {
@@ -223,24 +236,25 @@ func restoreChain(seed uint64) error {
 	}
 	done = append(done, rest...)
 	// What the job reads of a file its fresh start's processes listed:
-	// up to the greatest size a process whose subtask took a split of it
-	// (a split is dealt by its index: subtask (place+k) mod p, in each
-	// process) saw; bytes appended after that process listed the input,
-	// inside the split, are not read (files are taken as unchanging). A
-	// file no subtask took a split of is read whole by the first restore.
+	// up to the greatest size subtask 0's process or a process whose
+	// subtask took a split of it (a split is dealt by its index: subtask
+	// (place+k) mod p, in each process) saw. What only another process
+	// saw is not read (no record of it is kept: design note 137), nor
+	// what was appended after the last of those listed the input (files
+	// are taken as unchanging). A file none of them saw with lines is
+	// read whole by the first restore.
 	took := map[string]int64{}
 	names := slices.Sorted(maps.Keys(views[0]))
 	for place, f := range names {
-		taker := false
 		for j, view := range views {
 			for k := int64(0); k*split < view[f]; k++ {
 				if (int64(place)+k)%int64(len(views)) == int64(j) {
-					took[f], taker = max(took[f], view[f]), true
+					took[f] = max(took[f], view[f])
 				}
 			}
 		}
-		if !taker {
-			delete(took, f)
+		if views[0][f] > 0 {
+			took[f] = max(took[f], views[0][f])
 		}
 	}
 	for _, l := range written {

@@ -396,17 +396,18 @@ func (l *lineReader) Open(ctx *operator.Context) error {
 	l.took = map[string]taken{}
 	for _, s := range l.mine {
 		t := l.took[s.File]
-		t.size, t.ranges = l.known[s.File].size, append(t.ranges, byteRange{s.Start, s.End})
+		t.size, t.split, t.ranges = l.known[s.File].size, l.cfg.SplitBytes, append(t.ranges, byteRange{s.Start, s.End})
 		l.took[s.File] = t
 	}
 	return nil
 }
 
 // taken is what a fresh start's subtasks took of a file: its size in
-// their processes' globs (the greatest), and their splits' byte ranges.
+// their processes' globs (the greatest), the split size, and their splits'
+// byte ranges.
 type taken struct {
-	size   int64
-	ranges []byteRange
+	size, split int64
+	ranges      []byteRange
 }
 
 // byteRange is a split's bytes of its file, [start, end).
@@ -414,33 +415,42 @@ type byteRange struct{ start, end int64 }
 
 // The "took" union state holds an item per file and subtask that took
 // splits of it at a fresh start (lineReader.took): its id, a NUL, the
-// file's size in the subtask's glob, and the splits' starts and ends, as
-// varints.
+// file's size in the subtask's glob, the split size, and the splits'
+// starts and ends, as varints; and subtask 0's item of no id, which says
+// the checkpoint is a fresh start's (freshMark).
 func tookItem(id string, t taken) []byte {
-	b := binary.AppendVarint(append([]byte(id), 0), t.size)
+	b := binary.AppendVarint(binary.AppendVarint(append([]byte(id), 0), t.size), t.split)
 	for _, r := range t.ranges {
 		b = binary.AppendVarint(binary.AppendVarint(b, r.start), r.end)
 	}
 	return b
 }
 
-// restoreTook reads every subtask's took: by file, its greatest size and
-// every range taken, sorted.
+// freshMark is the id of subtask 0's item in "took".
+const freshMark = ""
+
+// restoreTook reads every subtask's took: by file, its greatest size, the
+// split size and every range taken, sorted; and whether the checkpoint is
+// a fresh start's (nil if not).
 func restoreTook(rs *operator.Restore) (map[string]taken, error) {
 	items, err := state.RestoreList(rs.Handles, rs.Read, state.Union, "took", 0, 1)
-	if err != nil {
+	if err != nil || len(items) == 0 {
 		return nil, err
 	}
 	out := map[string]taken{}
 	for _, it := range items {
 		id, rest, ok := bytes.Cut(it, []byte{0})
-		size, n := binary.Varint(rest)
-		if !ok || n <= 0 {
+		size, n1 := binary.Varint(rest)
+		split, n2 := binary.Varint(rest[max(n1, 0):])
+		if !ok || n1 <= 0 || n2 <= 0 {
 			return nil, fmt.Errorf("splits taken: %w", codec.ErrShort)
 		}
+		if string(id) == freshMark {
+			continue
+		}
 		t := out[string(id)]
-		t.size = max(t.size, size)
-		for rest = rest[n:]; len(rest) > 0; {
+		t.size, t.split = max(t.size, size), split
+		for rest = rest[n1+n2:]; len(rest) > 0; {
 			start, n1 := binary.Varint(rest)
 			end, n2 := binary.Varint(rest[max(n1, 0):])
 			if n1 <= 0 || n2 <= 0 || end <= start {
@@ -570,11 +580,17 @@ func (l *lineReader) rewind(rs *operator.Restore) error {
 		for _, r := range took[id].ranges {
 			add(split{Path: pathOf(id), Start: r.start, End: r.end, Pos: r.start, File: id})
 		}
-		l.known[id] = made{size: took[id].size, split: l.cfg.SplitBytes}
+		l.known[id] = made{size: max(took[id].size, sizes[id].size), split: took[id].split}
 	}
 	for _, f := range known {
 		id := string(f)
 		if _, ok := took[id]; ok {
+			continue
+		}
+		if took != nil {
+			// A fresh start's checkpoint: no subtask took a split of it
+			// (the subtask each was dealt to had none in its listing).
+			l.known[id] = sizes[id]
 			continue
 		}
 		path := pathOf(id)
@@ -781,10 +797,21 @@ func (l *lineReader) restore(rs *operator.Restore) error {
 		return fmt.Errorf("input %s: restore the splits taken: %w", l.cfg.Pattern, err)
 	}
 	rest := map[string]bool{}
+	for _, f := range known {
+		// Files subtask 0 listed with lines and no subtask took a split
+		// of: the subtask each was dealt to had none in its listing.
+		if _, ok := took[string(f)]; took != nil && !ok && sizes[string(f)].size > 0 {
+			took[string(f)] = taken{split: sizes[string(f)].split}
+		}
+	}
 	for _, id := range slices.Sorted(maps.Keys(took)) {
 		t := took[id]
-		l.known[id] = made{size: t.size, split: l.cfg.SplitBytes}
-		more := untaken(l.paths[id], id, t.size, l.cfg.SplitBytes, t.ranges)
+		t.size = max(t.size, sizes[id].size)
+		if t.split <= 0 {
+			t.split = l.cfg.SplitBytes
+		}
+		l.known[id] = made{size: t.size, split: t.split}
+		more := untaken(l.paths[id], id, t.size, t.split, t.ranges)
 		if len(more) == 0 {
 			continue
 		}
@@ -797,9 +824,9 @@ func (l *lineReader) restore(rs *operator.Restore) error {
 	}
 	unread := map[string]bool{}
 	for _, s := range l.all {
-		if id := s.File; !wasKnown[id] && took[id].ranges == nil {
+		if _, taken := took[s.File]; !wasKnown[s.File] && !taken {
 			l.mine = append(l.mine, s)
-			unread[id] = true
+			unread[s.File] = true
 		}
 	}
 	if len(unread) > 0 {
@@ -1038,8 +1065,11 @@ func (l *lineReader) Snapshot(checkpoint.ID) (operator.Async, error) {
 		items[i] = s.encode()
 	}
 	asyncs := []operator.Async{l.ctx.SnapshotList(state.Split, "splits", items)}
-	if len(l.took) > 0 {
-		took := make([][]byte, 0, len(l.took))
+	if l.took != nil && (len(l.took) > 0 || l.ctx.Subtask == 0) {
+		took := make([][]byte, 0, len(l.took)+1)
+		if l.ctx.Subtask == 0 {
+			took = append(took, tookItem(freshMark, taken{}))
+		}
 		for _, f := range slices.Sorted(maps.Keys(l.took)) {
 			took = append(took, tookItem(f, l.took[f]))
 		}
