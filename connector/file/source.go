@@ -366,7 +366,9 @@ type lineReader struct {
 	// splits of a grown file that only the other process had, or read a
 	// file empty in subtask 0's glob again, whole); a rewind reads what
 	// was taken. Nil after a restore: subtask 0's known then holds every
-	// file, up to the size the job took it at.
+	// file, up to the size the job took it at. (What only a process whose
+	// subtask took no split of a file saw is recorded nowhere, and not
+	// read: design note 137.)
 	took   map[string]taken
 	mine   []split // this subtask's, in order; mine[0] is being read
 	ctx    *operator.Context
@@ -791,7 +793,7 @@ func (l *lineReader) restore(rs *operator.Restore) error {
 	}
 	// A checkpoint of a fresh start: what of each file no subtask took
 	// (no process of the subtask it was dealt to had it), up to the
-	// greatest size a process saw.
+	// greatest size subtask 0's process or a taker's saw.
 	took, err := restoreTook(rs)
 	if err != nil {
 		return fmt.Errorf("input %s: restore the splits taken: %w", l.cfg.Pattern, err)
