@@ -418,8 +418,9 @@ type byteRange struct{ start, end int64 }
 // The "took" union state holds an item per file and subtask that took
 // splits of it at a fresh start (lineReader.took): its id, a NUL, the
 // file's size in the subtask's glob, the split size, and the splits'
-// starts and ends, as varints; and subtask 0's item of no id, which says
-// the checkpoint is a fresh start's (freshMark).
+// starts and ends, as varints; and each subtask's item of no id
+// (freshMark), which says the checkpoint is a fresh start's, its size the
+// bytes of the input the subtask's process listed.
 func tookItem(id string, t taken) []byte {
 	b := binary.AppendVarint(binary.AppendVarint(append([]byte(id), 0), t.size), t.split)
 	for _, r := range t.ranges {
@@ -428,26 +429,28 @@ func tookItem(id string, t taken) []byte {
 	return b
 }
 
-// freshMark is the id of subtask 0's item in "took".
+// freshMark is the id of each subtask's own item in "took".
 const freshMark = ""
 
 // restoreTook reads every subtask's took: by file, its greatest size, the
-// split size and every range taken, sorted; and whether the checkpoint is
-// a fresh start's (nil if not).
-func restoreTook(rs *operator.Restore) (map[string]taken, error) {
+// split size and every range taken, sorted (nil if the checkpoint is not a
+// fresh start's); and the most bytes of the input a process listed.
+func restoreTook(rs *operator.Restore) (map[string]taken, int64, error) {
 	items, err := state.RestoreList(rs.Handles, rs.Read, state.Union, "took", 0, 1)
 	if err != nil || len(items) == 0 {
-		return nil, err
+		return nil, 0, err
 	}
+	var listed int64
 	out := map[string]taken{}
 	for _, it := range items {
 		id, rest, ok := bytes.Cut(it, []byte{0})
 		size, n1 := binary.Varint(rest)
 		split, n2 := binary.Varint(rest[max(n1, 0):])
 		if !ok || n1 <= 0 || n2 <= 0 {
-			return nil, fmt.Errorf("splits taken: %w", codec.ErrShort)
+			return nil, 0, fmt.Errorf("splits taken: %w", codec.ErrShort)
 		}
 		if string(id) == freshMark {
+			listed = max(listed, size)
 			continue
 		}
 		t := out[string(id)]
@@ -456,7 +459,7 @@ func restoreTook(rs *operator.Restore) (map[string]taken, error) {
 			start, n1 := binary.Varint(rest)
 			end, n2 := binary.Varint(rest[max(n1, 0):])
 			if n1 <= 0 || n2 <= 0 || end <= start {
-				return nil, fmt.Errorf("splits taken: %w", codec.ErrShort)
+				return nil, 0, fmt.Errorf("splits taken: %w", codec.ErrShort)
 			}
 			t.ranges = append(t.ranges, byteRange{start, end})
 			rest = rest[n1+n2:]
@@ -466,7 +469,7 @@ func restoreTook(rs *operator.Restore) (map[string]taken, error) {
 	for _, t := range out {
 		slices.SortFunc(t.ranges, func(a, b byteRange) int { return cmp.Compare(a.start, b.start) })
 	}
-	return out, nil
+	return out, listed, nil
 }
 
 // untaken cuts what of a file of size bytes the ranges taken do not cover
@@ -574,7 +577,7 @@ func (l *lineReader) rewind(rs *operator.Restore) error {
 	// A checkpoint of a fresh start: what each subtask took, exactly (the
 	// processes' globs may have split a file apart); else each file known,
 	// as it was split.
-	took, err := restoreTook(rs)
+	took, _, err := restoreTook(rs)
 	if err != nil {
 		return fmt.Errorf("input %s: rewind to checkpoint %d: %w", l.cfg.Pattern, rs.Checkpoint, err)
 	}
@@ -794,10 +797,11 @@ func (l *lineReader) restore(rs *operator.Restore) error {
 	// A checkpoint of a fresh start: what of each file no subtask took
 	// (no process of the subtask it was dealt to had it), up to the
 	// greatest size subtask 0's process or a taker's saw.
-	took, err := restoreTook(rs)
+	took, listed, err := restoreTook(rs)
 	if err != nil {
 		return fmt.Errorf("input %s: restore the splits taken: %w", l.cfg.Pattern, err)
 	}
+	var accounted int64 // bytes of the fresh start's files the job reads
 	rest := map[string]bool{}
 	for _, f := range known {
 		// Files subtask 0 listed with lines and no subtask took a split
@@ -813,6 +817,7 @@ func (l *lineReader) restore(rs *operator.Restore) error {
 			t.split = l.cfg.SplitBytes
 		}
 		l.known[id] = made{size: t.size, split: t.split}
+		accounted += t.size
 		more := untaken(l.paths[id], id, t.size, t.split, t.ranges)
 		if len(more) == 0 {
 			continue
@@ -829,7 +834,15 @@ func (l *lineReader) restore(rs *operator.Restore) error {
 		if _, taken := took[s.File]; !wasKnown[s.File] && !taken {
 			l.mine = append(l.mine, s)
 			unread[s.File] = true
+			accounted += s.End - s.Start
 		}
+	}
+	if listed > accounted {
+		// A process listed bytes that no record holds: a file grew while
+		// the processes listed the input, and only a process whose
+		// subtask took none of its splits saw it so (design note 137).
+		l.ctx.Logger.Warn("file source: a process listed more of the input at the job's start than the job read or reads now: a file grew while the processes listed it, and what only a process that took none of its splits saw is not read; a job started on input that no longer changes reads it all",
+			"input", l.cfg.Pattern, "checkpoint", rs.Checkpoint, "listed", listed, "read", accounted)
 	}
 	if len(unread) > 0 {
 		l.ctx.Logger.Info("file source: the input matches files the checkpoint did not read: reading them from the start",
@@ -1067,11 +1080,9 @@ func (l *lineReader) Snapshot(checkpoint.ID) (operator.Async, error) {
 		items[i] = s.encode()
 	}
 	asyncs := []operator.Async{l.ctx.SnapshotList(state.Split, "splits", items)}
-	if l.took != nil && (len(l.took) > 0 || l.ctx.Subtask == 0) {
+	if l.took != nil {
 		took := make([][]byte, 0, len(l.took)+1)
-		if l.ctx.Subtask == 0 {
-			took = append(took, tookItem(freshMark, taken{}))
-		}
+		took = append(took, tookItem(freshMark, taken{size: l.total}))
 		for _, f := range slices.Sorted(maps.Keys(l.took)) {
 			took = append(took, tookItem(f, l.took[f]))
 		}
@@ -1080,8 +1091,7 @@ func (l *lineReader) Snapshot(checkpoint.ID) (operator.Async, error) {
 	switch {
 	case l.ctx.Subtask != 0 && len(asyncs) == 1:
 		return asyncs[0], nil
-	case l.ctx.Subtask != 0:
-	default:
+	case l.ctx.Subtask == 0:
 		// Subtask 0 records the files and the input for every subtask
 		// (union state: each gets them all on restore, at any
 		// parallelism).

@@ -1,7 +1,10 @@
 package file
 
 import (
+	"bytes"
+	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -143,5 +146,52 @@ func TestS41uRewindAfterSplitBytesChanged(t *testing.T) {
 			}
 		}
 		t.Fatalf("rewind to checkpoint 2 read %d lines, %d read before it; not read before: %q", len(again), len(before), extra)
+	}
+}
+
+// TestRestoreWarnsOfWhatOnlyANonTakerListed: a cluster of 3 processes;
+// a.txt has 5 lines (one split of 100) when subtasks 0's and 1's processes
+// list the input, 15 (2 splits) when subtask 2's does. Split 1 is dealt to
+// subtask 1, whose process did not have it, and subtask 2 takes no split
+// of a.txt: no record holds its size there, and lines 5 to 14 are not read
+// (design note 137). The restore cannot read them, and says so: every
+// process's listing records its bytes, and the restore finds one listed
+// more than the job reads.
+func TestRestoreWarnsOfWhatOnlyANonTakerListed(t *testing.T) {
+	fs := vfs.NewMem()
+	fs.MkdirAll("/in", 0o755)
+	numbered(t, fs, "/in/a.txt", 5)
+	early := review(t, fs)
+	a := numbered(t, fs, "/in/a.txt", 15)
+	late := review(t, fs)
+	w := &operatortest.MemWriter{}
+	var got lines
+	hs := freshCheckpoint(t, w, &got, 0, early, early, late)
+	var logs bytes.Buffer
+	run := &operatortest.Run{Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	rd := late()
+	if err := rd.Open(run.Context("src", 0, 1, &operator.Restore{Checkpoint: 1, Handles: hs, Read: w.Read})); err != nil {
+		t.Fatal(err)
+	}
+	drain(t, rd, &got)
+	rd.Close()
+	if n := len(only(got, "/in/a.txt")); n != 5 || !strings.Contains(logs.String(), "a process listed more of the input at the job's start than the job read") {
+		t.Fatalf("read %d of a.txt's %d lines (want the 5 the takers saw), and the restore logged:\n%s", n, len(a), logs.String())
+	}
+	// A local job (every subtask one listing) warns of nothing.
+	fs2 := vfs.NewMem()
+	fs2.MkdirAll("/in", 0o755)
+	numbered(t, fs2, "/in/a.txt", 15)
+	one := review(t, fs2)
+	w2 := &operatortest.MemWriter{}
+	hs = freshCheckpoint(t, w2, &got, 1, one, one, one)
+	logs.Reset()
+	rd = one()
+	if err := rd.Open(run.Context("src", 0, 1, &operator.Restore{Checkpoint: 1, Handles: hs, Read: w2.Read})); err != nil {
+		t.Fatal(err)
+	}
+	rd.Close()
+	if strings.Contains(logs.String(), "listed more") {
+		t.Fatalf("one listing for every subtask, and the restore warned:\n%s", logs.String())
 	}
 }
