@@ -801,7 +801,7 @@ func (l *lineReader) restore(rs *operator.Restore) error {
 	if err != nil {
 		return fmt.Errorf("input %s: restore the splits taken: %w", l.cfg.Pattern, err)
 	}
-	var accounted int64 // bytes of the fresh start's files the job reads
+	var accounted int64 // bytes of the files the fresh start took that the job reads
 	rest := map[string]bool{}
 	for _, f := range known {
 		// Files subtask 0 listed with lines and no subtask took a split
@@ -834,15 +834,17 @@ func (l *lineReader) restore(rs *operator.Restore) error {
 		if _, taken := took[s.File]; !wasKnown[s.File] && !taken {
 			l.mine = append(l.mine, s)
 			unread[s.File] = true
-			accounted += s.End - s.Start
 		}
 	}
 	if listed > accounted {
 		// A process listed bytes that no record holds: a file grew while
 		// the processes listed the input, and only a process whose
-		// subtask took none of its splits saw it so (design note 137).
-		l.ctx.Logger.Warn("file source: a process listed more of the input at the job's start than the job read or reads now: a file grew while the processes listed it, and what only a process that took none of its splits saw is not read; a job started on input that no longer changes reads it all",
-			"input", l.cfg.Pattern, "checkpoint", rs.Checkpoint, "listed", listed, "read", accounted)
+		// subtask took none of its splits saw it so (design note 137); or
+		// such a process alone listed a file with lines, which this
+		// restore reads whole as a new one. (New files do not count: one
+		// that landed since would hide the first.)
+		l.ctx.Logger.Warn("file source: a process listed more of the input at the job's start than the files the job took then: a file grew while the processes listed it, and what only a process that took none of its splits saw may not be read; a job started on input that no longer changes reads it all",
+			"input", l.cfg.Pattern, "checkpoint", rs.Checkpoint, "listed", listed, "took", accounted)
 	}
 	if len(unread) > 0 {
 		l.ctx.Logger.Info("file source: the input matches files the checkpoint did not read: reading them from the start",

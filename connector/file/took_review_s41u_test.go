@@ -175,7 +175,7 @@ func TestRestoreWarnsOfWhatOnlyANonTakerListed(t *testing.T) {
 	}
 	drain(t, rd, &got)
 	rd.Close()
-	if n := len(only(got, "/in/a.txt")); n != 5 || !strings.Contains(logs.String(), "a process listed more of the input at the job's start than the job read") {
+	if n := len(only(got, "/in/a.txt")); n != 5 || !strings.Contains(logs.String(), "a process listed more of the input at the job's start than the files the job took then") {
 		t.Fatalf("read %d of a.txt's %d lines (want the 5 the takers saw), and the restore logged:\n%s", n, len(a), logs.String())
 	}
 	// A local job (every subtask one listing) warns of nothing.
