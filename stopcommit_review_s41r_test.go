@@ -78,6 +78,10 @@ func TestReviewS41rStopWithSavepointWhoseCommitFailsRunsOn(t *testing.T) {
 		t.Fatalf("stop with savepoint %d whose commit failed: %v; want a 409 saying the job did not stop, and why", sp, err)
 	}
 	t.Logf("the API answered: %v", err)
+	// The job's events reach this test's OnEvent after the API heard them.
+	for deadline := time.Now().Add(10 * time.Second); restarts.Load() != 1 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	if restarts.Load() != 1 || failedID.Load() == 0 {
 		t.Fatalf("%d restarts, the commit of %d failed; want one restart, after a failed commit", restarts.Load(), failedID.Load())
 	}
